@@ -1,0 +1,93 @@
+// Device: a small value naming where tensors live. The backend that runs ops is chosen at run
+// time from the device; autodiff is a flag on the device, not a type.
+//
+//   Device dev = Device::cpu();
+//   Device tracked = dev.autodiff();               // same hardware, gradients recorded
+//   std::cout << dev.backend_name();               // "cpu"
+//   dev.set_default_dtypes(DType::F64, DType::I32, DType::Bool);  // once, before first use
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "kiln/dtype.h"
+
+namespace kiln {
+
+enum class DeviceKind : std::uint8_t { Cpu, Cuda, Remote };
+
+// Per-device defaults, fixed at first use of the device.
+struct DeviceSettings {
+  DType float_dtype = DType::F32;
+  DType int_dtype = DType::I64;
+  DType bool_dtype = DType::Bool;
+  bool operator==(const DeviceSettings&) const = default;
+};
+
+struct MemoryStats {
+  std::int64_t bytes_in_use = 0;       // held by live tensors
+  std::int64_t bytes_reserved = 0;     // held by the backend (in use + cached for reuse)
+  std::int64_t peak_bytes_in_use = 0;  // high-water mark of bytes_in_use
+};
+
+class Device {
+ public:
+  static Device cpu() noexcept { return Device(DeviceKind::Cpu, 0); }
+  // NotCompiled when kiln was built without CUDA; BackendUnavailable without a usable GPU.
+  static Device cuda(int index = 0);
+  // A `kiln serve` peer, e.g. "tcp://127.0.0.1:7878". NotCompiled until the remote backend lands.
+  static Device remote(const std::string& url);
+  // The first available device in the order cuda:0, cpu; the environment variable KILN_DEVICE
+  // overrides it ("cpu", "cuda", "cuda:N", "remote://host:port"); a bad value -> InvalidArgument.
+  static Device default_device();
+  // Parses the KILN_DEVICE forms above.
+  static Device parse(const std::string& text);
+  // Devices of a kind usable here (0 when not compiled in or unavailable).
+  static int count(DeviceKind kind);
+
+  DeviceKind kind() const noexcept { return kind_; }
+  int index() const noexcept { return index_; }
+  bool is_autodiff() const noexcept { return autodiff_; }
+  Device autodiff() const noexcept { return Device(kind_, index_, true); }
+  Device without_autodiff() const noexcept { return Device(kind_, index_, false); }
+  // The remote url (empty for other kinds).
+  std::string url() const;
+
+  // The backend chain that runs ops here, e.g. "cpu" or "autodiff<cpu>".
+  std::string backend_name() const;
+  // The settings in force; the first call (or the first op) fixes them.
+  DeviceSettings settings() const;
+  // Sets the default dtypes once, before first use. UnsupportedDType if the device cannot use
+  // one of them (nothing is set); AlreadyInitialized if the settings are already fixed.
+  void set_default_dtypes(DType float_dtype, DType int_dtype, DType bool_dtype) const;
+  DTypeUsageSet dtype_usage(DType dtype) const;
+  bool supports_dtype(DType dtype) const;
+  void seed(std::uint64_t seed) const;
+  void sync() const;
+  void flush() const;
+  MemoryStats memory_stats() const;
+  // Releases memory cached by the backend's allocator.
+  void memory_cleanup() const;
+
+  std::string to_string() const;
+  bool operator==(const Device& other) const noexcept {
+    return kind_ == other.kind_ && index_ == other.index_ && autodiff_ == other.autodiff_;
+  }
+  // Same hardware, ignoring the autodiff flag.
+  bool same_hardware(const Device& other) const noexcept {
+    return kind_ == other.kind_ && index_ == other.index_;
+  }
+
+ private:
+  Device(DeviceKind kind, int index, bool autodiff = false) noexcept
+      : kind_(kind), index_(index), autodiff_(autodiff) {}
+
+  DeviceKind kind_ = DeviceKind::Cpu;
+  int index_ = 0;  // GPU ordinal, or the id of an interned remote url
+  bool autodiff_ = false;
+};
+
+std::ostream& operator<<(std::ostream& out, const Device& device);
+
+}  // namespace kiln

@@ -1,0 +1,141 @@
+// Module ops on channels-first tensors (N, C, spatial...):
+//   auto y = kiln::module::conv2d(x, weight, bias, {.stride = {1, 1}, .padding = {1, 1}});
+// Option vectors left empty take their defaults (stride 1, padding 0, dilation 1).
+#pragma once
+
+#include <optional>
+
+#include "kiln/tensor.h"
+
+namespace kiln::module {
+
+// x [N, C_in, L], weight [C_out, C_in / groups, K]
+inline Tensor<3> conv1d(const Tensor<3>& x, const Tensor<3>& weight,
+                        const std::optional<Tensor<1>>& bias = std::nullopt,
+                        ConvOptions options = {}) {
+  return Tensor<3>::wrap(detail::conv(x.primitive(), weight.primitive(),
+                                      bias ? std::optional(bias->primitive()) : std::nullopt,
+                                      std::move(options), 1));
+}
+inline Tensor<4> conv2d(const Tensor<4>& x, const Tensor<4>& weight,
+                        const std::optional<Tensor<1>>& bias = std::nullopt,
+                        ConvOptions options = {}) {
+  return Tensor<4>::wrap(detail::conv(x.primitive(), weight.primitive(),
+                                      bias ? std::optional(bias->primitive()) : std::nullopt,
+                                      std::move(options), 2));
+}
+inline Tensor<5> conv3d(const Tensor<5>& x, const Tensor<5>& weight,
+                        const std::optional<Tensor<1>>& bias = std::nullopt,
+                        ConvOptions options = {}) {
+  return Tensor<5>::wrap(detail::conv(x.primitive(), weight.primitive(),
+                                      bias ? std::optional(bias->primitive()) : std::nullopt,
+                                      std::move(options), 3));
+}
+// weight [C_in, C_out / groups, k...]
+template <std::size_t D>
+Tensor<D> conv_transpose(const Tensor<D>& x, const Tensor<D>& weight,
+                         const std::optional<Tensor<1>>& bias = std::nullopt,
+                         ConvTransposeOptions options = {}) {
+  static_assert(D >= 3 && D <= 5, "conv_transpose takes 1, 2 or 3 spatial dims");
+  return Tensor<D>::wrap(detail::conv_transpose(
+      x.primitive(), weight.primitive(), bias ? std::optional(bias->primitive()) : std::nullopt,
+      std::move(options), D - 2));
+}
+inline Tensor<3> conv_transpose1d(const Tensor<3>& x, const Tensor<3>& w,
+                                  const std::optional<Tensor<1>>& b = std::nullopt,
+                                  ConvTransposeOptions o = {}) {
+  return conv_transpose(x, w, b, std::move(o));
+}
+inline Tensor<4> conv_transpose2d(const Tensor<4>& x, const Tensor<4>& w,
+                                  const std::optional<Tensor<1>>& b = std::nullopt,
+                                  ConvTransposeOptions o = {}) {
+  return conv_transpose(x, w, b, std::move(o));
+}
+inline Tensor<5> conv_transpose3d(const Tensor<5>& x, const Tensor<5>& w,
+                                  const std::optional<Tensor<1>>& b = std::nullopt,
+                                  ConvTransposeOptions o = {}) {
+  return conv_transpose(x, w, b, std::move(o));
+}
+
+template <std::size_t D>
+Tensor<D> max_pool(const Tensor<D>& x, PoolOptions options) {
+  return Tensor<D>::wrap(detail::max_pool(x.primitive(), std::move(options), D - 2));
+}
+inline Tensor<3> max_pool1d(const Tensor<3>& x, PoolOptions o) { return max_pool(x, std::move(o)); }
+inline Tensor<4> max_pool2d(const Tensor<4>& x, PoolOptions o) { return max_pool(x, std::move(o)); }
+// Values and the flat index (within each H*W plane) of each maximum.
+inline std::pair<Tensor<4>, Tensor<4, Int>> max_pool2d_with_indices(const Tensor<4>& x,
+                                                                    PoolOptions o) {
+  auto [values, indices] = detail::max_pool_with_indices(x.primitive(), std::move(o), 2);
+  return {Tensor<4>::wrap(std::move(values)), Tensor<4, Int>::wrap(std::move(indices))};
+}
+template <std::size_t D>
+Tensor<D> avg_pool(const Tensor<D>& x, PoolOptions options) {
+  return Tensor<D>::wrap(detail::avg_pool(x.primitive(), std::move(options), D - 2));
+}
+inline Tensor<3> avg_pool1d(const Tensor<3>& x, PoolOptions o) { return avg_pool(x, std::move(o)); }
+inline Tensor<4> avg_pool2d(const Tensor<4>& x, PoolOptions o) { return avg_pool(x, std::move(o)); }
+template <std::size_t D>
+Tensor<D> adaptive_avg_pool(const Tensor<D>& x, std::vector<std::int64_t> output_size) {
+  return Tensor<D>::wrap(detail::adaptive_avg_pool(x.primitive(), std::move(output_size)));
+}
+inline Tensor<3> adaptive_avg_pool1d(const Tensor<3>& x, std::int64_t size) {
+  return adaptive_avg_pool(x, {size});
+}
+inline Tensor<4> adaptive_avg_pool2d(const Tensor<4>& x, std::array<std::int64_t, 2> size) {
+  return adaptive_avg_pool(x, {size[0], size[1]});
+}
+// weights [V, E], indices [B, S] -> [B, S, E]
+inline Tensor<3> embedding(const Tensor<2>& weights, const Tensor<2, Int>& indices) {
+  return Tensor<3>::wrap(detail::embedding(weights.primitive(), indices.primitive()));
+}
+// x [N, C, H, W] resized to output_size {H', W'}.
+inline Tensor<4> interpolate(const Tensor<4>& x, std::array<std::int64_t, 2> output_size,
+                             InterpolateOptions options = {}) {
+  return Tensor<4>::wrap(
+      detail::interpolate(x.primitive(), {output_size[0], output_size[1]}, options));
+}
+// im2col: [N, C, H, W] -> [N, C * kh * kw, L]
+inline Tensor<3> unfold4d(const Tensor<4>& x, UnfoldOptions options) {
+  return Tensor<3>::wrap(detail::unfold_patches(x.primitive(), std::move(options)));
+}
+// col2im, the adjoint of unfold4d: [N, C * kh * kw, L] -> [N, C, H, W]
+inline Tensor<4> fold4d(const Tensor<3>& x, std::array<std::int64_t, 2> output_size,
+                        UnfoldOptions options) {
+  return Tensor<4>::wrap(detail::fold_patches(x.primitive(), {output_size[0], output_size[1]},
+                                              std::move(options)));
+}
+// x [..., in] @ weight [in, out] (+ bias [out])
+template <std::size_t D>
+Tensor<D> linear(const Tensor<D>& x, const Tensor<2>& weight,
+                 const std::optional<Tensor<1>>& bias = std::nullopt) {
+  return Tensor<D>::wrap(detail::linear(x.primitive(), weight.primitive(),
+                                        bias ? std::optional(bias->primitive()) : std::nullopt));
+}
+// Normalises over the last dim.
+template <std::size_t D>
+Tensor<D> layer_norm(const Tensor<D>& x, const Tensor<1>& gamma,
+                     const std::optional<Tensor<1>>& beta = std::nullopt, double epsilon = 1e-5) {
+  return Tensor<D>::wrap(detail::layer_norm(x.primitive(), gamma.primitive(),
+                                            beta ? std::optional(beta->primitive()) : std::nullopt,
+                                            epsilon));
+}
+// Inference-form batch norm over dim 1 with given statistics.
+template <std::size_t D>
+Tensor<D> batch_norm(const Tensor<D>& x, const Tensor<1>& gamma, const Tensor<1>& beta,
+                     const Tensor<1>& mean, const Tensor<1>& variance, double epsilon = 1e-5) {
+  return Tensor<D>::wrap(detail::batch_norm(x.primitive(), gamma.primitive(), beta.primitive(),
+                                            mean.primitive(), variance.primitive(), epsilon));
+}
+// softmax(q k^T * scale + bias, masked) v on [batch, heads, seq, dim]; mask true = excluded.
+inline Tensor<4> attention(const Tensor<4>& q, const Tensor<4>& k, const Tensor<4>& v,
+                           const std::optional<Tensor<4, Bool>>& mask = std::nullopt,
+                           const std::optional<Tensor<4>>& bias = std::nullopt,
+                           AttentionOptions options = {}) {
+  return Tensor<4>::wrap(detail::attention(
+      q.primitive(), k.primitive(), v.primitive(),
+      mask ? std::optional(mask->primitive()) : std::nullopt,
+      bias ? std::optional(bias->primitive()) : std::nullopt, options));
+}
+
+}  // namespace kiln::module

@@ -1,0 +1,105 @@
+// Value types for op attributes: slices, indexing update modes and module op options.
+// Each is plain data with equality, so caches, IR and the wire format can treat them generically.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace kiln {
+
+// A range [start, end) along one dimension: negative start/end count from the end, end
+// nullopt = to the end, out-of-range bounds are clamped. step != 0 takes every step-th element;
+// a negative step walks the same range backwards from its last element (as in burn), so
+// Slice(0, std::nullopt, -1) reverses a dim.
+struct Slice {
+  std::int64_t start = 0;
+  std::optional<std::int64_t> end;
+  std::int64_t step = 1;
+
+  Slice() = default;
+  Slice(std::int64_t start_, std::optional<std::int64_t> end_, std::int64_t step_ = 1)
+      : start(start_), end(end_), step(step_) {}
+  Slice(std::int64_t start_, std::int64_t end_) : start(start_), end(end_) {}
+  static Slice all() { return {}; }
+  static Slice index(std::int64_t i) { return {i, i == -1 ? std::nullopt : std::optional(i + 1)}; }
+  bool operator==(const Slice&) const = default;
+};
+
+// A slice after resolving negative and open bounds against a dimension of known size.
+struct ResolvedSlice {
+  std::int64_t start = 0;   // first index visited
+  std::int64_t length = 0;  // number of indices visited
+  std::int64_t step = 1;
+  bool operator==(const ResolvedSlice&) const = default;
+};
+
+// How scatter / select_assign combine a value with what is there.
+enum class IndexingUpdate : std::uint8_t { Assign, Add, Mul, Min, Max };
+
+// Convolution over N spatial dims (N = rank - 2 of the input, layout N, C, spatial...).
+struct ConvOptions {
+  std::vector<std::int64_t> stride;    // one per spatial dim
+  std::vector<std::int64_t> padding;   // symmetric zero padding
+  std::vector<std::int64_t> dilation;
+  std::int64_t groups = 1;
+  bool operator==(const ConvOptions&) const = default;
+};
+
+struct ConvTransposeOptions {
+  std::vector<std::int64_t> stride;
+  std::vector<std::int64_t> padding;
+  std::vector<std::int64_t> padding_out;
+  std::vector<std::int64_t> dilation;
+  std::int64_t groups = 1;
+  bool operator==(const ConvTransposeOptions&) const = default;
+};
+
+struct PoolOptions {
+  std::vector<std::int64_t> kernel_size;
+  std::vector<std::int64_t> stride;
+  std::vector<std::int64_t> padding;
+  std::vector<std::int64_t> dilation;  // max pooling only
+  bool ceil_mode = false;
+  bool count_include_pad = true;       // average pooling only
+  bool operator==(const PoolOptions&) const = default;
+};
+
+// im2col / col2im over 2 spatial dims.
+struct UnfoldOptions {
+  std::vector<std::int64_t> kernel_size;
+  std::vector<std::int64_t> stride;
+  std::vector<std::int64_t> padding;
+  std::vector<std::int64_t> dilation;
+  bool operator==(const UnfoldOptions&) const = default;
+};
+
+enum class InterpolateMode : std::uint8_t { Nearest, Bilinear, Bicubic };
+
+struct InterpolateOptions {
+  InterpolateMode mode = InterpolateMode::Nearest;
+  bool align_corners = false;
+  bool operator==(const InterpolateOptions&) const = default;
+};
+
+// Scaled dot-product attention on [batch, heads, seq, dim]; a true mask entry is excluded.
+struct AttentionOptions {
+  std::optional<double> scale;  // default 1/sqrt(dim)
+  bool is_causal = false;
+  bool operator==(const AttentionOptions&) const = default;
+};
+
+// How the device combines a collective reduction.
+enum class ReduceOperation : std::uint8_t { Sum, Mean };
+
+// Quantization scheme for QFloat tensors (the quantization issue fills this in).
+struct QuantScheme {
+  enum class Mode : std::uint8_t { Symmetric };
+  enum class Value : std::uint8_t { Q8, Q4, Q2 };
+  Mode mode = Mode::Symmetric;
+  Value value = Value::Q8;
+  std::int64_t block_size = 0;  // 0: one scale per tensor
+  bool operator==(const QuantScheme&) const = default;
+};
+
+}  // namespace kiln

@@ -1,0 +1,67 @@
+// Backend: the op contract. One virtual method per op in ops.def, plus device-level methods.
+// A Backend object serves one device. Ops take primitives by value and return new ones;
+// defaults (ops.def availability DEFAULT) are composed of other ops and live in defaults/.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/data.h"
+#include "kiln/device.h"
+#include "kiln/distribution.h"
+#include "kiln/options.h"
+#include "kiln/primitive.h"
+#include "kiln/scalar.h"
+
+namespace kiln {
+
+using ReadFuture = std::future<TensorData>;
+using ReadManyFuture = std::future<std::vector<TensorData>>;
+using PrimitivePair = std::pair<Primitive, Primitive>;
+using OptionalPrimitive = std::optional<Primitive>;
+using PrimitiveList = std::vector<Primitive>;
+using ResolvedSlices = std::vector<ResolvedSlice>;
+using Axes = std::vector<std::int64_t>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- device-level methods ----
+  // The chain of backends, e.g. "cpu", "autodiff<cpu>".
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  virtual DeviceSettings default_settings() const { return {}; }
+  virtual DTypeUsageSet dtype_usage(DType dtype) const = 0;
+  bool supports_dtype(DType dtype) const {
+    const DTypeUsageSet usage = dtype_usage(dtype);
+    return usage.contains(DTypeUsage::Storage) && usage.contains(DTypeUsage::Arithmetic);
+  }
+  virtual void seed(std::uint64_t seed) = 0;
+  // Blocks until all queued work is done; deferred failures surface here as ExecutionError.
+  virtual void sync() {}
+  // Submits queued work without waiting.
+  virtual void flush() {}
+  virtual MemoryStats memory_stats() const { return {}; }
+  virtual void memory_cleanup() {}
+  // Whether this backend records gradients (the autodiff decorator says yes).
+  virtual bool autodiff_enabled() const { return false; }
+
+  // ---- ops ----
+#define KILN_OP_BODY_REQUIRED ;
+#define KILN_OP_BODY_DEFAULT ;
+#define KILN_OP_BODY_LATER ;
+#define KILN_OP(name, group, kinds, result, params, args, availability) \
+  virtual result name params KILN_OP_BODY_##availability
+#include "backend/ops.def"
+#undef KILN_OP
+#undef KILN_OP_BODY_REQUIRED
+#undef KILN_OP_BODY_DEFAULT
+#undef KILN_OP_BODY_LATER
+};
+
+}  // namespace kiln

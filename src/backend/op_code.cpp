@@ -1,0 +1,28 @@
+#include "backend/op_code.h"
+
+namespace kiln {
+namespace {
+
+constexpr std::uint8_t kKinds_F = kKindFloat;
+constexpr std::uint8_t kKinds_I = kKindInt;
+constexpr std::uint8_t kKinds_B = kKindBool;
+constexpr std::uint8_t kKinds_FI = kKindFloat | kKindInt;
+constexpr std::uint8_t kKinds_FIB = kKindFloat | kKindInt | kKindBool;
+
+constexpr OpAvailability kAvailability_REQUIRED = OpAvailability::Required;
+constexpr OpAvailability kAvailability_DEFAULT = OpAvailability::Default;
+constexpr OpAvailability kAvailability_LATER = OpAvailability::Later;
+
+constexpr OpInfo kOps[] = {
+#define KILN_OP(name, group, kinds, result, params, args, availability) \
+  {OpCode::name, #name, #group, kKinds_##kinds, kAvailability_##availability},
+#include "backend/ops.def"
+#undef KILN_OP
+};
+
+}  // namespace
+
+std::span<const OpInfo> all_ops() noexcept { return kOps; }
+const OpInfo& op_info(OpCode code) noexcept { return kOps[static_cast<std::size_t>(code)]; }
+
+}  // namespace kiln

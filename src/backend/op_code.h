@@ -1,0 +1,32 @@
+// Op codes, names, groups and accepted kinds, derived from ops.def.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace kiln {
+
+enum class OpCode : std::uint16_t {
+#define KILN_OP(name, ...) name,
+#include "backend/ops.def"
+#undef KILN_OP
+};
+
+enum class OpAvailability : std::uint8_t { Required, Default, Later };
+
+// Kind flags of an op: which tensor kinds it accepts.
+inline constexpr std::uint8_t kKindFloat = 1, kKindInt = 2, kKindBool = 4;
+
+struct OpInfo {
+  OpCode code;
+  std::string_view name;
+  std::string_view group;
+  std::uint8_t kinds;
+  OpAvailability availability;
+};
+
+std::span<const OpInfo> all_ops() noexcept;
+const OpInfo& op_info(OpCode code) noexcept;
+
+}  // namespace kiln

@@ -1,0 +1,93 @@
+#include "backend/registry.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace kiln {
+namespace {
+
+Backend& cpu_backend() {
+  static const std::shared_ptr<Backend> backend = make_cpu_backend();
+  return *backend;
+}
+
+struct SettingsEntry {
+  std::optional<DeviceSettings> settings;
+};
+
+std::mutex& settings_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<std::pair<int, int>, SettingsEntry>& settings_table() {
+  static std::map<std::pair<int, int>, SettingsEntry> table;
+  return table;
+}
+
+std::pair<int, int> hardware_key(const Device& device) {
+  return {static_cast<int>(device.kind()), device.index()};
+}
+
+Backend& hardware_backend(const Device& device) {
+  switch (device.kind()) {
+    case DeviceKind::Cpu:
+      return cpu_backend();
+    case DeviceKind::Cuda:
+      detail::fail<NotCompiled>("device", "kiln was built without the CUDA backend (", device.to_string(), ")");
+    case DeviceKind::Remote:
+      detail::fail<NotCompiled>("device", "kiln was built without the remote backend (", device.to_string(), ")");
+  }
+  detail::fail<InvalidArgument>("device", "unknown device kind");
+}
+
+}  // namespace
+
+Backend& backend_for(const Device& device) {
+  if (device.kind() == DeviceKind::Cpu && !device.is_autodiff()) return cpu_backend();
+  if (device.is_autodiff()) {
+    detail::fail<NotCompiled>("device", "the autodiff decorator is not built into this kiln yet (",
+                              device.to_string(), ")");
+  }
+  return hardware_backend(device);
+}
+
+DeviceSettings settings_for(const Device& device) {
+  Backend& backend = hardware_backend(device.without_autodiff());
+  std::lock_guard lock(settings_mutex());
+  SettingsEntry& entry = settings_table()[hardware_key(device)];
+  if (!entry.settings) entry.settings = backend.default_settings();
+  return *entry.settings;
+}
+
+void set_default_dtypes_for(const Device& device, DType float_dtype, DType int_dtype,
+                            DType bool_dtype) {
+  Backend& backend = hardware_backend(device.without_autodiff());
+  const char* op = "Device::set_default_dtypes";
+  auto check = [&](DType dtype, bool kind_ok, const char* role) {
+    if (!kind_ok) {
+      detail::fail<UnsupportedDType>(op, dtype_name(dtype), " cannot be the default ", role,
+                                     " dtype");
+    }
+    if (!backend.supports_dtype(dtype)) {
+      detail::fail<UnsupportedDType>(op, backend.name(), " cannot compute in ",
+                                     dtype_name(dtype), " on ", device.to_string());
+    }
+  };
+  check(float_dtype, is_float(float_dtype), "float");
+  check(int_dtype, is_int(int_dtype), "int");
+  check(bool_dtype, is_bool(bool_dtype), "bool");
+  std::lock_guard lock(settings_mutex());
+  SettingsEntry& entry = settings_table()[hardware_key(device)];
+  if (entry.settings) {
+    detail::fail<AlreadyInitialized>(op, "the settings of ", device.to_string(),
+                                     " are fixed already (the device was used, or they were set)");
+  }
+  entry.settings = DeviceSettings{float_dtype, int_dtype, bool_dtype};
+}
+
+}  // namespace kiln

@@ -1,0 +1,26 @@
+// The base bodies of ops without a default: REQUIRED ops a backend has not implemented, and
+// LATER ops whose issue has not landed. Both throw UnsupportedOperation naming op and backend.
+#include "backend/backend.h"
+#include "kiln/detail/format.h"
+
+namespace kiln {
+
+#define KILN_OP_DEFINE_REQUIRED(op_name, result, params)                                      \
+  result Backend::op_name params {                                                            \
+    detail::fail<UnsupportedOperation>(#op_name, "the ", this->name(), " backend does not implement this op"); \
+  }
+#define KILN_OP_DEFINE_LATER(op_name, result, params)                                         \
+  result Backend::op_name params {                                                            \
+    detail::fail<UnsupportedOperation>(#op_name, "not available yet on ", this->name(),       \
+                                       " (its issue has not landed)");                     \
+  }
+#define KILN_OP_DEFINE_DEFAULT(op_name, result, params)
+#define KILN_OP(name, group, kinds, result, params, args, availability) \
+  KILN_OP_DEFINE_##availability(name, result, params)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include "backend/ops.def"
+#pragma GCC diagnostic pop
+#undef KILN_OP
+
+}  // namespace kiln

@@ -1,0 +1,158 @@
+// Binary arithmetic with broadcasting, and its scalar forms.
+#include <atomic>
+#include <cmath>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/elementwise.h"
+#include "backends/cpu/integer_math.h"
+
+namespace kiln {
+
+using namespace cpu;
+
+namespace {
+
+// The arithmetic ops, each a generic function on compute values plus the zero-division flag.
+struct AddOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return wrap_add(a, b); }
+};
+struct SubOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return wrap_sub(a, b); }
+};
+struct MulOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return wrap_mul(a, b); }
+};
+struct DivOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>& zero) const {
+    if constexpr (std::is_integral_v<T>) return int_floor_div(a, b, zero);
+    else return a / b;
+  }
+};
+struct RemainderOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>& zero) const {
+    if constexpr (std::is_integral_v<T>) return int_remainder(a, b, zero);
+    else return float_remainder(a, b);
+  }
+};
+struct PowOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const {
+    if constexpr (std::is_integral_v<T>) return int_pow(a, b);
+    else return std::pow(a, b);
+  }
+};
+struct MaximumOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();  // NaN propagates
+    }
+    return a < b ? b : a;
+  }
+};
+struct MinimumOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
+    }
+    return b < a ? b : a;
+  }
+};
+struct Atan2Op {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return std::atan2(a, b); }
+};
+struct HypotOp {
+  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return std::hypot(a, b); }
+};
+
+void throw_if_divided_by_zero(const std::atomic<bool>& zero, const char* op) {
+  if (zero.load()) detail::fail<InvalidArgument>(op, "integer division by zero");
+}
+
+template <class Op>
+Primitive binary(Primitive lhs, Primitive rhs, const char* op, bool float_only = false) {
+  const DType dtype = lhs->dtype();
+  std::atomic<bool> zero{false};
+  auto run = [&]<class T>(type_tag<T>) -> Primitive {
+    return map_binary<T, T>(
+        std::move(lhs), std::move(rhs), dtype,
+        [&zero](auto a, auto b) { return Op{}(a, b, zero); }, op);
+  };
+  Primitive out = float_only ? visit_float_dtype(dtype, op, run) : visit_numeric_dtype(dtype, op, run);
+  throw_if_divided_by_zero(zero, op);
+  return out;
+}
+
+template <class Op>
+Primitive binary_scalar(Primitive x, Scalar value, const char* op) {
+  const DType dtype = x->dtype();
+  std::atomic<bool> zero{false};
+  Primitive out = visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+    using C = compute_t<T>;
+    const C v = value.as<C>();
+    return map_unary<T, T>(std::move(x), dtype, [&zero, v](C a) { return Op{}(a, v, zero); });
+  });
+  throw_if_divided_by_zero(zero, op);
+  return out;
+}
+
+}  // namespace
+
+Primitive CpuBackend::add(Primitive l, Primitive r) { return binary<AddOp>(std::move(l), std::move(r), "add"); }
+Primitive CpuBackend::sub(Primitive l, Primitive r) { return binary<SubOp>(std::move(l), std::move(r), "sub"); }
+Primitive CpuBackend::mul(Primitive l, Primitive r) { return binary<MulOp>(std::move(l), std::move(r), "mul"); }
+Primitive CpuBackend::div(Primitive l, Primitive r) { return binary<DivOp>(std::move(l), std::move(r), "div"); }
+Primitive CpuBackend::remainder(Primitive l, Primitive r) {
+  return binary<RemainderOp>(std::move(l), std::move(r), "remainder");
+}
+Primitive CpuBackend::pow(Primitive l, Primitive r) { return binary<PowOp>(std::move(l), std::move(r), "pow"); }
+Primitive CpuBackend::maximum(Primitive l, Primitive r) {
+  return binary<MaximumOp>(std::move(l), std::move(r), "maximum");
+}
+Primitive CpuBackend::minimum(Primitive l, Primitive r) {
+  return binary<MinimumOp>(std::move(l), std::move(r), "minimum");
+}
+Primitive CpuBackend::atan2(Primitive l, Primitive r) {
+  return binary<Atan2Op>(std::move(l), std::move(r), "atan2", true);
+}
+Primitive CpuBackend::hypot(Primitive l, Primitive r) {
+  return binary<HypotOp>(std::move(l), std::move(r), "hypot", true);
+}
+
+Primitive CpuBackend::add_scalar(Primitive x, Scalar v) { return binary_scalar<AddOp>(std::move(x), v, "add_scalar"); }
+Primitive CpuBackend::sub_scalar(Primitive x, Scalar v) { return binary_scalar<SubOp>(std::move(x), v, "sub_scalar"); }
+Primitive CpuBackend::mul_scalar(Primitive x, Scalar v) { return binary_scalar<MulOp>(std::move(x), v, "mul_scalar"); }
+Primitive CpuBackend::div_scalar(Primitive x, Scalar v) { return binary_scalar<DivOp>(std::move(x), v, "div_scalar"); }
+Primitive CpuBackend::remainder_scalar(Primitive x, Scalar v) {
+  return binary_scalar<RemainderOp>(std::move(x), v, "remainder_scalar");
+}
+Primitive CpuBackend::pow_scalar(Primitive x, Scalar v) {
+  const DType dtype = x->dtype();
+  if (is_float(dtype) && v.to_double() == 2.0) return square(std::move(x));
+  return binary_scalar<PowOp>(std::move(x), v, "pow_scalar");
+}
+
+Primitive CpuBackend::clamp(Primitive x, Scalar min, Scalar max) {
+  const DType dtype = x->dtype();
+  return visit_numeric_dtype(dtype, "clamp", [&]<class T>(type_tag<T>) -> Primitive {
+    using C = compute_t<T>;
+    const C lo = min.as<C>(), hi = max.as<C>();
+    return map_unary<T, T>(std::move(x), dtype, [lo, hi](C a) { return a < lo ? lo : (hi < a ? hi : a); });
+  });
+}
+Primitive CpuBackend::clamp_min(Primitive x, Scalar min) {
+  const DType dtype = x->dtype();
+  return visit_numeric_dtype(dtype, "clamp_min", [&]<class T>(type_tag<T>) -> Primitive {
+    using C = compute_t<T>;
+    const C lo = min.as<C>();
+    return map_unary<T, T>(std::move(x), dtype, [lo](C a) { return a < lo ? lo : a; });
+  });
+}
+Primitive CpuBackend::clamp_max(Primitive x, Scalar max) {
+  const DType dtype = x->dtype();
+  return visit_numeric_dtype(dtype, "clamp_max", [&]<class T>(type_tag<T>) -> Primitive {
+    using C = compute_t<T>;
+    const C hi = max.as<C>();
+    return map_unary<T, T>(std::move(x), dtype, [hi](C a) { return hi < a ? hi : a; });
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,28 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include "backends/cpu/allocator.h"
+
+namespace kiln {
+
+DTypeUsageSet CpuBackend::dtype_usage(DType dtype) const {
+  if (dtype == DType::QFloat) return {};
+  if (dtype == DType::Bool) return {DTypeUsage::Storage, DTypeUsage::Arithmetic};
+  return {DTypeUsage::Storage, DTypeUsage::Arithmetic};
+}
+
+void CpuBackend::seed(std::uint64_t seed) {
+  seed_.store(seed);
+  counter_.store(0);
+}
+
+std::uint64_t CpuBackend::take_random_counter(std::uint64_t count) noexcept {
+  return counter_.fetch_add(count);
+}
+
+MemoryStats CpuBackend::memory_stats() const { return cpu::CachingAllocator::instance().stats(); }
+
+void CpuBackend::memory_cleanup() { cpu::CachingAllocator::instance().release_cache(); }
+
+std::shared_ptr<Backend> make_cpu_backend() { return std::make_shared<CpuBackend>(); }
+
+}  // namespace kiln

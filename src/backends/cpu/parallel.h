@@ -1,0 +1,44 @@
+// Splits [0, n) into contiguous ranges, one per thread, when the work is large enough.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+
+namespace kiln::cpu {
+
+// Elements below which a memory-bound loop stays on one thread.
+inline constexpr std::int64_t kParallelGrain = 32768;
+
+inline int thread_count() noexcept { return omp_get_max_threads(); }
+
+// body(begin, end) on disjoint ranges covering [0, n). Exceptions from a worker are rethrown.
+template <class Body>
+void parallel_for(std::int64_t n, std::int64_t grain, Body&& body) {
+  if (n <= 0) return;
+  const int threads = static_cast<int>(
+      std::min<std::int64_t>(thread_count(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1))));
+  if (threads <= 1 || omp_in_parallel()) {
+    body(std::int64_t{0}, n);
+    return;
+  }
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const int count = omp_get_num_threads();
+    const std::int64_t begin = n * t / count;
+    const std::int64_t end = n * (t + 1) / count;
+    try {
+      if (begin < end) body(begin, end);
+    } catch (...) {
+#pragma omp critical(kiln_parallel_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace kiln::cpu

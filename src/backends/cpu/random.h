@@ -1,0 +1,29 @@
+// Counter-based random numbers: value i of a call is a hash of (seed, counter + i), so results
+// do not depend on how the work is split across threads, and a seed reproduces a sequence.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace kiln::cpu {
+
+inline std::uint64_t mix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform on [0, 1) with 53 random bits.
+inline double uniform01(std::uint64_t seed, std::uint64_t counter) noexcept {
+  return static_cast<double>(mix64(mix64(seed) ^ counter) >> 11) * 0x1.0p-53;
+}
+
+// Standard normal by Box-Muller on two uniforms.
+inline double standard_normal(std::uint64_t seed, std::uint64_t counter) noexcept {
+  const double u1 = 1.0 - uniform01(seed, 2 * counter);  // (0, 1]
+  const double u2 = uniform01(seed, 2 * counter + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace kiln::cpu

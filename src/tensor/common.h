@@ -1,0 +1,42 @@
+// Shared checks of the tensor layer: kinds, devices, dtype promotion, dims.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+#include "kiln/detail/format.h"
+#include "kiln/detail/tensor_ops.h"
+
+namespace kiln::detail {
+
+Kind kind_of(DType dtype) noexcept;
+
+inline Backend& backend_of(const Primitive& p) { return backend_for(p->device()); }
+
+// The backend that runs a binary op: both operands on the same hardware (DeviceMismatch
+// otherwise); a tracked operand makes the op tracked.
+Backend& backend_of(const Primitive& a, const Primitive& b, const char* op);
+
+// Throws DTypeMismatch unless p's dtype is of one of the allowed kinds.
+void check_kind(const Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op);
+inline void check_float(const Primitive& p, const char* op) { check_kind(p, true, false, false, op); }
+inline void check_numeric(const Primitive& p, const char* op) { check_kind(p, true, true, false, op); }
+inline void check_int(const Primitive& p, const char* op) { check_kind(p, false, true, false, op); }
+inline void check_bool(const Primitive& p, const char* op) { check_kind(p, false, false, true, op); }
+
+// Brings a and b to one dtype: the wider of the two when they are of the same kind
+// (f16 with bf16 gives f32; signed with unsigned gives i64); DTypeMismatch across kinds.
+void promote(Primitive& a, Primitive& b, const char* op);
+
+// The broadcast of two shapes of equal rank, or ShapeMismatch naming op.
+Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
+
+// For an integer tensor, a scalar must be integral (DTypeMismatch otherwise).
+void check_scalar_fits(const Primitive& p, const Scalar& s, const char* op);
+
+// The device's default dtype of kind (fixes the device settings on first use).
+DType default_dtype(const Device& device, Kind kind);
+
+// Resolves a Python-style slice against a dim of size n; InvalidArgument for step 0.
+ResolvedSlice resolve_slice(const Slice& slice, std::int64_t n, const char* op);
+
+}  // namespace kiln::detail

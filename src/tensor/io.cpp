@@ -1,0 +1,107 @@
+// Reading, moving between devices, dtype and kind conversion, rank checks, printing.
+#include <sstream>
+
+#include "tensor/common.h"
+
+namespace kiln::detail {
+
+void check_primitive(const Primitive& p, std::size_t rank, Kind kind, const char* op) {
+  if (!p) fail<InvalidArgument>(op, "null primitive");
+  if (p->rank() != rank) {
+    fail<ShapeMismatch>(op, "a tensor of shape ", p->shape().to_string(), " has rank ",
+                        p->rank(), ", expected rank ", rank);
+  }
+  if (kind_of(p->dtype()) != kind) {
+    fail<DTypeMismatch>(op, "a ", dtype_name(p->dtype()), " tensor is not of the ",
+                        kind_name(kind), " kind");
+  }
+}
+
+std::int64_t normalize_dim(std::int64_t dim, std::size_t rank, const char* op) {
+  const std::int64_t r = static_cast<std::int64_t>(rank);
+  if (dim < -r || dim >= r) {
+    fail<InvalidArgument>(op, "dim ", dim, " is out of range for rank ", rank);
+  }
+  return dim < 0 ? dim + r : dim;
+}
+
+TensorData into_data(Primitive x) {
+  Backend& backend = backend_of(x);
+  return backend.into_data(std::move(x)).get();
+}
+
+std::future<TensorData> into_data_async(Primitive x) {
+  Backend& backend = backend_of(x);
+  return backend.into_data(std::move(x));
+}
+
+std::vector<TensorData> read_many(Prims xs) {
+  if (xs.empty()) return {};
+  Backend& backend = backend_of(xs.front());
+  for (const Primitive& p : xs) backend_of(xs.front(), p, "read_many");
+  return backend.read_many(std::move(xs)).get();
+}
+
+Primitive to_device(Primitive x, Device device) {
+  if (x->device() == device) return x;
+  if (x->device().same_hardware(device)) {
+    // Only the autodiff flag changes: the tracked backend takes the primitive as a constant.
+    return backend_for(device).to_device(std::move(x), device);
+  }
+  settings_for(device);
+  Backend& backend = backend_of(x);
+  return backend.to_device(std::move(x), device);
+}
+
+Primitive cast(Primitive x, DType dtype) {
+  if (x->dtype() == dtype) return x;
+  Backend& backend = backend_of(x);
+  if (!backend.dtype_usage(dtype).contains(DTypeUsage::Storage)) {
+    fail<UnsupportedDType>("cast", backend.name(), " cannot store ", dtype_name(dtype));
+  }
+  return backend.cast(std::move(x), dtype);
+}
+
+Primitive to_kind(Primitive x, Kind kind) {
+  if (kind_of(x->dtype()) == kind) return x;
+  return cast(std::move(x), default_dtype(x->device(), kind));
+}
+
+std::string to_string(const Primitive& x) {
+  const TensorData data = into_data(x);
+  std::ostringstream out;
+  out << "Tensor(" << dtype_name(data.dtype()) << ", shape " << data.shape().to_string()
+      << ", " << x->device().to_string() << ")\n";
+  const std::vector<double> values = data.to_f64_vec();
+  const Shape& shape = data.shape();
+  const std::size_t limit = 64;
+  // Nested brackets per dim, elements in row-major order.
+  std::vector<std::int64_t> index(shape.rank(), 0);
+  const std::size_t shown = std::min(values.size(), limit);
+  if (shape.rank() == 0 || values.empty()) {
+    out << "[]";
+    return out.str();
+  }
+  for (std::size_t n = 0; n < shown; ++n) {
+    std::size_t opened = 0;
+    for (std::size_t d = shape.rank(); d-- > 0;) {
+      if (index[d] != 0) break;
+      ++opened;
+    }
+    for (std::size_t k = 0; k < opened; ++k) out << '[';
+    out << values[n];
+    std::size_t d = shape.rank();
+    std::size_t closed = 0;
+    while (d-- > 0) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+      ++closed;
+    }
+    for (std::size_t k = 0; k < closed; ++k) out << ']';
+    if (n + 1 < shown) out << (closed > 0 ? ",\n" : ", ");
+  }
+  if (shown < values.size()) out << " ... (" << values.size() << " elements)";
+  return out.str();
+}
+
+}  // namespace kiln::detail

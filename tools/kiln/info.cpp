@@ -1,0 +1,47 @@
+#include <kiln/kiln.h>
+
+#include <iomanip>
+
+#include "tools/kiln/commands.h"
+
+namespace kiln::tools {
+
+namespace {
+
+std::string usage_cell(DTypeUsageSet usage) {
+  std::string cell;
+  if (usage.contains(DTypeUsage::Storage)) cell += "S";
+  if (usage.contains(DTypeUsage::Arithmetic)) cell += "A";
+  if (usage.contains(DTypeUsage::Accelerated)) cell += "X";
+  return cell.empty() ? "-" : cell;
+}
+
+}  // namespace
+
+int run_info(std::ostream& out) {
+  out << "kiln " << kVersion << " (backend API " << kBackendApiVersion << ")\n\n";
+  out << "backends:\n";
+  out << "  cpu      compiled in, available\n";
+  out << "  cuda     not compiled in\n";
+  out << "  remote   not compiled in\n";
+  out << "  autodiff not compiled in\n\n";
+
+  std::vector<Device> devices;
+  for (int i = 0; i < Device::count(DeviceKind::Cpu); ++i) devices.push_back(Device::cpu());
+  out << "devices:\n";
+  for (const Device& d : devices) {
+    out << "  " << std::left << std::setw(10) << d.to_string() << d.backend_name() << "\n";
+  }
+  out << "\ndtype usage (S storage, A arithmetic, X accelerated):\n  " << std::setw(10) << "device";
+  for (DType dt : kAllDTypes) out << std::setw(6) << dtype_name(dt);
+  out << "\n";
+  for (const Device& d : devices) {
+    out << "  " << std::setw(10) << d.to_string();
+    for (DType dt : kAllDTypes) out << std::setw(6) << usage_cell(d.dtype_usage(dt));
+    out << "\n";
+  }
+  out << "\ndefault device: " << Device::default_device().to_string() << "\n";
+  return 0;
+}
+
+}  // namespace kiln::tools
