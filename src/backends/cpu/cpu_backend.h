@@ -107,11 +107,27 @@ class CpuBackend final : public Backend {
   // ---- reductions, scans, sorting (cpu_reduce.cpp, cpu_scan.cpp, cpu_sort.cpp) ----
   // (section: reductions)
 
+
+
   // ---- indexing and copies (cpu_index.cpp, cpu_cat.cpp) ----
   // (section: indexing)
 
-  // ---- linear algebra, module ops, activations (cpu_matmul.cpp, cpu_conv.cpp, ...) ----
-  // (section: module)
+
+
+  // ---- linear algebra: matmul, linear, attention, norms, embedding (cpu_matmul.cpp, ...) ----
+  // (section: linalg)
+
+
+
+  // ---- convolution, pooling, interpolation, unfold/fold (cpu_conv.cpp, cpu_pool.cpp, ...) ----
+  // (section: spatial)
+
+
+
+  // ---- activations (cpu_activation.cpp) ----
+  // (section: activation)
+
+
 
  private:
   std::atomic<std::uint64_t> seed_{0x5eed'0000'0000'0001ull};
