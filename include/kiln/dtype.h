@@ -34,7 +34,14 @@ inline constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::F16, DType
 
 std::string_view dtype_name(DType dtype) noexcept;
 // Bytes per element (QFloat: 1, the storage of its quantized values).
-std::size_t dtype_size(DType dtype) noexcept;
+constexpr std::size_t dtype_size(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::F64: case DType::I64: case DType::U64: return 8;
+    case DType::F32: case DType::I32: case DType::U32: return 4;
+    case DType::F16: case DType::BF16: case DType::I16: case DType::U16: return 2;
+    default: return 1;
+  }
+}
 constexpr bool is_float(DType d) noexcept {
   return d == DType::F64 || d == DType::F32 || d == DType::F16 || d == DType::BF16;
 }

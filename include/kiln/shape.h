@@ -23,9 +23,9 @@ class DimVector {
   explicit DimVector(std::size_t size, std::int64_t value = 0) { resize(size, value); }
   DimVector(std::initializer_list<std::int64_t> values) { assign(values.begin(), values.size()); }
   explicit DimVector(std::span<const std::int64_t> values) { assign(values.data(), values.size()); }
-  DimVector(const DimVector& other) { assign(other.data(), other.size()); }
+  DimVector(const DimVector& other) { copy_from(other); }
   DimVector& operator=(const DimVector& other) {
-    if (this != &other) assign(other.data(), other.size());
+    if (this != &other) copy_from(other);
     return *this;
   }
   DimVector(DimVector&& other) noexcept { *this = std::move(other); }
@@ -80,10 +80,25 @@ class DimVector {
   }
   std::span<const std::int64_t> span() const noexcept { return {data(), size_}; }
   bool operator==(const DimVector& other) const noexcept {
-    return size_ == other.size_ && std::equal(begin(), end(), other.begin());
+    if (size_ != other.size_) return false;
+    const std::int64_t* a = data();
+    const std::int64_t* b = other.data();
+    for (std::size_t i = 0; i < size_; ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
   }
 
  private:
+  void copy_from(const DimVector& other) {
+    if (other.size_ <= kInline) {  // the common case: no heap, one fixed-size copy
+      heap_.clear();
+      std::copy_n(other.inline_, kInline, inline_);
+      size_ = other.size_;
+    } else {
+      assign(other.data(), other.size());
+    }
+  }
   void assign(const std::int64_t* values, std::size_t size) {
     resize(size);
     std::copy_n(values, size, data());

@@ -22,14 +22,4 @@ std::string_view dtype_name(DType dtype) noexcept {
   return "?";
 }
 
-std::size_t dtype_size(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::F64: case DType::I64: case DType::U64: return 8;
-    case DType::F32: case DType::I32: case DType::U32: return 4;
-    case DType::F16: case DType::BF16: case DType::I16: case DType::U16: return 2;
-    case DType::I8: case DType::U8: case DType::Bool: case DType::QFloat: return 1;
-  }
-  return 1;
-}
-
 }  // namespace kiln

@@ -1,5 +1,6 @@
 #include "backends/cpu/allocator.h"
 
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
@@ -14,60 +15,110 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kMinBlock = 64;
-constexpr std::size_t kClasses = 4 * 64;
+constexpr std::size_t kClasses = 4 * 64 + 8;
+// Blocks up to this size are also cached per thread, so the small tensors of eager code take
+// no lock; each thread keeps at most kThreadBlocksPerClass of each class.
+constexpr std::size_t kThreadCachedMaxBytes = 256 * 1024;
+constexpr std::size_t kThreadBlocksPerClass = 8;
 
 // Size classes: four steps per power of two (1, 1.25, 1.5, 1.75 x 2^k), so a block wastes at
 // most 25% and a same-size request always finds the block it freed.
-std::size_t size_class(std::size_t bytes, std::size_t& capacity) {
-  if (bytes <= kMinBlock) {
-    capacity = kMinBlock;
-    return 0;
-  }
+std::size_t round_up(std::size_t bytes) {
+  if (bytes <= kMinBlock) return kMinBlock;
   const unsigned k = 63 - std::countl_zero(static_cast<std::uint64_t>(bytes));  // 2^k <= bytes
   const std::size_t base = std::size_t{1} << k;
   const std::size_t quarter = base / 4;
-  std::size_t step = (bytes - base + quarter - 1) / quarter;  // 0..4
-  capacity = base + step * quarter;
-  capacity = (capacity + kAlignment - 1) / kAlignment * kAlignment;
-  return k * 4 + step;
+  const std::size_t step = (bytes - base + quarter - 1) / quarter;  // 0..4
+  const std::size_t capacity = base + step * quarter;
+  return (capacity + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+// The class of a rounded capacity (round_up(capacity) == capacity).
+std::size_t class_of(std::size_t capacity) {
+  if (capacity <= kMinBlock) return 0;
+  const unsigned k = 63 - std::countl_zero(static_cast<std::uint64_t>(capacity));
+  const std::size_t base = std::size_t{1} << k;
+  const std::size_t quarter = std::max<std::size_t>(base / 4, 1);
+  return k * 4 + (capacity - base) / quarter;
+}
+
+std::size_t capacity_of_class(std::size_t cls) {
+  if (cls == 0) return kMinBlock;
+  const std::size_t base = std::size_t{1} << (cls / 4);
+  return round_up(base + (cls % 4) * (base / 4));
+}
+
+struct State {
+  std::mutex mutex;
+  std::vector<std::vector<std::byte*>> free_blocks = std::vector<std::vector<std::byte*>>(kClasses);
+  std::atomic<std::int64_t> in_use{0};
+  std::atomic<std::int64_t> reserved{0};
+  std::atomic<std::int64_t> peak{0};
+};
+
+State& state() {
+  static State* s = new State();  // lives past static teardown: tensors may outlive main
+  return *s;
+}
+
+struct ThreadCache {
+  struct Bin {
+    std::byte* blocks[kThreadBlocksPerClass];
+    std::size_t count = 0;
+  };
+  Bin bins[kClasses];
+  ~ThreadCache() {  // a finishing thread hands its blocks to the shared lists
+    State& s = state();
+    std::lock_guard lock(s.mutex);
+    for (std::size_t c = 0; c < kClasses; ++c) {
+      for (std::size_t i = 0; i < bins[c].count; ++i) {
+        try {
+          s.free_blocks[c].push_back(bins[c].blocks[i]);
+        } catch (...) {
+          std::free(bins[c].blocks[i]);
+        }
+      }
+      bins[c].count = 0;
+    }
+  }
+};
+
+ThreadCache& thread_cache() {
+  static thread_local ThreadCache cache;
+  return cache;
+}
+
+void note_in_use(State& s, std::int64_t delta) {
+  const std::int64_t now = s.in_use.fetch_add(delta, std::memory_order_relaxed) + delta;
+  std::int64_t peak = s.peak.load(std::memory_order_relaxed);
+  while (now > peak && !s.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
 }
 
 }  // namespace
 
-struct CachingAllocator::State {
-  mutable std::mutex mutex;
-  std::vector<std::vector<std::byte*>> free_blocks = std::vector<std::vector<std::byte*>>(kClasses + 8);
-  MemoryStats stats;
-};
-
 CachingAllocator& CachingAllocator::instance() {
-  static CachingAllocator* allocator = new CachingAllocator();  // lives past static teardown
+  static CachingAllocator* allocator = new CachingAllocator();
   return *allocator;
-}
-
-CachingAllocator::State& CachingAllocator::state() const {
-  static State* s = new State();
-  return *s;
 }
 
 std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) {
   State& s = state();
-  size_class(bytes, capacity);
-  std::size_t same = 0;
-  const std::size_t cls = size_class(capacity, same);  // the class of the rounded size
+  capacity = round_up(bytes);
+  const std::size_t cls = class_of(capacity);
+  note_in_use(s, static_cast<std::int64_t>(capacity));
+  if (capacity <= kThreadCachedMaxBytes) {
+    ThreadCache::Bin& bin = thread_cache().bins[cls];
+    if (bin.count > 0) return bin.blocks[--bin.count];
+  }
   {
     std::lock_guard lock(s.mutex);
     auto& list = s.free_blocks[cls];
-    s.stats.bytes_in_use += static_cast<std::int64_t>(capacity);
-    if (s.stats.bytes_in_use > s.stats.peak_bytes_in_use) {
-      s.stats.peak_bytes_in_use = s.stats.bytes_in_use;
-    }
     if (!list.empty()) {
       std::byte* block = list.back();
       list.pop_back();
       return block;
     }
-    s.stats.bytes_reserved += static_cast<std::int64_t>(capacity);
   }
   void* block = std::aligned_alloc(kAlignment, capacity);
   if (block == nullptr) {
@@ -75,43 +126,65 @@ std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) 
     block = std::aligned_alloc(kAlignment, capacity);
   }
   if (block == nullptr) {
-    std::lock_guard lock(s.mutex);
-    s.stats.bytes_in_use -= static_cast<std::int64_t>(capacity);
-    s.stats.bytes_reserved -= static_cast<std::int64_t>(capacity);
+    s.in_use.fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
     detail::fail<OutOfMemory>("cpu", "cannot allocate ", bytes, " bytes");
   }
+  s.reserved.fetch_add(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
   return static_cast<std::byte*>(block);
 }
 
 void CachingAllocator::deallocate(std::byte* data, std::size_t capacity) noexcept {
   if (data == nullptr) return;
   State& s = state();
-  std::size_t ignored = 0;
-  const std::size_t cls = size_class(capacity, ignored);
+  const std::size_t cls = class_of(capacity);
+  s.in_use.fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
+  if (capacity <= kThreadCachedMaxBytes) {
+    ThreadCache::Bin& bin = thread_cache().bins[cls];
+    if (bin.count < kThreadBlocksPerClass) {
+      bin.blocks[bin.count++] = data;
+      return;
+    }
+  }
   std::lock_guard lock(s.mutex);
-  s.stats.bytes_in_use -= static_cast<std::int64_t>(capacity);
   try {
     s.free_blocks[cls].push_back(data);
   } catch (...) {
-    s.stats.bytes_reserved -= static_cast<std::int64_t>(capacity);
+    s.reserved.fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
     std::free(data);
   }
 }
 
 void CachingAllocator::release_cache() noexcept {
   State& s = state();
-  std::lock_guard lock(s.mutex);
-  for (std::size_t cls = 0; cls < s.free_blocks.size(); ++cls) {
-    for (std::byte* block : s.free_blocks[cls]) std::free(block);
-    s.free_blocks[cls].clear();
+  // The calling thread's cache, then the shared lists; blocks cached by other threads stay
+  // with them (and stay counted as reserved).
+  std::int64_t released = 0;
+  ThreadCache& cache = thread_cache();
+  for (std::size_t c = 0; c < kClasses; ++c) {
+    for (std::size_t i = 0; i < cache.bins[c].count; ++i) {
+      std::free(cache.bins[c].blocks[i]);
+      released += static_cast<std::int64_t>(capacity_of_class(c));
+    }
+    cache.bins[c].count = 0;
   }
-  s.stats.bytes_reserved = s.stats.bytes_in_use;
+  std::lock_guard lock(s.mutex);
+  for (std::size_t c = 0; c < kClasses; ++c) {
+    for (std::byte* block : s.free_blocks[c]) {
+      std::free(block);
+      released += static_cast<std::int64_t>(capacity_of_class(c));
+    }
+    s.free_blocks[c].clear();
+  }
+  s.reserved.fetch_sub(released, std::memory_order_relaxed);
 }
 
 MemoryStats CachingAllocator::stats() const noexcept {
   State& s = state();
-  std::lock_guard lock(s.mutex);
-  return s.stats;
+  MemoryStats out;
+  out.bytes_in_use = s.in_use.load(std::memory_order_relaxed);
+  out.bytes_reserved = s.reserved.load(std::memory_order_relaxed);
+  out.peak_bytes_in_use = s.peak.load(std::memory_order_relaxed);
+  return out;
 }
 
 }  // namespace kiln::cpu

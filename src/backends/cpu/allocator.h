@@ -25,8 +25,6 @@ class CachingAllocator {
 
  private:
   CachingAllocator() = default;
-  struct State;
-  State& state() const;
 };
 
 // A block of CPU memory shared by the views of one tensor.

@@ -12,7 +12,7 @@ namespace kiln::cpu {
 // out = f(x) elementwise; f maps In -> Out (storage types).
 template <class Out, class In, class F>
 Primitive map_unary_raw(Primitive x, DType out_dtype, F f) {
-  const Shape shape = x->shape();
+  const Shape& shape = x->shape();
   std::shared_ptr<CpuTensor> out;
   if (reusable_as_output(x, shape, out_dtype)) {
     out = std::static_pointer_cast<CpuTensor>(x);
@@ -54,7 +54,10 @@ Primitive map_unary(Primitive x, DType out_dtype, F f) {
 // out = f(a, b) with broadcasting; f on compute types of In, returning compute type of Out.
 template <class Out, class In, class F>
 Primitive map_binary(Primitive lhs, Primitive rhs, DType out_dtype, F f, const char* op) {
-  const Shape shape = broadcast_shapes(lhs->shape(), rhs->shape(), op);
+  const bool same_shape = lhs->shape() == rhs->shape();
+  Shape broadcast;
+  if (!same_shape) broadcast = broadcast_shapes(lhs->shape(), rhs->shape(), op);
+  const Shape& shape = same_shape ? lhs->shape() : broadcast;
   std::shared_ptr<CpuTensor> out;
   if (reusable_as_output(lhs, shape, out_dtype)) {
     out = std::static_pointer_cast<CpuTensor>(lhs);
@@ -71,7 +74,7 @@ Primitive map_binary(Primitive lhs, Primitive rhs, DType out_dtype, F f, const c
   const In* b = y.data_as<In>();
   using C = compute_t<In>;
   auto apply = [f](In u, In v) { return static_cast<Out>(f(static_cast<C>(u), static_cast<C>(v))); };
-  if (x.shape() == shape && y.shape() == shape && x.is_contiguous() && y.is_contiguous()) {
+  if (same_shape && x.is_contiguous() && y.is_contiguous()) {
     parallel_for(shape.num_elements(), kParallelGrain, [&](std::int64_t s, std::int64_t e) {
       for (std::int64_t i = s; i < e; ++i) o[i] = apply(a[i], b[i]);
     });
