@@ -569,6 +569,9 @@ class Tensor {
 
 template <std::size_t D, TensorKind K>
 Tensor<D, Float> Tensor<D, K>::float_(DType dtype) const {
+  if (!is_float(dtype)) {
+    detail::fail<DTypeMismatch>("float_", dtype_name(dtype), " is not a float dtype");
+  }
   return Tensor<D, Float>::wrap(detail::cast(primitive_, dtype));
 }
 
