@@ -31,7 +31,9 @@ T wrap_sub(T a, T b) noexcept {
 }
 template <class T>
 T wrap_mul(T a, T b) noexcept {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a && b;
+  } else if constexpr (std::is_integral_v<T>) {
     // Promote narrow unsigned types to unsigned int so the multiply cannot overflow an int.
     using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, unsigned_of<T>>;
     return static_cast<T>(static_cast<U>(static_cast<unsigned_of<T>>(a)) *

@@ -1,0 +1,93 @@
+#include "backends/cpu/vector_math.h"
+
+#include <cmath>
+
+namespace kiln::cpu {
+
+#if defined(KILN_VECTOR_MATH)
+
+#if defined(__AVX512F__)
+using FloatVector = __m512;
+using DoubleVector = __m512d;
+constexpr std::int64_t kFloatLanes = 16, kDoubleLanes = 8;
+#define KILN_MVEC_F(name) _ZGVeN16v_##name##f
+#define KILN_MVEC_D(name) _ZGVeN8v_##name
+inline FloatVector load(const float* p) { return _mm512_loadu_ps(p); }
+inline DoubleVector load(const double* p) { return _mm512_loadu_pd(p); }
+inline void store(float* p, FloatVector v) { _mm512_storeu_ps(p, v); }
+inline void store(double* p, DoubleVector v) { _mm512_storeu_pd(p, v); }
+#else
+using FloatVector = __m256;
+using DoubleVector = __m256d;
+constexpr std::int64_t kFloatLanes = 8, kDoubleLanes = 4;
+#define KILN_MVEC_F(name) _ZGVdN8v_##name##f
+#define KILN_MVEC_D(name) _ZGVdN4v_##name
+inline FloatVector load(const float* p) { return _mm256_loadu_ps(p); }
+inline DoubleVector load(const double* p) { return _mm256_loadu_pd(p); }
+inline void store(float* p, FloatVector v) { _mm256_storeu_ps(p, v); }
+inline void store(double* p, DoubleVector v) { _mm256_storeu_pd(p, v); }
+#endif
+
+#define KILN_MVEC_FUNCTIONS(X) \
+  X(exp) X(expm1) X(exp2) X(log) X(log1p) X(log2) X(log10) X(sin) X(cos) X(tan) X(asin) \
+  X(acos) X(atan) X(sinh) X(cosh) X(tanh) X(asinh) X(acosh) X(atanh) X(erf)
+
+extern "C" {
+#define KILN_DECLARE_MVEC(name)                         \
+  FloatVector KILN_MVEC_F(name)(FloatVector) noexcept;  \
+  DoubleVector KILN_MVEC_D(name)(DoubleVector) noexcept;
+KILN_MVEC_FUNCTIONS(KILN_DECLARE_MVEC)
+#undef KILN_DECLARE_MVEC
+}
+
+namespace {
+
+template <class T, class Vector, class VectorFn, class ScalarFn>
+void apply(const T* in, T* out, std::int64_t n, std::int64_t lanes, VectorFn vf, ScalarFn sf) {
+  std::int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) store(out + i, vf(load(in + i)));
+  for (; i < n; ++i) out[i] = sf(in[i]);
+}
+
+}  // namespace
+
+#define KILN_CASE(name, Name)                                                              \
+  case VectorFunction::Name:                                                               \
+    apply<T, Vector>(in, out, n, lanes, [](Vector v) { return vector_##name(v); },         \
+                     [](T v) { return std::name(v); });                                    \
+    return true;
+
+#define KILN_WRAP(name)                                                            \
+  inline FloatVector vector_##name(FloatVector v) { return KILN_MVEC_F(name)(v); } \
+  inline DoubleVector vector_##name(DoubleVector v) { return KILN_MVEC_D(name)(v); }
+KILN_MVEC_FUNCTIONS(KILN_WRAP)
+#undef KILN_WRAP
+
+template <class T, class Vector>
+bool dispatch(VectorFunction function, const T* in, T* out, std::int64_t n, std::int64_t lanes) {
+  switch (function) {
+    KILN_CASE(exp, Exp) KILN_CASE(expm1, Expm1) KILN_CASE(exp2, Exp2) KILN_CASE(log, Log)
+    KILN_CASE(log1p, Log1p) KILN_CASE(log2, Log2) KILN_CASE(log10, Log10) KILN_CASE(sin, Sin)
+    KILN_CASE(cos, Cos) KILN_CASE(tan, Tan) KILN_CASE(asin, Asin) KILN_CASE(acos, Acos)
+    KILN_CASE(atan, Atan) KILN_CASE(sinh, Sinh) KILN_CASE(cosh, Cosh) KILN_CASE(tanh, Tanh)
+    KILN_CASE(asinh, Asinh) KILN_CASE(acosh, Acosh) KILN_CASE(atanh, Atanh) KILN_CASE(erf, Erf)
+  }
+  return false;
+}
+#undef KILN_CASE
+
+bool vector_map(VectorFunction function, const float* in, float* out, std::int64_t n) noexcept {
+  return dispatch<float, FloatVector>(function, in, out, n, kFloatLanes);
+}
+bool vector_map(VectorFunction function, const double* in, double* out, std::int64_t n) noexcept {
+  return dispatch<double, DoubleVector>(function, in, out, n, kDoubleLanes);
+}
+
+#else
+
+bool vector_map(VectorFunction, const float*, float*, std::int64_t) noexcept { return false; }
+bool vector_map(VectorFunction, const double*, double*, std::int64_t) noexcept { return false; }
+
+#endif
+
+}  // namespace kiln::cpu

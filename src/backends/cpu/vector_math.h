@@ -1,0 +1,35 @@
+// Vectorised transcendental functions from glibc's libmvec (the SIMD variants GCC itself calls
+// when it vectorises math with -ffast-math), used directly so kiln keeps IEEE semantics for
+// everything else. Accuracy: within 4 ulp; special values (NaN, inf) follow the scalar function.
+// Chosen at compile time from the target ISA (-march): AVX-512, else AVX2, else none.
+#pragma once
+
+#include <cstdint>
+
+#if defined(KILN_HAVE_LIBMVEC) && (defined(__AVX512F__) || defined(__AVX2__))
+#include <immintrin.h>
+#define KILN_VECTOR_MATH 1
+#endif
+
+namespace kiln::cpu {
+
+// Applies the vector form of a function to contiguous arrays; returns false when no vector
+// form exists (the caller then runs the scalar loop).
+enum class VectorFunction : std::uint8_t {
+  Exp, Expm1, Exp2, Log, Log1p, Log2, Log10, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh,
+  Asinh, Acosh, Atanh, Erf,
+};
+
+// Whether this build has vector forms at all.
+constexpr bool vector_math_available() noexcept {
+#if defined(KILN_VECTOR_MATH)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool vector_map(VectorFunction function, const float* in, float* out, std::int64_t n) noexcept;
+bool vector_map(VectorFunction function, const double* in, double* out, std::int64_t n) noexcept;
+
+}  // namespace kiln::cpu
