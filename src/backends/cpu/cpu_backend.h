@@ -111,6 +111,22 @@ class CpuBackend final : public Backend {
 
   // ---- indexing and copies (cpu_index.cpp, cpu_cat.cpp) ----
   // (section: indexing)
+  Primitive gather(std::int64_t dim, Primitive x, Primitive indices) override;
+  Primitive scatter(std::int64_t dim, Primitive x, Primitive indices, Primitive values,
+                    IndexingUpdate update) override;
+  Primitive select(Primitive x, std::int64_t dim, Primitive indices) override;
+  Primitive select_assign(Primitive x, std::int64_t dim, Primitive indices, Primitive values,
+                          IndexingUpdate update) override;
+  Primitive gather_nd(Primitive x, Primitive indices) override;
+  Primitive scatter_nd(Primitive x, Primitive indices, Primitive values,
+                       IndexingUpdate update) override;
+  Primitive slice_assign(Primitive x, ResolvedSlices slices, Primitive values) override;
+  Primitive mask_where(Primitive x, Primitive mask, Primitive values) override;
+  Primitive mask_fill(Primitive x, Primitive mask, Scalar value) override;
+  Primitive mask_select(Primitive x, Primitive mask) override;
+  Primitive argwhere(Primitive mask, DType index_dtype) override;
+  Primitive cat(PrimitiveList xs, std::int64_t dim) override;
+  Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) override;
 
 
 

@@ -1,0 +1,294 @@
+// Indexing kernels: gather and select (index_select), scatter and select_assign with every update
+// mode, gather_nd and scatter_nd. Index values are range-checked here, as they are read.
+#include <algorithm>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_tensor.h"
+#include "backends/cpu/index_kernels.h"
+#include "backends/cpu/loops.h"
+
+namespace kiln {
+
+namespace cpu {
+
+void fail_index(const char* op, std::int64_t dim, std::int64_t size, std::int64_t index) {
+  detail::fail<InvalidArgument>(op, "index ", index, " is out of range for dim ", dim, " of size ",
+                                size);
+}
+
+void fail_index_unsigned(const char* op, std::int64_t dim, std::int64_t size, std::uint64_t index) {
+  detail::fail<InvalidArgument>(op, "index ", index, " is out of range for dim ", dim, " of size ",
+                                size);
+}
+
+}  // namespace cpu
+
+using namespace cpu;
+
+namespace {
+
+// Index tensors of any integer dtype: i64 and i32 are used as they are, the others are widened
+// to i64 once (u64 values past the i64 range are reported before they could wrap).
+Primitive index_operand(CpuBackend& backend, Primitive indices, const char* op) {
+  const DType dtype = indices->dtype();
+  if (dtype == DType::I64 || dtype == DType::I32) return indices;
+  if (dtype == DType::U64) {
+    auto c = contiguous(indices);
+    const std::uint64_t* p = c->data_as<std::uint64_t>();
+    const std::int64_t n = c->shape().num_elements();
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (p[i] > static_cast<std::uint64_t>(INT64_MAX)) {
+        detail::fail<InvalidArgument>(op, "index ", p[i], " is out of range");
+      }
+    }
+  }
+  return backend.cast(std::move(indices), DType::I64);
+}
+
+// out[p] = x[p with its coordinate along dim replaced by indices[p]] for every p of the shape
+// of `indices` (a view whose strides may be 0, which is how select broadcasts its 1-D indices).
+Primitive gather_kernel(const char* op, std::int64_t dim, const CpuTensor& x,
+                        const CpuTensor& indices) {
+  const Shape& shape = indices.shape();
+  auto out = make_tensor(x.dtype(), shape);
+  if (shape.num_elements() == 0) return out;
+  const std::size_t d = static_cast<std::size_t>(dim);
+  Strides xs = x.strides();
+  const std::int64_t dim_stride = xs[d];
+  const std::int64_t dim_size = x.shape()[d];
+  xs[d] = 0;  // the coordinate along dim comes from the index, not from the loop
+  const LoopPlan plan = plan_loop(shape, {&out->strides(), &indices.strides(), &xs});
+  visit_index_dtype(indices.dtype(), [&]<class I>(type_tag<I>) {
+    visit_element_size(x.dtype(), [&]<class T>(type_tag<T>) {
+      T* o = out->data_as<T>();
+      const I* ip = indices.data_as<I>();
+      const T* xp = x.data_as<T>();
+      run_loop<3>(plan, [&](std::int64_t n, const std::array<std::int64_t, 3>& off,
+                            const std::array<std::int64_t, 3>& st) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::int64_t k = checked_index(ip[off[1] + j * st[1]], dim_size, op, dim);
+          o[off[0] + j * st[0]] = xp[off[2] + j * st[2] + k * dim_stride];
+        }
+      });
+    });
+  });
+  return out;
+}
+
+// A contiguous copy of x that the op may write, or x itself when nobody else can see it.
+std::shared_ptr<CpuTensor> writable_copy(const Primitive& x) {
+  if (reusable_as_output(x, x->shape(), x->dtype())) return std::static_pointer_cast<CpuTensor>(x);
+  return copy(as_cpu(x));
+}
+
+Strides without(const Strides& strides, std::size_t d) {
+  Strides out = strides;
+  out.erase(d);
+  return out;
+}
+
+// out = x; then for every p of the shape of `indices`, out[p with its coordinate along dim
+// replaced by indices[p]] = combine(that, values[p]). Each thread owns whole lines along dim and
+// walks them in order, so duplicates resolve deterministically (the last one wins in Assign).
+Primitive scatter_kernel(const char* op, std::int64_t dim, Primitive x, const CpuTensor& indices,
+                         const CpuTensor& values, IndexingUpdate update) {
+  std::shared_ptr<CpuTensor> out = writable_copy(x);
+  x.reset();
+  const Shape& shape = indices.shape();
+  if (shape.num_elements() == 0) return out;
+  const std::size_t d = static_cast<std::size_t>(dim);
+  const std::int64_t line = shape[d];
+  const std::int64_t dim_size = out->shape()[d];
+  const std::int64_t out_step = out->strides()[d];
+  const std::int64_t index_step = indices.strides()[d];
+  const std::int64_t value_step = values.strides()[d];
+  detail::DimVector outer(shape.vector());
+  outer.erase(d);
+  const Strides os = without(out->strides(), d);
+  const Strides is = without(indices.strides(), d);
+  const Strides vs = without(values.strides(), d);
+  const LoopPlan plan = plan_loop(Shape(std::move(outer)), {&os, &is, &vs});
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / line);
+  auto run = [&]<class T, class I, IndexingUpdate M>() {
+    T* o = out->data_as<T>();
+    const I* ip = indices.data_as<I>();
+    const T* vp = values.data_as<T>();
+    run_loop<3>(
+        plan,
+        [&](std::int64_t n, const std::array<std::int64_t, 3>& off,
+            const std::array<std::int64_t, 3>& st) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            T* ol = o + off[0] + j * st[0];
+            const I* il = ip + off[1] + j * st[1];
+            const T* vl = vp + off[2] + j * st[2];
+            for (std::int64_t k = 0; k < line; ++k) {
+              T& dst = ol[checked_index(il[k * index_step], dim_size, op, dim) * out_step];
+              dst = combine<M>(dst, vl[k * value_step]);
+            }
+          }
+        },
+        grain);
+  };
+  visit_index_dtype(indices.dtype(), [&]<class I>(type_tag<I>) {
+    if (update == IndexingUpdate::Assign) {
+      visit_element_size(out->dtype(), [&]<class T>(type_tag<T>) {
+        run.template operator()<T, I, IndexingUpdate::Assign>();
+      });
+      return;
+    }
+    visit_dtype(out->dtype(), op, [&]<class T>(type_tag<T>) {
+      visit_update(update, [&]<IndexingUpdate M>(std::integral_constant<IndexingUpdate, M>) {
+        run.template operator()<T, I, M>();
+      });
+    });
+  });
+  return out;
+}
+
+// A view of 1-D indices as a tensor of `shape` that varies only along dim.
+std::shared_ptr<CpuTensor> indices_along(const CpuTensor& indices, const Shape& shape,
+                                         std::int64_t dim) {
+  Strides strides(shape.rank(), 0);
+  strides[static_cast<std::size_t>(dim)] = indices.strides()[0];
+  return make_view(indices, shape, std::move(strides), indices.offset());
+}
+
+// The element offset in `target` of each row of the [rows, k] index matrix, range-checked
+// against target's first k dims.
+std::vector<std::int64_t> row_offsets(const char* op, const Primitive& indices,
+                                      const CpuTensor& target, std::int64_t rows, std::int64_t k) {
+  std::vector<std::int64_t> base(static_cast<std::size_t>(rows));
+  auto c = contiguous(indices);
+  visit_index_dtype(c->dtype(), [&]<class I>(type_tag<I>) {
+    const I* ip = c->data_as<I>();
+    parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(k, 1)),
+                 [&](std::int64_t b, std::int64_t e) {
+                   for (std::int64_t r = b; r < e; ++r) {
+                     std::int64_t offset = 0;
+                     for (std::int64_t j = 0; j < k; ++j) {
+                       const std::size_t jd = static_cast<std::size_t>(j);
+                       offset += checked_index(ip[r * k + j], target.shape()[jd], op, j) *
+                                 target.strides()[jd];
+                     }
+                     base[static_cast<std::size_t>(r)] = offset;
+                   }
+                 });
+  });
+  return base;
+}
+
+}  // namespace
+
+Primitive CpuBackend::gather(std::int64_t dim, Primitive x, Primitive indices) {
+  indices = index_operand(*this, std::move(indices), "gather");
+  return gather_kernel("gather", dim, as_cpu(x), as_cpu(indices));
+}
+
+Primitive CpuBackend::select(Primitive x, std::int64_t dim, Primitive indices) {
+  indices = index_operand(*this, std::move(indices), "select");
+  const CpuTensor& t = as_cpu(x);
+  detail::DimVector dims(t.shape().vector());
+  dims[static_cast<std::size_t>(dim)] = indices->shape()[0];
+  auto view = indices_along(as_cpu(indices), Shape(std::move(dims)), dim);
+  return gather_kernel("select", dim, t, *view);
+}
+
+Primitive CpuBackend::scatter(std::int64_t dim, Primitive x, Primitive indices, Primitive values,
+                              IndexingUpdate update) {
+  indices = index_operand(*this, std::move(indices), "scatter");
+  return scatter_kernel("scatter", dim, std::move(x), as_cpu(indices), as_cpu(values), update);
+}
+
+Primitive CpuBackend::select_assign(Primitive x, std::int64_t dim, Primitive indices,
+                                    Primitive values, IndexingUpdate update) {
+  indices = index_operand(*this, std::move(indices), "select_assign");
+  auto view = indices_along(as_cpu(indices), values->shape(), dim);
+  return scatter_kernel("select_assign", dim, std::move(x), *view, as_cpu(values), update);
+}
+
+Primitive CpuBackend::gather_nd(Primitive x, Primitive indices) {
+  indices = index_operand(*this, std::move(indices), "gather_nd");
+  const CpuTensor& t = as_cpu(x);
+  const Shape& index_shape = indices->shape();
+  const std::size_t k = static_cast<std::size_t>(index_shape[index_shape.rank() - 1]);
+  std::int64_t rows = 1;
+  detail::DimVector dims;
+  for (std::size_t i = 0; i + 1 < index_shape.rank(); ++i) {
+    rows *= index_shape[i];
+    dims.push_back(index_shape[i]);
+  }
+  // Each row of indices picks the sub-tensor x[i0, ..., ik-1, ...]; out is [rows, trailing...].
+  detail::DimVector rows_shape{rows};
+  Strides xs{0};
+  Strides table{1};
+  for (std::size_t i = k; i < t.rank(); ++i) {
+    dims.push_back(t.shape()[i]);
+    rows_shape.push_back(t.shape()[i]);
+    xs.push_back(t.strides()[i]);
+    table.push_back(0);
+  }
+  auto out = make_tensor(t.dtype(), Shape(std::move(dims)));
+  const std::vector<std::int64_t> base =
+      row_offsets("gather_nd", indices, t, rows, static_cast<std::int64_t>(k));
+  if (out->shape().num_elements() == 0) return out;
+  const Shape flat(std::move(rows_shape));
+  const Strides os = contiguous_strides(flat);
+  const LoopPlan plan = plan_loop(flat, {&os, &xs, &table});
+  visit_element_size(t.dtype(), [&]<class T>(type_tag<T>) {
+    T* o = out->data_as<T>();
+    const T* xp = t.data_as<T>();
+    const std::int64_t* bp = base.data();
+    run_loop<3>(plan, [&](std::int64_t n, const std::array<std::int64_t, 3>& off,
+                          const std::array<std::int64_t, 3>& st) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        o[off[0] + j * st[0]] = xp[off[1] + j * st[1] + bp[off[2] + j * st[2]]];
+      }
+    });
+  });
+  return out;
+}
+
+Primitive CpuBackend::scatter_nd(Primitive x, Primitive indices, Primitive values,
+                                 IndexingUpdate update) {
+  indices = index_operand(*this, std::move(indices), "scatter_nd");
+  std::shared_ptr<CpuTensor> out = writable_copy(x);
+  x.reset();
+  const Shape& index_shape = indices->shape();
+  const std::int64_t k = index_shape[index_shape.rank() - 1];
+  std::int64_t rows_count = 1;
+  for (std::size_t i = 0; i + 1 < index_shape.rank(); ++i) rows_count *= index_shape[i];
+  std::int64_t inner = 1;
+  for (std::size_t i = static_cast<std::size_t>(k); i < out->rank(); ++i) inner *= out->shape()[i];
+  const std::vector<std::int64_t> base = row_offsets("scatter_nd", indices, *out, rows_count, k);
+  if (rows_count == 0 || inner == 0) return out;
+  auto v = contiguous(values);
+  // Threads split the positions inside a row; each walks every row in order, so duplicate rows
+  // combine deterministically (the last one wins in Assign).
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / rows_count);
+  auto run = [&]<class T, IndexingUpdate M>() {
+    T* o = out->data_as<T>();
+    const T* vp = v->data_as<T>();
+    parallel_for(inner, grain, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = 0; r < rows_count; ++r) {
+        T* dst = o + base[static_cast<std::size_t>(r)];
+        const T* src = vp + r * inner;
+        for (std::int64_t i = b; i < e; ++i) dst[i] = combine<M>(dst[i], src[i]);
+      }
+    });
+  };
+  if (update == IndexingUpdate::Assign) {
+    visit_element_size(out->dtype(), [&]<class T>(type_tag<T>) {
+      run.template operator()<T, IndexingUpdate::Assign>();
+    });
+  } else {
+    visit_dtype(out->dtype(), "scatter_nd", [&]<class T>(type_tag<T>) {
+      visit_update(update, [&]<IndexingUpdate M>(std::integral_constant<IndexingUpdate, M>) {
+        run.template operator()<T, M>();
+      });
+    });
+  }
+  return out;
+}
+
+}  // namespace kiln
