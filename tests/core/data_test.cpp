@@ -74,10 +74,12 @@ TEST(TensorData, ToVecOfTheWrongTypeThrowsDTypeMismatch) {
 
 TEST(TensorData, CountAndShapeMustAgree) {
   expect_error<ShapeMismatch>(
-      [] { (void)TensorData::from_vec(std::vector<float>{1, 2, 3}, Shape{2, 2}); },
+      [] {
+        (void)TensorData::from_vec(std::vector<float>{1, 2, 3}, Shape{2, 2});
+      },
       "[TensorData::from_vec]");
-  expect_error<ShapeMismatch>(
-      [] { (void)TensorData::from_vec(std::vector<float>{}, Shape{-1}); }, "negative");
+  expect_error<ShapeMismatch>([] { (void)TensorData::from_vec(std::vector<float>{}, Shape{-1}); },
+                              "negative");
   expect_error<ShapeMismatch>(
       [] { (void)TensorData(std::vector<std::byte>(7), Shape{2}, DType::F32); }, "[TensorData]");
   EXPECT_NO_THROW((void)TensorData(std::vector<std::byte>(8), Shape{2}, DType::F32));
@@ -137,8 +139,8 @@ TEST(TensorData, ConvertOutOfRangeAndNanIsDefined) {
 
 TEST(TensorData, ConvertToHalfRoundsToNearestEven) {
   // 1 + 2^-11 is the tie between 1 and 1 + 2^-10 in f16: rounds to the even one, 1.
-  const auto data = TensorData::from_vec(std::vector<float>{1.0f + std::ldexp(1.0f, -11), 1e6f},
-                                         Shape{2});
+  const auto data =
+      TensorData::from_vec(std::vector<float>{1.0f + std::ldexp(1.0f, -11), 1e6f}, Shape{2});
   const auto h = data.convert(DType::F16).to_f64_vec();
   EXPECT_EQ(h[0], 1.0);
   EXPECT_TRUE(std::isinf(h[1]));
@@ -146,7 +148,8 @@ TEST(TensorData, ConvertToHalfRoundsToNearestEven) {
 }
 
 TEST(TensorData, ToStringShowsDTypeShapeAndValues) {
-  const std::string text = TensorData::from_vec(std::vector<std::int32_t>{1, 2}, Shape{2}).to_string();
+  const std::string text =
+      TensorData::from_vec(std::vector<std::int32_t>{1, 2}, Shape{2}).to_string();
   EXPECT_NE(text.find("i32"), std::string::npos) << text;
   EXPECT_NE(text.find("[2]"), std::string::npos) << text;
 }

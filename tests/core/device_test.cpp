@@ -31,12 +31,16 @@ class ScopedDeviceEnv {
  public:
   explicit ScopedDeviceEnv(const char* value) {
     if (const char* old = std::getenv("KILN_DEVICE")) old_ = old;
-    if (value) setenv("KILN_DEVICE", value, 1);
-    else unsetenv("KILN_DEVICE");
+    if (value)
+      setenv("KILN_DEVICE", value, 1);
+    else
+      unsetenv("KILN_DEVICE");
   }
   ~ScopedDeviceEnv() {
-    if (old_) setenv("KILN_DEVICE", old_->c_str(), 1);
-    else unsetenv("KILN_DEVICE");
+    if (old_)
+      setenv("KILN_DEVICE", old_->c_str(), 1);
+    else
+      unsetenv("KILN_DEVICE");
   }
 
  private:
@@ -184,11 +188,13 @@ TEST_F(FreshDeviceSettings, SetBeforeFirstUseChangesCreationDTypes) {
     require(dev.settings() == kiln::DeviceSettings{DType::F64, DType::I32, DType::Bool},
             "settings() reports what was set");
     require(Tensor<2>::ones({2, 3}, dev).dtype() == DType::F64, "ones is f64");
-    require(Tensor<2>::ones({2, 3}, dev).into_data().to_vec<double>() == std::vector<double>(6, 1.0),
-            "ones holds f64 ones");
-    require(Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2}, {1, 2}), dev)
-                    .dtype() == DType::F32,
-            "from_data keeps the data's dtype");
+    require(
+        Tensor<2>::ones({2, 3}, dev).into_data().to_vec<double>() == std::vector<double>(6, 1.0),
+        "ones holds f64 ones");
+    require(
+        Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2}, {1, 2}), dev).dtype() ==
+            DType::F32,
+        "from_data keeps the data's dtype");
     require(Tensor<1, Int>::zeros({3}, dev).dtype() == DType::I32, "int zeros are i32");
     // The autodiff flag names the same hardware, so the same settings.
     require(dev.autodiff().settings() == dev.settings(), "autodiff device shares settings");

@@ -23,7 +23,9 @@ struct Format {
   std::uint16_t inf_bits() const {
     return static_cast<std::uint16_t>(max_exponent_field() << mantissa_bits);
   }
-  std::uint16_t mantissa_mask() const { return static_cast<std::uint16_t>((1 << mantissa_bits) - 1); }
+  std::uint16_t mantissa_mask() const {
+    return static_cast<std::uint16_t>((1 << mantissa_bits) - 1);
+  }
   bool is_nan(std::uint16_t bits) const {
     return ((bits >> mantissa_bits) & max_exponent_field()) == max_exponent_field() &&
            (bits & mantissa_mask()) != 0;
@@ -52,18 +54,21 @@ struct Format {
                                      ? min_normal_exponent - mantissa_bits
                                      : exponent - 1 - mantissa_bits;
     const double scaled = std::ldexp(magnitude, -quantum_exponent);  // exact
-    const double rounded = std::nearbyint(scaled);                    // ties to even
+    const double rounded = std::nearbyint(scaled);                   // ties to even
     const double result = std::ldexp(rounded, quantum_exponent);
     const double max_finite = decode(static_cast<std::uint16_t>(inf_bits() - 1));
     if (result > max_finite) return static_cast<std::uint16_t>(sign | inf_bits());
     const auto significand = static_cast<std::uint32_t>(rounded);
-    if (quantum_exponent == min_normal_exponent - mantissa_bits && significand <= (1u << mantissa_bits)) {
+    if (quantum_exponent == min_normal_exponent - mantissa_bits &&
+        significand <= (1u << mantissa_bits)) {
       return static_cast<std::uint16_t>(sign | significand);  // subnormal, or the least normal
     }
     // Exponent field of the binade, plus the significand (a carry into the next binade adds one
     // to the exponent field, as the IEEE bit layout intends).
-    const std::uint32_t field = static_cast<std::uint32_t>(quantum_exponent + mantissa_bits + bias());
-    return static_cast<std::uint16_t>(sign | ((field << mantissa_bits) + significand - (1u << mantissa_bits)));
+    const std::uint32_t field =
+        static_cast<std::uint32_t>(quantum_exponent + mantissa_bits + bias());
+    return static_cast<std::uint16_t>(
+        sign | ((field << mantissa_bits) + significand - (1u << mantissa_bits)));
   }
 };
 
@@ -188,17 +193,17 @@ INSTANTIATE_TEST_SUITE_P(Formats, HalfConversion,
 TEST(HalfF16, KnownValues) {
   EXPECT_EQ(float_to_f16_bits(1.0f), 0x3c00u);
   EXPECT_EQ(float_to_f16_bits(-2.0f), 0xc000u);
-  EXPECT_EQ(float_to_f16_bits(65504.0f), 0x7bffu);          // max finite
-  EXPECT_EQ(float_to_f16_bits(65519.0f), 0x7bffu);          // below the tie with 65536
-  EXPECT_EQ(float_to_f16_bits(65520.0f), 0x7c00u);          // tie: rounds to even = inf
-  EXPECT_EQ(float_to_f16_bits(1e10f), 0x7c00u);             // overflow
+  EXPECT_EQ(float_to_f16_bits(65504.0f), 0x7bffu);               // max finite
+  EXPECT_EQ(float_to_f16_bits(65519.0f), 0x7bffu);               // below the tie with 65536
+  EXPECT_EQ(float_to_f16_bits(65520.0f), 0x7c00u);               // tie: rounds to even = inf
+  EXPECT_EQ(float_to_f16_bits(1e10f), 0x7c00u);                  // overflow
   EXPECT_EQ(float_to_f16_bits(std::ldexp(1.0f, -24)), 0x0001u);  // least subnormal
   EXPECT_EQ(float_to_f16_bits(std::ldexp(1.0f, -25)), 0x0000u);  // tie with 0: even (0)
   EXPECT_EQ(float_to_f16_bits(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001u);
-  EXPECT_EQ(float_to_f16_bits(std::ldexp(3.0f, -25)), 0x0002u);  // tie 1|2: even (2)
-  EXPECT_EQ(float_to_f16_bits(std::ldexp(1.0f, -14)), 0x0400u);  // least normal
-  EXPECT_EQ(float_to_f16_bits(1.0f + std::ldexp(1.0f, -11)), 0x3c00u);       // tie: even
-  EXPECT_EQ(float_to_f16_bits(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02u);   // tie: even
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(3.0f, -25)), 0x0002u);             // tie 1|2: even (2)
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(1.0f, -14)), 0x0400u);             // least normal
+  EXPECT_EQ(float_to_f16_bits(1.0f + std::ldexp(1.0f, -11)), 0x3c00u);      // tie: even
+  EXPECT_EQ(float_to_f16_bits(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02u);  // tie: even
   EXPECT_EQ(float_to_f16_bits(-0.0f), 0x8000u);
   EXPECT_EQ(f16_bits_to_float(0x0001u), std::ldexp(1.0f, -24));
   EXPECT_EQ(f16_bits_to_float(0x03ffu), std::ldexp(1023.0f, -24));  // largest subnormal
@@ -207,10 +212,10 @@ TEST(HalfF16, KnownValues) {
 
 TEST(HalfBF16, KnownValues) {
   EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3f80u);
-  EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)), 0x3f80u);       // tie: even
-  EXPECT_EQ(float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82u);   // tie: even
-  EXPECT_EQ(float_to_bf16_bits(std::numeric_limits<float>::max()), 0x7f80u); // overflow
-  EXPECT_EQ(float_to_bf16_bits(float_from_bits(0x00010000u)), 0x0001u);      // subnormal
+  EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)), 0x3f80u);        // tie: even
+  EXPECT_EQ(float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82u);    // tie: even
+  EXPECT_EQ(float_to_bf16_bits(std::numeric_limits<float>::max()), 0x7f80u);  // overflow
+  EXPECT_EQ(float_to_bf16_bits(float_from_bits(0x00010000u)), 0x0001u);       // subnormal
   EXPECT_EQ(static_cast<float>(bfloat16(3.0f)), 3.0f);
 }
 

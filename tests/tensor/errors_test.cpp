@@ -21,14 +21,17 @@ void expect_error(F&& f, const std::string& op, std::vector<std::string> parts =
     const std::string message = error.what();
     EXPECT_EQ(message.rfind("[" + op + "] ", 0), 0u) << message;
     for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "missing \"" << part << "\" in " << message;
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "missing \"" << part << "\" in " << message;
     }
   } catch (const std::exception& error) {
     ADD_FAILURE() << "wrong exception type for [" << op << "]: " << error.what();
   }
 }
 
-Tensor<2> floats(std::int64_t rows, std::int64_t cols) { return Tensor<2>::ones({rows, cols}, kCpu); }
+Tensor<2> floats(std::int64_t rows, std::int64_t cols) {
+  return Tensor<2>::ones({rows, cols}, kCpu);
+}
 
 TEST(TensorErrors, AddShapeMismatchNamesOpAndBothShapes) {
   expect_error<ShapeMismatch>([] { (void)(floats(2, 3) + floats(4, 3)); }, "add",
@@ -63,12 +66,21 @@ TEST(TensorErrors, FromDataKindMismatch) {
 }
 
 TEST(TensorErrors, CreationShapeOfTheWrongRank) {
-  expect_error<ShapeMismatch>([] { (void)Tensor<2>::zeros({2, 3, 4}, kCpu); }, "full",
-                              {"[2, 3, 4]"});
-  expect_error<InvalidArgument>([] { (void)Tensor<2>::zeros({2, -3}, kCpu); }, "full",
-                                {"negative"});
-  expect_error<DTypeMismatch>([] { (void)Tensor<2>::zeros({2, 3}, kCpu, DType::I32); }, "full",
-                              {"i32"});
+  expect_error<ShapeMismatch>(
+      [] {
+        (void)Tensor<2>::zeros({2, 3, 4}, kCpu);
+      },
+      "full", {"[2, 3, 4]"});
+  expect_error<InvalidArgument>(
+      [] {
+        (void)Tensor<2>::zeros({2, -3}, kCpu);
+      },
+      "full", {"negative"});
+  expect_error<DTypeMismatch>(
+      [] {
+        (void)Tensor<2>::zeros({2, 3}, kCpu, DType::I32);
+      },
+      "full", {"i32"});
 }
 
 TEST(TensorErrors, CastAcrossKindsIsDTypeMismatch) {
@@ -87,8 +99,7 @@ TEST(TensorErrors, ToVecOfTheWrongType) {
   expect_error<DTypeMismatch>([&] { (void)data.to_vec<double>(); }, "TensorData::to_vec",
                               {"f64", "f32"});
   auto flags = floats(1, 2).greater_elem(0.5).into_data();
-  expect_error<DTypeMismatch>([&] { (void)flags.to_vec<float>(); }, "TensorData::to_vec",
-                              {"bool"});
+  expect_error<DTypeMismatch>([&] { (void)flags.to_vec<float>(); }, "TensorData::to_vec", {"bool"});
   EXPECT_EQ(flags.to_vec<bool>(), (std::vector<bool>{true, true}));
 }
 
@@ -114,8 +125,11 @@ TEST(TensorErrors, DimsOutOfRange) {
 
 TEST(TensorErrors, SliceArguments) {
   auto x = floats(2, 3);
-  expect_error<InvalidArgument>([&] { (void)x.slice({{0, 1}, {0, 1}, {0, 1}}); }, "slice",
-                                {"3 slices", "rank 2"});
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)x.slice({{0, 1}, {0, 1}, {0, 1}});
+      },
+      "slice", {"3 slices", "rank 2"});
   expect_error<InvalidArgument>([&] { (void)x.slice({Slice(0, 2, 0)}); }, "slice", {"step"});
 }
 
@@ -127,8 +141,11 @@ TEST(TensorErrors, ReshapeArguments) {
 }
 
 TEST(TensorErrors, ExpandToAnIncompatibleShape) {
-  expect_error<ShapeMismatch>([] { (void)floats(2, 3).expand(Shape{2, 4}); }, "expand",
-                              {"[2, 3]", "[2, 4]"});
+  expect_error<ShapeMismatch>(
+      [] {
+        (void)floats(2, 3).expand(Shape{2, 4});
+      },
+      "expand", {"[2, 3]", "[2, 4]"});
 }
 
 TEST(TensorErrors, FromPrimitiveChecksRankAndKind) {

@@ -157,8 +157,9 @@ TEST(CpuAllocator, FreedBlockIsHandedOutAgain) {
 
 TEST(CpuAllocator, CapacityWastesAtMostAQuarter) {
   auto& allocator = cpu::CachingAllocator::instance();
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{4097},
-                            std::size_t{100000}, std::size_t{1} << 20, (std::size_t{1} << 20) + 1}) {
+  for (std::size_t bytes :
+       {std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{4097}, std::size_t{100000},
+        std::size_t{1} << 20, (std::size_t{1} << 20) + 1}) {
     std::size_t capacity = 0;
     std::byte* block = allocator.allocate(bytes, capacity);
     EXPECT_GE(capacity, bytes);

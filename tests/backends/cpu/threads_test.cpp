@@ -30,7 +30,8 @@ TEST(CpuThreads, MixedOpsFromFourThreads) {
   constexpr int kThreads = 4, kOps = 200;
   constexpr std::int64_t kSmall = 16, kLarge = 256;  // kLarge² also runs OpenMP inside each op
   const std::vector<float> shared_values = values(kLarge * kLarge, 99);
-  const auto shared = Tensor<2>::from_data(TensorData::from_vec(shared_values, {kLarge, kLarge}), kCpu);
+  const auto shared =
+      Tensor<2>::from_data(TensorData::from_vec(shared_values, {kLarge, kLarge}), kCpu);
   const auto shared_corner = shared.slice({{0, kSmall}, {0, kSmall}});  // a shared view
 
   std::atomic<int> failures{0};
@@ -42,8 +43,8 @@ TEST(CpuThreads, MixedOpsFromFourThreads) {
       failures.fetch_add(1);
       if (first_failure[id].empty()) {  // each thread writes only its own slot
         first_failure[id] = "thread " + std::to_string(id) + " op " + std::to_string(op) +
-                            " element " + std::to_string(i) + ": " + std::to_string(got) +
-                            " vs " + std::to_string(want);
+                            " element " + std::to_string(i) + ": " + std::to_string(got) + " vs " +
+                            std::to_string(want);
       }
     };
     auto s = [&](std::int64_t r, std::int64_t c) {
@@ -73,7 +74,8 @@ TEST(CpuThreads, MixedOpsFromFourThreads) {
             for (std::int64_t r = 0; r < kSmall; ++r) {
               for (std::int64_t c = 0; c < kSmall; ++c) {
                 const double want = 2.0 * own[c * kSmall + r];
-                if (!close(got[r * kSmall + c], want)) fail(op, r * kSmall + c, got[r * kSmall + c], want);
+                if (!close(got[r * kSmall + c], want))
+                  fail(op, r * kSmall + c, got[r * kSmall + c], want);
               }
             }
             break;
