@@ -99,7 +99,7 @@ def main():
         row = kiln.get(name, {})
         ours = row.get("median")
         ratio = peer_seconds / ours if ours and peer_seconds else None
-        kiln_cell = fmt_time(ours) if "error" not in row else "skipped: " + row["error"][:60]
+        kiln_cell = fmt_time(ours) if "error" not in row else "skipped"
         peer_cell = fmt_time(peer_seconds)
         if rate is not None and ours and peer_seconds:
             # Throughput cells for the bandwidth comparison.
@@ -139,6 +139,9 @@ def main():
     for line in table:
         print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
     print()
+    for name, row in kiln.items():
+        if "error" in row:
+            print(f"skipped {name}: {row['error']}")
     if peak:
         print(f"peak (best sgemm): {peak / 1e9:.1f} GFLOP/s; ", end="")
     if bandwidth:
