@@ -139,9 +139,9 @@ def main():
     for line in table:
         print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
     print()
-    for name, row in kiln.items():
-        if "error" in row:
-            print(f"skipped {name}: {row['error']}")
+    skipped = [f"skipped {name}: {row['error']}" for name, row in kiln.items() if "error" in row]
+    if skipped:
+        print("\n".join(skipped) + "\n")
     if peak:
         print(f"peak (best sgemm): {peak / 1e9:.1f} GFLOP/s; ", end="")
     if bandwidth:
