@@ -1,0 +1,259 @@
+// CPU benchmarks of the canonical workloads (DESIGN.md §8) with their in-binary baselines:
+// cblas_sgemm for matmul (its best GFLOP/s is the measured peak), a parallel memcpy and a STREAM
+// triad for the memory-bound ops (their best GB/s is the measured bandwidth). bench/run_all.sh
+// runs this with repetitions, runs the PyTorch peer (bench/peer_torch.py) and prints the table
+// (bench/report.py).
+//
+// Each benchmark reads its result back inside the timed loop: a one-element slice goes through
+// into_data, which forces a lazy backend to finish the op without timing a copy of the whole
+// output. small_add times dispatch only ("read-free", as §8 defines it) and checks its result
+// after the loop. Every benchmark exports counters the report turns into rates and floors:
+// `flops` or `bytes` per iteration.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <kiln/kiln.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+
+namespace {
+
+using namespace kiln;
+
+const Device kDevice = Device::cpu();
+constexpr std::int64_t kLarge = 4096;  // side of the elementwise and softmax workloads
+
+// Forces the op behind t to completion by reading one element.
+template <std::size_t D>
+float read_one(const Tensor<D>& t) {
+  std::vector<Slice> first(D, Slice(0, 1));
+  return t.slice(first).into_data().template to_vec<float>()[0];
+}
+
+// Fails the benchmark if a spot check of a result is wrong (so a fast wrong kernel cannot pass).
+void expect_near(double got, double want, double tolerance, const char* what) {
+  if (!(std::abs(got - want) <= tolerance * std::max(1.0, std::abs(want)))) {
+    throw std::runtime_error(std::string(what) + ": got " + std::to_string(got) + ", want " +
+                             std::to_string(want));
+  }
+}
+
+// Runs a whole benchmark (set-up, spot check, timed loop): a kiln::Error (an op another branch
+// has not landed yet) or a failed spot check skips this benchmark, so the others still run.
+template <class Body>
+void guarded(benchmark::State& state, Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& error) {
+    state.SkipWithError(error.what());
+  }
+}
+
+std::vector<float> host_values(std::int64_t n, std::uint32_t seed) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  std::uint32_t x = seed;
+  for (float& v : out) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(x >> 8) / static_cast<float>(1u << 24) - 0.5f;  // [-0.5, 0.5)
+  }
+  return out;
+}
+
+// matmul, conv2d and softmax go to the device's backend directly, so this file links in a tree
+// where their tensor-layer entry points (a.matmul(b), module::conv2d, activation::softmax) are
+// not built yet; those add argument checks only, nanoseconds against these millisecond ops.
+Backend& backend() { return backend_for(kDevice); }
+Tensor<2> matmul_op(const Tensor<2>& a, const Tensor<2>& b) {
+  return Tensor<2>::from_primitive(backend().matmul(a.primitive(), b.primitive()));
+}
+Tensor<4> conv2d_op(const Tensor<4>& x, const Tensor<4>& weight, const ConvOptions& options) {
+  return Tensor<4>::from_primitive(
+      backend().conv(x.primitive(), weight.primitive(), std::nullopt, options));
+}
+Tensor<2> softmax_op(const Tensor<2>& x, std::int64_t dim) {
+  return Tensor<2>::from_primitive(backend().softmax(x.primitive(), dim));
+}
+
+Tensor<2> random_matrix(std::int64_t rows, std::int64_t cols) {
+  return Tensor<2>::random({rows, cols}, Distribution::uniform(-1, 1), kDevice);
+}
+
+// ---- small_add: per-op overhead on 16 elements ----
+void small_add(benchmark::State& state) {
+  guarded(state, [&] {
+    const std::vector<float> a = host_values(16, 1), b = host_values(16, 2);
+    auto x = Tensor<1>::from_data(TensorData::from_vec(a, {16}), kDevice);
+    auto y = Tensor<1>::from_data(TensorData::from_vec(b, {16}), kDevice);
+    const std::vector<float> got = (x + y).into_data().to_vec<float>();
+    for (std::size_t i = 0; i < got.size(); ++i) expect_near(got[i], a[i] + b[i], 0, "small_add");
+    for (auto _ : state) {
+      auto z = x + y;
+      benchmark::DoNotOptimize(z.primitive().get());
+    }
+  });
+}
+BENCHMARK(small_add)->MinTime(0.2);
+
+// ---- matmul vs cblas_sgemm ----
+void matmul(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  state.counters["flops"] = 2.0 * n * n * n;
+  guarded(state, [&] {
+    auto a = random_matrix(n, n);
+    auto b = random_matrix(n, n);
+    // Spot check one element against a dot product in double.
+    const auto av = a.into_data().to_vec<float>(), bv = b.into_data().to_vec<float>();
+    double want = 0;
+    for (std::int64_t k = 0; k < n; ++k) want += double(av[k]) * bv[k * n];
+    expect_near(read_one(matmul_op(a, b)), want, 1e-4, "matmul[0, 0]");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(matmul_op(a, b)));
+  });
+}
+BENCHMARK(matmul)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+void sgemm(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  state.counters["flops"] = 2.0 * n * n * n;
+  const std::vector<float> a = host_values(std::int64_t{n} * n, 3);
+  const std::vector<float> b = host_values(std::int64_t{n} * n, 4);
+  std::vector<float> c(a.size());
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(sgemm)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// ---- memory-bound: add into a new tensor vs a parallel memcpy ----
+void add_large(benchmark::State& state) {
+  state.counters["bytes"] = 3.0 * kLarge * kLarge * sizeof(float);  // two reads, one write
+  guarded(state, [&] {
+    auto x = random_matrix(kLarge, kLarge);
+    auto y = random_matrix(kLarge, kLarge);
+    expect_near(read_one(x + y), double(read_one(x)) + read_one(y), 1e-6, "add");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(x + y));
+  });
+}
+BENCHMARK(add_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// memcpy of one 4096² f32 tensor split over the OpenMP threads: 64 MiB read + 64 MiB written.
+void memcpy_large(benchmark::State& state) {
+  const std::size_t count = static_cast<std::size_t>(kLarge * kLarge);
+  state.counters["bytes"] = 2.0 * count * sizeof(float);
+  const std::vector<float> source = host_values(static_cast<std::int64_t>(count), 5);
+  std::vector<float> target(count);
+  for (auto _ : state) {
+#pragma omp parallel
+    {
+      const std::size_t threads = static_cast<std::size_t>(omp_get_num_threads());
+      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t begin = count * t / threads, end = count * (t + 1) / threads;
+      std::memcpy(target.data() + begin, source.data() + begin, (end - begin) * sizeof(float));
+    }
+    benchmark::DoNotOptimize(target.data());
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(memcpy_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// STREAM's triad a = b + s * c over 4096² f32 on the OpenMP threads: a second bandwidth
+// baseline with ordinary stores (glibc's memcpy may pick another store strategy).
+void triad_large(benchmark::State& state) {
+  const std::int64_t count = kLarge * kLarge;
+  state.counters["bytes"] = 3.0 * count * sizeof(float);
+  const std::vector<float> b = host_values(count, 6), c = host_values(count, 7);
+  std::vector<float> a(static_cast<std::size_t>(count));
+  for (auto _ : state) {
+    float* out = a.data();
+    const float* x = b.data();
+    const float* y = c.data();
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < count; ++i) out[i] = x[i] + 3.0f * y[i];
+    benchmark::DoNotOptimize(a.data());
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(triad_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// ---- eager elementwise chains (DESIGN.md §8 definitions) ----
+Tensor<2> chain8(const Tensor<2>& x, const Tensor<2>& y, const Tensor<2>& z) {
+  return (-(x * y + z)).exp().mul_scalar(2).add_scalar(1).tanh() * x;
+}
+Tensor<2> fma_exp(const Tensor<2>& a, const Tensor<2>& b, const Tensor<2>& c) {
+  return (a * b + c).exp();
+}
+
+// A three-input elementwise workload: 3 inputs read, 1 output written.
+template <class Op, class Reference>
+void three_input(benchmark::State& state, Op op, Reference reference, const char* name) {
+  state.counters["bytes"] = 4.0 * kLarge * kLarge * sizeof(float);
+  guarded(state, [&] {
+    auto x = random_matrix(kLarge, kLarge), y = random_matrix(kLarge, kLarge);
+    auto z = random_matrix(kLarge, kLarge);
+    expect_near(read_one(op(x, y, z)), reference(read_one(x), read_one(y), read_one(z)), 1e-5,
+                name);
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(op(x, y, z)));
+  });
+}
+void chain8_large(benchmark::State& state) {
+  three_input(
+      state, chain8,
+      [](double x, double y, double z) { return std::tanh(std::exp(-(x * y + z)) * 2 + 1) * x; },
+      "chain8");
+}
+BENCHMARK(chain8_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void fma_exp_large(benchmark::State& state) {
+  three_input(
+      state, fma_exp, [](double a, double b, double c) { return std::exp(a * b + c); }, "fma_exp");
+}
+BENCHMARK(fma_exp_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// ---- conv2d 3x3, batch 16, 64 -> 64 channels, 56x56, padding 1 ----
+void conv2d(benchmark::State& state) {
+  constexpr std::int64_t batch = 16, channels = 64, side = 56;
+  state.counters["flops"] = 2.0 * batch * channels * side * side * channels * 9;
+  guarded(state, [&] {
+    auto x =
+        Tensor<4>::random({batch, channels, side, side}, Distribution::uniform(-1, 1), kDevice);
+    auto w = Tensor<4>::random({channels, channels, 3, 3}, Distribution::uniform(-1, 1), kDevice);
+    const ConvOptions options{.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}};
+    // Output [0, 0, 0, 0] sees input rows and columns 0..1 (padding covers the rest) through
+    // kernel taps 1..2.
+    const auto xv = x.slice({{0, 1}, Slice::all(), {0, 2}, {0, 2}}).into_data().to_f64_vec();
+    const auto wv = w.slice({{0, 1}, Slice::all(), {1, 3}, {1, 3}}).into_data().to_f64_vec();
+    double want = 0;
+    for (std::size_t i = 0; i < xv.size(); ++i) want += xv[i] * wv[i];
+    expect_near(read_one(conv2d_op(x, w, options)), want, 1e-4, "conv2d");
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(read_one(conv2d_op(x, w, options)));
+    }
+  });
+}
+BENCHMARK(conv2d)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// ---- softmax along the last dim of 4096² ----
+void softmax_large(benchmark::State& state) {
+  state.counters["bytes"] = 2.0 * kLarge * kLarge * sizeof(float);
+  guarded(state, [&] {
+    auto x = random_matrix(kLarge, kLarge);
+    const auto row = x.slice({{0, 1}}).into_data().to_f64_vec();
+    double total = 0;
+    for (double v : row) total += std::exp(v);
+    expect_near(read_one(softmax_op(x, 1)), std::exp(row[0]) / total, 1e-4, "softmax");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(softmax_op(x, 1)));
+  });
+}
+BENCHMARK(softmax_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+}  // namespace
+
+BENCHMARK_MAIN();
