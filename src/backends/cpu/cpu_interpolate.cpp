@@ -1,0 +1,160 @@
+// Resizing of [N, C, H, W] images (nearest, bilinear, bicubic) and its gradient. Every mode is
+// separable: each output row and column reads a few input rows/columns with fixed weights
+// (PyTorch's coordinate rules), computed once per axis; the gradient scatters with the same taps.
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/spatial.h"
+
+namespace kiln {
+
+using namespace cpu;
+
+namespace {
+
+// The input positions one output position reads along an axis, with their weights.
+struct Taps {
+  std::array<std::int64_t, 4> index{};
+  std::array<double, 4> weight{};
+  int count = 0;
+};
+
+// PyTorch's bicubic convolution kernel with A = -0.75: for |x| <= 1 and 1 < |x| < 2.
+constexpr double kCubicA = -0.75;
+double cubic_near(double x) { return ((kCubicA + 2) * x - (kCubicA + 3)) * x * x + 1; }
+double cubic_far(double x) {
+  return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA;
+}
+
+int tap_count(InterpolateMode mode) {
+  return mode == InterpolateMode::Nearest ? 1 : (mode == InterpolateMode::Bilinear ? 2 : 4);
+}
+
+std::vector<Taps> axis_taps(std::int64_t in, std::int64_t out, const InterpolateOptions& o) {
+  std::vector<Taps> taps(static_cast<std::size_t>(out));
+  const double scale = o.align_corners
+                           ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
+                           : static_cast<double>(in) / static_cast<double>(out);
+  // The source coordinate of output i (half-pixel centres unless align_corners).
+  const auto source = [&](std::int64_t i) {
+    return o.align_corners ? scale * static_cast<double>(i)
+                           : scale * (static_cast<double>(i) + 0.5) - 0.5;
+  };
+  const auto clamp = [&](std::int64_t i) { return std::clamp<std::int64_t>(i, 0, in - 1); };
+  for (std::int64_t i = 0; i < out; ++i) {
+    Taps& t = taps[static_cast<std::size_t>(i)];
+    switch (o.mode) {
+      case InterpolateMode::Nearest:
+        // floor(i * in / out) in exact integer arithmetic.
+        t.count = 1;
+        t.index[0] = std::min((i * in) / out, in - 1);
+        t.weight[0] = 1.0;
+        break;
+      case InterpolateMode::Bilinear: {
+        const double src = std::max(source(i), 0.0);
+        const std::int64_t i0 = clamp(static_cast<std::int64_t>(src));
+        const double lambda = std::clamp(src - static_cast<double>(i0), 0.0, 1.0);
+        t.count = 2;
+        t.index = {i0, i0 < in - 1 ? i0 + 1 : i0, 0, 0};
+        t.weight = {1.0 - lambda, lambda, 0, 0};
+        break;
+      }
+      case InterpolateMode::Bicubic: {
+        const double src = source(i);
+        const double base = std::floor(src);
+        const double f = src - base;
+        const auto i0 = static_cast<std::int64_t>(base);
+        t.count = 4;
+        t.index = {clamp(i0 - 1), clamp(i0), clamp(i0 + 1), clamp(i0 + 2)};
+        t.weight = {cubic_far(f + 1), cubic_near(f), cubic_near(1 - f), cubic_far(2 - f)};
+        break;
+      }
+    }
+  }
+  return taps;
+}
+
+}  // namespace
+
+Primitive CpuBackend::interpolate(Primitive x, Axes output_size, InterpolateOptions options) {
+  const DType dtype = x->dtype();
+  const Shape shape = x->shape();
+  const std::int64_t in_h = shape[2], in_w = shape[3];
+  const std::int64_t out_h = output_size[0], out_w = output_size[1];
+  const auto rows = axis_taps(in_h, out_h, options);
+  const auto cols = axis_taps(in_w, out_w, options);
+  auto in = compute_input(*this, x);
+  auto out = make_tensor(in->dtype(), Shape{shape[0], shape[1], out_h, out_w});
+  visit_compute(dtype, [&]<class T>(type_tag<T>) {
+    const T* src = in->data_as<T>();
+    T* dst = out->data_as<T>();
+    const std::int64_t work = out_h * out_w * tap_count(options.mode) * tap_count(options.mode);
+    const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
+    parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t p = begin; p < end; ++p) {
+        const T* plane = src + p * in_h * in_w;
+        T* result = dst + p * out_h * out_w;
+        for (std::int64_t oh = 0; oh < out_h; ++oh) {
+          const Taps& r = rows[static_cast<std::size_t>(oh)];
+          for (std::int64_t ow = 0; ow < out_w; ++ow) {
+            const Taps& c = cols[static_cast<std::size_t>(ow)];
+            double total = 0;
+            for (int a = 0; a < r.count; ++a) {
+              const T* row = plane + r.index[a] * in_w;
+              double along = 0;
+              for (int b = 0; b < c.count; ++b) along += c.weight[b] * static_cast<double>(row[c.index[b]]);
+              total += r.weight[a] * along;
+            }
+            result[oh * out_w + ow] = static_cast<T>(total);
+          }
+        }
+      }
+    });
+  });
+  return from_compute(*this, out, dtype);
+}
+
+Primitive CpuBackend::interpolate_backward(Primitive x, Primitive output_grad, Axes output_size,
+                                           InterpolateOptions options) {
+  const DType dtype = x->dtype();
+  const Shape shape = x->shape();
+  const std::int64_t in_h = shape[2], in_w = shape[3];
+  const std::int64_t out_h = output_size[0], out_w = output_size[1];
+  const auto rows = axis_taps(in_h, out_h, options);
+  const auto cols = axis_taps(in_w, out_w, options);
+  auto dy = compute_input(*this, output_grad);
+  auto out = make_tensor(dy->dtype(), shape);
+  visit_compute(dtype, [&]<class T>(type_tag<T>) {
+    const T* src = dy->data_as<T>();
+    T* dst = out->data_as<T>();
+    const std::int64_t work = out_h * out_w * tap_count(options.mode) * tap_count(options.mode) + in_h * in_w;
+    const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
+    // Planes are independent, so each scatters into its own gradient plane without races.
+    parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t p = begin; p < end; ++p) {
+        const T* grad = src + p * out_h * out_w;
+        T* plane = dst + p * in_h * in_w;
+        std::fill_n(plane, in_h * in_w, T(0));
+        for (std::int64_t oh = 0; oh < out_h; ++oh) {
+          const Taps& r = rows[static_cast<std::size_t>(oh)];
+          for (std::int64_t ow = 0; ow < out_w; ++ow) {
+            const Taps& c = cols[static_cast<std::size_t>(ow)];
+            const double g = static_cast<double>(grad[oh * out_w + ow]);
+            for (int a = 0; a < r.count; ++a) {
+              T* row = plane + r.index[a] * in_w;
+              for (int b = 0; b < c.count; ++b) {
+                row[c.index[b]] += static_cast<T>(r.weight[a] * c.weight[b] * g);
+              }
+            }
+          }
+        }
+      }
+    });
+  });
+  return from_compute(*this, out, dtype);
+}
+
+}  // namespace kiln
