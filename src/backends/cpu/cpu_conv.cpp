@@ -1,8 +1,13 @@
 // Convolution and its transpose over 1-3 spatial dims, and the gradients of convolution.
-// Per batch image and group: the window's column matrix is built into a reused buffer (im2col)
-// and one gemm does the arithmetic; the transpose and the input gradient run the gemm first and
-// scatter the columns back (col2im). Pointwise windows (1x1, stride 1) skip the column matrix.
-// The gemm is OpenBLAS's, already multi-threaded, so images run one after another.
+// The work is split into independent tasks (image, group, block of window positions or of
+// channels), spread over kiln's threads; each task builds its block of the column matrix in a
+// per-thread buffer that stays in cache (im2col) and runs one single-threaded gemm on it. The
+// transpose and the input gradient run the gemm first and scatter the columns back (col2im).
+// Pointwise windows (1x1, stride 1, no padding) read the image directly.
+#include <omp.h>
+
+#include <mutex>
+
 #include "backend/spatial_shape.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/parallel.h"
@@ -45,11 +50,87 @@ struct ConvSizes {
   std::int64_t rows;           // in_per_group * kernel taps: rows of one group's column matrix
 };
 
-// A scratch column matrix from the caching allocator, or nothing for pointwise windows.
-template <class T>
-std::shared_ptr<CpuTensor> column_buffer(const Window& w, std::int64_t rows) {
-  if (w.is_pointwise()) return nullptr;
-  return make_tensor(dtype_of_v<T>, Shape{rows * w.out_size()});
+// Multiply-adds below which a convolution stays on one thread.
+constexpr std::int64_t kSerialWork = std::int64_t{1} << 18;
+// Bytes of one task's column block at most. Wide blocks keep the gemm efficient (OpenBLAS
+// slows down on narrow ones); this cap bounds the per-thread scratch and keeps the block in a
+// cache level above memory between im2col and the gemm that reads it.
+constexpr std::int64_t kColumnBytes = std::int64_t{2} << 20;
+
+// While alive (and engaged), OpenBLAS runs single-threaded: the kernels below split the work
+// over kiln's threads and call gemm from each, and a pthreads OpenBLAS would otherwise
+// oversubscribe the cores (its pool spinning against OpenMP's) and serialise concurrent calls.
+// An OpenMP OpenBLAS already runs single-threaded inside a parallel region. Nested or
+// concurrent scopes share one saved setting.
+class SingleThreadedBlas {
+ public:
+  explicit SingleThreadedBlas(bool engage) {
+    if (!engage || openblas_get_parallel() != 1) return;
+    std::lock_guard lock(mutex());
+    if (depth()++ == 0) {
+      saved() = openblas_get_num_threads();
+      openblas_set_num_threads(1);
+    }
+    engaged_ = true;
+  }
+  ~SingleThreadedBlas() {
+    if (!engaged_) return;
+    std::lock_guard lock(mutex());
+    if (--depth() == 0) openblas_set_num_threads(saved());
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static int& depth() {
+    static int d = 0;
+    return d;
+  }
+  static int& saved() {
+    static int s = 1;
+    return s;
+  }
+  bool engaged_ = false;
+};
+
+// Runs task(t, scratch) for t in [0, tasks) over kiln's threads; each thread gets its own
+// scratch of scratch_size elements, prepared by begin(scratch) and handed to end(scratch) after
+// its last task. work: multiply-adds of one task (small totals stay on one thread).
+template <class T, class Begin, class Task, class End>
+void run_tasks(std::int64_t tasks, std::int64_t work, std::int64_t scratch_size, Begin&& begin,
+               Task&& task, End&& end) {
+  const std::int64_t grain = std::max<std::int64_t>(1, kSerialWork / std::max<std::int64_t>(1, work));
+  const bool parallel = !omp_in_parallel() && std::min<std::int64_t>(thread_count(), tasks / grain) > 1;
+  SingleThreadedBlas blas(parallel);
+  parallel_for(tasks, grain, [&](std::int64_t first, std::int64_t last) {
+    std::shared_ptr<CpuTensor> storage;
+    if (scratch_size > 0) storage = make_tensor(dtype_of_v<T>, Shape{scratch_size});
+    T* scratch = storage ? storage->data_as<T>() : nullptr;
+    begin(scratch);
+    for (std::int64_t t = first; t < last; ++t) task(t, scratch);
+    end(scratch);
+  });
+}
+template <class T, class Task>
+void run_tasks(std::int64_t tasks, std::int64_t work, std::int64_t scratch_size, Task&& task) {
+  run_tasks<T>(tasks, work, scratch_size, [](T*) {}, std::forward<Task>(task), [](T*) {});
+}
+
+// How many of `count` units (window positions, channels) one task takes: blocks of equal size,
+// each of at most kColumnBytes (at `unit_bytes` a unit) unless that is below `minimum` units,
+// and enough of them for two tasks per thread over `images` images.
+std::int64_t block_size(std::int64_t count, std::int64_t unit_bytes, std::int64_t images,
+                        std::int64_t minimum) {
+  if (count <= 0) return 1;
+  const std::int64_t cap = std::max(minimum, kColumnBytes / std::max<std::int64_t>(1, unit_bytes));
+  const std::int64_t for_threads = ceil_div(2 * thread_count(), std::max<std::int64_t>(1, images));
+  std::int64_t pieces = std::max(ceil_div(count, cap), for_threads);
+  pieces = std::clamp<std::int64_t>(pieces, 1, std::max<std::int64_t>(1, count / minimum));
+  return ceil_div(count, pieces);
 }
 
 // y[n, c, :] += bias[c] on contiguous [batch, channels, plane] data.
@@ -65,69 +146,104 @@ void add_bias(T* y, const T* bias, std::int64_t batch, std::int64_t channels, st
   });
 }
 
+// Tasks over (image, group, block of window positions): im2col of the block into the thread's
+// scratch, then one gemm writes the block of every output channel of the group.
 template <class T>
 void conv_forward(const T* x, const T* weight, const T* bias, T* y, const ConvSizes& s,
                   const Window& w) {
   const std::int64_t image = w.in_size(), plane = w.out_size();
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
-  const std::shared_ptr<CpuTensor> buffer = column_buffer<T>(w, s.rows);
-  for (std::int64_t n = 0; n < s.batch; ++n) {
-    for (std::int64_t g = 0; g < s.groups; ++g) {
-      const T* xg = x + (n * in_channels + g * s.in_per_group) * image;
-      const T* columns = xg;
-      if (buffer) {
-        im2col(xg, s.in_per_group, w, buffer->data_as<T>());
-        columns = buffer->data_as<T>();
-      }
-      gemm<T>(false, false, s.out_per_group, plane, s.rows, T(1),
-              weight + g * s.out_per_group * s.rows, s.rows, columns, plane, T(0),
-              y + (n * out_channels + g * s.out_per_group) * plane, plane);
+  const bool pointwise = w.is_pointwise();
+  const std::int64_t chunk = block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)),
+                                        s.batch * s.groups, 32);
+  const std::int64_t chunks = ceil_div(plane, chunk);
+  run_tasks<T>(s.batch * s.groups * chunks, s.out_per_group * s.rows * chunk,
+               pointwise ? 0 : s.rows * chunk, [&](std::int64_t t, T* columns) {
+    const std::int64_t n = t / (s.groups * chunks), g = (t / chunks) % s.groups;
+    const std::int64_t first = (t % chunks) * chunk, last = std::min(plane, first + chunk);
+    const T* xg = x + (n * in_channels + g * s.in_per_group) * image;
+    const T* b = xg + first;
+    std::int64_t ldb = plane;
+    if (!pointwise) {
+      im2col_block(xg, s.in_per_group, w, first, last, columns);
+      b = columns;
+      ldb = last - first;
     }
-    if (bias != nullptr) add_bias(y + n * out_channels * plane, bias, 1, out_channels, plane);
-  }
+    T* yg = y + (n * out_channels + g * s.out_per_group) * plane + first;
+    gemm<T>(false, false, s.out_per_group, last - first, s.rows, T(1),
+            weight + g * s.out_per_group * s.rows, s.rows, b, ldb, T(0), yg, plane);
+    if (bias == nullptr) return;
+    for (std::int64_t c = 0; c < s.out_per_group; ++c) {
+      const T value = bias[g * s.out_per_group + c];
+      T* row = yg + c * plane;
+      for (std::int64_t j = 0; j < last - first; ++j) row[j] += value;
+    }
+  });
 }
 
-// dx = col2im(weight^T dy) per image and group.
+// dx = col2im(weight^T dy), in tasks over (image, group, block of image channels): col2im of
+// different channels writes disjoint planes, so tasks never race.
 template <class T>
 void conv_input_grad(const T* weight, const T* dy, T* dx, const ConvSizes& s, const Window& w) {
-  const std::int64_t image = w.in_size(), plane = w.out_size();
+  const std::int64_t image = w.in_size(), plane = w.out_size(), taps = w.kernel_size();
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
-  const std::shared_ptr<CpuTensor> buffer = column_buffer<T>(w, s.rows);
-  for (std::int64_t n = 0; n < s.batch; ++n) {
-    for (std::int64_t g = 0; g < s.groups; ++g) {
-      T* dxg = dx + (n * in_channels + g * s.in_per_group) * image;
-      T* columns = buffer ? buffer->data_as<T>() : dxg;
-      gemm<T>(true, false, s.rows, plane, s.out_per_group, T(1),
-              weight + g * s.out_per_group * s.rows, s.rows,
-              dy + (n * out_channels + g * s.out_per_group) * plane, plane, T(0), columns, plane);
-      if (buffer) col2im(columns, s.in_per_group, w, dxg);
-    }
-  }
+  const bool pointwise = w.is_pointwise();
+  const std::int64_t block = block_size(s.in_per_group, taps * plane * static_cast<std::int64_t>(sizeof(T)),
+                                        s.batch * s.groups, 1);
+  const std::int64_t blocks = ceil_div(s.in_per_group, block);
+  run_tasks<T>(s.batch * s.groups * blocks, s.out_per_group * block * taps * plane,
+               pointwise ? 0 : block * taps * plane, [&](std::int64_t t, T* columns) {
+    const std::int64_t n = t / (s.groups * blocks), g = (t / blocks) % s.groups;
+    const std::int64_t c0 = (t % blocks) * block, c1 = std::min(s.in_per_group, c0 + block);
+    T* dxg = dx + (n * in_channels + g * s.in_per_group + c0) * image;
+    gemm<T>(true, false, (c1 - c0) * taps, plane, s.out_per_group, T(1),
+            weight + g * s.out_per_group * s.rows + c0 * taps, s.rows,
+            dy + (n * out_channels + g * s.out_per_group) * plane, plane, T(0),
+            pointwise ? dxg : columns, plane);
+    if (!pointwise) col2im_block(columns, c1 - c0, w, dxg);
+  });
 }
 
-// dweight = sum over images of dy im2col(x)^T, per group.
+// dweight = sum over images of dy im2col(x)^T, in tasks over (image, group, block of window
+// positions); each thread sums into its own copy of the gradient, added up at the end.
 template <class T>
 void conv_weight_grad(const T* x, const T* dy, T* dweight, const ConvSizes& s, const Window& w) {
   const std::int64_t image = w.in_size(), plane = w.out_size();
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
-  if (s.batch == 0) std::fill_n(dweight, out_channels * s.rows, T(0));
-  const std::shared_ptr<CpuTensor> buffer = column_buffer<T>(w, s.rows);
-  for (std::int64_t n = 0; n < s.batch; ++n) {
-    for (std::int64_t g = 0; g < s.groups; ++g) {
-      const T* xg = x + (n * in_channels + g * s.in_per_group) * image;
-      const T* columns = xg;
-      if (buffer) {
-        im2col(xg, s.in_per_group, w, buffer->data_as<T>());
-        columns = buffer->data_as<T>();
-      }
-      gemm<T>(false, true, s.out_per_group, s.rows, plane, T(1),
-              dy + (n * out_channels + g * s.out_per_group) * plane, plane, columns, plane,
-              n == 0 ? T(0) : T(1), dweight + g * s.out_per_group * s.rows, s.rows);
-    }
-  }
+  const std::int64_t total = out_channels * s.rows;
+  std::fill_n(dweight, total, T(0));
+  const bool pointwise = w.is_pointwise();
+  const std::int64_t chunk = block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)),
+                                        s.batch * s.groups, 32);
+  const std::int64_t chunks = ceil_div(plane, chunk);
+  const std::int64_t columns_size = pointwise ? 0 : s.rows * chunk;
+  std::mutex mutex;
+  run_tasks<T>(
+      s.batch * s.groups * chunks, s.out_per_group * s.rows * chunk, columns_size + total,
+      [&](T* scratch) { std::fill_n(scratch + columns_size, total, T(0)); },
+      [&](std::int64_t t, T* scratch) {
+        const std::int64_t n = t / (s.groups * chunks), g = (t / chunks) % s.groups;
+        const std::int64_t first = (t % chunks) * chunk, last = std::min(plane, first + chunk);
+        const T* xg = x + (n * in_channels + g * s.in_per_group) * image;
+        const T* b = xg + first;
+        std::int64_t ldb = plane;
+        if (!pointwise) {
+          im2col_block(xg, s.in_per_group, w, first, last, scratch);
+          b = scratch;
+          ldb = last - first;
+        }
+        gemm<T>(false, true, s.out_per_group, s.rows, last - first, T(1),
+                dy + (n * out_channels + g * s.out_per_group) * plane + first, plane, b, ldb,
+                T(1), scratch + columns_size + g * s.out_per_group * s.rows, s.rows);
+      },
+      [&](T* scratch) {
+        std::lock_guard lock(mutex);
+        const T* partial = scratch + columns_size;
+        for (std::int64_t i = 0; i < total; ++i) dweight[i] += partial[i];
+      });
 }
 
 ConvSizes conv_sizes(const Shape& x, const Shape& weight, std::int64_t groups, const Window& w) {

@@ -20,11 +20,12 @@ Dims3 tap_of(std::int64_t k, const Window& w) {
   return {k / (w.kernel[1] * w.kernel[2]), (k / w.kernel[2]) % w.kernel[1], k % w.kernel[2]};
 }
 
-// Calls visit(column_offset, image_offset, count, image_stride) for every run of window
-// positions of one kernel tap that falls inside the image, and pad(column_offset, count) for
-// every run that falls in the padding. Column offsets walk the out grid row-major.
+// Calls visit(column, image_offset, count, image_stride) for every run of the window positions
+// [first, last) (row-major over the out grid) where one kernel tap falls inside the image, and
+// pad(column, count) for every run where it falls in the padding; column counts from first.
 template <class Visit, class Pad>
-void walk_tap(const Window& w, const Dims3& tap, Visit&& visit, Pad&& pad) {
+void walk_tap(const Window& w, const Dims3& tap, std::int64_t first, std::int64_t last,
+              Visit&& visit, Pad&& pad) {
   std::array<std::pair<std::int64_t, std::int64_t>, 3> valid;
   for (std::size_t d = 0; d < 3; ++d) {
     valid[d] = valid_positions(w.in[d], w.out[d], w.stride[d], w.padding[d], tap[d] * w.dilation[d]);
@@ -32,50 +33,88 @@ void walk_tap(const Window& w, const Dims3& tap, Visit&& visit, Pad&& pad) {
   const auto position = [&](std::size_t d, std::int64_t o) {
     return o * w.stride[d] - w.padding[d] + tap[d] * w.dilation[d];
   };
-  const auto [w0, w1] = valid[2];
-  for (std::int64_t od = 0; od < w.out[0]; ++od) {
-    const std::int64_t plane = od * w.out[1] * w.out[2];
-    if (od < valid[0].first || od >= valid[0].second) {
-      pad(plane, w.out[1] * w.out[2]);
+  const std::int64_t row_length = w.out[2];
+  // One run of positions per out-grid row that [first, last) touches.
+  for (std::int64_t l = first; l < last;) {
+    const std::int64_t row = l / row_length;
+    const std::int64_t od = row / w.out[1], oh = row % w.out[1];
+    const std::int64_t begin = l % row_length;
+    const std::int64_t end = std::min(row_length, begin + (last - l));
+    const std::int64_t column = l - first - begin;  // column of ow = 0 in this row
+    l += end - begin;
+    if (od < valid[0].first || od >= valid[0].second || oh < valid[1].first ||
+        oh >= valid[1].second) {
+      pad(column + begin, end - begin);
       continue;
     }
-    const std::int64_t id = position(0, od);
-    for (std::int64_t oh = 0; oh < w.out[1]; ++oh) {
-      const std::int64_t row = plane + oh * w.out[2];
-      if (oh < valid[1].first || oh >= valid[1].second || w0 >= w1) {
-        pad(row, w.out[2]);
-        continue;
-      }
-      const std::int64_t ih = position(1, oh);
-      if (w0 > 0) pad(row, w0);
-      visit(row + w0, (id * w.in[1] + ih) * w.in[2] + position(2, w0), w1 - w0, w.stride[2]);
-      if (w1 < w.out[2]) pad(row + w1, w.out[2] - w1);
+    const std::int64_t inside_begin = std::clamp(valid[2].first, begin, end);
+    const std::int64_t inside_end = std::clamp(valid[2].second, inside_begin, end);
+    if (inside_begin > begin) pad(column + begin, inside_begin - begin);
+    if (inside_end > inside_begin) {
+      const std::int64_t offset =
+          (position(0, od) * w.in[1] + position(1, oh)) * w.in[2] + position(2, inside_begin);
+      visit(column + inside_begin, offset, inside_end - inside_begin, w.stride[2]);
     }
+    if (end > inside_end) pad(column + inside_end, end - inside_end);
   }
+}
+
+// Row `tap` of one channel's column matrix over the window positions [first, last).
+template <class T>
+void im2col_row(const T* channel, const Window& w, std::int64_t tap, std::int64_t first,
+                std::int64_t last, T* row) {
+  walk_tap(
+      w, tap_of(tap, w), first, last,
+      [&](std::int64_t col, std::int64_t pos, std::int64_t count, std::int64_t stride) {
+        if (stride == 1) {
+          std::memcpy(row + col, channel + pos, static_cast<std::size_t>(count) * sizeof(T));
+        } else {
+          for (std::int64_t i = 0; i < count; ++i) row[col + i] = channel[pos + i * stride];
+        }
+      },
+      [&](std::int64_t col, std::int64_t count) { std::fill_n(row + col, count, T(0)); });
 }
 
 }  // namespace
 
 template <class T>
+void im2col_block(const T* image, std::int64_t channels, const Window& w, std::int64_t first,
+                  std::int64_t last, T* columns) {
+  const std::int64_t taps = w.kernel_size();
+  for (std::int64_t r = 0; r < channels * taps; ++r) {
+    im2col_row(image + (r / taps) * w.in_size(), w, r % taps, first, last,
+               columns + r * (last - first));
+  }
+}
+
+template <class T>
+void col2im_block(const T* columns, std::int64_t channels, const Window& w, T* image) {
+  const std::int64_t taps = w.kernel_size();
+  const std::int64_t width = w.out_size();
+  for (std::int64_t c = 0; c < channels; ++c) {
+    T* dst = image + c * w.in_size();
+    std::fill_n(dst, w.in_size(), T(0));
+    for (std::int64_t k = 0; k < taps; ++k) {
+      const T* src = columns + (c * taps + k) * width;
+      walk_tap(
+          w, tap_of(k, w), 0, width,
+          [&](std::int64_t col, std::int64_t pos, std::int64_t count, std::int64_t stride) {
+            for (std::int64_t i = 0; i < count; ++i) dst[pos + i * stride] += src[col + i];
+          },
+          [](std::int64_t, std::int64_t) {});
+    }
+  }
+}
+
+template <class T>
 void im2col(const T* image, std::int64_t channels, const Window& w, T* columns) {
   const std::int64_t taps = w.kernel_size();
-  const std::int64_t columns_per_row = w.out_size();
-  const std::int64_t image_size = w.in_size();
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, columns_per_row));
+  const std::int64_t width = w.out_size();
+  // Rows are independent, so they are split across threads.
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, width));
   parallel_for(channels * taps, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
-      const T* src = image + (r / taps) * image_size;
-      T* dst = columns + r * columns_per_row;
-      walk_tap(
-          w, tap_of(r % taps, w),
-          [&](std::int64_t col, std::int64_t pos, std::int64_t count, std::int64_t stride) {
-            if (stride == 1) {
-              std::memcpy(dst + col, src + pos, static_cast<std::size_t>(count) * sizeof(T));
-            } else {
-              for (std::int64_t i = 0; i < count; ++i) dst[col + i] = src[pos + i * stride];
-            }
-          },
-          [&](std::int64_t col, std::int64_t count) { std::fill_n(dst + col, count, T(0)); });
+      im2col_row(image + (r / taps) * w.in_size(), w, r % taps, 0, width, columns + r * width);
     }
   });
 }
@@ -83,28 +122,21 @@ void im2col(const T* image, std::int64_t channels, const Window& w, T* columns) 
 template <class T>
 void col2im(const T* columns, std::int64_t channels, const Window& w, T* image) {
   const std::int64_t taps = w.kernel_size();
-  const std::int64_t columns_per_row = w.out_size();
-  const std::int64_t image_size = w.in_size();
+  const std::int64_t work = std::max<std::int64_t>(1, taps * w.out_size() + w.in_size());
   // Channels write disjoint image planes, so they run in parallel without races.
-  const std::int64_t work = std::max<std::int64_t>(1, taps * columns_per_row + image_size);
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / work);
-  parallel_for(channels, grain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t c = begin; c < end; ++c) {
-      T* dst = image + c * image_size;
-      std::fill_n(dst, image_size, T(0));
-      for (std::int64_t k = 0; k < taps; ++k) {
-        const T* src = columns + (c * taps + k) * columns_per_row;
-        walk_tap(
-            w, tap_of(k, w),
-            [&](std::int64_t col, std::int64_t pos, std::int64_t count, std::int64_t stride) {
-              for (std::int64_t i = 0; i < count; ++i) dst[pos + i * stride] += src[col + i];
-            },
-            [](std::int64_t, std::int64_t) {});
-      }
-    }
-  });
+  parallel_for(channels, std::max<std::int64_t>(1, kParallelGrain / work),
+               [&](std::int64_t begin, std::int64_t end) {
+                 col2im_block(columns + begin * taps * w.out_size(), end - begin, w,
+                              image + begin * w.in_size());
+               });
 }
 
+template void im2col_block<float>(const float*, std::int64_t, const Window&, std::int64_t,
+                                  std::int64_t, float*);
+template void im2col_block<double>(const double*, std::int64_t, const Window&, std::int64_t,
+                                   std::int64_t, double*);
+template void col2im_block<float>(const float*, std::int64_t, const Window&, float*);
+template void col2im_block<double>(const double*, std::int64_t, const Window&, double*);
 template void im2col<float>(const float*, std::int64_t, const Window&, float*);
 template void im2col<double>(const double*, std::int64_t, const Window&, double*);
 template void col2im<float>(const float*, std::int64_t, const Window&, float*);

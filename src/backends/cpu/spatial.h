@@ -75,12 +75,21 @@ inline std::pair<std::int64_t, std::int64_t> valid_positions(std::int64_t in, st
 }
 
 // columns[(c, kd, kh, kw), (od, oh, ow)] = image[c, od*s - p + kd*d, ...] or 0 in the padding.
-// image is [channels, in...] and columns [channels * kernel_size, out_size], both contiguous.
+// image is [channels, in...] and columns [channels * kernel_size, out_size], both contiguous;
+// multi-threaded over the rows.
 template <class T>
 void im2col(const T* image, std::int64_t channels, const Window& w, T* columns);
-// The adjoint of im2col: image[c, pos] = sum of the columns that read pos (image overwritten).
+// The adjoint of im2col: image[c, pos] = sum of the columns that read pos (image overwritten);
+// multi-threaded over the channels.
 template <class T>
 void col2im(const T* columns, std::int64_t channels, const Window& w, T* image);
+// Single-threaded pieces for callers that split the work themselves: im2col of the window
+// positions [first, last) only (columns is [channels * kernel_size, last - first]), and col2im.
+template <class T>
+void im2col_block(const T* image, std::int64_t channels, const Window& w, std::int64_t first,
+                  std::int64_t last, T* columns);
+template <class T>
+void col2im_block(const T* columns, std::int64_t channels, const Window& w, T* image);
 
 // Row-major C[m, n] = alpha * op(A) * op(B) + beta * C, op(A) is [m, k] and op(B) is [k, n].
 template <class T>
