@@ -1,8 +1,10 @@
 // Resizing of [N, C, H, W] images (nearest, bilinear, bicubic) and its gradient. Every mode is
 // separable: each output row and column reads a few input rows/columns with fixed weights
-// (PyTorch's coordinate rules), computed once per axis; the gradient scatters with the same taps.
+// (PyTorch's coordinate rules), computed once per axis; planes resample along rows first, then
+// mix rows. The gradient runs the same taps backwards.
 #include <array>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -77,6 +79,103 @@ std::vector<Taps> axis_taps(std::int64_t in, std::int64_t out, const Interpolate
   return taps;
 }
 
+// The column taps of every output column, split by tap (index[b][ow], weight[b][ow]) in the
+// compute type, so the inner loops over a row read them sequentially.
+template <class T>
+struct ColumnTaps {
+  std::array<std::vector<std::int64_t>, 4> index;
+  std::array<std::vector<T>, 4> weight;
+  explicit ColumnTaps(const std::vector<Taps>& taps) {
+    for (std::size_t b = 0; b < 4; ++b) {
+      index[b].resize(taps.size());
+      weight[b].resize(taps.size());
+      for (std::size_t i = 0; i < taps.size(); ++i) {
+        index[b][i] = taps[i].index[b];
+        weight[b][i] = static_cast<T>(taps[i].weight[b]);
+      }
+    }
+  }
+};
+
+// One plane, separably: every input row some output row reads is first resampled along the
+// row into `resampled` ([in_h, out_w], gathers), then each output row mixes kTaps of those rows
+// (contiguous, vectorisable).
+template <int kTaps, class T>
+void interpolate_plane(const T* plane, std::int64_t in_w, const std::vector<Taps>& rows,
+                       const ColumnTaps<T>& cols, const std::vector<char>& row_needed,
+                       T* resampled, T* result, std::int64_t out_w) {
+  for (std::size_t ih = 0; ih < row_needed.size(); ++ih) {
+    if (!row_needed[ih]) continue;
+    const T* row = plane + static_cast<std::int64_t>(ih) * in_w;
+    T* out = resampled + static_cast<std::int64_t>(ih) * out_w;
+    for (std::int64_t ow = 0; ow < out_w; ++ow) {
+      T along = 0;
+      for (int b = 0; b < kTaps; ++b) along += cols.weight[b][ow] * row[cols.index[b][ow]];
+      out[ow] = along;
+    }
+  }
+  for (const Taps& r : rows) {
+    std::array<const T*, kTaps> source;
+    std::array<T, kTaps> weight;
+    for (int a = 0; a < kTaps; ++a) {
+      source[a] = resampled + r.index[a] * out_w;
+      weight[a] = static_cast<T>(r.weight[a]);
+    }
+    for (std::int64_t ow = 0; ow < out_w; ++ow) {
+      T total = 0;
+      for (int a = 0; a < kTaps; ++a) total += weight[a] * source[a][ow];
+      result[ow] = total;
+    }
+    result += out_w;
+  }
+}
+
+// The adjoint of interpolate_plane: output rows scatter into the resampled rows, which
+// scatter back along the row into the plane.
+template <int kTaps, class T>
+void interpolate_plane_grad(const T* grad, std::int64_t in_w, const std::vector<Taps>& rows,
+                            const ColumnTaps<T>& cols, const std::vector<char>& row_needed,
+                            T* resampled, T* plane, std::int64_t out_w) {
+  const auto in_h = static_cast<std::int64_t>(row_needed.size());
+  std::fill_n(resampled, in_h * out_w, T(0));
+  for (const Taps& r : rows) {
+    for (int a = 0; a < kTaps; ++a) {
+      T* target = resampled + r.index[a] * out_w;
+      const auto weight = static_cast<T>(r.weight[a]);
+      for (std::int64_t ow = 0; ow < out_w; ++ow) target[ow] += weight * grad[ow];
+    }
+    grad += out_w;
+  }
+  std::fill_n(plane, in_h * in_w, T(0));
+  for (std::int64_t ih = 0; ih < in_h; ++ih) {
+    if (!row_needed[static_cast<std::size_t>(ih)]) continue;
+    const T* source = resampled + ih * out_w;
+    T* row = plane + ih * in_w;
+    for (std::int64_t ow = 0; ow < out_w; ++ow) {
+      for (int b = 0; b < kTaps; ++b) row[cols.index[b][ow]] += cols.weight[b][ow] * source[ow];
+    }
+  }
+}
+
+// Which input rows the output rows read.
+std::vector<char> rows_needed(const std::vector<Taps>& rows, std::int64_t in_h) {
+  std::vector<char> needed(static_cast<std::size_t>(in_h), 0);
+  for (const Taps& r : rows) {
+    for (int a = 0; a < r.count; ++a) needed[static_cast<std::size_t>(r.index[a])] = 1;
+  }
+  return needed;
+}
+
+// Calls f(std::integral_constant<int, taps>) for the mode's tap count.
+template <class F>
+void visit_taps(InterpolateMode mode, F&& f) {
+  switch (mode) {
+    case InterpolateMode::Nearest: f(std::integral_constant<int, 1>{}); break;
+    case InterpolateMode::Bilinear: f(std::integral_constant<int, 2>{}); break;
+    case InterpolateMode::Bicubic: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
 }  // namespace
 
 Primitive CpuBackend::interpolate(Primitive x, Axes output_size, InterpolateOptions options) {
@@ -91,27 +190,18 @@ Primitive CpuBackend::interpolate(Primitive x, Axes output_size, InterpolateOpti
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
-    const std::int64_t work = out_h * out_w * tap_count(options.mode) * tap_count(options.mode);
+    const ColumnTaps<T> columns(cols);
+    const std::vector<char> needed = rows_needed(rows, in_h);
+    const std::int64_t work = (out_h + in_h) * out_w * tap_count(options.mode);
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
     parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t p = begin; p < end; ++p) {
-        const T* plane = src + p * in_h * in_w;
-        T* result = dst + p * out_h * out_w;
-        for (std::int64_t oh = 0; oh < out_h; ++oh) {
-          const Taps& r = rows[static_cast<std::size_t>(oh)];
-          for (std::int64_t ow = 0; ow < out_w; ++ow) {
-            const Taps& c = cols[static_cast<std::size_t>(ow)];
-            double total = 0;
-            for (int a = 0; a < r.count; ++a) {
-              const T* row = plane + r.index[a] * in_w;
-              double along = 0;
-              for (int b = 0; b < c.count; ++b) along += c.weight[b] * static_cast<double>(row[c.index[b]]);
-              total += r.weight[a] * along;
-            }
-            result[oh * out_w + ow] = static_cast<T>(total);
-          }
+      std::vector<T> resampled(static_cast<std::size_t>(in_h * out_w));
+      visit_taps(options.mode, [&]<int kTaps>(std::integral_constant<int, kTaps>) {
+        for (std::int64_t p = begin; p < end; ++p) {
+          interpolate_plane<kTaps>(src + p * in_h * in_w, in_w, rows, columns, needed,
+                                   resampled.data(), dst + p * out_h * out_w, out_w);
         }
-      }
+      });
     });
   });
   return from_compute(*this, out, dtype);
@@ -130,28 +220,19 @@ Primitive CpuBackend::interpolate_backward(Primitive x, Primitive output_grad, A
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = dy->data_as<T>();
     T* dst = out->data_as<T>();
-    const std::int64_t work = out_h * out_w * tap_count(options.mode) * tap_count(options.mode) + in_h * in_w;
+    const ColumnTaps<T> columns(cols);
+    const std::vector<char> needed = rows_needed(rows, in_h);
+    const std::int64_t work = (out_h + in_h) * out_w * tap_count(options.mode) + in_h * in_w;
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
     // Planes are independent, so each scatters into its own gradient plane without races.
     parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t p = begin; p < end; ++p) {
-        const T* grad = src + p * out_h * out_w;
-        T* plane = dst + p * in_h * in_w;
-        std::fill_n(plane, in_h * in_w, T(0));
-        for (std::int64_t oh = 0; oh < out_h; ++oh) {
-          const Taps& r = rows[static_cast<std::size_t>(oh)];
-          for (std::int64_t ow = 0; ow < out_w; ++ow) {
-            const Taps& c = cols[static_cast<std::size_t>(ow)];
-            const double g = static_cast<double>(grad[oh * out_w + ow]);
-            for (int a = 0; a < r.count; ++a) {
-              T* row = plane + r.index[a] * in_w;
-              for (int b = 0; b < c.count; ++b) {
-                row[c.index[b]] += static_cast<T>(r.weight[a] * c.weight[b] * g);
-              }
-            }
-          }
+      std::vector<T> resampled(static_cast<std::size_t>(in_h * out_w));
+      visit_taps(options.mode, [&]<int kTaps>(std::integral_constant<int, kTaps>) {
+        for (std::int64_t p = begin; p < end; ++p) {
+          interpolate_plane_grad<kTaps>(src + p * out_h * out_w, in_w, rows, columns, needed,
+                                        resampled.data(), dst + p * in_h * in_w, out_w);
         }
-      }
+      });
     });
   });
   return from_compute(*this, out, dtype);

@@ -55,69 +55,105 @@ Span avg_span(const Window& w, std::size_t d, std::int64_t o) {
   return {std::max<std::int64_t>(start, 0), std::min(stop, w.in[d]), stop - start};
 }
 
-// Calls f(output_index, spans) for every output position of an average pool, where spans
-// are the clipped windows and divisor the averaging count.
-template <class F>
-void for_each_avg_window(const Window& w, bool count_include_pad, F&& f) {
-  std::int64_t index = 0;
+// Calls f(out_row, spans of d and h, scale) for every output row (od, oh) of an average pool,
+// where out_row is the row's first output index and scale[ow] = 1 / divisor of each window.
+template <class T, class F>
+void for_each_avg_row(const Window& w, bool count_include_pad, F&& f) {
+  std::vector<Span> along_w(static_cast<std::size_t>(w.out[2]));
+  for (std::int64_t ow = 0; ow < w.out[2]; ++ow) along_w[static_cast<std::size_t>(ow)] = avg_span(w, 2, ow);
+  std::vector<T> scale(along_w.size());
+  std::int64_t out_row = 0;
   for (std::int64_t od = 0; od < w.out[0]; ++od) {
     const Span sd = avg_span(w, 0, od);
-    for (std::int64_t oh = 0; oh < w.out[1]; ++oh) {
+    for (std::int64_t oh = 0; oh < w.out[1]; ++oh, out_row += w.out[2]) {
       const Span sh = avg_span(w, 1, oh);
-      for (std::int64_t ow = 0; ow < w.out[2]; ++ow, ++index) {
-        const Span sw = avg_span(w, 2, ow);
+      for (std::size_t i = 0; i < along_w.size(); ++i) {
+        const Span& sw = along_w[i];
         const std::int64_t divisor =
             count_include_pad ? sd.padded * sh.padded * sw.padded
                               : (sd.end - sd.begin) * (sh.end - sh.begin) * (sw.end - sw.begin);
-        f(index, sd, sh, sw, divisor);
+        scale[i] = T(1) / static_cast<T>(divisor);
       }
+      f(out_row, sd, sh, scale);
     }
   }
 }
 
-// The maximum of every window of one plane (NaN wins, as in PyTorch) and its flat index in
-// the plane; index may be null when only the values are wanted.
-template <class T>
-void max_pool_plane(const T* x, const Window& w, T* out, std::int64_t* index) {
-  std::int64_t o = 0;
-  for (std::int64_t od = 0; od < w.out[0]; ++od) {
-    const std::int64_t d0 = od * w.stride[0] - w.padding[0];
-    for (std::int64_t oh = 0; oh < w.out[1]; ++oh) {
-      const std::int64_t h0 = oh * w.stride[1] - w.padding[1];
-      for (std::int64_t ow = 0; ow < w.out[2]; ++ow, ++o) {
-        const std::int64_t w0 = ow * w.stride[2] - w.padding[2];
-        T best = -std::numeric_limits<T>::infinity();
-        std::int64_t best_at = -1;
-        for (std::int64_t kd = 0; kd < w.kernel[0]; ++kd) {
-          const std::int64_t id = d0 + kd * w.dilation[0];
-          if (id < 0 || id >= w.in[0]) continue;
-          for (std::int64_t kh = 0; kh < w.kernel[1]; ++kh) {
-            const std::int64_t ih = h0 + kh * w.dilation[1];
-            if (ih < 0 || ih >= w.in[1]) continue;
-            const std::int64_t row = (id * w.in[1] + ih) * w.in[2];
-            for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-              const std::int64_t iw = w0 + kw * w.dilation[2];
-              if (iw < 0 || iw >= w.in[2]) continue;
-              const T v = x[row + iw];
-              if (best_at < 0) best_at = row + iw;  // all -inf: the first tap, as PyTorch
-              if (v > best || std::isnan(v)) {
-                best = v;
-                best_at = row + iw;
-              }
+// For each kernel tap along w, the output columns whose tap lies inside the input.
+std::vector<std::pair<std::int64_t, std::int64_t>> avg_columns(const Window& w) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> valid(static_cast<std::size_t>(w.kernel[2]));
+  for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+    valid[static_cast<std::size_t>(kw)] = valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw);
+  }
+  return valid;
+}
+
+// The taps of a max-pooling window along one dim that fall inside the input: window position
+// o starts at `start`; taps j in [first, last) read start + j * dilation.
+struct TapRange {
+  std::int64_t start, first, last;
+};
+std::vector<TapRange> tap_ranges(const Window& w, std::size_t d) {
+  std::vector<TapRange> ranges(static_cast<std::size_t>(w.out[d]));
+  for (std::int64_t o = 0; o < w.out[d]; ++o) {
+    const std::int64_t start = o * w.stride[d] - w.padding[d];
+    const std::int64_t first = std::clamp<std::int64_t>(ceil_div(-start, w.dilation[d]), 0, w.kernel[d]);
+    const std::int64_t last = std::clamp<std::int64_t>(ceil_div(w.in[d] - start, w.dilation[d]), first, w.kernel[d]);
+    ranges[static_cast<std::size_t>(o)] = {start, first, last};
+  }
+  return ranges;
+}
+
+// The maximum of every window of one plane (NaN wins, as in PyTorch: `v > best || isnan(v)`,
+// taps in row-major order) and its flat index in the plane. Each output row is updated one
+// kernel tap at a time across all its positions: branch-free, vectorisable loops.
+template <bool kWithIndex, class T>
+void max_pool_plane(const T* x, const Window& w, const std::array<std::vector<TapRange>, 3>& taps,
+                    T* out, std::int64_t* index) {
+  const std::int64_t width = w.out[2];
+  std::vector<std::pair<std::int64_t, std::int64_t>> valid(static_cast<std::size_t>(w.kernel[2]));
+  for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+    valid[static_cast<std::size_t>(kw)] =
+        valid_positions(w.in[2], width, w.stride[2], w.padding[2], kw * w.dilation[2]);
+  }
+  const auto clamp = [&](std::int64_t v, std::size_t d) {
+    return std::clamp<std::int64_t>(v, 0, w.in[d] - 1);
+  };
+  for (const TapRange& td : taps[0]) {
+    for (const TapRange& th : taps[1]) {
+      const bool rows_inside = td.first < td.last && th.first < th.last;
+      for (std::int64_t ow = 0; ow < width; ++ow) {
+        out[ow] = -std::numeric_limits<T>::infinity();
+        if constexpr (kWithIndex) {
+          // All -inf: the first tap inside, as PyTorch; a window entirely in the padding
+          // (possible with dilation) points at the nearest in-plane position.
+          const TapRange& tw = taps[2][static_cast<std::size_t>(ow)];
+          index[ow] = rows_inside && tw.first < tw.last
+                          ? ((td.start + td.first * w.dilation[0]) * w.in[1] + th.start +
+                             th.first * w.dilation[1]) * w.in[2] + tw.start + tw.first * w.dilation[2]
+                          : (clamp(td.start, 0) * w.in[1] + clamp(th.start, 1)) * w.in[2] +
+                                clamp(tw.start, 2);
+        }
+      }
+      for (std::int64_t kd = td.first; kd < td.last; ++kd) {
+        const std::int64_t id = td.start + kd * w.dilation[0];
+        for (std::int64_t kh = th.first; kh < th.last; ++kh) {
+          const std::int64_t row = (id * w.in[1] + th.start + kh * w.dilation[1]) * w.in[2];
+          for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+            const auto [first, last] = valid[static_cast<std::size_t>(kw)];
+            const std::int64_t base = row - w.padding[2] + kw * w.dilation[2];
+            const std::int64_t step = w.stride[2];
+            for (std::int64_t ow = first; ow < last; ++ow) {
+              const T v = x[base + ow * step];
+              const bool take = v > out[ow] || v != v;
+              out[ow] = take ? v : out[ow];
+              if constexpr (kWithIndex) index[ow] = take ? base + ow * step : index[ow];
             }
           }
         }
-        // A window entirely in the padding (possible with dilation) yields -inf at the
-        // nearest in-plane position, so the index stays valid.
-        if (best_at < 0) {
-          const auto clamp = [&](std::int64_t v, std::size_t d) {
-            return std::clamp<std::int64_t>(v, 0, w.in[d] - 1);
-          };
-          best_at = (clamp(d0, 0) * w.in[1] + clamp(h0, 1)) * w.in[2] + clamp(w0, 2);
-        }
-        out[o] = best;
-        if (index != nullptr) index[o] = best_at;
       }
+      out += width;
+      if constexpr (kWithIndex) index += width;
     }
   }
 }
@@ -139,6 +175,7 @@ Primitive CpuBackend::avg_pool(Primitive x, PoolOptions options) {
   const DType dtype = x->dtype();
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
+  const auto columns = avg_columns(w);
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), with_spatial(shape, w.out));
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
@@ -147,16 +184,22 @@ Primitive CpuBackend::avg_pool(Primitive x, PoolOptions options) {
     for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
       const T* plane = src + p * w.in_size();
       T* result = dst + p * w.out_size();
-      for_each_avg_window(w, options.count_include_pad,
-                          [&](std::int64_t o, Span sd, Span sh, Span sw, std::int64_t divisor) {
-                            double total = 0;
+      // Each output row sums one kernel tap at a time across all its windows.
+      for_each_avg_row<T>(w, options.count_include_pad,
+                          [&](std::int64_t row, Span sd, Span sh, const std::vector<T>& scale) {
+                            T* o = result + row;
+                            std::fill_n(o, w.out[2], T(0));
                             for (std::int64_t id = sd.begin; id < sd.end; ++id) {
                               for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
-                                const T* row = plane + (id * w.in[1] + ih) * w.in[2];
-                                for (std::int64_t iw = sw.begin; iw < sw.end; ++iw) total += row[iw];
+                                const T* line = plane + (id * w.in[1] + ih) * w.in[2];
+                                for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                                  const auto [first, last] = columns[static_cast<std::size_t>(kw)];
+                                  const T* at = line - w.padding[2] + kw;
+                                  for (std::int64_t ow = first; ow < last; ++ow) o[ow] += at[ow * w.stride[2]];
+                                }
                               }
                             }
-                            result[o] = static_cast<T>(total / static_cast<double>(divisor));
+                            for (std::int64_t ow = 0; ow < w.out[2]; ++ow) o[ow] *= scale[static_cast<std::size_t>(ow)];
                           });
     });
   });
@@ -167,6 +210,7 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
   const DType dtype = x->dtype();
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
+  const auto columns = avg_columns(w);
   auto dy = compute_input(*this, output_grad);
   auto out = make_tensor(dy->dtype(), shape);
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
@@ -176,13 +220,18 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
       const T* grad = src + p * w.out_size();
       T* plane = dst + p * w.in_size();
       std::fill_n(plane, w.in_size(), T(0));
-      for_each_avg_window(w, options.count_include_pad,
-                          [&](std::int64_t o, Span sd, Span sh, Span sw, std::int64_t divisor) {
-                            const T g = grad[o] / static_cast<T>(divisor);
+      std::vector<T> share(static_cast<std::size_t>(w.out[2]));
+      for_each_avg_row<T>(w, options.count_include_pad,
+                          [&](std::int64_t row, Span sd, Span sh, const std::vector<T>& scale) {
+                            for (std::size_t i = 0; i < share.size(); ++i) share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
                             for (std::int64_t id = sd.begin; id < sd.end; ++id) {
                               for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
-                                T* row = plane + (id * w.in[1] + ih) * w.in[2];
-                                for (std::int64_t iw = sw.begin; iw < sw.end; ++iw) row[iw] += g;
+                                T* line = plane + (id * w.in[1] + ih) * w.in[2];
+                                for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                                  const auto [first, last] = columns[static_cast<std::size_t>(kw)];
+                                  T* at = line - w.padding[2] + kw;
+                                  for (std::int64_t ow = first; ow < last; ++ow) at[ow * w.stride[2]] += share[static_cast<std::size_t>(ow)];
+                                }
                               }
                             }
                           });
@@ -195,13 +244,15 @@ Primitive CpuBackend::max_pool(Primitive x, PoolOptions options) {
   const DType dtype = x->dtype();
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
+  const std::array taps{tap_ranges(w, 0), tap_ranges(w, 1), tap_ranges(w, 2)};
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), with_spatial(shape, w.out));
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
     for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
-      max_pool_plane(src + p * w.in_size(), w, dst + p * w.out_size(), nullptr);
+      max_pool_plane<false>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
+                            static_cast<std::int64_t*>(nullptr));
     });
   });
   return from_compute(*this, out, dtype);
@@ -213,6 +264,7 @@ PrimitivePair CpuBackend::max_pool_with_indices(Primitive x, PoolOptions options
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
   const Shape out_shape = with_spatial(shape, w.out);
+  const std::array taps{tap_ranges(w, 0), tap_ranges(w, 1), tap_ranges(w, 2)};
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), out_shape);
   auto indices = make_tensor(index_dtype, out_shape);
@@ -223,7 +275,8 @@ PrimitivePair CpuBackend::max_pool_with_indices(Primitive x, PoolOptions options
       I* idx = indices->data_as<I>();
       for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
         std::vector<std::int64_t> plane_index(static_cast<std::size_t>(w.out_size()));
-        max_pool_plane(src + p * w.in_size(), w, dst + p * w.out_size(), plane_index.data());
+        max_pool_plane<true>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
+                             plane_index.data());
         I* o = idx + p * w.out_size();
         for (std::size_t i = 0; i < plane_index.size(); ++i) o[i] = static_cast<I>(plane_index[i]);
       });
