@@ -206,44 +206,76 @@ void conv_input_grad(const T* weight, const T* dy, T* dx, const ConvSizes& s, co
   });
 }
 
-// dweight = sum over images of dy im2col(x)^T, in tasks over (image, group, block of window
-// positions); each thread sums into its own copy of the gradient, added up at the end.
+// dweight = sum over images of dy im2col(x)^T. Small gradients (up to kPartialBytes, and all
+// the copies within kAllPartialsBytes): tasks over (image, group, block of window positions),
+// each thread summing into its own copy of the gradient, added up at the end. Larger ones:
+// tasks over (group, block of input channels), each owning its columns of the gradient and
+// looping over the images.
+constexpr std::int64_t kPartialBytes = std::int64_t{4} << 20;
+constexpr std::int64_t kAllPartialsBytes = std::int64_t{256} << 20;
+
 template <class T>
 void conv_weight_grad(const T* x, const T* dy, T* dweight, const ConvSizes& s, const Window& w) {
-  const std::int64_t image = w.in_size(), plane = w.out_size();
+  const std::int64_t image = w.in_size(), plane = w.out_size(), taps = w.kernel_size();
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
   const std::int64_t total = out_channels * s.rows;
   std::fill_n(dweight, total, T(0));
   const bool pointwise = w.is_pointwise();
-  const std::int64_t chunk = block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)),
-                                        s.batch * s.groups, 32);
-  const std::int64_t chunks = ceil_div(plane, chunk);
-  const std::int64_t columns_size = pointwise ? 0 : s.rows * chunk;
-  std::mutex mutex;
-  run_tasks<T>(
-      s.batch * s.groups * chunks, s.out_per_group * s.rows * chunk, columns_size + total,
-      [&](T* scratch) { std::fill_n(scratch + columns_size, total, T(0)); },
-      [&](std::int64_t t, T* scratch) {
-        const std::int64_t n = t / (s.groups * chunks), g = (t / chunks) % s.groups;
-        const std::int64_t first = (t % chunks) * chunk, last = std::min(plane, first + chunk);
-        const T* xg = x + (n * in_channels + g * s.in_per_group) * image;
-        const T* b = xg + first;
-        std::int64_t ldb = plane;
-        if (!pointwise) {
-          im2col_block(xg, s.in_per_group, w, first, last, scratch);
-          b = scratch;
-          ldb = last - first;
-        }
-        gemm<T>(false, true, s.out_per_group, s.rows, last - first, T(1),
-                dy + (n * out_channels + g * s.out_per_group) * plane + first, plane, b, ldb,
-                T(1), scratch + columns_size + g * s.out_per_group * s.rows, s.rows);
-      },
-      [&](T* scratch) {
-        std::lock_guard lock(mutex);
-        const T* partial = scratch + columns_size;
-        for (std::int64_t i = 0; i < total; ++i) dweight[i] += partial[i];
-      });
+  // One gemm: dweight[group rows, c0 * taps...] += dy[n, group][:, first:last] columns^T.
+  const auto accumulate = [&](std::int64_t n, std::int64_t g, std::int64_t c0, std::int64_t c1,
+                              std::int64_t first, std::int64_t last, T* columns, T* target) {
+    const T* xg = x + (n * in_channels + g * s.in_per_group + c0) * image;
+    const T* b = xg + first;
+    std::int64_t ldb = plane;
+    if (!pointwise) {
+      im2col_block(xg, c1 - c0, w, first, last, columns);
+      b = columns;
+      ldb = last - first;
+    }
+    gemm<T>(false, true, s.out_per_group, (c1 - c0) * taps, last - first, T(1),
+            dy + (n * out_channels + g * s.out_per_group) * plane + first, plane, b, ldb, T(1),
+            target + g * s.out_per_group * s.rows + c0 * taps, s.rows);
+  };
+  const std::int64_t bytes = total * static_cast<std::int64_t>(sizeof(T));
+  if (bytes <= kPartialBytes && thread_count() * bytes <= kAllPartialsBytes) {
+    const std::int64_t chunk = block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)),
+                                          s.batch * s.groups, 32);
+    const std::int64_t chunks = ceil_div(plane, chunk);
+    const std::int64_t columns_size = pointwise ? 0 : s.rows * chunk;
+    std::mutex mutex;
+    run_tasks<T>(
+        s.batch * s.groups * chunks, s.out_per_group * s.rows * chunk, columns_size + total,
+        [&](T* scratch) { std::fill_n(scratch + columns_size, total, T(0)); },
+        [&](std::int64_t t, T* scratch) {
+          const std::int64_t n = t / (s.groups * chunks), g = (t / chunks) % s.groups;
+          const std::int64_t first = (t % chunks) * chunk;
+          accumulate(n, g, 0, s.in_per_group, first, std::min(plane, first + chunk), scratch,
+                     scratch + columns_size);
+        },
+        [&](T* scratch) {
+          std::lock_guard lock(mutex);
+          const T* partial = scratch + columns_size;
+          for (std::int64_t i = 0; i < total; ++i) dweight[i] += partial[i];
+        });
+    return;
+  }
+  const std::int64_t block = block_size(s.in_per_group, taps * plane * static_cast<std::int64_t>(sizeof(T)),
+                                        s.groups, 1);
+  const std::int64_t blocks = ceil_div(s.in_per_group, block);
+  const std::int64_t chunk = std::clamp<std::int64_t>(
+      kColumnBytes / std::max<std::int64_t>(1, block * taps * static_cast<std::int64_t>(sizeof(T))),
+      32, std::max<std::int64_t>(plane, 1));
+  run_tasks<T>(s.groups * blocks, s.batch * s.out_per_group * block * taps * plane,
+               pointwise ? 0 : block * taps * chunk, [&](std::int64_t t, T* columns) {
+    const std::int64_t g = t / blocks;
+    const std::int64_t c0 = (t % blocks) * block, c1 = std::min(s.in_per_group, c0 + block);
+    for (std::int64_t n = 0; n < s.batch; ++n) {
+      for (std::int64_t first = 0; first < plane; first += chunk) {
+        accumulate(n, g, c0, c1, first, std::min(plane, first + chunk), columns, dweight);
+      }
+    }
+  });
 }
 
 ConvSizes conv_sizes(const Shape& x, const Shape& weight, std::int64_t groups, const Window& w) {
