@@ -22,8 +22,7 @@ constexpr std::int64_t conv_output_size(std::int64_t in, std::int64_t kernel, st
 // Output extent of a transposed convolution.
 constexpr std::int64_t conv_transpose_output_size(std::int64_t in, std::int64_t kernel,
                                                   std::int64_t stride, std::int64_t padding,
-                                                  std::int64_t dilation,
-                                                  std::int64_t padding_out) {
+                                                  std::int64_t dilation, std::int64_t padding_out) {
   return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + padding_out + 1;
 }
 
@@ -34,7 +33,8 @@ constexpr std::int64_t pool_output_size(std::int64_t in, std::int64_t kernel, st
                                         bool ceil_mode) {
   std::int64_t out =
       floor_div(in + 2 * padding - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0),
-                stride) + 1;
+                stride) +
+      1;
   if (ceil_mode && (out - 1) * stride >= in + padding) --out;
   return out;
 }

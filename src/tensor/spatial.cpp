@@ -44,7 +44,8 @@ Sizes option(Sizes values, std::size_t dims, std::int64_t fallback, std::int64_t
                           " entries, expected ", dims, " (one per spatial dim)");
   }
   for (std::int64_t v : values) {
-    if (v < minimum) fail<InvalidArgument>(op, name, " must be >= ", minimum, ", got ", list(values));
+    if (v < minimum)
+      fail<InvalidArgument>(op, name, " must be >= ", minimum, ", got ", list(values));
   }
   return values;
 }
@@ -102,7 +103,8 @@ std::span<const std::int64_t> kernel_of(const Primitive& weight) {
 
 void check_kernel_not_empty(const Primitive& weight, const char* op) {
   for (std::int64_t k : kernel_of(weight)) {
-    if (k < 1) fail<ShapeMismatch>(op, "weight ", weight->shape().to_string(), " has an empty kernel");
+    if (k < 1)
+      fail<ShapeMismatch>(op, "weight ", weight->shape().to_string(), " has an empty kernel");
   }
 }
 
@@ -118,13 +120,14 @@ PoolOptions pool_options(const Primitive& x, PoolOptions o, std::size_t dims, bo
   }
   o.kernel_size = option(std::move(o.kernel_size), dims, 1, 1, "kernel_size", op);
   // Windows do not overlap by default: stride = kernel_size.
-  o.stride = o.stride.empty() ? o.kernel_size : option(std::move(o.stride), dims, 1, 1, "stride", op);
+  o.stride =
+      o.stride.empty() ? o.kernel_size : option(std::move(o.stride), dims, 1, 1, "stride", op);
   o.padding = option(std::move(o.padding), dims, 0, 0, "padding", op);
   o.dilation = option(std::move(o.dilation), dims, 1, 1, "dilation", op);
   for (std::size_t d = 0; d < dims; ++d) {
     if (2 * o.padding[d] > o.kernel_size[d]) {
-      fail<InvalidArgument>(op, "padding ", list(o.padding), " must be at most half of kernel_size ",
-                            list(o.kernel_size));
+      fail<InvalidArgument>(op, "padding ", list(o.padding),
+                            " must be at most half of kernel_size ", list(o.kernel_size));
     }
     if (!is_max && o.dilation[d] != 1) {
       fail<InvalidArgument>(op, "dilation ", list(o.dilation), " is for max pooling only");
@@ -206,7 +209,8 @@ Primitive conv_transpose(Primitive x, Primitive weight, std::optional<Primitive>
   check_input_rank(weight, spatial_dims, "weight", op);
   options.stride = option(std::move(options.stride), spatial_dims, 1, 1, "stride", op);
   options.padding = option(std::move(options.padding), spatial_dims, 0, 0, "padding", op);
-  options.padding_out = option(std::move(options.padding_out), spatial_dims, 0, 0, "padding_out", op);
+  options.padding_out =
+      option(std::move(options.padding_out), spatial_dims, 0, 0, "padding_out", op);
   options.dilation = option(std::move(options.dilation), spatial_dims, 1, 1, "dilation", op);
   const std::int64_t in_channels = x->shape()[1];
   check_groups(options.groups, in_channels, "input channels", op);
@@ -220,16 +224,16 @@ Primitive conv_transpose(Primitive x, Primitive weight, std::optional<Primitive>
   for (std::size_t d = 0; d < spatial_dims; ++d) {
     if (options.padding_out[d] >= std::max(options.stride[d], options.dilation[d])) {
       fail<InvalidArgument>(op, "padding_out ", list(options.padding_out),
-                            " must be smaller than stride ", list(options.stride),
-                            " or dilation ", list(options.dilation));
+                            " must be smaller than stride ", list(options.stride), " or dilation ",
+                            list(options.dilation));
     }
     const std::int64_t out = spatial::conv_transpose_output_size(
         x->shape()[d + 2], kernel[d], options.stride[d], options.padding[d], options.dilation[d],
         options.padding_out[d]);
     if (out < 1) {
-      fail<ShapeMismatch>(op, "output size ", out, " in spatial dim ", d, " is not positive (input ",
-                          x->shape().to_string(), ", kernel ", list(kernel), ", padding ",
-                          list(options.padding), ")");
+      fail<ShapeMismatch>(op, "output size ", out, " in spatial dim ", d,
+                          " is not positive (input ", x->shape().to_string(), ", kernel ",
+                          list(kernel), ", padding ", list(options.padding), ")");
     }
   }
   check_bias(bias, weight->shape()[1] * options.groups, op);
@@ -278,7 +282,8 @@ Primitive unfold_patches(Primitive x, UnfoldOptions options) {
   check_float(x, op);
   check_input_rank(x, 2, "input", op);
   options = unfold_options(std::move(options), op);
-  check_fits(x->shape(), options.kernel_size, options.stride, options.padding, options.dilation, op);
+  check_fits(x->shape(), options.kernel_size, options.stride, options.padding, options.dilation,
+             op);
   return backend_of(x).unfold_patches(std::move(x), std::move(options));
 }
 
@@ -300,14 +305,14 @@ Primitive fold_patches(Primitive x, std::vector<std::int64_t> output_size, Unfol
   }
   std::int64_t positions = 1;
   for (std::size_t d = 0; d < 2; ++d) {
-    positions *= spatial::conv_output_size(output_size[d], options.kernel_size[d],
-                                           options.stride[d], options.padding[d],
-                                           options.dilation[d]);
+    positions *=
+        spatial::conv_output_size(output_size[d], options.kernel_size[d], options.stride[d],
+                                  options.padding[d], options.dilation[d]);
   }
   if (x->shape()[2] != positions) {
     fail<ShapeMismatch>(op, "input has ", x->shape()[2], " window positions but output size ",
-                        list(output_size), " with kernel ", list(options.kernel_size),
-                        " gives ", positions);
+                        list(output_size), " with kernel ", list(options.kernel_size), " gives ",
+                        positions);
   }
   return backend_of(x).fold_patches(std::move(x), std::move(output_size), std::move(options));
 }

@@ -107,14 +107,16 @@ KILN_CONFORMANCE_ROW(convolution,
     const Sizes dilation = filled(c.dilation, dims, 1);
     Sizes out_spatial;
     for (std::size_t d = 0; d < dims; ++d) {
-      out_spatial.push_back((c.x[2 + d] + 2 * padding[d] - dilation[d] * (c.weight[2 + d] - 1) - 1) / stride[d] + 1);
+      out_spatial.push_back(
+          (c.x[2 + d] + 2 * padding[d] - dilation[d] * (c.weight[2 + d] - 1) - 1) / stride[d] + 1);
     }
     const Shape y_shape = with_spatial(c.x[0], c.weight[0], out_spatial);
     std::vector<DType> dtypes(std::begin(kMainDTypes), std::end(kMainDTypes));
     if (ci == 2) dtypes.insert(dtypes.end(), std::begin(kHalfDTypes), std::end(kHalfDTypes));
     for (DType dtype : dtypes) {
       for (Layout layout : kLayouts) {
-        const std::string what = "conv case " + std::to_string(ci) + " " + context(device, dtype, layout, c.x);
+        const std::string what =
+            "conv case " + std::to_string(ci) + " " + context(device, dtype, layout, c.x);
         const Values x = random_values(c.x, dtype, seed++, -1, 1);
         const Values w = random_values(c.weight, dtype, seed++, -1, 1);
         const Values b = random_values(Shape{c.weight[0]}, dtype, seed++, -1, 1);
@@ -123,7 +125,8 @@ KILN_CONFORMANCE_ROW(convolution,
         Values db(static_cast<std::size_t>(c.weight[0]), 0.0);
         for_each_conv_term(c.x, y_shape, c.weight, stride, padding, dilation, c.groups,
                            [&](std::int64_t i, std::int64_t o, std::int64_t k) {
-                             const auto iu = static_cast<std::size_t>(i), ou = static_cast<std::size_t>(o),
+                             const auto iu = static_cast<std::size_t>(i),
+                                        ou = static_cast<std::size_t>(o),
                                         ku = static_cast<std::size_t>(k);
                              y[ou] += x[iu] * w[ku];
                              dx[iu] += g[ou] * w[ku];
@@ -135,10 +138,12 @@ KILN_CONFORMANCE_ROW(convolution,
           db[channel] += g[static_cast<std::size_t>(o)];
         }
         // The weight takes the transposed layout too, the gradient the strided one.
-        const Layout weight_layout = layout == Layout::Transposed ? Layout::Transposed : Layout::Contiguous;
+        const Layout weight_layout =
+            layout == Layout::Transposed ? Layout::Transposed : Layout::Contiguous;
         Primitive px = make_primitive(x, c.x, dtype, layout, device);
         Primitive pw = make_primitive(w, c.weight, dtype, weight_layout, device);
-        Primitive pg = make_primitive(g, y_shape, dtype, layout == Layout::Offset ? Layout::Strided : layout, device);
+        Primitive pg = make_primitive(g, y_shape, dtype,
+                                      layout == Layout::Offset ? Layout::Strided : layout, device);
         std::optional<Primitive> pb;
         if (c.bias) pb = make_primitive(b, Shape{c.weight[0]}, dtype, Layout::Contiguous, device);
         ConvOptions options{c.stride, c.padding, c.dilation, c.groups};
@@ -149,8 +154,8 @@ KILN_CONFORMANCE_ROW(convolution,
               what + " x grad", 8);
         check(backend.conv_weight_backward(px, pw, pg, full), c.weight, dtype,
               representable(dw, dtype), what + " weight grad", 8);
-        check(backend.conv_bias_backward(pg), Shape{c.weight[0]}, dtype,
-              representable(db, dtype), what + " bias grad", 8);
+        check(backend.conv_bias_backward(pg), Shape{c.weight[0]}, dtype, representable(db, dtype),
+              what + " bias grad", 8);
       }
     }
   }
@@ -177,7 +182,8 @@ KILN_CONFORMANCE_ROW(conv_transpose, ({"conv_transpose"})) {
     const ConvTransposeCase& c = cases[ci];
     const std::size_t dims = c.x.rank() - 2;
     const Sizes stride = filled(c.stride, dims, 1), padding = filled(c.padding, dims, 0);
-    const Sizes padding_out = filled(c.padding_out, dims, 0), dilation = filled(c.dilation, dims, 1);
+    const Sizes padding_out = filled(c.padding_out, dims, 0),
+                dilation = filled(c.dilation, dims, 1);
     Sizes out_spatial;
     for (std::size_t d = 0; d < dims; ++d) {
       out_spatial.push_back((c.x[2 + d] - 1) * stride[d] - 2 * padding[d] +
@@ -189,7 +195,8 @@ KILN_CONFORMANCE_ROW(conv_transpose, ({"conv_transpose"})) {
     if (ci == 1) dtypes.insert(dtypes.end(), std::begin(kHalfDTypes), std::end(kHalfDTypes));
     for (DType dtype : dtypes) {
       for (Layout layout : kLayouts) {
-        const std::string what = "conv_transpose case " + std::to_string(ci) + " " + context(device, dtype, layout, c.x);
+        const std::string what =
+            "conv_transpose case " + std::to_string(ci) + " " + context(device, dtype, layout, c.x);
         const Values x = random_values(c.x, dtype, seed++, -1, 1);
         const Values w = random_values(c.weight, dtype, seed++, -1, 1);
         const Values b = random_values(Shape{out_channels}, dtype, seed++, -1, 1);
@@ -198,7 +205,8 @@ KILN_CONFORMANCE_ROW(conv_transpose, ({"conv_transpose"})) {
         Values y = zeros(y_shape);
         for_each_conv_term(y_shape, c.x, c.weight, stride, padding, dilation, c.groups,
                            [&](std::int64_t i, std::int64_t o, std::int64_t k) {
-                             y[static_cast<std::size_t>(i)] += x[static_cast<std::size_t>(o)] * w[static_cast<std::size_t>(k)];
+                             y[static_cast<std::size_t>(i)] +=
+                                 x[static_cast<std::size_t>(o)] * w[static_cast<std::size_t>(k)];
                            });
         if (c.bias) {
           for (std::int64_t i = 0; i < y_shape.num_elements(); ++i) {
@@ -206,7 +214,9 @@ KILN_CONFORMANCE_ROW(conv_transpose, ({"conv_transpose"})) {
           }
         }
         Primitive px = make_primitive(x, c.x, dtype, layout, device);
-        Primitive pw = make_primitive(w, c.weight, dtype, layout == Layout::Strided ? Layout::Strided : Layout::Contiguous, device);
+        Primitive pw = make_primitive(
+            w, c.weight, dtype, layout == Layout::Strided ? Layout::Strided : Layout::Contiguous,
+            device);
         std::optional<Primitive> pb;
         if (c.bias) pb = make_primitive(b, Shape{out_channels}, dtype, Layout::Contiguous, device);
         ConvTransposeOptions options{c.stride, c.padding, c.padding_out, c.dilation, c.groups};
@@ -244,7 +254,8 @@ PoolOptions filled(PoolOptions o) {
 Shape pool_shape(const Shape& x, const PoolOptions& o) {
   Sizes out;
   for (std::size_t d = 0; d < o.kernel_size.size(); ++d) {
-    out.push_back(pool_out(x[2 + d], o.kernel_size[d], o.stride[d], o.padding[d], o.dilation[d], o.ceil_mode));
+    out.push_back(pool_out(x[2 + d], o.kernel_size[d], o.stride[d], o.padding[d], o.dilation[d],
+                           o.ceil_mode));
   }
   return with_spatial(x[0], x[1], out);
 }
@@ -288,10 +299,21 @@ std::int64_t in_plane(std::int64_t flat, const Shape& x) {
 KILN_CONFORMANCE_ROW(avg_pool, ({"avg_pool", "avg_pool_backward"})) {
   const std::vector<PoolCase> cases = {
       {{2, 3, 9}, {.kernel_size = {3}, .stride = {2}, .padding = {1}}},
-      {{1, 2, 8}, {.kernel_size = {3}, .stride = {2}, .padding = {1}, .ceil_mode = true, .count_include_pad = false}},
-      {{2, 2, 7, 6}, {.kernel_size = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}},
+      {{1, 2, 8},
+       {.kernel_size = {3},
+        .stride = {2},
+        .padding = {1},
+        .ceil_mode = true,
+        .count_include_pad = false}},
+      {{2, 2, 7, 6},
+       {.kernel_size = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}},
       {{1, 3, 5, 5}, {.kernel_size = {2, 2}, .count_include_pad = false}},
-      {{1, 2, 4, 5, 3}, {.kernel_size = {2, 3, 2}, .stride = {2, 2, 1}, .padding = {1, 1, 0}, .ceil_mode = true, .count_include_pad = false}},
+      {{1, 2, 4, 5, 3},
+       {.kernel_size = {2, 3, 2},
+        .stride = {2, 2, 1},
+        .padding = {1, 1, 0},
+        .ceil_mode = true,
+        .count_include_pad = false}},
   };
   Backend& backend = backend_for(device);
   std::uint64_t seed = 900;
@@ -303,14 +325,16 @@ KILN_CONFORMANCE_ROW(avg_pool, ({"avg_pool", "avg_pool_backward"})) {
     if (ci == 2) dtypes.insert(dtypes.end(), std::begin(kHalfDTypes), std::end(kHalfDTypes));
     for (DType dtype : dtypes) {
       for (Layout layout : kLayouts) {
-        const std::string what = "avg_pool case " + std::to_string(ci) + " " + context(device, dtype, layout, xs);
+        const std::string what =
+            "avg_pool case " + std::to_string(ci) + " " + context(device, dtype, layout, xs);
         const Values x = random_values(xs, dtype, seed++);
         const Values g = random_values(ys, dtype, seed++);
         Values y = zeros(ys), dx = zeros(xs);
         for (std::int64_t out = 0; out < ys.num_elements(); ++out) {
           const PoolWindow win = pool_window(xs, ys, o, out);
           const double divisor = static_cast<double>(
-              o.count_include_pad ? win.padded_count : static_cast<std::int64_t>(win.positions.size()));
+              o.count_include_pad ? win.padded_count
+                                  : static_cast<std::int64_t>(win.positions.size()));
           for (std::int64_t i : win.positions) {
             y[static_cast<std::size_t>(out)] += x[static_cast<std::size_t>(i)] / divisor;
             dx[static_cast<std::size_t>(i)] += g[static_cast<std::size_t>(out)] / divisor;
@@ -319,8 +343,10 @@ KILN_CONFORMANCE_ROW(avg_pool, ({"avg_pool", "avg_pool_backward"})) {
         Primitive px = make_primitive(x, xs, dtype, layout, device);
         Primitive pg = make_primitive(g, ys, dtype, layout, device);
         const std::size_t dims = xs.rank() - 2;
-        check(detail::avg_pool(px, cases[ci].options, dims), ys, dtype, representable(y, dtype), what);
-        check(backend.avg_pool_backward(px, pg, o), xs, dtype, representable(dx, dtype), what + " backward");
+        check(detail::avg_pool(px, cases[ci].options, dims), ys, dtype, representable(y, dtype),
+              what);
+        check(backend.avg_pool_backward(px, pg, o), xs, dtype, representable(dx, dtype),
+              what + " backward");
       }
     }
   }
@@ -329,9 +355,15 @@ KILN_CONFORMANCE_ROW(avg_pool, ({"avg_pool", "avg_pool_backward"})) {
 KILN_CONFORMANCE_ROW(max_pool,
                      ({"max_pool", "max_pool_with_indices", "max_pool_with_indices_backward"})) {
   const std::vector<PoolCase> cases = {
-      {{2, 3, 10}, {.kernel_size = {3}, .stride = {2}, .padding = {1}, .dilation = {2}, .ceil_mode = true}},
+      {{2, 3, 10},
+       {.kernel_size = {3}, .stride = {2}, .padding = {1}, .dilation = {2}, .ceil_mode = true}},
       {{2, 2, 7, 6}, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
-      {{1, 2, 6, 7}, {.kernel_size = {2, 3}, .stride = {1, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true}},
+      {{1, 2, 6, 7},
+       {.kernel_size = {2, 3},
+        .stride = {1, 2},
+        .padding = {1, 1},
+        .dilation = {2, 1},
+        .ceil_mode = true}},
       {{1, 1, 4, 5, 4}, {.kernel_size = {2, 2, 2}}},
       {{0, 2, 4, 4}, {.kernel_size = {2, 2}}},
   };
@@ -345,10 +377,12 @@ KILN_CONFORMANCE_ROW(max_pool,
     if (ci == 1) dtypes.insert(dtypes.end(), std::begin(kHalfDTypes), std::end(kHalfDTypes));
     for (DType dtype : dtypes) {
       for (Layout layout : kLayouts) {
-        const std::string what = "max_pool case " + std::to_string(ci) + " " + context(device, dtype, layout, xs);
+        const std::string what =
+            "max_pool case " + std::to_string(ci) + " " + context(device, dtype, layout, xs);
         Values x = random_values(xs, dtype, seed++);
         // A NaN wins its windows (case 1, contiguous): values and indices follow it.
-        if (ci == 1 && layout == Layout::Contiguous) x[9] = std::numeric_limits<double>::quiet_NaN();
+        if (ci == 1 && layout == Layout::Contiguous)
+          x[9] = std::numeric_limits<double>::quiet_NaN();
         const Values g = random_values(ys, dtype, seed++);
         Values y = zeros(ys), index = zeros(ys), dx = zeros(xs);
         for (std::int64_t out = 0; out < ys.num_elements(); ++out) {
@@ -380,10 +414,8 @@ KILN_CONFORMANCE_ROW(max_pool,
 
 KILN_CONFORMANCE_ROW(adaptive_avg_pool, ({"adaptive_avg_pool", "adaptive_avg_pool_backward"})) {
   const std::vector<std::pair<Shape, Sizes>> cases = {
-      {{2, 3, 10}, {4}},
-      {{1, 2, 7, 5}, {3, 4}},
-      {{1, 1, 3, 2}, {5, 4}},
-      {{1, 2, 5, 4, 3}, {2, 3, 2}},
+      {{2, 3, 10}, {4}},      {{1, 2, 7, 5}, {3, 4}},
+      {{1, 1, 3, 2}, {5, 4}}, {{1, 2, 5, 4, 3}, {2, 3, 2}},
       {{0, 2, 3, 3}, {2, 2}},
   };
   Backend& backend = backend_for(device);
@@ -396,7 +428,8 @@ KILN_CONFORMANCE_ROW(adaptive_avg_pool, ({"adaptive_avg_pool", "adaptive_avg_poo
     if (ci == 1) dtypes.insert(dtypes.end(), std::begin(kHalfDTypes), std::end(kHalfDTypes));
     for (DType dtype : dtypes) {
       for (Layout layout : kLayouts) {
-        const std::string what = "adaptive_avg_pool case " + std::to_string(ci) + " " + context(device, dtype, layout, xs);
+        const std::string what = "adaptive_avg_pool case " + std::to_string(ci) + " " +
+                                 context(device, dtype, layout, xs);
         const Values x = random_values(xs, dtype, seed++);
         const Values g = random_values(ys, dtype, seed++);
         Values y = zeros(ys), dx = zeros(xs);
@@ -405,8 +438,10 @@ KILN_CONFORMANCE_ROW(adaptive_avg_pool, ({"adaptive_avg_pool", "adaptive_avg_poo
           Sizes start, extent;
           for (std::size_t d = 0; d < dims; ++d) {
             const double in = static_cast<double>(xs[2 + d]), n = static_cast<double>(out_size[d]);
-            const auto s = static_cast<std::int64_t>(std::floor(static_cast<double>(oi[2 + d]) * in / n));
-            const auto e = static_cast<std::int64_t>(std::ceil(static_cast<double>(oi[2 + d] + 1) * in / n));
+            const auto s =
+                static_cast<std::int64_t>(std::floor(static_cast<double>(oi[2 + d]) * in / n));
+            const auto e =
+                static_cast<std::int64_t>(std::ceil(static_cast<double>(oi[2 + d] + 1) * in / n));
             start.push_back(s);
             extent.push_back(e - s);
           }
@@ -443,7 +478,10 @@ std::vector<std::pair<std::int64_t, double>> interpolation_taps(std::int64_t i, 
   const auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v, 0, in - 1); };
   switch (o.mode) {
     case InterpolateMode::Nearest:
-      return {{std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(double(i) * double(in) / double(out))), in - 1), 1.0}};
+      return {
+          {std::min<std::int64_t>(
+               static_cast<std::int64_t>(std::floor(double(i) * double(in) / double(out))), in - 1),
+           1.0}};
     case InterpolateMode::Bilinear: {
       const double s = std::max(src, 0.0);
       const auto i0 = static_cast<std::int64_t>(std::floor(s));
@@ -461,8 +499,10 @@ std::vector<std::pair<std::int64_t, double>> interpolation_taps(std::int64_t i, 
         if (x < 2) return a * x * x * x - 5 * a * x * x + 8 * a * x - 4 * a;
         return 0.0;
       };
-      return {{clamp(i0 - 1), kernel(1 + t)}, {clamp(i0), kernel(t)},
-              {clamp(i0 + 1), kernel(1 - t)}, {clamp(i0 + 2), kernel(2 - t)}};
+      return {{clamp(i0 - 1), kernel(1 + t)},
+              {clamp(i0), kernel(t)},
+              {clamp(i0 + 1), kernel(1 - t)},
+              {clamp(i0 + 2), kernel(2 - t)}};
     }
   }
   return {};
@@ -473,7 +513,8 @@ KILN_CONFORMANCE_ROW(interpolate, ({"interpolate", "interpolate_backward"})) {
   const std::vector<Sizes> sizes = {{7, 3}, {3, 6}, {5, 4}, {1, 1}, {10, 8}};
   Backend& backend = backend_for(device);
   std::uint64_t seed = 2100;
-  for (InterpolateMode mode : {InterpolateMode::Nearest, InterpolateMode::Bilinear, InterpolateMode::Bicubic}) {
+  for (InterpolateMode mode :
+       {InterpolateMode::Nearest, InterpolateMode::Bilinear, InterpolateMode::Bicubic}) {
     for (bool align : {false, true}) {
       if (mode == InterpolateMode::Nearest && align) continue;  // nearest has no corner rule
       const InterpolateOptions o{mode, align};
@@ -516,7 +557,8 @@ KILN_CONFORMANCE_ROW(interpolate, ({"interpolate", "interpolate_backward"})) {
 
 KILN_CONFORMANCE_ROW(unfold_fold, ({"unfold_patches", "fold_patches"})) {
   const std::vector<std::pair<Shape, UnfoldOptions>> cases = {
-      {{2, 3, 6, 5}, {.kernel_size = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}}},
+      {{2, 3, 6, 5},
+       {.kernel_size = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}}},
       {{1, 2, 4, 4}, {.kernel_size = {2, 2}}},
       {{1, 1, 5, 3}, {.kernel_size = {1, 3}, .stride = {2, 3}, .padding = {0, 1}}},
   };
@@ -531,14 +573,17 @@ KILN_CONFORMANCE_ROW(unfold_fold, ({"unfold_patches", "fold_patches"})) {
     const std::int64_t taps = o.kernel_size[0] * o.kernel_size[1];
     Sizes grid;
     for (std::size_t d = 0; d < 2; ++d) {
-      grid.push_back((xs[2 + d] + 2 * o.padding[d] - o.dilation[d] * (o.kernel_size[d] - 1) - 1) / o.stride[d] + 1);
+      grid.push_back((xs[2 + d] + 2 * o.padding[d] - o.dilation[d] * (o.kernel_size[d] - 1) - 1) /
+                         o.stride[d] +
+                     1);
     }
     const Shape cs{xs[0], xs[1] * taps, grid[0] * grid[1]};
     std::vector<DType> dtypes(std::begin(kMainDTypes), std::end(kMainDTypes));
     if (ci == 0) dtypes.insert(dtypes.end(), std::begin(kHalfDTypes), std::end(kHalfDTypes));
     for (DType dtype : dtypes) {
       for (Layout layout : kLayouts) {
-        const std::string what = "unfold case " + std::to_string(ci) + " " + context(device, dtype, layout, xs);
+        const std::string what =
+            "unfold case " + std::to_string(ci) + " " + context(device, dtype, layout, xs);
         const Values x = random_values(xs, dtype, seed++);
         const Values cols = random_values(cs, dtype, seed++);
         Values unfolded = zeros(cs), folded = zeros(xs);
@@ -547,8 +592,10 @@ KILN_CONFORMANCE_ROW(unfold_fold, ({"unfold_patches", "fold_patches"})) {
             for (std::int64_t k = 0; k < taps; ++k) {
               const std::int64_t kh = k / o.kernel_size[1], kw = k % o.kernel_size[1];
               for (std::int64_t l = 0; l < grid[0] * grid[1]; ++l) {
-                const std::int64_t h = (l / grid[1]) * o.stride[0] - o.padding[0] + kh * o.dilation[0];
-                const std::int64_t w = (l % grid[1]) * o.stride[1] - o.padding[1] + kw * o.dilation[1];
+                const std::int64_t h =
+                    (l / grid[1]) * o.stride[0] - o.padding[0] + kh * o.dilation[0];
+                const std::int64_t w =
+                    (l % grid[1]) * o.stride[1] - o.padding[1] + kw * o.dilation[1];
                 if (h < 0 || h >= xs[2] || w < 0 || w >= xs[3]) continue;
                 const auto col = static_cast<std::size_t>(ravel({n, c * taps + k, l}, cs));
                 const auto i = static_cast<std::size_t>(ravel({n, c, h, w}, xs));

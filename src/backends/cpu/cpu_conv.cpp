@@ -35,8 +35,8 @@ Window conv_window(const Shape& x, const Shape& weight, const ConvOptions& o) {
   w.padding = align3(o.padding, 0);
   w.dilation = align3(o.dilation, 1);
   for (std::size_t d = 0; d < 3; ++d) {
-    w.out[d] = spatial::conv_output_size(w.in[d], w.kernel[d], w.stride[d], w.padding[d],
-                                         w.dilation[d]);
+    w.out[d] =
+        spatial::conv_output_size(w.in[d], w.kernel[d], w.stride[d], w.padding[d], w.dilation[d]);
   }
   return w;
 }
@@ -103,8 +103,10 @@ class SingleThreadedBlas {
 template <class T, class Begin, class Task, class End>
 void run_tasks(std::int64_t tasks, std::int64_t work, std::int64_t scratch_size, Begin&& begin,
                Task&& task, End&& end) {
-  const std::int64_t grain = std::max<std::int64_t>(1, kSerialWork / std::max<std::int64_t>(1, work));
-  const bool parallel = !omp_in_parallel() && std::min<std::int64_t>(thread_count(), tasks / grain) > 1;
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kSerialWork / std::max<std::int64_t>(1, work));
+  const bool parallel =
+      !omp_in_parallel() && std::min<std::int64_t>(thread_count(), tasks / grain) > 1;
   SingleThreadedBlas blas(parallel);
   parallel_for(tasks, grain, [&](std::int64_t first, std::int64_t last) {
     std::shared_ptr<CpuTensor> storage;
@@ -117,7 +119,8 @@ void run_tasks(std::int64_t tasks, std::int64_t work, std::int64_t scratch_size,
 }
 template <class T, class Task>
 void run_tasks(std::int64_t tasks, std::int64_t work, std::int64_t scratch_size, Task&& task) {
-  run_tasks<T>(tasks, work, scratch_size, [](T*) {}, std::forward<Task>(task), [](T*) {});
+  run_tasks<T>(
+      tasks, work, scratch_size, [](T*) {}, std::forward<Task>(task), [](T*) {});
 }
 
 // How many of `count` units (window positions, channels) one task takes: blocks of equal size,
@@ -136,7 +139,8 @@ std::int64_t block_size(std::int64_t count, std::int64_t unit_bytes, std::int64_
 // y[n, c, :] += bias[c] on contiguous [batch, channels, plane] data.
 template <class T>
 void add_bias(T* y, const T* bias, std::int64_t batch, std::int64_t channels, std::int64_t plane) {
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, plane));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, plane));
   parallel_for(batch * channels, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const T b = bias[i % channels];
@@ -155,31 +159,32 @@ void conv_forward(const T* x, const T* weight, const T* bias, T* y, const ConvSi
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
   const bool pointwise = w.is_pointwise();
-  const std::int64_t chunk = block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)),
-                                        s.batch * s.groups, 32);
+  const std::int64_t chunk =
+      block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)), s.batch * s.groups, 32);
   const std::int64_t chunks = ceil_div(plane, chunk);
   run_tasks<T>(s.batch * s.groups * chunks, s.out_per_group * s.rows * chunk,
                pointwise ? 0 : s.rows * chunk, [&](std::int64_t t, T* columns) {
-    const std::int64_t n = t / (s.groups * chunks), g = (t / chunks) % s.groups;
-    const std::int64_t first = (t % chunks) * chunk, last = std::min(plane, first + chunk);
-    const T* xg = x + (n * in_channels + g * s.in_per_group) * image;
-    const T* b = xg + first;
-    std::int64_t ldb = plane;
-    if (!pointwise) {
-      im2col_block(xg, s.in_per_group, w, first, last, columns);
-      b = columns;
-      ldb = last - first;
-    }
-    T* yg = y + (n * out_channels + g * s.out_per_group) * plane + first;
-    gemm<T>(false, false, s.out_per_group, last - first, s.rows, T(1),
-            weight + g * s.out_per_group * s.rows, s.rows, b, ldb, T(0), yg, plane);
-    if (bias == nullptr) return;
-    for (std::int64_t c = 0; c < s.out_per_group; ++c) {
-      const T value = bias[g * s.out_per_group + c];
-      T* row = yg + c * plane;
-      for (std::int64_t j = 0; j < last - first; ++j) row[j] += value;
-    }
-  });
+                 const std::int64_t n = t / (s.groups * chunks), g = (t / chunks) % s.groups;
+                 const std::int64_t first = (t % chunks) * chunk,
+                                    last = std::min(plane, first + chunk);
+                 const T* xg = x + (n * in_channels + g * s.in_per_group) * image;
+                 const T* b = xg + first;
+                 std::int64_t ldb = plane;
+                 if (!pointwise) {
+                   im2col_block(xg, s.in_per_group, w, first, last, columns);
+                   b = columns;
+                   ldb = last - first;
+                 }
+                 T* yg = y + (n * out_channels + g * s.out_per_group) * plane + first;
+                 gemm<T>(false, false, s.out_per_group, last - first, s.rows, T(1),
+                         weight + g * s.out_per_group * s.rows, s.rows, b, ldb, T(0), yg, plane);
+                 if (bias == nullptr) return;
+                 for (std::int64_t c = 0; c < s.out_per_group; ++c) {
+                   const T value = bias[g * s.out_per_group + c];
+                   T* row = yg + c * plane;
+                   for (std::int64_t j = 0; j < last - first; ++j) row[j] += value;
+                 }
+               });
 }
 
 // dx = col2im(weight^T dy), in tasks over (image, group, block of image channels): col2im of
@@ -190,20 +195,21 @@ void conv_input_grad(const T* weight, const T* dy, T* dx, const ConvSizes& s, co
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
   const bool pointwise = w.is_pointwise();
-  const std::int64_t block = block_size(s.in_per_group, taps * plane * static_cast<std::int64_t>(sizeof(T)),
-                                        s.batch * s.groups, 1);
+  const std::int64_t block = block_size(
+      s.in_per_group, taps * plane * static_cast<std::int64_t>(sizeof(T)), s.batch * s.groups, 1);
   const std::int64_t blocks = ceil_div(s.in_per_group, block);
   run_tasks<T>(s.batch * s.groups * blocks, s.out_per_group * block * taps * plane,
                pointwise ? 0 : block * taps * plane, [&](std::int64_t t, T* columns) {
-    const std::int64_t n = t / (s.groups * blocks), g = (t / blocks) % s.groups;
-    const std::int64_t c0 = (t % blocks) * block, c1 = std::min(s.in_per_group, c0 + block);
-    T* dxg = dx + (n * in_channels + g * s.in_per_group + c0) * image;
-    gemm<T>(true, false, (c1 - c0) * taps, plane, s.out_per_group, T(1),
-            weight + g * s.out_per_group * s.rows + c0 * taps, s.rows,
-            dy + (n * out_channels + g * s.out_per_group) * plane, plane, T(0),
-            pointwise ? dxg : columns, plane);
-    if (!pointwise) col2im_block(columns, c1 - c0, w, dxg);
-  });
+                 const std::int64_t n = t / (s.groups * blocks), g = (t / blocks) % s.groups;
+                 const std::int64_t c0 = (t % blocks) * block,
+                                    c1 = std::min(s.in_per_group, c0 + block);
+                 T* dxg = dx + (n * in_channels + g * s.in_per_group + c0) * image;
+                 gemm<T>(true, false, (c1 - c0) * taps, plane, s.out_per_group, T(1),
+                         weight + g * s.out_per_group * s.rows + c0 * taps, s.rows,
+                         dy + (n * out_channels + g * s.out_per_group) * plane, plane, T(0),
+                         pointwise ? dxg : columns, plane);
+                 if (!pointwise) col2im_block(columns, c1 - c0, w, dxg);
+               });
 }
 
 // dweight = sum over images of dy im2col(x)^T. Small gradients (up to kPartialBytes, and all
@@ -239,8 +245,8 @@ void conv_weight_grad(const T* x, const T* dy, T* dweight, const ConvSizes& s, c
   };
   const std::int64_t bytes = total * static_cast<std::int64_t>(sizeof(T));
   if (bytes <= kPartialBytes && thread_count() * bytes <= kAllPartialsBytes) {
-    const std::int64_t chunk = block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)),
-                                          s.batch * s.groups, 32);
+    const std::int64_t chunk =
+        block_size(plane, s.rows * static_cast<std::int64_t>(sizeof(T)), s.batch * s.groups, 32);
     const std::int64_t chunks = ceil_div(plane, chunk);
     const std::int64_t columns_size = pointwise ? 0 : s.rows * chunk;
     std::mutex mutex;
@@ -260,22 +266,23 @@ void conv_weight_grad(const T* x, const T* dy, T* dweight, const ConvSizes& s, c
         });
     return;
   }
-  const std::int64_t block = block_size(s.in_per_group, taps * plane * static_cast<std::int64_t>(sizeof(T)),
-                                        s.groups, 1);
+  const std::int64_t block =
+      block_size(s.in_per_group, taps * plane * static_cast<std::int64_t>(sizeof(T)), s.groups, 1);
   const std::int64_t blocks = ceil_div(s.in_per_group, block);
   const std::int64_t chunk = std::clamp<std::int64_t>(
       kColumnBytes / std::max<std::int64_t>(1, block * taps * static_cast<std::int64_t>(sizeof(T))),
       32, std::max<std::int64_t>(plane, 1));
-  run_tasks<T>(s.groups * blocks, s.batch * s.out_per_group * block * taps * plane,
-               pointwise ? 0 : block * taps * chunk, [&](std::int64_t t, T* columns) {
-    const std::int64_t g = t / blocks;
-    const std::int64_t c0 = (t % blocks) * block, c1 = std::min(s.in_per_group, c0 + block);
-    for (std::int64_t n = 0; n < s.batch; ++n) {
-      for (std::int64_t first = 0; first < plane; first += chunk) {
-        accumulate(n, g, c0, c1, first, std::min(plane, first + chunk), columns, dweight);
-      }
-    }
-  });
+  run_tasks<T>(
+      s.groups * blocks, s.batch * s.out_per_group * block * taps * plane,
+      pointwise ? 0 : block * taps * chunk, [&](std::int64_t t, T* columns) {
+        const std::int64_t g = t / blocks;
+        const std::int64_t c0 = (t % blocks) * block, c1 = std::min(s.in_per_group, c0 + block);
+        for (std::int64_t n = 0; n < s.batch; ++n) {
+          for (std::int64_t first = 0; first < plane; first += chunk) {
+            accumulate(n, g, c0, c1, first, std::min(plane, first + chunk), columns, dweight);
+          }
+        }
+      });
 }
 
 ConvSizes conv_sizes(const Shape& x, const Shape& weight, std::int64_t groups, const Window& w) {
@@ -342,7 +349,8 @@ Primitive CpuBackend::conv_bias_backward(Primitive output_grad) {
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* g = dy->data_as<T>();
     T* o = out->data_as<T>();
-    const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, batch * plane));
+    const std::int64_t grain =
+        std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, batch * plane));
     parallel_for(channels, grain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t c = begin; c < end; ++c) {
         double total = 0;  // f64 accumulator: sums over batch * plane terms stay accurate
@@ -370,8 +378,8 @@ Primitive CpuBackend::conv_transpose(Primitive x, Primitive weight, OptionalPrim
   w.dilation = align3(options.dilation, 1);
   const Dims3 padding_out = align3(options.padding_out, 0);
   for (std::size_t d = 0; d < 3; ++d) {
-    w.in[d] = spatial::conv_transpose_output_size(w.out[d], w.kernel[d], w.stride[d],
-                                                  w.padding[d], w.dilation[d], padding_out[d]);
+    w.in[d] = spatial::conv_transpose_output_size(w.out[d], w.kernel[d], w.stride[d], w.padding[d],
+                                                  w.dilation[d], padding_out[d]);
   }
   const std::int64_t groups = options.groups;
   const std::int64_t out_per_group = ws[1];
@@ -379,10 +387,12 @@ Primitive CpuBackend::conv_transpose(Primitive x, Primitive weight, OptionalPrim
   auto xin = compute_input(*this, x);
   auto win = compute_input(*this, weight);
   auto bin = bias ? compute_input(*this, *bias) : nullptr;
-  auto out = make_tensor(xin->dtype(), channels_first(xs[0], out_per_group * groups, w.in, xs.rank() - 2));
+  auto out =
+      make_tensor(xin->dtype(), channels_first(xs[0], out_per_group * groups, w.in, xs.rank() - 2));
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     conv_input_grad<T>(win->data_as<T>(), xin->data_as<T>(), out->data_as<T>(), s, w);
-    if (bin) add_bias(out->data_as<T>(), bin->data_as<T>(), xs[0], out_per_group * groups, w.in_size());
+    if (bin)
+      add_bias(out->data_as<T>(), bin->data_as<T>(), xs[0], out_per_group * groups, w.in_size());
   });
   return from_compute(*this, out, dtype);
 }

@@ -28,7 +28,8 @@ void walk_tap(const Window& w, const Dims3& tap, std::int64_t first, std::int64_
               Visit&& visit, Pad&& pad) {
   std::array<std::pair<std::int64_t, std::int64_t>, 3> valid;
   for (std::size_t d = 0; d < 3; ++d) {
-    valid[d] = valid_positions(w.in[d], w.out[d], w.stride[d], w.padding[d], tap[d] * w.dilation[d]);
+    valid[d] =
+        valid_positions(w.in[d], w.out[d], w.stride[d], w.padding[d], tap[d] * w.dilation[d]);
   }
   const auto position = [&](std::size_t d, std::int64_t o) {
     return o * w.stride[d] - w.padding[d] + tap[d] * w.dilation[d];
@@ -111,7 +112,8 @@ void im2col(const T* image, std::int64_t channels, const Window& w, T* columns) 
   const std::int64_t taps = w.kernel_size();
   const std::int64_t width = w.out_size();
   // Rows are independent, so they are split across threads.
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, width));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, width));
   parallel_for(channels * taps, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       im2col_row(image + (r / taps) * w.in_size(), w, r % taps, 0, width, columns + r * width);
@@ -163,8 +165,8 @@ Window unfold_window(std::int64_t height, std::int64_t width, const UnfoldOption
   w.padding = align3(o.padding, 0);
   w.dilation = align3(o.dilation, 1);
   for (std::size_t d = 1; d < 3; ++d) {
-    w.out[d] = spatial::conv_output_size(w.in[d], w.kernel[d], w.stride[d], w.padding[d],
-                                         w.dilation[d]);
+    w.out[d] =
+        spatial::conv_output_size(w.in[d], w.kernel[d], w.stride[d], w.padding[d], w.dilation[d]);
   }
   return w;
 }

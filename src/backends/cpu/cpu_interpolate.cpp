@@ -37,9 +37,9 @@ int tap_count(InterpolateMode mode) {
 
 std::vector<Taps> axis_taps(std::int64_t in, std::int64_t out, const InterpolateOptions& o) {
   std::vector<Taps> taps(static_cast<std::size_t>(out));
-  const double scale = o.align_corners
-                           ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
-                           : static_cast<double>(in) / static_cast<double>(out);
+  const double scale =
+      o.align_corners ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
+                      : static_cast<double>(in) / static_cast<double>(out);
   // The source coordinate of output i (half-pixel centres unless align_corners).
   const auto source = [&](std::int64_t i) {
     return o.align_corners ? scale * static_cast<double>(i)
@@ -102,8 +102,8 @@ struct ColumnTaps {
 // (contiguous, vectorisable).
 template <int kTaps, class T>
 void interpolate_plane(const T* plane, std::int64_t in_w, const std::vector<Taps>& rows,
-                       const ColumnTaps<T>& cols, const std::vector<char>& row_needed,
-                       T* resampled, T* result, std::int64_t out_w) {
+                       const ColumnTaps<T>& cols, const std::vector<char>& row_needed, T* resampled,
+                       T* result, std::int64_t out_w) {
   for (std::size_t ih = 0; ih < row_needed.size(); ++ih) {
     if (!row_needed[ih]) continue;
     const T* row = plane + static_cast<std::int64_t>(ih) * in_w;
@@ -170,9 +170,15 @@ std::vector<char> rows_needed(const std::vector<Taps>& rows, std::int64_t in_h) 
 template <class F>
 void visit_taps(InterpolateMode mode, F&& f) {
   switch (mode) {
-    case InterpolateMode::Nearest: f(std::integral_constant<int, 1>{}); break;
-    case InterpolateMode::Bilinear: f(std::integral_constant<int, 2>{}); break;
-    case InterpolateMode::Bicubic: f(std::integral_constant<int, 4>{}); break;
+    case InterpolateMode::Nearest:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case InterpolateMode::Bilinear:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case InterpolateMode::Bicubic:
+      f(std::integral_constant<int, 4>{});
+      break;
   }
 }
 
@@ -193,7 +199,8 @@ Primitive CpuBackend::interpolate(Primitive x, Axes output_size, InterpolateOpti
     const ColumnTaps<T> columns(cols);
     const std::vector<char> needed = rows_needed(rows, in_h);
     const std::int64_t work = (out_h + in_h) * out_w * tap_count(options.mode);
-    const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
+    const std::int64_t grain =
+        std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
     parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
       std::vector<T> resampled(static_cast<std::size_t>(in_h * out_w));
       visit_taps(options.mode, [&]<int kTaps>(std::integral_constant<int, kTaps>) {
@@ -223,7 +230,8 @@ Primitive CpuBackend::interpolate_backward(Primitive x, Primitive output_grad, A
     const ColumnTaps<T> columns(cols);
     const std::vector<char> needed = rows_needed(rows, in_h);
     const std::int64_t work = (out_h + in_h) * out_w * tap_count(options.mode) + in_h * in_w;
-    const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
+    const std::int64_t grain =
+        std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
     // Planes are independent, so each scatters into its own gradient plane without races.
     parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
       std::vector<T> resampled(static_cast<std::size_t>(in_h * out_w));

@@ -38,7 +38,8 @@ Window pool_window(const Shape& x, const PoolOptions& o) {
 // Runs body(plane) over the n * c planes, in parallel when the work is large.
 template <class Body>
 void for_each_plane(std::int64_t planes, std::int64_t work_per_plane, Body&& body) {
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work_per_plane));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work_per_plane));
   parallel_for(planes, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t p = begin; p < end; ++p) body(p);
   });
@@ -60,7 +61,8 @@ Span avg_span(const Window& w, std::size_t d, std::int64_t o) {
 template <class T, class F>
 void for_each_avg_row(const Window& w, bool count_include_pad, F&& f) {
   std::vector<Span> along_w(static_cast<std::size_t>(w.out[2]));
-  for (std::int64_t ow = 0; ow < w.out[2]; ++ow) along_w[static_cast<std::size_t>(ow)] = avg_span(w, 2, ow);
+  for (std::int64_t ow = 0; ow < w.out[2]; ++ow)
+    along_w[static_cast<std::size_t>(ow)] = avg_span(w, 2, ow);
   std::vector<T> scale(along_w.size());
   std::int64_t out_row = 0;
   for (std::int64_t od = 0; od < w.out[0]; ++od) {
@@ -83,7 +85,8 @@ void for_each_avg_row(const Window& w, bool count_include_pad, F&& f) {
 std::vector<std::pair<std::int64_t, std::int64_t>> avg_columns(const Window& w) {
   std::vector<std::pair<std::int64_t, std::int64_t>> valid(static_cast<std::size_t>(w.kernel[2]));
   for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-    valid[static_cast<std::size_t>(kw)] = valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw);
+    valid[static_cast<std::size_t>(kw)] =
+        valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw);
   }
   return valid;
 }
@@ -97,8 +100,10 @@ std::vector<TapRange> tap_ranges(const Window& w, std::size_t d) {
   std::vector<TapRange> ranges(static_cast<std::size_t>(w.out[d]));
   for (std::int64_t o = 0; o < w.out[d]; ++o) {
     const std::int64_t start = o * w.stride[d] - w.padding[d];
-    const std::int64_t first = std::clamp<std::int64_t>(ceil_div(-start, w.dilation[d]), 0, w.kernel[d]);
-    const std::int64_t last = std::clamp<std::int64_t>(ceil_div(w.in[d] - start, w.dilation[d]), first, w.kernel[d]);
+    const std::int64_t first =
+        std::clamp<std::int64_t>(ceil_div(-start, w.dilation[d]), 0, w.kernel[d]);
+    const std::int64_t last =
+        std::clamp<std::int64_t>(ceil_div(w.in[d] - start, w.dilation[d]), first, w.kernel[d]);
     ranges[static_cast<std::size_t>(o)] = {start, first, last};
   }
   return ranges;
@@ -130,7 +135,9 @@ void max_pool_plane(const T* x, const Window& w, const std::array<std::vector<Ta
           const TapRange& tw = taps[2][static_cast<std::size_t>(ow)];
           index[ow] = rows_inside && tw.first < tw.last
                           ? ((td.start + td.first * w.dilation[0]) * w.in[1] + th.start +
-                             th.first * w.dilation[1]) * w.in[2] + tw.start + tw.first * w.dilation[2]
+                             th.first * w.dilation[1]) *
+                                    w.in[2] +
+                                tw.start + tw.first * w.dilation[2]
                           : (clamp(td.start, 0) * w.in[1] + clamp(th.start, 1)) * w.in[2] +
                                 clamp(tw.start, 2);
         }
@@ -160,7 +167,7 @@ void max_pool_plane(const T* x, const Window& w, const std::array<std::vector<Ta
 
 // The adaptive window bounds of every output index along one dim.
 std::vector<std::pair<std::int64_t, std::int64_t>> adaptive_bounds(std::int64_t in,
-                                                                    std::int64_t out) {
+                                                                   std::int64_t out) {
   std::vector<std::pair<std::int64_t, std::int64_t>> bounds(static_cast<std::size_t>(out));
   for (std::int64_t i = 0; i < out; ++i) {
     bounds[static_cast<std::size_t>(i)] = {spatial::adaptive_start(i, in, out),
@@ -195,11 +202,13 @@ Primitive CpuBackend::avg_pool(Primitive x, PoolOptions options) {
                                 for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
                                   const auto [first, last] = columns[static_cast<std::size_t>(kw)];
                                   const T* at = line - w.padding[2] + kw;
-                                  for (std::int64_t ow = first; ow < last; ++ow) o[ow] += at[ow * w.stride[2]];
+                                  for (std::int64_t ow = first; ow < last; ++ow)
+                                    o[ow] += at[ow * w.stride[2]];
                                 }
                               }
                             }
-                            for (std::int64_t ow = 0; ow < w.out[2]; ++ow) o[ow] *= scale[static_cast<std::size_t>(ow)];
+                            for (std::int64_t ow = 0; ow < w.out[2]; ++ow)
+                              o[ow] *= scale[static_cast<std::size_t>(ow)];
                           });
     });
   });
@@ -223,14 +232,16 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
       std::vector<T> share(static_cast<std::size_t>(w.out[2]));
       for_each_avg_row<T>(w, options.count_include_pad,
                           [&](std::int64_t row, Span sd, Span sh, const std::vector<T>& scale) {
-                            for (std::size_t i = 0; i < share.size(); ++i) share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
+                            for (std::size_t i = 0; i < share.size(); ++i)
+                              share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
                             for (std::int64_t id = sd.begin; id < sd.end; ++id) {
                               for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
                                 T* line = plane + (id * w.in[1] + ih) * w.in[2];
                                 for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
                                   const auto [first, last] = columns[static_cast<std::size_t>(kw)];
                                   T* at = line - w.padding[2] + kw;
-                                  for (std::int64_t ow = first; ow < last; ++ow) at[ow * w.stride[2]] += share[static_cast<std::size_t>(ow)];
+                                  for (std::int64_t ow = first; ow < last; ++ow)
+                                    at[ow * w.stride[2]] += share[static_cast<std::size_t>(ow)];
                                 }
                               }
                             }
@@ -292,7 +303,8 @@ Primitive CpuBackend::max_pool_with_indices_backward(Primitive x, Primitive outp
   const Shape shape = x->shape();
   const std::int64_t planes = shape[0] * shape[1];
   const std::int64_t plane_size = shape.num_elements() / std::max<std::int64_t>(1, planes);
-  const std::int64_t grad_size = output_grad->shape().num_elements() / std::max<std::int64_t>(1, planes);
+  const std::int64_t grad_size =
+      output_grad->shape().num_elements() / std::max<std::int64_t>(1, planes);
   auto dy = compute_input(*this, output_grad);
   auto index = contiguous(indices);
   auto out = make_tensor(dy->dtype(), shape);
@@ -330,25 +342,27 @@ Primitive CpuBackend::adaptive_avg_pool(Primitive x, Axes output_size) {
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
-    for_each_plane(shape[0] * shape[1], product3(in_size) + product3(out_size), [&](std::int64_t p) {
-      const T* plane = src + p * product3(in_size);
-      T* result = dst + p * product3(out_size);
-      std::int64_t o = 0;
-      for (const auto& [d0, d1] : bounds[0]) {
-        for (const auto& [h0, h1] : bounds[1]) {
-          for (const auto& [w0, w1] : bounds[2]) {
-            double total = 0;
-            for (std::int64_t id = d0; id < d1; ++id) {
-              for (std::int64_t ih = h0; ih < h1; ++ih) {
-                const T* row = plane + (id * in_size[1] + ih) * in_size[2];
-                for (std::int64_t iw = w0; iw < w1; ++iw) total += row[iw];
+    for_each_plane(
+        shape[0] * shape[1], product3(in_size) + product3(out_size), [&](std::int64_t p) {
+          const T* plane = src + p * product3(in_size);
+          T* result = dst + p * product3(out_size);
+          std::int64_t o = 0;
+          for (const auto& [d0, d1] : bounds[0]) {
+            for (const auto& [h0, h1] : bounds[1]) {
+              for (const auto& [w0, w1] : bounds[2]) {
+                double total = 0;
+                for (std::int64_t id = d0; id < d1; ++id) {
+                  for (std::int64_t ih = h0; ih < h1; ++ih) {
+                    const T* row = plane + (id * in_size[1] + ih) * in_size[2];
+                    for (std::int64_t iw = w0; iw < w1; ++iw) total += row[iw];
+                  }
+                }
+                result[o++] =
+                    static_cast<T>(total / static_cast<double>((d1 - d0) * (h1 - h0) * (w1 - w0)));
               }
             }
-            result[o++] = static_cast<T>(total / static_cast<double>((d1 - d0) * (h1 - h0) * (w1 - w0)));
           }
-        }
-      }
-    });
+        });
   });
   return from_compute(*this, out, dtype);
 }
@@ -365,25 +379,26 @@ Primitive CpuBackend::adaptive_avg_pool_backward(Primitive x, Primitive output_g
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = dy->data_as<T>();
     T* dst = out->data_as<T>();
-    for_each_plane(shape[0] * shape[1], product3(in_size) + product3(out_size), [&](std::int64_t p) {
-      const T* grad = src + p * product3(out_size);
-      T* plane = dst + p * product3(in_size);
-      std::fill_n(plane, product3(in_size), T(0));
-      std::int64_t o = 0;
-      for (const auto& [d0, d1] : bounds[0]) {
-        for (const auto& [h0, h1] : bounds[1]) {
-          for (const auto& [w0, w1] : bounds[2]) {
-            const T g = grad[o++] / static_cast<T>((d1 - d0) * (h1 - h0) * (w1 - w0));
-            for (std::int64_t id = d0; id < d1; ++id) {
-              for (std::int64_t ih = h0; ih < h1; ++ih) {
-                T* row = plane + (id * in_size[1] + ih) * in_size[2];
-                for (std::int64_t iw = w0; iw < w1; ++iw) row[iw] += g;
+    for_each_plane(
+        shape[0] * shape[1], product3(in_size) + product3(out_size), [&](std::int64_t p) {
+          const T* grad = src + p * product3(out_size);
+          T* plane = dst + p * product3(in_size);
+          std::fill_n(plane, product3(in_size), T(0));
+          std::int64_t o = 0;
+          for (const auto& [d0, d1] : bounds[0]) {
+            for (const auto& [h0, h1] : bounds[1]) {
+              for (const auto& [w0, w1] : bounds[2]) {
+                const T g = grad[o++] / static_cast<T>((d1 - d0) * (h1 - h0) * (w1 - w0));
+                for (std::int64_t id = d0; id < d1; ++id) {
+                  for (std::int64_t ih = h0; ih < h1; ++ih) {
+                    T* row = plane + (id * in_size[1] + ih) * in_size[2];
+                    for (std::int64_t iw = w0; iw < w1; ++iw) row[iw] += g;
+                  }
+                }
               }
             }
           }
-        }
-      }
-    });
+        });
   });
   return from_compute(*this, out, dtype);
 }

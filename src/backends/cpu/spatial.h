@@ -99,12 +99,14 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+      for (std::int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     }
     return;
   }
   for (std::int64_t v : {m, n, k, lda, ldb, ldc}) {
-    if (v > INT_MAX) detail::fail<InvalidArgument>("gemm", "matrix size ", v, " exceeds the BLAS limit");
+    if (v > INT_MAX)
+      detail::fail<InvalidArgument>("gemm", "matrix size ", v, " exceeds the BLAS limit");
   }
   const auto ta = trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;

@@ -38,7 +38,8 @@ void expect_near_all(const Primitive& actual, const std::vector<double>& expecte
   int reported = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (std::fabs(got[i] - expected[i]) > tol * (1 + std::fabs(expected[i])) && reported++ < 5) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << expected[i];
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected "
+                    << expected[i];
     }
   }
 }
@@ -65,7 +66,8 @@ TEST(CpuConv, ParallelTasksMatchReference) {
         for (std::int64_t co = 0; co < c.out_channels; ++co)
           for (std::int64_t i = 0; i < oh; ++i)
             for (std::int64_t j = 0; j < ow; ++j) {
-              const std::size_t o = static_cast<std::size_t>(((n * c.out_channels + co) * oh + i) * ow + j);
+              const std::size_t o =
+                  static_cast<std::size_t>(((n * c.out_channels + co) * oh + i) * ow + j);
               double sum = bias[static_cast<std::size_t>(co)];
               for (std::int64_t ci = 0; ci < in_g; ++ci)
                 for (std::int64_t a = 0; a < c.kernel; ++a)
@@ -73,16 +75,18 @@ TEST(CpuConv, ParallelTasksMatchReference) {
                     const std::int64_t h = i - c.padding + a, v = j - c.padding + b;
                     if (h < 0 || h >= c.height || v < 0 || v >= c.width) continue;
                     const std::int64_t channel = (co / out_g) * in_g + ci;
-                    const auto xi = static_cast<std::size_t>(((n * c.in_channels + channel) * c.height + h) * c.width + v);
-                    const auto wi = static_cast<std::size_t>(((co * in_g + ci) * c.kernel + a) * c.kernel + b);
+                    const auto xi = static_cast<std::size_t>(
+                        ((n * c.in_channels + channel) * c.height + h) * c.width + v);
+                    const auto wi =
+                        static_cast<std::size_t>(((co * in_g + ci) * c.kernel + a) * c.kernel + b);
                     sum += x[xi] * w[wi];
                     dx[xi] += g[o] * w[wi];
                     dw[wi] += g[o] * x[xi];
                   }
               y[o] = sum;
             }
-      const std::string what = "case " + std::to_string(c.in_channels) + "x" + std::to_string(c.kernel) +
-                               " " + std::string(dtype_name(dtype));
+      const std::string what = "case " + std::to_string(c.in_channels) + "x" +
+                               std::to_string(c.kernel) + " " + std::string(dtype_name(dtype));
       const double tol = dtype == DType::F32 ? 1e-4 : 1e-10;
       Primitive px = tensor(x, xs, dtype), pw = tensor(w, ws, dtype), pg = tensor(g, ys, dtype);
       Primitive pb = tensor(bias, Shape{c.out_channels}, dtype);
@@ -92,7 +96,8 @@ TEST(CpuConv, ParallelTasksMatchReference) {
       expect_near_all(backend.conv_x_backward(px, pw, pg, options), dx, tol, what + " x grad");
       expect_near_all(backend.conv_weight_backward(px, pw, pg, options), dw, tol, what + " w grad");
       // The transpose of this same-size convolution is its input gradient.
-      const ConvTransposeOptions transpose{{1, 1}, {c.padding, c.padding}, {0, 0}, {1, 1}, c.groups};
+      const ConvTransposeOptions transpose{
+          {1, 1}, {c.padding, c.padding}, {0, 0}, {1, 1}, c.groups};
       // The conv weight [C_out, C_in / groups, k, k] is the transpose's [C_in', C_out' / groups,
       // k, k] for the input g with C_in' = C_out channels.
       expect_near_all(detail::conv_transpose(pg, pw, std::nullopt, transpose, 2), dx, tol,
