@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <sstream>
 
 #include "backend/registry.h"
 #include "conformance/conformance.h"
@@ -30,9 +31,11 @@ Shape with_spatial(std::int64_t n, std::int64_t c, const Sizes& spatial) {
 }
 
 std::string sizes_text(const Sizes& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out << (i ? "," : "") << s[i];
+  out << "]";
+  return out.str();
 }
 
 void check(const Primitive& actual, const Shape& shape, DType dtype, const Values& expected,
