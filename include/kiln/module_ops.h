@@ -1,9 +1,16 @@
 // Module ops on channels-first tensors (N, C, spatial...):
 //   auto y = kiln::module::conv2d(x, weight, bias, {.stride = {1, 1}, .padding = {1, 1}});
-// Option vectors left empty take their defaults (stride 1, padding 0, dilation 1).
+//   auto p = kiln::module::max_pool2d(y, {.kernel_size = {2, 2}});    // stride = kernel_size
+//   auto z = kiln::module::interpolate(p, {64, 64}, {.mode = InterpolateMode::Bilinear});
+// Option vectors left empty take their defaults (stride 1, padding 0, dilation 1, padding_out 0;
+// pooling stride = kernel_size); a given vector has one entry per spatial dim. Shapes and
+// options are checked (ShapeMismatch / InvalidArgument naming the op and the values).
 #pragma once
 
+#include <array>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "kiln/tensor.h"
 
@@ -57,26 +64,40 @@ inline Tensor<5> conv_transpose3d(const Tensor<5>& x, const Tensor<5>& w,
   return conv_transpose(x, w, b, std::move(o));
 }
 
+// Pooling over D - 2 spatial dims: kernel_size is required; NaN wins a max window.
 template <std::size_t D>
 Tensor<D> max_pool(const Tensor<D>& x, PoolOptions options) {
+  static_assert(D >= 3 && D <= 5, "max_pool takes 1, 2 or 3 spatial dims");
   return Tensor<D>::wrap(detail::max_pool(x.primitive(), std::move(options), D - 2));
 }
 inline Tensor<3> max_pool1d(const Tensor<3>& x, PoolOptions o) { return max_pool(x, std::move(o)); }
 inline Tensor<4> max_pool2d(const Tensor<4>& x, PoolOptions o) { return max_pool(x, std::move(o)); }
-// Values and the flat index (within each H*W plane) of each maximum.
+inline Tensor<5> max_pool3d(const Tensor<5>& x, PoolOptions o) { return max_pool(x, std::move(o)); }
+// Values and the flat index (within each spatial plane, e.g. h * W + w) of each maximum.
+template <std::size_t D>
+std::pair<Tensor<D>, Tensor<D, Int>> max_pool_with_indices(const Tensor<D>& x,
+                                                          PoolOptions options) {
+  static_assert(D >= 3 && D <= 5, "max_pool_with_indices takes 1, 2 or 3 spatial dims");
+  auto [values, indices] = detail::max_pool_with_indices(x.primitive(), std::move(options), D - 2);
+  return {Tensor<D>::wrap(std::move(values)), Tensor<D, Int>::wrap(std::move(indices))};
+}
 inline std::pair<Tensor<4>, Tensor<4, Int>> max_pool2d_with_indices(const Tensor<4>& x,
                                                                     PoolOptions o) {
-  auto [values, indices] = detail::max_pool_with_indices(x.primitive(), std::move(o), 2);
-  return {Tensor<4>::wrap(std::move(values)), Tensor<4, Int>::wrap(std::move(indices))};
+  return max_pool_with_indices(x, std::move(o));
 }
+// Average pooling; count_include_pad and ceil_mode as in PyTorch (dilation must stay 1).
 template <std::size_t D>
 Tensor<D> avg_pool(const Tensor<D>& x, PoolOptions options) {
+  static_assert(D >= 3 && D <= 5, "avg_pool takes 1, 2 or 3 spatial dims");
   return Tensor<D>::wrap(detail::avg_pool(x.primitive(), std::move(options), D - 2));
 }
 inline Tensor<3> avg_pool1d(const Tensor<3>& x, PoolOptions o) { return avg_pool(x, std::move(o)); }
 inline Tensor<4> avg_pool2d(const Tensor<4>& x, PoolOptions o) { return avg_pool(x, std::move(o)); }
+inline Tensor<5> avg_pool3d(const Tensor<5>& x, PoolOptions o) { return avg_pool(x, std::move(o)); }
+// Output index i averages input [floor(i * in / out), ceil((i + 1) * in / out)).
 template <std::size_t D>
 Tensor<D> adaptive_avg_pool(const Tensor<D>& x, std::vector<std::int64_t> output_size) {
+  static_assert(D >= 3 && D <= 5, "adaptive_avg_pool takes 1, 2 or 3 spatial dims");
   return Tensor<D>::wrap(detail::adaptive_avg_pool(x.primitive(), std::move(output_size)));
 }
 inline Tensor<3> adaptive_avg_pool1d(const Tensor<3>& x, std::int64_t size) {
@@ -85,11 +106,15 @@ inline Tensor<3> adaptive_avg_pool1d(const Tensor<3>& x, std::int64_t size) {
 inline Tensor<4> adaptive_avg_pool2d(const Tensor<4>& x, std::array<std::int64_t, 2> size) {
   return adaptive_avg_pool(x, {size[0], size[1]});
 }
+inline Tensor<5> adaptive_avg_pool3d(const Tensor<5>& x, std::array<std::int64_t, 3> size) {
+  return adaptive_avg_pool(x, {size[0], size[1], size[2]});
+}
 // weights [V, E], indices [B, S] -> [B, S, E]
 inline Tensor<3> embedding(const Tensor<2>& weights, const Tensor<2, Int>& indices) {
   return Tensor<3>::wrap(detail::embedding(weights.primitive(), indices.primitive()));
 }
-// x [N, C, H, W] resized to output_size {H', W'}.
+// x [N, C, H, W] resized to output_size {H', W'}: Nearest (source floor(i * in / out)),
+// Bilinear or Bicubic (A = -0.75), with PyTorch's align_corners rule either way.
 inline Tensor<4> interpolate(const Tensor<4>& x, std::array<std::int64_t, 2> output_size,
                              InterpolateOptions options = {}) {
   return Tensor<4>::wrap(

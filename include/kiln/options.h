@@ -38,28 +38,30 @@ struct ResolvedSlice {
 enum class IndexingUpdate : std::uint8_t { Assign, Add, Mul, Min, Max };
 
 // Convolution over N spatial dims (N = rank - 2 of the input, layout N, C, spatial...).
+// Vectors hold one entry per spatial dim; empty ones take their defaults. Members carry `{}`
+// initialisers so designated initialisers ({.padding = {1, 1}}) compile cleanly with -Wextra.
 struct ConvOptions {
-  std::vector<std::int64_t> stride;    // one per spatial dim
-  std::vector<std::int64_t> padding;   // symmetric zero padding
-  std::vector<std::int64_t> dilation;
+  std::vector<std::int64_t> stride{};    // one per spatial dim
+  std::vector<std::int64_t> padding{};   // symmetric zero padding
+  std::vector<std::int64_t> dilation{};
   std::int64_t groups = 1;
   bool operator==(const ConvOptions&) const = default;
 };
 
 struct ConvTransposeOptions {
-  std::vector<std::int64_t> stride;
-  std::vector<std::int64_t> padding;
-  std::vector<std::int64_t> padding_out;
-  std::vector<std::int64_t> dilation;
+  std::vector<std::int64_t> stride{};
+  std::vector<std::int64_t> padding{};
+  std::vector<std::int64_t> padding_out{};
+  std::vector<std::int64_t> dilation{};
   std::int64_t groups = 1;
   bool operator==(const ConvTransposeOptions&) const = default;
 };
 
 struct PoolOptions {
-  std::vector<std::int64_t> kernel_size;
-  std::vector<std::int64_t> stride;
-  std::vector<std::int64_t> padding;
-  std::vector<std::int64_t> dilation;  // max pooling only
+  std::vector<std::int64_t> kernel_size{};
+  std::vector<std::int64_t> stride{};
+  std::vector<std::int64_t> padding{};
+  std::vector<std::int64_t> dilation{};  // max pooling only
   bool ceil_mode = false;
   bool count_include_pad = true;       // average pooling only
   bool operator==(const PoolOptions&) const = default;
@@ -67,10 +69,10 @@ struct PoolOptions {
 
 // im2col / col2im over 2 spatial dims.
 struct UnfoldOptions {
-  std::vector<std::int64_t> kernel_size;
-  std::vector<std::int64_t> stride;
-  std::vector<std::int64_t> padding;
-  std::vector<std::int64_t> dilation;
+  std::vector<std::int64_t> kernel_size{};
+  std::vector<std::int64_t> stride{};
+  std::vector<std::int64_t> padding{};
+  std::vector<std::int64_t> dilation{};
   bool operator==(const UnfoldOptions&) const = default;
 };
 

@@ -137,6 +137,29 @@ class CpuBackend final : public Backend {
 
   // ---- convolution, pooling, interpolation, unfold/fold (cpu_conv.cpp, cpu_pool.cpp, ...) ----
   // (section: spatial)
+  Primitive conv(Primitive x, Primitive weight, OptionalPrimitive bias,
+                 ConvOptions options) override;
+  Primitive conv_transpose(Primitive x, Primitive weight, OptionalPrimitive bias,
+                           ConvTransposeOptions options) override;
+  Primitive conv_x_backward(Primitive x, Primitive weight, Primitive output_grad,
+                            ConvOptions options) override;
+  Primitive conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
+                                 ConvOptions options) override;
+  Primitive conv_bias_backward(Primitive output_grad) override;
+  Primitive avg_pool(Primitive x, PoolOptions options) override;
+  Primitive avg_pool_backward(Primitive x, Primitive output_grad, PoolOptions options) override;
+  Primitive adaptive_avg_pool(Primitive x, Axes output_size) override;
+  Primitive adaptive_avg_pool_backward(Primitive x, Primitive output_grad) override;
+  Primitive max_pool(Primitive x, PoolOptions options) override;
+  PrimitivePair max_pool_with_indices(Primitive x, PoolOptions options,
+                                      DType index_dtype) override;
+  Primitive max_pool_with_indices_backward(Primitive x, Primitive output_grad, Primitive indices,
+                                           PoolOptions options) override;
+  Primitive interpolate(Primitive x, Axes output_size, InterpolateOptions options) override;
+  Primitive interpolate_backward(Primitive x, Primitive output_grad, Axes output_size,
+                                 InterpolateOptions options) override;
+  Primitive unfold_patches(Primitive x, UnfoldOptions options) override;
+  Primitive fold_patches(Primitive x, Axes output_size, UnfoldOptions options) override;
 
 
 
