@@ -203,11 +203,11 @@ Primitive all_dim(Primitive x, std::int64_t dim) {
 
 // ---- cumulative ops ----
 
-#define KILN_SCAN(name)                                     \
-  Primitive name(Primitive x, std::int64_t dim) {           \
-    check_numeric(x, #name);                                \
-    dim = normalize_dim(dim, x->rank(), #name);             \
-    return backend_of(x).name(std::move(x), dim);           \
+#define KILN_SCAN(name)                           \
+  Primitive name(Primitive x, std::int64_t dim) { \
+    check_numeric(x, #name);                      \
+    dim = normalize_dim(dim, x->rank(), #name);   \
+    return backend_of(x).name(std::move(x), dim); \
   }
 KILN_SCAN_OPS(KILN_SCAN)
 #undef KILN_SCAN

@@ -54,9 +54,9 @@ std::vector<double> reduce_lines(const std::vector<double>& values, const Shape&
 }
 
 // Lines along dim transformed in place by ref (scans), same shape.
-std::vector<double> scan_lines(const std::vector<double>& values, const Shape& shape,
-                               std::int64_t dim,
-                               const std::function<std::vector<double>(const std::vector<double>&)>& ref) {
+std::vector<double> scan_lines(
+    const std::vector<double>& values, const Shape& shape, std::int64_t dim,
+    const std::function<std::vector<double>(const std::vector<double>&)>& ref) {
   std::vector<double> expected(values.size());
   const Shape out = keep_dim(shape, dim);
   const std::int64_t n = shape[static_cast<std::size_t>(dim)];
@@ -135,8 +135,8 @@ void run_reduce(const Device& device, const ReduceCase& c, bool with_nan) {
       for (const Shape& shape : reduce_shapes()) {
         auto values = random_values(shape, dtype, seed++, c.lo, c.hi);
         if (with_nan) add_nans(values);
-        const std::string ctx =
-            std::string(c.name) + (with_nan ? " nan " : " ") + context(device, dtype, layout, shape);
+        const std::string ctx = std::string(c.name) + (with_nan ? " nan " : " ") +
+                                context(device, dtype, layout, shape);
         Primitive x = make_primitive(values, shape, dtype, layout, device);
         auto line_ref = [&](const std::vector<double>& v) { return c.ref(v, dtype); };
         if (!c.needs_elements || shape.num_elements() > 0) {
@@ -162,22 +162,22 @@ void run_reduce(const Device& device, const ReduceCase& c, bool with_nan) {
 const std::vector<ReduceCase>& reduce_cases() {
   static const std::vector<ReduceCase> cases = {
       {"sum", detail::sum, detail::sum_dim,
-       [](const std::vector<double>& v, DType d) { return wrap_to(ref_sum(v), d); }, false,
-       false, -100, 100},
+       [](const std::vector<double>& v, DType d) { return wrap_to(ref_sum(v), d); }, false, false,
+       -100, 100},
       {"prod", detail::prod, detail::prod_dim,
-       [](const std::vector<double>& v, DType d) { return wrap_to(ref_prod(v), d); }, false,
-       false, -2, 2},
+       [](const std::vector<double>& v, DType d) { return wrap_to(ref_prod(v), d); }, false, false,
+       -2, 2},
       {"mean", detail::mean, detail::mean_dim,
        [](const std::vector<double>& v, DType) {
          return v.empty() ? kNaN : ref_sum(v) / static_cast<double>(v.size());
        },
        true, false, -3, 3},
       {"max", detail::max, detail::max_dim,
-       [](const std::vector<double>& v, DType) { return ref_extremum(v, true); }, false, true,
-       -3, 3},
+       [](const std::vector<double>& v, DType) { return ref_extremum(v, true); }, false, true, -3,
+       3},
       {"min", detail::min, detail::min_dim,
-       [](const std::vector<double>& v, DType) { return ref_extremum(v, false); }, false, true,
-       -3, 3},
+       [](const std::vector<double>& v, DType) { return ref_extremum(v, false); }, false, true, -3,
+       3},
   };
   return cases;
 }
@@ -218,10 +218,11 @@ KILN_CONFORMANCE_ROW(sum_int_wrap, ({"sum", "sum_dim"})) {
     Primitive x = make_primitive(values, shape, dtype, Layout::Contiguous, device);
     expect_close(detail::into_data(detail::sum(x)), Shape{1}, dtype,
                  {wrap_to(ref_sum(values), dtype)}, "sum wrap " + std::string(dtype_name(dtype)));
-    expect_close(detail::into_data(detail::sum_dim(x, 1)), Shape{3, 1}, dtype,
-                 reduce_lines(values, shape, 1,
-                              [&](const std::vector<double>& v) { return wrap_to(ref_sum(v), dtype); }),
-                 "sum_dim wrap " + std::string(dtype_name(dtype)));
+    expect_close(
+        detail::into_data(detail::sum_dim(x, 1)), Shape{3, 1}, dtype,
+        reduce_lines(values, shape, 1,
+                     [&](const std::vector<double>& v) { return wrap_to(ref_sum(v), dtype); }),
+        "sum_dim wrap " + std::string(dtype_name(dtype)));
   }
 }
 
@@ -249,9 +250,8 @@ KILN_CONFORMANCE_ROW(argmax_argmin,
             const std::string ctx = context(device, dtype, layout, shape) + " dim " +
                                     std::to_string(api_dim) + (with_nan ? " nan" : "");
             for (bool is_max : {true, false}) {
-              const auto positions = reduce_lines(values, shape, dim, [&](const auto& v) {
-                return ref_arg(v, is_max);
-              });
+              const auto positions = reduce_lines(
+                  values, shape, dim, [&](const auto& v) { return ref_arg(v, is_max); });
               const auto extrema = representable(
                   reduce_lines(values, shape, dim,
                                [&](const auto& v) { return ref_extremum(v, is_max); }),
@@ -305,10 +305,10 @@ KILN_CONFORMANCE_ROW(any_all, ({"any", "all", "any_dim", "all_dim"})) {
             }
             return 1.0;
           };
-          expect_close(detail::into_data(detail::any(x)), Shape{1}, DType::Bool,
-                       {ref_any(values)}, "any " + ctx);
-          expect_close(detail::into_data(detail::all(x)), Shape{1}, DType::Bool,
-                       {ref_all(values)}, "all " + ctx);
+          expect_close(detail::into_data(detail::any(x)), Shape{1}, DType::Bool, {ref_any(values)},
+                       "any " + ctx);
+          expect_close(detail::into_data(detail::all(x)), Shape{1}, DType::Bool, {ref_all(values)},
+                       "all " + ctx);
           const auto rank = static_cast<std::int64_t>(shape.rank());
           for (std::int64_t dim = 0; dim < rank; ++dim) {
             const std::int64_t api_dim = dim - rank;  // negative spelling
@@ -440,7 +440,8 @@ KILN_CONFORMANCE_ROW(var_norm, ({"mean_dim", "sum_dim", "sum", "max_dim", "min_d
               const double m = ref_sum(v) / static_cast<double>(v.size());
               double s = 0;
               for (double e : v) s += (e - m) * (e - m);
-              const double divisor = static_cast<double>(v.size()) - static_cast<double>(correction);
+              const double divisor =
+                  static_cast<double>(v.size()) - static_cast<double>(correction);
               return divisor > 0 ? s / divisor : (s == 0 ? kNaN : INFINITY);
             });
             expect_close(detail::into_data(detail::var_dim(x, dim - rank, correction)),
@@ -454,7 +455,8 @@ KILN_CONFORMANCE_ROW(var_norm, ({"mean_dim", "sum_dim", "sum", "max_dim", "min_d
           auto ref_norm = [p](const std::vector<double>& v) {
             if (std::isinf(p)) {
               double best = p > 0 ? 0.0 : INFINITY;
-              for (double e : v) best = p > 0 ? std::max(best, std::fabs(e)) : std::min(best, std::fabs(e));
+              for (double e : v)
+                best = p > 0 ? std::max(best, std::fabs(e)) : std::min(best, std::fabs(e));
               return best;
             }
             double s = 0;
@@ -496,23 +498,27 @@ KILN_CONFORMANCE_ROW(reduce_large, ({"max_dim_with_indices", "argmin", "prod_dim
         const Shape out = keep_dim(shape, dim);
         const std::string dctx = ctx + " dim " + std::to_string(dim);
         auto [v, i] = detail::max_dim_with_indices(x, dim);
-        expect_close(detail::into_data(v), out, dtype,
-                     reduce_lines(values, shape, dim, [](const auto& l) { return ref_extremum(l, true); }),
-                     "max_dim_with_indices values " + dctx);
-        expect_close(detail::into_data(i), out, index_dtype,
-                     reduce_lines(values, shape, dim, [](const auto& l) { return ref_arg(l, true); }),
-                     "max_dim_with_indices indices " + dctx);
-        expect_close(detail::into_data(detail::argmin(x, dim)), out, index_dtype,
-                     reduce_lines(values, shape, dim, [](const auto& l) { return ref_arg(l, false); }),
-                     "argmin " + dctx);
+        expect_close(
+            detail::into_data(v), out, dtype,
+            reduce_lines(values, shape, dim, [](const auto& l) { return ref_extremum(l, true); }),
+            "max_dim_with_indices values " + dctx);
+        expect_close(
+            detail::into_data(i), out, index_dtype,
+            reduce_lines(values, shape, dim, [](const auto& l) { return ref_arg(l, true); }),
+            "max_dim_with_indices indices " + dctx);
+        expect_close(
+            detail::into_data(detail::argmin(x, dim)), out, index_dtype,
+            reduce_lines(values, shape, dim, [](const auto& l) { return ref_arg(l, false); }),
+            "argmin " + dctx);
         expect_close(detail::into_data(detail::any_dim(detail::equal_elem(x, 3), dim)), out,
                      DType::Bool,
-                     reduce_lines(values, shape, dim, [](const auto& l) {
-                       for (double e : l) {
-                         if (e == 3) return 1.0;
-                       }
-                       return 0.0;
-                     }),
+                     reduce_lines(values, shape, dim,
+                                  [](const auto& l) {
+                                    for (double e : l) {
+                                      if (e == 3) return 1.0;
+                                    }
+                                    return 0.0;
+                                  }),
                      "any_dim (== 3) " + dctx, 1.0);
         auto cummax = scan_lines(values, shape, dim, [](const std::vector<double>& l) {
           std::vector<double> r;
@@ -537,9 +543,10 @@ KILN_CONFORMANCE_ROW(reduce_large, ({"max_dim_with_indices", "argmin", "prod_dim
       expect_close(detail::into_data(detail::prod_dim(x, dim)), keep_dim(wide, dim), DType::F64,
                    reduce_lines(near_one, wide, dim, ref_prod),
                    "prod_dim " + layout_name(layout) + " dim " + std::to_string(dim), 100.0);
-      expect_close(detail::into_data(detail::all_dim(x, dim)), keep_dim(wide, dim), DType::Bool,
-                   std::vector<double>(static_cast<std::size_t>(keep_dim(wide, dim).num_elements()), 1.0),
-                   "all_dim " + layout_name(layout));
+      expect_close(
+          detail::into_data(detail::all_dim(x, dim)), keep_dim(wide, dim), DType::Bool,
+          std::vector<double>(static_cast<std::size_t>(keep_dim(wide, dim).num_elements()), 1.0),
+          "all_dim " + layout_name(layout));
     }
   }
 }

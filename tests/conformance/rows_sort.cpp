@@ -72,7 +72,8 @@ const std::vector<Shape>& sort_shapes() {
 }
 
 // Narrow integer-valued inputs, so there are many ties and stability shows; NaN optional.
-std::vector<double> tied_values(const Shape& shape, DType dtype, std::uint64_t seed, bool with_nan) {
+std::vector<double> tied_values(const Shape& shape, DType dtype, std::uint64_t seed,
+                                bool with_nan) {
   auto values = random_values(shape, dtype, seed, -3, 3);
   for (double& v : values) v = std::round(v);
   if (is_unsigned_int(dtype)) {
@@ -102,10 +103,9 @@ KILN_CONFORMANCE_ROW(sort, ({"sort", "sort_with_indices", "argsort"})) {
             for (bool descending : {false, true}) {
               const SortedRef ref = sort_reference(values, shape, dim, descending, -1);
               const std::int64_t api_dim = dim == rank - 1 ? -1 : dim;
-              const std::string ctx = context(device, dtype, layout, shape) + " dim " +
-                                      std::to_string(api_dim) +
-                                      (descending ? " descending" : " ascending") +
-                                      (with_nan ? " nan" : "");
+              const std::string ctx =
+                  context(device, dtype, layout, shape) + " dim " + std::to_string(api_dim) +
+                  (descending ? " descending" : " ascending") + (with_nan ? " nan" : "");
               expect_close(detail::into_data(detail::sort(x, api_dim, descending)), shape, dtype,
                            ref.values, "sort " + ctx);
               auto [v, i] = detail::sort_with_indices(x, api_dim, descending);
@@ -177,8 +177,8 @@ KILN_CONFORMANCE_ROW(sort_large, ({"sort_with_indices", "topk_with_indices"})) {
         Primitive x = make_primitive(values, shape, dtype, layout, device);
         for (bool descending : {false, true}) {
           const SortedRef ref = sort_reference(values, shape, dim, descending, -1);
-          const std::string ctx = context(device, dtype, layout, shape) +
-                                  (descending ? " descending" : " ascending");
+          const std::string ctx =
+              context(device, dtype, layout, shape) + (descending ? " descending" : " ascending");
           auto [v, i] = detail::sort_with_indices(x, dim, descending);
           expect_close(detail::into_data(v), shape, dtype, ref.values, "sort values " + ctx);
           expect_close(detail::into_data(i), shape, index_dtype, ref.indices,

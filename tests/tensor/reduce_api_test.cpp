@@ -57,8 +57,8 @@ TEST(ReduceApi, MaxMinArg) {
 }
 
 TEST(ReduceApi, NaNPropagates) {
-  const auto a = Tensor<1>::from_data(
-      TensorData::from_vec(std::vector<float>{1, NAN, 7, NAN}, {4}), Device::cpu());
+  const auto a = Tensor<1>::from_data(TensorData::from_vec(std::vector<float>{1, NAN, 7, NAN}, {4}),
+                                      Device::cpu());
   EXPECT_TRUE(std::isnan(values<float>(a.max()).at(0)));
   EXPECT_TRUE(std::isnan(values<float>(a.min_dim(0)).at(0)));
   EXPECT_EQ(values<std::int64_t>(a.argmax(0)), std::vector<std::int64_t>{1});

@@ -101,8 +101,10 @@ TEST(ReduceErrors, ExtremaOfNothing) {
   expect_error<InvalidArgument>([&] { (void)empty.min_dim(-2); }, "min_dim");
   expect_error<InvalidArgument>([&] { (void)empty.argmax(0); }, "argmax");
   expect_error<InvalidArgument>([&] { (void)empty.argmin(0); }, "argmin");
-  expect_error<InvalidArgument>([&] { (void)empty.max_dim_with_indices(0); }, "max_dim_with_indices");
-  expect_error<InvalidArgument>([&] { (void)empty.min_dim_with_indices(0); }, "min_dim_with_indices");
+  expect_error<InvalidArgument>([&] { (void)empty.max_dim_with_indices(0); },
+                                "max_dim_with_indices");
+  expect_error<InvalidArgument>([&] { (void)empty.min_dim_with_indices(0); },
+                                "min_dim_with_indices");
   expect_error<InvalidArgument>([&] { (void)empty.norm(INFINITY); }, "norm");
   expect_error<InvalidArgument>([&] { (void)empty.norm_dim(-INFINITY, 0); }, "norm_dim");
   // Along a non-empty dim of an empty tensor the result is simply empty.

@@ -2,7 +2,9 @@
 // everything (result shape [1]) or along one dim (kept with size 1). Strided inputs are read in
 // place. Float sums accumulate in double, pairwise along contiguous lines and in blocks
 // otherwise; integer sums and products wrap around in 64 bits, then to the dtype.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -61,20 +63,19 @@ using wide_t = std::conditional_t<is_float_v<T>, double, std::uint64_t>;
 template <class T>
 double pairwise_sum(const T* p, std::int64_t n, std::int64_t stride) {
   if (n <= 256) {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    // Eight independent lanes: no dependency chain, and the compiler vectorises the loop.
+    double lanes[8] = {};
     std::int64_t k = 0;
     if (stride == 1) {
-      for (; k + 4 <= n; k += 4) {
-        a0 += static_cast<double>(value_of(p[k]));
-        a1 += static_cast<double>(value_of(p[k + 1]));
-        a2 += static_cast<double>(value_of(p[k + 2]));
-        a3 += static_cast<double>(value_of(p[k + 3]));
+      for (; k + 8 <= n; k += 8) {
+        for (std::int64_t u = 0; u < 8; ++u) lanes[u] += static_cast<double>(value_of(p[k + u]));
       }
     }
-    for (; k < n; ++k) a0 += static_cast<double>(value_of(p[k * stride]));
-    return (a0 + a1) + (a2 + a3);
+    for (; k < n; ++k) lanes[0] += static_cast<double>(value_of(p[k * stride]));
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+           ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
   }
-  const std::int64_t half = (n / 2 + 3) / 4 * 4;
+  const std::int64_t half = (n / 2 + 7) / 8 * 8;
   return pairwise_sum(p, half, stride) + pairwise_sum(p + half * stride, n - half, stride);
 }
 
@@ -87,8 +88,10 @@ struct SumReducer {
   double divisor = 1.0;  // mean divides the sum by the count
   Acc init() const { return Acc(0); }
   void step(Acc& acc, T v, std::int64_t) const {
-    if constexpr (is_float_v<T>) acc += static_cast<double>(value_of(v));
-    else acc += to_wide(v);
+    if constexpr (is_float_v<T>)
+      acc += static_cast<double>(value_of(v));
+    else
+      acc += to_wide(v);
   }
   void combine(Acc& a, const Acc& b) const { a += b; }
   Acc line(const T* p, std::int64_t n, std::int64_t stride) const {
@@ -105,71 +108,141 @@ struct SumReducer {
     }
   }
   void write(std::int64_t i, const Acc& acc) const {
-    if constexpr (is_float_v<T>) out[i] = from_acc<T>(acc / divisor);
-    else out[i] = from_acc<T>(acc);
+    if constexpr (is_float_v<T>)
+      out[i] = from_acc<T>(acc / divisor);
+    else
+      out[i] = from_acc<T>(acc);
   }
 };
 
 template <class T>
 struct ProdReducer {
   using Acc = wide_t<T>;
+  static constexpr bool kOrderFree = true;
   T* out;
   Acc init() const { return Acc(1); }
   void step(Acc& acc, T v, std::int64_t) const {
-    if constexpr (is_float_v<T>) acc *= static_cast<double>(value_of(v));
-    else acc *= to_wide(v);
+    if constexpr (is_float_v<T>)
+      acc *= static_cast<double>(value_of(v));
+    else
+      acc *= to_wide(v);
   }
   void combine(Acc& a, const Acc& b) const { a *= b; }
   void write(std::int64_t i, const Acc& acc) const { out[i] = from_acc<T>(acc); }
 };
 
-// Max (IsMax) or min; NaN wins, as in PyTorch.
+// The starting point of a max (IsMax) or min: -inf / +inf, or the integer type's extreme.
+template <class T, bool IsMax>
+compute_t<T> extremum_start() {
+  using C = compute_t<T>;
+  if constexpr (is_float_v<T>) {
+    return IsMax ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+  } else {
+    return IsMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+  }
+}
+
+// Max (IsMax) or min; NaN wins, as in PyTorch. Whether a NaN was seen is kept apart from the
+// running extremum: two independent selects, no branch, twice as fast as testing for NaN first.
 template <class T, bool IsMax>
 struct ExtremumReducer {
-  using Acc = compute_t<T>;
+  using C = compute_t<T>;
+  struct Acc {
+    C value;
+    bool nan;
+  };
+  static constexpr bool kOrderFree = true;
   T* out;
-  static bool better(Acc v, Acc best) {
-    if constexpr (is_float_v<T>) {
-      if (v != v) return best == best;  // the first NaN wins
-    }
-    return IsMax ? v > best : v < best;
-  }
-  Acc init() const {
-    if constexpr (is_float_v<T>) {
-      return IsMax ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
-    } else {
-      return IsMax ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
-    }
-  }
+  Acc init() const { return {extremum_start<T, IsMax>(), false}; }
+  static C pick(C a, C b) { return (IsMax ? b > a : b < a) ? b : a; }
   void step(Acc& acc, T v, std::int64_t) const {
-    const Acc x = value_of(v);
-    acc = better(x, acc) ? x : acc;
+    const C x = value_of(v);
+    acc.value = pick(acc.value, x);
+    if constexpr (is_float_v<T>) acc.nan |= (x != x);
   }
-  void combine(Acc& a, const Acc& b) const { a = better(b, a) ? b : a; }
-  void write(std::int64_t i, const Acc& acc) const { out[i] = static_cast<T>(acc); }
+  void combine(Acc& a, const Acc& b) const {
+    a.value = pick(a.value, b.value);
+    a.nan |= b.nan;
+  }
+  void write(std::int64_t i, const Acc& acc) const {
+    if constexpr (is_float_v<T>) {
+      out[i] =
+          acc.nan ? static_cast<T>(std::numeric_limits<C>::quiet_NaN()) : static_cast<T>(acc.value);
+    } else {
+      out[i] = static_cast<T>(acc.value);
+    }
+  }
+  // A column block of reduce_dim (outputs i .. i + width - 1): values and NaN flags in local
+  // arrays of their own, a form the compiler vectorises (5x over an array of Acc).
+  void columns(const T* base, std::int64_t n, std::int64_t stride, std::int64_t width,
+               std::int64_t i) const {
+    C value[kColumnWidth];
+    int nan[kColumnWidth];
+    for (std::int64_t c = 0; c < width; ++c) {
+      value[c] = extremum_start<T, IsMax>();
+      nan[c] = 0;
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+      const T* row = base + j * stride;
+      for (std::int64_t c = 0; c < width; ++c) {
+        const C x = value_of(row[c]);
+        value[c] = pick(value[c], x);
+        if constexpr (is_float_v<T>) nan[c] |= (x != x);
+      }
+    }
+    for (std::int64_t c = 0; c < width; ++c) write(i + c, {value[c], nan[c] != 0});
+  }
 };
 
 // Position of the max (IsMax) or min along a dim: the first one on ties, the first NaN if any.
 // Writes the value too when values is set.
 template <class T, bool IsMax>
 struct ArgReducer {
+  using C = compute_t<T>;
   struct Acc {
-    compute_t<T> value;
+    C value;
     std::int64_t index;
   };
   IndexWriter indices;
   T* values = nullptr;
-  Acc init() const { return {ExtremumReducer<T, IsMax>{nullptr}.init(), 0}; }
+  static bool better(C v, C best) {
+    if constexpr (is_float_v<T>) {
+      if (v != v) return best == best;  // the first NaN wins
+    }
+    return IsMax ? v > best : v < best;
+  }
+  Acc init() const { return {extremum_start<T, IsMax>(), 0}; }
   void step(Acc& acc, T v, std::int64_t j) const {
-    const compute_t<T> x = value_of(v);
-    if (ExtremumReducer<T, IsMax>::better(x, acc.value)) acc = {x, j};
+    const C x = value_of(v);
+    if (better(x, acc.value)) acc = {x, j};
   }
   void combine(Acc& a, const Acc& b) const {
-    if (ExtremumReducer<T, IsMax>::better(b.value, a.value)) a = b;
+    if (better(b.value, a.value)) a = b;
   }
   void write(std::int64_t i, const Acc& acc) const {
     indices(i, acc.index);
     if (values != nullptr) values[i] = static_cast<T>(acc.value);
+  }
+  // A column block of reduce_dim, with branch-free selects on separate arrays (vectorises).
+  void columns(const T* base, std::int64_t n, std::int64_t stride, std::int64_t width,
+               std::int64_t i) const {
+    C value[kColumnWidth];
+    std::int64_t index[kColumnWidth];
+    for (std::int64_t c = 0; c < width; ++c) {
+      value[c] = extremum_start<T, IsMax>();
+      index[c] = 0;
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+      const T* row = base + j * stride;
+      for (std::int64_t c = 0; c < width; ++c) {
+        const C x = value_of(row[c]);
+        bool take = IsMax ? x > value[c] : x < value[c];
+        if constexpr (is_float_v<T>) take = take || ((x != x) && (value[c] == value[c]));
+        value[c] = take ? x : value[c];
+        index[c] = take ? j : index[c];
+      }
+    }
+    for (std::int64_t c = 0; c < width; ++c) write(i + c, {value[c], index[c]});
   }
 };
 
@@ -177,6 +250,7 @@ struct ArgReducer {
 template <class T, bool IsAny>
 struct TruthReducer {
   using Acc = bool;
+  static constexpr bool kOrderFree = true;
   bool* out;
   Acc init() const { return !IsAny; }
   void step(Acc& acc, T v, std::int64_t) const {
@@ -187,21 +261,57 @@ struct TruthReducer {
   void write(std::int64_t i, const Acc& acc) const { out[i] = acc; }
 };
 
-// The reduction of n values at p with stride; index j0 for the first.
+// The reduction of n values at p with stride; index j0 for the first. Reducers whose result
+// does not depend on the order (kOrderFree) run contiguous lines in independent lanes, which
+// breaks the dependency chain and lets the compiler vectorise.
 template <class R, class T>
 typename R::Acc reduce_line(const R& r, const T* p, std::int64_t n, std::int64_t stride,
                             std::int64_t j0) {
+  using Acc = typename R::Acc;
   if constexpr (requires { r.line(p, n, stride); }) {
     return r.line(p, n, stride);
   } else {
-    typename R::Acc acc = r.init();
+    Acc acc = r.init();
+    std::int64_t k = 0;
+    if constexpr (requires { R::kOrderFree; }) {
+      constexpr std::int64_t kLanes = 8;
+      if (stride == 1 && n >= 4 * kLanes) {
+        Acc lanes[kLanes];
+        for (std::int64_t u = 0; u < kLanes; ++u) lanes[u] = r.init();
+        for (; k + kLanes <= n; k += kLanes) {
+          for (std::int64_t u = 0; u < kLanes; ++u) r.step(lanes[u], p[k + u], j0 + k + u);
+        }
+        for (std::int64_t u = 0; u < kLanes; ++u) r.combine(acc, lanes[u]);
+      }
+    }
     if (stride == 1) {
-      for (std::int64_t k = 0; k < n; ++k) r.step(acc, p[k], j0 + k);
+      for (; k < n; ++k) r.step(acc, p[k], j0 + k);
     } else {
-      for (std::int64_t k = 0; k < n; ++k) r.step(acc, p[k * stride], j0 + k);
+      for (; k < n; ++k) r.step(acc, p[k * stride], j0 + k);
     }
     return acc;
   }
+}
+
+// A column block of reduce_dim: outputs i .. i + width - 1, one per adjacent column, over n
+// rows; rows are combined in blocks so that long f64 sums keep their precision.
+template <class R, class T>
+void reduce_columns(const R& r, const T* base, std::int64_t n, std::int64_t stride,
+                    std::int64_t width, std::int64_t i) {
+  using Acc = typename R::Acc;
+  Acc total[kColumnWidth];
+  Acc block[kColumnWidth];
+  for (std::int64_t c = 0; c < width; ++c) total[c] = r.init();
+  for (std::int64_t j0 = 0; j0 < n; j0 += kRowBlock) {
+    const std::int64_t j1 = std::min(n, j0 + kRowBlock);
+    for (std::int64_t c = 0; c < width; ++c) block[c] = r.init();
+    for (std::int64_t j = j0; j < j1; ++j) {
+      const T* row = base + j * stride;
+      for (std::int64_t c = 0; c < width; ++c) r.step(block[c], row[c], j);
+    }
+    for (std::int64_t c = 0; c < width; ++c) r.combine(total[c], block[c]);
+  }
+  for (std::int64_t c = 0; c < width; ++c) r.write(i + c, total[c]);
 }
 
 // Reduces dim of x, writing output position i (row-major over the kept dims) through r.
@@ -218,24 +328,33 @@ void reduce_dim(const CpuTensor& x, std::int64_t dim, const R& r) {
     });
     return;
   }
-  using Acc = typename R::Acc;
   for_each_column_block<1>(
       plan, kColumnWidth,
       [&](std::int64_t i, const std::array<std::int64_t, 1>& off, std::int64_t width) {
-        Acc total[kColumnWidth];
-        Acc block[kColumnWidth];
-        for (std::int64_t c = 0; c < width; ++c) total[c] = r.init();
-        for (std::int64_t j0 = 0; j0 < n; j0 += kRowBlock) {
-          const std::int64_t j1 = std::min(n, j0 + kRowBlock);
-          for (std::int64_t c = 0; c < width; ++c) block[c] = r.init();
-          for (std::int64_t j = j0; j < j1; ++j) {
-            const T* row = base + off[0] + j * stride;
-            for (std::int64_t c = 0; c < width; ++c) r.step(block[c], row[c], j);
-          }
-          for (std::int64_t c = 0; c < width; ++c) r.combine(total[c], block[c]);
+        if constexpr (requires { r.columns(base, n, stride, width, i); }) {
+          r.columns(base + off[0], n, stride, width, i);
+        } else {
+          reduce_columns(r, base + off[0], n, stride, width, i);
         }
-        for (std::int64_t c = 0; c < width; ++c) r.write(i + c, total[c]);
       });
+}
+
+// A loop over x's elements in the order they lie in memory (dims sorted by stride): a full
+// reduction does not care about the logical order, and a transposed view is then read in order.
+LoopPlan memory_order_plan(const CpuTensor& x) {
+  const std::size_t rank = x.rank();
+  std::vector<std::size_t> order(rank);
+  for (std::size_t i = 0; i < rank; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::abs(x.strides()[a]) > std::abs(x.strides()[b]);
+  });
+  detail::DimVector dims(rank);
+  Strides strides(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    dims[i] = x.shape()[order[i]];
+    strides[i] = x.strides()[order[i]];
+  }
+  return plan_loop(Shape(std::move(dims)), {&strides});
 }
 
 // Reduces every element of x into r's output position 0.
@@ -251,7 +370,7 @@ void reduce_all(const CpuTensor& x, const R& r) {
   const T* base = x.data_as<T>();
   if (n > 0) {
     const bool contiguous = x.is_contiguous();
-    const LoopPlan plan = plan_loop(x.shape(), {&x.strides()});
+    const LoopPlan plan = memory_order_plan(x);
     parallel_for(chunks, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t c = begin; c < end; ++c) {
         const std::int64_t first = c * kFullChunk;
@@ -261,12 +380,12 @@ void reduce_all(const CpuTensor& x, const R& r) {
           acc = reduce_line(r, base + first, last - first, 1, first);
           continue;
         }
-        walk_segments<1>(plan, first, last,
-                         [&](std::int64_t j, std::int64_t count,
-                             const std::array<std::int64_t, 1>& off,
-                             const std::array<std::int64_t, 1>& step) {
-                           r.combine(acc, reduce_line(r, base + off[0], count, step[0], j));
-                         });
+        walk_segments<1>(
+            plan, first, last,
+            [&](std::int64_t j, std::int64_t count, const std::array<std::int64_t, 1>& off,
+                const std::array<std::int64_t, 1>& step) {
+              r.combine(acc, reduce_line(r, base + off[0], count, step[0], j));
+            });
       }
     });
   }
@@ -310,9 +429,9 @@ Primitive run_reduction(const Primitive& x, std::int64_t dim, DType out_dtype,
 
 Primitive sum_impl(Primitive x, std::int64_t dim, bool mean, const char* op) {
   const DType dtype = x->dtype();
-  return visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    const std::int64_t count = dim < 0 ? x->shape().num_elements()
-                                       : x->shape()[static_cast<std::size_t>(dim)];
+  return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+    const std::int64_t count =
+        dim < 0 ? x->shape().num_elements() : x->shape()[static_cast<std::size_t>(dim)];
     return run_reduction<T, T>(x, dim, dtype, [&](T* out) {
       return SumReducer<T>{out, mean ? static_cast<double>(count) : 1.0};
     });
@@ -321,7 +440,7 @@ Primitive sum_impl(Primitive x, std::int64_t dim, bool mean, const char* op) {
 
 Primitive prod_impl(Primitive x, std::int64_t dim, const char* op) {
   const DType dtype = x->dtype();
-  return visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+  return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
     return run_reduction<T, T>(x, dim, dtype, [](T* out) { return ProdReducer<T>{out}; });
   });
 }
@@ -329,7 +448,7 @@ Primitive prod_impl(Primitive x, std::int64_t dim, const char* op) {
 template <bool IsMax>
 Primitive extremum_impl(Primitive x, std::int64_t dim, const char* op) {
   const DType dtype = x->dtype();
-  return visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+  return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
     return run_reduction<T, T>(x, dim, dtype,
                                [](T* out) { return ExtremumReducer<T, IsMax>{out}; });
   });
@@ -350,7 +469,7 @@ PrimitivePair arg_impl(Primitive x, std::int64_t dim, DType index_dtype, bool wi
                        const char* op) {
   check_index_dtype(index_dtype, op);
   const DType dtype = x->dtype();
-  return visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) -> PrimitivePair {
+  return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> PrimitivePair {
     const CpuTensor& in = as_cpu(x);
     const Shape shape = kept_shape(in.shape(), dim);
     auto indices = make_tensor(index_dtype, shape);

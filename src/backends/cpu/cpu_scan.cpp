@@ -133,7 +133,7 @@ Primitive scan(Primitive x, std::int64_t dim, const S& s) {
 
 template <template <class> class Scan>
 Primitive scan_numeric(Primitive x, std::int64_t dim, const char* op) {
-  return visit_numeric_dtype(x->dtype(), op, [&]<class T>(type_tag<T>) -> Primitive {
+  return visit_numeric_types(x->dtype(), op, [&]<class T>(type_tag<T>) -> Primitive {
     return scan<T>(std::move(x), dim, Scan<T>{});
   });
 }

@@ -14,12 +14,13 @@
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
+#include "core/dtype_dispatch.h"
 #include "kiln/dtype.h"
 
 namespace kiln::cpu {
 
 struct DimPlan {
-  LoopPlan kept;           // the kept dims; kept.elements kept positions, in row-major order
+  LoopPlan kept;            // the kept dims; kept.elements kept positions, in row-major order
   std::int64_t length = 0;  // size of the dim being walked (of operand 0)
   std::array<std::int64_t, kMaxOperands> dim_strides{};  // each operand's stride along the dim
 };
@@ -44,8 +45,12 @@ inline DimPlan plan_dim(const Shape& shape, std::int64_t dim,
   }
   const Shape kept_shape(std::move(kept_dims));
   switch (k) {
-    case 1: plan.kept = plan_loop(kept_shape, {&kept_strides[0]}); break;
-    case 2: plan.kept = plan_loop(kept_shape, {&kept_strides[0], &kept_strides[1]}); break;
+    case 1:
+      plan.kept = plan_loop(kept_shape, {&kept_strides[0]});
+      break;
+    case 2:
+      plan.kept = plan_loop(kept_shape, {&kept_strides[0], &kept_strides[1]});
+      break;
     default:
       plan.kept = plan_loop(kept_shape, {&kept_strides[0], &kept_strides[1], &kept_strides[2]});
       break;
@@ -57,8 +62,7 @@ inline DimPlan plan_dim(const Shape& shape, std::int64_t dim,
 // segment(flat, count, offsets, inner_strides) for the kept positions [begin, end), in runs
 // along the innermost collapsed dim; flat is the row-major index of the run's first position.
 template <std::size_t N, class Segment>
-void walk_segments(const LoopPlan& plan, std::int64_t begin, std::int64_t end,
-                   Segment&& segment) {
+void walk_segments(const LoopPlan& plan, std::int64_t begin, std::int64_t end, Segment&& segment) {
   const std::size_t rank = plan.shape.size();
   const std::int64_t inner = plan.shape[rank - 1];
   std::array<std::int64_t, N> inner_strides;
@@ -106,16 +110,16 @@ void for_each_line(const DimPlan& plan, Line&& line) {
   const std::int64_t grain =
       std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, plan.length));
   parallel_for(plan.kept.elements, grain, [&](std::int64_t begin, std::int64_t end) {
-    walk_segments<N>(plan.kept, begin, end,
-                     [&](std::int64_t flat, std::int64_t count,
-                         const std::array<std::int64_t, N>& start,
-                         const std::array<std::int64_t, N>& step) {
-                       std::array<std::int64_t, N> offsets = start;
-                       for (std::int64_t c = 0; c < count; ++c) {
-                         line(flat + c, offsets);
-                         for (std::size_t k = 0; k < N; ++k) offsets[k] += step[k];
-                       }
-                     });
+    walk_segments<N>(
+        plan.kept, begin, end,
+        [&](std::int64_t flat, std::int64_t count, const std::array<std::int64_t, N>& start,
+            const std::array<std::int64_t, N>& step) {
+          std::array<std::int64_t, N> offsets = start;
+          for (std::int64_t c = 0; c < count; ++c) {
+            line(flat + c, offsets);
+            for (std::size_t k = 0; k < N; ++k) offsets[k] += step[k];
+          }
+        });
   });
 }
 
@@ -149,21 +153,52 @@ void for_each_column_block(const DimPlan& plan, std::int64_t max_width, Block&& 
   });
 }
 
+// visit_numeric_dtype without instantiating f for bool (which it rejects at run time anyway):
+// kernels that make no sense on bool need not compile for it.
+template <class F>
+decltype(auto) visit_numeric_types(DType dtype, std::string_view op, F&& f) {
+  using Result = decltype(f(type_tag<float>{}));
+  return visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T> tag) -> Result {
+    if constexpr (std::is_same_v<T, bool>) {
+      detail::fail<UnsupportedDType>(op, "expected a float or integer dtype, got bool");
+    } else {
+      return f(tag);
+    }
+  });
+}
+
 // Writes integer indices into an output of any integer dtype (the op's index_dtype argument).
 struct IndexWriter {
   std::byte* base;
   DType dtype;
   void operator()(std::int64_t position, std::int64_t value) const noexcept {
     switch (dtype) {
-      case DType::I64: put<std::int64_t>(position, value); break;
-      case DType::I32: put<std::int32_t>(position, value); break;
-      case DType::I16: put<std::int16_t>(position, value); break;
-      case DType::I8: put<std::int8_t>(position, value); break;
-      case DType::U64: put<std::uint64_t>(position, value); break;
-      case DType::U32: put<std::uint32_t>(position, value); break;
-      case DType::U16: put<std::uint16_t>(position, value); break;
-      case DType::U8: put<std::uint8_t>(position, value); break;
-      default: break;
+      case DType::I64:
+        put<std::int64_t>(position, value);
+        break;
+      case DType::I32:
+        put<std::int32_t>(position, value);
+        break;
+      case DType::I16:
+        put<std::int16_t>(position, value);
+        break;
+      case DType::I8:
+        put<std::int8_t>(position, value);
+        break;
+      case DType::U64:
+        put<std::uint64_t>(position, value);
+        break;
+      case DType::U32:
+        put<std::uint32_t>(position, value);
+        break;
+      case DType::U16:
+        put<std::uint16_t>(position, value);
+        break;
+      case DType::U8:
+        put<std::uint8_t>(position, value);
+        break;
+      default:
+        break;
     }
   }
 
