@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "conformance/conformance.h"
 #include "tensor/common.h"
@@ -547,6 +548,75 @@ KILN_CONFORMANCE_ROW(reduce_large, ({"max_dim_with_indices", "argmin", "prod_dim
           detail::into_data(detail::all_dim(x, dim)), keep_dim(wide, dim), DType::Bool,
           std::vector<double>(static_cast<std::size_t>(keep_dim(wide, dim).num_elements()), 1.0),
           "all_dim " + layout_name(layout));
+    }
+  }
+}
+
+// Views with negative strides (flip) and zero strides (expand) are read in place.
+KILN_CONFORMANCE_ROW(reduce_views,
+                     ({"sum", "sum_dim", "max", "max_dim", "argmax", "any_dim", "cumsum"})) {
+  const DType index_dtype = detail::default_dtype(device, Kind::Int);
+  const Shape base_shape{4, 300};
+  for (DType dtype : {DType::F32, DType::I32}) {
+    auto base = random_values(base_shape, dtype, 21, -50, 50);
+    Primitive contiguous = make_primitive(base, base_shape, dtype, Layout::Contiguous, device);
+    // Flipped along both dims: logical (i, j) is base (3 - i, 299 - j).
+    std::vector<double> flipped(base.size());
+    for (std::int64_t i = 0; i < 4; ++i) {
+      for (std::int64_t j = 0; j < 300; ++j) {
+        flipped[static_cast<std::size_t>(i * 300 + j)] =
+            base[static_cast<std::size_t>((3 - i) * 300 + (299 - j))];
+      }
+    }
+    // Row 1 expanded to 5 rows: every logical row is base row 1.
+    const Shape expanded_shape{5, 300};
+    std::vector<double> expanded;
+    for (std::int64_t i = 0; i < 5; ++i) {
+      expanded.insert(expanded.end(), base.begin() + 300, base.begin() + 600);
+    }
+    const Primitive row = detail::slice(contiguous, {Slice(1, 2), Slice::all()});
+    const std::vector<std::tuple<std::string, Primitive, std::vector<double>, Shape>> views = {
+        {"flip", detail::flip(contiguous, {0, 1}), flipped, base_shape},
+        {"expand", detail::expand(row, expanded_shape), expanded, expanded_shape},
+    };
+    for (const auto& [name, x, values, shape] : views) {
+      const std::string ctx = name + " " + std::string(dtype_name(dtype));
+      auto sum_ref = [&](const std::vector<double>& v) { return wrap_to(ref_sum(v), dtype); };
+      expect_close(detail::into_data(detail::sum(x)), Shape{1}, dtype, {sum_ref(values)},
+                   "sum " + ctx);
+      expect_close(detail::into_data(detail::max(x)), Shape{1}, dtype, {ref_extremum(values, true)},
+                   "max " + ctx);
+      for (std::int64_t dim : {0, 1}) {
+        const Shape out = keep_dim(shape, dim);
+        const std::string dctx = ctx + " dim " + std::to_string(dim);
+        expect_close(detail::into_data(detail::sum_dim(x, dim)), out, dtype,
+                     reduce_lines(values, shape, dim, sum_ref), "sum_dim " + dctx);
+        expect_close(
+            detail::into_data(detail::max_dim(x, dim)), out, dtype,
+            reduce_lines(values, shape, dim, [](const auto& l) { return ref_extremum(l, true); }),
+            "max_dim " + dctx);
+        expect_close(
+            detail::into_data(detail::argmax(x, dim)), out, index_dtype,
+            reduce_lines(values, shape, dim, [](const auto& l) { return ref_arg(l, true); }),
+            "argmax " + dctx);
+        expect_close(detail::into_data(detail::any_dim(x, dim)), out, DType::Bool,
+                     reduce_lines(values, shape, dim,
+                                  [](const std::vector<double>& l) {
+                                    for (double e : l) {
+                                      if (e != 0) return 1.0;
+                                    }
+                                    return 0.0;
+                                  }),
+                     "any_dim " + dctx);
+        auto running = scan_lines(values, shape, dim, [&](const std::vector<double>& l) {
+          std::vector<double> r;
+          double acc = 0;
+          for (double e : l) r.push_back(wrap_to(acc += e, dtype));
+          return r;
+        });
+        expect_close(detail::into_data(detail::cumsum(x, dim)), shape, dtype, running,
+                     "cumsum " + dctx);
+      }
     }
   }
 }

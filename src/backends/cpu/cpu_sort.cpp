@@ -187,6 +187,9 @@ PrimitivePair sort_slices(const Primitive& x, const SortRequest& request) {
           E* first = entries.data();
           if (request.keep < 0) {
             stable_sort_range(first, first + n, less);
+          } else if (keep * 16 <= n) {
+            // Few wanted: a heap of keep entries rejects most values with one comparison.
+            std::partial_sort(first, first + keep, first + n, total_less);
           } else if (keep < n) {
             std::nth_element(first, first + keep, first + n, total_less);
             std::sort(first, first + keep, total_less);
