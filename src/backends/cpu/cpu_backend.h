@@ -106,6 +106,34 @@ class CpuBackend final : public Backend {
 
   // ---- reductions, scans, sorting (cpu_reduce.cpp, cpu_scan.cpp, cpu_sort.cpp) ----
   // (section: reductions)
+  Primitive sum(Primitive x) override;
+  Primitive sum_dim(Primitive x, std::int64_t dim) override;
+  Primitive mean(Primitive x) override;
+  Primitive mean_dim(Primitive x, std::int64_t dim) override;
+  Primitive prod(Primitive x) override;
+  Primitive prod_dim(Primitive x, std::int64_t dim) override;
+  Primitive max(Primitive x) override;
+  Primitive min(Primitive x) override;
+  Primitive max_dim(Primitive x, std::int64_t dim) override;
+  Primitive min_dim(Primitive x, std::int64_t dim) override;
+  Primitive argmax(Primitive x, std::int64_t dim, DType index_dtype) override;
+  Primitive argmin(Primitive x, std::int64_t dim, DType index_dtype) override;
+  PrimitivePair max_dim_with_indices(Primitive x, std::int64_t dim, DType index_dtype) override;
+  PrimitivePair min_dim_with_indices(Primitive x, std::int64_t dim, DType index_dtype) override;
+  Primitive any(Primitive x) override;
+  Primitive all(Primitive x) override;
+  Primitive any_dim(Primitive x, std::int64_t dim) override;
+  Primitive all_dim(Primitive x, std::int64_t dim) override;
+  Primitive cumsum(Primitive x, std::int64_t dim) override;
+  Primitive cumprod(Primitive x, std::int64_t dim) override;
+  Primitive cummin(Primitive x, std::int64_t dim) override;
+  Primitive cummax(Primitive x, std::int64_t dim) override;
+  Primitive sort(Primitive x, std::int64_t dim, bool descending) override;
+  PrimitivePair sort_with_indices(Primitive x, std::int64_t dim, bool descending,
+                                  DType index_dtype) override;
+  Primitive argsort(Primitive x, std::int64_t dim, bool descending, DType index_dtype) override;
+  PrimitivePair topk_with_indices(Primitive x, std::int64_t k, std::int64_t dim, bool largest,
+                                  DType index_dtype) override;
 
 
 
