@@ -1,6 +1,7 @@
 // Activations: elementwise ones as typed maps, softmax and log_softmax one row at a time
 // (max, exponentials and their sum, normalisation, all while the row is in cache), rows spread
 // over threads. Every formula is stable over the whole float range.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -95,12 +96,66 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
     out_strides.push_back(out->strides()[k]);
   }
   const std::int64_t in_step = in.strides()[d], out_step = out->strides()[d];
+  std::int64_t inner = 1;
+  for (std::size_t k = d + 1; k < shape.rank(); ++k) inner *= shape[k];
   visit_float_dtype(dtype, op, [&]<class T>(type_tag<T>) {
     using C = compute_t<T>;
     // Sums in double: a row of a million f32 terms keeps every bit that matters.
     using Acc = double;
     const T* src = in.data_as<T>();
     T* dst = out->data_as<T>();
+    if (in.is_contiguous() && inner > 1) {
+      // dim is not the innermost: its lines interleave in memory, so a tile of adjacent lines
+      // is done at once, each pass walking contiguous runs of the tile's width.
+      constexpr std::int64_t kTile = 64;
+      const std::int64_t tiles_per_outer = (inner + kTile - 1) / kTile;
+      const std::int64_t outer = total / (length * inner);
+      const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / (length * kTile));
+      parallel_for(outer * tiles_per_outer, grain, [&](std::int64_t begin, std::int64_t end) {
+        std::vector<C> tile(static_cast<std::size_t>(length * kTile));
+        C top[kTile];
+        Acc sum[kTile];
+        for (std::int64_t t = begin; t < end; ++t) {
+          const std::int64_t first = (t % tiles_per_outer) * kTile;
+          const std::int64_t width = std::min(kTile, inner - first);
+          const std::int64_t base = (t / tiles_per_outer) * length * inner + first;
+          std::fill_n(top, width, -std::numeric_limits<C>::infinity());
+          std::fill_n(sum, width, Acc(0));
+          for (std::int64_t k = 0; k < length; ++k) {
+            const T* a = src + base + k * inner;
+            C* row = tile.data() + k * kTile;
+            for (std::int64_t j = 0; j < width; ++j) {
+              row[j] = static_cast<C>(a[j]);
+              if (row[j] > top[j]) top[j] = row[j];
+            }
+          }
+          for (std::int64_t k = 0; k < length; ++k) {
+            C* row = tile.data() + k * kTile;
+            for (std::int64_t j = 0; j < width; ++j) {
+              row[j] -= top[j];
+              const C e = std::exp(row[j]);
+              sum[j] += static_cast<Acc>(e);
+              if constexpr (!kLog) row[j] = e;
+            }
+          }
+          for (std::int64_t j = 0; j < width; ++j) {
+            sum[j] = kLog ? static_cast<Acc>(std::log(sum[j])) : Acc(1) / sum[j];
+          }
+          for (std::int64_t k = 0; k < length; ++k) {
+            const C* row = tile.data() + k * kTile;
+            T* o = dst + base + k * inner;
+            for (std::int64_t j = 0; j < width; ++j) {
+              if constexpr (kLog) {
+                o[j] = static_cast<T>(row[j] - static_cast<C>(sum[j]));
+              } else {
+                o[j] = static_cast<T>(static_cast<C>(row[j] * sum[j]));
+              }
+            }
+          }
+        }
+      });
+      return;
+    }
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / length);
     parallel_for(lines, grain, [&](std::int64_t begin, std::int64_t end) {
       std::vector<C> row(static_cast<std::size_t>(length));
