@@ -164,7 +164,10 @@ class Tensor {
     return static_cast<T>(detail::into_data(primitive_).to_f64_vec().at(0));
   }
   Tensor to_device(Device device) const { return Tensor(detail::to_device(primitive_, device)); }
-  // Same kind, another dtype of that kind (DTypeMismatch otherwise).
+  // Same kind, another dtype of that kind (DTypeMismatch otherwise). Values convert as in every
+  // dtype conversion (cast, float_, int_, bool_): float -> int truncates toward zero and
+  // saturates at the target's range (NaN -> 0); int -> int keeps the low bits (wraps);
+  // anything -> bool is != 0; floats round to nearest even (16-bit ones through f32).
   Tensor cast(DType dtype) const { return Tensor(detail::cast(primitive_, check_cast(dtype))); }
   // Kind conversions (`float` and `int` are C++ keywords, hence the trailing underscore).
   Tensor<D, Float> float_() const { return kind_cast<Float>(); }

@@ -193,6 +193,14 @@ class CpuBackend final : public Backend {
 
   // ---- activations (cpu_activation.cpp) ----
   // (section: activation)
+  Primitive relu(Primitive x) override;
+  Primitive leaky_relu(Primitive x, Scalar negative_slope) override;
+  Primitive gelu(Primitive x) override;
+  Primitive sigmoid(Primitive x) override;
+  Primitive silu(Primitive x) override;
+  Primitive log_sigmoid(Primitive x) override;
+  Primitive softmax(Primitive x, std::int64_t dim) override;
+  Primitive log_softmax(Primitive x, std::int64_t dim) override;
 
 
 

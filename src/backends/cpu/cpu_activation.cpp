@@ -1,0 +1,215 @@
+// Activations: elementwise ones as typed maps, softmax and log_softmax one row at a time
+// (max, exponentials and their sum, normalisation, all while the row is in cache), rows spread
+// over threads. Every formula is stable over the whole float range.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/elementwise.h"
+
+namespace kiln {
+
+using namespace cpu;
+
+namespace {
+
+template <class F>
+Primitive float_map(Primitive x, const char* op, F f) {
+  const DType dtype = x->dtype();
+  return visit_float_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+    return map_unary<T, T>(std::move(x), dtype, f);
+  });
+}
+
+template <class C>
+C stable_sigmoid(C v) {
+  if (v >= C(0)) return C(1) / (C(1) + std::exp(-v));
+  const C e = std::exp(v);  // v < 0, or NaN, which stays NaN
+  return e / (C(1) + e);
+}
+
+}  // namespace
+
+Primitive CpuBackend::relu(Primitive x) {
+  return float_map(std::move(x), "relu", [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; });
+}
+
+Primitive CpuBackend::leaky_relu(Primitive x, Scalar negative_slope) {
+  const double slope = negative_slope.to_double();
+  return float_map(std::move(x), "leaky_relu", [slope](auto v) {
+    using C = decltype(v);
+    return v < C(0) ? v * static_cast<C>(slope) : v;
+  });
+}
+
+Primitive CpuBackend::gelu(Primitive x) {
+  // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation in the left tail.
+  return float_map(std::move(x), "gelu", [](auto v) {
+    using C = decltype(v);
+    if (v == -std::numeric_limits<C>::infinity()) return C(0);
+    return v * C(0.5) * std::erfc(-v * static_cast<C>(std::numbers::sqrt2 / 2));
+  });
+}
+
+Primitive CpuBackend::sigmoid(Primitive x) {
+  return float_map(std::move(x), "sigmoid", [](auto v) { return stable_sigmoid(v); });
+}
+
+Primitive CpuBackend::silu(Primitive x) {
+  return float_map(std::move(x), "silu", [](auto v) {
+    using C = decltype(v);
+    if (v == -std::numeric_limits<C>::infinity()) return C(0);
+    return v * stable_sigmoid(v);
+  });
+}
+
+Primitive CpuBackend::log_sigmoid(Primitive x) {
+  return float_map(std::move(x), "log_sigmoid", [](auto v) {
+    using C = decltype(v);
+    return (v < C(0) ? v : C(0)) - std::log1p(std::exp(-std::fabs(v)));
+  });
+}
+
+namespace {
+
+// Softmax (or log_softmax) of every line of x along dim into a new contiguous tensor.
+template <bool kLog>
+Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
+  const DType dtype = x->dtype();
+  const Shape shape = x->shape();
+  auto out = make_tensor(dtype, shape);
+  const std::int64_t total = shape.num_elements();
+  if (total == 0) return out;
+  const CpuTensor& in = as_cpu(x);
+  const std::size_t d = static_cast<std::size_t>(dim);
+  const std::int64_t length = shape[d];
+  const std::int64_t lines = total / length;
+  // The other dims, innermost last, to find where each line starts.
+  std::vector<std::int64_t> sizes, in_strides, out_strides;
+  for (std::size_t k = 0; k < shape.rank(); ++k) {
+    if (k == d) continue;
+    sizes.push_back(shape[k]);
+    in_strides.push_back(in.strides()[k]);
+    out_strides.push_back(out->strides()[k]);
+  }
+  const std::int64_t in_step = in.strides()[d], out_step = out->strides()[d];
+  std::int64_t inner = 1;
+  for (std::size_t k = d + 1; k < shape.rank(); ++k) inner *= shape[k];
+  visit_float_dtype(dtype, op, [&]<class T>(type_tag<T>) {
+    using C = compute_t<T>;
+    // Sums in double: a row of a million f32 terms keeps every bit that matters.
+    using Acc = double;
+    const T* src = in.data_as<T>();
+    T* dst = out->data_as<T>();
+    if (in.is_contiguous() && inner > 1) {
+      // dim is not the innermost: its lines interleave in memory, so a tile of adjacent lines
+      // is done at once, each pass walking contiguous runs of the tile's width.
+      constexpr std::int64_t kTile = 64;
+      const std::int64_t tiles_per_outer = (inner + kTile - 1) / kTile;
+      const std::int64_t outer = total / (length * inner);
+      const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / (length * kTile));
+      parallel_for(outer * tiles_per_outer, grain, [&](std::int64_t begin, std::int64_t end) {
+        std::vector<C> tile(static_cast<std::size_t>(length * kTile));
+        C top[kTile];
+        Acc sum[kTile];
+        for (std::int64_t t = begin; t < end; ++t) {
+          const std::int64_t first = (t % tiles_per_outer) * kTile;
+          const std::int64_t width = std::min(kTile, inner - first);
+          const std::int64_t base = (t / tiles_per_outer) * length * inner + first;
+          std::fill_n(top, width, -std::numeric_limits<C>::infinity());
+          std::fill_n(sum, width, Acc(0));
+          for (std::int64_t k = 0; k < length; ++k) {
+            const T* a = src + base + k * inner;
+            C* row = tile.data() + k * kTile;
+            for (std::int64_t j = 0; j < width; ++j) {
+              row[j] = static_cast<C>(a[j]);
+              if (row[j] > top[j]) top[j] = row[j];
+            }
+          }
+          for (std::int64_t k = 0; k < length; ++k) {
+            C* row = tile.data() + k * kTile;
+            for (std::int64_t j = 0; j < width; ++j) {
+              row[j] -= top[j];
+              const C e = std::exp(row[j]);
+              sum[j] += static_cast<Acc>(e);
+              if constexpr (!kLog) row[j] = e;
+            }
+          }
+          for (std::int64_t j = 0; j < width; ++j) {
+            sum[j] = kLog ? static_cast<Acc>(std::log(sum[j])) : Acc(1) / sum[j];
+          }
+          for (std::int64_t k = 0; k < length; ++k) {
+            const C* row = tile.data() + k * kTile;
+            T* o = dst + base + k * inner;
+            for (std::int64_t j = 0; j < width; ++j) {
+              if constexpr (kLog) {
+                o[j] = static_cast<T>(row[j] - static_cast<C>(sum[j]));
+              } else {
+                o[j] = static_cast<T>(static_cast<C>(row[j] * sum[j]));
+              }
+            }
+          }
+        }
+      });
+      return;
+    }
+    const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / length);
+    parallel_for(lines, grain, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<C> row(static_cast<std::size_t>(length));
+      for (std::int64_t line = begin; line < end; ++line) {
+        std::int64_t in_offset = 0, out_offset = 0, rest = line;
+        for (std::size_t k = sizes.size(); k-- > 0;) {
+          const std::int64_t i = rest % sizes[k];
+          rest /= sizes[k];
+          in_offset += i * in_strides[k];
+          out_offset += i * out_strides[k];
+        }
+        const T* a = src + in_offset;
+        T* o = dst + out_offset;
+        C top = -std::numeric_limits<C>::infinity();
+        for (std::int64_t k = 0; k < length; ++k) {
+          const C v = static_cast<C>(a[k * in_step]);
+          row[static_cast<std::size_t>(k)] = v;
+          if (v > top) top = v;
+        }
+        // NaN is never > top, but exp(NaN - top) makes the sum NaN, so the row becomes NaN;
+        // a row of -inf gives -inf - -inf = NaN, as the composed default does.
+        Acc sum = 0;
+        for (std::int64_t k = 0; k < length; ++k) {
+          C& v = row[static_cast<std::size_t>(k)];
+          v -= top;
+          const C e = std::exp(v);
+          sum += static_cast<Acc>(e);
+          if constexpr (!kLog) v = e;
+        }
+        if constexpr (kLog) {
+          const C log_sum = static_cast<C>(std::log(sum));
+          for (std::int64_t k = 0; k < length; ++k) {
+            o[k * out_step] = static_cast<T>(row[static_cast<std::size_t>(k)] - log_sum);
+          }
+        } else {
+          const Acc inverse = Acc(1) / sum;
+          for (std::int64_t k = 0; k < length; ++k) {
+            o[k * out_step] = static_cast<T>(static_cast<C>(row[static_cast<std::size_t>(k)] * inverse));
+          }
+        }
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+Primitive CpuBackend::softmax(Primitive x, std::int64_t dim) {
+  return softmax_rows<false>(std::move(x), dim, "softmax");
+}
+
+Primitive CpuBackend::log_softmax(Primitive x, std::int64_t dim) {
+  return softmax_rows<true>(std::move(x), dim, "log_softmax");
+}
+
+}  // namespace kiln
