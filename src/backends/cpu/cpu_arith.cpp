@@ -135,7 +135,11 @@ Primitive CpuBackend::clamp(Primitive x, Scalar min, Scalar max) {
   return visit_numeric_dtype(dtype, "clamp", [&]<class T>(type_tag<T>) -> Primitive {
     using C = compute_t<T>;
     const C lo = min.as<C>(), hi = max.as<C>();
-    return map_unary<T, T>(std::move(x), dtype, [lo, hi](C a) { return a < lo ? lo : (hi < a ? hi : a); });
+    // min(max(x, lo), hi): with lo > hi every element becomes hi, as in PyTorch.
+    return map_unary<T, T>(std::move(x), dtype, [lo, hi](C a) {
+      const C low = a < lo ? lo : a;
+      return hi < low ? hi : low;
+    });
   });
 }
 Primitive CpuBackend::clamp_min(Primitive x, Scalar min) {

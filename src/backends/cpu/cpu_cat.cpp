@@ -31,7 +31,7 @@ Primitive CpuBackend::cat(PrimitiveList xs, std::int64_t dim) {
     start += x->shape()[d];
   }
   const std::int64_t count = static_cast<std::int64_t>(xs.size());
-  if (count >= thread_count()) {
+  if (count >= thread_count() && out->shape().num_elements() >= kParallelGrain) {
     // Many inputs: one thread per group of inputs (each copy then runs on its own thread).
     parallel_for(count, 1, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {

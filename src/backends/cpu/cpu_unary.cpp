@@ -114,7 +114,10 @@ Primitive CpuBackend::square(Primitive x) {
 }
 
 Primitive CpuBackend::neg(Primitive x) {
-  return numeric_unary(std::move(x), "neg", [](auto v) { return wrap_sub(decltype(v)(0), v); });
+  return numeric_unary(std::move(x), "neg", [](auto v) {
+    if constexpr (std::is_floating_point_v<decltype(v)>) return -v;  // -(+0) is -0
+    else return wrap_sub(decltype(v)(0), v);
+  });
 }
 
 }  // namespace kiln
