@@ -109,9 +109,11 @@ inline Tensor<4> adaptive_avg_pool2d(const Tensor<4>& x, std::array<std::int64_t
 inline Tensor<5> adaptive_avg_pool3d(const Tensor<5>& x, std::array<std::int64_t, 3> size) {
   return adaptive_avg_pool(x, {size[0], size[1], size[2]});
 }
-// weights [V, E], indices [B, S] -> [B, S, E]
-inline Tensor<3> embedding(const Tensor<2>& weights, const Tensor<2, Int>& indices) {
-  return Tensor<3>::wrap(detail::embedding(weights.primitive(), indices.primitive()));
+// Row lookup: weights [V, E], indices [...] -> [..., E], e.g. token ids [B, S] -> [B, S, E].
+// An index outside [0, V) throws InvalidArgument.
+template <std::size_t D>
+Tensor<D + 1> embedding(const Tensor<2>& weights, const Tensor<D, Int>& indices) {
+  return Tensor<D + 1>::wrap(detail::embedding(weights.primitive(), indices.primitive()));
 }
 // x [N, C, H, W] resized to output_size {H', W'}: Nearest (source floor(i * in / out)),
 // Bilinear or Bicubic (A = -0.75), with PyTorch's align_corners rule either way.
@@ -137,7 +139,8 @@ Tensor<D> linear(const Tensor<D>& x, const Tensor<2>& weight,
   return Tensor<D>::wrap(detail::linear(x.primitive(), weight.primitive(),
                                         bias ? std::optional(bias->primitive()) : std::nullopt));
 }
-// Normalises over the last dim.
+// Normalises over the last dim: (x - mean) / sqrt(var + epsilon) * gamma + beta, with the
+// biased variance; gamma and beta have the size of the last dim.
 template <std::size_t D>
 Tensor<D> layer_norm(const Tensor<D>& x, const Tensor<1>& gamma,
                      const std::optional<Tensor<1>>& beta = std::nullopt, double epsilon = 1e-5) {
@@ -145,14 +148,21 @@ Tensor<D> layer_norm(const Tensor<D>& x, const Tensor<1>& gamma,
                                             beta ? std::optional(beta->primitive()) : std::nullopt,
                                             epsilon));
 }
-// Inference-form batch norm over dim 1 with given statistics.
+// Inference-form batch norm over dim 1 (x [N, C, ...]) with given per-channel statistics:
+// (x - mean) / sqrt(variance + epsilon) * gamma + beta.
 template <std::size_t D>
 Tensor<D> batch_norm(const Tensor<D>& x, const Tensor<1>& gamma, const Tensor<1>& beta,
                      const Tensor<1>& mean, const Tensor<1>& variance, double epsilon = 1e-5) {
   return Tensor<D>::wrap(detail::batch_norm(x.primitive(), gamma.primitive(), beta.primitive(),
                                             mean.primitive(), variance.primitive(), epsilon));
 }
-// softmax(q k^T * scale + bias, masked) v on [batch, heads, seq, dim]; mask true = excluded.
+// softmax(q k^T * scale + bias, masked) v on q [B, H, Sq, D], k [B, H, Sk, D], v [B, H, Sk, Dv]
+// -> [B, H, Sq, Dv]. B and H broadcast (size 1 is shared). mask and bias broadcast to the
+// scores [B, H, Sq, Sk]; a true mask entry is excluded. is_causal excludes keys j > i
+// (top-left aligned, as PyTorch) and combines with mask. scale defaults to 1/sqrt(D). A query
+// row whose keys are all excluded gets zero weights: its output row is zeros, not NaN.
+//   auto y = kiln::module::attention(q, k, v, std::nullopt, std::nullopt,
+//                                    {.scale = std::nullopt, .is_causal = true});
 inline Tensor<4> attention(const Tensor<4>& q, const Tensor<4>& k, const Tensor<4>& v,
                            const std::optional<Tensor<4, Bool>>& mask = std::nullopt,
                            const std::optional<Tensor<4>>& bias = std::nullopt,

@@ -160,8 +160,18 @@ class CpuBackend final : public Backend {
 
   // ---- linear algebra: matmul, linear, attention, norms, embedding (cpu_matmul.cpp, ...) ----
   // (section: linalg)
-
-
+  Primitive matmul(Primitive lhs, Primitive rhs) override;
+  Primitive cross(Primitive lhs, Primitive rhs, std::int64_t dim) override;
+  Primitive linear(Primitive x, Primitive weight, OptionalPrimitive bias) override;
+  Primitive layer_norm(Primitive x, Primitive gamma, OptionalPrimitive beta,
+                       double epsilon) override;
+  Primitive batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mean,
+                       Primitive variance, double epsilon) override;
+  Primitive embedding(Primitive weights, Primitive indices) override;
+  Primitive embedding_backward(Primitive weights, Primitive output_grad,
+                               Primitive indices) override;
+  Primitive attention(Primitive query, Primitive key, Primitive value, OptionalPrimitive mask,
+                      OptionalPrimitive bias, AttentionOptions options) override;
 
   // ---- convolution, pooling, interpolation, unfold/fold (cpu_conv.cpp, cpu_pool.cpp, ...) ----
   // (section: spatial)

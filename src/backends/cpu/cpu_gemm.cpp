@@ -1,0 +1,160 @@
+// BLAS calls on strided views: pick CblasNoTrans / CblasTrans from the strides, copy only when
+// neither reads the view, and split dims that do not fit BLAS's int.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <optional>
+#include <vector>
+
+#include "backends/cpu/gemm.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Largest dim or leading dimension passed to BLAS (its integers are 32-bit).
+constexpr std::int64_t kMaxBlasDim = INT_MAX / 2;
+
+struct BlasOperand {
+  CBLAS_TRANSPOSE trans;
+  std::int64_t ld;
+};
+
+// How BLAS reads a rows x cols matrix with these strides, if it can. Strides of size-1 dims
+// are free, so a vector is readable whatever its stride there.
+std::optional<BlasOperand> blas_operand(std::int64_t rows, std::int64_t cols,
+                                        std::int64_t row_stride, std::int64_t col_stride) {
+  if (cols == 1 || col_stride == 1) {
+    const std::int64_t ld = rows == 1 ? std::max<std::int64_t>(cols, 1) : row_stride;
+    if (ld >= std::max<std::int64_t>(cols, 1) && ld <= kMaxBlasDim) {
+      return BlasOperand{CblasNoTrans, ld};
+    }
+  }
+  if (rows == 1 || row_stride == 1) {
+    const std::int64_t ld = cols == 1 ? std::max<std::int64_t>(rows, 1) : col_stride;
+    if (ld >= std::max<std::int64_t>(rows, 1) && ld <= kMaxBlasDim) {
+      return BlasOperand{CblasTrans, ld};
+    }
+  }
+  return std::nullopt;
+}
+
+// A row-major copy of m in buffer; returns the view of the copy.
+template <class T>
+MatrixRef<const T> packed(MatrixRef<const T> m, std::vector<T>& buffer) {
+  buffer.resize(static_cast<std::size_t>(m.rows * m.cols));
+  for (std::int64_t r = 0; r < m.rows; ++r) {
+    const T* src = m.data + r * m.row_stride;
+    T* dst = buffer.data() + r * m.cols;
+    for (std::int64_t c = 0; c < m.cols; ++c) dst[c] = src[c * m.col_stride];
+  }
+  return {buffer.data(), m.rows, m.cols, m.cols, 1};
+}
+
+template <class T>
+void blas_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n,
+               std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+               T beta, T* c, std::int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  }
+}
+
+template <class T>
+MatrixRef<T> rows_of(MatrixRef<T> m, std::int64_t begin, std::int64_t count) {
+  return {m.data + begin * m.row_stride, count, m.cols, m.row_stride, m.col_stride};
+}
+template <class T>
+MatrixRef<T> cols_of(MatrixRef<T> m, std::int64_t begin, std::int64_t count) {
+  return {m.data + begin * m.col_stride, m.rows, count, m.row_stride, m.col_stride};
+}
+
+}  // namespace
+
+template <class T>
+void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T beta) {
+  const std::int64_t m = c.rows, n = c.cols, k = a.cols;
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == T(0)) {
+    // No products to add: c = beta * c (beta 0 overwrites, as BLAS does).
+    for (std::int64_t r = 0; r < m; ++r) {
+      T* row = c.data + r * c.row_stride;
+      for (std::int64_t j = 0; j < n; ++j) row[j] = beta == T(0) ? T(0) : beta * row[j];
+    }
+    return;
+  }
+  // Dims beyond BLAS's int range are split into halves.
+  if (m > kMaxBlasDim) {
+    const std::int64_t h = m / 2;
+    gemm(rows_of(a, 0, h), b, rows_of(c, 0, h), alpha, beta);
+    gemm(rows_of(a, h, m - h), b, rows_of(c, h, m - h), alpha, beta);
+    return;
+  }
+  if (n > kMaxBlasDim) {
+    const std::int64_t h = n / 2;
+    gemm(a, cols_of(b, 0, h), cols_of(c, 0, h), alpha, beta);
+    gemm(a, cols_of(b, h, n - h), cols_of(c, h, n - h), alpha, beta);
+    return;
+  }
+  if (k > kMaxBlasDim) {
+    const std::int64_t h = k / 2;
+    gemm(cols_of(a, 0, h), rows_of(b, 0, h), c, alpha, beta);
+    gemm(cols_of(a, h, k - h), rows_of(b, h, k - h), c, alpha, T(1));
+    return;
+  }
+  std::vector<T> a_copy, b_copy;
+  std::optional<BlasOperand> oa = blas_operand(m, k, a.row_stride, a.col_stride);
+  if (!oa) {
+    a = packed(a, a_copy);
+    oa = BlasOperand{CblasNoTrans, k};
+  }
+  std::optional<BlasOperand> ob = blas_operand(k, n, b.row_stride, b.col_stride);
+  if (!ob) {
+    b = packed(b, b_copy);
+    ob = BlasOperand{CblasNoTrans, n};
+  }
+  const std::int64_t ldc = m == 1 ? n : c.row_stride;
+  blas_call<T>(oa->trans, ob->trans, m, n, k, alpha, a.data, oa->ld, b.data, ob->ld, beta, c.data,
+               ldc);
+}
+
+template void gemm<float>(MatrixRef<const float>, MatrixRef<const float>, MatrixRef<float>, float,
+                          float);
+template void gemm<double>(MatrixRef<const double>, MatrixRef<const double>, MatrixRef<double>,
+                           double, double);
+
+std::int64_t collapsed_row_stride(const std::int64_t* sizes, const std::int64_t* strides,
+                                  std::size_t count, std::int64_t fallback) {
+  std::int64_t stride = -1;   // stride of the innermost dim of size > 1
+  std::int64_t expected = 0;  // what the next outer dim's stride must be
+  for (std::size_t i = count; i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (sizes[i] == 0) return fallback;
+    if (stride < 0) {
+      stride = strides[i];
+    } else if (strides[i] != expected) {
+      return -1;
+    }
+    expected = strides[i] * sizes[i];
+  }
+  return stride < 0 ? fallback : stride;
+}
+
+std::shared_ptr<CpuTensor> contiguous_as(const Primitive& src, DType dtype) {
+  const CpuTensor& x = as_cpu(src);
+  if (x.dtype() == dtype) return contiguous(src);
+  auto out = make_tensor(dtype, x.shape());
+  visit_dtype(x.dtype(), "convert", [&]<class From>(type_tag<From>) {
+    visit_dtype(dtype, "convert", [&]<class To>(type_tag<To>) { convert_copy<To, From>(x, *out); });
+  });
+  return out;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,80 @@
+// linear: x [..., in] @ weight [in, out] + bias [out], as one gemm over the flattened rows.
+#include <algorithm>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
+
+namespace kiln {
+
+using namespace cpu;
+
+namespace {
+
+// out [rows, out] = x [rows, in] @ w + bias, T = float or double; beta = 1 adds the bias rows
+// written into out beforehand.
+template <class T>
+void linear_into(const CpuTensor& x, const CpuTensor& w, const CpuTensor* bias, CpuTensor& out) {
+  const std::size_t rank = x.rank();
+  const std::int64_t in = x.shape()[rank - 1];
+  const std::int64_t cols = w.shape()[1];
+  const std::int64_t rows = out.shape().num_elements() / std::max<std::int64_t>(cols, 1);
+  T* o = out.data_as<T>();
+  if (bias != nullptr) {
+    const T* b = bias->data_as<const T>();
+    const std::int64_t bs = bias->strides()[0];
+    parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(cols, 1)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t r = begin; r < end; ++r) {
+                     for (std::int64_t j = 0; j < cols; ++j) o[r * cols + j] = b[j * bs];
+                   }
+                 });
+  }
+  // The rows of x as one matrix: its leading dims collapse, else a contiguous copy.
+  std::shared_ptr<CpuTensor> holder;
+  const CpuTensor* source = &x;
+  std::int64_t row_stride = in;
+  if (rank > 1) {
+    row_stride = collapsed_row_stride(x.shape().dims().data(), x.strides().data(), rank - 1, in);
+    if (row_stride < 0) {
+      holder = copy(x);
+      source = holder.get();
+      row_stride = in;
+    }
+  }
+  const MatrixRef<const T> a{source->data_as<const T>(), rows, in, row_stride,
+                             source->strides()[rank - 1]};
+  const MatrixRef<const T> b{w.data_as<const T>(), in, cols, w.strides()[0], w.strides()[1]};
+  gemm<T>(a, b, {o, rows, cols, cols, 1}, T(1), bias != nullptr ? T(1) : T(0));
+}
+
+}  // namespace
+
+Primitive CpuBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bias) {
+  const DType dtype = x->dtype();
+  detail::DimVector dims(x->shape().vector());
+  dims.back() = weight->shape()[1];
+  const Shape out_shape(std::move(dims));
+  auto out = make_tensor(dtype, out_shape);
+  if (out_shape.num_elements() == 0) return out;
+  switch (dtype) {
+    case DType::F32:
+      linear_into<float>(as_cpu(x), as_cpu(weight), bias ? &as_cpu(*bias) : nullptr, *out);
+      return out;
+    case DType::F64:
+      linear_into<double>(as_cpu(x), as_cpu(weight), bias ? &as_cpu(*bias) : nullptr, *out);
+      return out;
+    default:
+      break;
+  }
+  // 16-bit floats: compute in f32, round once.
+  auto xf = contiguous_as(x, DType::F32);
+  auto wf = contiguous_as(weight, DType::F32);
+  std::shared_ptr<CpuTensor> bf = bias ? contiguous_as(*bias, DType::F32) : nullptr;
+  auto result = make_tensor(DType::F32, out_shape);
+  linear_into<float>(*xf, *wf, bf.get(), *result);
+  visit_float_dtype(dtype, "linear",
+                    [&]<class T>(type_tag<T>) { convert_copy<T, float>(*result, *out); });
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,116 @@
+// layer_norm (over the last dim) and inference-form batch_norm (over dim 1).
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
+
+namespace kiln {
+
+using namespace cpu;
+
+namespace {
+
+// The values of a 1-D tensor as doubles (parameters are short; reading them once keeps the
+// per-element loops free of dtype conversions).
+std::vector<double> as_doubles(const Primitive& p) {
+  const CpuTensor& t = as_cpu(p);
+  std::vector<double> out(static_cast<std::size_t>(t.shape().num_elements()));
+  visit_float_dtype(t.dtype(), "norm", [&]<class T>(type_tag<T>) {
+    const T* d = t.data_as<const T>();
+    const std::int64_t s = t.strides()[0];
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i] = static_cast<double>(static_cast<compute_t<T>>(d[static_cast<std::int64_t>(i) * s]));
+    }
+  });
+  return out;
+}
+
+template <class T>
+double load(const T* p, std::int64_t i) {
+  return static_cast<double>(static_cast<compute_t<T>>(p[i]));
+}
+
+// One row of layer_norm. A single pass over the row sums the values shifted by the first one,
+// in double, so a large mean does not cancel the variance.
+template <class T>
+void normalize_row(const T* row, T* out, std::int64_t width, const std::vector<double>& gamma,
+                   const std::vector<double>& beta, double epsilon) {
+  const double shift = load(row, 0);
+  double s1 = 0, s2 = 0;
+  for (std::int64_t i = 0; i < width; ++i) {
+    const double v = load(row, i) - shift;
+    s1 += v;
+    s2 += v * v;
+  }
+  const double n = static_cast<double>(width);
+  const double centred = s1 / n;
+  const double variance = std::max(s2 / n - centred * centred, 0.0);
+  const double mean = shift + centred;
+  const double inv = 1.0 / std::sqrt(variance + epsilon);
+  for (std::int64_t i = 0; i < width; ++i) {
+    const auto c = static_cast<std::size_t>(i);
+    out[i] = static_cast<T>((load(row, i) - mean) * inv * gamma[c] + beta[c]);
+  }
+}
+
+}  // namespace
+
+Primitive CpuBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitive beta,
+                                 double epsilon) {
+  const DType dtype = x->dtype();
+  const Shape shape = x->shape();
+  auto out = make_tensor(dtype, shape);
+  const std::int64_t width = shape[shape.rank() - 1];
+  if (shape.num_elements() == 0) return out;
+  const std::int64_t rows = shape.num_elements() / width;
+  const std::vector<double> g = as_doubles(gamma);
+  const std::vector<double> b = beta ? as_doubles(*beta) : std::vector<double>(g.size(), 0.0);
+  auto in = contiguous(x);
+  visit_float_dtype(dtype, "layer_norm", [&]<class T>(type_tag<T>) {
+    const T* src = in->data_as<const T>();
+    T* dst = out->data_as<T>();
+    const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / width);
+    parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        normalize_row(src + r * width, dst + r * width, width, g, b, epsilon);
+      }
+    });
+  });
+  return out;
+}
+
+Primitive CpuBackend::batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mean,
+                                 Primitive variance, double epsilon) {
+  const DType dtype = x->dtype();
+  const Shape shape = x->shape();
+  auto out = make_tensor(dtype, shape);
+  if (shape.num_elements() == 0) return out;
+  const std::int64_t channels = shape[1];
+  const std::int64_t plane = shape.num_elements() / (shape[0] * channels);
+  // Per channel: y = (x - mean) * scale + beta with scale = gamma / sqrt(var + eps).
+  const std::vector<double> g = as_doubles(gamma), b = as_doubles(beta), mu = as_doubles(mean),
+                            var = as_doubles(variance);
+  std::vector<double> scale(g.size());
+  for (std::size_t c = 0; c < g.size(); ++c) scale[c] = g[c] / std::sqrt(var[c] + epsilon);
+  auto in = contiguous(x);
+  visit_float_dtype(dtype, "batch_norm", [&]<class T>(type_tag<T>) {
+    const T* src = in->data_as<const T>();
+    T* dst = out->data_as<T>();
+    const std::int64_t grain =
+        std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(plane, 1));
+    parallel_for(shape[0] * channels, grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t p = begin; p < end; ++p) {
+        const auto c = static_cast<std::size_t>(p % channels);
+        const T* row = src + p * plane;
+        T* o = dst + p * plane;
+        for (std::int64_t i = 0; i < plane; ++i) {
+          o[i] = static_cast<T>((load(row, i) - mu[c]) * scale[c] + b[c]);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace kiln

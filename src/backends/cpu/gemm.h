@@ -1,0 +1,62 @@
+// Matrix products on strided views, shared by matmul, linear and attention. Float and double go
+// to OpenBLAS directly on the caller's memory whenever BLAS can read the layout (row-major, or
+// transposed through CblasTrans); other views are copied first. Integers use a blocked kernel
+// of our own.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/cpu_tensor.h"
+#include "backends/cpu/loops.h"
+#include "core/dtype_dispatch.h"
+
+namespace kiln::cpu {
+
+// One matrix inside strided memory: element (r, c) is data[r * row_stride + c * col_stride].
+template <class T>
+struct MatrixRef {
+  T* data = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t row_stride = 0;
+  std::int64_t col_stride = 0;
+};
+
+// Products below this many multiply-adds run on one thread inside OpenBLAS (its own
+// GEMM_MULTITHREAD_THRESHOLD); above it OpenBLAS threads them itself, so callers parallelise
+// their outer loops only over products at most this large.
+inline constexpr std::int64_t kBlasSingleThreadWork = 262144;
+// Multiply-adds below which handing work to another thread costs more than it saves.
+inline constexpr std::int64_t kMinThreadWork = 65536;
+
+// c = alpha * a b + beta * c for T = float or double. a and b may have any strides (including 0
+// and negative); c must be row-major (col_stride 1, row_stride >= cols, at most 2^30). beta == 0
+// ignores c's contents (NaN included).
+template <class T>
+void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T beta);
+
+// The row stride that walks rows spread over several dims (outer to inner, each a size and a
+// stride) as one matrix dim, or -1 when they do not collapse. With at most one row, any stride
+// works and `fallback` is returned.
+std::int64_t collapsed_row_stride(const std::int64_t* sizes, const std::int64_t* strides,
+                                  std::size_t count, std::int64_t fallback);
+
+// dst = src converted elementwise (same shape, any strides on both sides).
+template <class Out, class In>
+void convert_copy(const CpuTensor& src, CpuTensor& dst) {
+  if (src.shape().num_elements() == 0) return;
+  const LoopPlan plan = plan_loop(dst.shape(), {&dst.strides(), &src.strides()});
+  Out* o = dst.data_as<Out>();
+  const In* in = src.data_as<In>();
+  run_loop<2>(plan, [&](std::int64_t n, const std::array<std::int64_t, 2>& off,
+                        const std::array<std::int64_t, 2>& st) {
+    Out* po = o + off[0];
+    const In* pi = in + off[1];
+    for (std::int64_t i = 0; i < n; ++i) po[i * st[0]] = convert_element<Out>(pi[i * st[1]]);
+  });
+}
+
+// A contiguous copy of src converted to dtype (src itself when it already is both).
+std::shared_ptr<CpuTensor> contiguous_as(const Primitive& src, DType dtype);
+
+}  // namespace kiln::cpu

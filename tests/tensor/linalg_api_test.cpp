@@ -1,0 +1,76 @@
+// The public API of the linalg family as users write it (DESIGN.md section 6 pins a.matmul(b)).
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+#include <kiln/module_ops.h>
+
+#include <cmath>
+
+using namespace kiln;
+
+TEST(LinalgApi, PinnedMatmulExample) {
+  Device dev = Device::cpu();
+  auto a = Tensor<2>::ones({64, 64}, dev);
+  auto b = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2, 3, 4}, {2, 2}), dev);
+  auto c = a.matmul(a) + 1.0;
+  std::vector<float> v = c.into_data().to_vec<float>();
+  EXPECT_EQ(v, std::vector<float>(64 * 64, 65.0f));
+  // [[1, 2], [3, 4]]^2 = [[7, 10], [15, 22]]
+  EXPECT_EQ(b.matmul(b).into_data().to_vec<float>(), (std::vector<float>{7, 10, 15, 22}));
+}
+
+TEST(LinalgApi, BatchedAndTransposedMatmul) {
+  Device dev = Device::cpu();
+  auto x = Tensor<3>::from_data(
+      TensorData::from_vec(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2}), dev);
+  auto eye =
+      Tensor<3>::from_data(TensorData::from_vec(std::vector<float>{1, 0, 0, 1}, {1, 2, 2}), dev);
+  EXPECT_EQ(x.matmul(eye).into_data().to_vec<float>(), x.into_data().to_vec<float>());
+  // x^T x per batch, with the transpose as a view.
+  auto xt = x.swap_dims(1, 2);
+  EXPECT_EQ(xt.matmul(x).shape(), (Shape{2, 2, 2}));
+  EXPECT_EQ(xt.matmul(x).into_data().to_vec<float>(),
+            (std::vector<float>{10, 14, 14, 20, 74, 86, 86, 100}));
+}
+
+TEST(LinalgApi, IntegerMatmul) {
+  Device dev = Device::cpu();
+  auto a = Tensor<2, Int>::from_data(
+      TensorData::from_vec(std::vector<std::int64_t>{1, 2, 3, 4}, {2, 2}), dev);
+  EXPECT_EQ(a.matmul(a).into_data().to_vec<std::int64_t>(),
+            (std::vector<std::int64_t>{7, 10, 15, 22}));
+}
+
+TEST(LinalgApi, ModuleOps) {
+  Device dev = Device::cpu();
+  auto x = Tensor<3>::ones({2, 3, 4}, dev);
+  auto w = Tensor<2>::ones({4, 5}, dev);
+  auto bias = Tensor<1>::ones({5}, dev);
+  auto y = module::linear(x, w, bias);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));
+  EXPECT_EQ(y.into_data().to_vec<float>(), std::vector<float>(30, 5.0f));
+
+  auto table =
+      Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{0, 0, 1, 1, 2, 2}, {3, 2}), dev);
+  auto ids = Tensor<2, Int>::from_data(
+      TensorData::from_vec(std::vector<std::int64_t>{2, 0, 1, 2}, {2, 2}), dev);
+  Tensor<3> e = module::embedding(table, ids);
+  EXPECT_EQ(e.into_data().to_vec<float>(), (std::vector<float>{2, 2, 0, 0, 1, 1, 2, 2}));
+
+  auto rows =
+      Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2, 3, 4, 4, 4}, {2, 3}), dev);
+  auto gamma = Tensor<1>::ones({3}, dev);
+  auto n = module::layer_norm(rows, gamma).into_data().to_vec<float>();
+  EXPECT_NEAR(n[0], -std::sqrt(1.5f), 1e-4);
+  EXPECT_EQ(n[4], 0.0f);  // a constant row normalises to 0 (eps inside the sqrt)
+
+  // Causal attention over a single key-value pair per position: row 0 sees only key 0.
+  auto q = Tensor<4>::ones({1, 1, 3, 2}, dev);
+  auto v = Tensor<4>::from_data(
+      TensorData::from_vec(std::vector<float>{1, 1, 2, 2, 3, 3}, {1, 1, 3, 2}), dev);
+  auto out = module::attention(q, q, v, std::nullopt, std::nullopt,
+                               {.scale = std::nullopt, .is_causal = true});
+  auto o = out.into_data().to_vec<float>();
+  EXPECT_NEAR(o[0], 1.0f, 1e-6);
+  EXPECT_NEAR(o[2], 1.5f, 1e-6);
+  EXPECT_NEAR(o[4], 2.0f, 1e-6);
+}
