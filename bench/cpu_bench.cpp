@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/registry.h"
 
 namespace {
 
@@ -66,20 +65,12 @@ std::vector<float> host_values(std::int64_t n, std::uint32_t seed) {
   return out;
 }
 
-// matmul, conv2d and softmax go to the device's backend directly, so this file links in a tree
-// where their tensor-layer entry points (a.matmul(b), module::conv2d, activation::softmax) are
-// not built yet; those add argument checks only, nanoseconds against these millisecond ops.
-Backend& backend() { return backend_for(kDevice); }
-Tensor<2> matmul_op(const Tensor<2>& a, const Tensor<2>& b) {
-  return Tensor<2>::from_primitive(backend().matmul(a.primitive(), b.primitive()));
-}
+// The public API, as a user calls it.
+Tensor<2> matmul_op(const Tensor<2>& a, const Tensor<2>& b) { return a.matmul(b); }
 Tensor<4> conv2d_op(const Tensor<4>& x, const Tensor<4>& weight, const ConvOptions& options) {
-  return Tensor<4>::from_primitive(
-      backend().conv(x.primitive(), weight.primitive(), std::nullopt, options));
+  return module::conv2d(x, weight, std::nullopt, options);
 }
-Tensor<2> softmax_op(const Tensor<2>& x, std::int64_t dim) {
-  return Tensor<2>::from_primitive(backend().softmax(x.primitive(), dim));
-}
+Tensor<2> softmax_op(const Tensor<2>& x, std::int64_t dim) { return activation::softmax(x, dim); }
 
 Tensor<2> random_matrix(std::int64_t rows, std::int64_t cols) {
   return Tensor<2>::random({rows, cols}, Distribution::uniform(-1, 1), kDevice);

@@ -16,10 +16,6 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kMinBlock = 64;
 constexpr std::size_t kClasses = 4 * 64 + 8;
-// Blocks up to this size are also cached per thread, so the small tensors of eager code take
-// no lock; each thread keeps at most kThreadBlocksPerClass of each class.
-constexpr std::size_t kThreadCachedMaxBytes = 256 * 1024;
-constexpr std::size_t kThreadBlocksPerClass = 8;
 
 // Size classes: four steps per power of two (1, 1.25, 1.5, 1.75 x 2^k), so a block wastes at
 // most 25% and a same-size request always finds the block it freed.
@@ -61,33 +57,6 @@ State& state() {
   return *s;
 }
 
-struct ThreadCache {
-  struct Bin {
-    std::byte* blocks[kThreadBlocksPerClass];
-    std::size_t count = 0;
-  };
-  Bin bins[kClasses];
-  ~ThreadCache() {  // a finishing thread hands its blocks to the shared lists
-    State& s = state();
-    std::lock_guard lock(s.mutex);
-    for (std::size_t c = 0; c < kClasses; ++c) {
-      for (std::size_t i = 0; i < bins[c].count; ++i) {
-        try {
-          s.free_blocks[c].push_back(bins[c].blocks[i]);
-        } catch (...) {
-          std::free(bins[c].blocks[i]);
-        }
-      }
-      bins[c].count = 0;
-    }
-  }
-};
-
-ThreadCache& thread_cache() {
-  static thread_local ThreadCache cache;
-  return cache;
-}
-
 void note_in_use(State& s, std::int64_t delta) {
   const std::int64_t now = s.in_use.fetch_add(delta, std::memory_order_relaxed) + delta;
   std::int64_t peak = s.peak.load(std::memory_order_relaxed);
@@ -107,10 +76,6 @@ std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) 
   capacity = round_up(bytes);
   const std::size_t cls = class_of(capacity);
   note_in_use(s, static_cast<std::int64_t>(capacity));
-  if (capacity <= kThreadCachedMaxBytes) {
-    ThreadCache::Bin& bin = thread_cache().bins[cls];
-    if (bin.count > 0) return bin.blocks[--bin.count];
-  }
   {
     std::lock_guard lock(s.mutex);
     auto& list = s.free_blocks[cls];
@@ -138,13 +103,6 @@ void CachingAllocator::deallocate(std::byte* data, std::size_t capacity) noexcep
   State& s = state();
   const std::size_t cls = class_of(capacity);
   s.in_use.fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
-  if (capacity <= kThreadCachedMaxBytes) {
-    ThreadCache::Bin& bin = thread_cache().bins[cls];
-    if (bin.count < kThreadBlocksPerClass) {
-      bin.blocks[bin.count++] = data;
-      return;
-    }
-  }
   std::lock_guard lock(s.mutex);
   try {
     s.free_blocks[cls].push_back(data);
@@ -156,17 +114,7 @@ void CachingAllocator::deallocate(std::byte* data, std::size_t capacity) noexcep
 
 void CachingAllocator::release_cache() noexcept {
   State& s = state();
-  // The calling thread's cache, then the shared lists; blocks cached by other threads stay
-  // with them (and stay counted as reserved).
   std::int64_t released = 0;
-  ThreadCache& cache = thread_cache();
-  for (std::size_t c = 0; c < kClasses; ++c) {
-    for (std::size_t i = 0; i < cache.bins[c].count; ++i) {
-      std::free(cache.bins[c].blocks[i]);
-      released += static_cast<std::int64_t>(capacity_of_class(c));
-    }
-    cache.bins[c].count = 0;
-  }
   std::lock_guard lock(s.mutex);
   for (std::size_t c = 0; c < kClasses; ++c) {
     for (std::byte* block : s.free_blocks[c]) {
