@@ -34,6 +34,24 @@ std::vector<Device> devices_under_test() {
   return devices;
 }
 
+std::vector<DType> every_dtype() {
+  std::vector<DType> out(std::begin(kNumericDTypes), std::end(kNumericDTypes));
+  out.push_back(DType::Bool);
+  return out;
+}
+
+double wrap_to(double v, DType dtype) {
+  if (!is_int(dtype)) return v;
+  const int bits = static_cast<int>(dtype_size(dtype) * 8);
+  const double range = std::ldexp(1.0, bits);
+  const double lo = is_signed_int(dtype) ? -range / 2 : 0.0;
+  if (v >= lo && v < lo + range) return v;  // in range: exact, no wrap needed
+  double m = std::fmod(v, range);
+  if (m < 0) m += range;
+  if (is_signed_int(dtype) && m >= range / 2) m -= range;
+  return m;
+}
+
 std::string layout_name(Layout layout) {
   switch (layout) {
     case Layout::Contiguous: return "contiguous";

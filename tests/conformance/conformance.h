@@ -52,6 +52,13 @@ inline constexpr DType kNumericDTypes[] = {DType::F32, DType::F64, DType::F16, D
                                            DType::I64, DType::I32, DType::I16, DType::I8,
                                            DType::U64, DType::U32, DType::U16, DType::U8};
 
+// Every dtype a tensor can have: the numeric ones and Bool.
+std::vector<DType> every_dtype();
+
+// An exact integer result wrapped to dtype's width (two's complement), as integer kernels do;
+// other dtypes pass through.
+double wrap_to(double v, DType dtype);
+
 // How an input is laid out in memory; the logical values are the same for every layout.
 enum class Layout { Contiguous, Strided, Transposed, Offset };
 inline constexpr Layout kLayouts[] = {Layout::Contiguous, Layout::Strided, Layout::Transposed,

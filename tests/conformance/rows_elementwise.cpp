@@ -10,19 +10,7 @@ namespace {
 
 using Ref = std::function<double(double, double)>;
 
-// Python-style floor division and remainder, and wrap-around to the dtype's width.
-double wrap_to(double v, DType dtype) {
-  if (!is_int(dtype)) return v;
-  const int bits = static_cast<int>(dtype_size(dtype) * 8);
-  const double range = std::ldexp(1.0, bits);
-  const double lo = is_signed_int(dtype) ? -range / 2 : 0.0;
-  if (v >= lo && v < lo + range) return v;  // in range: exact, no wrap needed
-  double m = std::fmod(v, range);
-  if (m < 0) m += range;
-  if (is_signed_int(dtype) && m >= range / 2) m -= range;
-  return m;
-}
-
+// Python-style remainder: the sign of the divisor.
 double py_remainder(double a, double b) {
   const double r = std::fmod(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;

@@ -13,12 +13,6 @@ namespace {
 
 using Index = std::vector<std::int64_t>;
 
-std::vector<DType> every_dtype() {
-  std::vector<DType> out(std::begin(kNumericDTypes), std::end(kNumericDTypes));
-  out.push_back(DType::Bool);
-  return out;
-}
-
 constexpr IndexingUpdate kUpdates[] = {IndexingUpdate::Assign, IndexingUpdate::Add,
                                        IndexingUpdate::Mul, IndexingUpdate::Min,
                                        IndexingUpdate::Max};

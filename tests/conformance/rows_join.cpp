@@ -11,12 +11,6 @@ namespace {
 
 using Index = std::vector<std::int64_t>;
 
-std::vector<DType> every_dtype() {
-  std::vector<DType> out(std::begin(kNumericDTypes), std::end(kNumericDTypes));
-  out.push_back(DType::Bool);
-  return out;
-}
-
 // out[i] = x[source(index of i in out)] over the output shape: the reference of every view.
 std::vector<double> remap(const std::vector<double>& x, const Shape& x_shape, const Shape& out,
                           const std::function<Index(const Index&)>& source) {

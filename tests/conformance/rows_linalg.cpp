@@ -11,19 +11,6 @@
 namespace kiln::conformance {
 namespace {
 
-// Wraps an exact integer result to the dtype's width (two's complement), as integer matmul does.
-double wrap_to(double v, DType dtype) {
-  if (!is_int(dtype)) return v;
-  const int bits = static_cast<int>(dtype_size(dtype) * 8);
-  const double range = std::ldexp(1.0, bits);
-  const double lo = is_signed_int(dtype) ? -range / 2 : 0.0;
-  if (v >= lo && v < lo + range) return v;
-  double m = std::fmod(v, range);
-  if (m < 0) m += range;
-  if (is_signed_int(dtype) && m >= range / 2) m -= range;
-  return m;
-}
-
 // The layout used for a second operand, so both operands see every layout over a row.
 Layout other_layout(Layout layout) {
   switch (layout) {

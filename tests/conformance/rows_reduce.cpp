@@ -17,19 +17,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using LineRef = std::function<double(const std::vector<double>&)>;
 
-// Two's-complement wrap of an exact integer result to dtype's width.
-double wrap_to(double v, DType dtype) {
-  if (!is_int(dtype)) return v;
-  const int bits = static_cast<int>(dtype_size(dtype) * 8);
-  const double range = std::ldexp(1.0, bits);
-  const double lo = is_signed_int(dtype) ? -range / 2 : 0.0;
-  if (v >= lo && v < lo + range) return v;
-  double m = std::fmod(v, range);
-  if (m < 0) m += range;
-  if (is_signed_int(dtype) && m >= range / 2) m -= range;
-  return m;
-}
-
 Shape keep_dim(const Shape& shape, std::int64_t dim) {
   Shape out = shape;
   out[static_cast<std::size_t>(dim)] = 1;

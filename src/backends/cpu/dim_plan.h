@@ -59,39 +59,6 @@ inline DimPlan plan_dim(const Shape& shape, std::int64_t dim,
   return plan;
 }
 
-// segment(flat, count, offsets, inner_strides) for the kept positions [begin, end), in runs
-// along the innermost collapsed dim; flat is the row-major index of the run's first position.
-template <std::size_t N, class Segment>
-void walk_segments(const LoopPlan& plan, std::int64_t begin, std::int64_t end, Segment&& segment) {
-  const std::size_t rank = plan.shape.size();
-  const std::int64_t inner = plan.shape[rank - 1];
-  std::array<std::int64_t, N> inner_strides;
-  for (std::size_t k = 0; k < N; ++k) inner_strides[k] = plan.strides[k][rank - 1];
-  detail::DimVector coords(rank);
-  std::array<std::int64_t, N> offsets{};
-  std::int64_t rest = begin;
-  for (std::size_t d = rank; d-- > 0;) {
-    coords[d] = rest % plan.shape[d];
-    rest /= plan.shape[d];
-    for (std::size_t k = 0; k < N; ++k) offsets[k] += coords[d] * plan.strides[k][d];
-  }
-  std::int64_t i = begin;
-  while (i < end) {
-    const std::int64_t count = std::min(inner - coords[rank - 1], end - i);
-    segment(i, count, offsets, inner_strides);
-    i += count;
-    coords[rank - 1] += count;
-    for (std::size_t k = 0; k < N; ++k) offsets[k] += count * inner_strides[k];
-    for (std::size_t d = rank - 1; d > 0 && coords[d] == plan.shape[d]; --d) {
-      coords[d] = 0;
-      ++coords[d - 1];
-      for (std::size_t k = 0; k < N; ++k) {
-        offsets[k] += plan.strides[k][d - 1] - plan.shape[d] * plan.strides[k][d];
-      }
-    }
-  }
-}
-
 // Element offsets of each operand at kept position flat.
 template <std::size_t N>
 std::array<std::int64_t, N> offsets_at(const LoopPlan& plan, std::int64_t flat) {
