@@ -52,7 +52,7 @@ class Backend {
   virtual bool autodiff_enabled() const { return false; }
 
   // ---- ops ----
-#define KILN_OP_BODY_REQUIRED ;
+#define KILN_OP_BODY_REQUIRED = 0;
 #define KILN_OP_BODY_DEFAULT ;
 #define KILN_OP_BODY_LATER ;
 #define KILN_OP(name, group, kinds, result, params, args, availability) \

@@ -1,14 +1,11 @@
-// The base bodies of ops without a default: REQUIRED ops a backend has not implemented, and
-// LATER ops whose issue has not landed. Both throw UnsupportedOperation naming op and backend.
+// The base bodies of LATER ops, declared for an issue that has not landed: they throw
+// UnsupportedOperation naming op and backend. (REQUIRED ops are pure virtual.)
 #include "backend/backend.h"
 #include "kiln/detail/format.h"
 
 namespace kiln {
 
-#define KILN_OP_DEFINE_REQUIRED(op_name, result, params)                                      \
-  result Backend::op_name params {                                                            \
-    detail::fail<UnsupportedOperation>(#op_name, "the ", this->name(), " backend does not implement this op"); \
-  }
+#define KILN_OP_DEFINE_REQUIRED(op_name, result, params)
 #define KILN_OP_DEFINE_LATER(op_name, result, params)                                         \
   result Backend::op_name params {                                                            \
     detail::fail<UnsupportedOperation>(#op_name, "not available yet on ", this->name(),       \
