@@ -17,8 +17,16 @@ DType creation_dtype(std::optional<DType> dtype, const Device& device, Kind kind
 }
 
 void check_dims(const Shape& shape, const char* op) {
+  // Element counts past 2^48 cannot be allocated anywhere; refusing them early also keeps every
+  // later size computation (elements * bytes per element) free of overflow.
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
+  std::int64_t elements = 1;
   for (std::int64_t d : shape.dims()) {
     if (d < 0) fail<InvalidArgument>(op, "negative dimension in shape ", shape.to_string());
+    if (d != 0 && elements > kMaxElements / d) {
+      fail<OutOfMemory>(op, "shape ", shape.to_string(), " has more than 2^48 elements");
+    }
+    elements *= d;
   }
 }
 

@@ -86,6 +86,12 @@ Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) {
   dim = normalize_dim(dim, x->rank(), op);
   if (times < 0) fail<InvalidArgument>(op, "cannot repeat a negative number of times: ", times);
   if (times == 1) return x;
+  std::int64_t repeated = 0;
+  if (__builtin_mul_overflow(x->shape()[static_cast<std::size_t>(dim)], times, &repeated) ||
+      repeated > (std::int64_t{1} << 48)) {
+    fail<OutOfMemory>(op, "repeating dim ", dim, " of ", x->shape().to_string(), " ", times,
+                      " times is too large");
+  }
   return backend_of(x).repeat_dim(std::move(x), dim, times);
 }
 

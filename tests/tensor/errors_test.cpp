@@ -166,3 +166,23 @@ TEST(TensorErrors, ErrorsAreKilnErrors) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Shapes too large for any machine are refused with OutOfMemory, not by a crash or a short
+// buffer: at creation, and when an op would materialise them.
+TEST(ErrorPaths, AbsurdShapesAreRefused) {
+  const Device dev = Device::cpu();
+  EXPECT_THROW(Tensor<2>::zeros({std::int64_t{1} << 40, std::int64_t{1} << 40}, dev), OutOfMemory);
+  EXPECT_THROW(Tensor<3>::empty({std::int64_t{1} << 62, 4, 4}, dev), OutOfMemory);
+  auto x = Tensor<1>::ones({4}, dev);
+  EXPECT_THROW(x.repeat_dim(0, std::int64_t{1} << 61), OutOfMemory);
+  auto wide = x.reshape<2>(Shape{4, 1}).expand<2>(Shape{4, std::int64_t{1} << 60});
+  EXPECT_THROW(wide.exp(), OutOfMemory);
+  // An empty tensor with a huge other dim is fine: nothing to allocate.
+  EXPECT_EQ(Tensor<2>::zeros({0, std::int64_t{1} << 40}, dev).num_elements(), 0);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -29,11 +29,23 @@ Strides contiguous_strides(const Shape& shape) {
 }
 
 std::shared_ptr<CpuTensor> make_tensor(DType dtype, const Shape& shape) {
+  // Every CPU allocation passes here: sizes are computed without overflow, so an absurd shape
+  // (e.g. from repeat or expand-then-copy) is an error, never a short buffer.
+  std::uint64_t bytes = dtype_size(dtype);
   for (std::int64_t d : shape.dims()) {
     if (d < 0) detail::fail<InvalidArgument>("cpu", "negative dimension in shape ", shape.to_string());
+    if (d == 0) bytes = 0;
   }
-  const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
-  return std::make_shared<CpuTensor>(dtype, shape, std::make_shared<CpuStorage>(bytes),
+  for (std::int64_t d : shape.dims()) {
+    if (bytes == 0) break;
+    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes) ||
+        bytes > (std::uint64_t{1} << 50)) {
+      detail::fail<OutOfMemory>("cpu", "shape ", shape.to_string(), " of ",
+                                dtype_name(dtype), " is too large to allocate");
+    }
+  }
+  return std::make_shared<CpuTensor>(dtype, shape,
+                                     std::make_shared<CpuStorage>(static_cast<std::size_t>(bytes)),
                                      contiguous_strides(shape), 0);
 }
 
