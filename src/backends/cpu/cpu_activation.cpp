@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
+#include "backends/cpu/vector_math.h"
 
 namespace kiln {
 
@@ -159,6 +160,7 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / length);
     parallel_for(lines, grain, [&](std::int64_t begin, std::int64_t end) {
       std::vector<C> row(static_cast<std::size_t>(length));
+      std::vector<C> exps(static_cast<std::size_t>(length));
       for (std::int64_t line = begin; line < end; ++line) {
         std::int64_t in_offset = 0, out_offset = 0, rest = line;
         for (std::size_t k = sizes.size(); k-- > 0;) {
@@ -177,23 +179,24 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
         }
         // NaN is never > top, but exp(NaN - top) makes the sum NaN, so the row becomes NaN;
         // a row of -inf gives -inf - -inf = NaN, as the composed default does.
-        Acc sum = 0;
-        for (std::int64_t k = 0; k < length; ++k) {
-          C& v = row[static_cast<std::size_t>(k)];
-          v -= top;
-          const C e = std::exp(v);
-          sum += static_cast<Acc>(e);
-          if constexpr (!kLog) v = e;
+        for (std::int64_t k = 0; k < length; ++k) row[static_cast<std::size_t>(k)] -= top;
+        // The exponentials through libmvec's vector exp where available.
+        if (!vector_math_available() || !vector_map(VectorFunction::Exp, row.data(), exps.data(), length)) {
+          for (std::int64_t k = 0; k < length; ++k) {
+            exps[static_cast<std::size_t>(k)] = std::exp(row[static_cast<std::size_t>(k)]);
+          }
         }
+        Acc sum = 0;
+        for (std::int64_t k = 0; k < length; ++k) sum += static_cast<Acc>(exps[static_cast<std::size_t>(k)]);
         if constexpr (kLog) {
           const C log_sum = static_cast<C>(std::log(sum));
           for (std::int64_t k = 0; k < length; ++k) {
             o[k * out_step] = static_cast<T>(row[static_cast<std::size_t>(k)] - log_sum);
           }
         } else {
-          const Acc inverse = Acc(1) / sum;
+          const C inverse = static_cast<C>(Acc(1) / sum);
           for (std::int64_t k = 0; k < length; ++k) {
-            o[k * out_step] = static_cast<T>(static_cast<C>(row[static_cast<std::size_t>(k)] * inverse));
+            o[k * out_step] = static_cast<T>(exps[static_cast<std::size_t>(k)] * inverse);
           }
         }
       }
