@@ -98,7 +98,11 @@ std::string to_string(const Primitive& x) {
       ++closed;
     }
     for (std::size_t k = 0; k < closed; ++k) out << ']';
-    if (n + 1 < shown) out << (closed > 0 ? ",\n" : ", ");
+    if (n + 1 < shown) {
+      // A new row starts under the first element of its enclosing brackets, as PyTorch prints.
+      if (closed > 0) out << ",\n" << std::string(shape.rank() - closed, ' ');
+      else out << ", ";
+    }
   }
   if (shown < values.size()) out << " ... (" << values.size() << " elements)";
   return out.str();
