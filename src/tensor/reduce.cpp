@@ -34,46 +34,24 @@ DType index_dtype(const Primitive& x) { return default_dtype(x->device(), Kind::
 
 // ---- sum, prod, max, min ----
 
-Primitive sum(Primitive x) {
-  check_numeric(x, "sum");
-  return backend_of(x).sum(std::move(x));
-}
-Primitive sum_dim(Primitive x, std::int64_t dim) {
-  check_numeric(x, "sum_dim");
-  dim = normalize_dim(dim, x->rank(), "sum_dim");
-  return backend_of(x).sum_dim(std::move(x), dim);
-}
-Primitive prod(Primitive x) {
-  check_numeric(x, "prod");
-  return backend_of(x).prod(std::move(x));
-}
-Primitive prod_dim(Primitive x, std::int64_t dim) {
-  check_numeric(x, "prod_dim");
-  dim = normalize_dim(dim, x->rank(), "prod_dim");
-  return backend_of(x).prod_dim(std::move(x), dim);
-}
-Primitive max(Primitive x) {
-  check_numeric(x, "max");
-  check_not_empty(x, "max");
-  return backend_of(x).max(std::move(x));
-}
-Primitive max_dim(Primitive x, std::int64_t dim) {
-  check_numeric(x, "max_dim");
-  dim = normalize_dim(dim, x->rank(), "max_dim");
-  check_dim_not_empty(x, dim, "max_dim");
-  return backend_of(x).max_dim(std::move(x), dim);
-}
-Primitive min(Primitive x) {
-  check_numeric(x, "min");
-  check_not_empty(x, "min");
-  return backend_of(x).min(std::move(x));
-}
-Primitive min_dim(Primitive x, std::int64_t dim) {
-  check_numeric(x, "min_dim");
-  dim = normalize_dim(dim, x->rank(), "min_dim");
-  check_dim_not_empty(x, dim, "min_dim");
-  return backend_of(x).min_dim(std::move(x), dim);
-}
+// max and min have no value over nothing; sum and prod do (0 and 1).
+#define KILN_REDUCE(name, needs_elements)                      \
+  Primitive name(Primitive x) {                                \
+    check_numeric(x, #name);                                   \
+    if (needs_elements) check_not_empty(x, #name);             \
+    return backend_of(x).name(std::move(x));                   \
+  }                                                            \
+  Primitive name##_dim(Primitive x, std::int64_t dim) {        \
+    check_numeric(x, #name "_dim");                            \
+    dim = normalize_dim(dim, x->rank(), #name "_dim");         \
+    if (needs_elements) check_dim_not_empty(x, dim, #name "_dim"); \
+    return backend_of(x).name##_dim(std::move(x), dim);        \
+  }
+KILN_REDUCE(sum, false)
+KILN_REDUCE(prod, false)
+KILN_REDUCE(max, true)
+KILN_REDUCE(min, true)
+#undef KILN_REDUCE
 
 // ---- mean, var, norm ----
 
