@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/activation.h"
+#include "kiln/autodiff.h"
 #include "kiln/data.h"
 #include "kiln/device.h"
 #include "kiln/distribution.h"

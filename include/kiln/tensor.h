@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/autodiff.h"
 #include "kiln/detail/tensor_ops.h"
 
 namespace kiln {
@@ -522,6 +523,44 @@ class Tensor {
     return {Tensor(std::move(values)), Tensor<D, Int>::wrap(std::move(indices))};
   }
 
+  // ---- autodiff (kiln/autodiff.h): on a device made with .autodiff() ----
+  // This tensor as a leaf whose gradient backward() reports (AutodiffError off autodiff).
+  Tensor require_grad() const requires std::is_same_v<K, Float> {
+    return Tensor(detail::require_grad(primitive_, true));
+  }
+  Tensor set_require_grad(bool require) const requires std::is_same_v<K, Float> {
+    return Tensor(detail::require_grad(primitive_, require));
+  }
+  // Whether the tensor is tracked: a leaf made with require_grad, or computed from one.
+  bool is_require_grad() const noexcept { return detail::is_require_grad(primitive_); }
+  // The same values, cut from the graph (gradients stop here).
+  Tensor detach() const { return Tensor(detail::detach(primitive_)); }
+  // Gradients of this one-element tensor with respect to every leaf it depends on.
+  Gradients backward(BackwardOptions options = {}) const requires std::is_same_v<K, Float> {
+    return detail::backward(primitive_, std::nullopt, options);
+  }
+  // The same for a tensor of any shape, given d(loss)/d(this) as seed.
+  Gradients backward(const Tensor& seed, BackwardOptions options = {}) const
+    requires std::is_same_v<K, Float>
+  {
+    return detail::backward(primitive_, seed.primitive_, options);
+  }
+  // This leaf's gradient in grads (a tracked tensor under create_graph); nullopt when none.
+  std::optional<Tensor> grad(const Gradients& grads) const requires std::is_same_v<K, Float> {
+    return wrap_optional(detail::grad(primitive_, grads));
+  }
+  std::optional<Tensor> grad_remove(Gradients& grads) const requires std::is_same_v<K, Float> {
+    return wrap_optional(detail::grad_remove(primitive_, grads));
+  }
+  void grad_replace(Gradients& grads, const Tensor& grad) const
+    requires std::is_same_v<K, Float>
+  {
+    detail::grad_replace(primitive_, grads, grad.primitive_);
+  }
+  // The values on the device without autodiff (inner), or on its autodiff form (from_inner).
+  Tensor inner() const { return Tensor(detail::inner(primitive_)); }
+  static Tensor from_inner(const Tensor& t) { return Tensor(detail::from_inner(t.primitive_)); }
+
   std::string to_string() const { return detail::to_string(primitive_); }
 
   // Internal: wraps a primitive the detail layer produced with the right rank and kind.
@@ -559,6 +598,10 @@ class Tensor {
     out.reserve(tensors.size());
     for (const Tensor& t : tensors) out.push_back(t.primitive_);
     return out;
+  }
+  static std::optional<Tensor> wrap_optional(std::optional<Primitive> p) {
+    if (!p) return std::nullopt;
+    return Tensor(std::move(*p));
   }
   static std::vector<Tensor> wrap_all(detail::Prims ps) {
     std::vector<Tensor> out;

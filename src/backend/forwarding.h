@@ -7,20 +7,21 @@
 
 #include "backend/backend.h"
 
-// KILN_MOVE_EACH(a, b, c) -> std::move(a), std::move(b), std::move(c)
-#define KILN_MOVE_1(a) std::move(a)
-#define KILN_MOVE_2(a, ...) std::move(a), KILN_MOVE_1(__VA_ARGS__)
-#define KILN_MOVE_3(a, ...) std::move(a), KILN_MOVE_2(__VA_ARGS__)
-#define KILN_MOVE_4(a, ...) std::move(a), KILN_MOVE_3(__VA_ARGS__)
-#define KILN_MOVE_5(a, ...) std::move(a), KILN_MOVE_4(__VA_ARGS__)
-#define KILN_MOVE_6(a, ...) std::move(a), KILN_MOVE_5(__VA_ARGS__)
-#define KILN_MOVE_7(a, ...) std::move(a), KILN_MOVE_6(__VA_ARGS__)
-#define KILN_MOVE_8(a, ...) std::move(a), KILN_MOVE_7(__VA_ARGS__)
-#define KILN_MOVE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, name, ...) name
-#define KILN_MOVE_EACH(...)                                                              \
-  KILN_MOVE_PICK(__VA_ARGS__, KILN_MOVE_8, KILN_MOVE_7, KILN_MOVE_6, KILN_MOVE_5, KILN_MOVE_4, \
-                 KILN_MOVE_3, KILN_MOVE_2, KILN_MOVE_1)                                  \
-  (__VA_ARGS__)
+// KILN_MAP_EACH(f, a, b, c) -> f(a), f(b), f(c); KILN_MOVE_EACH(a, b) -> std::move(a), ...
+#define KILN_MAP_1(f, a) f(a)
+#define KILN_MAP_2(f, a, ...) f(a), KILN_MAP_1(f, __VA_ARGS__)
+#define KILN_MAP_3(f, a, ...) f(a), KILN_MAP_2(f, __VA_ARGS__)
+#define KILN_MAP_4(f, a, ...) f(a), KILN_MAP_3(f, __VA_ARGS__)
+#define KILN_MAP_5(f, a, ...) f(a), KILN_MAP_4(f, __VA_ARGS__)
+#define KILN_MAP_6(f, a, ...) f(a), KILN_MAP_5(f, __VA_ARGS__)
+#define KILN_MAP_7(f, a, ...) f(a), KILN_MAP_6(f, __VA_ARGS__)
+#define KILN_MAP_8(f, a, ...) f(a), KILN_MAP_7(f, __VA_ARGS__)
+#define KILN_MAP_PICK(_1, _2, _3, _4, _5, _6, _7, _8, name, ...) name
+#define KILN_MAP_EACH(f, ...)                                                                 \
+  KILN_MAP_PICK(__VA_ARGS__, KILN_MAP_8, KILN_MAP_7, KILN_MAP_6, KILN_MAP_5, KILN_MAP_4,      \
+                KILN_MAP_3, KILN_MAP_2, KILN_MAP_1)                                           \
+  (f, __VA_ARGS__)
+#define KILN_MOVE_EACH(...) KILN_MAP_EACH(std::move, __VA_ARGS__)
 #define KILN_MOVE_ARGS(args) KILN_MOVE_EACH args
 
 namespace kiln {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "autodiff/autodiff_backend.h"
 #include "backends/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -45,14 +46,30 @@ Backend& hardware_backend(const Device& device) {
   detail::fail<InvalidArgument>("device", "unknown device kind");
 }
 
+// The autodiff decorator over device's hardware backend, made on first use.
+Backend& autodiff_backend(const Device& device) {
+  if (device.kind() == DeviceKind::Cpu && device.index() == 0) {
+    static const auto cpu = std::make_shared<autodiff::AutodiffBackend>(
+        std::shared_ptr<Backend>(std::shared_ptr<Backend>{}, &cpu_backend()));
+    return *cpu;
+  }
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, std::shared_ptr<Backend>> decorators;
+  Backend& hardware = hardware_backend(device);
+  std::lock_guard lock(mutex);
+  auto& slot = decorators[hardware_key(device)];
+  if (!slot) {
+    slot = std::make_shared<autodiff::AutodiffBackend>(
+        std::shared_ptr<Backend>(std::shared_ptr<Backend>{}, &hardware));
+  }
+  return *slot;
+}
+
 }  // namespace
 
 Backend& backend_for(const Device& device) {
   if (device.kind() == DeviceKind::Cpu && !device.is_autodiff()) return cpu_backend();
-  if (device.is_autodiff()) {
-    detail::fail<NotCompiled>("device", "the autodiff decorator is not built into this kiln yet (",
-                              device.to_string(), ")");
-  }
+  if (device.is_autodiff()) return autodiff_backend(device);
   return hardware_backend(device);
 }
 

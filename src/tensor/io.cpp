@@ -45,8 +45,9 @@ std::vector<TensorData> read_many(Prims xs) {
 Primitive to_device(Primitive x, Device device) {
   if (x->device() == device) return x;
   if (x->device().same_hardware(device)) {
-    // Only the autodiff flag changes: the tracked backend takes the primitive as a constant.
-    return backend_for(device).to_device(std::move(x), device);
+    // Only the autodiff flag changes: the autodiff backend wraps (as a constant) or unwraps.
+    const Device decorated = x->device().is_autodiff() ? x->device() : device;
+    return backend_for(decorated).to_device(std::move(x), device);
   }
   settings_for(device);
   Backend& backend = backend_of(x);

@@ -1,0 +1,179 @@
+// The autodiff decorator: `dev.autodiff()` runs ops here. Each op runs on the inner backend; when
+// an input is tracked, the op also records a graph node holding its backward rule. Rules are
+// written in ops (on a Backend&), so they run on any backend and, under create_graph, on this
+// decorator itself, which makes gradients differentiable again.
+//
+// AutodiffPassthrough handles every op of ops.def without a rule: inputs are unwrapped, the inner
+// backend runs the op, and the result is untracked. That is right for ops whose results carry no
+// gradient (comparisons, argmax, integer and bool ops, creation); a float result computed from a
+// tracked input without a rule is refused rather than silently cut from the graph.
+// AutodiffBackend overrides the differentiable ops; their rules live in rules_<family>.cpp.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "autodiff/autodiff_tensor.h"
+#include "autodiff/op_node.h"
+#include "backend/backend.h"
+#include "kiln/autodiff.h"
+
+namespace kiln::autodiff {
+
+class AutodiffPassthrough : public Backend {
+ public:
+  explicit AutodiffPassthrough(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+  Backend& inner() const noexcept { return *inner_; }
+
+  std::string name() const override { return "autodiff<" + inner_->name() + ">"; }
+  Device device() const override { return inner_->device().autodiff(); }
+  DeviceSettings default_settings() const override { return inner_->default_settings(); }
+  DTypeUsageSet dtype_usage(DType dtype) const override { return inner_->dtype_usage(dtype); }
+  void seed(std::uint64_t seed) override { inner_->seed(seed); }
+  void sync() override { inner_->sync(); }
+  void flush() override { inner_->flush(); }
+  MemoryStats memory_stats() const override { return inner_->memory_stats(); }
+  void memory_cleanup() override { inner_->memory_cleanup(); }
+  bool autodiff_enabled() const override { return true; }
+
+#define KILN_OP(name, group, kinds, result, params, args, availability) result name params override;
+#include "backend/ops.def"
+#undef KILN_OP
+
+ private:
+  std::shared_ptr<Backend> inner_;
+};
+
+// How an op's output relates to memory traffic: elementwise outputs are cheap to recompute and
+// are not stored under balanced checkpointing; everything else keeps what its rule needs.
+enum class Cost : std::uint8_t { Elementwise, Stored };
+
+// Which values a rule reads: bit i for input i, kKeepOut for the output.
+using Keep = std::uint32_t;
+inline constexpr Keep kKeepNone = 0;
+inline constexpr Keep kKeepIn0 = 1u << 0;
+inline constexpr Keep kKeepIn1 = 1u << 1;
+inline constexpr Keep kKeepIn2 = 1u << 2;
+inline constexpr Keep kKeepIn3 = 1u << 3;
+inline constexpr Keep kKeepIn4 = 1u << 4;
+inline constexpr Keep kKeepAllIn = (1u << 30) - 1;
+inline constexpr Keep kKeepOut = 1u << 31;
+
+template <std::size_t N>
+using Inputs = InputArray<N, Primitive>;
+
+class AutodiffBackend final : public AutodiffPassthrough {
+ public:
+  using AutodiffPassthrough::AutodiffPassthrough;
+
+  // Runs forward(inner backend, inner inputs) and, when an input is tracked, records a node whose
+  // rule(BackwardArgs&, output gradient) returns one gradient per input (null for none).
+  // `precomputed` supplies the output when the caller already has it (ops with two outputs).
+  template <std::size_t N, class Forward, class Rule>
+  Primitive record(const char* op, Cost cost, Inputs<N> inputs, Keep keep, Forward forward,
+                   Rule rule, Primitive precomputed = nullptr);
+
+  // ---- the ops with backward rules (rules_<family>.cpp) ----
+  Primitive to_device(Primitive x, Device device) override;
+  Primitive cast(Primitive x, DType dtype) override;
+
+  // arithmetic
+  Primitive add(Primitive lhs, Primitive rhs) override;
+  Primitive sub(Primitive lhs, Primitive rhs) override;
+  Primitive mul(Primitive lhs, Primitive rhs) override;
+  Primitive div(Primitive lhs, Primitive rhs) override;
+  Primitive remainder(Primitive lhs, Primitive rhs) override;
+  Primitive pow(Primitive lhs, Primitive rhs) override;
+  Primitive atan2(Primitive lhs, Primitive rhs) override;
+  Primitive maximum(Primitive lhs, Primitive rhs) override;
+  Primitive minimum(Primitive lhs, Primitive rhs) override;
+  Primitive hypot(Primitive lhs, Primitive rhs) override;
+  Primitive add_scalar(Primitive x, Scalar value) override;
+  Primitive sub_scalar(Primitive x, Scalar value) override;
+  Primitive mul_scalar(Primitive x, Scalar value) override;
+  Primitive div_scalar(Primitive x, Scalar value) override;
+  Primitive remainder_scalar(Primitive x, Scalar value) override;
+  Primitive pow_scalar(Primitive x, Scalar value) override;
+  Primitive neg(Primitive x) override;
+  Primitive clamp(Primitive x, Scalar min, Scalar max) override;
+  Primitive clamp_min(Primitive x, Scalar min) override;
+  Primitive clamp_max(Primitive x, Scalar max) override;
+  Primitive matmul(Primitive lhs, Primitive rhs) override;
+  Primitive cross(Primitive lhs, Primitive rhs, std::int64_t dim) override;
+
+  // unary maths
+#define KILN_AD_UNARY(name) Primitive name(Primitive x) override;
+  KILN_AD_UNARY(abs) KILN_AD_UNARY(sign) KILN_AD_UNARY(square) KILN_AD_UNARY(recip)
+  KILN_AD_UNARY(exp) KILN_AD_UNARY(expm1) KILN_AD_UNARY(exp2) KILN_AD_UNARY(log)
+  KILN_AD_UNARY(log1p) KILN_AD_UNARY(log2) KILN_AD_UNARY(log10) KILN_AD_UNARY(sqrt)
+  KILN_AD_UNARY(rsqrt) KILN_AD_UNARY(sin) KILN_AD_UNARY(cos) KILN_AD_UNARY(tan)
+  KILN_AD_UNARY(asin) KILN_AD_UNARY(acos) KILN_AD_UNARY(atan) KILN_AD_UNARY(sinh)
+  KILN_AD_UNARY(cosh) KILN_AD_UNARY(tanh) KILN_AD_UNARY(asinh) KILN_AD_UNARY(acosh)
+  KILN_AD_UNARY(atanh) KILN_AD_UNARY(erf) KILN_AD_UNARY(round) KILN_AD_UNARY(floor)
+  KILN_AD_UNARY(ceil) KILN_AD_UNARY(trunc)
+#undef KILN_AD_UNARY
+
+  // reductions (rules_reduce.cpp)
+  Primitive sum(Primitive x) override;
+  Primitive sum_dim(Primitive x, std::int64_t dim) override;
+  Primitive mean(Primitive x) override;
+  Primitive mean_dim(Primitive x, std::int64_t dim) override;
+  // cumulative (rules_scan.cpp)
+  // indexing (rules_index.cpp)
+  // layout (rules_layout.cpp)
+  // sorting (rules_sort.cpp)
+  // module ops (rules_module.cpp)
+  // activations (rules_activation.cpp)
+};
+
+template <std::size_t N, class Forward, class Rule>
+Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, Keep keep,
+                                  Forward forward, Rule rule, Primitive precomputed) {
+  using OpNodeType = OpNode<N, Forward, Rule>;
+  const std::size_t count = inputs.size();
+  typename OpNodeType::Parents parents{};
+  if constexpr (N == 0) parents.resize(count);
+  bool tracked = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    parents[i] = node_of(inputs[i]);
+    tracked = tracked || parents[i] != nullptr;
+  }
+  Inputs<N> inner_inputs{};
+  if constexpr (N == 0) inner_inputs.resize(count);
+  if (!tracked) {
+    if (precomputed) return wrap(std::move(precomputed));
+    for (std::size_t i = 0; i < count; ++i) inner_inputs[i] = take_inner(std::move(inputs[i]));
+    return wrap(forward(inner(), std::move(inner_inputs)));
+  }
+  const bool recompute = checkpointing() == CheckpointStrategy::Balanced &&
+                         cost == Cost::Elementwise && !precomputed;
+  typename OpNodeType::SavedValues saved{};
+  if constexpr (N == 0) saved.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const bool keep_input = recompute || (keep & (1u << std::min<std::size_t>(i, 29))) != 0;
+    if (keep_input) {
+      // An input that is itself recomputed is saved as its producer, not as a value.
+      const bool lazy = parents[i] != nullptr && parents[i]->recomputable();
+      saved[i] = Saved{lazy ? nullptr : inner_of(inputs[i]), parents[i]};
+      inner_inputs[i] = inner_of(inputs[i]);
+    } else {
+      inner_inputs[i] = take_inner(std::move(inputs[i]));
+    }
+  }
+  Primitive out = precomputed ? std::move(precomputed) : forward(inner(), std::move(inner_inputs));
+  Primitive stored = (keep & kKeepOut) != 0 && !recompute ? out : nullptr;
+  std::optional<Forward> recompute_with;
+  if (recompute) recompute_with.emplace(std::move(forward));
+  auto node = std::make_shared<OpNodeType>(op, std::move(parents), std::move(saved),
+                                           std::move(stored), std::move(recompute_with),
+                                           std::move(rule));
+  return wrap(std::move(out), std::move(node));
+}
+
+// The gradient of a broadcast operand: g summed over the dims where shape has size 1.
+Primitive reduce_to(Backend& b, Primitive g, const Shape& shape);
+
+}  // namespace kiln::autodiff

@@ -1,0 +1,60 @@
+// The primitive of the autodiff decorator: the inner backend's primitive plus the graph node
+// that produced it (null when the tensor is not tracked). Its device carries the autodiff flag,
+// which is how the decorator tells its own primitives from plain ones used as constants.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "autodiff/node.h"
+#include "kiln/primitive.h"
+
+namespace kiln::autodiff {
+
+class AutodiffTensor final : public TensorPrimitive {
+ public:
+  AutodiffTensor(Primitive inner, NodeRef node)
+      : TensorPrimitive(inner->dtype(), inner->shape(), inner->device().autodiff()),
+        inner_(std::move(inner)),
+        node_(std::move(node)) {}
+
+  bool storage_unique() const noexcept override {
+    return inner_.use_count() == 1 && inner_->storage_unique();
+  }
+
+  const Primitive& inner() const noexcept { return inner_; }
+  const NodeRef& node() const noexcept { return node_; }
+  bool tracked() const noexcept { return node_ != nullptr; }
+
+  // The inner primitive, moved out when nobody else holds this wrapper (so the inner backend
+  // may reuse its memory), shared otherwise.
+  static Primitive take_inner(Primitive p) {
+    auto& self = static_cast<AutodiffTensor&>(*p);
+    if (p.use_count() == 1) return std::move(self.inner_);
+    return self.inner_;
+  }
+
+ private:
+  Primitive inner_;
+  NodeRef node_;
+};
+
+inline bool is_autodiff(const Primitive& p) noexcept { return p && p->device().is_autodiff(); }
+
+inline Primitive wrap(Primitive inner, NodeRef node = nullptr) {
+  return std::make_shared<AutodiffTensor>(std::move(inner), std::move(node));
+}
+
+// The inner primitive of an autodiff primitive; a plain primitive is its own inner.
+inline const Primitive& inner_of(const Primitive& p) noexcept {
+  return is_autodiff(p) ? static_cast<const AutodiffTensor&>(*p).inner() : p;
+}
+inline Primitive take_inner(Primitive p) {
+  return is_autodiff(p) ? AutodiffTensor::take_inner(std::move(p)) : p;
+}
+inline const NodeRef& node_of(const Primitive& p) noexcept {
+  static const NodeRef none;
+  return is_autodiff(p) ? static_cast<const AutodiffTensor&>(*p).node() : none;
+}
+
+}  // namespace kiln::autodiff

@@ -1,0 +1,57 @@
+#include "autodiff/node.h"
+
+#include "autodiff/autodiff_tensor.h"
+#include "autodiff/op_node.h"
+#include "kiln/detail/format.h"
+
+namespace kiln::autodiff {
+
+Primitive Node::recompute(Context&) {
+  detail::fail<AutodiffError>(op_, "internal: the output of this op was neither stored nor "
+                                   "recomputable");
+}
+
+void Node::drop_parents(std::span<NodeRef> parents) noexcept {
+  std::vector<NodeRef> doomed;
+  for (NodeRef& p : parents) {
+    if (p) doomed.push_back(std::move(p));
+  }
+  while (!doomed.empty()) {
+    NodeRef node = std::move(doomed.back());
+    doomed.pop_back();
+    // The last owner takes the node's parents before it dies, so its destructor has none left
+    // to recurse into.
+    if (node.use_count() == 1) node->take_parents(doomed);
+  }
+}
+
+Primitive Context::form(Primitive inner, NodeRef node) const {
+  if (!create_graph_) return inner;
+  return wrap(std::move(inner), std::move(node));
+}
+
+Primitive Context::value(const Saved& saved) {
+  if (saved.value) return form(saved.value, saved.node);
+  if (!saved.node) {
+    detail::fail<AutodiffError>("backward", "internal: a rule read a value its op did not save");
+  }
+  return output(*saved.node, nullptr);
+}
+
+Primitive Context::output(Node& node, const Primitive& stored) {
+  if (stored) return form(stored, node.shared_from_this());
+  if (auto it = recomputed_.find(&node); it != recomputed_.end()) return it->second;
+  Primitive value = node.recompute(*this);
+  recomputed_.emplace(&node, value);
+  return value;
+}
+
+Primitive BackwardArgs::in(std::size_t i) const {
+  if (i >= saved_.size()) {
+    detail::fail<AutodiffError>(node_.op(), "internal: the rule read input ", i,
+                                " of an op with ", saved_.size(), " inputs");
+  }
+  return context_.value(saved_[i]);
+}
+
+}  // namespace kiln::autodiff

@@ -1,0 +1,107 @@
+// OpNode: the node of one recorded op. It keeps the values its rule asked for, the rule, and,
+// under balanced checkpointing, the op's forward function so its output can be recomputed
+// instead of stored. N is the number of inputs (0: a run-time list, as for cat).
+#pragma once
+
+#include <array>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "autodiff/node.h"
+#include "backend/registry.h"
+
+namespace kiln::autodiff {
+
+template <std::size_t N, class T>
+using InputArray = std::conditional_t<N == 0, std::vector<T>, std::array<T, N>>;
+
+// What a backward rule sees: the context's backend and the values its node saved.
+class BackwardArgs {
+ public:
+  BackwardArgs(Backend& backend, Context& context, Node& node, std::span<const Saved> saved,
+               const Primitive& output) noexcept
+      : b(backend), context_(context), node_(node), saved_(saved), output_(output) {}
+
+  Backend& b;  // where the rule's ops run (the inner backend, or autodiff under create_graph)
+
+  // Saved input i (the op must have kept it).
+  Primitive in(std::size_t i) const;
+  // The op's output (kept or recomputed).
+  Primitive out() const { return context_.output(node_, output_); }
+  // Whether input i is tracked, i.e. wants a gradient.
+  bool needs(std::size_t i) const noexcept {
+    const auto parents = node_.parents();
+    return i < parents.size() && parents[i] != nullptr;
+  }
+  // A primitive of the rule's own making (an index tensor, a mask) in the context's form.
+  Primitive constant(Primitive inner) const { return context_.form(std::move(inner), nullptr); }
+
+ private:
+  Context& context_;
+  Node& node_;
+  std::span<const Saved> saved_;
+  const Primitive& output_;
+};
+
+template <std::size_t N, class Forward, class Rule>
+class OpNode final : public Node {
+ public:
+  using Parents = InputArray<N, NodeRef>;
+  using SavedValues = InputArray<N, Saved>;
+
+  OpNode(const char* op, Parents parents, SavedValues saved, Primitive output,
+         std::optional<Forward> forward, Rule rule)
+      : Node(op),
+        parents_(std::move(parents)),
+        saved_(std::move(saved)),
+        output_(std::move(output)),
+        forward_(std::move(forward)),
+        rule_(std::move(rule)) {}
+
+  ~OpNode() override {
+    saved_ = SavedValues{};
+    drop_parents(parents_);
+  }
+
+  std::span<const NodeRef> parents() const noexcept override { return parents_; }
+  bool recomputable() const noexcept override { return forward_.has_value(); }
+
+  Grads backward(Context& context, Primitive grad) override {
+    BackwardArgs args(backend_for(grad->device()), context, *this, saved_, output_);
+    return (*rule_)(args, std::move(grad));
+  }
+
+  Primitive recompute(Context& context) override {
+    InputArray<N, Primitive> inputs{};
+    if constexpr (N == 0) inputs.resize(saved_.size());
+    for (std::size_t i = 0; i < saved_.size(); ++i) inputs[i] = context.value(saved_[i]);
+    Backend& backend = backend_for(inputs[0]->device());
+    return (*forward_)(backend, std::move(inputs));
+  }
+
+  void release() noexcept override {
+    Node::release();
+    saved_ = SavedValues{};
+    output_.reset();
+    forward_.reset();
+    rule_.reset();
+  }
+
+ protected:
+  void take_parents(std::vector<NodeRef>& out) noexcept override {
+    for (NodeRef& p : parents_) {
+      if (p) out.push_back(std::move(p));
+    }
+  }
+
+ private:
+  Parents parents_;
+  SavedValues saved_;
+  Primitive output_;
+  std::optional<Forward> forward_;
+  std::optional<Rule> rule_;
+};
+
+}  // namespace kiln::autodiff
