@@ -69,6 +69,8 @@ class Device {
   MemoryStats memory_stats() const;
   // Releases memory cached by the backend's allocator.
   void memory_cleanup() const;
+  // Starts a new high-water mark: peak_bytes_in_use becomes the current bytes_in_use.
+  void reset_peak_memory() const;
 
   std::string to_string() const;
   bool operator==(const Device& other) const noexcept {

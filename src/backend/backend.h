@@ -48,6 +48,7 @@ class Backend {
   virtual void flush() {}
   virtual MemoryStats memory_stats() const { return {}; }
   virtual void memory_cleanup() {}
+  virtual void reset_peak_memory() {}
   // Whether this backend records gradients (the autodiff decorator says yes).
   virtual bool autodiff_enabled() const { return false; }
 

@@ -41,6 +41,7 @@ class ForwardingBackend : public Backend {
   void flush() override { inner_->flush(); }
   MemoryStats memory_stats() const override { return inner_->memory_stats(); }
   void memory_cleanup() override { inner_->memory_cleanup(); }
+  void reset_peak_memory() override { inner_->reset_peak_memory(); }
   bool autodiff_enabled() const override { return inner_->autodiff_enabled(); }
 
 #define KILN_OP(name, group, kinds, result, params, args, availability) \

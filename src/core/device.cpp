@@ -99,6 +99,7 @@ void Device::sync() const { backend_for(*this).sync(); }
 void Device::flush() const { backend_for(*this).flush(); }
 MemoryStats Device::memory_stats() const { return backend_for(*this).memory_stats(); }
 void Device::memory_cleanup() const { backend_for(*this).memory_cleanup(); }
+void Device::reset_peak_memory() const { backend_for(*this).reset_peak_memory(); }
 
 std::string Device::to_string() const {
   std::ostringstream out;

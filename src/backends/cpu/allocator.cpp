@@ -142,6 +142,11 @@ void CachingAllocator::release_cache() noexcept {
   s.reserved.fetch_sub(released, std::memory_order_relaxed);
 }
 
+void CachingAllocator::reset_peak() noexcept {
+  State& s = state();
+  s.peak.store(s.in_use.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
 MemoryStats CachingAllocator::stats() const noexcept {
   State& s = state();
   MemoryStats out;

@@ -20,6 +20,7 @@ class CachingAllocator {
   // Frees every cached block.
   void release_cache() noexcept;
   MemoryStats stats() const noexcept;
+  void reset_peak() noexcept;
 
   static CachingAllocator& instance();
 

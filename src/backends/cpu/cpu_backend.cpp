@@ -22,6 +22,7 @@ std::uint64_t CpuBackend::take_random_counter(std::uint64_t count) noexcept {
 MemoryStats CpuBackend::memory_stats() const { return cpu::CachingAllocator::instance().stats(); }
 
 void CpuBackend::memory_cleanup() { cpu::CachingAllocator::instance().release_cache(); }
+void CpuBackend::reset_peak_memory() { cpu::CachingAllocator::instance().reset_peak(); }
 
 std::shared_ptr<Backend> make_cpu_backend() { return std::make_shared<CpuBackend>(); }
 

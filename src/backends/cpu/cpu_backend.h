@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
   void seed(std::uint64_t seed) override;
   MemoryStats memory_stats() const override;
   void memory_cleanup() override;
+  void reset_peak_memory() override;
   // Reserves count random values: returns the counter of the first (thread-safe).
   std::uint64_t take_random_counter(std::uint64_t count) noexcept;
   std::uint64_t random_seed() const noexcept { return seed_.load(); }

@@ -204,3 +204,18 @@ TEST(CpuAllocator, InUseFollowsLiveTensorsAndCleanupReleasesTheCache) {
 
 }  // namespace
 }  // namespace kiln
+
+TEST(CpuAllocator, ResetPeakStartsANewHighWaterMark) {
+  { auto big = Tensor<1>::zeros({1 << 20}, kCpu); }  // a 4 MiB peak, then freed
+  const std::int64_t in_use = kCpu.memory_stats().bytes_in_use;
+  EXPECT_GE(kCpu.memory_stats().peak_bytes_in_use, in_use + (4 << 20));
+  kCpu.reset_peak_memory();
+  EXPECT_EQ(kCpu.memory_stats().peak_bytes_in_use, in_use);
+  { auto small = Tensor<1>::zeros({1 << 10}, kCpu); }  // 4 KiB
+  const MemoryStats after = kCpu.memory_stats();
+  EXPECT_GE(after.peak_bytes_in_use, in_use + (4 << 10));
+  EXPECT_LT(after.peak_bytes_in_use, in_use + (4 << 20));
+  // The autodiff form of the device reports (and resets) the same hardware's memory.
+  kCpu.autodiff().reset_peak_memory();
+  EXPECT_EQ(kCpu.autodiff().memory_stats().peak_bytes_in_use, in_use);
+}
