@@ -30,5 +30,22 @@ int main() {
   auto features = module::conv2d(image, filters, std::nullopt, {.padding = {1, 1}});
   auto pooled = module::max_pool2d(features, {.kernel_size = {2, 2}});  // also avg/adaptive pooling,
                                                              // interpolate, embedding, attention
+
+  Device ad = dev.autodiff();                                // backend_name(): "autodiff<cpu>"
+  auto w = Tensor<2>::random({8, 8}, Distribution::normal(0, 1), ad).require_grad();
+  auto input = Tensor<2>::ones({4, 8}, dev);                 // a plain tensor mixes in as a constant
+  auto loss = input.matmul(w).tanh().powf_scalar(2.0).mean();
+  Gradients grads = loss.backward();                         // frees the graph (retain_graph keeps it)
+  Tensor<2> dw = *w.grad(grads);                             // std::optional: nullopt if w got none
+  auto w_next = (w - dw * 0.1).detach().require_grad();      // an SGD step
+
+  auto s = Tensor<1>::full({1}, 0.5, ad).require_grad();     // higher order: create_graph records
+  auto ds = *s.grad((s * s * s).backward({.create_graph = true}));  // backward itself: ds = 3s²
+  auto d2s = *s.grad(ds.backward());                         // 6s = 3
+  std::cout << "d/ds s^3 = " << ds.into_scalar<double>() << ", d2/ds2 = " << d2s.into_scalar<double>()
+            << "\n";
+  CheckpointScope scope(CheckpointStrategy::Balanced);       // recompute elementwise outputs in
+                                                             // backward instead of storing them
+  (void)w_next;
   return 0;
 }
