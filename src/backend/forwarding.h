@@ -6,21 +6,9 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "kiln/detail/map_macro.h"
 
-// KILN_MAP_EACH(f, a, b, c) -> f(a), f(b), f(c); KILN_MOVE_EACH(a, b) -> std::move(a), ...
-#define KILN_MAP_1(f, a) f(a)
-#define KILN_MAP_2(f, a, ...) f(a), KILN_MAP_1(f, __VA_ARGS__)
-#define KILN_MAP_3(f, a, ...) f(a), KILN_MAP_2(f, __VA_ARGS__)
-#define KILN_MAP_4(f, a, ...) f(a), KILN_MAP_3(f, __VA_ARGS__)
-#define KILN_MAP_5(f, a, ...) f(a), KILN_MAP_4(f, __VA_ARGS__)
-#define KILN_MAP_6(f, a, ...) f(a), KILN_MAP_5(f, __VA_ARGS__)
-#define KILN_MAP_7(f, a, ...) f(a), KILN_MAP_6(f, __VA_ARGS__)
-#define KILN_MAP_8(f, a, ...) f(a), KILN_MAP_7(f, __VA_ARGS__)
-#define KILN_MAP_PICK(_1, _2, _3, _4, _5, _6, _7, _8, name, ...) name
-#define KILN_MAP_EACH(f, ...)                                                                 \
-  KILN_MAP_PICK(__VA_ARGS__, KILN_MAP_8, KILN_MAP_7, KILN_MAP_6, KILN_MAP_5, KILN_MAP_4,      \
-                KILN_MAP_3, KILN_MAP_2, KILN_MAP_1)                                           \
-  (f, __VA_ARGS__)
+// KILN_MOVE_EACH(a, b) -> std::move(a), std::move(b)
 #define KILN_MOVE_EACH(...) KILN_MAP_EACH(std::move, __VA_ARGS__)
 #define KILN_MOVE_ARGS(args) KILN_MOVE_EACH args
 

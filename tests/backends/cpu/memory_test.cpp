@@ -202,9 +202,6 @@ TEST(CpuAllocator, InUseFollowsLiveTensorsAndCleanupReleasesTheCache) {
   EXPECT_EQ(cleaned.bytes_in_use, base.bytes_in_use);
 }
 
-}  // namespace
-}  // namespace kiln
-
 TEST(CpuAllocator, ResetPeakStartsANewHighWaterMark) {
   { auto big = Tensor<1>::zeros({1 << 20}, kCpu); }  // a 4 MiB peak, then freed
   const std::int64_t in_use = kCpu.memory_stats().bytes_in_use;
@@ -219,3 +216,6 @@ TEST(CpuAllocator, ResetPeakStartsANewHighWaterMark) {
   kCpu.autodiff().reset_peak_memory();
   EXPECT_EQ(kCpu.autodiff().memory_stats().peak_bytes_in_use, in_use);
 }
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,194 @@
+// Modules: plain structs of parameters and sub-modules. A module lists its members once, with
+// KILN_MODULE, and every generic operation (moving, training mode, counting, printing, saving,
+// optimizing) walks them through one visitor, naming each parameter PyTorch-style:
+//
+//   struct Mlp {
+//     nn::Linear hidden, out;
+//     KILN_MODULE(hidden, out)
+//     Tensor<2> forward(const Tensor<2>& x) const { return out.forward(activation::relu(hidden.forward(x))); }
+//   };
+//   Mlp model{nn::LinearConfig{784, 128}.init(dev), nn::LinearConfig{128, 10}.init(dev)};
+//   nn::named_parameters(model);        // "hidden.weight", "hidden.bias", "out.weight", ...
+//   model = nn::train(model);           // parameters on dev.autodiff(), tracked
+//
+// Modules are values: a copy shares the parameters' storage until one of them is replaced (an
+// optimizer step or a move replaces a parameter in that copy only).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/detail/map_macro.h"
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+
+// The rank-independent part of a parameter, as visitors see it.
+class ParamSlot {
+ public:
+  // Trainable parameters get gradients and optimizer updates; buffers (running statistics) are
+  // saved and moved with the module but never trained.
+  bool trainable() const noexcept { return trainable_; }
+  bool initialized() const noexcept { return primitive_ != nullptr; }
+  const Primitive& primitive() const noexcept { return primitive_; }
+  std::size_t rank() const noexcept { return rank_; }
+  // Replaces the value (same rank and kind; ShapeMismatch/DTypeMismatch otherwise).
+  void set_primitive(Primitive p);
+
+ protected:
+  ParamSlot(std::size_t rank, bool trainable) noexcept : rank_(rank), trainable_(trainable) {}
+  Primitive primitive_;
+
+ private:
+  std::size_t rank_;
+  bool trainable_;
+};
+
+template <std::size_t D>
+class Param : public ParamSlot {
+ public:
+  Param() noexcept : ParamSlot(D, true) {}
+  explicit Param(const Tensor<D>& value) : ParamSlot(D, true) { primitive_ = value.primitive(); }
+  Tensor<D> val() const { return Tensor<D>::from_primitive(primitive_); }
+  operator Tensor<D>() const { return val(); }  // NOLINT: a parameter reads as its tensor
+  Param& operator=(const Tensor<D>& value) {
+    set_primitive(value.primitive());
+    return *this;
+  }
+};
+
+template <std::size_t D>
+class Buffer : public ParamSlot {
+ public:
+  Buffer() noexcept : ParamSlot(D, false) {}
+  explicit Buffer(const Tensor<D>& value) : ParamSlot(D, false) { primitive_ = value.primitive(); }
+  Tensor<D> val() const { return Tensor<D>::from_primitive(primitive_); }
+  operator Tensor<D>() const { return val(); }  // NOLINT
+  Buffer& operator=(const Tensor<D>& value) {
+    set_primitive(value.primitive());
+    return *this;
+  }
+};
+
+// Receives every parameter of a module with its dotted name.
+class Visitor {
+ public:
+  virtual ~Visitor() = default;
+  virtual void visit(const std::string& name, ParamSlot& slot) = 0;
+};
+
+namespace detail {
+
+std::string join_name(std::string_view prefix, std::string_view name);
+
+template <class M>
+concept Visitable = requires(M& m, Visitor& v) { m.visit(v, std::string_view{}); };
+
+inline void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
+                         ParamSlot& slot) {
+  if (slot.initialized()) v.visit(join_name(prefix, name), slot);
+}
+template <Visitable M>
+void visit_member(Visitor& v, std::string_view prefix, std::string_view name, M& module) {
+  module.visit(v, join_name(prefix, name));
+}
+template <class T>
+void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
+                  std::optional<T>& member) {
+  if (member) visit_member(v, prefix, name, *member);
+}
+template <class T>
+void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
+                  std::vector<T>& members) {
+  const std::string base = join_name(prefix, name);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    visit_member(v, base, std::to_string(i), members[i]);
+  }
+}
+
+}  // namespace detail
+
+// Lists a module's parameters and sub-modules (members of type Param, Buffer, another module,
+// std::optional or std::vector of those); names are the member names.
+#define KILN_VISIT_MEMBER(member) ::kiln::nn::detail::visit_member(visitor, prefix, #member, member)
+#define KILN_MODULE(...)                                                                 \
+  void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) {               \
+    KILN_MAP_EACH(KILN_VISIT_MEMBER, __VA_ARGS__);                                       \
+  }                                                                                      \
+  void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) const {         \
+    const_cast<std::remove_cvref_t<decltype(*this)>&>(*this).visit(visitor, prefix);     \
+  }
+
+struct NamedParam {
+  std::string name;
+  Primitive value;
+  bool trainable;
+};
+
+// ---- the non-template work behind the module functions (src/nn/module.cpp) ----
+namespace detail {
+using VisitFn = void (*)(void* module, Visitor& visitor);
+std::vector<NamedParam> named_parameters(void* module, VisitFn visit);
+void to_device(void* module, VisitFn visit, const Device& device);
+void set_tracking(void* module, VisitFn visit, bool track);
+std::string describe(void* module, VisitFn visit, std::string_view type_name);
+template <class M>
+void visit_fn(void* module, Visitor& visitor) {
+  static_cast<M*>(module)->visit(visitor, std::string_view{});
+}
+}  // namespace detail
+
+// Every parameter and buffer, in declaration order, with its dotted name.
+template <detail::Visitable M>
+std::vector<NamedParam> named_parameters(const M& module) {
+  return detail::named_parameters(const_cast<M*>(&module), detail::visit_fn<M>);
+}
+
+// The number of trainable scalars.
+template <detail::Visitable M>
+std::int64_t num_params(const M& module) {
+  std::int64_t total = 0;
+  for (const NamedParam& p : named_parameters(module)) {
+    if (p.trainable) total += p.value->shape().num_elements();
+  }
+  return total;
+}
+
+// The module with every parameter moved to device (tracking kept where the device allows).
+template <detail::Visitable M>
+M to_device(M module, const Device& device) {
+  detail::to_device(&module, detail::visit_fn<M>, device);
+  return module;
+}
+
+// Training mode: parameters on the autodiff form of their device, trainable ones tracked.
+template <detail::Visitable M>
+M train(M module) {
+  detail::set_tracking(&module, detail::visit_fn<M>, true);
+  return module;
+}
+
+// Validation mode: parameters on the plain device, untracked (no graph is recorded).
+template <detail::Visitable M>
+M valid(M module) {
+  detail::set_tracking(&module, detail::visit_fn<M>, false);
+  return module;
+}
+
+// A copy of the module on device, in the same mode (training or not) as the original.
+template <detail::Visitable M>
+M fork(const M& module, const Device& device) {
+  return to_device(module, device);
+}
+
+// A readable summary: one line per parameter (name, shape, dtype, device) and the total.
+template <detail::Visitable M>
+std::string describe(const M& module, std::string_view type_name = "Module") {
+  return detail::describe(const_cast<M*>(&module), detail::visit_fn<M>, type_name);
+}
+
+}  // namespace kiln::nn
