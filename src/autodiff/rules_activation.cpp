@@ -17,8 +17,9 @@ namespace {
 template <class Forward, class Rule>
 Primitive unary(AutodiffBackend& self, const char* op, Primitive x, Keep keep, Forward forward,
                 Rule rule) {
-  return self.record<1>(op, Cost::Elementwise, {std::move(x)}, keep, forward,
-                        [rule](BackwardArgs& r, Primitive g) -> Grads { return {rule(r, std::move(g))}; });
+  return self.record<1>(
+      op, Cost::Elementwise, {std::move(x)}, keep, forward,
+      [rule](BackwardArgs& r, Primitive g) -> Grads { return {rule(r, std::move(g))}; });
 }
 
 // The standard normal density exp(-x² / 2) / sqrt(2 pi).
@@ -107,7 +108,8 @@ Primitive AutodiffBackend::gelu_backward(Primitive x, Primitive grad) {
           const DType dtype = g->dtype();
           // Past |x| = 40 the density is 0 in every dtype; clamping there keeps x² finite.
           Primitive x = b.clamp(to_compute(b, r.in(0)), -40.0, 40.0);
-          Primitive curvature = b.mul(normal_density(b, x), b.sub(constant(b, x, 2.0), b.square(x)));
+          Primitive curvature =
+              b.mul(normal_density(b, x), b.sub(constant(b, x, 2.0), b.square(x)));
           Primitive product = b.mul(to_compute(b, g), to_compute(b, r.in(1)));
           dx = from_compute(b, b.mul(std::move(product), std::move(curvature)), dtype);
         }

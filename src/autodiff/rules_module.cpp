@@ -32,9 +32,7 @@ OptionalPrimitive optional_at(Inputs<0>& in, std::size_t i) {
 }
 
 // The spatial sizes of a channels-first shape [N, C, spatial...].
-Axes spatial_of(const Shape& shape) {
-  return Axes(shape.dims().begin() + 2, shape.dims().end());
-}
+Axes spatial_of(const Shape& shape) { return Axes(shape.dims().begin() + 2, shape.dims().end()); }
 
 // Entry i of a per-dim option vector, or fallback when the vector was left empty.
 std::int64_t at(const std::vector<std::int64_t>& values, std::size_t i, std::int64_t fallback) {
@@ -212,8 +210,7 @@ Primitive AutodiffBackend::adaptive_avg_pool(Primitive x, Axes output_size) {
 Primitive AutodiffBackend::adaptive_avg_pool_backward(Primitive x, Primitive output_grad) {
   Axes size = spatial_of(output_grad->shape());
   return record<2>(
-      "adaptive_avg_pool_backward", Cost::Stored, {std::move(x), std::move(output_grad)},
-      kKeepNone,
+      "adaptive_avg_pool_backward", Cost::Stored, {std::move(x), std::move(output_grad)}, kKeepNone,
       [](Backend& b, Inputs<2> in) {
         return b.adaptive_avg_pool_backward(std::move(in[0]), std::move(in[1]));
       },
@@ -253,8 +250,8 @@ PrimitivePair AutodiffBackend::max_pool_with_indices(Primitive x, PoolOptions op
                                                       index_dtype);
   }
   auto [values, indices] = inner().max_pool_with_indices(inner_of(x), options, index_dtype);
-  Primitive out = record_max_pool(*this, "max_pool_with_indices", std::move(x),
-                                  std::move(values), indices, options);
+  Primitive out = record_max_pool(*this, "max_pool_with_indices", std::move(x), std::move(values),
+                                  indices, options);
   return {std::move(out), wrap(std::move(indices))};
 }
 
@@ -325,7 +322,8 @@ Primitive AutodiffBackend::interpolate_backward(Primitive x, Primitive output_gr
         return b.interpolate_backward(std::move(in[0]), std::move(in[1]), output_size, options);
       },
       [output_size, options](BackwardArgs& r, Primitive g) -> Grads {
-        return {nullptr, r.needs(1) ? r.b.interpolate(std::move(g), output_size, options) : nullptr};
+        return {nullptr,
+                r.needs(1) ? r.b.interpolate(std::move(g), output_size, options) : nullptr};
       });
 }
 
@@ -374,7 +372,8 @@ Primitive AutodiffBackend::linear(Primitive x, Primitive weight, OptionalPrimiti
           Primitive rows_x = b.reshape(r.in(0), Shape{rows, in});
           dw = b.matmul(transpose_last(b, std::move(rows_x)), rows_g);
         }
-        if (r.needs(0)) dx = b.reshape(b.matmul(std::move(rows_g), transpose_last(b, r.in(1))), x_shape);
+        if (r.needs(0))
+          dx = b.reshape(b.matmul(std::move(rows_g), transpose_last(b, r.in(1))), x_shape);
         return {dx, dw, db};
       });
 }
@@ -400,9 +399,9 @@ Primitive AutodiffBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrim
         const std::int64_t rows = shape.num_elements() / std::max<std::int64_t>(1, width);
         // Σ over every row, as a [width] vector.
         auto row_sum = [&](Primitive t) {
-          return from_compute(b, b.reshape(b.sum_dim(b.reshape(std::move(t), Shape{rows, width}), 0),
-                                           Shape{width}),
-                              dtype);
+          return from_compute(
+              b, b.reshape(b.sum_dim(b.reshape(std::move(t), Shape{rows, width}), 0), Shape{width}),
+              dtype);
         };
         Primitive xc = to_compute(b, r.in(0));
         Primitive centred = b.sub(xc, b.mean_dim(xc, last));
@@ -453,7 +452,8 @@ Primitive AutodiffBackend::batch_norm(Primitive x, Primitive gamma, Primitive be
         if (r.needs(3)) dmean = back(b.neg(b.mul(b.mul(g_sum, gamma), s)));
         if (r.needs(2)) dbeta = back(std::move(g_sum));
         if (r.needs(1) || r.needs(4)) {
-          Primitive centred = b.sub(to_compute(b, r.in(0)), b.reshape(to_compute(b, r.in(3)), column));
+          Primitive centred =
+              b.sub(to_compute(b, r.in(0)), b.reshape(to_compute(b, r.in(3)), column));
           Primitive gx_sum = b.conv_bias_backward(b.mul(gc, std::move(centred)));
           if (r.needs(1)) dgamma = back(b.mul(gx_sum, s));
           if (r.needs(4)) {
@@ -493,12 +493,12 @@ Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive v
                            optional_at(in, 3), options);
       },
       [mask_inner, options, q_shape, k_shape, v_shape, bias_shape](BackwardArgs& r,
-                                                                    Primitive g) -> Grads {
+                                                                   Primitive g) -> Grads {
         Backend& b = r.b;
         const DType dtype = g->dtype();
         const std::int64_t depth = q_shape[3];
-        const double factor = options.scale.value_or(
-            depth > 0 ? 1.0 / std::sqrt(static_cast<double>(depth)) : 1.0);
+        const double factor =
+            options.scale.value_or(depth > 0 ? 1.0 / std::sqrt(static_cast<double>(depth)) : 1.0);
         Primitive q = to_compute(b, r.in(0));
         Primitive k = to_compute(b, r.in(1));
         Primitive v = to_compute(b, r.in(2));
@@ -517,16 +517,21 @@ Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive v
           const std::int64_t queries = score_shape[2], keys = score_shape[3];
           const Device device = scores->device();
           const Shape square{1, 1, queries, keys};
-          Primitive rows = b.reshape(b.arange(0, queries, 1, DType::I64, device), Shape{1, 1, queries, 1});
-          Primitive cols = b.reshape(b.arange(0, keys, 1, DType::I64, device), Shape{1, 1, 1, keys});
-          Primitive future = b.greater(b.expand(std::move(cols), square), b.expand(std::move(rows), square));
-          scores = b.mask_fill(std::move(scores), defaults::expand_to(b, std::move(future), score_shape),
-                               -defaults::kInfinity);
+          Primitive rows =
+              b.reshape(b.arange(0, queries, 1, DType::I64, device), Shape{1, 1, queries, 1});
+          Primitive cols =
+              b.reshape(b.arange(0, keys, 1, DType::I64, device), Shape{1, 1, 1, keys});
+          Primitive future =
+              b.greater(b.expand(std::move(cols), square), b.expand(std::move(rows), square));
+          scores =
+              b.mask_fill(std::move(scores), defaults::expand_to(b, std::move(future), score_shape),
+                          -defaults::kInfinity);
         }
         Primitive p = b.softmax(std::move(scores), 3);
         Primitive gc = to_compute(b, std::move(g));
         Primitive dq, dk, dv, dbias;
-        if (r.needs(2)) dv = from_compute(b, reduce_to(b, b.matmul(transpose_last(b, p), gc), v_shape), dtype);
+        if (r.needs(2))
+          dv = from_compute(b, reduce_to(b, b.matmul(transpose_last(b, p), gc), v_shape), dtype);
         Primitive dp = b.matmul(gc, transpose_last(b, std::move(v)));
         Primitive ds = b.mul(p, b.sub(dp, b.sum_dim(b.mul(dp, p), 3)));
         if (r.needs(3)) dbias = from_compute(b, reduce_to(b, ds, *bias_shape), dtype);

@@ -25,8 +25,10 @@ const std::vector<ActivationCase>& activation_cases() {
       {"gelu", [](const Primitive& x) { return detail::gelu(x); }, -3, 3},
       {"sigmoid", [](const Primitive& x) { return detail::sigmoid(x); }, -4, 4},
       {"silu", [](const Primitive& x) { return detail::silu(x); }, -4, 4},
-      {"hard_sigmoid", [](const Primitive& x) { return detail::hard_sigmoid(x, 0.2, 0.5); }, -2.4, 2.4},
-      {"hard_sigmoid flat", [](const Primitive& x) { return detail::hard_sigmoid(x, 0.2, 0.5); }, 2.6, 4},
+      {"hard_sigmoid", [](const Primitive& x) { return detail::hard_sigmoid(x, 0.2, 0.5); }, -2.4,
+       2.4},
+      {"hard_sigmoid flat", [](const Primitive& x) { return detail::hard_sigmoid(x, 0.2, 0.5); },
+       2.6, 4},
       {"log_sigmoid", [](const Primitive& x) { return detail::log_sigmoid(x); }, -4, 4},
   };
   return cases;
@@ -34,9 +36,8 @@ const std::vector<ActivationCase>& activation_cases() {
 
 }  // namespace
 
-KILN_CONFORMANCE_ROW(grad_activation,
-                     ({"grad:relu", "grad:leaky_relu", "grad:gelu", "grad:sigmoid", "grad:silu",
-                       "grad:hard_sigmoid", "grad:log_sigmoid"})) {
+KILN_CONFORMANCE_ROW(grad_activation, ({"grad:relu", "grad:leaky_relu", "grad:gelu", "grad:sigmoid",
+                                        "grad:silu", "grad:hard_sigmoid", "grad:log_sigmoid"})) {
   for (const ActivationCase& c : activation_cases()) {
     for (Layout layout : kLayouts) {
       GradInput x{Shape{3, 4}, layout};
@@ -75,13 +76,14 @@ KILN_CONFORMANCE_ROW(grad_prelu, ({"grad:prelu"})) {
 // Along the last dim, the first and a middle one; empty rows.
 KILN_CONFORMANCE_ROW(grad_softmax, ({"grad:softmax", "grad:log_softmax", "grad:softmin"})) {
   using Op = Primitive (*)(Primitive, std::int64_t);
-  const std::pair<const char*, Op> ops[] = {
-      {"softmax", detail::softmax}, {"log_softmax", detail::log_softmax}, {"softmin", detail::softmin}};
+  const std::pair<const char*, Op> ops[] = {{"softmax", detail::softmax},
+                                            {"log_softmax", detail::log_softmax},
+                                            {"softmin", detail::softmin}};
   for (const auto& [name, op] : ops) {
     for (Layout layout : kLayouts) {
       for (std::int64_t dim : {0, 1}) {
-        gradcheck(device, std::string(name) + " dim " + std::to_string(dim), {{Shape{3, 4}, layout}},
-                  [&](const Prims& in) { return op(in[0], dim); });
+        gradcheck(device, std::string(name) + " dim " + std::to_string(dim),
+                  {{Shape{3, 4}, layout}}, [&](const Prims& in) { return op(in[0], dim); });
       }
     }
     gradcheck(device, std::string(name) + " 3-d dim 1", {{Shape{2, 3, 2}}},
@@ -101,10 +103,12 @@ KILN_CONFORMANCE_ROW(grad_softmax, ({"grad:softmax", "grad:log_softmax", "grad:s
 KILN_CONFORMANCE_ROW(grad_activation_backward,
                      ({"grad:relu_backward", "grad:gelu_backward", "grad:sigmoid_backward"})) {
   for (Layout layout : kLayouts) {
-    gradcheck(device, "relu_backward", {{Shape{3, 4}, layout}, {Shape{3, 4}}},
-              [](const Prims& in) { return backend_for(in[0]->device()).relu_backward(in[0], in[1]); });
-    gradcheck(device, "gelu_backward", {{Shape{3, 4}, layout}, {Shape{3, 4}, Layout::Transposed}},
-              [](const Prims& in) { return backend_for(in[0]->device()).gelu_backward(in[0], in[1]); });
+    gradcheck(device, "relu_backward", {{Shape{3, 4}, layout}, {Shape{3, 4}}}, [](const Prims& in) {
+      return backend_for(in[0]->device()).relu_backward(in[0], in[1]);
+    });
+    gradcheck(
+        device, "gelu_backward", {{Shape{3, 4}, layout}, {Shape{3, 4}, Layout::Transposed}},
+        [](const Prims& in) { return backend_for(in[0]->device()).gelu_backward(in[0], in[1]); });
     GradInput s{Shape{3, 4}, layout};
     s.lo = 0.05;
     s.hi = 0.95;
@@ -116,8 +120,8 @@ KILN_CONFORMANCE_ROW(grad_activation_backward,
 
 // Second derivatives through create_graph: the first gradient is recorded with the backward ops
 // above (and the softmax rows), so these check the rules of the rules.
-KILN_CONFORMANCE_ROW(grad_activation_second,
-                     ({"grad:relu", "grad:gelu", "grad:sigmoid", "grad:silu", "grad:log_sigmoid"})) {
+KILN_CONFORMANCE_ROW(grad_activation_second, ({"grad:relu", "grad:gelu", "grad:sigmoid",
+                                               "grad:silu", "grad:log_sigmoid"})) {
   const char* names[] = {"relu", "gelu", "sigmoid", "silu", "log_sigmoid"};
   for (const ActivationCase& c : activation_cases()) {
     if (std::find_if(std::begin(names), std::end(names),
@@ -130,6 +134,20 @@ KILN_CONFORMANCE_ROW(grad_activation_second,
     gradcheck(device, std::string(c.name) + " second derivative", {x, {Shape{2, 3}}},
               [&](const Prims& in) { return grad_of(in[0], in[1], c.op); });
   }
+}
+
+// Under balanced checkpointing the activations' outputs are recomputed, not stored: a chain of
+// them reads outputs recomputed from outputs that were themselves recomputed.
+KILN_CONFORMANCE_ROW(grad_activation_balanced,
+                     ({"grad:relu", "grad:sigmoid", "grad:gelu", "grad:silu", "grad:softmax",
+                       "grad:log_softmax"})) {
+  const CheckpointScope scope(CheckpointStrategy::Balanced);
+  gradcheck(
+      device, "relu, sigmoid, softmax (balanced)", {{Shape{3, 4}, Layout::Transposed}},
+      [](const Prims& in) { return detail::softmax(detail::sigmoid(detail::relu(in[0])), 1); });
+  gradcheck(device, "gelu, silu, log_softmax (balanced)", {{Shape{3, 4}}}, [](const Prims& in) {
+    return detail::log_softmax(detail::silu(detail::gelu(in[0])), 0);
+  });
 }
 
 }  // namespace kiln::conformance

@@ -59,18 +59,19 @@ std::int64_t conv_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int
 Shape conv_output(const ConvCase& c) {
   Sizes dims{c.x[0], c.weight[0]};
   for (std::size_t d = 0; d + 2 < c.x.rank(); ++d) {
-    dims.push_back(conv_size(c.x[d + 2], c.weight[d + 2], c.stride[d], c.padding[d], c.dilation[d]));
+    dims.push_back(
+        conv_size(c.x[d + 2], c.weight[d + 2], c.stride[d], c.padding[d], c.dilation[d]));
   }
   return Shape(dims);
 }
 
 const std::vector<ConvCase>& conv_cases() {
   static const std::vector<ConvCase> cases = {
-      {{2, 2, 5}, {4, 1, 3}, {2}, {1}, {1}, 2, true},               // 1-d, groups, stride
-      {{1, 2, 6}, {2, 2, 2}, {1}, {0}, {2}, 1, false},              // 1-d, dilation
-      {{1, 2, 4, 4}, {2, 2, 2, 2}, {2, 1}, {1, 0}, {1, 1}, 1, true},  // 2-d, stride, padding
+      {{2, 2, 5}, {4, 1, 3}, {2}, {1}, {1}, 2, true},                  // 1-d, groups, stride
+      {{1, 2, 6}, {2, 2, 2}, {1}, {0}, {2}, 1, false},                 // 1-d, dilation
+      {{1, 2, 4, 4}, {2, 2, 2, 2}, {2, 1}, {1, 0}, {1, 1}, 1, true},   // 2-d, stride, padding
       {{1, 4, 3, 4}, {2, 2, 2, 2}, {1, 1}, {0, 1}, {1, 2}, 2, false},  // 2-d, groups, dilation
-      {{0, 2, 3, 3}, {2, 2, 2, 2}, {1, 1}, {0, 0}, {1, 1}, 1, true},  // empty batch
+      {{0, 2, 3, 3}, {2, 2, 2, 2}, {1, 1}, {0, 0}, {1, 1}, 1, true},   // empty batch
   };
   return cases;
 }
@@ -121,9 +122,8 @@ KILN_CONFORMANCE_ROW(grad_conv, ({"grad:conv"})) {
   }
 }
 
-KILN_CONFORMANCE_ROW(grad_conv_backward_ops,
-                     ({"grad:conv_x_backward", "grad:conv_weight_backward",
-                       "grad:conv_bias_backward"})) {
+KILN_CONFORMANCE_ROW(grad_conv_backward_ops, ({"grad:conv_x_backward", "grad:conv_weight_backward",
+                                               "grad:conv_bias_backward"})) {
   for (std::size_t i = 0; i < conv_cases().size(); ++i) {
     const ConvCase& c = conv_cases()[i];
     const std::string what = " case " + std::to_string(i);
@@ -214,10 +214,34 @@ struct PoolCase {
 
 KILN_CONFORMANCE_ROW(grad_avg_pool, ({"grad:avg_pool", "grad:avg_pool_backward"})) {
   const std::vector<PoolCase> cases = {
-      {{1, 2, 5}, {.kernel_size = {3}, .stride = {2}, .padding = {1}, .dilation = {1}, .ceil_mode = true, .count_include_pad = false}},
-      {{1, 2, 5}, {.kernel_size = {2}, .stride = {1}, .padding = {1}, .dilation = {1}, .ceil_mode = false, .count_include_pad = true}},
-      {{1, 1, 4, 5}, {.kernel_size = {2, 3}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {1, 1}, .ceil_mode = false, .count_include_pad = true}},
-      {{2, 1, 3, 4}, {.kernel_size = {2, 2}, .stride = {2, 3}, .padding = {0, 1}, .dilation = {1, 1}, .ceil_mode = true, .count_include_pad = false}},
+      {{1, 2, 5},
+       {.kernel_size = {3},
+        .stride = {2},
+        .padding = {1},
+        .dilation = {1},
+        .ceil_mode = true,
+        .count_include_pad = false}},
+      {{1, 2, 5},
+       {.kernel_size = {2},
+        .stride = {1},
+        .padding = {1},
+        .dilation = {1},
+        .ceil_mode = false,
+        .count_include_pad = true}},
+      {{1, 1, 4, 5},
+       {.kernel_size = {2, 3},
+        .stride = {2, 2},
+        .padding = {1, 1},
+        .dilation = {1, 1},
+        .ceil_mode = false,
+        .count_include_pad = true}},
+      {{2, 1, 3, 4},
+       {.kernel_size = {2, 2},
+        .stride = {2, 3},
+        .padding = {0, 1},
+        .dilation = {1, 1},
+        .ceil_mode = true,
+        .count_include_pad = false}},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const PoolCase& c = cases[i];
@@ -237,7 +261,8 @@ KILN_CONFORMANCE_ROW(grad_avg_pool, ({"grad:avg_pool", "grad:avg_pool_backward"}
       return backend_of(in[0]).avg_pool_backward(constant(x_values, c.x, in[0]), in[0], c.options);
     });
     gradcheck(device, "avg_pool second derivative" + what, {{c.x}, {y}}, [&](const Prims& in) {
-      return grad_of(in[0], in[1], [&](const Primitive& x) { return detail::avg_pool(x, c.options, dims); });
+      return grad_of(in[0], in[1],
+                     [&](const Primitive& x) { return detail::avg_pool(x, c.options, dims); });
     });
   }
 }
@@ -260,25 +285,36 @@ KILN_CONFORMANCE_ROW(grad_adaptive_avg_pool,
     const auto x_values = values_for(shape, 400 + i);
     gradcheck(device, "adaptive_avg_pool_backward" + what, {{y, Layout::Strided}},
               [&](const Prims& in) {
-                return backend_of(in[0]).adaptive_avg_pool_backward(constant(x_values, shape, in[0]),
-                                                                    in[0]);
+                return backend_of(in[0]).adaptive_avg_pool_backward(
+                    constant(x_values, shape, in[0]), in[0]);
               });
-    gradcheck(device, "adaptive_avg_pool second derivative" + what, {{shape}, {y}},
-              [&](const Prims& in) {
-                return grad_of(in[0], in[1],
-                               [&](const Primitive& x) { return detail::adaptive_avg_pool(x, size); });
-              });
+    gradcheck(
+        device, "adaptive_avg_pool second derivative" + what, {{shape}, {y}}, [&](const Prims& in) {
+          return grad_of(in[0], in[1],
+                         [&](const Primitive& x) { return detail::adaptive_avg_pool(x, size); });
+        });
   }
 }
 
-KILN_CONFORMANCE_ROW(grad_max_pool,
-                     ({"grad:max_pool", "grad:max_pool_with_indices",
-                       "grad:max_pool_with_indices_backward"})) {
+KILN_CONFORMANCE_ROW(grad_max_pool, ({"grad:max_pool", "grad:max_pool_with_indices",
+                                      "grad:max_pool_with_indices_backward"})) {
   const std::vector<PoolCase> cases = {
-      {{1, 2, 6}, {.kernel_size = {3}, .stride = {2}, .padding = {1}, .dilation = {1}, .ceil_mode = true}},
-      {{1, 1, 7}, {.kernel_size = {2}, .stride = {1}, .padding = {0}, .dilation = {3}, .ceil_mode = false}},
-      {{1, 2, 4, 4}, {.kernel_size = {2, 2}, .stride = {1, 2}, .padding = {1, 0}, .dilation = {1, 1}, .ceil_mode = false}},
-      {{1, 1, 5, 5}, {.kernel_size = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true}},
+      {{1, 2, 6},
+       {.kernel_size = {3}, .stride = {2}, .padding = {1}, .dilation = {1}, .ceil_mode = true}},
+      {{1, 1, 7},
+       {.kernel_size = {2}, .stride = {1}, .padding = {0}, .dilation = {3}, .ceil_mode = false}},
+      {{1, 2, 4, 4},
+       {.kernel_size = {2, 2},
+        .stride = {1, 2},
+        .padding = {1, 0},
+        .dilation = {1, 1},
+        .ceil_mode = false}},
+      {{1, 1, 5, 5},
+       {.kernel_size = {3, 2},
+        .stride = {2, 2},
+        .padding = {1, 1},
+        .dilation = {2, 1},
+        .ceil_mode = true}},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const PoolCase& c = cases[i];
@@ -297,8 +333,8 @@ KILN_CONFORMANCE_ROW(grad_max_pool,
       return detail::max_pool_with_indices(in[0], c.options, dims).first;
     });
     // The backward op with the indices of a fixed input, linear in the window gradients.
-    const Primitive plain = make_primitive(x.values, c.x, DType::F64, Layout::Contiguous,
-                                           device.autodiff());
+    const Primitive plain =
+        make_primitive(x.values, c.x, DType::F64, Layout::Contiguous, device.autodiff());
     const detail::PrimPair pooled = detail::max_pool_with_indices(plain, c.options, dims);
     const Primitive index = pooled.second;
     const Shape y = pooled.first->shape();
@@ -308,7 +344,8 @@ KILN_CONFORMANCE_ROW(grad_max_pool,
                     constant(x.values, c.x, in[0]), in[0], index, c.options);
               });
     gradcheck(device, "max_pool second derivative" + what, {x, {y}}, [&](const Prims& in) {
-      return grad_of(in[0], in[1], [&](const Primitive& p) { return detail::max_pool(p, c.options, dims); });
+      return grad_of(in[0], in[1],
+                     [&](const Primitive& p) { return detail::max_pool(p, c.options, dims); });
     });
   }
 }
@@ -321,9 +358,10 @@ KILN_CONFORMANCE_ROW(grad_embedding, ({"grad:embedding", "grad:embedding_backwar
   const std::vector<double> index_values = {0, 4, 2, 4, 1, 0};  // rows 0 and 4 read twice
   const Shape y{2, 3, 3};
   for (Layout layout : kLayouts) {
-    gradcheck(device, "embedding " + layout_name(layout), {{weights, layout}}, [&](const Prims& in) {
-      return detail::embedding(in[0], indices(index_values, index_shape, in[0]));
-    });
+    gradcheck(device, "embedding " + layout_name(layout), {{weights, layout}},
+              [&](const Prims& in) {
+                return detail::embedding(in[0], indices(index_values, index_shape, in[0]));
+              });
   }
   const auto w_values = values_for(weights, 600);
   gradcheck(device, "embedding_backward", {{y, Layout::Strided}}, [&](const Prims& in) {
@@ -349,9 +387,8 @@ KILN_CONFORMANCE_ROW(grad_interpolate, ({"grad:interpolate", "grad:interpolate_b
                                  (align ? " aligned" : "") + " to " + std::to_string(size[0]) +
                                  "x" + std::to_string(size[1]);
         const Layout layout = size[0] == 4 ? Layout::Transposed : Layout::Offset;
-        gradcheck(device, "interpolate " + what, {{x, layout}}, [&](const Prims& in) {
-          return detail::interpolate(in[0], size, options);
-        });
+        gradcheck(device, "interpolate " + what, {{x, layout}},
+                  [&](const Prims& in) { return detail::interpolate(in[0], size, options); });
         const Shape y{x[0], x[1], size[0], size[1]};
         const auto x_values = values_for(x, 700);
         gradcheck(device, "interpolate_backward " + what, {{y}}, [&](const Prims& in) {
@@ -370,24 +407,29 @@ KILN_CONFORMANCE_ROW(grad_interpolate, ({"grad:interpolate", "grad:interpolate_b
 }
 
 KILN_CONFORMANCE_ROW(grad_patches, ({"grad:unfold_patches", "grad:fold_patches"})) {
-  const UnfoldOptions options{.kernel_size = {2, 2}, .stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}};
+  const UnfoldOptions options{
+      .kernel_size = {2, 2}, .stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}};
   const Shape x{1, 1, 4, 4};
   const Shape patches{1, 4, 6};  // 4 taps; 3 x 2 windows
   for (Layout layout : kLayouts) {
     gradcheck(device, "unfold_patches " + layout_name(layout), {{x, layout}},
               [&](const Prims& in) { return detail::unfold_patches(in[0], options); });
     gradcheck(device, "fold_patches " + layout_name(layout), {{patches, layout}},
-              [&](const Prims& in) { return detail::fold_patches(in[0], {4, 4}, options); });
+              [&](const Prims& in) {
+                return detail::fold_patches(in[0], {4, 4}, options);
+              });
   }
   const UnfoldOptions plain{.kernel_size = {2, 1}, .stride = {}, .padding = {}, .dilation = {}};
   gradcheck(device, "unfold_patches two channels", {{Shape{2, 2, 2, 3}}},
             [&](const Prims& in) { return detail::unfold_patches(in[0], plain); });
   gradcheck(device, "unfold_patches second derivative", {{x}, {patches}}, [&](const Prims& in) {
-    return grad_of(in[0], in[1], [&](const Primitive& p) { return detail::unfold_patches(p, options); });
+    return grad_of(in[0], in[1],
+                   [&](const Primitive& p) { return detail::unfold_patches(p, options); });
   });
   gradcheck(device, "fold_patches second derivative", {{patches}, {x}}, [&](const Prims& in) {
-    return grad_of(in[0], in[1],
-                   [&](const Primitive& p) { return detail::fold_patches(p, {4, 4}, options); });
+    return grad_of(in[0], in[1], [&](const Primitive& p) {
+      return detail::fold_patches(p, {4, 4}, options);
+    });
   });
 }
 
@@ -453,7 +495,8 @@ KILN_CONFORMANCE_ROW(grad_batch_norm, ({"grad:batch_norm"})) {
     gradcheck(device, "batch_norm " + layout_name(layout),
               {{Shape{2, 3, 2}, layout}, {Shape{3}}, {Shape{3}}, {Shape{3}}, variance}, f);
   }
-  gradcheck(device, "batch_norm rank 2", {{Shape{4, 3}}, {Shape{3}}, {Shape{3}}, {Shape{3}}, variance}, f);
+  gradcheck(device, "batch_norm rank 2",
+            {{Shape{4, 3}}, {Shape{3}}, {Shape{3}}, {Shape{3}}, variance}, f);
   gradcheck(device, "batch_norm rank 4",
             {{Shape{1, 3, 2, 2}, Layout::Offset}, {Shape{3}}, {Shape{3}}, {Shape{3}}, variance}, f);
 }
@@ -497,8 +540,17 @@ std::vector<double> partial_mask(const Shape& shape) {
 KILN_CONFORMANCE_ROW(grad_attention, ({"grad:attention"})) {
   const std::vector<AttentionCase> cases = {
       {{1, 2, 3, 2}, {1, 2, 4, 2}, {1, 2, 4, 3}, std::nullopt, std::nullopt, {}},
-      {{1, 2, 3, 2}, {1, 2, 4, 2}, {1, 2, 4, 2}, Shape{1, 1, 3, 4}, Shape{1, 2, 3, 4}, {.scale = 0.7}},
-      {{1, 1, 3, 2}, {1, 1, 3, 2}, {1, 1, 3, 2}, std::nullopt, Shape{1, 1, 1, 3},
+      {{1, 2, 3, 2},
+       {1, 2, 4, 2},
+       {1, 2, 4, 2},
+       Shape{1, 1, 3, 4},
+       Shape{1, 2, 3, 4},
+       {.scale = 0.7}},
+      {{1, 1, 3, 2},
+       {1, 1, 3, 2},
+       {1, 1, 3, 2},
+       std::nullopt,
+       Shape{1, 1, 1, 3},
        {.scale = std::nullopt, .is_causal = true}},
       // Batch and head dims broadcast: q over heads, k and v over the batch.
       {{2, 1, 2, 2}, {1, 2, 3, 2}, {1, 2, 3, 2}, std::nullopt, Shape{2, 1, 2, 1}, {}},
@@ -536,6 +588,21 @@ KILN_CONFORMANCE_ROW(grad_attention_second, ({"grad:attention"})) {
               return grad_of(in[0], in[3], [&](const Primitive& q) {
                 return detail::attention(q, in[1], in[2], std::nullopt, std::nullopt, {});
               });
+            });
+}
+
+// Under balanced checkpointing relu's output is not stored: conv and max pooling read it
+// recomputed when their rules run.
+KILN_CONFORMANCE_ROW(grad_module_balanced, ({"grad:conv", "grad:max_pool", "grad:layer_norm"})) {
+  const CheckpointScope scope(CheckpointStrategy::Balanced);
+  const PoolOptions pool{.kernel_size = {2}, .stride = {2}, .padding = {0}, .dilation = {1}};
+  gradcheck(device, "conv, relu, max_pool, layer_norm (balanced)",
+            {{Shape{1, 2, 6}}, {Shape{2, 2, 3}}, {Shape{2}}}, [&](const Prims& in) {
+              Primitive y = detail::conv(in[0], in[1], std::nullopt, {}, 1);
+              y = detail::max_pool(detail::relu(detail::conv(detail::relu(y), in[1], std::nullopt,
+                                                             {.padding = {1}}, 1)),
+                                   pool, 1);
+              return detail::layer_norm(detail::relu(y), in[2], std::nullopt, 1e-5);
             });
 }
 
