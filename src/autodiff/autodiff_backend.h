@@ -127,7 +127,54 @@ class AutodiffBackend final : public AutodiffPassthrough {
   // layout (rules_layout.cpp)
   // sorting (rules_sort.cpp)
   // module ops (rules_module.cpp)
+  Primitive conv(Primitive x, Primitive weight, OptionalPrimitive bias,
+                 ConvOptions options) override;
+  Primitive conv_transpose(Primitive x, Primitive weight, OptionalPrimitive bias,
+                           ConvTransposeOptions options) override;
+  Primitive conv_x_backward(Primitive x, Primitive weight, Primitive output_grad,
+                            ConvOptions options) override;
+  Primitive conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
+                                 ConvOptions options) override;
+  Primitive conv_bias_backward(Primitive output_grad) override;
+  Primitive avg_pool(Primitive x, PoolOptions options) override;
+  Primitive avg_pool_backward(Primitive x, Primitive output_grad, PoolOptions options) override;
+  Primitive adaptive_avg_pool(Primitive x, Axes output_size) override;
+  Primitive adaptive_avg_pool_backward(Primitive x, Primitive output_grad) override;
+  Primitive max_pool(Primitive x, PoolOptions options) override;
+  PrimitivePair max_pool_with_indices(Primitive x, PoolOptions options,
+                                      DType index_dtype) override;
+  Primitive max_pool_with_indices_backward(Primitive x, Primitive output_grad, Primitive indices,
+                                           PoolOptions options) override;
+  Primitive embedding(Primitive weights, Primitive indices) override;
+  Primitive embedding_backward(Primitive weights, Primitive output_grad,
+                               Primitive indices) override;
+  Primitive interpolate(Primitive x, Axes output_size, InterpolateOptions options) override;
+  Primitive interpolate_backward(Primitive x, Primitive output_grad, Axes output_size,
+                                 InterpolateOptions options) override;
+  Primitive unfold_patches(Primitive x, UnfoldOptions options) override;
+  Primitive fold_patches(Primitive x, Axes output_size, UnfoldOptions options) override;
+  Primitive linear(Primitive x, Primitive weight, OptionalPrimitive bias) override;
+  Primitive layer_norm(Primitive x, Primitive gamma, OptionalPrimitive beta,
+                       double epsilon) override;
+  Primitive batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mean,
+                       Primitive variance, double epsilon) override;
+  Primitive attention(Primitive query, Primitive key, Primitive value, OptionalPrimitive mask,
+                      OptionalPrimitive bias, AttentionOptions options) override;
   // activations (rules_activation.cpp)
+  Primitive relu(Primitive x) override;
+  Primitive relu_backward(Primitive output, Primitive grad) override;
+  Primitive leaky_relu(Primitive x, Scalar negative_slope) override;
+  Primitive prelu(Primitive x, Primitive alpha) override;
+  Primitive gelu(Primitive x) override;
+  Primitive gelu_backward(Primitive x, Primitive grad) override;
+  Primitive sigmoid(Primitive x) override;
+  Primitive sigmoid_backward(Primitive output, Primitive grad) override;
+  Primitive silu(Primitive x) override;
+  Primitive hard_sigmoid(Primitive x, Scalar alpha, Scalar beta) override;
+  Primitive log_sigmoid(Primitive x) override;
+  Primitive softmax(Primitive x, std::int64_t dim) override;
+  Primitive log_softmax(Primitive x, std::int64_t dim) override;
+  Primitive softmin(Primitive x, std::int64_t dim) override;
 };
 
 template <std::size_t N, class Forward, class Rule>
