@@ -20,9 +20,12 @@ namespace {
 template <class Forward, class Rule>
 Primitive binary(AutodiffBackend& self, const char* op, Primitive lhs, Primitive rhs, Keep keep,
                  Forward forward, Rule rule) {
+  // Read before the call: argument evaluation order is unspecified and the inputs are moved.
+  Shape lhs_shape = lhs->shape();
+  Shape rhs_shape = rhs->shape();
   return self.record<2>(
       op, Cost::Elementwise, {std::move(lhs), std::move(rhs)}, keep, forward,
-      [rule, lhs_shape = lhs->shape(), rhs_shape = rhs->shape()](BackwardArgs& r, Primitive g) {
+      [rule, lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](BackwardArgs& r, Primitive g) {
         Grads grads = rule(r, std::move(g));
         if (grads[0]) grads[0] = reduce_to(r.b, std::move(grads[0]), lhs_shape);
         if (grads[1]) grads[1] = reduce_to(r.b, std::move(grads[1]), rhs_shape);
@@ -147,10 +150,12 @@ Primitive AutodiffBackend::clamp(Primitive x, Scalar min, Scalar max) {
 
 // (..., m, k) @ (..., k, n): d lhs = g @ rhsᵀ, d rhs = lhsᵀ @ g, summed over broadcast batches.
 Primitive AutodiffBackend::matmul(Primitive lhs, Primitive rhs) {
+  Shape lhs_shape = lhs->shape();
+  Shape rhs_shape = rhs->shape();
   return record<2>(
       "matmul", Cost::Stored, {std::move(lhs), std::move(rhs)}, kKeepIn0 | kKeepIn1,
       [](Backend& b, Inputs<2> in) { return b.matmul(std::move(in[0]), std::move(in[1])); },
-      [lhs_shape = lhs->shape(), rhs_shape = rhs->shape()](BackwardArgs& r, Primitive g) -> Grads {
+      [lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive dl, dr;
         if (r.needs(0)) dl = reduce_to(b, b.matmul(g, transpose_last(b, r.in(1))), lhs_shape);
