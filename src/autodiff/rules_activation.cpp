@@ -66,10 +66,11 @@ Primitive AutodiffBackend::leaky_relu(Primitive x, Scalar negative_slope) {
 
 // alpha broadcasts against x: its gradient sums over the broadcast dims.
 Primitive AutodiffBackend::prelu(Primitive x, Primitive alpha) {
+  Shape alpha_shape = alpha->shape();  // before alpha is moved into the call
   return record<2>(
       "prelu", Cost::Elementwise, {std::move(x), std::move(alpha)}, kKeepIn0 | kKeepIn1,
       [](Backend& b, Inputs<2> in) { return b.prelu(std::move(in[0]), std::move(in[1])); },
-      [alpha_shape = alpha->shape()](BackwardArgs& r, Primitive g) -> Grads {
+      [alpha_shape = std::move(alpha_shape)](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive x = r.in(0);
         Primitive negative = b.lower_elem(x, 0);
