@@ -16,8 +16,9 @@ bool tracked(const Primitive& p) { return node_of(p) != nullptr; }
 // Mul, Min and Max updates have no rule; a gradient may not silently skip them.
 void check_update(const char* op, IndexingUpdate update, bool any_tracked) {
   if (any_tracked && update != IndexingUpdate::Assign && update != IndexingUpdate::Add) {
-    detail::fail<AutodiffError>(op, "only the Assign and Add updates have a backward rule; "
-                                    "detach() the tensors to combine them with Mul, Min or Max");
+    detail::fail<AutodiffError>(op,
+                                "only the Assign and Add updates have a backward rule; "
+                                "detach() the tensors to combine them with Mul, Min or Max");
   }
 }
 
@@ -47,8 +48,7 @@ Primitive AutodiffBackend::gather(std::int64_t dim, Primitive x, Primitive indic
       [dim, index, shape](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive zeros = b.zeros(shape, g->dtype(), g->device());
-        return {b.scatter(dim, std::move(zeros), index, std::move(g),
-                          IndexingUpdate::Add)};
+        return {b.scatter(dim, std::move(zeros), index, std::move(g), IndexingUpdate::Add)};
       });
 }
 
@@ -72,8 +72,8 @@ Primitive AutodiffBackend::scatter(std::int64_t dim, Primitive x, Primitive indi
         }
         // owner: at each position of x, the number (along dim) of the write it kept; -1 if none.
         const std::int64_t line = index_shape[static_cast<std::size_t>(dim)];
-        Primitive numbers = b.expand(positions_along(b, line, x_shape.rank(), dim, g->device()),
-                                     index_shape);
+        Primitive numbers =
+            b.expand(positions_along(b, line, x_shape.rank(), dim, g->device()), index_shape);
         Primitive owner = b.scatter(dim, b.full(x_shape, -1, DType::I64, g->device()), index,
                                     numbers, IndexingUpdate::Max);
         Primitive dx, dv;
@@ -97,8 +97,7 @@ Primitive AutodiffBackend::select(Primitive x, std::int64_t dim, Primitive indic
       [dim, index, shape](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive zeros = b.zeros(shape, g->dtype(), g->device());
-        return {b.select_assign(std::move(zeros), dim, index, std::move(g),
-                                IndexingUpdate::Add)};
+        return {b.select_assign(std::move(zeros), dim, index, std::move(g), IndexingUpdate::Add)};
       });
 }
 
@@ -149,8 +148,7 @@ Primitive AutodiffBackend::gather_nd(Primitive x, Primitive indices) {
       [index, shape](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive zeros = b.zeros(shape, g->dtype(), g->device());
-        return {b.scatter_nd(std::move(zeros), index, std::move(g),
-                             IndexingUpdate::Add)};
+        return {b.scatter_nd(std::move(zeros), index, std::move(g), IndexingUpdate::Add)};
       });
 }
 
@@ -170,20 +168,27 @@ Primitive AutodiffBackend::scatter_nd(Primitive x, Primitive indices, Primitive 
         Backend& b = r.b;
         const std::size_t rank = x_shape.rank();
         const std::int64_t depth = index_shape[index_shape.rank() - 1];
-        const std::int64_t rows = depth == 0 ? 0 : index_shape.num_elements() / depth;
+        std::int64_t rows = 1;
+        for (std::size_t d = 0; d + 1 < index_shape.rank(); ++d) rows *= index_shape[d];
         if (update != IndexingUpdate::Assign || rows == 0) {
           Primitive dv = r.needs(1) ? b.gather_nd(g, index) : nullptr;
           return {r.needs(0) ? g : nullptr, dv};
         }
         // Number the writes (rows of the [rows, depth] table); owner, over the addressed dims,
         // holds the number of the write each position kept (the last: Max finds it), -1 where
-        // none was written.
+        // none was written. With depth 0 every write covers all of x and the last one stays.
         Primitive table = b.reshape(index, Shape{rows, depth});
         Primitive numbers = b.arange(0, rows, 1, DType::I64, g->device());
         detail::DimVector addressed(x_shape.vector());
         addressed.resize(static_cast<std::size_t>(depth));
-        Primitive owner = b.scatter_nd(b.full(Shape(addressed), -1, DType::I64, g->device()),
-                                       table, numbers, IndexingUpdate::Max);
+        Primitive owner, lost;
+        if (depth == 0) {
+          lost = b.not_equal_elem(numbers, rows - 1);
+        } else {
+          owner = b.scatter_nd(b.full(Shape(addressed), -1, DType::I64, g->device()), table,
+                               numbers, IndexingUpdate::Max);
+          lost = b.not_equal(b.gather_nd(owner, table), numbers);
+        }
         // Masks broadcast over the dims past the addressed ones.
         auto widen = [&](Primitive mask, detail::DimVector dims) {
           dims.resize(dims.size() + rank - static_cast<std::size_t>(depth), 1);
@@ -191,14 +196,17 @@ Primitive AutodiffBackend::scatter_nd(Primitive x, Primitive indices, Primitive 
         };
         Primitive dx, dv;
         if (r.needs(1)) {
-          Primitive lost = b.not_equal(b.gather_nd(owner, table), std::move(numbers));
-          Primitive picked = b.gather_nd(g, table);  // [rows, trailing dims]
+          Primitive picked = b.gather_nd(g, table);  // [rows, dims past the addressed ones]
           picked = b.mask_fill(std::move(picked), widen(std::move(lost), {rows}), 0);
           dv = b.reshape(std::move(picked), values_shape);
         }
         if (r.needs(0)) {
-          Primitive covered = widen(b.greater_equal_elem(std::move(owner), 0), addressed);
-          dx = b.mask_fill(std::move(g), std::move(covered), 0);
+          if (depth == 0) {
+            dx = zeros_like(b, g);
+          } else {
+            Primitive covered = widen(b.greater_equal_elem(std::move(owner), 0), addressed);
+            dx = b.mask_fill(std::move(g), std::move(covered), 0);
+          }
         }
         return {dx, dv};
       });

@@ -22,9 +22,7 @@ Primitive AutodiffBackend::sum_dim(Primitive x, std::int64_t dim) {
   return record<1>(
       "sum_dim", Cost::Stored, {std::move(x)}, kKeepNone,
       [dim](Backend& b, Inputs<1> in) { return b.sum_dim(std::move(in[0]), dim); },
-      [shape](BackwardArgs& r, Primitive g) -> Grads {
-        return {r.b.expand(std::move(g), shape)};
-      });
+      [shape](BackwardArgs& r, Primitive g) -> Grads { return {r.b.expand(std::move(g), shape)}; });
 }
 
 // mean: every element gets g / n.
@@ -36,7 +34,8 @@ Primitive AutodiffBackend::mean(Primitive x) {
       [shape](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         const double n = static_cast<double>(shape.num_elements());
-        Primitive spread = b.reshape(scale(b, std::move(g), 1.0 / n), defaults::ones_shape(shape.rank()));
+        Primitive spread =
+            b.reshape(scale(b, std::move(g), 1.0 / n), defaults::ones_shape(shape.rank()));
         return {b.expand(std::move(spread), shape)};
       });
 }
@@ -115,21 +114,21 @@ namespace {
 template <class Forward>
 Primitive extremum(AutodiffBackend& self, const char* op, Primitive x,
                    std::optional<std::int64_t> dim, Forward forward) {
-  return self.record<1>(
-      op, Cost::Stored, {std::move(x)}, kKeepIn0 | kKeepOut, std::move(forward),
-      [dim](BackwardArgs& r, Primitive g) -> Grads {
-        Backend& b = r.b;
-        Primitive x = r.in(0);
-        Primitive out = r.out();
-        const Shape ones = ones_shape(x->rank());
-        if (!dim) {
-          out = b.reshape(std::move(out), ones);
-          g = b.reshape(std::move(g), ones);
-        }
-        Primitive hit = as_float(b, b.equal(x, std::move(out)), x);
-        Primitive count = dim ? b.sum_dim(hit, *dim) : b.reshape(b.sum(hit), ones);
-        return {b.mul(std::move(hit), b.div(std::move(g), std::move(count)))};
-      });
+  return self.record<1>(op, Cost::Stored, {std::move(x)}, kKeepIn0 | kKeepOut, std::move(forward),
+                        [dim](BackwardArgs& r, Primitive g) -> Grads {
+                          Backend& b = r.b;
+                          Primitive x = r.in(0);
+                          Primitive out = r.out();
+                          const Shape ones = ones_shape(x->rank());
+                          if (!dim) {
+                            out = b.reshape(std::move(out), ones);
+                            g = b.reshape(std::move(g), ones);
+                          }
+                          Primitive hit = as_float(b, b.equal(x, std::move(out)), x);
+                          Primitive count =
+                              dim ? b.sum_dim(hit, *dim) : b.reshape(b.sum(hit), ones);
+                          return {b.mul(std::move(hit), b.div(std::move(g), std::move(count)))};
+                        });
 }
 
 // The values and indices of max/min along dim: the gradient goes to the index returned (one
@@ -149,8 +148,7 @@ PrimitivePair extremum_with_indices(AutodiffBackend& self, const char* op, Primi
       [shape, dim, indices](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive zeros = b.zeros(shape, g->dtype(), g->device());
-        return {b.scatter(dim, std::move(zeros), indices, std::move(g),
-                          IndexingUpdate::Add)};
+        return {b.scatter(dim, std::move(zeros), indices, std::move(g), IndexingUpdate::Add)};
       },
       std::move(values));
   return {std::move(recorded), wrap(std::move(indices))};

@@ -47,12 +47,13 @@ Primitive running_extremum(AutodiffBackend& self, const char* op, Primitive x, s
         if (shape.num_elements() == 0) return {zeros_like(b, g)};
         const std::int64_t n = shape[static_cast<std::size_t>(dim)];
         Primitive reached = b.cast(b.equal(std::move(x), r.out()), DType::I64);
-        Primitive positions = b.reshape(b.arange(0, n, 1, DType::I64, g->device()),
-                                        defaults::with_dim(defaults::ones_shape(shape.rank()), dim, n));
+        Primitive positions =
+            b.reshape(b.arange(0, n, 1, DType::I64, g->device()),
+                      defaults::with_dim(defaults::ones_shape(shape.rank()), dim, n));
         Primitive source = b.cummax(b.mul(std::move(reached), std::move(positions)), dim);
         Primitive zeros = zeros_like(b, g);
-        return {b.scatter(dim, std::move(zeros), std::move(source), std::move(g),
-                          IndexingUpdate::Add)};
+        return {
+            b.scatter(dim, std::move(zeros), std::move(source), std::move(g), IndexingUpdate::Add)};
       });
 }
 
@@ -62,7 +63,9 @@ Primitive AutodiffBackend::cumsum(Primitive x, std::int64_t dim) {
   return record<1>(
       "cumsum", Cost::Stored, {std::move(x)}, kKeepNone,
       [dim](Backend& b, Inputs<1> in) { return b.cumsum(std::move(in[0]), dim); },
-      [dim](BackwardArgs& r, Primitive g) -> Grads { return {reverse_cumsum(r.b, std::move(g), dim)}; });
+      [dim](BackwardArgs& r, Primitive g) -> Grads {
+        return {reverse_cumsum(r.b, std::move(g), dim)};
+      });
 }
 
 Primitive AutodiffBackend::cumprod(Primitive x, std::int64_t dim) {
@@ -82,13 +85,15 @@ Primitive AutodiffBackend::cumprod(Primitive x, std::int64_t dim) {
 }
 
 Primitive AutodiffBackend::cummax(Primitive x, std::int64_t dim) {
-  return running_extremum(*this, "cummax", std::move(x), dim,
-                          [dim](Backend& b, Inputs<1> in) { return b.cummax(std::move(in[0]), dim); });
+  return running_extremum(*this, "cummax", std::move(x), dim, [dim](Backend& b, Inputs<1> in) {
+    return b.cummax(std::move(in[0]), dim);
+  });
 }
 
 Primitive AutodiffBackend::cummin(Primitive x, std::int64_t dim) {
-  return running_extremum(*this, "cummin", std::move(x), dim,
-                          [dim](Backend& b, Inputs<1> in) { return b.cummin(std::move(in[0]), dim); });
+  return running_extremum(*this, "cummin", std::move(x), dim, [dim](Backend& b, Inputs<1> in) {
+    return b.cummin(std::move(in[0]), dim);
+  });
 }
 
 }  // namespace kiln::autodiff

@@ -17,8 +17,7 @@ Primitive through_indices(AutodiffBackend& self, const char* op, Primitive x, st
         Backend& b = r.b;
         Primitive zeros = b.zeros(shape, g->dtype(), g->device());
         if (g->shape().num_elements() == 0) return {zeros};
-        return {b.scatter(dim, std::move(zeros), indices, std::move(g),
-                          IndexingUpdate::Add)};
+        return {b.scatter(dim, std::move(zeros), indices, std::move(g), IndexingUpdate::Add)};
       },
       std::move(values));
 }
@@ -40,9 +39,11 @@ PrimitivePair AutodiffBackend::sort_with_indices(Primitive x, std::int64_t dim, 
     return AutodiffPassthrough::sort_with_indices(std::move(x), dim, descending, index_dtype);
   }
   auto [values, indices] = inner().sort_with_indices(inner_of(x), dim, descending, index_dtype);
-  Primitive recorded = through_indices(
-      *this, "sort_with_indices", std::move(x), dim, std::move(values), indices,
-      [dim, descending](Backend& b, Inputs<1> in) { return b.sort(std::move(in[0]), dim, descending); });
+  Primitive recorded =
+      through_indices(*this, "sort_with_indices", std::move(x), dim, std::move(values), indices,
+                      [dim, descending](Backend& b, Inputs<1> in) {
+                        return b.sort(std::move(in[0]), dim, descending);
+                      });
   return {std::move(recorded), wrap(std::move(indices))};
 }
 

@@ -36,8 +36,8 @@ KILN_CONFORMANCE_ROW(grad_gather_scatter, ({"grad:gather", "grad:scatter"})) {
       // Column 0 writes row 1 twice; rows 0 and 2 of other columns are written once or never.
       gradcheck(device, name + " 0", {{Shape{3, 4}, layout}, {Shape{2, 4}, Layout::Transposed}},
                 [update](const Prims& in) {
-                  return detail::scatter(0, in[0], ints({1, 0, 2, 2, 1, 2, 2, 2}, Shape{2, 4}, in[0]),
-                                         in[1], update);
+                  return detail::scatter(
+                      0, in[0], ints({1, 0, 2, 2, 1, 2, 2, 2}, Shape{2, 4}, in[0]), in[1], update);
                 });
     }
     gradcheck(device, name + " 1", {{Shape{3, 4}}, {Shape{2, 3}}}, [update](const Prims& in) {
@@ -60,20 +60,21 @@ KILN_CONFORMANCE_ROW(grad_select, ({"grad:select", "grad:select_assign"})) {
       return detail::select(in[0], 1, ints({1, 1, 0, 2, 1}, Shape{5}, in[0]));
     });
   }
-  gradcheck(device, "select none", {{Shape{4, 3}}}, [](const Prims& in) {
-    return detail::select(in[0], 0, ints({}, Shape{0}, in[0]));
-  });
+  gradcheck(device, "select none", {{Shape{4, 3}}},
+            [](const Prims& in) { return detail::select(in[0], 0, ints({}, Shape{0}, in[0])); });
   for (IndexingUpdate update : {kAssign, kAdd}) {
     const std::string name = "select_assign " + update_name(update);
     for (Layout layout : kLayouts) {
-      gradcheck(device, name + " 0", {{Shape{4, 3}, layout}, {Shape{3, 3}}}, [update](const Prims& in) {
-        return detail::select_assign(in[0], 0, ints({1, 3, 1}, Shape{3}, in[0]), in[1], update);
-      });
+      gradcheck(
+          device, name + " 0", {{Shape{4, 3}, layout}, {Shape{3, 3}}}, [update](const Prims& in) {
+            return detail::select_assign(in[0], 0, ints({1, 3, 1}, Shape{3}, in[0]), in[1], update);
+          });
     }
-    gradcheck(device, name + " 1", {{Shape{2, 4}}, {Shape{2, 3}, Layout::Transposed}},
-              [update](const Prims& in) {
-                return detail::select_assign(in[0], 1, ints({3, 0, 3}, Shape{3}, in[0]), in[1], update);
-              });
+    gradcheck(
+        device, name + " 1", {{Shape{2, 4}}, {Shape{2, 3}, Layout::Transposed}},
+        [update](const Prims& in) {
+          return detail::select_assign(in[0], 1, ints({3, 0, 3}, Shape{3}, in[0]), in[1], update);
+        });
   }
 }
 
@@ -93,17 +94,25 @@ KILN_CONFORMANCE_ROW(grad_nd, ({"grad:gather_nd", "grad:scatter_nd"})) {
   for (IndexingUpdate update : {kAssign, kAdd}) {
     const std::string name = "scatter_nd " + update_name(update);
     for (Layout layout : kLayouts) {
-      gradcheck(device, name + " rows", {{Shape{3, 4}, layout}, {Shape{3, 4}}}, [update](const Prims& in) {
-        return detail::scatter_nd(in[0], ints({1, 0, 1}, Shape{3, 1}, in[0]), in[1], update);
-      });
+      gradcheck(
+          device, name + " rows", {{Shape{3, 4}, layout}, {Shape{3, 4}}},
+          [update](const Prims& in) {
+            return detail::scatter_nd(in[0], ints({1, 0, 1}, Shape{3, 1}, in[0]), in[1], update);
+          });
     }
     gradcheck(device, name + " elements", {{Shape{3, 4}}, {Shape{4}}}, [update](const Prims& in) {
-      return detail::scatter_nd(in[0], ints({0, 1, 2, 2, 0, 1, 1, 3}, Shape{4, 2}, in[0]), in[1], update);
+      return detail::scatter_nd(in[0], ints({0, 1, 2, 2, 0, 1, 1, 3}, Shape{4, 2}, in[0]), in[1],
+                                update);
     });
+    // Tuples of length 0: every write covers all of x.
+    gradcheck(device, name + " whole", {{Shape{3, 4}}, {Shape{2, 3, 4}}},
+              [update](const Prims& in) {
+                return detail::scatter_nd(in[0], ints({}, Shape{2, 0}, in[0]), in[1], update);
+              });
     gradcheck(device, name + " 3-d", {{Shape{2, 3, 2}}, {Shape{2, 2, 2}, Layout::Transposed}},
               [update](const Prims& in) {
-                return detail::scatter_nd(in[0], ints({1, 2, 1, 2, 0, 0, 1, 1}, Shape{2, 2, 2}, in[0]),
-                                          in[1], update);
+                return detail::scatter_nd(
+                    in[0], ints({1, 2, 1, 2, 0, 0, 1, 1}, Shape{2, 2, 2}, in[0]), in[1], update);
               });
   }
 }
@@ -117,9 +126,8 @@ KILN_CONFORMANCE_ROW(grad_slice, ({"grad:slice", "grad:slice_assign"})) {
       return detail::slice(in[0], {Slice(0, std::nullopt, -1), Slice(1, 5, -3)});
     });
   }
-  gradcheck(device, "slice empty", {{Shape{4, 5}}}, [](const Prims& in) {
-    return detail::slice(in[0], {Slice(2, 2)});
-  });
+  gradcheck(device, "slice empty", {{Shape{4, 5}}},
+            [](const Prims& in) { return detail::slice(in[0], {Slice(2, 2)}); });
   gradcheck(device, "slice 3-d", {{Shape{2, 3, 4}, Layout::Offset}}, [](const Prims& in) {
     return detail::slice(in[0], {Slice::all(), Slice(1, std::nullopt), Slice(-3, -1)});
   });
@@ -142,19 +150,24 @@ KILN_CONFORMANCE_ROW(grad_mask, ({"grad:mask_where", "grad:mask_fill", "grad:mas
   const std::vector<double> mask = {1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1};
   for (Layout layout : kLayouts) {
     gradcheck(device, "mask_where", {{Shape{3, 4}, layout}, {Shape{3, 4}, Layout::Strided}},
-              [&](const Prims& in) { return detail::mask_where(in[0], bools(mask, Shape{3, 4}, in[0]), in[1]); });
-    gradcheck(device, "mask_fill", {{Shape{3, 4}, layout}},
-              [&](const Prims& in) { return detail::mask_fill(in[0], bools(mask, Shape{3, 4}, in[0]), 2.5); });
-    gradcheck(device, "mask_select", {{Shape{3, 4}, layout}},
-              [&](const Prims& in) { return detail::mask_select(in[0], bools(mask, Shape{3, 4}, in[0])); });
+              [&](const Prims& in) {
+                return detail::mask_where(in[0], bools(mask, Shape{3, 4}, in[0]), in[1]);
+              });
+    gradcheck(device, "mask_fill", {{Shape{3, 4}, layout}}, [&](const Prims& in) {
+      return detail::mask_fill(in[0], bools(mask, Shape{3, 4}, in[0]), 2.5);
+    });
+    gradcheck(device, "mask_select", {{Shape{3, 4}, layout}}, [&](const Prims& in) {
+      return detail::mask_select(in[0], bools(mask, Shape{3, 4}, in[0]));
+    });
   }
   // Broadcasting: x, mask and values each stretched along some dim.
   gradcheck(device, "mask_where broadcast", {{Shape{3, 1}}, {Shape{1, 4}}}, [&](const Prims& in) {
     return detail::mask_where(in[0], bools(mask, Shape{3, 4}, in[0]), in[1]);
   });
-  gradcheck(device, "mask_where broadcast mask", {{Shape{3, 4}}, {Shape{3, 4}}}, [](const Prims& in) {
-    return detail::mask_where(in[0], bools({0, 1, 1, 0}, Shape{1, 4}, in[0]), in[1]);
-  });
+  gradcheck(device, "mask_where broadcast mask", {{Shape{3, 4}}, {Shape{3, 4}}},
+            [](const Prims& in) {
+              return detail::mask_where(in[0], bools({0, 1, 1, 0}, Shape{1, 4}, in[0]), in[1]);
+            });
   gradcheck(device, "mask_fill broadcast", {{Shape{1, 4}}}, [&](const Prims& in) {
     return detail::mask_fill(in[0], bools(mask, Shape{3, 4}, in[0]), -1.0);
   });
