@@ -122,10 +122,49 @@ class AutodiffBackend final : public AutodiffPassthrough {
   Primitive sum_dim(Primitive x, std::int64_t dim) override;
   Primitive mean(Primitive x) override;
   Primitive mean_dim(Primitive x, std::int64_t dim) override;
+  Primitive prod(Primitive x) override;
+  Primitive prod_dim(Primitive x, std::int64_t dim) override;
+  Primitive max(Primitive x) override;
+  Primitive min(Primitive x) override;
+  Primitive max_dim(Primitive x, std::int64_t dim) override;
+  Primitive min_dim(Primitive x, std::int64_t dim) override;
+  PrimitivePair max_dim_with_indices(Primitive x, std::int64_t dim, DType index_dtype) override;
+  PrimitivePair min_dim_with_indices(Primitive x, std::int64_t dim, DType index_dtype) override;
   // cumulative (rules_scan.cpp)
+  Primitive cumsum(Primitive x, std::int64_t dim) override;
+  Primitive cumprod(Primitive x, std::int64_t dim) override;
+  Primitive cummin(Primitive x, std::int64_t dim) override;
+  Primitive cummax(Primitive x, std::int64_t dim) override;
   // indexing (rules_index.cpp)
+  Primitive gather(std::int64_t dim, Primitive x, Primitive indices) override;
+  Primitive scatter(std::int64_t dim, Primitive x, Primitive indices, Primitive values,
+                    IndexingUpdate update) override;
+  Primitive select(Primitive x, std::int64_t dim, Primitive indices) override;
+  Primitive select_assign(Primitive x, std::int64_t dim, Primitive indices, Primitive values,
+                          IndexingUpdate update) override;
+  Primitive gather_nd(Primitive x, Primitive indices) override;
+  Primitive scatter_nd(Primitive x, Primitive indices, Primitive values,
+                       IndexingUpdate update) override;
+  Primitive slice(Primitive x, ResolvedSlices slices) override;
+  Primitive slice_assign(Primitive x, ResolvedSlices slices, Primitive values) override;
+  Primitive mask_where(Primitive x, Primitive mask, Primitive values) override;
+  Primitive mask_fill(Primitive x, Primitive mask, Scalar value) override;
+  Primitive mask_select(Primitive x, Primitive mask) override;
   // layout (rules_layout.cpp)
+  Primitive reshape(Primitive x, Shape shape) override;
+  Primitive expand(Primitive x, Shape shape) override;
+  Primitive permute(Primitive x, Axes axes) override;
+  Primitive swap_dims(Primitive x, std::int64_t dim1, std::int64_t dim2) override;
+  Primitive flip(Primitive x, Axes axes) override;
+  Primitive unfold(Primitive x, std::int64_t dim, std::int64_t size, std::int64_t step) override;
+  Primitive cat(PrimitiveList xs, std::int64_t dim) override;
+  Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) override;
   // sorting (rules_sort.cpp)
+  Primitive sort(Primitive x, std::int64_t dim, bool descending) override;
+  PrimitivePair sort_with_indices(Primitive x, std::int64_t dim, bool descending,
+                                  DType index_dtype) override;
+  PrimitivePair topk_with_indices(Primitive x, std::int64_t k, std::int64_t dim, bool largest,
+                                  DType index_dtype) override;
   // module ops (rules_module.cpp)
   Primitive conv(Primitive x, Primitive weight, OptionalPrimitive bias,
                  ConvOptions options) override;
