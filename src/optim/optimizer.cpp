@@ -1,0 +1,221 @@
+// The optimizer's walk over a module and its per-parameter state (the update rules live in one
+// file per algorithm).
+#include "kiln/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "kiln/detail/format.h"
+
+namespace kiln::optim {
+
+using kiln::detail::fail;
+
+Primitive ParamState::take(std::string_view name) {
+  auto it = buffers.find(name);
+  if (it == buffers.end()) return nullptr;
+  Primitive value = std::move(it->second);
+  buffers.erase(it);
+  return value;
+}
+
+Primitive ParamState::take_or_zeros(std::string_view name, const Primitive& like) {
+  if (Primitive value = take(name)) return value;
+  return kiln::detail::full(like->shape(), 0, like->dtype(), like->device(), Kind::Float);
+}
+
+void ParamState::put(std::string_view name, Primitive value) {
+  buffers.insert_or_assign(std::string(name), std::move(value));
+}
+
+namespace {
+
+template <class F>
+class ForEach final : public nn::Visitor {
+ public:
+  explicit ForEach(F f) : f_(std::move(f)) {}
+  void visit(const std::string& name, nn::ParamSlot& slot) override { f_(name, slot); }
+
+ private:
+  F f_;
+};
+
+}  // namespace
+
+std::size_t Optimizer::step_module(void* module, nn::detail::VisitFn visit, const Gradients& grads,
+                                   double lr) {
+  const std::string op = kiln::detail::concat(name(), "::step");
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    fail<InvalidArgument>(op, "learning rate ", lr, " must be a finite number >= 0");
+  }
+  std::size_t updated = 0;
+  // A parameter shared by several slots (tied weights) is updated once, under its first name.
+  std::map<const TensorPrimitive*, Primitive> replaced;
+  ForEach visitor([&](const std::string& param_name, nn::ParamSlot& slot) {
+    if (!slot.trainable()) return;
+    if (auto done = replaced.find(slot.primitive().get()); done != replaced.end()) {
+      slot.set_primitive(done->second);
+      return;
+    }
+    const std::optional<Primitive> tracked_grad = kiln::detail::grad(slot.primitive(), grads);
+    if (!tracked_grad) return;
+    Primitive param = kiln::detail::inner(slot.primitive());
+    Primitive grad = kiln::detail::inner(*tracked_grad);
+    if (grad->shape() != param->shape()) {
+      fail<ShapeMismatch>(op, "the gradient of '", param_name, "' has shape ",
+                          grad->shape().to_string(), " but the parameter has shape ",
+                          param->shape().to_string());
+    }
+    if (grad->dtype() != param->dtype()) grad = kiln::detail::cast(std::move(grad), param->dtype());
+    const auto it = states_.try_emplace(param_name).first;
+    ParamState& state = it->second;
+    ++state.step;
+    Primitive next;
+    try {
+      next = update(std::move(param), std::move(grad), lr, state);
+    } catch (...) {
+      // Buffers may have been moved out mid-update: start this parameter afresh next time.
+      states_.erase(it);
+      throw;
+    }
+    const TensorPrimitive* old = slot.primitive().get();
+    slot.set_primitive(kiln::detail::require_grad(kiln::detail::from_inner(std::move(next)), true));
+    replaced.emplace(old, slot.primitive());
+    ++updated;
+  });
+  visit(module, visitor);
+  ++steps_;
+  return updated;
+}
+
+const ParamState* Optimizer::state(std::string_view param_name) const {
+  auto it = states_.find(param_name);
+  return it == states_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> Optimizer::state_names() const {
+  std::vector<std::string> names;
+  names.reserve(states_.size());
+  for (const auto& [param_name, state] : states_) names.push_back(param_name);
+  return names;
+}
+
+void Optimizer::reset() noexcept {
+  states_.clear();
+  steps_ = 0;
+}
+
+namespace {
+
+TensorData count_data(std::int64_t count) {
+  return TensorData::from_vec(std::vector<std::int64_t>{count});
+}
+
+std::int64_t read_count(const TensorData& data, const std::string& key, const std::string& op) {
+  if (data.dtype() != DType::I64) {
+    fail<DTypeMismatch>(op, "entry '", key, "' is a count and must be i64, got ",
+                        dtype_name(data.dtype()));
+  }
+  if (data.shape() != Shape{1}) {
+    fail<ShapeMismatch>(op, "entry '", key, "' is a count and must have shape [1], got ",
+                        data.shape().to_string());
+  }
+  const std::int64_t count = data.as_span<std::int64_t>()[0];
+  if (count < 0) fail<InvalidArgument>(op, "entry '", key, "' is a count but holds ", count);
+  return count;
+}
+
+std::string list(const std::vector<std::string>& names) {
+  std::string out = "step";
+  for (const std::string& n : names) out += ", " + n;
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, TensorData> Optimizer::state_dict() const {
+  std::map<std::string, TensorData> out;
+  std::vector<std::string> keys;
+  kiln::detail::Prims values;
+  for (const auto& [param_name, state] : states_) {
+    out.emplace(param_name + ".step", count_data(state.step));
+    for (const auto& [buffer_name, value] : state.buffers) {
+      keys.push_back(param_name + "." + buffer_name);
+      values.push_back(value);
+    }
+  }
+  // One read for all buffers, so a device synchronises once.
+  std::vector<TensorData> data = kiln::detail::read_many(std::move(values));
+  for (std::size_t i = 0; i < keys.size(); ++i) out.emplace(keys[i], std::move(data[i]));
+  out.emplace(std::string(kStepsKey), count_data(steps_));
+  return out;
+}
+
+void Optimizer::load_state(const std::vector<nn::NamedParam>& params,
+                           const std::map<std::string, TensorData>& state) {
+  const std::string op = kiln::detail::concat(name(), "::load_state_dict");
+  std::map<std::string, const nn::NamedParam*, std::less<>> trainable;
+  for (const nn::NamedParam& p : params) {
+    if (p.trainable) trainable.emplace(p.name, &p);
+  }
+  const std::vector<std::string> fields = buffer_names();
+  std::map<std::string, ParamState, std::less<>> loaded;
+  std::set<std::string, std::less<>> counted;
+  std::optional<std::int64_t> steps;
+  for (const auto& [key, data] : state) {
+    if (key == kStepsKey) {
+      steps = read_count(data, key, op);
+      continue;
+    }
+    const std::size_t dot = key.rfind('.');
+    if (dot == std::string::npos) {
+      fail<InvalidArgument>(op, "entry '", key, "' is not of the form '<parameter>.<field>'");
+    }
+    const std::string_view param_name = std::string_view(key).substr(0, dot);
+    const std::string_view field = std::string_view(key).substr(dot + 1);
+    auto param_it = trainable.find(param_name);
+    if (param_it == trainable.end()) {
+      fail<InvalidArgument>(op, "entry '", key, "' is for '", param_name,
+                            "', which is not a trainable parameter of the module");
+    }
+    const Primitive& param = param_it->second->value;
+    ParamState& ps = loaded[std::string(param_name)];
+    if (field == "step") {
+      ps.step = read_count(data, key, op);
+      counted.emplace(param_name);
+      continue;
+    }
+    if (std::find(fields.begin(), fields.end(), field) == fields.end()) {
+      fail<InvalidArgument>(op, "entry '", key, "': ", name(), " with these settings keeps no '",
+                            field, "' (it keeps ", list(fields), ")");
+    }
+    if (!is_float(data.dtype())) {
+      fail<DTypeMismatch>(op, "entry '", key, "' must be a float tensor, got ",
+                          dtype_name(data.dtype()));
+    }
+    if (data.shape() != param->shape()) {
+      fail<ShapeMismatch>(op, "entry '", key, "' has shape ", data.shape().to_string(),
+                          " but parameter '", param_name, "' has shape ",
+                          param->shape().to_string());
+    }
+    TensorData converted = data.dtype() == param->dtype() ? data : data.convert(param->dtype());
+    ps.put(field, kiln::detail::from_data(std::move(converted), param->device().without_autodiff(),
+                                          Kind::Float, param->rank()));
+  }
+  for (const auto& [param_name, ps] : loaded) {
+    if (!counted.contains(param_name)) {
+      fail<InvalidArgument>(op, "entry '", param_name, ".step' is missing");
+    }
+    for (const std::string& field : fields) {
+      if (!ps.buffers.contains(field)) {
+        fail<InvalidArgument>(op, "entry '", param_name, ".", field, "' is missing");
+      }
+    }
+  }
+  if (!steps) fail<InvalidArgument>(op, "entry '", kStepsKey, "' is missing");
+  states_ = std::move(loaded);
+  steps_ = *steps;
+}
+
+}  // namespace kiln::optim
