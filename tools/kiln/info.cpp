@@ -24,7 +24,7 @@ int run_info(std::ostream& out) {
   out << "  cpu      compiled in, available\n";
   out << "  cuda     not compiled in\n";
   out << "  remote   not compiled in\n";
-  out << "  autodiff not compiled in\n\n";
+  out << "  autodiff compiled in (a decorator: Device::autodiff())\n\n";
 
   std::vector<Device> devices;
   for (int i = 0; i < Device::count(DeviceKind::Cpu); ++i) devices.push_back(Device::cpu());

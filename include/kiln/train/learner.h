@@ -1,0 +1,182 @@
+// The training loop: epochs of (forward, backward, optimizer step) over a DataLoader, validation
+// after each epoch, a live progress display, a CSV log and an SVG chart, and checkpoints from
+// which an interrupted run resumes exactly where it would have been.
+//
+//   train::LearnerConfig config{.epochs = 20, .directory = "runs/digits"};
+//   auto step = [](const Mlp& m, const data::ClassificationBatch& b) {
+//     auto logits = m.forward(b.features);
+//     return train::classification_step(nn::cross_entropy(logits, b.labels), logits, b.labels);
+//   };
+//   optim::Adam adam({});
+//   Mlp trained = train::fit(model, adam, optim::ConstantLr{1e-3}, train_loader, valid_loader,
+//                            step, config);
+//
+// Exactness on resume: epoch e shuffles its data with (loader seed + e) and seeds the model's
+// device with (config.seed + e) before it starts, so dropout masks and data order depend only on
+// the epoch; the checkpoint holds the parameters, the optimizer state (step counts included, which
+// index the schedule) and the log. A resumed run therefore ends with the same parameters as an
+// uninterrupted one.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "kiln/nn/module.h"
+#include "kiln/nn/record.h"
+#include "kiln/optim/clip.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/record/safetensors.h"
+#include "kiln/train/history.h"
+#include "kiln/train/progress.h"
+
+namespace kiln::train {
+
+// What the user's step function returns for one batch.
+struct StepOutput {
+  Tensor<1> loss;              // the batch's mean loss, one element (tracked in training)
+  std::int64_t samples = 0;    // items in the batch
+  std::int64_t correct = -1;   // correctly classified items, or -1 when not a classifier
+};
+
+// A classifier's step output: loss, batch size and the number of argmax hits.
+StepOutput classification_step(const Tensor<1>& loss, const Tensor<2>& logits,
+                                const Tensor<1, Int>& labels);
+
+struct LearnerConfig {
+  int epochs = 10;
+  // Where checkpoints, log.csv and chart.svg go; empty: nothing is written and nothing resumed.
+  std::filesystem::path directory = {};
+  // Continue from the latest checkpoint in directory when there is one.
+  bool resume = true;
+  // Epoch e seeds the model's device with seed + e (dropout and other random ops).
+  std::uint64_t seed = 0;
+  // Clip the gradients' global 2-norm to this before each step.
+  std::optional<double> clip_grad_norm = std::nullopt;
+  Progress::Style progress = Progress::Style::Auto;
+  std::ostream* out = &std::cout;
+};
+
+// Paths and resume state of a run directory.
+struct RunFiles {
+  std::filesystem::path directory;
+  std::filesystem::path log() const { return directory / "log.csv"; }
+  std::filesystem::path chart() const { return directory / "chart.svg"; }
+  std::filesystem::path model(int epoch) const;
+  std::filesystem::path optimizer(int epoch) const;
+  // The last epoch whose checkpoint is complete (0 when none), from the log and the files.
+  int latest_checkpoint() const;
+  // Writes the checkpoint files of epoch atomically and removes older checkpoints.
+  void commit(int epoch, const record::TensorMap& model, const record::TensorMap& optimizer,
+              const History& history) const;
+};
+
+namespace detail {
+
+// Accumulates a pass's loss and accuracy.
+struct PassMetrics {
+  double loss_sum = 0;
+  std::int64_t samples = 0;
+  std::int64_t correct = 0;
+  bool classifier = false;
+  void add(const StepOutput& out, double loss);
+  double mean_loss() const { return samples > 0 ? loss_sum / static_cast<double>(samples) : kNotMeasured; }
+  double accuracy() const {
+    return classifier && samples > 0 ? static_cast<double>(correct) / static_cast<double>(samples)
+                                     : kNotMeasured;
+  }
+  std::string summary() const;
+};
+
+Device model_device(const std::vector<nn::NamedParam>& params);
+double read_loss(const Tensor<1>& loss);
+
+}  // namespace detail
+
+template <nn::detail::Visitable Model, class Schedule, class TrainLoader, class ValidLoader, class Step>
+Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
+          const TrainLoader& train_loader, const ValidLoader* valid_loader, Step step,
+          const LearnerConfig& config, History* history_out = nullptr) {
+  std::ostream& out = *config.out;
+  const RunFiles files{config.directory};
+  model = nn::train(std::move(model));
+  History history;
+  int start = 0;
+  if (!config.directory.empty()) {
+    std::filesystem::create_directories(config.directory);
+    if (config.resume && (start = files.latest_checkpoint()) > 0) {
+      nn::load(model, files.model(start));
+      optimizer.load_state_dict(model, record::load_safetensors(files.optimizer(start)));
+      history = History::read_csv(files.log());
+      history.truncate(start);
+      out << "resuming from epoch " << start << " (" << files.model(start).string() << ")\n";
+    }
+  }
+  const Device device = detail::model_device(nn::named_parameters(model));
+  for (int epoch = start + 1; epoch <= config.epochs; ++epoch) {
+    const auto started = Progress::Clock::now();
+    device.seed(config.seed + static_cast<std::uint64_t>(epoch));
+    const std::string label = "epoch " + std::to_string(epoch) + "/" + std::to_string(config.epochs);
+    EpochRecord record;
+    record.epoch = epoch;
+    record.learning_rate = static_cast<double>(schedule.lr(optimizer.steps()));
+
+    detail::PassMetrics train_metrics;
+    Progress progress(out, label + " train", static_cast<std::int64_t>(train_loader.num_batches()),
+                      config.progress);
+    for (auto& batch : train_loader.epoch(static_cast<std::uint64_t>(epoch))) {
+      StepOutput result = step(model, batch);
+      const double loss = detail::read_loss(result.loss);
+      Gradients grads = result.loss.backward();
+      if (config.clip_grad_norm) optim::clip_grad_norm(model, grads, *config.clip_grad_norm);
+      optimizer.step(model, grads, schedule);
+      train_metrics.add(result, loss);
+      progress.update(result.samples, train_metrics.mean_loss());
+    }
+    progress.finish(train_metrics.summary());
+    record.train_loss = train_metrics.mean_loss();
+    record.train_accuracy = train_metrics.accuracy();
+
+    if (valid_loader != nullptr) {
+      const Model evaluated = nn::valid(model);
+      detail::PassMetrics valid_metrics;
+      Progress check(out, label + " valid", static_cast<std::int64_t>(valid_loader->num_batches()),
+                     config.progress);
+      for (auto& batch : valid_loader->epoch(0)) {
+        StepOutput result = step(evaluated, batch);
+        valid_metrics.add(result, detail::read_loss(result.loss));
+        check.update(result.samples, valid_metrics.mean_loss());
+      }
+      check.finish(valid_metrics.summary());
+      record.valid_loss = valid_metrics.mean_loss();
+      record.valid_accuracy = valid_metrics.accuracy();
+    }
+    record.seconds = std::chrono::duration<double>(Progress::Clock::now() - started).count();
+    history.add(record);
+    if (!config.directory.empty()) {
+      files.commit(epoch, nn::to_record(model), optimizer.state_dict(), history);
+    }
+  }
+  if (history_out != nullptr) *history_out = history;
+  return model;
+}
+
+// Runs step over a loader without training (validation or test), returning loss and accuracy.
+template <nn::detail::Visitable Model, class Loader, class Step>
+EpochRecord evaluate(const Model& model, const Loader& loader, Step step) {
+  const Model evaluated = nn::valid(model);
+  detail::PassMetrics metrics;
+  for (auto& batch : loader.epoch(0)) {
+    StepOutput result = step(evaluated, batch);
+    metrics.add(result, detail::read_loss(result.loss));
+  }
+  EpochRecord record;
+  record.valid_loss = metrics.mean_loss();
+  record.valid_accuracy = metrics.accuracy();
+  return record;
+}
+
+}  // namespace kiln::train

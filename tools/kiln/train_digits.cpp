@@ -1,0 +1,82 @@
+// `kiln train digits`: a classifier of the UCI handwritten digits (8x8 images), the main job of
+// `./run demo`. A two-hidden-layer MLP trained with AdamW and a cosine schedule reaches about
+// 98% test accuracy in a few seconds on two CPU cores.
+#include <kiln/data/classification.h>
+#include <kiln/data/digits.h>
+#include <kiln/data/views.h>
+#include <kiln/kiln.h>
+#include <kiln/nn/nn.h>
+#include <kiln/optim/optim.h>
+#include <kiln/train/learner.h>
+
+#include <iomanip>
+
+#include "tools/kiln/commands.h"
+
+namespace kiln::tools {
+namespace {
+
+struct DigitsNet {
+  nn::Linear hidden1, hidden2, out;
+  nn::Dropout dropout{.p = 0.1};
+  KILN_MODULE(hidden1, hidden2, out)
+
+  Tensor<2> forward(const Tensor<2>& x) const {
+    auto h = dropout.forward(activation::relu(hidden1.forward(x)));
+    h = dropout.forward(activation::relu(hidden2.forward(h)));
+    return out.forward(h);
+  }
+};
+
+train::StepOutput classify(const DigitsNet& model, const data::ClassificationBatch& batch) {
+  const Tensor<2> logits = model.forward(batch.features);
+  return train::classification_step(nn::cross_entropy(logits, batch.labels), logits, batch.labels);
+}
+
+}  // namespace
+
+int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
+  const Device device = Device::default_device();
+  device.seed(options.seed);
+  const auto digits = data::load_digits(options.data);
+  // 80% to train on, 20% held out for the test accuracy; a tenth of the training part validates.
+  auto [rest, test] = data::random_split(digits, 0.8, options.seed);
+  auto [training, validation] = data::random_split(rest, 0.9, options.seed + 1);
+  out << "digits: " << digits->size() << " images (" << training->size() << " train, "
+      << validation->size() << " validation, " << test->size() << " test) on "
+      << device.to_string() << "\n";
+
+  const data::ClassificationBatcher batcher(device);
+  const data::ClassificationLoader train_loader(
+      training, batcher, {.batch_size = 32, .shuffle = true, .seed = options.seed, .num_workers = 1});
+  const data::ClassificationLoader valid_loader(validation, batcher, {.batch_size = 256});
+  const data::ClassificationLoader test_loader(test, batcher, {.batch_size = 256});
+
+  DigitsNet model{nn::LinearConfig{64, 256}.init(device), nn::LinearConfig{256, 128}.init(device),
+                  nn::LinearConfig{128, 10}.init(device)};
+  out << nn::describe(model, "DigitsNet") << "\n";
+
+  optim::AdamW optimizer({.weight_decay = 1e-4});
+  const auto steps = static_cast<std::int64_t>(train_loader.num_batches()) * options.epochs;
+  const optim::CosineAnnealingLr schedule{.base_lr = 3e-3, .t_max = steps, .eta_min = 1e-5};
+  train::LearnerConfig config{.epochs = options.epochs,
+                              .directory = options.directory,
+                              .resume = !options.fresh,
+                              .seed = options.seed,
+                              .out = &out};
+  const auto started = std::chrono::steady_clock::now();
+  const DigitsNet trained =
+      train::fit(model, optimizer, schedule, train_loader, &valid_loader, classify, config);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  const train::EpochRecord result = train::evaluate(trained, test_loader, classify);
+  out << "trained in " << std::fixed << std::setprecision(1) << seconds << " s\n";
+  out << "log: " << (options.directory / "log.csv").string() << "\n";
+  out << "chart: " << (options.directory / "chart.svg").string() << "\n";
+  out << "test loss: " << std::setprecision(4) << result.valid_loss << "\n";
+  out << "test accuracy: " << std::setprecision(4) << result.valid_accuracy << "\n";
+  return 0;
+}
+
+}  // namespace kiln::tools
