@@ -1,0 +1,67 @@
+// Saving and loading a module's parameters and buffers as safetensors, under their
+// PyTorch-style dotted names, so files interchange with PyTorch's state_dict:
+//
+//   nn::save(model, "mlp.safetensors");
+//   Mlp fresh{nn::LinearConfig{784, 128}.init(dev), nn::LinearConfig{128, 10}.init(dev)};
+//   nn::load(fresh, "mlp.safetensors");                  // every value replaced from the file
+//   nn::load(fresh, "bigger.safetensors", {.allow_unexpected = true});
+//
+// Loading is strict by default: every parameter of the module must be in the file with its
+// exact shape (ShapeMismatch naming the parameter and both shapes otherwise), a missing one is
+// InvalidArgument listing them all, and so are names in the file the module does not have
+// unless LoadOptions::allow_unexpected is set. Each loaded value keeps the current parameter's
+// device, mode and dtype: it lands on the parameter's device (its autodiff form if the module
+// is training, tracked again if the parameter was tracked), and a file whose dtype differs
+// from the parameter's is converted on load, as PyTorch's load_state_dict copies do (an f16
+// file into an f32 model widens exactly; f32 into f16 rounds to nearest even). Loading checks
+// everything first and replaces nothing when it throws.
+#pragma once
+
+#include <filesystem>
+#include <string_view>
+
+#include "kiln/nn/module.h"
+#include "kiln/record/safetensors.h"
+
+namespace kiln::nn {
+
+struct LoadOptions {
+  // Ignore names in the file that the module does not have (e.g. loading a backbone out of a
+  // whole model's checkpoint).
+  bool allow_unexpected = false;
+};
+
+// ---- the non-template work (src/nn/record.cpp) ----
+namespace detail {
+record::TensorMap to_record(void* module, VisitFn visit);
+void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
+                 const LoadOptions& options, std::string_view origin);
+}  // namespace detail
+
+// Every parameter and buffer read back to the host, by dotted name.
+template <detail::Visitable M>
+record::TensorMap to_record(const M& module) {
+  return detail::to_record(const_cast<M*>(&module), detail::visit_fn<M>);
+}
+
+// Replaces every parameter and buffer of module with the tensor of its name.
+template <detail::Visitable M>
+void load_record(M& module, const record::TensorMap& tensors, const LoadOptions& options = {}) {
+  detail::load_record(&module, detail::visit_fn<M>, tensors, options, "record");
+}
+
+// Writes every parameter and buffer to a safetensors file (metadata optional).
+template <detail::Visitable M>
+void save(const M& module, const std::filesystem::path& path,
+          const record::Metadata& metadata = {}) {
+  record::save_safetensors(path, to_record(module), metadata);
+}
+
+// Replaces every parameter and buffer of module with those of a safetensors file.
+template <detail::Visitable M>
+void load(M& module, const std::filesystem::path& path, const LoadOptions& options = {}) {
+  detail::load_record(&module, detail::visit_fn<M>, record::load_safetensors(path), options,
+                      path.string());
+}
+
+}  // namespace kiln::nn
