@@ -1,6 +1,7 @@
 #include "kiln/train/history.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -15,11 +16,12 @@ namespace {
 constexpr const char* kHeader =
     "epoch,train_loss,train_accuracy,valid_loss,valid_accuracy,learning_rate,seconds";
 
+// The shortest text that reads back as exactly v, so a resumed run's log equals the original.
 std::string cell(double v) {
   if (std::isnan(v)) return "";
-  std::ostringstream out;
-  out << std::setprecision(9) << v;
-  return out.str();
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, v).ptr;
+  return std::string(text, end);
 }
 
 double parse_cell(const std::string& text, const std::filesystem::path& path, int line) {

@@ -56,20 +56,20 @@ std::filesystem::path run_dir(const std::string& name) {
   return dir;
 }
 
-struct Run {
+struct TrainingRun {
   Net model;
   History history;
   std::string output;
 };
 
-Run train_for(int epochs, const std::filesystem::path& dir, bool resume) {
+TrainingRun train_for(int epochs, const std::filesystem::path& dir, bool resume) {
   const data::ClassificationBatcher batcher(kCpu);
   const data::ClassificationLoader train_loader(blobs(120, 1), batcher,
                                                 {.batch_size = 16, .shuffle = true, .seed = 5});
   const data::ClassificationLoader valid_loader(blobs(30, 2), batcher, {.batch_size = 30});
-  optim::Adam adam({});
+  optim::Adam adam;
   std::ostringstream out;
-  Run run;
+  TrainingRun run;
   LearnerConfig config{.epochs = epochs, .directory = dir, .resume = resume, .seed = 3,
                        .progress = Progress::Style::Lines, .out = &out};
   run.model = fit(fresh_net(), adam, optim::CosineAnnealingLr{.base_lr = 0.02, .t_max = 40},
@@ -80,7 +80,7 @@ Run train_for(int epochs, const std::filesystem::path& dir, bool resume) {
 
 TEST(Learner, LearnsLogsAndCharts) {
   const auto dir = run_dir("learns");
-  const Run run = train_for(4, dir, false);
+  const TrainingRun run = train_for(4, dir, false);
   ASSERT_EQ(run.history.records().size(), 4u);
   const EpochRecord& last = run.history.records().back();
   EXPECT_GT(last.valid_accuracy, 0.95);
@@ -98,11 +98,11 @@ TEST(Learner, LearnsLogsAndCharts) {
 
 TEST(Learner, ResumedRunEndsWhereAnUninterruptedRunEnds) {
   const auto whole_dir = run_dir("whole");
-  const Run whole = train_for(4, whole_dir, false);
+  const TrainingRun whole = train_for(4, whole_dir, false);
 
   const auto split_dir = run_dir("split");
   train_for(2, split_dir, false);                // "interrupted" after epoch 2
-  const Run resumed = train_for(4, split_dir, true);  // picks up at epoch 3
+  const TrainingRun resumed = train_for(4, split_dir, true);  // picks up at epoch 3
   EXPECT_NE(resumed.output.find("resuming from epoch 2"), std::string::npos) << resumed.output;
   ASSERT_EQ(resumed.history.records().size(), 4u);
 
@@ -125,7 +125,7 @@ TEST(Learner, ResumedRunEndsWhereAnUninterruptedRunEnds) {
 TEST(Learner, RejectsALossThatIsNotAScalar) {
   const data::ClassificationBatcher batcher(kCpu);
   const data::ClassificationLoader loader(blobs(8, 1), batcher, {.batch_size = 4});
-  optim::Sgd sgd({});
+  optim::Sgd sgd;
   std::ostringstream out;
   auto bad = [](const Net& m, const data::ClassificationBatch& b) {
     return StepOutput{m.forward(b.features).reshape<1>(Shape{-1}), 4, -1};
