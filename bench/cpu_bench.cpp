@@ -17,53 +17,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 
 namespace {
 
 using namespace kiln;
+using namespace kiln::bench;
 
 const Device kDevice = Device::cpu();
 constexpr std::int64_t kLarge = 4096;  // side of the elementwise and softmax workloads
-
-// Forces the op behind t to completion by reading one element.
-template <std::size_t D>
-float read_one(const Tensor<D>& t) {
-  std::vector<Slice> first(D, Slice(0, 1));
-  return t.slice(first).into_data().template to_vec<float>()[0];
-}
-
-// Fails the benchmark if a spot check of a result is wrong (so a fast wrong kernel cannot pass).
-void expect_near(double got, double want, double tolerance, const char* what) {
-  if (!(std::abs(got - want) <= tolerance * std::max(1.0, std::abs(want)))) {
-    throw std::runtime_error(std::string(what) + ": got " + std::to_string(got) + ", want " +
-                             std::to_string(want));
-  }
-}
-
-// Runs a whole benchmark (set-up, spot check, timed loop): a kiln::Error (an op another branch
-// has not landed yet) or a failed spot check skips this benchmark, so the others still run.
-template <class Body>
-void guarded(benchmark::State& state, Body&& body) {
-  try {
-    body();
-  } catch (const std::exception& error) {
-    state.SkipWithError(error.what());
-  }
-}
-
-std::vector<float> host_values(std::int64_t n, std::uint32_t seed) {
-  std::vector<float> out(static_cast<std::size_t>(n));
-  std::uint32_t x = seed;
-  for (float& v : out) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(x >> 8) / static_cast<float>(1u << 24) - 0.5f;  // [-0.5, 0.5)
-  }
-  return out;
-}
 
 // The public API, as a user calls it.
 Tensor<2> matmul_op(const Tensor<2>& a, const Tensor<2>& b) { return a.matmul(b); }

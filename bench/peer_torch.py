@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""PyTorch CPU peer for bench/cpu_bench.cpp: the same workloads (DESIGN.md §8), timed with
-timeit, median of many repeats. Prints JSON: {"workload": {"median_s": ..., "repeats": ...}}.
+"""PyTorch CPU peer for bench/cpu_bench.cpp and bench/autodiff_bench.cpp: the same workloads
+(DESIGN.md §8), timed with timeit, median of many repeats. Prints JSON:
+{"workload": {"median_s": ..., "repeats": ...}}.
 
 Run with Debian's interpreter (/usr/bin/python3 with python3-torch); bench/run_all.sh does.
   /usr/bin/python3 bench/peer_torch.py --threads 2 [--repeats 15] [--out peer.json]
@@ -30,6 +31,46 @@ def read_one(t):
     return t.reshape(-1)[0].item()
 
 
+MLP_SIZES = (784, 512, 512, 10)
+LEARNING_RATE = 0.01
+
+
+def mlp_step(batch, g):
+    """One SGD step of autodiff_bench's mlp_step: forward, backward, update, loss read back."""
+    params = []
+    for fan_in, fan_out in zip(MLP_SIZES, MLP_SIZES[1:]):
+        bound = 1 / fan_in ** 0.5
+        params.append(((torch.rand(fan_in, fan_out, generator=g) * 2 - 1) * bound).requires_grad_())
+        params.append(((torch.rand(1, fan_out, generator=g) * 2 - 1) * bound).requires_grad_())
+    x = torch.rand(batch, MLP_SIZES[0], generator=g) - 0.5
+    labels = torch.randint(0, MLP_SIZES[-1], (batch,), generator=g)
+
+    def step():
+        with torch.enable_grad():
+            w1, b1, w2, b2, w3, b3 = params
+            h = torch.relu(x @ w1 + b1)
+            h = torch.relu(h @ w2 + b2)
+            loss = F.cross_entropy(h @ w3 + b3, labels)
+            grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, d in zip(params, grads):
+                p.sub_(d, alpha=LEARNING_RATE)
+        return loss.item()
+
+    return step
+
+
+def small_add_tracked(g):
+    x = (torch.rand(16, generator=g) * 2 - 1).requires_grad_()
+    y = torch.rand(16, generator=g) * 2 - 1
+
+    def add():
+        with torch.enable_grad():  # records the graph node, freed with the result
+            return x + y
+
+    return add
+
+
 def workloads():
     """name -> a function running the workload once (names as in cpu_bench.cpp)."""
     g = torch.Generator().manual_seed(0)
@@ -48,6 +89,10 @@ def workloads():
         "fma_exp_large": lambda: read_one(fma_exp(x, y, z)),
         "conv2d": lambda: read_one(F.conv2d(conv_x, conv_w, padding=1)),
         "softmax_large": lambda: read_one(torch.softmax(x, dim=-1)),
+        # autodiff_bench
+        "small_add_tracked": small_add_tracked(g),
+        "mlp_step/128": mlp_step(128, g),
+        "mlp_step/4096": mlp_step(4096, g),
     }
 
 

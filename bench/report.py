@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Turns one benchmark run into kiln's table: workload, kiln median, peer median, ratio, floor.
 
-  bench/report.py KILN_JSON [PEER_JSON] [--json SUMMARY_JSON]
+  bench/report.py KILN_JSON [PEER_JSON] [--extra KILN_JSON ...] [--json SUMMARY_JSON]
 
 KILN_JSON is Google Benchmark's --benchmark_out of cpu_bench (with repetitions: the median
-aggregate is used); PEER_JSON is bench/peer_torch.py's output from the same run. Definitions:
+aggregate is used); --extra adds the results of other kiln benchmark binaries of the same run
+(autodiff_bench); PEER_JSON is bench/peer_torch.py's output from the same run. Definitions:
   ratio  = peer time / kiln time (> 1: kiln is faster); for add vs memcpy the GB/s ratio.
   floor  = FLOPs / peak, peak = the best sgemm GFLOP/s of any repeat in this run, or
            bytes moved / bandwidth, bandwidth = the best GB/s of the parallel memcpy and the
@@ -62,10 +63,17 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("kiln_json")
     parser.add_argument("peer_json", nargs="?")
+    parser.add_argument("--extra", action="append", default=[],
+                        help="results of another kiln benchmark binary (repeatable)")
     parser.add_argument("--json", help="also write the table as JSON here")
     args = parser.parse_args()
 
     kiln = load_kiln(args.kiln_json)
+    for path in args.extra:
+        try:
+            kiln.update(load_kiln(path))
+        except (OSError, ValueError, KeyError) as error:
+            print(f"report: skipping {path} ({error})", file=sys.stderr)
     peer = {}
     if args.peer_json:
         try:
@@ -127,6 +135,14 @@ def main():
     add_row("fma_exp 4096^2 f32", "fma_exp_large", "torch", torch_time("fma_exp_large"))
     add_row("conv2d 3x3 16x64x56x56", "conv2d", "torch", torch_time("conv2d"))
     add_row("softmax 4096^2 dim -1", "softmax_large", "torch", torch_time("softmax_large"))
+    # autodiff_bench: the cost of recording a node, against the same add untracked.
+    add_row("small_add tracked 16 f32", "small_add_tracked", "plain",
+            median("small_add_plain"), "ratio >= 0.5 (<= 2x plain)")
+    add_row("small_add tracked 16 f32", "small_add_tracked", "torch",
+            torch_time("small_add_tracked"))
+    for batch in (128, 4096):
+        add_row(f"mlp_step 784-512-512-10 b{batch}", f"mlp_step/{batch}", "torch",
+                torch_time(f"mlp_step/{batch}"))
 
     header = ["workload", "kiln median", "peer median", "ratio", "floor", "target"]
     table = [[r["workload"], r["kiln"], r["peer"],

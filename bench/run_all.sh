@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs kiln's CPU benchmarks and the PyTorch peer in one invocation, then prints the table
-# (workload, kiln median, peer median, ratio, floor). About 3 minutes on 2 cores.
+# Runs kiln's CPU and autodiff benchmarks and the PyTorch peer in one invocation, then prints the
+# table (workload, kiln median, peer median, ratio, floor). About 4 minutes on 2 cores.
 #   bench/run_all.sh [BUILD_DIR]        (default: build; ./run bench builds it first)
 # Environment: KILN_BENCH_THREADS (default 2, used by kiln, OpenBLAS and torch alike),
 # KILN_BENCH_REPEATS (default 15), KILN_BENCH_FILTER (a --benchmark_filter regex).
@@ -24,6 +24,17 @@ export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
   --benchmark_display_aggregates_only=true \
   --benchmark_out="$out/kiln.json" --benchmark_out_format=json
 
+extra=()
+autodiff="$build/bench/autodiff_bench"
+if [ -x "$autodiff" ]; then
+  "$autodiff" --benchmark_filter="$filter" --benchmark_repetitions="$repeats" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/autodiff.json" --benchmark_out_format=json
+  extra=(--extra "$out/autodiff.json")
+else
+  echo "run_all: $autodiff not found; no autodiff figures" >&2
+fi
+
 # Debian's interpreter carries python3-torch; the first python3 on PATH may not.
 peer_json=""
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
@@ -33,4 +44,4 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
 else
   echo "run_all: /usr/bin/python3 cannot import torch (apt-get install python3-torch); no peer" >&2
 fi
-/usr/bin/python3 bench/report.py "$out/kiln.json" $peer_json --json "$out/table.json"
+/usr/bin/python3 bench/report.py "$out/kiln.json" $peer_json "${extra[@]}" --json "$out/table.json"
