@@ -66,6 +66,9 @@ inline constexpr Keep kKeepOut = 1u << 31;
 template <std::size_t N>
 using Inputs = InputArray<N, Primitive>;
 
+// The longest run of elementwise ops that balanced checkpointing recomputes in one go.
+inline constexpr std::uint8_t kMaxRecomputeChain = 8;
+
 class AutodiffBackend final : public AutodiffPassthrough {
  public:
   using AutodiffPassthrough::AutodiffPassthrough;
@@ -235,8 +238,17 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
     for (std::size_t i = 0; i < count; ++i) inner_inputs[i] = take_inner(std::move(inputs[i]));
     return wrap(forward(inner(), std::move(inner_inputs)));
   }
-  const bool recompute = checkpointing() == CheckpointStrategy::Balanced &&
-                         cost == Cost::Elementwise && !precomputed;
+  bool recompute = checkpointing() == CheckpointStrategy::Balanced &&
+                   cost == Cost::Elementwise && !precomputed;
+  std::uint8_t depth = 0;
+  if (recompute) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (parents[i] && parents[i]->recomputable()) depth = std::max(depth, parents[i]->recompute_depth());
+    }
+    // Every kMaxRecomputeChain-th op of an elementwise chain is stored after all: backward then
+    // recomputes (and holds) at most that many values at once, and recursion stays shallow.
+    if (++depth > kMaxRecomputeChain) recompute = false;
+  }
   typename OpNodeType::SavedValues saved{};
   if constexpr (N == 0) saved.resize(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -257,6 +269,7 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
   auto node = std::make_shared<OpNodeType>(op, std::move(parents), std::move(saved),
                                            std::move(stored), std::move(recompute_with),
                                            std::move(rule));
+  if (recompute) node->set_recompute_depth(depth);
   return wrap(std::move(out), std::move(node));
 }
 

@@ -12,9 +12,16 @@ Primitive Node::recompute(Context&) {
 }
 
 void Node::drop_parents(std::span<NodeRef> parents) noexcept {
+  // Parents that others still hold just lose a reference; only a parent this node owns alone
+  // starts a teardown (and only then is a list allocated).
   std::vector<NodeRef> doomed;
   for (NodeRef& p : parents) {
-    if (p) doomed.push_back(std::move(p));
+    if (!p) continue;
+    if (p.use_count() > 1) {
+      p.reset();
+    } else {
+      doomed.push_back(std::move(p));
+    }
   }
   while (!doomed.empty()) {
     NodeRef node = std::move(doomed.back());

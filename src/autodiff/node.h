@@ -44,6 +44,10 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual bool is_leaf() const noexcept { return false; }
   // True when the output is not stored and is recomputed from the inputs when needed.
   virtual bool recomputable() const noexcept { return false; }
+  // For a recomputable node: how many recomputable ops in a row lead to it (1 if its inputs are
+  // all stored). Bounded, so recomputing one value never recomputes a long chain at once.
+  std::uint8_t recompute_depth() const noexcept { return recompute_depth_; }
+  void set_recompute_depth(std::uint8_t depth) noexcept { recompute_depth_ = depth; }
   // The gradient of each parent given the gradient of this node's output.
   virtual Grads backward(Context& context, Primitive grad) = 0;
   // This node's output, recomputed (only for recomputable nodes).
@@ -68,6 +72,7 @@ class Node : public std::enable_shared_from_this<Node> {
   const char* op_;
   std::uint64_t order_;
   bool released_ = false;
+  std::uint8_t recompute_depth_ = 0;
 };
 
 // A tensor made with require_grad: gradients arriving here are the result of backward.

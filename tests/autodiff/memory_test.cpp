@@ -149,16 +149,12 @@ void expect_deep_chain_gradient(CheckpointStrategy strategy, int blocks) {
 TEST(AutodiffMemory, BackwardOverADeepChainOfOpsThatReadTheirInputs) {
   // 7,000 blocks of three ops: 21,000 nodes.
   expect_deep_chain_gradient(CheckpointStrategy::StoreAll, 7000);
-  // Kept shorter under Balanced, which recurses once per recomputed op today (see below), so
-  // that sanitizer builds with their larger frames stay inside an 8 MiB stack.
-  expect_deep_chain_gradient(CheckpointStrategy::Balanced, 2000);
+  expect_deep_chain_gradient(CheckpointStrategy::Balanced, 7000);
 }
 
-// Disabled: Balanced recomputes a value by recursing through every recomputed op below it
-// (about 350 bytes of stack per block in a Release build), so a long enough run of elementwise
-// ops overflows the stack: about 150,000 nodes with an 8 MiB stack, far fewer on threads with
-// small stacks. Enable once a run of recomputed ops is bounded or recomputation is iterative.
-TEST(AutodiffMemory, DISABLED_BalancedBackwardOverAVeryDeepChain) {
+// Balanced recomputes runs of at most kMaxRecomputeChain ops, so recursion stays shallow
+// however deep the chain.
+TEST(AutodiffMemory, BalancedBackwardOverAVeryDeepChain) {
   expect_deep_chain_gradient(CheckpointStrategy::Balanced, 70000);  // 210,000 nodes
 }
 
