@@ -16,16 +16,22 @@ Primitive reduce_to(Backend& b, Primitive g, const Shape& shape) {
 namespace {
 
 // A binary op recorded with its rule; the rule returns the gradients at the output's shape and
-// binary() reduces them to each operand's shape.
+// binary() reduces them to each operand's shape when the op broadcast them.
 template <class Forward, class Rule>
 Primitive binary(AutodiffBackend& self, const char* op, Primitive lhs, Primitive rhs, Keep keep,
                  Forward forward, Rule rule) {
+  if (lhs->shape() == rhs->shape()) {
+    // Nothing broadcast (the common case): a smaller node, no shapes to keep.
+    return self.record<2>(op, Cost::Elementwise, {std::move(lhs), std::move(rhs)}, keep, forward,
+                          rule);
+  }
   // Read before the call: argument evaluation order is unspecified and the inputs are moved.
   Shape lhs_shape = lhs->shape();
   Shape rhs_shape = rhs->shape();
   return self.record<2>(
       op, Cost::Elementwise, {std::move(lhs), std::move(rhs)}, keep, forward,
-      [rule, lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](BackwardArgs& r, Primitive g) {
+      [rule, lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](BackwardArgs& r,
+                                                                                  Primitive g) {
         Grads grads = rule(r, std::move(g));
         if (grads[0]) grads[0] = reduce_to(r.b, std::move(grads[0]), lhs_shape);
         if (grads[1]) grads[1] = reduce_to(r.b, std::move(grads[1]), rhs_shape);

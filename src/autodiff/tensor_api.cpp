@@ -22,19 +22,21 @@ std::optional<Primitive> Gradients::remove(std::uint64_t leaf) {
 
 namespace {
 
-CheckpointStrategy& process_checkpointing() noexcept {
-  static CheckpointStrategy strategy = CheckpointStrategy::StoreAll;
-  return strategy;
-}
-thread_local std::optional<CheckpointStrategy> thread_checkpointing;
+// The thread's strategy, kUnset until set_checkpointing; initial-exec TLS because every recorded
+// elementwise op reads it (the general model costs a call into the dynamic linker).
+constexpr std::uint8_t kUnset = 0xff;
+__attribute__((tls_model("initial-exec"))) thread_local std::uint8_t thread_checkpointing = kUnset;
 
 }  // namespace
 
 CheckpointStrategy checkpointing() noexcept {
-  return thread_checkpointing.value_or(process_checkpointing());
+  return thread_checkpointing == kUnset ? CheckpointStrategy::StoreAll
+                                        : static_cast<CheckpointStrategy>(thread_checkpointing);
 }
 
-void set_checkpointing(CheckpointStrategy strategy) noexcept { thread_checkpointing = strategy; }
+void set_checkpointing(CheckpointStrategy strategy) noexcept {
+  thread_checkpointing = static_cast<std::uint8_t>(strategy);
+}
 
 namespace detail {
 namespace {
