@@ -266,9 +266,9 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
   Primitive stored = (keep & kKeepOut) != 0 && !recompute ? out : nullptr;
   std::optional<Forward> recompute_with;
   if (recompute) recompute_with.emplace(std::move(forward));
-  auto node = std::make_shared<OpNodeType>(op, std::move(parents), std::move(saved),
-                                           std::move(stored), std::move(recompute_with),
-                                           std::move(rule));
+  auto node = std::allocate_shared<OpNodeType>(
+      PoolAllocator<OpNodeType>{}, op, std::move(parents), std::move(saved), std::move(stored),
+      std::move(recompute_with), std::move(rule));
   if (recompute) node->set_recompute_depth(depth);
   return wrap(std::move(out), std::move(node));
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "autodiff/node.h"
+#include "autodiff/pool.h"
 #include "kiln/primitive.h"
 
 namespace kiln::autodiff {
@@ -42,7 +43,8 @@ class AutodiffTensor final : public TensorPrimitive {
 inline bool is_autodiff(const Primitive& p) noexcept { return p && p->device().is_autodiff(); }
 
 inline Primitive wrap(Primitive inner, NodeRef node = nullptr) {
-  return std::make_shared<AutodiffTensor>(std::move(inner), std::move(node));
+  return std::allocate_shared<AutodiffTensor>(PoolAllocator<AutodiffTensor>{}, std::move(inner),
+                                              std::move(node));
 }
 
 // The inner primitive of an autodiff primitive; a plain primitive is its own inner.
