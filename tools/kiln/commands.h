@@ -16,7 +16,7 @@ int run_info(std::ostream& out);
 std::filesystem::path shipped_data(const std::filesystem::path& relative);
 
 struct TrainDigitsOptions {
-  int epochs = 25;
+  int epochs = 30;
   std::uint64_t seed = 1;
   std::filesystem::path data;       // digits.csv
   std::filesystem::path directory;  // checkpoints, log and chart

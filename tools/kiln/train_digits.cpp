@@ -1,6 +1,5 @@
 // `kiln train digits`: a classifier of the UCI handwritten digits (8x8 images), the main job of
-// `./run demo`. A two-hidden-layer MLP trained with AdamW and a cosine schedule reaches about
-// 98% test accuracy in a few seconds on two CPU cores.
+// `./run demo`. A small convolutional network trained with AdamW and a cosine schedule.
 #include <kiln/data/classification.h>
 #include <kiln/data/digits.h>
 #include <kiln/data/views.h>
@@ -16,17 +15,29 @@
 namespace kiln::tools {
 namespace {
 
+// Two 3x3 convolutions over the 8x8 image, a 2x2 max pool, and a two-layer classifier head.
 struct DigitsNet {
-  nn::Linear hidden1, hidden2, out;
-  nn::Dropout dropout{.p = 0.1};
-  KILN_MODULE(hidden1, hidden2, out)
+  nn::Conv2d conv1, conv2;
+  nn::Linear hidden, out;
+  nn::MaxPool2d pool{.kernel_size = {2, 2}};
+  nn::Dropout dropout{.p = 0.25};
+  KILN_MODULE(conv1, conv2, hidden, out)
 
-  Tensor<2> forward(const Tensor<2>& x) const {
-    auto h = dropout.forward(activation::relu(hidden1.forward(x)));
-    h = dropout.forward(activation::relu(hidden2.forward(h)));
+  Tensor<2> forward(const Tensor<2>& pixels) const {
+    const std::int64_t n = pixels.dims()[0];
+    auto x = pixels.reshape<4>(Shape{n, 1, 8, 8});
+    x = activation::relu(conv1.forward(x));
+    x = pool.forward(activation::relu(conv2.forward(x)));  // [n, 32, 4, 4]
+    auto h = dropout.forward(activation::relu(hidden.forward(x.reshape<2>(Shape{n, 32 * 16}))));
     return out.forward(h);
   }
 };
+
+DigitsNet make_net(const Device& device) {
+  return DigitsNet{nn::Conv2dConfig{1, 16, {3, 3}, {1, 1}, {1, 1}}.init(device),
+                   nn::Conv2dConfig{16, 32, {3, 3}, {1, 1}, {1, 1}}.init(device),
+                   nn::LinearConfig{32 * 16, 128}.init(device), nn::LinearConfig{128, 10}.init(device)};
+}
 
 train::StepOutput classify(const DigitsNet& model, const data::ClassificationBatch& batch) {
   const Tensor<2> logits = model.forward(batch.features);
@@ -52,8 +63,7 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
   const data::ClassificationLoader valid_loader(validation, batcher, {.batch_size = 256});
   const data::ClassificationLoader test_loader(test, batcher, {.batch_size = 256});
 
-  DigitsNet model{nn::LinearConfig{64, 256}.init(device), nn::LinearConfig{256, 128}.init(device),
-                  nn::LinearConfig{128, 10}.init(device)};
+  DigitsNet model = make_net(device);
   out << nn::describe(model, "DigitsNet") << "\n";
 
   optim::AdamW optimizer({.weight_decay = 1e-4});
