@@ -8,6 +8,7 @@ Run with Debian's interpreter (/usr/bin/python3 with python3-torch); bench/run_a
 """
 import argparse
 import json
+import re
 import statistics
 import sys
 import timeit
@@ -122,7 +123,7 @@ def main():
     torch.set_grad_enabled(False)
     results = {"torch_version": torch.__version__, "threads": torch.get_num_threads()}
     for name, fn in workloads().items():
-        if args.filter and args.filter not in name:
+        if args.filter and not re.search(args.filter, name):
             continue
         results[name] = measure(fn, args.repeats, args.min_time)
         print(f"peer_torch {name}: {results[name]['median_s'] * 1e3:.4f} ms", file=sys.stderr)

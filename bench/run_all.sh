@@ -36,12 +36,14 @@ else
 fi
 
 # Debian's interpreter carries python3-torch; the first python3 on PATH may not.
+# KILN_PEER_PYTHON names another interpreter with torch (e.g. on the GPU machine).
+python=${KILN_PEER_PYTHON:-/usr/bin/python3}
 peer_json=""
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  /usr/bin/python3 bench/peer_torch.py --threads "$threads" --repeats "$repeats" \
+if "$python" -c "import torch" 2>/dev/null; then
+  "$python" bench/peer_torch.py --threads "$threads" --repeats "$repeats" --filter "$filter" \
     --out "$out/torch.json"
   peer_json="$out/torch.json"
 else
   echo "run_all: /usr/bin/python3 cannot import torch (apt-get install python3-torch); no peer" >&2
 fi
-/usr/bin/python3 bench/report.py "$out/kiln.json" $peer_json "${extra[@]}" --json "$out/table.json"
+"$python" bench/report.py "$out/kiln.json" $peer_json "${extra[@]}" --json "$out/table.json"
