@@ -1,5 +1,7 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <cblas.h>
+
 #include "backends/cpu/allocator.h"
 
 namespace kiln {
@@ -24,6 +26,11 @@ MemoryStats CpuBackend::memory_stats() const { return cpu::CachingAllocator::ins
 void CpuBackend::memory_cleanup() { cpu::CachingAllocator::instance().release_cache(); }
 void CpuBackend::reset_peak_memory() { cpu::CachingAllocator::instance().reset_peak(); }
 
-std::shared_ptr<Backend> make_cpu_backend() { return std::make_shared<CpuBackend>(); }
+std::shared_ptr<Backend> make_cpu_backend() {
+  // kiln splits large products over its own OpenMP threads (cpu_gemm.cpp); a pthreads OpenBLAS
+  // threading them again would oversubscribe the cores.
+  if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
+  return std::make_shared<CpuBackend>();
+}
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/parallel.h"
 
 namespace kiln::cpu {
 
@@ -121,8 +122,34 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
     ob = BlasOperand{CblasNoTrans, n};
   }
   const std::int64_t ldc = m == 1 ? n : c.row_stride;
-  blas_call<T>(oa->trans, ob->trans, m, n, k, alpha, a.data, oa->ld, b.data, ob->ld, beta, c.data,
-               ldc);
+  // Large products are split over kiln's OpenMP threads, each running a single-threaded BLAS on
+  // a block of rows (or columns) of c: one thread pool, so OpenBLAS's own threads never compete
+  // with OpenMP's spinning workers for the cores.
+  const bool split_rows = m >= n;
+  const std::int64_t extent = split_rows ? m : n;
+  std::int64_t parts = 1;
+  if (!omp_in_parallel() && m * n * k >= 2 * kBlasSingleThreadWork) {
+    parts = std::min<std::int64_t>({thread_count(), extent, m * n * k / kBlasSingleThreadWork});
+  }
+  auto block = [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t count = end - begin;
+    if (split_rows) {
+      // Row r of op(a) starts at r * ld untransposed, at r when a is stored transposed.
+      const T* a_rows = a.data + begin * (oa->trans == CblasNoTrans ? oa->ld : 1);
+      blas_call<T>(oa->trans, ob->trans, count, n, k, alpha, a_rows, oa->ld, b.data, ob->ld, beta,
+                   c.data + begin * ldc, ldc);
+    } else {
+      const T* b_cols = b.data + begin * (ob->trans == CblasNoTrans ? 1 : ob->ld);
+      blas_call<T>(oa->trans, ob->trans, m, count, k, alpha, a.data, oa->ld, b_cols, ob->ld, beta,
+                   c.data + begin, ldc);
+    }
+  };
+  if (parts <= 1) {
+    block(0, extent);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast<int>(parts)) schedule(static, 1)
+  for (std::int64_t p = 0; p < parts; ++p) block(extent * p / parts, extent * (p + 1) / parts);
 }
 
 template void gemm<float>(MatrixRef<const float>, MatrixRef<const float>, MatrixRef<float>, float,
