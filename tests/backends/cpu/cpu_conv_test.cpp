@@ -45,6 +45,7 @@ void expect_near_all(const Primitive& actual, const std::vector<double>& expecte
 }
 
 TEST(CpuConv, ParallelTasksMatchReference) {
+  backend_for(Device::cpu());  // the backend fixes OpenBLAS's thread count when it starts
   const int blas_threads = openblas_get_num_threads();
   // The last case has a weight gradient above the per-thread copy limit in f64 (4.7 MB), so
   // f32 and f64 take the two weight-gradient strategies.
