@@ -52,7 +52,7 @@ Gradients run_backward(const NodeRef& root, Primitive seed,
       grads.put(node->order(), create_graph ? std::move(grad) : wrap(std::move(grad)));
       continue;
     }
-    Grads parent_grads = node->backward(context, std::move(grad));
+    Grads parent_grads = node->backward(context, node, std::move(grad));
     const auto parents = node->parents();
     for (std::size_t i = 0; i < parents.size() && i < parent_grads.size(); ++i) {
       if (!parents[i] || !parent_grads[i]) continue;

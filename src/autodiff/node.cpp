@@ -42,20 +42,20 @@ Primitive Context::value(const Saved& saved) {
   if (!saved.node) {
     detail::fail<AutodiffError>("backward", "internal: a rule read a value its op did not save");
   }
-  return output(*saved.node, nullptr);
+  return output(saved.node, nullptr);
 }
 
-Primitive Context::output(Node& node, const Primitive& stored) {
-  if (stored) return form(stored, node.shared_from_this());
-  if (auto it = recomputed_.find(&node); it != recomputed_.end()) return it->second;
-  Primitive value = node.recompute(*this);
-  recomputed_.emplace(&node, value);
+Primitive Context::output(const NodeRef& node, const Primitive& stored) {
+  if (stored) return form(stored, node);
+  if (auto it = recomputed_.find(node.get()); it != recomputed_.end()) return it->second;
+  Primitive value = node->recompute(*this);
+  recomputed_.emplace(node.get(), value);
   return value;
 }
 
 Primitive BackwardArgs::in(std::size_t i) const {
   if (i >= saved_.size()) {
-    detail::fail<AutodiffError>(node_.op(), "internal: the rule read input ", i,
+    detail::fail<AutodiffError>(node_->op(), "internal: the rule read input ", i,
                                 " of an op with ", saved_.size(), " inputs");
   }
   return context_.value(saved_[i]);

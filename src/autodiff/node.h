@@ -29,7 +29,7 @@ struct Saved {
 
 class Context;
 
-class Node : public std::enable_shared_from_this<Node> {
+class Node {
  public:
   explicit Node(const char* op) noexcept : op_(op), order_(next_order()) {}
   virtual ~Node() = default;
@@ -48,8 +48,8 @@ class Node : public std::enable_shared_from_this<Node> {
   // all stored). Bounded, so recomputing one value never recomputes a long chain at once.
   std::uint8_t recompute_depth() const noexcept { return recompute_depth_; }
   void set_recompute_depth(std::uint8_t depth) noexcept { recompute_depth_ = depth; }
-  // The gradient of each parent given the gradient of this node's output.
-  virtual Grads backward(Context& context, Primitive grad) = 0;
+  // The gradient of each parent given the gradient of this node's output; self owns this node.
+  virtual Grads backward(Context& context, const NodeRef& self, Primitive grad) = 0;
   // This node's output, recomputed (only for recomputable nodes).
   virtual Primitive recompute(Context& context);
   // Drops what backward needed; a later backward through this node is an error.
@@ -81,7 +81,7 @@ class Leaf final : public Node {
   Leaf() noexcept : Node("leaf") {}
   std::span<const NodeRef> parents() const noexcept override { return {}; }
   bool is_leaf() const noexcept override { return true; }
-  Grads backward(Context&, Primitive) override { return {}; }
+  Grads backward(Context&, const NodeRef&, Primitive) override { return {}; }
   void release() noexcept override {}  // leaves outlive every backward
 
  protected:
@@ -99,7 +99,7 @@ class Context {
   // A saved value in this context's form (recomputing it if it was not stored).
   Primitive value(const Saved& saved);
   // node's output in this context's form, given its inner primitive (null: recompute it).
-  Primitive output(Node& node, const Primitive& stored);
+  Primitive output(const NodeRef& node, const Primitive& stored);
   // Forgets a recomputed output once its node has been through backward.
   void forget(const Node* node) { recomputed_.erase(node); }
   // A primitive in this context's form: tracked by node when building a graph.

@@ -20,7 +20,7 @@ using InputArray = std::conditional_t<N == 0, std::vector<T>, std::array<T, N>>;
 // What a backward rule sees: the context's backend and the values its node saved.
 class BackwardArgs {
  public:
-  BackwardArgs(Backend& backend, Context& context, Node& node, std::span<const Saved> saved,
+  BackwardArgs(Backend& backend, Context& context, const NodeRef& node, std::span<const Saved> saved,
                const Primitive& output) noexcept
       : b(backend), context_(context), node_(node), saved_(saved), output_(output) {}
 
@@ -32,7 +32,7 @@ class BackwardArgs {
   Primitive out() const { return context_.output(node_, output_); }
   // Whether input i is tracked, i.e. wants a gradient.
   bool needs(std::size_t i) const noexcept {
-    const auto parents = node_.parents();
+    const auto parents = node_->parents();
     return i < parents.size() && parents[i] != nullptr;
   }
   // A primitive of the rule's own making (an index tensor, a mask) in the context's form.
@@ -40,7 +40,7 @@ class BackwardArgs {
 
  private:
   Context& context_;
-  Node& node_;
+  const NodeRef& node_;
   std::span<const Saved> saved_;
   const Primitive& output_;
 };
@@ -68,8 +68,8 @@ class OpNode final : public Node {
   std::span<const NodeRef> parents() const noexcept override { return parents_; }
   bool recomputable() const noexcept override { return forward_.has_value(); }
 
-  Grads backward(Context& context, Primitive grad) override {
-    BackwardArgs args(backend_for(grad->device()), context, *this, saved_, output_);
+  Grads backward(Context& context, const NodeRef& self, Primitive grad) override {
+    BackwardArgs args(backend_for(grad->device()), context, self, saved_, output_);
     return (*rule_)(args, std::move(grad));
   }
 

@@ -14,23 +14,29 @@ struct FreeBlock {
   FreeBlock* next;
 };
 
-// A block freed on another thread joins that thread's pool; each pool returns its blocks to
-// malloc when its thread ends.
+// A block freed on another thread joins that thread's pool. The lists are plain data, so reaching
+// them costs no TLS guard; the first block a thread takes from malloc registers the cleanup that
+// returns its pool to malloc when the thread ends.
 struct Pools {
-  std::array<FreeBlock*, kClasses> heads{};
-  std::array<std::size_t, kClasses> counts{};
-  ~Pools() {
-    for (FreeBlock* head : heads) {
+  std::array<FreeBlock*, kClasses> heads;
+  std::array<std::size_t, kClasses> counts;
+};
+__attribute__((tls_model("initial-exec"))) thread_local Pools pools{};
+
+struct PoolCleanup {
+  void arm() noexcept {}
+  ~PoolCleanup() {
+    for (FreeBlock*& head : pools.heads) {
       while (head != nullptr) {
         FreeBlock* next = head->next;
         std::free(head);
         head = next;
       }
     }
+    pools.counts = {};
   }
 };
-
-__attribute__((tls_model("initial-exec"))) thread_local Pools pools;
+thread_local PoolCleanup cleanup;
 
 std::size_t class_of(std::size_t bytes) noexcept { return (bytes + kGranule - 1) / kGranule - 1; }
 
@@ -44,6 +50,7 @@ void* pool_allocate(std::size_t bytes) {
       --pools.counts[c];
       return block;
     }
+    cleanup.arm();
     if (void* fresh = std::malloc((c + 1) * kGranule)) return fresh;
     throw std::bad_alloc();
   }
