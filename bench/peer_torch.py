@@ -61,6 +61,39 @@ def mlp_step(batch, g):
     return step
 
 
+def digits_epoch(g):
+    """One epoch of train_bench's digits_epoch: the same network, AdamW, batch 32, shuffled."""
+    import os
+    import numpy as np
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "digits", "digits.csv")
+    table = np.loadtxt(path, delimiter=",", dtype=np.float32)
+    pixels = torch.from_numpy(table[:, :64] / 16.0)
+    labels = torch.from_numpy(table[:, 64].astype(np.int64))
+    model = torch.nn.Sequential(
+        torch.nn.Unflatten(1, (1, 8, 8)),
+        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(512, 128), torch.nn.ReLU(), torch.nn.Dropout(0.25),
+        torch.nn.Linear(128, 10))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
+
+    def epoch():
+        order = torch.randperm(len(labels), generator=g)
+        total = 0.0
+        with torch.enable_grad():
+            for start in range(0, len(order), 32):
+                take = order[start:start + 32]
+                loss = F.cross_entropy(model(pixels[take]), labels[take])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+        return total
+
+    return epoch
+
+
 def small_add_tracked(g):
     x = (torch.rand(16, generator=g) * 2 - 1).requires_grad_()
     y = torch.rand(16, generator=g) * 2 - 1
@@ -94,6 +127,7 @@ def workloads():
         "small_add_tracked": small_add_tracked(g),
         "mlp_step/128": mlp_step(128, g),
         "mlp_step/4096": mlp_step(4096, g),
+        "digits_epoch": digits_epoch(g),
     }
 
 

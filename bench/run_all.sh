@@ -34,6 +34,13 @@ if [ -x "$autodiff" ]; then
 else
   echo "run_all: $autodiff not found; no autodiff figures" >&2
 fi
+training="$build/bench/train_bench"
+if [ -x "$training" ]; then
+  "$training" --benchmark_filter="$filter" --benchmark_repetitions="$repeats" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/train.json" --benchmark_out_format=json
+  extra+=(--extra "$out/train.json")
+fi
 
 # Debian's interpreter carries python3-torch; the first python3 on PATH may not.
 # KILN_PEER_PYTHON names another interpreter with torch (e.g. on the GPU machine).
