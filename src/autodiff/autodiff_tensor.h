@@ -54,9 +54,10 @@ inline const Primitive& inner_of(const Primitive& p) noexcept {
 inline Primitive take_inner(Primitive p) {
   return is_autodiff(p) ? AutodiffTensor::take_inner(std::move(p)) : p;
 }
+// Constant-initialised, so reading it costs no guard (a function-local static would).
+inline const NodeRef kNoNode{};
 inline const NodeRef& node_of(const Primitive& p) noexcept {
-  static const NodeRef none;
-  return is_autodiff(p) ? static_cast<const AutodiffTensor&>(*p).node() : none;
+  return is_autodiff(p) ? static_cast<const AutodiffTensor&>(*p).node() : kNoNode;
 }
 
 }  // namespace kiln::autodiff
