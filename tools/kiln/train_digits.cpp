@@ -11,33 +11,10 @@
 #include <iomanip>
 
 #include "tools/kiln/commands.h"
+#include "tools/kiln/digits_net.h"
 
 namespace kiln::tools {
 namespace {
-
-// Two 3x3 convolutions over the 8x8 image, a 2x2 max pool, and a two-layer classifier head.
-struct DigitsNet {
-  nn::Conv2d conv1, conv2;
-  nn::Linear hidden, out;
-  nn::MaxPool2d pool{.kernel_size = {2, 2}};
-  nn::Dropout dropout{.p = 0.25};
-  KILN_MODULE(conv1, conv2, hidden, out)
-
-  Tensor<2> forward(const Tensor<2>& pixels) const {
-    const std::int64_t n = pixels.dims()[0];
-    auto x = pixels.reshape<4>(Shape{n, 1, 8, 8});
-    x = activation::relu(conv1.forward(x));
-    x = pool.forward(activation::relu(conv2.forward(x)));  // [n, 32, 4, 4]
-    auto h = dropout.forward(activation::relu(hidden.forward(x.reshape<2>(Shape{n, 32 * 16}))));
-    return out.forward(h);
-  }
-};
-
-DigitsNet make_net(const Device& device) {
-  return DigitsNet{nn::Conv2dConfig{1, 16, {3, 3}, {1, 1}, {1, 1}}.init(device),
-                   nn::Conv2dConfig{16, 32, {3, 3}, {1, 1}, {1, 1}}.init(device),
-                   nn::LinearConfig{32 * 16, 128}.init(device), nn::LinearConfig{128, 10}.init(device)};
-}
 
 train::StepOutput classify(const DigitsNet& model, const data::ClassificationBatch& batch) {
   const Tensor<2> logits = model.forward(batch.features);
@@ -63,7 +40,7 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
   const data::ClassificationLoader valid_loader(validation, batcher, {.batch_size = 256});
   const data::ClassificationLoader test_loader(test, batcher, {.batch_size = 256});
 
-  DigitsNet model = make_net(device);
+  DigitsNet model = make_digits_net(device);
   out << nn::describe(model, "DigitsNet") << "\n";
 
   optim::AdamW optimizer({.weight_decay = 1e-4});
