@@ -94,6 +94,19 @@ struct PassMetrics {
 Device model_device(const std::vector<nn::NamedParam>& params);
 double read_loss(const Tensor<1>& loss);
 
+// One pass over loader without training (the model in validation mode), reporting to progress.
+template <class Model, class Loader, class Step>
+PassMetrics run_pass(const Model& model, const Loader& loader, Step& step, Progress* progress) {
+  const Model evaluated = nn::valid(model);
+  PassMetrics metrics;
+  for (auto& batch : loader.epoch(0)) {
+    StepOutput result = step(evaluated, batch);
+    metrics.add(result, read_loss(result.loss));
+    if (progress != nullptr) progress->update(result.samples, metrics.mean_loss());
+  }
+  return metrics;
+}
+
 }  // namespace detail
 
 template <nn::detail::Visitable Model, class Schedule, class TrainLoader, class ValidLoader, class Step>
@@ -141,15 +154,9 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
     record.train_accuracy = train_metrics.accuracy();
 
     if (valid_loader != nullptr) {
-      const Model evaluated = nn::valid(model);
-      detail::PassMetrics valid_metrics;
       Progress check(out, label + " valid", static_cast<std::int64_t>(valid_loader->num_batches()),
                      config.progress);
-      for (auto& batch : valid_loader->epoch(0)) {
-        StepOutput result = step(evaluated, batch);
-        valid_metrics.add(result, detail::read_loss(result.loss));
-        check.update(result.samples, valid_metrics.mean_loss());
-      }
+      const detail::PassMetrics valid_metrics = detail::run_pass(model, *valid_loader, step, &check);
       check.finish(valid_metrics.summary());
       record.valid_loss = valid_metrics.mean_loss();
       record.valid_accuracy = valid_metrics.accuracy();
@@ -167,12 +174,7 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
 // Runs step over a loader without training (validation or test), returning loss and accuracy.
 template <nn::detail::Visitable Model, class Loader, class Step>
 EpochRecord evaluate(const Model& model, const Loader& loader, Step step) {
-  const Model evaluated = nn::valid(model);
-  detail::PassMetrics metrics;
-  for (auto& batch : loader.epoch(0)) {
-    StepOutput result = step(evaluated, batch);
-    metrics.add(result, detail::read_loss(result.loss));
-  }
+  const detail::PassMetrics metrics = detail::run_pass(model, loader, step, nullptr);
   EpochRecord record;
   record.valid_loss = metrics.mean_loss();
   record.valid_accuracy = metrics.accuracy();
