@@ -13,8 +13,11 @@ namespace kiln {
 
 class TensorPrimitive {
  public:
-  TensorPrimitive(DType dtype, Shape shape, Device device)
+  TensorPrimitive(DType dtype, Shape&& shape, Device device)
       : dtype_(dtype), shape_(std::move(shape)), device_(device) {}
+  // Copies once (a by-value parameter would copy, then move): decorators wrap primitives per op.
+  TensorPrimitive(DType dtype, const Shape& shape, Device device)
+      : dtype_(dtype), shape_(shape), device_(device) {}
   virtual ~TensorPrimitive() = default;
   TensorPrimitive(const TensorPrimitive&) = delete;
   TensorPrimitive& operator=(const TensorPrimitive&) = delete;

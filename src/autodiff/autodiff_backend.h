@@ -224,16 +224,14 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
                                   Forward forward, Rule rule, Primitive precomputed) {
   using OpNodeType = OpNode<N, Forward, Rule>;
   const std::size_t count = inputs.size();
-  typename OpNodeType::Parents parents{};
-  if constexpr (N == 0) parents.resize(count);
-  bool tracked = false;
+  const Node* newest = nullptr;
   for (std::size_t i = 0; i < count; ++i) {
-    parents[i] = node_of(inputs[i]);
-    tracked = tracked || parents[i] != nullptr;
+    const Node* parent = node_of(inputs[i]).get();
+    if (parent != nullptr && (newest == nullptr || parent->order() > newest->order())) newest = parent;
   }
   Inputs<N> inner_inputs{};
   if constexpr (N == 0) inner_inputs.resize(count);
-  if (!tracked) {
+  if (newest == nullptr) {
     if (precomputed) return wrap(std::move(precomputed));
     for (std::size_t i = 0; i < count; ++i) inner_inputs[i] = take_inner(std::move(inputs[i]));
     return wrap(forward(inner(), std::move(inner_inputs)));
@@ -243,15 +241,21 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
   std::uint8_t depth = 0;
   if (recompute) {
     for (std::size_t i = 0; i < count; ++i) {
-      if (parents[i] && parents[i]->recomputable()) depth = std::max(depth, parents[i]->recompute_depth());
+      const Node* parent = node_of(inputs[i]).get();
+      if (parent != nullptr && parent->recomputable()) depth = std::max(depth, parent->recompute_depth());
     }
     // Every kMaxRecomputeChain-th op of an elementwise chain is stored after all: backward then
     // recomputes (and holds) at most that many values at once, and recursion stays shallow.
     if (++depth > kMaxRecomputeChain) recompute = false;
   }
-  typename OpNodeType::SavedValues saved{};
-  if constexpr (N == 0) saved.resize(count);
+  auto node = std::allocate_shared<OpNodeType>(PoolAllocator<OpNodeType>{}, op, newest->order(),
+                                               count, std::move(rule));
+  InputArray<N, const AutodiffTensor*> lent{};
+  if constexpr (N == 0) lent.resize(count);
+  auto& parents = node->parent_slots();
+  auto& saved = node->saved_slots();
   for (std::size_t i = 0; i < count; ++i) {
+    parents[i] = node_of(inputs[i]);
     const bool keep_input = recompute || (keep & (1u << std::min<std::size_t>(i, 29))) != 0;
     if (keep_input) {
       // An input that is itself recomputed is saved as its producer, not as a value.
@@ -259,17 +263,19 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
       saved[i] = Saved{lazy ? nullptr : inner_of(inputs[i]), parents[i]};
       inner_inputs[i] = inner_of(inputs[i]);
     } else {
-      inner_inputs[i] = take_inner(std::move(inputs[i]));
+      if (inputs[i].use_count() > 1 && is_autodiff(inputs[i])) {
+        lent[i] = static_cast<const AutodiffTensor*>(inputs[i].get());
+      }
+      inner_inputs[i] = lend_inner(std::move(inputs[i]));
     }
   }
   Primitive out = precomputed ? std::move(precomputed) : forward(inner(), std::move(inner_inputs));
-  Primitive stored = (keep & kKeepOut) != 0 && !recompute ? out : nullptr;
-  std::optional<Forward> recompute_with;
-  if (recompute) recompute_with.emplace(std::move(forward));
-  auto node = std::allocate_shared<OpNodeType>(
-      PoolAllocator<OpNodeType>{}, op, std::move(parents), std::move(saved), std::move(stored),
-      std::move(recompute_with), std::move(rule));
-  if (recompute) node->set_recompute_depth(depth);
+  for (const AutodiffTensor* wrapper : lent) out = reown(std::move(out), wrapper);
+  if ((keep & kKeepOut) != 0 && !recompute) node->set_output(out);
+  if (recompute) {
+    node->set_forward(std::move(forward));
+    node->set_recompute_depth(depth);
+  }
   return wrap(std::move(out), std::move(node));
 }
 

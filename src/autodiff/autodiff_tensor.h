@@ -29,7 +29,7 @@ class AutodiffTensor final : public TensorPrimitive {
 
   // The inner primitive, moved out when nobody else holds this wrapper (so the inner backend
   // may reuse its memory), shared otherwise.
-  static Primitive take_inner(Primitive p) {
+  [[gnu::always_inline]] static Primitive take_inner(Primitive p) {
     auto& self = static_cast<AutodiffTensor&>(*p);
     if (p.use_count() == 1) return std::move(self.inner_);
     return self.inner_;
@@ -51,9 +51,27 @@ inline Primitive wrap(Primitive inner, NodeRef node = nullptr) {
 inline const Primitive& inner_of(const Primitive& p) noexcept {
   return is_autodiff(p) ? static_cast<const AutodiffTensor&>(*p).inner() : p;
 }
-inline Primitive take_inner(Primitive p) {
+[[gnu::always_inline]] inline Primitive take_inner(Primitive p) {
   return is_autodiff(p) ? AutodiffTensor::take_inner(std::move(p)) : p;
 }
+// The inner primitive of an autodiff input for the duration of one inner op, without touching
+// the inner's reference count: a wrapper that others share is kept alive by the returned handle
+// itself (aliasing), so the inner backend sees a shared (never writable) operand; a wrapper held
+// only here hands its inner over. Undo with reown() on the op's result.
+[[gnu::always_inline]] inline Primitive lend_inner(Primitive p) {
+  if (!is_autodiff(p)) return p;
+  if (p.use_count() == 1) return AutodiffTensor::take_inner(std::move(p));
+  TensorPrimitive* const inner = static_cast<const AutodiffTensor&>(*p).inner().get();
+  return Primitive(std::move(p), inner);
+}
+// An op's result that is a lent input handed straight back (a backend may return an operand
+// unchanged) would own the wrapper it was lent from, which must not outlive the op: it is
+// swapped for an owner of the inner primitive itself. lent is the wrapper (null if none).
+[[gnu::always_inline]] inline Primitive reown(Primitive out, const AutodiffTensor* lent) {
+  if (lent == nullptr || out.get() != lent->inner().get()) return out;
+  return lent->inner();
+}
+
 // Constant-initialised, so reading it costs no guard (a function-local static would).
 inline const NodeRef kNoNode{};
 inline const NodeRef& node_of(const Primitive& p) noexcept {

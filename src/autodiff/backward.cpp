@@ -34,8 +34,11 @@ Gradients run_backward(const NodeRef& root, Primitive seed,
   Context context(create_graph);
 
   Gradients grads;
-  std::map<std::uint64_t, Pending, std::greater<>> pending;
-  pending.emplace(root->order(), Pending{root, std::move(seed)});
+  // Keyed by order, then identity: op nodes made on different threads may share an order, but
+  // such nodes never depend on each other, so either may go first.
+  using Key = std::pair<std::uint64_t, const Node*>;
+  std::map<Key, Pending, std::greater<>> pending;
+  pending.emplace(Key{root->order(), root.get()}, Pending{root, std::move(seed)});
   while (!pending.empty()) {
     auto first = pending.begin();
     NodeRef node = std::move(first->second.node);
@@ -56,7 +59,7 @@ Gradients run_backward(const NodeRef& root, Primitive seed,
     const auto parents = node->parents();
     for (std::size_t i = 0; i < parents.size() && i < parent_grads.size(); ++i) {
       if (!parents[i] || !parent_grads[i]) continue;
-      Pending& slot = pending[parents[i]->order()];
+      Pending& slot = pending[Key{parents[i]->order(), parents[i].get()}];
       if (!slot.node) slot.node = parents[i];
       accumulate(slot.grad, std::move(parent_grads[i]));
     }

@@ -1,10 +1,32 @@
 #include "autodiff/node.h"
 
+#include <atomic>
+
 #include "autodiff/autodiff_tensor.h"
 #include "autodiff/op_node.h"
 #include "kiln/detail/format.h"
 
 namespace kiln::autodiff {
+namespace {
+
+constexpr std::uint64_t kOrderBlock = 1 << 16;
+struct OrderBlock {
+  std::uint64_t next = 0;
+  std::uint64_t end = 0;
+};
+__attribute__((tls_model("initial-exec"))) thread_local OrderBlock order_block;
+std::atomic<std::uint64_t> order_blocks{1};
+
+}  // namespace
+
+std::uint64_t Node::next_order() noexcept {
+  OrderBlock& block = order_block;
+  if (block.next == block.end) {
+    block.next = order_blocks.fetch_add(kOrderBlock, std::memory_order_relaxed);
+    block.end = block.next + kOrderBlock;
+  }
+  return block.next++;
+}
 
 Primitive Node::recompute(Context&) {
   detail::fail<AutodiffError>(op_, "internal: the output of this op was neither stored nor "
@@ -13,7 +35,17 @@ Primitive Node::recompute(Context&) {
 
 void Node::drop_parents(std::span<NodeRef> parents) noexcept {
   // Parents that others still hold just lose a reference; only a parent this node owns alone
-  // starts a teardown (and only then is a list allocated).
+  // starts a teardown (and only then is a list allocated). Most nodes die with shared or no
+  // parents (a leaf, a weight): that case needs no list at all.
+  bool any_doomed = false;
+  for (NodeRef& p : parents) {
+    if (p && p.use_count() == 1) {
+      any_doomed = true;
+    } else {
+      p.reset();
+    }
+  }
+  if (!any_doomed) return;
   std::vector<NodeRef> doomed;
   for (NodeRef& p : parents) {
     if (!p) continue;

@@ -4,7 +4,7 @@
 // backward) can still reach it.
 #pragma once
 
-#include <atomic>
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,14 +31,19 @@ class Context;
 
 class Node {
  public:
+  // A node without parents (a leaf) takes the next order of its thread; a node with parents is
+  // also newer than the newest of them, so the rule holds across threads too.
   explicit Node(const char* op) noexcept : op_(op), order_(next_order()) {}
+  Node(const char* op, std::uint64_t newest_parent) noexcept
+      : op_(op), order_(std::max(next_order(), newest_parent + 1)) {}
   virtual ~Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
   const char* op() const noexcept { return op_; }
   // Creation order: every parent is older than its children, so walking nodes from the highest
-  // order down visits each node after all its consumers.
+  // order down visits each node after all its consumers. Leaves' orders are unique (they key
+  // Gradients); two op nodes made on different threads may share one.
   std::uint64_t order() const noexcept { return order_; }
   virtual std::span<const NodeRef> parents() const noexcept = 0;
   virtual bool is_leaf() const noexcept { return false; }
@@ -64,10 +69,8 @@ class Node {
   virtual void take_parents(std::vector<NodeRef>& out) noexcept = 0;
 
  private:
-  static std::uint64_t next_order() noexcept {
-    static std::atomic<std::uint64_t> counter{1};
-    return counter.fetch_add(1, std::memory_order_relaxed);
-  }
+  // Orders come from per-thread blocks of a global counter: no atomic operation per node.
+  static std::uint64_t next_order() noexcept;
 
   const char* op_;
   std::uint64_t order_;

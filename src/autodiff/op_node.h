@@ -51,17 +51,25 @@ class OpNode final : public Node {
   using Parents = InputArray<N, NodeRef>;
   using SavedValues = InputArray<N, Saved>;
 
-  OpNode(const char* op, Parents parents, SavedValues saved, Primitive output,
-         std::optional<Forward> forward, Rule rule)
-      : Node(op),
-        parents_(std::move(parents)),
-        saved_(std::move(saved)),
-        output_(std::move(output)),
-        forward_(std::move(forward)),
-        rule_(std::move(rule)) {}
+  // The record step fills the slots in place (no temporaries to move), so a tracked op costs
+  // as little as possible beyond the op itself.
+  OpNode(const char* op, std::uint64_t newest_parent, std::size_t inputs, Rule rule)
+      : Node(op, newest_parent), rule_(std::move(rule)) {
+    if constexpr (N == 0) {
+      parents_.resize(inputs);
+      saved_.resize(inputs);
+    }
+  }
+
+  Parents& parent_slots() noexcept { return parents_; }
+  SavedValues& saved_slots() noexcept { return saved_; }
+  void set_output(Primitive output) noexcept { output_ = std::move(output); }
+  void set_forward(Forward forward) { forward_.emplace(std::move(forward)); }
 
   ~OpNode() override {
-    saved_ = SavedValues{};
+    // Saved values may hold parents too: they go first, so drop_parents sees which parents this
+    // node alone still holds and tears those down without recursion.
+    clear_saved();
     drop_parents(parents_);
   }
 
@@ -83,7 +91,7 @@ class OpNode final : public Node {
 
   void release() noexcept override {
     Node::release();
-    saved_ = SavedValues{};
+    clear_saved();
     output_.reset();
     forward_.reset();
     rule_.reset();
@@ -97,6 +105,13 @@ class OpNode final : public Node {
   }
 
  private:
+  void clear_saved() noexcept {
+    for (Saved& s : saved_) {
+      s.value.reset();
+      s.node.reset();
+    }
+  }
+
   Parents parents_;
   SavedValues saved_;
   Primitive output_;
