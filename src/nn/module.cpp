@@ -12,6 +12,12 @@ void ParamSlot::set_primitive(Primitive p) {
   primitive_ = std::move(p);
 }
 
+void Counter::set(std::int64_t value) {
+  if (value < 0)
+    kiln::detail::fail<InvalidArgument>("Counter::set", "count ", value, " is negative");
+  value_ = value;
+}
+
 namespace detail {
 namespace {
 
@@ -86,12 +92,25 @@ std::string describe(void* module, VisitFn visit, std::string_view type_name) {
   std::int64_t trainable = 0;
   std::int64_t buffers = 0;
   out << type_name << " {\n";
-  for_each(module, visit, [&](const std::string& name, ParamSlot& slot) {
-    const Primitive& p = slot.primitive();
-    out << "  " << name << ": " << p->shape().to_string() << " " << dtype_name(p->dtype()) << " on "
-        << p->device().to_string() << (slot.trainable() ? "" : " (buffer)") << "\n";
-    (slot.trainable() ? trainable : buffers) += p->shape().num_elements();
-  });
+  // Counters are listed in declaration order with the tensors, so one visitor prints both.
+  struct Describe final : Visitor {
+    std::ostringstream* out;
+    std::int64_t* trainable;
+    std::int64_t* buffers;
+    void visit(const std::string& name, ParamSlot& slot) override {
+      const Primitive& p = slot.primitive();
+      *out << "  " << name << ": " << p->shape().to_string() << " " << dtype_name(p->dtype())
+           << " on " << p->device().to_string() << (slot.trainable() ? "" : " (buffer)") << "\n";
+      (slot.trainable() ? *trainable : *buffers) += p->shape().num_elements();
+    }
+    void visit_counter(const std::string& name, Counter& counter) override {
+      *out << "  " << name << ": " << counter.value() << " (counter)\n";
+    }
+  } describer;
+  describer.out = &out;
+  describer.trainable = &trainable;
+  describer.buffers = &buffers;
+  visit(module, describer);
   out << "}  " << trainable << " trainable parameters";
   if (buffers > 0) out << ", " << buffers << " buffer values";
   return out.str();

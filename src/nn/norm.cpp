@@ -75,8 +75,8 @@ BatchNorm BatchNormConfig::init(const Device& device) const {
   const char* op = "BatchNormConfig::init";
   check_positive(op, "num_features", num_features);
   check_epsilon(op, epsilon);
-  if (!(momentum >= 0.0 && momentum <= 1.0)) {
-    kiln::detail::fail<InvalidArgument>(op, "momentum ", momentum, " is not in [0, 1]");
+  if (momentum && !(*momentum >= 0.0 && *momentum <= 1.0)) {
+    kiln::detail::fail<InvalidArgument>(op, "momentum ", *momentum, " is not in [0, 1]");
   }
   BatchNorm layer;
   const Shape shape{num_features};
@@ -87,6 +87,7 @@ BatchNorm BatchNormConfig::init(const Device& device) const {
   if (track_running_stats) {
     layer.running_mean = Buffer<1>(Tensor<1>::zeros(shape, device));
     layer.running_var = Buffer<1>(Tensor<1>::ones(shape, device));
+    layer.num_batches_tracked = Counter{};
   }
   layer.num_features = num_features;
   layer.epsilon = epsilon;
@@ -119,6 +120,16 @@ const {
   if (weight) y = y * per_channel<D>(weight->val());
   if (bias) y = y + per_channel<D>(bias->val());
   if (training && tracked_stats) {
+    if (!momentum && !num_batches_tracked) {
+      kiln::detail::fail<InvalidArgument>(
+          op,
+          "momentum is none (a cumulative average) but the layer has no num_batches_tracked "
+          "to average over");
+    }
+    // PyTorch counts every training batch, whatever the momentum.
+    if (num_batches_tracked) ++*num_batches_tracked;
+    const double factor =
+        momentum ? *momentum : 1.0 / static_cast<double>(num_batches_tracked->value());
     // The statistics are constants to the graph; they join the buffers on the buffers' device.
     const Tensor<1> old_mean = running_mean->val();
     const Tensor<1> old_var = running_var->val();
@@ -128,9 +139,8 @@ const {
       Tensor<1> s = statistic.detach().template reshape<1>(channels).to_device(like.device());
       return s.dtype() == like.dtype() ? s : s.cast(like.dtype());
     };
-    *running_mean = old_mean * (1.0 - momentum) + as_buffer(mean, old_mean) * momentum;
-    *running_var =
-        old_var * (1.0 - momentum) + as_buffer(variance, old_var) * (momentum * unbiased);
+    *running_mean = old_mean * (1.0 - factor) + as_buffer(mean, old_mean) * factor;
+    *running_var = old_var * (1.0 - factor) + as_buffer(variance, old_var) * (factor * unbiased);
   }
   return y;
 }

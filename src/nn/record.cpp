@@ -1,5 +1,6 @@
 #include "kiln/nn/record.h"
 
+#include <cstdint>
 #include <set>
 
 #include "kiln/autodiff.h"
@@ -13,16 +14,50 @@ struct NamedSlot {
   ParamSlot* slot;
 };
 
+struct NamedCounter {
+  std::string name;
+  Counter* counter;
+};
+
 class CollectSlots final : public Visitor {
  public:
   void visit(const std::string& name, ParamSlot& slot) override { out.push_back({name, &slot}); }
+  void visit_counter(const std::string& name, Counter& counter) override {
+    counters.push_back({name, &counter});
+  }
   std::vector<NamedSlot> out;
+  std::vector<NamedCounter> counters;
 };
 
-std::vector<NamedSlot> collect(void* module, VisitFn visit) {
+CollectSlots collect(void* module, VisitFn visit) {
   CollectSlots collector;
   visit(module, collector);
-  return std::move(collector.out);
+  return collector;
+}
+
+// A counter's value from its record entry: PyTorch writes an int64 tensor of shape []; any
+// integer dtype of one element and shape [] is read (ShapeMismatch / DTypeMismatch otherwise).
+std::int64_t counter_value(std::string_view op, std::string_view origin, const std::string& name,
+                           const TensorData& stored) {
+  if (stored.shape().rank() != 0) {
+    kiln::detail::fail<ShapeMismatch>(op, origin, ": counter '", name, "' is ",
+                                      stored.shape().to_string(),
+                                      " in the record but a count is a scalar of shape []");
+  }
+  if (!is_int(stored.dtype())) {
+    kiln::detail::fail<DTypeMismatch>(op, origin, ": counter '", name, "' is ",
+                                      dtype_name(stored.dtype()),
+                                      " in the record but a count is an integer");
+  }
+  // A U64 count beyond int64 would not survive the conversion, so it is refused before it.
+  const bool too_large = stored.dtype() == DType::U64 &&
+                         stored.to_vec<std::uint64_t>()[0] > static_cast<std::uint64_t>(INT64_MAX);
+  const std::int64_t value = too_large ? -1 : stored.convert(DType::I64).to_vec<std::int64_t>()[0];
+  if (value < 0) {
+    kiln::detail::fail<InvalidArgument>(op, origin, ": counter '", name, "' holds ",
+                                        stored.to_string(), ", not a count in [0, 2^63)");
+  }
+  return value;
 }
 
 // A readable list for messages; a checkpoint of another model can differ in thousands of names.
@@ -39,7 +74,8 @@ std::string list_names(const std::vector<std::string>& names) {
 }  // namespace
 
 record::TensorMap to_record(void* module, VisitFn visit) {
-  const std::vector<NamedSlot> slots = collect(module, visit);
+  const CollectSlots found = collect(module, visit);
+  const std::vector<NamedSlot>& slots = found.out;
   kiln::detail::Prims values;
   values.reserve(slots.size());
   for (const NamedSlot& s : slots) values.push_back(s.slot->primitive());
@@ -51,19 +87,36 @@ record::TensorMap to_record(void* module, VisitFn visit) {
                                           "'");
     }
   }
+  for (const NamedCounter& c : found.counters) {
+    // PyTorch's layout for num_batches_tracked: int64, shape [].
+    TensorData value = TensorData::from_vec(std::vector<std::int64_t>{c.counter->value()}, Shape{});
+    if (!out.emplace(c.name, std::move(value)).second) {
+      kiln::detail::fail<InvalidArgument>("nn::save", "two entries are named '", c.name, "'");
+    }
+  }
   return out;
 }
 
 void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
                  const LoadOptions& options, std::string_view origin) {
   constexpr std::string_view kOp = "nn::load";
-  const std::vector<NamedSlot> slots = collect(module, visit);
+  const CollectSlots found = collect(module, visit);
+  const std::vector<NamedSlot>& slots = found.out;
 
   std::vector<std::string> missing;
   std::set<std::string> known;
   for (const NamedSlot& s : slots) {
     known.insert(s.name);
     if (!tensors.contains(s.name)) missing.push_back(s.name);
+  }
+  // A counter absent from the record restarts at 0 rather than failing: kiln files written
+  // before BatchNorm kept num_batches_tracked lack it (PyTorch treats its own older files so).
+  std::vector<std::int64_t> counts;
+  for (const NamedCounter& c : found.counters) {
+    known.insert(c.name);
+    const auto entry = tensors.find(c.name);
+    counts.push_back(entry == tensors.end() ? 0
+                                            : counter_value(kOp, origin, c.name, entry->second));
   }
   if (!missing.empty()) {
     kiln::detail::fail<InvalidArgument>(
@@ -114,6 +167,7 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
     fresh.push_back(std::move(value));
   }
   for (std::size_t i = 0; i < slots.size(); ++i) slots[i].slot->set_primitive(std::move(fresh[i]));
+  for (std::size_t i = 0; i < counts.size(); ++i) found.counters[i].counter->set(counts[i]);
 }
 
 }  // namespace kiln::nn::detail

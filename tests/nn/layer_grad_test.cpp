@@ -114,6 +114,33 @@ TEST(NnLayerGrad, LstmAndGru) {
       testing::values(4 * 2 * 2, 13), {4, 2, 2});
 }
 
+TEST(NnLayerGrad, BidirectionalLstmAndGru) {
+  const Lstm lstm = testing::to_f64(LstmConfig{.input_size = 2,
+                                               .hidden_size = 2,
+                                               .num_layers = 2,
+                                               .batch_first = true,
+                                               .bidirectional = true}
+                                        .init(kCpu));
+  testing::expect_layer_gradients<Lstm, 3>(lstm,
+                                           [](const Lstm& m, const Tensor<3>& x) {
+                                             const LstmOutput out = m.forward(x);
+                                             return testing::weighted_sum(out.output) +
+                                                    testing::weighted_sum(out.state.h, 5) +
+                                                    testing::weighted_sum(out.state.c, 7);
+                                           },
+                                           testing::values(2 * 3 * 2, 15), {2, 3, 2});
+  const Gru gru = testing::to_f64(
+      GruConfig{.input_size = 2, .hidden_size = 3, .num_layers = 2, .bidirectional = true}.init(
+          kCpu));
+  testing::expect_layer_gradients<Gru, 3>(gru,
+                                          [](const Gru& m, const Tensor<3>& x) {
+                                            const GruOutput out = m.forward(x);
+                                            return testing::weighted_sum(out.output) +
+                                                   testing::weighted_sum(out.h, 3);
+                                          },
+                                          testing::values(3 * 2 * 2, 16), {3, 2, 2});
+}
+
 TEST(NnLayerGrad, SequentialOfLinearAndActivations) {
   const auto net =
       testing::to_f64(Sequential(LinearConfig{3, 4}.init(kCpu), Silu{},

@@ -63,6 +63,13 @@ TEST(NnNorm, BatchNormNamesShapesAndInitialValues) {
   EXPECT_EQ(testing::param(bn, "running_mean"), std::vector<double>(5, 0.0));
   EXPECT_EQ(testing::param(bn, "running_var"), std::vector<double>(5, 1.0));
   EXPECT_EQ(num_params(bn), 10);
+  // PyTorch's fifth state_dict entry, a count rather than a tensor parameter.
+  ASSERT_TRUE(bn.num_batches_tracked.has_value());
+  EXPECT_EQ(bn.num_batches_tracked->value(), 0);
+  EXPECT_NE(describe(bn).find("num_batches_tracked: 0 (counter)"), std::string::npos)
+      << describe(bn);
+  const BatchNormConfig untracked{.num_features = 5, .track_running_stats = false};
+  EXPECT_FALSE(untracked.init(kCpu).num_batches_tracked.has_value());
   EXPECT_TRUE(
       testing::names(
           BatchNormConfig{.num_features = 5, .affine = false, .track_running_stats = false}.init(
@@ -99,6 +106,60 @@ TEST(NnNorm, BatchNorm2dTrainsOnBatchStatisticsAndUpdatesRunningOnes) {
                        normalise_channels(x, n, c, s, running_mean, running_var, gamma, beta, eps),
                        1e-10, "evaluation output");
   testing::expect_near(testing::param(bn, "running_mean"), running_mean, 1e-12);
+}
+
+TEST(NnNorm, BatchNormCountsTrainingBatchesOnly) {
+  const BatchNorm bn = affine_batch_norm(2, 0.1);
+  const Tensor<3> x = testing::tensor<3>(testing::values(4 * 2 * 3, 70), {4, 2, 3});
+  for (int i = 0; i < 3; ++i) bn.forward(x.to_device(kCpu.autodiff()));
+  EXPECT_EQ(bn.num_batches_tracked->value(), 3);
+  bn.forward(x);  // evaluation neither counts nor moves the statistics
+  EXPECT_EQ(bn.num_batches_tracked->value(), 3);
+  // A copy counts on its own, as its buffers move on their own.
+  const BatchNorm copy = bn;
+  copy.forward(x.to_device(kCpu.autodiff()));
+  EXPECT_EQ(copy.num_batches_tracked->value(), 4);
+  EXPECT_EQ(bn.num_batches_tracked->value(), 3);
+}
+
+// momentum none: the running statistics are the plain mean of every batch's statistics so far
+// (the variances unbiased), whatever they were before the first batch.
+TEST(NnNorm, BatchNormWithoutMomentumKeepsACumulativeAverage) {
+  const std::int64_t n = 3, c = 2, s = 4;
+  const double eps = 1e-5;
+  BatchNorm bn =
+      testing::to_f64(BatchNormConfig{.num_features = c, .momentum = std::nullopt}.init(kCpu));
+  bn = testing::with_param(bn, "running_mean", {5.0, -5.0});  // forgotten after the first batch
+  std::vector<double> sum_mean(c, 0.0), sum_var(c, 0.0);
+  const double unbiased = static_cast<double>(n * s) / static_cast<double>(n * s - 1);
+  for (std::uint64_t step = 1; step <= 4; ++step) {
+    // Batches of different scale, so a moving average with any fixed factor would differ.
+    const std::vector<double> x = testing::values(n * c * s, 80 + step, -1.0 * step, 2.0 * step);
+    std::vector<double> mean, var;
+    channel_statistics(x, n, c, s, mean, var);
+    bn.forward(testing::tensor<3>(x, {n, c, s}, kCpu.autodiff()));
+    std::vector<double> want_mean(c), want_var(c);
+    for (std::int64_t k = 0; k < c; ++k) {
+      sum_mean[k] += mean[k];
+      sum_var[k] += var[k] * unbiased;
+      want_mean[k] = sum_mean[k] / static_cast<double>(step);
+      want_var[k] = sum_var[k] / static_cast<double>(step);
+    }
+    EXPECT_EQ(bn.num_batches_tracked->value(), static_cast<std::int64_t>(step));
+    testing::expect_near(testing::param(bn, "running_mean"), want_mean, 1e-12, "running_mean");
+    testing::expect_near(testing::param(bn, "running_var"), want_var, 1e-12, "running_var");
+  }
+  // Evaluation uses the averages.
+  const std::vector<double> x = testing::values(n * c * s, 90);
+  testing::expect_near(testing::read(bn.forward(testing::tensor<3>(x, {n, c, s}))),
+                       normalise_channels(x, n, c, s, testing::param(bn, "running_mean"),
+                                          testing::param(bn, "running_var"), {}, {}, eps),
+                       1e-10, "evaluation");
+  // Without a counter there is nothing to average over.
+  BatchNorm uncounted = bn;
+  uncounted.num_batches_tracked.reset();
+  EXPECT_THROW(uncounted.forward(testing::tensor<3>(x, {n, c, s}, kCpu.autodiff())),
+               InvalidArgument);
 }
 
 TEST(NnNorm, BatchNorm1dOverFeaturesAndOverSequences) {

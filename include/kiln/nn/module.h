@@ -74,11 +74,35 @@ class Buffer : public ParamSlot {
   }
 };
 
-// Receives every parameter of a module with its dotted name.
+// A non-negative integer count kept on the host, for module state that PyTorch keeps as an
+// int64 scalar tensor (BatchNorm's num_batches_tracked). It is not a tensor on purpose: no device
+// needs it, and a layer reads it each forward pass (e.g. for a 1/n averaging factor) without a
+// device round trip. Records save it as an I64 tensor of shape [] under its dotted name, as
+// PyTorch's state_dict does; it is not a parameter (named_parameters, optimizers and device moves
+// skip it) and, like a Buffer, a copy of the module holds its own value from then on.
+class Counter {
+ public:
+  Counter() noexcept = default;
+  // InvalidArgument if value is negative.
+  explicit Counter(std::int64_t value) { set(value); }
+  std::int64_t value() const noexcept { return value_; }
+  void set(std::int64_t value);
+  Counter& operator++() noexcept {
+    ++value_;
+    return *this;
+  }
+
+ private:
+  std::int64_t value_ = 0;
+};
+
+// Receives every parameter of a module with its dotted name, and every counter through
+// visit_counter (ignored unless a visitor overrides it: most visitors only care for tensors).
 class Visitor {
  public:
   virtual ~Visitor() = default;
   virtual void visit(const std::string& name, ParamSlot& slot) = 0;
+  virtual void visit_counter(const std::string& /*name*/, Counter& /*counter*/) {}
 };
 
 namespace detail {
@@ -91,6 +115,10 @@ concept Visitable = requires(M& m, Visitor& v) { m.visit(v, std::string_view{});
 inline void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
                          ParamSlot& slot) {
   if (slot.initialized()) v.visit(join_name(prefix, name), slot);
+}
+inline void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
+                         Counter& counter) {
+  v.visit_counter(join_name(prefix, name), counter);
 }
 template <Visitable M>
 void visit_member(Visitor& v, std::string_view prefix, std::string_view name, M& module) {
@@ -112,8 +140,8 @@ void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
 
 }  // namespace detail
 
-// Lists a module's parameters and sub-modules (members of type Param, Buffer, another module,
-// std::optional or std::vector of those); names are the member names.
+// Lists a module's parameters and sub-modules (members of type Param, Buffer, Counter, another
+// module, std::optional or std::vector of those); names are the member names.
 #define KILN_VISIT_MEMBER(member) ::kiln::nn::detail::visit_member(visitor, prefix, #member, member)
 #define KILN_MODULE(...)                                                                 \
   void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) {               \
@@ -185,7 +213,8 @@ M fork(const M& module, const Device& device) {
   return to_device(module, device);
 }
 
-// A readable summary: one line per parameter (name, shape, dtype, device) and the total.
+// A readable summary: one line per parameter (name, shape, dtype, device) and counter (name,
+// value), and the total.
 template <detail::Visitable M>
 std::string describe(const M& module, std::string_view type_name = "Module") {
   return detail::describe(const_cast<M*>(&module), detail::visit_fn<M>, type_name);

@@ -21,22 +21,27 @@ namespace kiln::nn {
 // the same.
 //
 // Training (x on an autodiff device): normalises with the batch's mean and biased variance over
-// every dim but 1, and, when running statistics are tracked, replaces them with
-// (1 - momentum) * running + momentum * batch (the variance unbiased, as PyTorch). forward is
-// const: the running statistics are mutable buffers, updated as PyTorch updates them in place.
+// every dim but 1. When running statistics are tracked, num_batches_tracked counts the training
+// forward passes and the statistics become (1 - a) * running + a * batch (the variance unbiased,
+// as PyTorch), with a = momentum, or a = 1 / num_batches_tracked (after counting this batch) when
+// momentum is none: then the running statistics are the plain average of every batch's (PyTorch's
+// momentum=None). forward is const: the running statistics and the count are mutable, updated as
+// PyTorch updates them in place.
 // Evaluation (a plain device): normalises with the running statistics.
 //
-// PyTorch also saves `num_batches_tracked` (an int64 scalar, used only when momentum is None);
-// kiln has no cumulative-average mode and does not keep it.
+// Records hold num_batches_tracked as PyTorch's state_dict does (int64, shape []); a file without
+// it (kiln before the counter existed) loads with the count at 0 (see nn/record.h).
 struct BatchNorm {
-  std::optional<Param<1>> weight;                 // [C], gamma (affine)
-  std::optional<Param<1>> bias;                   // [C], beta (affine)
-  mutable std::optional<Buffer<1>> running_mean;  // [C] (track_running_stats)
-  mutable std::optional<Buffer<1>> running_var;   // [C]
+  std::optional<Param<1>> weight;                      // [C], gamma (affine)
+  std::optional<Param<1>> bias;                        // [C], beta (affine)
+  mutable std::optional<Buffer<1>> running_mean;       // [C] (track_running_stats)
+  mutable std::optional<Buffer<1>> running_var;        // [C]
+  mutable std::optional<Counter> num_batches_tracked;  // (track_running_stats)
   std::int64_t num_features = 0;
   double epsilon = 1e-5;
-  double momentum = 0.1;
-  KILN_MODULE(weight, bias, running_mean, running_var)
+  // none: cumulative average (needs num_batches_tracked; InvalidArgument in forward otherwise).
+  std::optional<double> momentum = 0.1;
+  KILN_MODULE(weight, bias, running_mean, running_var, num_batches_tracked)
 
   template <std::size_t D>
   requires(D >= 2 && D <= 5) Tensor<D> forward(const Tensor<D>& x)
@@ -46,7 +51,8 @@ struct BatchNorm {
 struct BatchNormConfig {
   std::int64_t num_features;
   double epsilon = 1e-5;
-  double momentum = 0.1;
+  // In [0, 1]; std::nullopt for a cumulative average of the batch statistics (PyTorch's None).
+  std::optional<double> momentum = 0.1;
   bool affine = true;
   // Without running statistics the batch statistics are used in evaluation too.
   bool track_running_stats = true;

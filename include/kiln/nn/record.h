@@ -15,6 +15,12 @@
 // from the parameter's is converted on load, as PyTorch's load_state_dict copies do (an f16
 // file into an f32 model widens exactly; f32 into f16 rounds to nearest even). Loading checks
 // everything first and replaces nothing when it throws.
+//
+// Counters (nn::Counter, e.g. BatchNorm's num_batches_tracked) are saved as PyTorch saves them,
+// int64 tensors of shape []. On load a counter accepts any integer dtype of shape [] (ShapeMismatch
+// / DTypeMismatch / InvalidArgument for another shape, a float or a negative count), and a counter
+// missing from the file is set to 0 instead of failing, so files written by kiln before it kept
+// counters still load (PyTorch also starts num_batches_tracked at 0 for its own older files).
 #pragma once
 
 #include <filesystem>

@@ -1,12 +1,19 @@
 // LSTM and GRU with PyTorch's gate order, parameter names and shapes (weight_ih_l0 [G * H, in],
-// weight_hh_l0 [G * H, H], bias_ih_l0, bias_hh_l0, then _l1, ...; G = 4 gates i, f, g, o for the
+// weight_hh_l0 [G * H, H], bias_ih_l0, bias_hh_l0, then the reverse direction's
+// weight_ih_l0_reverse, ... when bidirectional, then _l1, ...; G = 4 gates i, f, g, o for the
 // LSTM, 3 gates r, z, n for the GRU) and initialisation (everything uniform in ±1/sqrt(H)), so
-// state dicts interchange with torch.nn.LSTM / nn.GRU (unidirectional, no proj_size).
+// state dicts interchange with torch.nn.LSTM / nn.GRU (no proj_size).
 //
 //   nn::Lstm lstm = nn::LstmConfig{.input_size = 8, .hidden_size = 32, .num_layers = 2,
 //                                  .batch_first = true}.init(dev);
 //   nn::LstmOutput out = lstm.forward(x);   // x [B, T, 8] -> out.output [B, T, 32],
 //                                           // out.state.h and .c [2, B, 32]
+//
+// Bidirectional (as PyTorch): every layer also runs a second set of weights from the last step
+// to the first; its output is [.., T, 2H], the forward direction's h in [0, H) and the reverse
+// direction's in [H, 2H) at each step, and the next layer reads those 2H features. States are
+// [num_layers * 2, B, H], layer k's forward direction at 2k and its reverse one at 2k + 1; the
+// reverse direction's final state is the one after it has read step 0.
 //
 // LSTM:  i = σ(W_ii x + b_ii + W_hi h + b_hi)   f = σ(…f…)   g = tanh(…g…)   o = σ(…o…)
 //        c' = f c + i g,  h' = o tanh(c')
@@ -33,33 +40,37 @@ struct RecurrentWeights {
 };
 
 namespace detail {
-void visit_recurrent(std::vector<RecurrentWeights>& layers, Visitor& visitor,
-                     std::string_view prefix);
+void visit_recurrent(std::vector<RecurrentWeights>& layers, std::vector<RecurrentWeights>& reverse,
+                     Visitor& visitor, std::string_view prefix);
 }  // namespace detail
 
-// Hidden and cell state, each [num_layers, batch, hidden].
+// Hidden and cell state, each [num_layers * num_directions, batch, hidden].
 struct LstmState {
   Tensor<3> h;
   Tensor<3> c;
 };
 
 struct LstmOutput {
-  Tensor<3> output;  // the last layer's h at every step: [B, T, H] (batch_first) or [T, B, H]
-  LstmState state;   // after the last step
+  // The last layer's h at every step: [B, T, D * H] (batch_first) or [T, B, D * H], D = 2 when
+  // bidirectional, else 1.
+  Tensor<3> output;
+  LstmState state;  // after the last step of each direction
 };
 
 struct Lstm {
-  std::vector<RecurrentWeights> layers;
+  std::vector<RecurrentWeights> layers;   // the forward direction, one per layer
+  std::vector<RecurrentWeights> reverse;  // bidirectional: the reverse direction; else empty
   std::int64_t hidden_size = 0;
   bool batch_first = false;
   // Dropout on the outputs of every layer but the last, in training only (as PyTorch).
   double dropout = 0.0;
 
+  bool bidirectional() const noexcept { return !reverse.empty(); }
   void visit(Visitor& visitor, std::string_view prefix = {}) {
-    detail::visit_recurrent(layers, visitor, prefix);
+    detail::visit_recurrent(layers, reverse, visitor, prefix);
   }
   void visit(Visitor& visitor, std::string_view prefix = {}) const {
-    detail::visit_recurrent(const_cast<std::vector<RecurrentWeights>&>(layers), visitor, prefix);
+    const_cast<Lstm*>(this)->visit(visitor, prefix);
   }
 
   // x [B, T, in] (batch_first) or [T, B, in]; the state starts at zero unless given.
@@ -74,29 +85,32 @@ struct LstmConfig {
   bool bias = true;
   bool batch_first = false;
   double dropout = 0.0;
+  bool bidirectional = false;
 
   Lstm init(const Device& device = Device::default_device()) const;
 };
 
 struct GruOutput {
-  Tensor<3> output;  // [B, T, H] (batch_first) or [T, B, H]
-  Tensor<3> h;       // [num_layers, B, H] after the last step
+  Tensor<3> output;  // [B, T, D * H] (batch_first) or [T, B, D * H]
+  Tensor<3> h;       // [num_layers * D, B, H] after the last step of each direction
 };
 
 struct Gru {
-  std::vector<RecurrentWeights> layers;
+  std::vector<RecurrentWeights> layers;   // the forward direction, one per layer
+  std::vector<RecurrentWeights> reverse;  // bidirectional: the reverse direction; else empty
   std::int64_t hidden_size = 0;
   bool batch_first = false;
   double dropout = 0.0;
 
+  bool bidirectional() const noexcept { return !reverse.empty(); }
   void visit(Visitor& visitor, std::string_view prefix = {}) {
-    detail::visit_recurrent(layers, visitor, prefix);
+    detail::visit_recurrent(layers, reverse, visitor, prefix);
   }
   void visit(Visitor& visitor, std::string_view prefix = {}) const {
-    detail::visit_recurrent(const_cast<std::vector<RecurrentWeights>&>(layers), visitor, prefix);
+    const_cast<Gru*>(this)->visit(visitor, prefix);
   }
 
-  // x [B, T, in] (batch_first) or [T, B, in]; h0 [num_layers, B, H] (zeros unless given).
+  // x [B, T, in] (batch_first) or [T, B, in]; h0 [num_layers * D, B, H] (zeros unless given).
   GruOutput forward(const Tensor<3>& x, const std::optional<Tensor<3>>& h0 = std::nullopt) const;
 };
 
@@ -107,6 +121,7 @@ struct GruConfig {
   bool bias = true;
   bool batch_first = false;
   double dropout = 0.0;
+  bool bidirectional = false;
 
   Gru init(const Device& device = Device::default_device()) const;
 };
