@@ -231,10 +231,19 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
   }
   Inputs<N> inner_inputs{};
   if constexpr (N == 0) inner_inputs.resize(count);
+  InputArray<N, const AutodiffTensor*> lent{};
+  if constexpr (N == 0) lent.resize(count);
+  // Lends input i to the inner op (see lend_inner), remembering the wrapper for reown.
+  auto lend = [&](std::size_t i) { inner_inputs[i] = lend_inner(std::move(inputs[i]), lent[i]); };
+  auto run_forward = [&] {
+    Primitive out = forward(inner(), std::move(inner_inputs));
+    for (const AutodiffTensor* wrapper : lent) out = reown(std::move(out), wrapper);
+    return out;
+  };
   if (newest == nullptr) {
     if (precomputed) return wrap(std::move(precomputed));
-    for (std::size_t i = 0; i < count; ++i) inner_inputs[i] = take_inner(std::move(inputs[i]));
-    return wrap(forward(inner(), std::move(inner_inputs)));
+    for (std::size_t i = 0; i < count; ++i) lend(i);
+    return wrap(run_forward());
   }
   bool recompute = checkpointing() == CheckpointStrategy::Balanced &&
                    cost == Cost::Elementwise && !precomputed;
@@ -250,8 +259,6 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
   }
   auto node = std::allocate_shared<OpNodeType>(PoolAllocator<OpNodeType>{}, op, newest->order(),
                                                count, std::move(rule));
-  InputArray<N, const AutodiffTensor*> lent{};
-  if constexpr (N == 0) lent.resize(count);
   auto& parents = node->parent_slots();
   auto& saved = node->saved_slots();
   for (std::size_t i = 0; i < count; ++i) {
@@ -263,14 +270,10 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
       saved[i] = Saved{lazy ? nullptr : inner_of(inputs[i]), parents[i]};
       inner_inputs[i] = inner_of(inputs[i]);
     } else {
-      if (inputs[i].use_count() > 1 && is_autodiff(inputs[i])) {
-        lent[i] = static_cast<const AutodiffTensor*>(inputs[i].get());
-      }
-      inner_inputs[i] = lend_inner(std::move(inputs[i]));
+      lend(i);
     }
   }
-  Primitive out = precomputed ? std::move(precomputed) : forward(inner(), std::move(inner_inputs));
-  for (const AutodiffTensor* wrapper : lent) out = reown(std::move(out), wrapper);
+  Primitive out = precomputed ? std::move(precomputed) : run_forward();
   if ((keep & kKeepOut) != 0 && !recompute) node->set_output(out);
   if (recompute) {
     node->set_forward(std::move(forward));

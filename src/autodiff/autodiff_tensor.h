@@ -54,15 +54,21 @@ inline const Primitive& inner_of(const Primitive& p) noexcept {
 [[gnu::always_inline]] inline Primitive take_inner(Primitive p) {
   return is_autodiff(p) ? AutodiffTensor::take_inner(std::move(p)) : p;
 }
-// The inner primitive of an autodiff input for the duration of one inner op, without touching
-// the inner's reference count: a wrapper that others share is kept alive by the returned handle
-// itself (aliasing), so the inner backend sees a shared (never writable) operand; a wrapper held
-// only here hands its inner over. Undo with reown() on the op's result.
-[[gnu::always_inline]] inline Primitive lend_inner(Primitive p) {
+// The inner primitive of an autodiff input for the duration of one inner op, with as little
+// reference counting as possible:
+//  - a wrapper held only here hands its inner over (the inner backend may then reuse it);
+//  - a shared wrapper whose inner nobody else holds lends it through an aliasing handle that
+//    owns the wrapper: no count changes, and the inner backend sees exactly the sharing there
+//    is (the handle is unique only when the wrapper, and so the inner, is); lent is set to the
+//    wrapper, for reown;
+//  - otherwise (the inner is shared, e.g. saved by a graph node) a plain shared handle.
+[[gnu::always_inline]] inline Primitive lend_inner(Primitive p, const AutodiffTensor*& lent) {
   if (!is_autodiff(p)) return p;
   if (p.use_count() == 1) return AutodiffTensor::take_inner(std::move(p));
-  TensorPrimitive* const inner = static_cast<const AutodiffTensor&>(*p).inner().get();
-  return Primitive(std::move(p), inner);
+  const auto* wrapper = static_cast<const AutodiffTensor*>(p.get());
+  if (wrapper->inner().use_count() != 1) return wrapper->inner();
+  lent = wrapper;
+  return Primitive(std::move(p), wrapper->inner().get());
 }
 // An op's result that is a lent input handed straight back (a backend may return an operand
 // unchanged) would own the wrapper it was lent from, which must not outlive the op: it is

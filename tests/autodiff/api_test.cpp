@@ -64,6 +64,38 @@ TEST(AutodiffApi, BackwardOfASquareGivesTwiceTheInput) {
   expect_close(values(gx), want, 1e-6, "d/dx sum(x*x)");
 }
 
+// exp saves its output for backward. An op on the moved result holds the only tensor handle,
+// so the inner backend would be free to write it in place were it not also the saved value: the
+// gradient (exp(x), read from that saved output) shows whether it was overwritten.
+TEST(AutodiffApi, SavedOutputsSurviveOpsOnMovedHandles) {
+  const auto x = tensor<1>(kX, {6}).require_grad();
+  std::vector<double> want;
+  for (double v : kX) want.push_back(std::exp(v));
+
+  auto e1 = x.exp();
+  const auto plus_one = std::move(e1).add_scalar(1.0);
+  expect_close(values(grad_of(x, plus_one.sum().backward())), want, 1e-6, "exp then +1");
+
+  auto e2 = x.exp();
+  const auto other = tensor<1>(kX, {6});
+  const auto sum = std::move(e2).add(other);
+  expect_close(values(grad_of(x, sum.sum().backward())), want, 1e-6, "exp then + tensor");
+
+  auto e3 = x.exp();
+  const auto neg = std::move(e3).neg();
+  std::vector<double> want_neg;
+  for (double v : want) want_neg.push_back(-v);
+  expect_close(values(grad_of(x, neg.sum().backward())), want_neg, 1e-6, "exp then neg");
+
+  const auto twice = [&] {
+    const auto e4 = x.exp();
+    return e4.add(e4);  // the same wrapper as both operands
+  }();
+  std::vector<double> want_twice;
+  for (double v : want) want_twice.push_back(2 * v);
+  expect_close(values(grad_of(x, twice.sum().backward())), want_twice, 1e-6, "e + e");
+}
+
 TEST(AutodiffApi, GradientsAccumulateOverEveryUseOfALeaf) {
   const auto x = tensor<1>(kX, {6}).require_grad();
   // x three times in one product: d/dx x³ = 3x².
