@@ -5,6 +5,7 @@
 #include "backend/cuda_plugin.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -44,18 +45,21 @@ PluginState load() {
   }
   if (const std::string here = directory_of_libkiln(); !here.empty()) candidates[1] = here + kFile;
   candidates[2] = kFile;
-  std::string errors;
+  // The first candidate that exists is the plugin; its load error (typically a missing
+  // libcuda.so.1: no driver installed) is the reason reported.
   void* handle = nullptr;
+  std::string error;
   for (const std::string& path : candidates) {
-    if (path.empty()) continue;
+    if (path.empty() || (path != kFile && access(path.c_str(), R_OK) != 0)) continue;
     // RTLD_LOCAL: the plugin's CUDA symbols stay out of the global namespace.
     handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle != nullptr) break;
-    const char* error = dlerror();
-    errors += std::string(errors.empty() ? "" : "; ") + (error ? error : path);
+    const char* text = dlerror();
+    error = text != nullptr ? text : path;
+    break;
   }
   if (handle == nullptr) {
-    state.reason = "cannot load the CUDA backend plugin (no CUDA driver?): " + errors;
+    state.reason = "cannot load the CUDA backend plugin (no CUDA driver?): " + error;
     return state;
   }
   auto entry = reinterpret_cast<KilnCudaPluginEntry>(dlsym(handle, "kiln_cuda_plugin_api"));
