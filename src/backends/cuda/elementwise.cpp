@@ -32,7 +32,7 @@ struct P {
 )CUDA";
 
 std::string key_of(const ElementwiseOp& op) {
-  std::string key = std::string("ew:") + op.name + ":" + short_name(op.output) + ":" +
+  std::string key = std::string("ew:") + std::to_string(op.gathered_input) + op.name + ":" + short_name(op.output) + ":" +
                     short_name(op.value_dtype);
   for (DType d : op.inputs) key += std::string(":") + short_name(d);
   key += "|";
@@ -95,6 +95,15 @@ std::uint64_t scalar_bits_int(std::int64_t value) { return static_cast<std::uint
 std::string elementwise_source(const ElementwiseOp& op) {
   static const char* names[] = {"a", "b", "c"};
   std::string s = kernel_prelude() + kParamsStruct;
+  if (op.gathered_input >= 0) {
+    const std::size_t k = static_cast<std::size_t>(op.gathered_input);
+    const DType d = op.inputs[k];
+    s += "#define GATHER(extra) " +
+         load_expression(d, "((const " + std::string(storage_type(d)) + "*)p.ptr[" +
+                                std::to_string(k + 1) + "])[o" + std::to_string(k + 1) +
+                                " + (extra)]") +
+         "\n";
+  }
   s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_elementwise(const P p) {\n";
   s += "  bool err = false;\n";
   for (std::size_t k = 0; k < op.scalars.size(); ++k) {
@@ -114,6 +123,7 @@ std::string elementwise_source(const ElementwiseOp& op) {
   }
   s += "      }\n    }\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    if (static_cast<int>(k) == op.gathered_input) continue;
     const DType d = op.inputs[k];
     const std::string at = "((const " + std::string(storage_type(d)) + "*)p.ptr[" +
                            std::to_string(k + 1) + "])[o" + std::to_string(k + 1) + "]";

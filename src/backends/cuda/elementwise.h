@@ -26,6 +26,9 @@ struct ElementwiseOp {
   DType output = DType::F32;       // converted to this with kiln's cast semantics
   std::vector<DType> scalars;      // compute type of s0, s1, ... (raw 64-bit words at launch)
   const char* failure = nullptr;   // what err means, when the expression can set it
+  // An input that is not loaded before the expression: the expression reads it with
+  // GATHER(extra), at the loop's position plus extra elements (gather, select).
+  int gathered_input = -1;
 };
 
 // Generated source of op (exposed for tests that compile every kernel without a GPU).

@@ -40,11 +40,9 @@ Primitive CudaBackend::cumsum(Primitive x, std::int64_t d) { return on_host(*thi
 Primitive CudaBackend::cumprod(Primitive x, std::int64_t d) { return on_host(*this, &Backend::cumprod, x, d); }
 Primitive CudaBackend::cummin(Primitive x, std::int64_t d) { return on_host(*this, &Backend::cummin, x, d); }
 Primitive CudaBackend::cummax(Primitive x, std::int64_t d) { return on_host(*this, &Backend::cummax, x, d); }
-Primitive CudaBackend::gather(std::int64_t d, Primitive x, Primitive i) { return on_host(*this, &Backend::gather, d, x, i); }
 Primitive CudaBackend::scatter(std::int64_t d, Primitive x, Primitive i, Primitive v, IndexingUpdate u) {
   return on_host(*this, &Backend::scatter, d, x, i, v, u);
 }
-Primitive CudaBackend::select(Primitive x, std::int64_t d, Primitive i) { return on_host(*this, &Backend::select, x, d, i); }
 Primitive CudaBackend::conv(Primitive x, Primitive w, OptionalPrimitive b, ConvOptions o) {
   return on_host(*this, &Backend::conv, x, w, b, o);
 }

@@ -126,11 +126,17 @@ __device__ __forceinline__ i64 base_of(const P& p, i64 o) {
   return base;
 }
 extern "C" __global__ void kiln_reduce_thread(const P p) {
-  for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < p.outputs; o += (i64)gridDim.x * blockDim.x) {
+  // Item = chunk * outputs + output: neighbouring threads take neighbouring outputs (coalesced
+  // when the reduced dim is not the innermost one).
+  for (i64 item = blockIdx.x * (i64)blockDim.x + threadIdx.x; item < p.outputs * p.chunks; item += (i64)gridDim.x * blockDim.x) {
+    const i64 chunk = item / p.outputs, o = item - chunk * p.outputs;
     const i64 base = base_of(p, o);
+    const i64 first = chunk * p.chunk_length;
+    const i64 last = min(p.length, first + p.chunk_length);
     Acc a = init();
-    for (i64 j = 0; j < p.length; ++j) step(a, LOAD, j);
-    write(p, o, a);
+    for (i64 j = first; j < last; ++j) step(a, LOAD, j);
+    if (p.chunks == 1) write(p, o, a);
+    else *(Acc*)(p.scratch + (u64)(o * p.chunks + chunk) * 32) = a;
   }
 }
 extern "C" __global__ void __launch_bounds__(256) kiln_reduce_block(const P p) {
@@ -222,21 +228,19 @@ TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim, Re
                           short_name(x.dtype()) + ":" + short_name(out_dtype);
   auto source = [&] { return reduce_source(reducer, x.dtype(), out_dtype); };
   const std::int64_t sms = runtime.context.sm_count();
-  const bool thread_per_output = p.length <= 32 || (p.reduce_stride != 1 && p.outputs >= 1024) ||
-                                 p.outputs >= 64 * sms * 8;
-  if (thread_per_output) {
-    p.chunks = 1;
-    p.chunk_length = p.length;
-    CUfunction f = runtime.compiler.function(key, "kiln_reduce_thread", source);
-    runtime.launch(op, f, runtime.blocks_for(p.outputs, kBlock), kBlock, &p);
-    return out;
-  }
-  // Long lines: split each into chunks so at least a few blocks run per SM.
+  // Contiguous lines: a block per line (or per chunk of a long line). Strided lines: a thread
+  // per output, neighbouring threads on neighbouring outputs. Either way long lines are cut
+  // into chunks until the GPU has enough work (2048 resident threads per SM).
+  const bool block_per_line = p.reduce_stride == 1 && p.length > 32;
   std::int64_t chunks = 1;
-  if (p.outputs < 4 * sms) {
-    chunks = std::min<std::int64_t>((p.length + 4095) / 4096, (4 * sms + p.outputs - 1) / p.outputs);
-    chunks = std::max<std::int64_t>(chunks, 1);
+  if (block_per_line) {
+    if (p.outputs < 8 * sms) {
+      chunks = std::min<std::int64_t>((p.length + 4095) / 4096, (8 * sms + p.outputs - 1) / p.outputs);
+    }
+  } else if (p.outputs < 2048 * sms) {
+    chunks = std::min<std::int64_t>((p.length + 63) / 64, (2048 * sms + p.outputs - 1) / p.outputs);
   }
+  chunks = std::max<std::int64_t>(chunks, 1);
   p.chunks = chunks;
   p.chunk_length = (p.length + chunks - 1) / chunks;
   TensorPtr scratch;
@@ -244,9 +248,14 @@ TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim, Re
     scratch = runtime.make_tensor(DType::U8, Shape{p.outputs * chunks * std::int64_t(kScratchEntry)}, op);
     p.scratch = scratch->data();
   }
-  CUfunction block = runtime.compiler.function(key, "kiln_reduce_block", source);
-  const std::int64_t blocks = std::min<std::int64_t>(p.outputs * chunks, std::int64_t(1) << 30);
-  runtime.launch(op, block, static_cast<unsigned>(blocks), kBlock, &p);
+  if (block_per_line) {
+    CUfunction block = runtime.compiler.function(key, "kiln_reduce_block", source);
+    const std::int64_t blocks = std::min<std::int64_t>(p.outputs * chunks, std::int64_t(1) << 30);
+    runtime.launch(op, block, static_cast<unsigned>(blocks), kBlock, &p);
+  } else {
+    CUfunction thread = runtime.compiler.function(key, "kiln_reduce_thread", source);
+    runtime.launch(op, thread, runtime.blocks_for(p.outputs * chunks, kBlock), kBlock, &p);
+  }
   if (chunks > 1) {
     CUfunction finish = runtime.compiler.function(key, "kiln_reduce_finish", source);
     runtime.launch(op, finish, runtime.blocks_for(p.outputs, kBlock), kBlock, &p);
