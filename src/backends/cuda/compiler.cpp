@@ -32,7 +32,9 @@ Compiler::~Compiler() {
 CUfunction Compiler::function(const std::string& key, const char* name,
                               const std::function<std::string()>& make_source) {
   std::lock_guard lock(mutex_);
-  const std::string full_key = key + "#" + name;
+  // Per-thread buffer: a cache hit allocates nothing.
+  thread_local std::string full_key;
+  full_key.assign(key).append("#").append(name);
   if (auto it = functions_.find(full_key); it != functions_.end()) {
     ++stats_.memory_hits;
     return it->second;

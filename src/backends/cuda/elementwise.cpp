@@ -21,55 +21,50 @@ struct Params {
   std::uint32_t error_token;
 };
 
-
-std::string key_of(const ElementwiseOp& op) {
-  std::string key = std::string("ew:") + std::to_string(op.gathered_input) + op.name + ":" + short_name(op.output) + ":" +
-                    short_name(op.value_dtype);
-  for (DType d : op.inputs) key += std::string(":") + short_name(d);
-  key += "|";
-  for (DType d : op.scalars) key += std::string(short_name(d)) + ",";
-  key += "|" + op.expression;
-  return key;
+// The kernel's cache key, built in a per-thread buffer (no allocation once it has grown).
+const std::string& key_of(const ElementwiseOp& op) {
+  thread_local std::string key;
+  key.assign("ew:").append(op.name).append(":").append(std::to_string(op.gathered_input));
+  key.append(":").append(short_name(op.output)).append(":").append(short_name(op.value_dtype));
+  for (DType d : op.inputs) key.append(":").append(short_name(d));
+  key.append("|");
+  for (DType d : op.scalars) key.append(short_name(d)).append(",");
+  return key.append("|").append(op.expression);
 }
 
 // Merges dims that every operand walks contiguously together and drops size-1 dims: fewer
-// divisions per element, and most views become rank 1 or 2.
-int collapse(const Shape& shape, std::array<Strides, kMaxOperands>& strides, std::size_t count,
-             std::int64_t* sizes_out, std::int64_t (*strides_out)[kMaxDims]) {
-  std::vector<std::int64_t> sizes;
-  std::vector<std::array<std::int64_t, kMaxOperands>> st;
+// divisions per element, and most views become rank 1 or 2. Writes straight into the launch
+// parameters; returns the merged rank.
+int collapse(const Shape& shape, const std::array<Strides, kMaxOperands>& strides,
+             std::size_t count, std::int64_t* sizes, std::int64_t (*out)[kMaxDims]) {
+  int rank = 0;
   for (std::size_t d = 0; d < shape.rank(); ++d) {
     if (shape[d] == 1) continue;
-    std::array<std::int64_t, kMaxOperands> s{};
-    for (std::size_t k = 0; k < count; ++k) s[k] = strides[k][d];
-    if (!sizes.empty()) {
+    if (rank > 0) {
       bool mergeable = true;
       for (std::size_t k = 0; k < count; ++k) {
-        if (st.back()[k] != s[k] * shape[d]) mergeable = false;
+        if (out[k][rank - 1] != strides[k][d] * shape[d]) mergeable = false;
       }
       if (mergeable) {
-        sizes.back() *= shape[d];
-        st.back() = s;
+        sizes[rank - 1] *= shape[d];
+        for (std::size_t k = 0; k < count; ++k) out[k][rank - 1] = strides[k][d];
         continue;
       }
     }
-    sizes.push_back(shape[d]);
-    st.push_back(s);
+    if (rank == static_cast<int>(kMaxDims)) {
+      detail::fail<InvalidArgument>("cuda", "a view of shape ", shape.to_string(),
+                                    " has more than ", kMaxDims,
+                                    " dims that cannot be merged; at most ", kMaxDims,
+                                    " are supported on cuda");
+    }
+    sizes[rank] = shape[d];
+    for (std::size_t k = 0; k < count; ++k) out[k][rank] = strides[k][d];
+    ++rank;
   }
-  if (sizes.size() > kMaxDims) {
-    detail::fail<InvalidArgument>("cuda", "a view of shape ", shape.to_string(), " has ",
-                                  sizes.size(), " dims that cannot be merged; at most ", kMaxDims,
-                                  " are supported on cuda");
-  }
-  for (std::size_t d = 0; d < sizes.size(); ++d) {
-    sizes_out[d] = sizes[d];
-    for (std::size_t k = 0; k < count; ++k) strides_out[k][d] = st[d][k];
-  }
-  return static_cast<int>(sizes.size());
+  return rank;
 }
 
 }  // namespace
-
 
 void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTensor& out,
                         std::span<const CudaTensor* const> inputs,
