@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.h"
 
@@ -38,6 +40,8 @@ struct CudaPluginApi {
   KernelCacheStats (*kernel_cache_stats)(int index) = nullptr;
   // Forgets the kernels loaded in this process (the disk cache stays): tests of the disk cache.
   void (*clear_kernel_memory_cache)(int index) = nullptr;
+  // The ops that still run through the host fallback (no GPU kernel yet).
+  std::span<const std::string_view> (*host_fallback_ops)() = nullptr;
 };
 
 // The plugin's table, loading the plugin on the first call; nullptr with the reason when kiln

@@ -32,6 +32,9 @@ int run_info(std::ostream& out) {
     out << "  cuda     compiled in, unavailable: " << cuda_reason << "\n";
   } else {
     out << "  cuda     compiled in, available (" << gpus << (gpus == 1 ? " GPU" : " GPUs") << ")\n";
+    out << "           host fallback (no GPU kernel yet):";
+    for (std::string_view op : cuda_plugin(nullptr)->host_fallback_ops()) out << " " << op;
+    out << "\n";
   }
   out << "  remote   not compiled in\n";
   out << "  autodiff compiled in (a decorator: Device::autodiff())\n\n";
