@@ -18,12 +18,22 @@ void check_storage(DType dtype, const char* op) {
   }
 }
 
-// One queued device-to-host copy: where it lands and what it will be.
+// One queued device-to-host copy: where it lands and what it will be. A read dropped before
+// it was waited for still waits for its copy before the staging buffer goes back to the pool
+// (another read could otherwise get a buffer the DMA engine is still writing).
 struct PendingRead {
   PinnedPool::Handle staging;
+  std::shared_ptr<CUevent_st> copied;  // recorded after the copy was queued
   std::size_t bytes = 0;
   Shape shape;
   DType dtype = DType::F32;
+
+  PendingRead() = default;
+  PendingRead(PendingRead&&) noexcept = default;
+  PendingRead& operator=(PendingRead&&) noexcept = default;
+  ~PendingRead() {
+    if (staging && copied) cuEventSynchronize(copied.get());
+  }
 };
 
 PendingRead queue_read(CudaBackend& backend, const Primitive& x) {
@@ -142,6 +152,7 @@ ReadFuture CudaBackend::into_data(Primitive x) {
   auto read = std::make_shared<PendingRead>(queue_read(*this, x));
   x.reset();
   auto event = record_event(runtime_, "into_data");
+  read->copied = event;
   return std::async(std::launch::deferred, [this, read, event]() {
     wait_event(runtime_, event.get(), "into_data");
     return finish_read(*read);
@@ -157,6 +168,7 @@ ReadManyFuture CudaBackend::read_many(PrimitiveList xs) {
     x.reset();
   }
   auto event = record_event(runtime_, "read_many");
+  for (PendingRead& read : *reads) read.copied = event;
   return std::async(std::launch::deferred, [this, reads, event]() {
     wait_event(runtime_, event.get(), "read_many");
     std::vector<TensorData> out;
