@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "autodiff/autodiff_backend.h"
+#include "backend/cuda_plugin.h"
 #include "backends/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -14,6 +15,24 @@ namespace {
 Backend& cpu_backend() {
   static const std::shared_ptr<Backend> backend = make_cpu_backend();
   return *backend;
+}
+
+// The plugin's backend for GPU index, made on first use (Device::cuda has checked the index).
+Backend& cuda_backend(int index) {
+  static std::mutex mutex;
+  // Never destroyed: tearing a CUDA context down during exit races the driver's own teardown.
+  static auto& backends = *new std::map<int, std::shared_ptr<Backend>>();
+  std::lock_guard lock(mutex);
+  auto& slot = backends[index];
+  if (!slot) {
+    std::string reason;
+    bool not_compiled = false;
+    const CudaPluginApi* api = cuda_plugin(&reason, &not_compiled);
+    if (api == nullptr && not_compiled) detail::fail<NotCompiled>("device", reason);
+    if (api == nullptr) detail::fail<BackendUnavailable>("device", reason);
+    slot = api->make_backend(index);
+  }
+  return *slot;
 }
 
 struct SettingsEntry {
@@ -39,7 +58,7 @@ Backend& hardware_backend(const Device& device) {
     case DeviceKind::Cpu:
       return cpu_backend();
     case DeviceKind::Cuda:
-      detail::fail<NotCompiled>("device", "kiln was built without the CUDA backend (", device.to_string(), ")");
+      return cuda_backend(device.index());
     case DeviceKind::Remote:
       detail::fail<NotCompiled>("device", "kiln was built without the remote backend (", device.to_string(), ")");
   }

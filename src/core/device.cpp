@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backend/cuda_plugin.h"
 #include "backend/registry.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -39,8 +40,16 @@ bool parse_index(const std::string& text, int& out) {
 
 Device Device::cuda(int index) {
   if (index < 0) detail::fail<InvalidArgument>("Device::cuda", "negative GPU index ", index);
-  detail::fail<NotCompiled>("Device::cuda", "kiln was built without the CUDA backend (cuda:",
-                            index, ")");
+  std::string reason;
+  bool not_compiled = false;
+  const int count = cuda_device_count(&reason, &not_compiled);
+  if (not_compiled) detail::fail<NotCompiled>("Device::cuda", reason, " (cuda:", index, ")");
+  if (count == 0) detail::fail<BackendUnavailable>("Device::cuda", reason, " (cuda:", index, ")");
+  if (index >= count) {
+    detail::fail<BackendUnavailable>("Device::cuda", "no GPU cuda:", index, " (", count,
+                                     count == 1 ? " GPU" : " GPUs", " found)");
+  }
+  return Device(DeviceKind::Cuda, index);
 }
 
 Device Device::remote(const std::string& url) {
@@ -81,7 +90,7 @@ Device Device::default_device() {
 int Device::count(DeviceKind kind) {
   switch (kind) {
     case DeviceKind::Cpu: return 1;
-    case DeviceKind::Cuda: return 0;
+    case DeviceKind::Cuda: return cuda_device_count(nullptr);
     case DeviceKind::Remote: return 0;
   }
   return 0;

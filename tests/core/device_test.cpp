@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "backend/cuda_plugin.h"
+
 namespace kiln {
 namespace {
 
@@ -60,11 +62,12 @@ TEST(Device, CpuValue) {
   EXPECT_EQ(cpu.url(), "");
 }
 
-TEST(Device, DefaultIsCpuWithoutCudaOrEnv) {
+TEST(Device, DefaultIsTheFirstGpuElseCpuWithoutEnv) {
+  const Device expected = cuda_device_count(nullptr) > 0 ? Device::cuda(0) : Device::cpu();
   ScopedDeviceEnv env(nullptr);
-  EXPECT_EQ(Device::default_device(), Device::cpu());
+  EXPECT_EQ(Device::default_device(), expected);
   ScopedDeviceEnv empty("");
-  EXPECT_EQ(Device::default_device(), Device::cpu());
+  EXPECT_EQ(Device::default_device(), expected);
 }
 
 TEST(Device, KilnDeviceCpu) {
@@ -87,23 +90,40 @@ TEST(Device, KilnDeviceBadValuesListTheAcceptedForms) {
 }
 
 // This build has neither the CUDA nor the remote backend.
-TEST(Device, CudaAndRemoteAreNotCompiled) {
-  for (const char* value : {"cuda", "cuda:0", "cuda:3", "remote://127.0.0.1:7878"}) {
-    ScopedDeviceEnv env(value);
-    const std::string message = expect_error<NotCompiled>([] { Device::default_device(); });
-    EXPECT_NE(message.find("built without"), std::string::npos) << message;
-  }
-  expect_error<NotCompiled>([] { Device::cuda(0); });
+TEST(Device, RemoteIsNotCompiled) {
+  ScopedDeviceEnv env("remote://127.0.0.1:7878");
+  const std::string message = expect_error<NotCompiled>([] { Device::default_device(); });
+  EXPECT_NE(message.find("built without"), std::string::npos) << message;
   expect_error<NotCompiled>([] { Device::remote("tcp://127.0.0.1:7878"); });
-  expect_error<InvalidArgument>([] { Device::cuda(-1); });
   expect_error<InvalidArgument>([] { Device::remote(""); });
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());
-  expect_error<NotCompiled>([] { Device::parse("cuda:1"); });
+}
+
+// CUDA: NotCompiled without the plugin, BackendUnavailable without a usable GPU (or past the
+// last one), a device otherwise. tests/core/cuda_plugin_test.cpp has the plugin's own tests.
+TEST(Device, CudaErrorsDependOnWhatIsThere) {
+  std::string reason;
+  bool not_compiled = false;
+  const int gpus = cuda_device_count(&reason, &not_compiled);
+  expect_error<InvalidArgument>([] { Device::cuda(-1); });
+  for (int index : {0, 1, 3}) {
+    if (index < gpus) {
+      EXPECT_EQ(Device::cuda(index).index(), index);
+    } else if (not_compiled) {
+      const std::string message = expect_error<NotCompiled>([index] { Device::cuda(index); });
+      EXPECT_NE(message.find("built without"), std::string::npos) << message;
+      expect_error<NotCompiled>([index] { Device::parse("cuda:" + std::to_string(index)); });
+    } else {
+      expect_error<BackendUnavailable>([index] { Device::cuda(index); });
+      ScopedDeviceEnv env(("cuda:" + std::to_string(index)).c_str());
+      expect_error<BackendUnavailable>([] { Device::default_device(); });
+    }
+  }
 }
 
 TEST(Device, Count) {
   EXPECT_EQ(Device::count(DeviceKind::Cpu), 1);
-  EXPECT_EQ(Device::count(DeviceKind::Cuda), 0);
+  EXPECT_EQ(Device::count(DeviceKind::Cuda), cuda_device_count(nullptr));
   EXPECT_EQ(Device::count(DeviceKind::Remote), 0);
 }
 

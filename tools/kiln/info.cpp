@@ -2,6 +2,7 @@
 
 #include <iomanip>
 
+#include "backend/cuda_plugin.h"
 #include "tools/kiln/commands.h"
 
 namespace kiln::tools {
@@ -22,15 +23,35 @@ int run_info(std::ostream& out) {
   out << "kiln " << kVersion << " (backend API " << kBackendApiVersion << ")\n\n";
   out << "backends:\n";
   out << "  cpu      compiled in, available\n";
-  out << "  cuda     not compiled in\n";
+  std::string cuda_reason;
+  bool cuda_not_compiled = false;
+  const int gpus = cuda_device_count(&cuda_reason, &cuda_not_compiled);
+  if (cuda_not_compiled) {
+    out << "  cuda     not compiled in\n";
+  } else if (gpus == 0) {
+    out << "  cuda     compiled in, unavailable: " << cuda_reason << "\n";
+  } else {
+    out << "  cuda     compiled in, available (" << gpus << (gpus == 1 ? " GPU" : " GPUs") << ")\n";
+    out << "           host fallback (no GPU kernel yet):";
+    for (std::string_view op : cuda_plugin(nullptr)->host_fallback_ops()) out << " " << op;
+    out << "\n";
+  }
   out << "  remote   not compiled in\n";
   out << "  autodiff compiled in (a decorator: Device::autodiff())\n\n";
 
   std::vector<Device> devices;
   for (int i = 0; i < Device::count(DeviceKind::Cpu); ++i) devices.push_back(Device::cpu());
+  for (int i = 0; i < gpus; ++i) devices.push_back(Device::cuda(i));
   out << "devices:\n";
   for (const Device& d : devices) {
-    out << "  " << std::left << std::setw(10) << d.to_string() << d.backend_name() << "\n";
+    out << "  " << std::left << std::setw(10) << d.to_string() << std::setw(14) << d.backend_name();
+    if (d.kind() == DeviceKind::Cuda) {
+      const GpuInfo gpu = cuda_plugin(nullptr)->device_info(d.index());
+      out << gpu.name << ", " << std::fixed << std::setprecision(1)
+          << static_cast<double>(gpu.total_memory) / (1024.0 * 1024.0 * 1024.0)
+          << " GiB, compute capability " << gpu.major << "." << gpu.minor;
+    }
+    out << "\n";
   }
   out << "\ndtype usage (S storage, A arithmetic, X accelerated):\n  " << std::setw(10) << "device";
   for (DType dt : kAllDTypes) out << std::setw(6) << dtype_name(dt);

@@ -171,7 +171,8 @@ Primitive Backend::batch_norm(Primitive x, Primitive gamma, Primitive beta, Prim
 Primitive Backend::attention(Primitive query, Primitive key, Primitive value, OptionalPrimitive mask,
                              OptionalPrimitive bias, AttentionOptions options) {
   // softmax(q k^T * scale + bias, excluded -> -inf) v on [batch, heads, seq, dim]. A row whose
-  // every key is excluded has no distribution: its output is NaN, as in PyTorch.
+  // every key is excluded gets all-zero weights, so its output is zeros, not NaN (as the CPU
+  // backend and PyTorch's math path since 2.5); NaN scores still propagate.
   const DType dtype = query->dtype();
   const std::int64_t depth = query->shape()[3];
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(depth)));
@@ -181,18 +182,26 @@ Primitive Backend::attention(Primitive query, Primitive key, Primitive value, Op
   Primitive scores = mul_scalar(matmul(std::move(q), swap_dims(std::move(k), 2, 3)), scale);
   if (bias) scores = add(std::move(scores), to_compute(*this, std::move(*bias)));
   const Shape score_shape = scores->shape();
-  if (mask) {
-    scores = mask_fill(std::move(scores), expand_to(*this, std::move(*mask), score_shape), -kInfinity);
-  }
+  OptionalPrimitive excluded;
+  if (mask) excluded = expand_to(*this, std::move(*mask), score_shape);
   if (options.is_causal) {
     // Query i sees keys j <= i (aligned at the top left, as PyTorch's is_causal).
     const std::int64_t queries = score_shape[2], keys = score_shape[3];
     const Device device = scores->device();
     Primitive rows = reshape(arange(0, queries, 1, DType::I64, device), Shape{1, 1, queries, 1});
     Primitive cols = reshape(arange(0, keys, 1, DType::I64, device), Shape{1, 1, 1, keys});
-    Primitive future = greater(expand_to(*this, std::move(cols), Shape{1, 1, queries, keys}),
-                               expand_to(*this, std::move(rows), Shape{1, 1, queries, keys}));
-    scores = mask_fill(std::move(scores), expand_to(*this, std::move(future), score_shape), -kInfinity);
+    Primitive future = expand_to(*this,
+                                 greater(expand_to(*this, std::move(cols), Shape{1, 1, queries, keys}),
+                                         expand_to(*this, std::move(rows), Shape{1, 1, queries, keys})),
+                                 score_shape);
+    excluded = excluded ? logical_or(std::move(*excluded), std::move(future)) : std::move(future);
+  }
+  if (excluded) {
+    scores = mask_fill(std::move(scores), *excluded, -kInfinity);
+    Primitive weights = softmax(std::move(scores), 3);
+    Primitive empty_rows = expand_to(*this, all_dim(std::move(*excluded), 3), score_shape);
+    weights = mask_fill(std::move(weights), std::move(empty_rows), 0.0);
+    return from_compute(*this, matmul(std::move(weights), std::move(v)), dtype);
   }
   Primitive weights = softmax(std::move(scores), 3);
   return from_compute(*this, matmul(std::move(weights), std::move(v)), dtype);

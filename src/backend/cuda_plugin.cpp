@@ -1,0 +1,114 @@
+// Loads libkiln_cuda.so on first use. It is looked for in KILN_PLUGIN_DIR when set, else next
+// to libkiln.so (found with dladdr on one of kiln's own symbols), then by the loader's search
+// path. Nothing here runs unless a CUDA device is asked for, so a CPU-only program maps no
+// CUDA library.
+#include "backend/cuda_plugin.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "kiln/version.h"
+
+namespace kiln {
+namespace {
+
+struct PluginState {
+  const CudaPluginApi* api = nullptr;
+  std::string reason;
+  bool not_compiled = false;
+};
+
+std::string directory_of_libkiln() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&cuda_plugin), &info) == 0 || info.dli_fname == nullptr) {
+    return {};
+  }
+  const std::string path = info.dli_fname;
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+}
+
+PluginState load() {
+  PluginState state;
+#ifndef KILN_HAVE_CUDA_PLUGIN
+  state.not_compiled = true;
+  state.reason = "kiln was built without the CUDA backend (KILN_CUDA=OFF or no CUDA toolkit)";
+  return state;
+#else
+  constexpr const char* kFile = "libkiln_cuda.so";
+  std::string candidates[3];
+  if (const char* dir = std::getenv("KILN_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
+    candidates[0] = std::string(dir) + "/" + kFile;
+  }
+  if (const std::string here = directory_of_libkiln(); !here.empty()) candidates[1] = here + kFile;
+  candidates[2] = kFile;
+  // The first candidate that exists is the plugin; its load error (typically a missing
+  // libcuda.so.1: no driver installed) is the reason reported.
+  void* handle = nullptr;
+  std::string error;
+  for (const std::string& path : candidates) {
+    if (path.empty() || (path != kFile && access(path.c_str(), R_OK) != 0)) continue;
+    // RTLD_LOCAL: the plugin's CUDA symbols stay out of the global namespace.
+    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) break;
+    const char* text = dlerror();
+    error = text != nullptr ? text : path;
+    break;
+  }
+  if (handle == nullptr) {
+    state.reason = "cannot load the CUDA backend plugin (no CUDA driver?): " + error;
+    return state;
+  }
+  auto entry = reinterpret_cast<KilnCudaPluginEntry>(dlsym(handle, "kiln_cuda_plugin_api"));
+  if (entry == nullptr) {
+    state.reason = "libkiln_cuda.so has no kiln_cuda_plugin_api entry point";
+    return state;
+  }
+  const CudaPluginApi* api = entry();
+  if (api == nullptr || api->api_version != kBackendApiVersion) {
+    state.reason = "libkiln_cuda.so was built for backend API " +
+                   std::to_string(api ? api->api_version : -1) + ", this kiln has " +
+                   std::to_string(kBackendApiVersion);
+    return state;
+  }
+  state.api = api;  // the handle stays open for the life of the process
+  return state;
+#endif
+}
+
+}  // namespace
+
+const CudaPluginApi* cuda_plugin(std::string* reason, bool* not_compiled) {
+  static const PluginState state = load();
+  if (state.api == nullptr) {
+    if (reason != nullptr) *reason = state.reason;
+    if (not_compiled != nullptr) *not_compiled = state.not_compiled;
+  }
+  return state.api;
+}
+
+int cuda_device_count(std::string* reason, bool* not_compiled) {
+  struct Count {
+    int count = 0;
+    std::string reason;
+    bool not_compiled = false;
+  };
+  static const Count cached = [] {
+    Count c;
+    const CudaPluginApi* api = cuda_plugin(&c.reason, &c.not_compiled);
+    if (api == nullptr) return c;
+    c.count = api->device_count(&c.reason);
+    if (c.count < 0) c.count = 0;
+    return c;
+  }();
+  if (cached.count == 0) {
+    if (reason != nullptr) *reason = cached.reason;
+    if (not_compiled != nullptr) *not_compiled = cached.not_compiled;
+  }
+  return cached.count;
+}
+
+}  // namespace kiln

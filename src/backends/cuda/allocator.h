@@ -1,0 +1,49 @@
+// The caching allocator of one GPU. Freed blocks are kept by size class and handed out again
+// without a driver call (cuMemAlloc/cuMemFree synchronise the device and cost tens of µs).
+// Reuse is stream-ordered: every op of the device runs on one stream, so a block freed on the
+// host after its last use was queued can be given to an op queued later without waiting.
+// Out of memory: the cache is released and the allocation retried; then OutOfMemory.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "kiln/device.h"
+
+namespace kiln::cuda {
+
+class Context;
+
+class Allocator {
+ public:
+  explicit Allocator(Context& context) : context_(context) {}
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // At least bytes of device memory (256-byte aligned); capacity receives the block's size.
+  CUdeviceptr allocate(std::size_t bytes, std::size_t& capacity, const char* op);
+  void deallocate(CUdeviceptr pointer, std::size_t capacity) noexcept;
+  // Frees every cached block (waits for the stream first).
+  void release_cache() noexcept;
+  MemoryStats stats() const noexcept;
+  void reset_peak() noexcept;
+
+  // The size class of a request: 512-byte steps below 1 MiB, 2 MiB steps above (large blocks
+  // are few, and rounding them finely would fragment the cache).
+  static std::size_t size_class(std::size_t bytes) noexcept;
+
+ private:
+  void release_cache_locked() noexcept;
+
+  Context& context_;
+  mutable std::mutex mutex_;
+  std::multimap<std::size_t, CUdeviceptr> free_;  // size class -> cached block
+  std::int64_t in_use_ = 0, reserved_ = 0, peak_ = 0;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,105 @@
+#include "backends/cuda/context.h"
+
+#include <algorithm>
+
+#include "backends/cuda/check.h"
+
+namespace kiln::cuda {
+
+bool driver_ready(std::string* reason) {
+  static const std::string failure = []() -> std::string {
+    const CUresult status = cuInit(0);
+    if (status == CUDA_SUCCESS) return {};
+    const char* text = nullptr;
+    cuGetErrorString(status, &text);
+    return std::string("cuInit failed: ") + (text ? text : "unknown error");
+  }();
+  if (!failure.empty() && reason != nullptr) *reason = failure;
+  return failure.empty();
+}
+
+Context::Context(int index) : index_(index) {
+  const char* op = "Device::cuda";
+  KILN_CUDA_CHECK(op, cuDeviceGet(&device_, index));
+  KILN_CUDA_CHECK(op, cuDevicePrimaryCtxRetain(&context_, device_));
+  KILN_CUDA_CHECK(op, cuCtxSetCurrent(context_));
+  KILN_CUDA_CHECK(op, cuDeviceGetAttribute(&major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
+  KILN_CUDA_CHECK(op, cuDeviceGetAttribute(&minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_));
+  KILN_CUDA_CHECK(op, cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
+  // Non-blocking: the legacy default stream (used by anything else in the process) never
+  // serialises with kiln's work.
+  KILN_CUDA_CHECK(op, cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  void* host = nullptr;
+  KILN_CUDA_CHECK(op, cuMemHostAlloc(&host, sizeof(std::uint32_t), CU_MEMHOSTALLOC_DEVICEMAP));
+  error_word_host_ = static_cast<volatile std::uint32_t*>(host);
+  *error_word_host_ = 0;
+  KILN_CUDA_CHECK(op, cuMemHostGetDevicePointer(&error_word_device_, host, 0));
+}
+
+Context::~Context() {
+  // Best effort: errors at teardown have nobody to report to.
+  cuCtxSetCurrent(context_);
+  if (stream_ != nullptr) cuStreamDestroy(stream_);
+  if (error_word_host_ != nullptr) cuMemFreeHost(const_cast<std::uint32_t*>(error_word_host_));
+  cuDevicePrimaryCtxRelease(device_);
+}
+
+void Context::make_current() const {
+  CUcontext current = nullptr;
+  if (cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context_) return;
+  KILN_CUDA_CHECK("cuda", cuCtxSetCurrent(context_));
+}
+
+std::uint32_t Context::error_token(const char* op, const char* what) {
+  const std::string text = std::string(op) + ": " + what;
+  std::lock_guard lock(mutex_);
+  const auto it = std::find(tokens_.begin(), tokens_.end(), text);
+  if (it != tokens_.end()) return static_cast<std::uint32_t>(it - tokens_.begin() + 1);
+  tokens_.push_back(text);
+  return static_cast<std::uint32_t>(tokens_.size());
+}
+
+void Context::note_launch(const char* op) {
+  std::lock_guard lock(mutex_);
+  // A bounded list: after many launches only the most recent names matter.
+  if (launched_.size() >= 16) launched_.erase(launched_.begin());
+  if (launched_.empty() || launched_.back() != op) launched_.push_back(op);
+}
+
+std::string Context::in_flight() const {
+  std::lock_guard lock(mutex_);
+  std::string names;
+  for (const char* name : launched_) names += std::string(names.empty() ? "" : ", ") + name;
+  return names.empty() ? "none" : names;
+}
+
+void Context::synchronize(const char* op) {
+  make_current();
+  const CUresult status = cuStreamSynchronize(stream_);
+  if (status != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    cuGetErrorString(status, &text);
+    detail::fail<ExecutionError>(op, "a kernel on cuda:", index_, " failed (ops in flight: ",
+                                 in_flight(), "): ", text ? text : "unknown error");
+  }
+  throw_pending(op);
+}
+
+void Context::throw_pending(const char* op) {
+  const std::uint32_t token = *error_word_host_;
+  if (token == 0) {
+    std::lock_guard lock(mutex_);
+    launched_.clear();
+    return;
+  }
+  *error_word_host_ = 0;
+  std::string what = "unknown failure";
+  {
+    std::lock_guard lock(mutex_);
+    if (token <= tokens_.size()) what = tokens_[token - 1];
+    launched_.clear();
+  }
+  detail::fail<ExecutionError>(op, "an earlier op on cuda:", index_, " failed: ", what);
+}
+
+}  // namespace kiln::cuda

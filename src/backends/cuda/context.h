@@ -1,0 +1,66 @@
+// One GPU as the backend sees it: the driver's primary context (shared with the CUDA runtime,
+// so cuBLASLt and CUB run in the same context), one stream on which every op of the device is
+// queued in order, and the deferred-error channel through which kernels report failures such
+// as an integer division by zero.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kiln::cuda {
+
+class Context {
+ public:
+  explicit Context(int index);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int index() const noexcept { return index_; }
+  CUdevice device() const noexcept { return device_; }
+  CUcontext context() const noexcept { return context_; }
+  CUstream stream() const noexcept { return stream_; }
+  int major() const noexcept { return major_; }
+  int minor() const noexcept { return minor_; }
+  int sm_count() const noexcept { return sm_count_; }
+  // "sm_90"
+  std::string arch() const { return "sm_" + std::to_string(major_ * 10 + minor_); }
+  // Makes the primary context current on the calling thread (cheap when it already is).
+  void make_current() const;
+
+  // ---- deferred errors ----
+  // A token a kernel writes to error_word() when it fails; the op name is reported at the read.
+  std::uint32_t error_token(const char* op, const char* what);
+  // Device address of the error word (mapped pinned host memory, 0 = no error).
+  CUdeviceptr error_word() const noexcept { return error_word_device_; }
+  // Records the name of a launched op (kept until the next successful synchronisation) so a
+  // fault that poisons the context can say which ops were in flight.
+  void note_launch(const char* op);
+  // Waits for the stream and throws ExecutionError naming the op that failed, if one did.
+  void synchronize(const char* op);
+  // After an event or stream wait: throws if a kernel reported an error (clears it).
+  void throw_pending(const char* op);
+  // Names of the ops launched since the last successful synchronisation.
+  std::string in_flight() const;
+
+ private:
+  int index_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+  int major_ = 0, minor_ = 0, sm_count_ = 0;
+  volatile std::uint32_t* error_word_host_ = nullptr;
+  CUdeviceptr error_word_device_ = 0;
+  mutable std::mutex mutex_;
+  std::vector<std::string> tokens_;  // token - 1 -> "op: what"
+  std::vector<const char*> launched_;
+};
+
+// Driver initialisation once per process; false with the reason when there is no driver/GPU.
+bool driver_ready(std::string* reason);
+
+}  // namespace kiln::cuda

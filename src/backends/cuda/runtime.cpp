@@ -1,0 +1,37 @@
+#include "backends/cuda/runtime.h"
+
+#include <algorithm>
+
+#include "backends/cuda/check.h"
+
+namespace kiln::cuda {
+
+TensorPtr Runtime::make_tensor(DType dtype, const Shape& shape, const char* op) {
+  const std::int64_t n = shape.num_elements();
+  const std::size_t size = dtype_size(dtype);
+  if (n < 0 || (n > 0 && static_cast<std::uint64_t>(n) > (std::uint64_t(1) << 60) / size)) {
+    detail::fail<OutOfMemory>(op, "a tensor of shape ", shape.to_string(), " and dtype ",
+                              dtype_name(dtype), " is too large for cuda:", context.index());
+  }
+  auto storage = std::make_shared<Storage>(allocator, static_cast<std::size_t>(n) * size, op);
+  return std::make_shared<CudaTensor>(dtype, shape, device_,
+                                      std::move(storage), contiguous_strides(shape), 0);
+}
+
+void Runtime::launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+                     void* params, unsigned shared_bytes) {
+  context.make_current();
+  void* args[] = {params};
+  KILN_CUDA_CHECK(op, cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes,
+                                     context.stream(), args, nullptr));
+  context.note_launch(op);
+}
+
+unsigned Runtime::blocks_for(std::int64_t n, unsigned threads) const {
+  const std::int64_t wanted = (n + threads - 1) / threads;
+  // Enough blocks to fill every SM several times over; the grid-stride loop does the rest.
+  const std::int64_t cap = std::int64_t(context.sm_count()) * 32;
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(wanted, cap)));
+}
+
+}  // namespace kiln::cuda
