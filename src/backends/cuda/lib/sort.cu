@@ -1,0 +1,354 @@
+// Row sort with CUB radix sorts. Every dtype is sorted as unsigned integers of its width: a
+// prepare pass maps each element to an order-preserving key (NaN -> the largest key, -0.0 ->
+// +0.0's key, descending -> the complement, so CUB only ever sorts ascending and stays stable),
+// and a finish pass maps keys back and writes the outputs. Four key widths instead of twelve
+// dtypes (and no descending variants) keep nvcc's work to a few CUB instantiations.
+// Float rows always carry their positions: keys that several bit patterns share (+-0, NaNs) are
+// written back from the input itself, so the values are the input's own bits.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/lib/sort.h"
+#include "backends/cuda/lib/workspace.h"
+
+namespace kiln::cuda::lib {
+
+namespace {
+
+enum class KeyKind { Unsigned, Signed, F16, BF16, F32, F64 };
+
+template <class U, KeyKind K>
+struct KeyCodec {
+  static constexpr U kSign = U(U(1) << (8 * sizeof(U) - 1));
+  static constexpr bool kFloat = K != KeyKind::Unsigned && K != KeyKind::Signed;
+  // The bits of +infinity; a float whose magnitude bits exceed them is a NaN.
+  __device__ static constexpr U infinity_bits() {
+    if constexpr (K == KeyKind::F16) return U(0x7c00);
+    if constexpr (K == KeyKind::BF16) return U(0x7f80);
+    if constexpr (K == KeyKind::F32) return U(0x7f800000u);
+    if constexpr (K == KeyKind::F64) return U(0x7ff0000000000000ull);
+    return U(0);
+  }
+  static constexpr U kNanKey = U(~U(0));
+  static constexpr U kZeroKey = kSign;  // +0.0 (and -0.0) after the float mapping
+
+  __device__ static U encode(U bits, bool descending) {
+    U key = bits;
+    if constexpr (K == KeyKind::Signed) {
+      key = U(bits ^ kSign);
+    } else if constexpr (kFloat) {
+      const U magnitude = U(bits & U(~kSign));
+      if (magnitude > infinity_bits()) {
+        key = kNanKey;
+      } else if (magnitude == 0) {
+        key = kZeroKey;
+      } else {
+        key = (bits & kSign) ? U(~bits) : U(bits | kSign);
+      }
+    }
+    return descending ? U(~key) : key;
+  }
+
+  // The ascending key of a sorted entry; for floats, true when the key stands for several bit
+  // patterns and the value must come from the input.
+  __device__ static U ascending_key(U key, bool descending) { return descending ? U(~key) : key; }
+  __device__ static bool shared_key(U ascending) {
+    return kFloat && (ascending == kNanKey || ascending == kZeroKey);
+  }
+  __device__ static U decode(U ascending) {
+    if constexpr (K == KeyKind::Signed) return U(ascending ^ kSign);
+    if constexpr (kFloat) return (ascending & kSign) ? U(ascending & U(~kSign)) : U(~ascending);
+    return ascending;
+  }
+};
+
+__device__ inline std::int64_t global_thread() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::int64_t grid_threads() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+template <class U, KeyKind K>
+__global__ void prepare_keys(const U* __restrict__ input, U* __restrict__ keys,
+                             std::uint32_t* __restrict__ positions, std::int64_t total,
+                             std::int64_t n, bool descending) {
+  using Codec = KeyCodec<U, K>;
+  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
+    keys[i] = Codec::encode(input[i], descending);
+    if (positions != nullptr) positions[i] = static_cast<std::uint32_t>(total == n ? i : i % n);
+  }
+}
+
+template <class U, KeyKind K>
+__global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __restrict__ positions,
+                            const U* __restrict__ input, U* __restrict__ values,
+                            void* __restrict__ indices, bool wide_indices, std::int64_t rows,
+                            std::int64_t n, std::int64_t keep, bool descending) {
+  using Codec = KeyCodec<U, K>;
+  const std::int64_t total = rows * keep;
+  for (std::int64_t o = global_thread(); o < total; o += grid_threads()) {
+    const std::int64_t row = rows == 1 ? 0 : o / keep;
+    const std::int64_t row_start = row * n;
+    const std::int64_t from = row_start + (o - row * keep);
+    if (values != nullptr) {
+      const U key = Codec::ascending_key(keys[from], descending);
+      values[o] = (positions != nullptr && Codec::shared_key(key))
+                      ? input[row_start + positions[from]]
+                      : Codec::decode(key);
+    }
+    if (indices != nullptr) {
+      if (wide_indices) {
+        static_cast<std::int64_t*>(indices)[o] = positions[from];
+      } else {
+        static_cast<std::int32_t*>(indices)[o] = static_cast<std::int32_t>(positions[from]);
+      }
+    }
+  }
+}
+
+// The start of row r, for CUB's segment offsets.
+struct RowStart {
+  std::int64_t n;
+  __host__ __device__ std::int64_t operator()(std::int64_t row) const { return row * n; }
+};
+
+enum class Strategy {
+  Whole,      // one row: a device-wide radix sort
+  PerRow,     // a few long rows: a device-wide radix sort per row
+  Segmented,  // many rows: CUB's segmented sort (small rows in warps, large in blocks)
+};
+
+Strategy choose_strategy(const SortDesc& desc) {
+  if (desc.rows == 1) return Strategy::Whole;
+  // A segmented sort gives each row at most one block; a long row wants the whole device.
+  if (desc.n >= (std::int64_t{1} << 17) && desc.rows <= 64) return Strategy::PerRow;
+  return Strategy::Segmented;
+}
+
+// One CUB call (a size query when temp is null). values == nullptr sorts keys only.
+template <class U>
+void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<U>& keys,
+              cub::DoubleBuffer<std::uint32_t>* values, std::int64_t items, std::int64_t rows,
+              std::int64_t n, bool segmented, cudaStream_t stream) {
+  if (!segmented) {
+    if (values != nullptr) {
+      KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, *values,
+                                                              items, 0, int(8 * sizeof(U)), stream));
+    } else {
+      KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, items, 0,
+                                                             int(8 * sizeof(U)), stream));
+    }
+    return;
+  }
+  const thrust::counting_iterator<std::int64_t> row{0};
+  const auto begin = thrust::make_transform_iterator(row, RowStart{n});
+  if (values != nullptr) {
+    KILN_CUDA_CHECK("sort", cub::DeviceSegmentedSort::StableSortPairs(
+                                temp, temp_bytes, keys, *values, items, rows, begin, begin + 1,
+                                stream));
+  } else {
+    KILN_CUDA_CHECK("sort", cub::DeviceSegmentedSort::StableSortKeys(
+                                temp, temp_bytes, keys, items, rows, begin, begin + 1, stream));
+  }
+}
+
+bool carries_positions(const SortDesc& desc) {
+  // Floats need positions to restore +-0 and NaN bits.
+  return desc.with_indices || is_float(desc.dtype);
+}
+
+// Workspace: two key buffers and two position buffers (CUB's double buffers), then CUB's own.
+struct Layout {
+  std::size_t keys;       // bytes of one key buffer
+  std::size_t positions;  // bytes of one position buffer (0 without positions)
+  std::size_t cub;        // CUB's temporary storage
+  std::size_t total() const { return 2 * keys + 2 * positions + cub; }
+};
+
+template <class U>
+Layout plan_layout(const SortDesc& desc) {
+  const std::int64_t items = desc.rows * desc.n;
+  Layout layout{};
+  layout.keys = align_up(static_cast<std::size_t>(items) * sizeof(U));
+  layout.positions =
+      carries_positions(desc) ? align_up(static_cast<std::size_t>(items) * sizeof(std::uint32_t)) : 0;
+  // A size query: CUB reads only sizes, never the (null) buffers.
+  cub::DoubleBuffer<U> keys(nullptr, nullptr);
+  cub::DoubleBuffer<std::uint32_t> positions(nullptr, nullptr);
+  const Strategy strategy = choose_strategy(desc);
+  const std::int64_t per_call = strategy == Strategy::PerRow ? desc.n : items;
+  std::size_t bytes = 0;
+  cub_sort<U>(nullptr, bytes, keys, layout.positions ? &positions : nullptr, per_call, desc.rows,
+              desc.n, strategy == Strategy::Segmented, nullptr);
+  layout.cub = align_up(bytes);
+  return layout;
+}
+
+int grid_for(std::int64_t items) {
+  constexpr std::int64_t kMaxBlocks = 132 * 16;  // enough to fill an H100/H200; grid-stride beyond
+  return static_cast<int>(std::clamp<std::int64_t>((items + 255) / 256, 1, kMaxBlocks));
+}
+
+template <class U, KeyKind K>
+void sort_typed(const SortDesc& desc, const void* input, void* values, void* indices,
+                void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  const Layout layout = plan_layout<U>(desc);
+  if (workspace_bytes < layout.total() || workspace == nullptr) {
+    detail::fail<InvalidArgument>("sort", "workspace of ", workspace_bytes, " bytes, need ",
+                                  layout.total());
+  }
+  const std::int64_t items = desc.rows * desc.n;
+  auto* base = static_cast<unsigned char*>(workspace);
+  U* keys0 = reinterpret_cast<U*>(base);
+  U* keys1 = reinterpret_cast<U*>(base + layout.keys);
+  std::uint32_t* pos0 = nullptr;
+  std::uint32_t* pos1 = nullptr;
+  if (layout.positions) {
+    pos0 = reinterpret_cast<std::uint32_t*>(base + 2 * layout.keys);
+    pos1 = reinterpret_cast<std::uint32_t*>(base + 2 * layout.keys + layout.positions);
+  }
+  void* temp = base + 2 * layout.keys + 2 * layout.positions;
+  const U* in = static_cast<const U*>(input);
+
+  prepare_keys<U, K><<<grid_for(items), 256, 0, stream>>>(in, keys0, pos0, items, desc.n,
+                                                           desc.descending);
+  KILN_CUDA_CHECK("sort", cudaGetLastError());
+
+  const Strategy strategy = choose_strategy(desc);
+  U* sorted_keys = nullptr;
+  std::uint32_t* sorted_positions = nullptr;
+  if (strategy == Strategy::PerRow) {
+    // Every row has the same length, so CUB takes the same number of passes and each row ends
+    // in the same buffer; a row that did not is copied over to keep one layout for finish.
+    int final_selector = -1;
+    for (std::int64_t r = 0; r < desc.rows; ++r) {
+      const std::int64_t at = r * desc.n;
+      cub::DoubleBuffer<U> keys(keys0 + at, keys1 + at);
+      cub::DoubleBuffer<std::uint32_t> positions(pos0 ? pos0 + at : nullptr,
+                                                 pos1 ? pos1 + at : nullptr);
+      std::size_t bytes = layout.cub;
+      cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, desc.n, 1, desc.n, false,
+                  stream);
+      if (final_selector < 0) final_selector = keys.selector;
+      if (keys.selector != final_selector) {
+        U* target = final_selector ? keys1 + at : keys0 + at;
+        KILN_CUDA_CHECK("sort", cudaMemcpyAsync(target, keys.Current(), desc.n * sizeof(U),
+                                                cudaMemcpyDeviceToDevice, stream));
+        if (pos0) {
+          std::uint32_t* target_pos = final_selector ? pos1 + at : pos0 + at;
+          KILN_CUDA_CHECK("sort", cudaMemcpyAsync(target_pos, positions.Current(),
+                                                  desc.n * sizeof(std::uint32_t),
+                                                  cudaMemcpyDeviceToDevice, stream));
+        }
+      }
+    }
+    sorted_keys = final_selector ? keys1 : keys0;
+    if (pos0) sorted_positions = final_selector ? pos1 : pos0;
+  } else {
+    cub::DoubleBuffer<U> keys(keys0, keys1);
+    cub::DoubleBuffer<std::uint32_t> positions(pos0, pos1);
+    std::size_t bytes = layout.cub;
+    cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, items, desc.rows, desc.n,
+                strategy == Strategy::Segmented, stream);
+    sorted_keys = keys.Current();
+    if (pos0) sorted_positions = positions.Current();
+  }
+
+  const std::int64_t keep = desc.keep < 0 ? desc.n : desc.keep;
+  finish_rows<U, K><<<grid_for(desc.rows * keep), 256, 0, stream>>>(
+      sorted_keys, sorted_positions, in, static_cast<U*>(values),
+      desc.with_indices ? indices : nullptr, desc.index_dtype == DType::I64, desc.rows, desc.n,
+      keep, desc.descending);
+  KILN_CUDA_CHECK("sort", cudaGetLastError());
+}
+
+// f(type_tag) with the key width and kind of dtype.
+template <class U, KeyKind K>
+struct KeyType {
+  using Bits = U;
+  static constexpr KeyKind kind = K;
+};
+
+template <class F>
+decltype(auto) visit_key_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F64: return f(KeyType<std::uint64_t, KeyKind::F64>{});
+    case DType::F32: return f(KeyType<std::uint32_t, KeyKind::F32>{});
+    case DType::F16: return f(KeyType<std::uint16_t, KeyKind::F16>{});
+    case DType::BF16: return f(KeyType<std::uint16_t, KeyKind::BF16>{});
+    case DType::I64: return f(KeyType<std::uint64_t, KeyKind::Signed>{});
+    case DType::I32: return f(KeyType<std::uint32_t, KeyKind::Signed>{});
+    case DType::I16: return f(KeyType<std::uint16_t, KeyKind::Signed>{});
+    case DType::I8: return f(KeyType<std::uint8_t, KeyKind::Signed>{});
+    case DType::U64: return f(KeyType<std::uint64_t, KeyKind::Unsigned>{});
+    case DType::U32: return f(KeyType<std::uint32_t, KeyKind::Unsigned>{});
+    case DType::U16: return f(KeyType<std::uint16_t, KeyKind::Unsigned>{});
+    case DType::U8: return f(KeyType<std::uint8_t, KeyKind::Unsigned>{});
+    default: break;
+  }
+  detail::fail<UnsupportedDType>("sort", "cannot sort dtype ", dtype_name(dtype));
+}
+
+bool nothing_to_sort(const SortDesc& desc) {
+  const std::int64_t keep = desc.keep < 0 ? desc.n : desc.keep;
+  return desc.rows == 0 || desc.n == 0 || keep == 0;
+}
+
+}  // namespace
+
+void validate(const SortDesc& desc) {
+  if (desc.rows < 0 || desc.n < 0) {
+    detail::fail<InvalidArgument>("sort", "rows ", desc.rows, " and n ", desc.n,
+                                  " must not be negative");
+  }
+  if (desc.n > std::numeric_limits<std::int32_t>::max()) {
+    detail::fail<InvalidArgument>("sort", "row length ", desc.n, " exceeds 2^31 - 1");
+  }
+  if (desc.n > 0 && desc.rows > std::numeric_limits<std::int64_t>::max() / desc.n) {
+    detail::fail<InvalidArgument>("sort", "rows ", desc.rows, " x n ", desc.n, " overflows");
+  }
+  if (desc.keep < -1 || desc.keep > desc.n) {
+    detail::fail<InvalidArgument>("sort", "keep ", desc.keep, " must be -1 or in [0, n = ",
+                                  desc.n, "]");
+  }
+  if (desc.with_indices && desc.index_dtype != DType::I64 && desc.index_dtype != DType::I32) {
+    detail::fail<InvalidArgument>("sort", "index dtype must be i64 or i32, got ",
+                                  dtype_name(desc.index_dtype));
+  }
+  visit_key_type(desc.dtype, [](auto) {});  // rejects Bool and QFloat
+}
+
+std::size_t sort_workspace_bytes(const SortDesc& desc) {
+  validate(desc);
+  if (nothing_to_sort(desc)) return 0;
+  return visit_key_type(desc.dtype, [&]<class Key>(Key) {
+    return plan_layout<typename Key::Bits>(desc).total();
+  });
+}
+
+void sort_rows(const SortDesc& desc, const void* input, void* values, void* indices,
+               void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  validate(desc);
+  if ((indices != nullptr) != desc.with_indices) {
+    detail::fail<InvalidArgument>("sort", "indices pointer must be given exactly when "
+                                  "with_indices (with_indices = ", desc.with_indices, ")");
+  }
+  if (values == nullptr && indices == nullptr) {
+    detail::fail<InvalidArgument>("sort", "neither values nor indices requested");
+  }
+  if (nothing_to_sort(desc)) return;
+  visit_key_type(desc.dtype, [&]<class Key>(Key) {
+    sort_typed<typename Key::Bits, Key::kind>(desc, input, values, indices, workspace,
+                                              workspace_bytes, stream);
+  });
+}
+
+}  // namespace kiln::cuda::lib
