@@ -1,10 +1,12 @@
-// Row sort with CUB radix sorts. Every dtype is sorted as unsigned integers of its width: a
-// prepare pass maps each element to an order-preserving key (NaN -> the largest key, -0.0 ->
+// Row sort with CUB radix sorts (the kernels; sort.cpp validates and dispatches). Every dtype is
+// sorted as unsigned integers of its width: a prepare pass maps each element to an order-preserving key (NaN -> the largest key, -0.0 ->
 // +0.0's key, descending -> the complement, so CUB only ever sorts ascending and stays stable),
 // and a finish pass maps keys back and writes the outputs. Four key widths instead of twelve
 // dtypes (and no descending variants) keep nvcc's work to a few CUB instantiations.
 // Float rows always carry their positions: keys that several bit patterns share (+-0, NaNs) are
 // written back from the input itself, so the values are the input's own bits.
+#pragma once
+
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -15,14 +17,10 @@
 #include <limits>
 
 #include "backends/cuda/check.h"
-#include "backends/cuda/lib/sort.h"
+#include "backends/cuda/lib/sort_detail.h"
 #include "backends/cuda/lib/workspace.h"
 
-namespace kiln::cuda::lib {
-
-namespace {
-
-enum class KeyKind { Unsigned, Signed, F16, BF16, F32, F64 };
+namespace kiln::cuda::lib::sort_detail {
 
 template <class U, KeyKind K>
 struct KeyCodec {
@@ -126,7 +124,7 @@ enum class Strategy {
   Segmented,  // many rows: CUB's segmented sort (small rows in warps, large in blocks)
 };
 
-Strategy choose_strategy(const SortDesc& desc) {
+inline Strategy choose_strategy(const SortDesc& desc) {
   if (desc.rows == 1) return Strategy::Whole;
   // A segmented sort gives each row at most one block; a long row wants the whole device.
   if (desc.n >= (std::int64_t{1} << 17) && desc.rows <= 64) return Strategy::PerRow;
@@ -160,7 +158,7 @@ void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<U>& keys,
   }
 }
 
-bool carries_positions(const SortDesc& desc) {
+inline bool carries_positions(const SortDesc& desc) {
   // Floats need positions to restore +-0 and NaN bits.
   return desc.with_indices || is_float(desc.dtype);
 }
@@ -192,7 +190,7 @@ Layout plan_layout(const SortDesc& desc) {
   return layout;
 }
 
-int grid_for(std::int64_t items) {
+inline int grid_for(std::int64_t items) {
   constexpr std::int64_t kMaxBlocks = 132 * 16;  // enough to fill an H100/H200; grid-stride beyond
   return static_cast<int>(std::clamp<std::int64_t>((items + 255) / 256, 1, kMaxBlocks));
 }
@@ -270,85 +268,9 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
   KILN_CUDA_CHECK("sort", cudaGetLastError());
 }
 
-// f(type_tag) with the key width and kind of dtype.
-template <class U, KeyKind K>
-struct KeyType {
-  using Bits = U;
-  static constexpr KeyKind kind = K;
-};
-
-template <class F>
-decltype(auto) visit_key_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F64: return f(KeyType<std::uint64_t, KeyKind::F64>{});
-    case DType::F32: return f(KeyType<std::uint32_t, KeyKind::F32>{});
-    case DType::F16: return f(KeyType<std::uint16_t, KeyKind::F16>{});
-    case DType::BF16: return f(KeyType<std::uint16_t, KeyKind::BF16>{});
-    case DType::I64: return f(KeyType<std::uint64_t, KeyKind::Signed>{});
-    case DType::I32: return f(KeyType<std::uint32_t, KeyKind::Signed>{});
-    case DType::I16: return f(KeyType<std::uint16_t, KeyKind::Signed>{});
-    case DType::I8: return f(KeyType<std::uint8_t, KeyKind::Signed>{});
-    case DType::U64: return f(KeyType<std::uint64_t, KeyKind::Unsigned>{});
-    case DType::U32: return f(KeyType<std::uint32_t, KeyKind::Unsigned>{});
-    case DType::U16: return f(KeyType<std::uint16_t, KeyKind::Unsigned>{});
-    case DType::U8: return f(KeyType<std::uint8_t, KeyKind::Unsigned>{});
-    default: break;
-  }
-  detail::fail<UnsupportedDType>("sort", "cannot sort dtype ", dtype_name(dtype));
+template <class U>
+std::size_t workspace_bytes(const SortDesc& desc) {
+  return plan_layout<U>(desc).total();
 }
 
-bool nothing_to_sort(const SortDesc& desc) {
-  const std::int64_t keep = desc.keep < 0 ? desc.n : desc.keep;
-  return desc.rows == 0 || desc.n == 0 || keep == 0;
-}
-
-}  // namespace
-
-void validate(const SortDesc& desc) {
-  if (desc.rows < 0 || desc.n < 0) {
-    detail::fail<InvalidArgument>("sort", "rows ", desc.rows, " and n ", desc.n,
-                                  " must not be negative");
-  }
-  if (desc.n > std::numeric_limits<std::int32_t>::max()) {
-    detail::fail<InvalidArgument>("sort", "row length ", desc.n, " exceeds 2^31 - 1");
-  }
-  if (desc.n > 0 && desc.rows > std::numeric_limits<std::int64_t>::max() / desc.n) {
-    detail::fail<InvalidArgument>("sort", "rows ", desc.rows, " x n ", desc.n, " overflows");
-  }
-  if (desc.keep < -1 || desc.keep > desc.n) {
-    detail::fail<InvalidArgument>("sort", "keep ", desc.keep, " must be -1 or in [0, n = ",
-                                  desc.n, "]");
-  }
-  if (desc.with_indices && desc.index_dtype != DType::I64 && desc.index_dtype != DType::I32) {
-    detail::fail<InvalidArgument>("sort", "index dtype must be i64 or i32, got ",
-                                  dtype_name(desc.index_dtype));
-  }
-  visit_key_type(desc.dtype, [](auto) {});  // rejects Bool and QFloat
-}
-
-std::size_t sort_workspace_bytes(const SortDesc& desc) {
-  validate(desc);
-  if (nothing_to_sort(desc)) return 0;
-  return visit_key_type(desc.dtype, [&]<class Key>(Key) {
-    return plan_layout<typename Key::Bits>(desc).total();
-  });
-}
-
-void sort_rows(const SortDesc& desc, const void* input, void* values, void* indices,
-               void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
-  validate(desc);
-  if ((indices != nullptr) != desc.with_indices) {
-    detail::fail<InvalidArgument>("sort", "indices pointer must be given exactly when "
-                                  "with_indices (with_indices = ", desc.with_indices, ")");
-  }
-  if (values == nullptr && indices == nullptr) {
-    detail::fail<InvalidArgument>("sort", "neither values nor indices requested");
-  }
-  if (nothing_to_sort(desc)) return;
-  visit_key_type(desc.dtype, [&]<class Key>(Key) {
-    sort_typed<typename Key::Bits, Key::kind>(desc, input, values, indices, workspace,
-                                              workspace_bytes, stream);
-  });
-}
-
-}  // namespace kiln::cuda::lib
+}  // namespace kiln::cuda::lib::sort_detail
