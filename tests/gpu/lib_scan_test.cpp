@@ -182,6 +182,19 @@ TEST(LibScan, LongRowsAndInPlace) {
   check_scan<half>(DType::F16, 4, 70000, ScanOp::Sum, 10, true);
 }
 
+TEST(LibScan, ChunksOfSeveralTiles) {
+  KILN_REQUIRE_GPU();
+  // One long row: chunks of two tiles, partials between them.
+  check_scan<float>(DType::F32, 1, 3000007, ScanOp::Sum, 20);
+  check_scan<double>(DType::F64, 1, 3000007, ScanOp::Max, 21);
+  // Two rows, chunks of three tiles, in place.
+  check_scan<std::int32_t>(DType::I32, 2, 2500001, ScanOp::Sum, 22, true);
+  // Many rows of a few tiles: one chunk per row, no partials.
+  check_scan<float>(DType::F32, 5000, 5000, ScanOp::Max, 23);
+  check_scan<bfloat16>(DType::BF16, 3000, 9000, ScanOp::Sum, 24);
+  check_scan<std::uint8_t>(DType::U8, 700, 10000, ScanOp::Prod, 25);
+}
+
 TEST(LibScan, EmptyShapes) {
   KILN_REQUIRE_GPU();
   for (std::int64_t rows : {0, 3}) {

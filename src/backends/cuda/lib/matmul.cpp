@@ -96,6 +96,9 @@ std::optional<Problem> map_problem(const MatmulDesc& d, std::string* why) {
     return std::nullopt;
   };
   if (d.batch > 1 && d.c.batch_stride == 0) return say("C is broadcast over the batch");
+  // Nothing for cuBLASLt to do: C (if any) is written by the epilogue pass, which takes any
+  // strides, and A and B are never read, so their (degenerate) layouts do not matter.
+  if (d.m == 0 || d.n == 0 || d.k == 0 || d.batch == 0) return Problem{};
   // Row-major C first (C^T = B^T A^T); it is the only way a bias maps onto cuBLASLt's.
   if (auto ct = as_stored(d.m, d.n, d.c.row_stride, d.c.col_stride, true); ct && ct->transposed) {
     // B^T (n×k) from B (k×n) and A^T (k×m) from A (m×k): a stored transpose flips the op.
@@ -343,11 +346,14 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const MatmulDesc& d, co
 
   const bool bias = has_bias(d.epilogue);
   const Activation activation = activation_of(d.epilogue);
-  // kiln's gelu (erf) has no cuBLASLt epilogue: fuse the bias, apply gelu afterwards.
-  const Activation fusable = activation == Activation::Gelu ? Activation::None : activation;
+  // kiln's gelu (erf) has no cuBLASLt epilogue: fuse the bias, apply gelu afterwards. In f64,
+  // cuBLASLt's fused tanh-gelu is only accurate to about 1e-10, so f64 keeps it in the pass too.
+  const bool separate = activation == Activation::Gelu ||
+                        (d.dtype == DType::F64 && activation == Activation::GeluTanh);
+  const Activation fusable = separate ? Activation::None : activation;
   if (try_plan(*plan, handle, d, key, bias, fusable)) {
     plan->fused_bias = bias;
-    plan->after = activation == Activation::Gelu ? Activation::Gelu : Activation::None;
+    plan->after = separate ? activation : Activation::None;
     return plan;
   }
   // No algorithm with that epilogue (f64 has few): the plain product, then the epilogue pass.
