@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cuda/lib/sort.h"
+#include "backends/cuda/lib/sort_detail.h"
 #include "gpu_test_util.h"
 #include "kiln/half.h"
 
@@ -95,6 +96,25 @@ std::vector<T> random_values(std::int64_t count, std::uint64_t seed, bool narrow
   return v;
 }
 
+// Mostly values whose keys several bit patterns share: +-0 and NaNs of both signs.
+template <class T>
+std::vector<T> special_values(std::int64_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<T> v(static_cast<std::size_t>(count));
+  for (auto& x : v) {
+    switch (rng() % 7) {
+      case 0: x = T(0.0f); break;
+      case 1: x = T(-0.0f); break;
+      case 2: x = T(std::numeric_limits<float>::quiet_NaN()); break;
+      case 3: x = odd_nan<T>(); break;
+      case 4: x = T(1.0f); break;
+      case 5: x = T(-1.0f); break;
+      default: x = T(std::numeric_limits<float>::infinity()); break;
+    }
+  }
+  return v;
+}
+
 template <class T>
 bool before(T a, T b, bool descending) {
   if (descending) std::swap(a, b);
@@ -114,11 +134,17 @@ struct Case {
 };
 
 template <class T>
-void check_sort(DType dtype, const Case& c, std::uint64_t seed) {
+void check_sort(DType dtype, const Case& c, std::uint64_t seed, bool specials = false) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows " << c.rows << " n " << c.n
                                     << (c.descending ? " desc" : " asc") << " keep " << c.keep
                                     << " values " << c.values << " indices " << c.indices);
-  const auto input = random_values<T>(c.rows * c.n, seed, seed % 2 == 0);
+  std::vector<T> input;
+  if constexpr (kFloat<T>) {
+    input = specials ? special_values<T>(c.rows * c.n, seed)
+                     : random_values<T>(c.rows * c.n, seed, seed % 2 == 0);
+  } else {
+    input = random_values<T>(c.rows * c.n, seed, seed % 2 == 0);
+  }
   const std::int64_t keep = c.keep < 0 ? c.n : c.keep;
   SortDesc desc{dtype, c.rows, c.n, c.descending, c.keep, c.indices, c.index_dtype};
   const std::size_t index_size = c.index_dtype == DType::I64 ? 8 : 4;
@@ -221,6 +247,41 @@ TEST(LibSort, TopkIsTheFirstKOfTheStableOrder) {
   });
   check_sort<float>(DType::F32, {1, 1 << 18, true, 10, true, true, DType::I32}, 7);
   check_sort<float>(DType::F32, {300, 1000, false, 3, true, true, DType::I64}, 8);
+}
+
+// The float cases where values come back without indices: the run of a shared key is refilled
+// from the input (compacted lists by default, carried positions with the knob set).
+void check_shared_keys(std::uint64_t seed) {
+  auto run = [&]<class T>(DType dtype, T) {
+    for (bool descending : {false, true}) {
+      for (const Case& c : {Case{1, 5000, descending, -1, true, false, DType::I64},
+                            Case{13, 777, descending, -1, true, false, DType::I64},
+                            Case{3, 200003, descending, -1, true, false, DType::I64},
+                            Case{5, 1000, descending, 10, true, false, DType::I64}}) {
+        check_sort<T>(dtype, c, seed++, true);
+        check_sort<T>(dtype, c, seed++, false);
+      }
+    }
+  };
+  run(DType::F64, double{});
+  run(DType::F32, float{});
+  run(DType::F16, half{});
+  run(DType::BF16, bfloat16{});
+}
+
+TEST(LibSort, SharedKeysKeepTheirBitsFromCompactedLists) {
+  KILN_REQUIRE_GPU();
+  ASSERT_FALSE(sort_detail::float_values_by_positions());
+  check_shared_keys(500);
+}
+
+TEST(LibSort, SharedKeysKeepTheirBitsFromPositions) {
+  KILN_REQUIRE_GPU();
+  struct Reset {
+    ~Reset() { sort_detail::set_float_values_by_positions(false); }
+  } reset;
+  sort_detail::set_float_values_by_positions(true);
+  check_shared_keys(900);
 }
 
 TEST(LibSort, EmptyShapesWriteNothing) {

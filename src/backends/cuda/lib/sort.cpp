@@ -1,6 +1,7 @@
 // Row sort: validation and dispatch from dtype to key width and kind (sort_kernels.cuh).
 #include "backends/cuda/lib/sort.h"
 
+#include <atomic>
 #include <limits>
 
 #include "backends/cuda/lib/sort_detail.h"
@@ -8,6 +9,17 @@
 #include "kiln/error.h"
 
 namespace kiln::cuda::lib {
+
+namespace sort_detail {
+
+namespace {
+std::atomic<bool> values_by_positions{false};
+}  // namespace
+
+void set_float_values_by_positions(bool enabled) { values_by_positions = enabled; }
+bool float_values_by_positions() { return values_by_positions; }
+
+}  // namespace sort_detail
 
 namespace {
 
@@ -73,7 +85,7 @@ std::size_t sort_workspace_bytes(const SortDesc& desc) {
   validate(desc);
   if (nothing_to_sort(desc)) return 0;
   return visit_key_type(desc.dtype, [&]<class Key>(Key) {
-    return sort_detail::workspace_bytes<typename Key::Bits>(desc);
+    return sort_detail::workspace_bytes<typename Key::Bits, Key::kind>(desc);
   });
 }
 

@@ -15,9 +15,15 @@ namespace kiln::cuda::lib::sort_detail {
 // How the bits of a dtype order: as unsigned, as two's complement, or as an IEEE float.
 enum class KeyKind { Unsigned, Signed, F16, BF16, F32, F64 };
 
-// Workspace bytes for keys of U's width (desc already validated and non-empty).
-template <class U>
+// Workspace bytes for desc's keys (desc already validated and non-empty).
+template <class U, KeyKind K>
 std::size_t workspace_bytes(const SortDesc& desc);
+
+// Float sorts without indices restore the bits of +-0 and NaNs from compacted lists of where
+// they are (default), or, when this is set, by carrying positions through the sort (slower; the
+// way indices are made). For tests, which check both; set it only when no sort is being planned.
+void set_float_values_by_positions(bool enabled);
+bool float_values_by_positions();
 
 template <class U, KeyKind K>
 void sort_typed(const SortDesc& desc, const void* input, void* values, void* indices,

@@ -3,12 +3,15 @@
 // +0.0's key, descending -> the complement, so CUB only ever sorts ascending and stays stable),
 // and a finish pass maps keys back and writes the outputs. Four key widths instead of twelve
 // dtypes (and no descending variants) keep nvcc's work to a few CUB instantiations.
-// Float rows always carry their positions: keys that several bit patterns share (+-0, NaNs) are
-// written back from the input itself, so the values are the input's own bits.
+// Keys that several bit patterns share (+-0, NaNs) are written back from the input itself, so the
+// values are the input's own bits: through the positions carried by the sort when indices are
+// wanted, otherwise from stream-compacted lists of the input's zeros and NaNs (the sort is stable,
+// so a row's i-th zero key stands for its i-th zero), which lets the sort move keys only.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
+#include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
@@ -85,11 +88,44 @@ __global__ void prepare_keys(const U* __restrict__ input, U* __restrict__ keys,
   }
 }
 
+// Stream-compacted lists of where the input's zeros and NaNs are (global positions, ascending).
+// A sort is stable, so the i-th entry of a row's run of zero keys is the row's i-th zero.
+struct SpecialLists {
+  const std::uint32_t* zeros = nullptr;  // null: no lists (positions or no floats)
+  const std::uint32_t* nans = nullptr;
+  const std::int64_t* counts = nullptr;  // [zeros, nans], written by DeviceSelect
+};
+
+// The input bits behind sorted entry `from`, whose key several bit patterns share.
+template <class U, KeyKind K>
+__device__ U restore_special(const U* __restrict__ keys, const U* __restrict__ input,
+                             const SpecialLists& lists, std::int64_t from, std::int64_t row_start,
+                             std::int64_t n, U stored, bool nan) {
+  // Start of the run of equal keys in this row (keys are ascending as stored).
+  std::int64_t lo = row_start;
+  std::int64_t hi = row_start + n;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < stored) lo = mid + 1; else hi = mid;
+  }
+  const std::int64_t rank = from - lo;
+  // First entry of this row in the list.
+  const std::uint32_t* list = nan ? lists.nans : lists.zeros;
+  std::int64_t a = 0;
+  std::int64_t b = lists.counts[nan ? 1 : 0];
+  while (a < b) {
+    const std::int64_t mid = a + (b - a) / 2;
+    if (static_cast<std::int64_t>(list[mid]) < row_start) a = mid + 1; else b = mid;
+  }
+  return input[list[a + rank]];
+}
+
 template <class U, KeyKind K>
 __global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __restrict__ positions,
-                            const U* __restrict__ input, U* __restrict__ values,
-                            void* __restrict__ indices, bool wide_indices, std::int64_t rows,
-                            std::int64_t n, std::int64_t keep, bool descending) {
+                            SpecialLists lists, const U* __restrict__ input,
+                            U* __restrict__ values, void* __restrict__ indices,
+                            bool wide_indices, std::int64_t rows, std::int64_t n,
+                            std::int64_t keep, bool descending) {
   using Codec = KeyCodec<U, K>;
   const std::int64_t total = rows * keep;
   for (std::int64_t o = global_thread(); o < total; o += grid_threads()) {
@@ -97,10 +133,18 @@ __global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __r
     const std::int64_t row_start = row * n;
     const std::int64_t from = row_start + (o - row * keep);
     if (values != nullptr) {
-      const U key = Codec::ascending_key(keys[from], descending);
-      values[o] = (positions != nullptr && Codec::shared_key(key))
-                      ? input[row_start + positions[from]]
-                      : Codec::decode(key);
+      const U stored = keys[from];
+      const U key = Codec::ascending_key(stored, descending);
+      U value = Codec::decode(key);
+      if (Codec::shared_key(key)) {
+        if (positions != nullptr) {
+          value = input[row_start + positions[from]];
+        } else if (lists.zeros != nullptr) {
+          value = restore_special<U, K>(keys, input, lists, from, row_start, n, stored,
+                                        key == Codec::kNanKey);
+        }
+      }
+      values[o] = value;
     }
     if (indices != nullptr) {
       if (wide_indices) {
@@ -116,6 +160,17 @@ __global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __r
 struct RowStart {
   std::int64_t n;
   __host__ __device__ std::int64_t operator()(std::int64_t row) const { return row * n; }
+};
+
+// DeviceSelect's predicate: position i holds a zero (nan = false) or a NaN (nan = true).
+template <class U, KeyKind K>
+struct IsSpecial {
+  const U* input;
+  bool nan;
+  __device__ bool operator()(std::uint32_t i) const {
+    const U key = KeyCodec<U, K>::encode(input[i], false);
+    return key == (nan ? KeyCodec<U, K>::kNanKey : KeyCodec<U, K>::kZeroKey);
+  }
 };
 
 enum class Strategy {
@@ -158,26 +213,53 @@ void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<U>& keys,
   }
 }
 
-inline bool carries_positions(const SortDesc& desc) {
-  // Floats need positions to restore +-0 and NaN bits.
-  return desc.with_indices || is_float(desc.dtype);
-}
-
-// Workspace: two key buffers and two position buffers (CUB's double buffers), then CUB's own.
-struct Layout {
-  std::size_t keys;       // bytes of one key buffer
-  std::size_t positions;  // bytes of one position buffer (0 without positions)
-  std::size_t cub;        // CUB's temporary storage
-  std::size_t total() const { return 2 * keys + 2 * positions + cub; }
+// How the values of keys that several bit patterns share (+-0, NaNs) get their input bits back.
+enum class Restore {
+  None,        // integers: every key is one value
+  Positions,   // positions travel with the keys (they are the indices when indices are wanted)
+  Compaction,  // float values only: lists of the input's zeros and NaNs (keys-only sort)
 };
 
-template <class U>
+inline Restore restore_mode(const SortDesc& desc) {
+  if (desc.with_indices) return Restore::Positions;
+  if (!is_float(desc.dtype)) return Restore::None;
+  // The lists hold 32-bit global positions.
+  const bool fits = desc.rows * desc.n < (std::int64_t{1} << 32);
+  return fits && !float_values_by_positions() ? Restore::Compaction : Restore::Positions;
+}
+
+// Workspace: two key buffers and two position buffers (CUB's double buffers), the special lists
+// and their counts, then CUB's own (shared by the sort and the compactions, which run in turn).
+struct Layout {
+  Restore restore;
+  std::size_t keys;       // bytes of one key buffer
+  std::size_t positions;  // bytes of one position buffer (0 without positions)
+  std::size_t list;       // bytes of one special list (0 without compaction)
+  std::size_t cub;        // CUB's temporary storage
+  std::size_t counts() const { return list ? kWorkspaceAlignment : 0; }
+  std::size_t total() const { return 2 * keys + 2 * positions + 2 * list + counts() + cub; }
+};
+
+template <class U, KeyKind K>
+std::size_t select_bytes(std::int64_t items) {
+  std::size_t bytes = 0;
+  KILN_CUDA_CHECK("sort", cub::DeviceSelect::If(nullptr, bytes,
+                                                thrust::counting_iterator<std::uint32_t>(0),
+                                                static_cast<std::uint32_t*>(nullptr),
+                                                static_cast<std::int64_t*>(nullptr), items,
+                                                IsSpecial<U, K>{nullptr, false}, nullptr));
+  return bytes;
+}
+
+template <class U, KeyKind K>
 Layout plan_layout(const SortDesc& desc) {
   const std::int64_t items = desc.rows * desc.n;
   Layout layout{};
+  layout.restore = restore_mode(desc);
   layout.keys = align_up(static_cast<std::size_t>(items) * sizeof(U));
-  layout.positions =
-      carries_positions(desc) ? align_up(static_cast<std::size_t>(items) * sizeof(std::uint32_t)) : 0;
+  const std::size_t one_u32 = align_up(static_cast<std::size_t>(items) * sizeof(std::uint32_t));
+  layout.positions = layout.restore == Restore::Positions ? one_u32 : 0;
+  layout.list = layout.restore == Restore::Compaction ? one_u32 : 0;
   // A size query: CUB reads only sizes, never the (null) buffers.
   cub::DoubleBuffer<U> keys(nullptr, nullptr);
   cub::DoubleBuffer<std::uint32_t> positions(nullptr, nullptr);
@@ -186,6 +268,7 @@ Layout plan_layout(const SortDesc& desc) {
   std::size_t bytes = 0;
   cub_sort<U>(nullptr, bytes, keys, layout.positions ? &positions : nullptr, per_call, desc.rows,
               desc.n, strategy == Strategy::Segmented, nullptr);
+  if (layout.restore == Restore::Compaction) bytes = std::max(bytes, select_bytes<U, K>(items));
   layout.cub = align_up(bytes);
   return layout;
 }
@@ -198,7 +281,7 @@ inline int grid_for(std::int64_t items) {
 template <class U, KeyKind K>
 void sort_typed(const SortDesc& desc, const void* input, void* values, void* indices,
                 void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
-  const Layout layout = plan_layout<U>(desc);
+  const Layout layout = plan_layout<U, K>(desc);
   if (workspace_bytes < layout.total() || workspace == nullptr) {
     detail::fail<InvalidArgument>("sort", "workspace of ", workspace_bytes, " bytes, need ",
                                   layout.total());
@@ -213,7 +296,19 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
     pos0 = reinterpret_cast<std::uint32_t*>(base + 2 * layout.keys);
     pos1 = reinterpret_cast<std::uint32_t*>(base + 2 * layout.keys + layout.positions);
   }
-  void* temp = base + 2 * layout.keys + 2 * layout.positions;
+  SpecialLists lists;
+  std::uint32_t* zeros = nullptr;
+  std::uint32_t* nans = nullptr;
+  std::int64_t* counts = nullptr;
+  std::size_t at = 2 * layout.keys + 2 * layout.positions;
+  if (layout.list) {
+    zeros = reinterpret_cast<std::uint32_t*>(base + at);
+    nans = reinterpret_cast<std::uint32_t*>(base + at + layout.list);
+    counts = reinterpret_cast<std::int64_t*>(base + at + 2 * layout.list);
+    lists = {zeros, nans, counts};
+    at += 2 * layout.list + layout.counts();
+  }
+  void* temp = base + at;
   const U* in = static_cast<const U*>(input);
 
   prepare_keys<U, K><<<grid_for(items), 256, 0, stream>>>(in, keys0, pos0, items, desc.n,
@@ -260,17 +355,27 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
     if (pos0) sorted_positions = positions.Current();
   }
 
+  if (layout.restore == Restore::Compaction && values != nullptr) {
+    for (bool nan : {false, true}) {
+      std::size_t bytes = layout.cub;
+      KILN_CUDA_CHECK("sort", cub::DeviceSelect::If(temp, bytes,
+                                                    thrust::counting_iterator<std::uint32_t>(0),
+                                                    nan ? nans : zeros, counts + (nan ? 1 : 0),
+                                                    items, IsSpecial<U, K>{in, nan}, stream));
+    }
+  }
+
   const std::int64_t keep = desc.keep < 0 ? desc.n : desc.keep;
   finish_rows<U, K><<<grid_for(desc.rows * keep), 256, 0, stream>>>(
-      sorted_keys, sorted_positions, in, static_cast<U*>(values),
+      sorted_keys, sorted_positions, lists, in, static_cast<U*>(values),
       desc.with_indices ? indices : nullptr, desc.index_dtype == DType::I64, desc.rows, desc.n,
       keep, desc.descending);
   KILN_CUDA_CHECK("sort", cudaGetLastError());
 }
 
-template <class U>
+template <class U, KeyKind K>
 std::size_t workspace_bytes(const SortDesc& desc) {
-  return plan_layout<U>(desc).total();
+  return plan_layout<U, K>(desc).total();
 }
 
 }  // namespace kiln::cuda::lib::sort_detail
