@@ -142,12 +142,38 @@ void run_sort(benchmark::State& state, bool with_indices) {
   state.counters["bytes"] = static_cast<double>(n) * (4 + 4 + (with_indices ? 8 : 0));
 }
 void BM_sort(benchmark::State& state) { run_sort(state, true); }
+
+// sort_rows/<rows>/<n>: every row of a [rows, n] f32 matrix with i64 indices (torch.sort dim -1).
+// topk/<rows>/<n>/<k>: the k largest of each row with i64 indices (torch.topk), through a sort.
+void run_rows(benchmark::State& state, std::int64_t keep) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const std::int64_t rows = state.range(0);
+  const std::int64_t n = state.range(1);
+  SortDesc desc{DType::F32, rows, n, keep >= 0, keep, true, DType::I64};
+  const std::int64_t out = rows * (keep < 0 ? n : keep);
+  Buffer in = random_buffer(DType::F32, rows * n, 5);
+  Buffer values(static_cast<std::size_t>(out) * 4);
+  Buffer indices(static_cast<std::size_t>(out) * 8);
+  const std::size_t bytes = sort_workspace_bytes(desc);
+  Buffer workspace(bytes);
+  cudaStream_t stream = bench_stream();
+  time_with_events(state, stream, 3, [&] {
+    sort_rows(desc, in.data, values.data, indices.data, workspace.data, bytes, stream);
+  });
+  state.counters["bytes"] = static_cast<double>(rows * n * 4 + out * 12);
+}
+void BM_sort_rows(benchmark::State& state) { run_rows(state, -1); }
+void BM_topk(benchmark::State& state) { run_rows(state, state.range(2)); }
 void BM_sort_keys(benchmark::State& state) { run_sort(state, false); }
 
+// cumsum/<n>: one row; cumsum/<rows>/<n>: along the last dim of [rows, n].
 void BM_cumsum(benchmark::State& state) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
-  const std::int64_t n = state.range(0);
-  ScanDesc desc{DType::F32, 1, n, ScanOp::Sum};
+  const bool one_row = state.range(1) == 0;
+  const std::int64_t rows = one_row ? 1 : state.range(0);
+  const std::int64_t cols = one_row ? state.range(0) : state.range(1);
+  const std::int64_t n = rows * cols;
+  ScanDesc desc{DType::F32, rows, cols, ScanOp::Sum};
   Buffer in = random_buffer(DType::F32, n, 4);
   Buffer out(static_cast<std::size_t>(n) * 4);
   const std::size_t bytes = scan_workspace_bytes(desc);
@@ -168,7 +194,9 @@ BENCHMARK(BM_matmul)
     ->Iterations(20);
 BENCHMARK(BM_sort)->Name("sort")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
 BENCHMARK(BM_sort_keys)->Name("sort_keys")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
-BENCHMARK(BM_cumsum)->Name("cumsum")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(50);
+BENCHMARK(BM_sort_rows)->Name("sort_rows")->Args({4096, 4096})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_topk)->Name("topk")->Args({4096, 32768, 8})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(10);
+BENCHMARK(BM_cumsum)->Name("cumsum")->Args({1 << 24, 0})->Args({8192, 8192})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(50);
 
 }  // namespace
 

@@ -3,7 +3,8 @@
 CUDA events around each call after warm-up, median of the repeats. Prints (and writes with
 --out) JSON: {"workload": {"median_s": ..., "repeats": ...}, "torch_version": ..., "device": ...}.
 Names match gpu_bench's: matmul/<kind>/<n> (kind 0 bf16, 1 f16, 2 f32, 3 tf32), sort/<n>
-(torch.sort: values and int64 indices), cumsum/<n>, memcpy_d2d.
+(torch.sort: values and int64 indices), sort_rows/<rows>/<n>, topk/<rows>/<n>/<k>,
+cumsum/<n>/0 (one row) and cumsum/<rows>/<n>, memcpy_d2d.
 
   python3 bench/peer_torch_gpu.py [--repeats 20] [--out torch_gpu.json]
 """
@@ -62,7 +63,16 @@ def main():
     n = 1 << 24
     x = torch.rand(n, device=dev, generator=g) * 2 - 1
     record("sort/16777216", lambda: torch.sort(x))
-    record("cumsum/16777216", lambda: torch.cumsum(x, 0), repeats=max(args.repeats, 50))
+    record("cumsum/16777216/0", lambda: torch.cumsum(x, 0), repeats=max(args.repeats, 50))
+    del x
+    m = torch.rand(4096, 4096, device=dev, generator=g)
+    record("sort_rows/4096/4096", lambda: torch.sort(m, dim=-1))
+    del m
+    m = torch.rand(4096, 32768, device=dev, generator=g)
+    record("topk/4096/32768/8", lambda: torch.topk(m, 8, dim=-1))
+    del m
+    m = torch.rand(8192, 8192, device=dev, generator=g)
+    record("cumsum/8192/8192", lambda: torch.cumsum(m, -1), repeats=max(args.repeats, 50))
 
     text = json.dumps(results, indent=1)
     print(text)
