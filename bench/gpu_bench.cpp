@@ -16,6 +16,7 @@
 #include "backends/cuda/lib/matmul.h"
 #include "backends/cuda/lib/scan.h"
 #include "backends/cuda/lib/sort.h"
+#include "backends/cuda/lib/sort_detail.h"
 #include "kiln/half.h"
 
 namespace {
@@ -142,6 +143,13 @@ void run_sort(benchmark::State& state, bool with_indices) {
   state.counters["bytes"] = static_cast<double>(n) * (4 + 4 + (with_indices ? 8 : 0));
 }
 void BM_sort(benchmark::State& state) { run_sort(state, true); }
+// Values only with zeros and NaNs restored from compacted lists (a keys-only radix sort).
+void BM_sort_keys_lists(benchmark::State& state) {
+  const bool previous = sort_detail::float_values_by_positions();
+  sort_detail::set_float_values_by_positions(false);
+  run_sort(state, false);
+  sort_detail::set_float_values_by_positions(previous);
+}
 
 // sort_rows/<rows>/<n>: every row of a [rows, n] f32 matrix with i64 indices (torch.sort dim -1).
 // topk/<rows>/<n>/<k>: the k largest of each row with i64 indices (torch.topk), through a sort.
@@ -194,6 +202,7 @@ BENCHMARK(BM_matmul)
     ->Iterations(20);
 BENCHMARK(BM_sort)->Name("sort")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
 BENCHMARK(BM_sort_keys)->Name("sort_keys")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_sort_keys_lists)->Name("sort_keys_lists")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
 BENCHMARK(BM_sort_rows)->Name("sort_rows")->Args({4096, 4096})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
 BENCHMARK(BM_topk)->Name("topk")->Args({4096, 32768, 8})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(10);
 BENCHMARK(BM_cumsum)->Name("cumsum")->Args({1 << 24, 0})->Args({8192, 8192})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(50);

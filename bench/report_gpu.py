@@ -66,6 +66,7 @@ def main():
                 "ratio >= 0.97" if n == 8192 else "")
     for name, label, target in (("sort/16777216", "sort 16M f32 (+ i64 indices)", "ratio >= 1"),
                                 ("sort_keys/16777216", "sort 16M f32 keys only", ""),
+                                ("sort_keys_lists/16777216", "sort 16M f32 keys, lists", ""),
                                 ("sort_rows/4096/4096", "sort rows 4096x4096 f32 (+ idx)", ""),
                                 ("topk/4096/32768/8", "topk 8 of rows 4096x32768 f32", ""),
                                 ("cumsum/16777216/0", "cumsum 16M f32", ""),

@@ -269,18 +269,29 @@ void check_shared_keys(std::uint64_t seed) {
   run(DType::BF16, bfloat16{});
 }
 
+// Sets the float restore path for one test and puts the previous one back.
+class RestorePath {
+ public:
+  explicit RestorePath(bool by_positions) : previous_(sort_detail::float_values_by_positions()) {
+    sort_detail::set_float_values_by_positions(by_positions);
+  }
+  ~RestorePath() { sort_detail::set_float_values_by_positions(previous_); }
+  RestorePath(const RestorePath&) = delete;
+  RestorePath& operator=(const RestorePath&) = delete;
+
+ private:
+  bool previous_;
+};
+
 TEST(LibSort, SharedKeysKeepTheirBitsFromCompactedLists) {
   KILN_REQUIRE_GPU();
-  ASSERT_FALSE(sort_detail::float_values_by_positions());
+  const RestorePath path(false);
   check_shared_keys(500);
 }
 
 TEST(LibSort, SharedKeysKeepTheirBitsFromPositions) {
   KILN_REQUIRE_GPU();
-  struct Reset {
-    ~Reset() { sort_detail::set_float_values_by_positions(false); }
-  } reset;
-  sort_detail::set_float_values_by_positions(true);
+  const RestorePath path(true);
   check_shared_keys(900);
 }
 

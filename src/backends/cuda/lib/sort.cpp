@@ -13,7 +13,9 @@ namespace kiln::cuda::lib {
 namespace sort_detail {
 
 namespace {
-std::atomic<bool> values_by_positions{false};
+// Positions by default: the path measured on the GPU; the compacted lists (faster by design) wait
+// for a GPU run of LibSort.SharedKeysKeepTheirBitsFromCompactedLists (NOTES.md).
+std::atomic<bool> values_by_positions{true};
 }  // namespace
 
 void set_float_values_by_positions(bool enabled) { values_by_positions = enabled; }

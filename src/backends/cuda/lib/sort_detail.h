@@ -19,9 +19,10 @@ enum class KeyKind { Unsigned, Signed, F16, BF16, F32, F64 };
 template <class U, KeyKind K>
 std::size_t workspace_bytes(const SortDesc& desc);
 
-// Float sorts without indices restore the bits of +-0 and NaNs from compacted lists of where
-// they are (default), or, when this is set, by carrying positions through the sort (slower; the
-// way indices are made). For tests, which check both; set it only when no sort is being planned.
+// Float sorts without indices restore the bits of +-0 and NaNs by carrying positions through the
+// sort (set: the default, the way indices are made), or from compacted lists of where they are
+// (unset: a keys-only sort, faster by design, not yet measured on a GPU). For tests, which check
+// both, and benchmarks; change it only when no sort is being planned.
 void set_float_values_by_positions(bool enabled);
 bool float_values_by_positions();
 
