@@ -182,14 +182,14 @@ TEST(LibScan, LongRowsAndInPlace) {
   check_scan<half>(DType::F16, 4, 70000, ScanOp::Sum, 10, true);
 }
 
-TEST(LibScan, ChunksOfSeveralTiles) {
+TEST(LibScan, ManyTilesPerRowAndManyRows) {
   KILN_REQUIRE_GPU();
-  // One long row: chunks of two tiles, partials between them.
+  // Long rows of many tiles (chunks of two or three tiles in cuda-lib-next).
   check_scan<float>(DType::F32, 1, 3000007, ScanOp::Sum, 20);
   check_scan<double>(DType::F64, 1, 3000007, ScanOp::Max, 21);
-  // Two rows, chunks of three tiles, in place.
+  // Two rows, in place.
   check_scan<std::int32_t>(DType::I32, 2, 2500001, ScanOp::Sum, 22, true);
-  // Many rows of a few tiles: one chunk per row, no partials.
+  // Many rows of a few tiles each.
   check_scan<float>(DType::F32, 5000, 5000, ScanOp::Max, 23);
   check_scan<bfloat16>(DType::BF16, 3000, 9000, ScanOp::Sum, 24);
   check_scan<std::uint8_t>(DType::U8, 700, 10000, ScanOp::Prod, 25);
