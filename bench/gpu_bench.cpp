@@ -1,0 +1,212 @@
+// GPU workloads of DESIGN.md §8 on kiln_cuda_lib's raw-pointer functions, timed with CUDA events
+// (manual time per iteration; run with --benchmark_repetitions and read the median). Counters
+// per iteration: "flops" for products, "bytes" (read + written) for memory-bound work, so
+// bench/report_gpu.py can print floors. memcpy_d2d measures the copy bandwidth those floors use.
+// bench/run_gpu.sh runs this and bench/peer_torch_gpu.py in one go and prints the table.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/lib/matmul.h"
+#include "backends/cuda/lib/scan.h"
+#include "backends/cuda/lib/sort.h"
+#include "backends/cuda/lib/sort_detail.h"
+#include "kiln/half.h"
+
+namespace {
+
+using namespace kiln;
+using namespace kiln::cuda::lib;
+
+bool have_device() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+// One device allocation for the life of a benchmark.
+struct Buffer {
+  void* data = nullptr;
+  explicit Buffer(std::size_t bytes) {
+    if (bytes != 0) KILN_CUDA_CHECK("bench", cudaMalloc(&data, bytes));
+  }
+  ~Buffer() {
+    if (data != nullptr) cudaFree(data);
+  }
+  Buffer(Buffer&& other) noexcept : data(other.data) { other.data = nullptr; }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer& operator=(Buffer&&) = delete;
+};
+
+// Random values in [-1, 1) of dtype, uploaded (never zeros: they run faster than real data).
+Buffer random_buffer(DType dtype, std::int64_t count, std::uint64_t seed) {
+  Buffer buffer(static_cast<std::size_t>(count) * dtype_size(dtype));
+  std::vector<unsigned char> host(static_cast<std::size_t>(count) * dtype_size(dtype));
+  std::uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (std::int64_t i = 0; i < count; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float x = static_cast<float>(static_cast<std::int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+    unsigned char* at = host.data() + i * dtype_size(dtype);
+    switch (dtype) {
+      case DType::F32: std::memcpy(at, &x, 4); break;
+      case DType::F16: { const kiln::half h(x); std::memcpy(at, &h.bits, 2); break; }
+      case DType::BF16: { const kiln::bfloat16 h(x); std::memcpy(at, &h.bits, 2); break; }
+      default: { const double d = x; std::memcpy(at, &d, 8); break; }
+    }
+  }
+  KILN_CUDA_CHECK("bench", cudaMemcpy(buffer.data, host.data(), host.size(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+// Times `work` per iteration with CUDA events on `stream`, after warm-up launches.
+template <class Work>
+void time_with_events(benchmark::State& state, cudaStream_t stream, int warmup, Work&& work) {
+  for (int i = 0; i < warmup; ++i) work();
+  KILN_CUDA_CHECK("bench", cudaStreamSynchronize(stream));
+  cudaEvent_t start, stop;
+  KILN_CUDA_CHECK("bench", cudaEventCreate(&start));
+  KILN_CUDA_CHECK("bench", cudaEventCreate(&stop));
+  for (auto _ : state) {
+    KILN_CUDA_CHECK("bench", cudaEventRecord(start, stream));
+    work();
+    KILN_CUDA_CHECK("bench", cudaEventRecord(stop, stream));
+    KILN_CUDA_CHECK("bench", cudaEventSynchronize(stop));
+    float ms = 0;
+    KILN_CUDA_CHECK("bench", cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(static_cast<double>(ms) * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+cudaStream_t bench_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    KILN_CUDA_CHECK("bench", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }();
+  return stream;
+}
+
+void BM_memcpy_d2d(benchmark::State& state) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const std::size_t bytes = std::size_t{1} << 30;
+  Buffer from(bytes), to(bytes);
+  KILN_CUDA_CHECK("bench", cudaMemset(from.data, 1, bytes));
+  cudaStream_t stream = bench_stream();
+  time_with_events(state, stream, 3, [&] {
+    KILN_CUDA_CHECK("bench", cudaMemcpyAsync(to.data, from.data, bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  state.counters["bytes"] = static_cast<double>(2 * bytes);
+}
+
+// matmul/<kind>/<n>: kind 0 bf16, 1 f16, 2 f32, 3 tf32; row-major n×n operands.
+void BM_matmul(benchmark::State& state) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const int kind = static_cast<int>(state.range(0));
+  const std::int64_t n = state.range(1);
+  const DType dtype = kind == 0 ? DType::BF16 : kind == 1 ? DType::F16 : DType::F32;
+  MatmulDesc desc{dtype, n, n, n, 1, {n, 1, 0}, {n, 1, 0}, {n, 1, 0},
+                  kind == 3 ? MatmulCompute::Tf32 : MatmulCompute::Default};
+  Buffer a = random_buffer(dtype, n * n, 1);
+  Buffer b = random_buffer(dtype, n * n, 2);
+  Buffer c(static_cast<std::size_t>(n * n) * dtype_size(dtype));
+  cudaStream_t stream = bench_stream();
+  time_with_events(state, stream, 5, [&] { matmul(desc, {a.data, b.data, c.data, nullptr}, stream); });
+  state.counters["flops"] = 2.0 * static_cast<double>(n) * n * n;
+}
+
+// sort/<n>: f32 values with i64 indices (what torch.sort returns); sort_keys/<n>: values only.
+void run_sort(benchmark::State& state, bool with_indices) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const std::int64_t n = state.range(0);
+  SortDesc desc{DType::F32, 1, n, false, -1, with_indices, DType::I64};
+  Buffer in = random_buffer(DType::F32, n, 3);
+  Buffer values(static_cast<std::size_t>(n) * 4);
+  Buffer indices(with_indices ? static_cast<std::size_t>(n) * 8 : 0);
+  const std::size_t bytes = sort_workspace_bytes(desc);
+  Buffer workspace(bytes);
+  cudaStream_t stream = bench_stream();
+  time_with_events(state, stream, 3, [&] {
+    sort_rows(desc, in.data, values.data, indices.data, workspace.data, bytes, stream);
+  });
+  state.counters["bytes"] = static_cast<double>(n) * (4 + 4 + (with_indices ? 8 : 0));
+}
+void BM_sort(benchmark::State& state) { run_sort(state, true); }
+// Values only with zeros and NaNs restored from compacted lists (a keys-only radix sort).
+void BM_sort_keys_lists(benchmark::State& state) {
+  const bool previous = sort_detail::float_values_by_positions();
+  sort_detail::set_float_values_by_positions(false);
+  run_sort(state, false);
+  sort_detail::set_float_values_by_positions(previous);
+}
+
+// sort_rows/<rows>/<n>: every row of a [rows, n] f32 matrix with i64 indices (torch.sort dim -1).
+// topk/<rows>/<n>/<k>: the k largest of each row with i64 indices (torch.topk), through a sort.
+void run_rows(benchmark::State& state, std::int64_t keep) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const std::int64_t rows = state.range(0);
+  const std::int64_t n = state.range(1);
+  SortDesc desc{DType::F32, rows, n, keep >= 0, keep, true, DType::I64};
+  const std::int64_t out = rows * (keep < 0 ? n : keep);
+  Buffer in = random_buffer(DType::F32, rows * n, 5);
+  Buffer values(static_cast<std::size_t>(out) * 4);
+  Buffer indices(static_cast<std::size_t>(out) * 8);
+  const std::size_t bytes = sort_workspace_bytes(desc);
+  Buffer workspace(bytes);
+  cudaStream_t stream = bench_stream();
+  time_with_events(state, stream, 3, [&] {
+    sort_rows(desc, in.data, values.data, indices.data, workspace.data, bytes, stream);
+  });
+  state.counters["bytes"] = static_cast<double>(rows * n * 4 + out * 12);
+}
+void BM_sort_rows(benchmark::State& state) { run_rows(state, -1); }
+void BM_topk(benchmark::State& state) { run_rows(state, state.range(2)); }
+void BM_sort_keys(benchmark::State& state) { run_sort(state, false); }
+
+// cumsum/<n>: one row; cumsum/<rows>/<n>: along the last dim of [rows, n].
+void BM_cumsum(benchmark::State& state) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const bool one_row = state.range(1) == 0;
+  const std::int64_t rows = one_row ? 1 : state.range(0);
+  const std::int64_t cols = one_row ? state.range(0) : state.range(1);
+  const std::int64_t n = rows * cols;
+  ScanDesc desc{DType::F32, rows, cols, ScanOp::Sum};
+  Buffer in = random_buffer(DType::F32, n, 4);
+  Buffer out(static_cast<std::size_t>(n) * 4);
+  const std::size_t bytes = scan_workspace_bytes(desc);
+  Buffer workspace(bytes);
+  cudaStream_t stream = bench_stream();
+  time_with_events(state, stream, 3, [&] {
+    scan_rows(desc, in.data, out.data, workspace.data, bytes, stream);
+  });
+  state.counters["bytes"] = static_cast<double>(n) * 8;
+}
+
+BENCHMARK(BM_memcpy_d2d)->Name("memcpy_d2d")->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_matmul)
+    ->Name("matmul")
+    ->ArgsProduct({{0, 1, 2, 3}, {4096, 8192}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
+BENCHMARK(BM_sort)->Name("sort")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_sort_keys)->Name("sort_keys")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_sort_keys_lists)->Name("sort_keys_lists")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_sort_rows)->Name("sort_rows")->Args({4096, 4096})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_topk)->Name("topk")->Args({4096, 32768, 8})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(10);
+BENCHMARK(BM_cumsum)->Name("cumsum")->Args({1 << 24, 0})->Args({8192, 8192})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(50);
+
+}  // namespace
+
+BENCHMARK_MAIN();

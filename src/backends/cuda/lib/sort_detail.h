@@ -1,0 +1,33 @@
+// Internal to kiln_cuda_lib: the per-key-width sort entry points, defined in sort_kernels.cuh and
+// instantiated in sort_u8.cu ... sort_u64.cu (one translation unit per width, so nvcc compiles
+// the CUB instantiations in parallel).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/lib/sort.h"
+
+namespace kiln::cuda::lib::sort_detail {
+
+// How the bits of a dtype order: as unsigned, as two's complement, or as an IEEE float.
+enum class KeyKind { Unsigned, Signed, F16, BF16, F32, F64 };
+
+// Workspace bytes for desc's keys (desc already validated and non-empty).
+template <class U, KeyKind K>
+std::size_t workspace_bytes(const SortDesc& desc);
+
+// Float sorts without indices restore the bits of +-0 and NaNs by carrying positions through the
+// sort (set: the default, the way indices are made), or from compacted lists of where they are
+// (unset: a keys-only sort, faster by design, not yet measured on a GPU). For tests, which check
+// both, and benchmarks; change it only when no sort is being planned.
+void set_float_values_by_positions(bool enabled);
+bool float_values_by_positions();
+
+template <class U, KeyKind K>
+void sort_typed(const SortDesc& desc, const void* input, void* values, void* indices,
+                void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace kiln::cuda::lib::sort_detail

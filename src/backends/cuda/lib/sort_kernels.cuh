@@ -1,0 +1,381 @@
+// Row sort with CUB radix sorts (the kernels; sort.cpp validates and dispatches). Every dtype is
+// sorted as unsigned integers of its width: a prepare pass maps each element to an order-preserving key (NaN -> the largest key, -0.0 ->
+// +0.0's key, descending -> the complement, so CUB only ever sorts ascending and stays stable),
+// and a finish pass maps keys back and writes the outputs. Four key widths instead of twelve
+// dtypes (and no descending variants) keep nvcc's work to a few CUB instantiations.
+// Keys that several bit patterns share (+-0, NaNs) are written back from the input itself, so the
+// values are the input's own bits: through the positions carried by the sort when indices are
+// wanted, otherwise from stream-compacted lists of the input's zeros and NaNs (the sort is stable,
+// so a row's i-th zero key stands for its i-th zero), which lets the sort move keys only.
+#pragma once
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/lib/sort_detail.h"
+#include "backends/cuda/lib/workspace.h"
+
+namespace kiln::cuda::lib::sort_detail {
+
+template <class U, KeyKind K>
+struct KeyCodec {
+  static constexpr U kSign = U(U(1) << (8 * sizeof(U) - 1));
+  static constexpr bool kFloat = K != KeyKind::Unsigned && K != KeyKind::Signed;
+  // The bits of +infinity; a float whose magnitude bits exceed them is a NaN.
+  __device__ static constexpr U infinity_bits() {
+    if constexpr (K == KeyKind::F16) return U(0x7c00);
+    if constexpr (K == KeyKind::BF16) return U(0x7f80);
+    if constexpr (K == KeyKind::F32) return U(0x7f800000u);
+    if constexpr (K == KeyKind::F64) return U(0x7ff0000000000000ull);
+    return U(0);
+  }
+  static constexpr U kNanKey = U(~U(0));
+  static constexpr U kZeroKey = kSign;  // +0.0 (and -0.0) after the float mapping
+
+  __device__ static U encode(U bits, bool descending) {
+    U key = bits;
+    if constexpr (K == KeyKind::Signed) {
+      key = U(bits ^ kSign);
+    } else if constexpr (kFloat) {
+      const U magnitude = U(bits & U(~kSign));
+      if (magnitude > infinity_bits()) {
+        key = kNanKey;
+      } else if (magnitude == 0) {
+        key = kZeroKey;
+      } else {
+        key = (bits & kSign) ? U(~bits) : U(bits | kSign);
+      }
+    }
+    return descending ? U(~key) : key;
+  }
+
+  // The ascending key of a sorted entry; for floats, true when the key stands for several bit
+  // patterns and the value must come from the input.
+  __device__ static U ascending_key(U key, bool descending) { return descending ? U(~key) : key; }
+  __device__ static bool shared_key(U ascending) {
+    return kFloat && (ascending == kNanKey || ascending == kZeroKey);
+  }
+  __device__ static U decode(U ascending) {
+    if constexpr (K == KeyKind::Signed) return U(ascending ^ kSign);
+    if constexpr (kFloat) return (ascending & kSign) ? U(ascending & U(~kSign)) : U(~ascending);
+    return ascending;
+  }
+};
+
+__device__ inline std::int64_t global_thread() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::int64_t grid_threads() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+template <class U, KeyKind K>
+__global__ void prepare_keys(const U* __restrict__ input, U* __restrict__ keys,
+                             std::uint32_t* __restrict__ positions, std::int64_t total,
+                             std::int64_t n, bool descending) {
+  using Codec = KeyCodec<U, K>;
+  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
+    keys[i] = Codec::encode(input[i], descending);
+    if (positions != nullptr) positions[i] = static_cast<std::uint32_t>(total == n ? i : i % n);
+  }
+}
+
+// Stream-compacted lists of where the input's zeros and NaNs are (global positions, ascending).
+// A sort is stable, so the i-th entry of a row's run of zero keys is the row's i-th zero.
+struct SpecialLists {
+  const std::uint32_t* zeros = nullptr;  // null: no lists (positions or no floats)
+  const std::uint32_t* nans = nullptr;
+  const std::int64_t* counts = nullptr;  // [zeros, nans], written by DeviceSelect
+};
+
+// The input bits behind sorted entry `from`, whose key several bit patterns share.
+template <class U, KeyKind K>
+__device__ U restore_special(const U* __restrict__ keys, const U* __restrict__ input,
+                             const SpecialLists& lists, std::int64_t from, std::int64_t row_start,
+                             std::int64_t n, U stored, bool nan) {
+  // Start of the run of equal keys in this row (keys are ascending as stored).
+  std::int64_t lo = row_start;
+  std::int64_t hi = row_start + n;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < stored) lo = mid + 1; else hi = mid;
+  }
+  const std::int64_t rank = from - lo;
+  // First entry of this row in the list.
+  const std::uint32_t* list = nan ? lists.nans : lists.zeros;
+  std::int64_t a = 0;
+  std::int64_t b = lists.counts[nan ? 1 : 0];
+  while (a < b) {
+    const std::int64_t mid = a + (b - a) / 2;
+    if (static_cast<std::int64_t>(list[mid]) < row_start) a = mid + 1; else b = mid;
+  }
+  return input[list[a + rank]];
+}
+
+template <class U, KeyKind K>
+__global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __restrict__ positions,
+                            SpecialLists lists, const U* __restrict__ input,
+                            U* __restrict__ values, void* __restrict__ indices,
+                            bool wide_indices, std::int64_t rows, std::int64_t n,
+                            std::int64_t keep, bool descending) {
+  using Codec = KeyCodec<U, K>;
+  const std::int64_t total = rows * keep;
+  for (std::int64_t o = global_thread(); o < total; o += grid_threads()) {
+    const std::int64_t row = rows == 1 ? 0 : o / keep;
+    const std::int64_t row_start = row * n;
+    const std::int64_t from = row_start + (o - row * keep);
+    if (values != nullptr) {
+      const U stored = keys[from];
+      const U key = Codec::ascending_key(stored, descending);
+      U value = Codec::decode(key);
+      if (Codec::shared_key(key)) {
+        if (positions != nullptr) {
+          value = input[row_start + positions[from]];
+        } else if (lists.zeros != nullptr) {
+          value = restore_special<U, K>(keys, input, lists, from, row_start, n, stored,
+                                        key == Codec::kNanKey);
+        }
+      }
+      values[o] = value;
+    }
+    if (indices != nullptr) {
+      if (wide_indices) {
+        static_cast<std::int64_t*>(indices)[o] = positions[from];
+      } else {
+        static_cast<std::int32_t*>(indices)[o] = static_cast<std::int32_t>(positions[from]);
+      }
+    }
+  }
+}
+
+// The start of row r, for CUB's segment offsets.
+struct RowStart {
+  std::int64_t n;
+  __host__ __device__ std::int64_t operator()(std::int64_t row) const { return row * n; }
+};
+
+// DeviceSelect's predicate: position i holds a zero (nan = false) or a NaN (nan = true).
+template <class U, KeyKind K>
+struct IsSpecial {
+  const U* input;
+  bool nan;
+  __device__ bool operator()(std::uint32_t i) const {
+    const U key = KeyCodec<U, K>::encode(input[i], false);
+    return key == (nan ? KeyCodec<U, K>::kNanKey : KeyCodec<U, K>::kZeroKey);
+  }
+};
+
+enum class Strategy {
+  Whole,      // one row: a device-wide radix sort
+  PerRow,     // a few long rows: a device-wide radix sort per row
+  Segmented,  // many rows: CUB's segmented sort (small rows in warps, large in blocks)
+};
+
+inline Strategy choose_strategy(const SortDesc& desc) {
+  if (desc.rows == 1) return Strategy::Whole;
+  // A segmented sort gives each row at most one block; a long row wants the whole device.
+  if (desc.n >= (std::int64_t{1} << 17) && desc.rows <= 64) return Strategy::PerRow;
+  return Strategy::Segmented;
+}
+
+// One CUB call (a size query when temp is null). values == nullptr sorts keys only.
+template <class U>
+void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<U>& keys,
+              cub::DoubleBuffer<std::uint32_t>* values, std::int64_t items, std::int64_t rows,
+              std::int64_t n, bool segmented, cudaStream_t stream) {
+  if (!segmented) {
+    if (values != nullptr) {
+      KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, *values,
+                                                              items, 0, int(8 * sizeof(U)), stream));
+    } else {
+      KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, items, 0,
+                                                             int(8 * sizeof(U)), stream));
+    }
+    return;
+  }
+  const thrust::counting_iterator<std::int64_t> row{0};
+  const auto begin = thrust::make_transform_iterator(row, RowStart{n});
+  if (values != nullptr) {
+    KILN_CUDA_CHECK("sort", cub::DeviceSegmentedSort::StableSortPairs(
+                                temp, temp_bytes, keys, *values, items, rows, begin, begin + 1,
+                                stream));
+  } else {
+    KILN_CUDA_CHECK("sort", cub::DeviceSegmentedSort::StableSortKeys(
+                                temp, temp_bytes, keys, items, rows, begin, begin + 1, stream));
+  }
+}
+
+// How the values of keys that several bit patterns share (+-0, NaNs) get their input bits back.
+enum class Restore {
+  None,        // integers: every key is one value
+  Positions,   // positions travel with the keys (they are the indices when indices are wanted)
+  Compaction,  // float values only: lists of the input's zeros and NaNs (keys-only sort)
+};
+
+inline Restore restore_mode(const SortDesc& desc) {
+  if (desc.with_indices) return Restore::Positions;
+  if (!is_float(desc.dtype)) return Restore::None;
+  // The lists hold 32-bit global positions.
+  const bool fits = desc.rows * desc.n < (std::int64_t{1} << 32);
+  return fits && !float_values_by_positions() ? Restore::Compaction : Restore::Positions;
+}
+
+// Workspace: two key buffers and two position buffers (CUB's double buffers), the special lists
+// and their counts, then CUB's own (shared by the sort and the compactions, which run in turn).
+struct Layout {
+  Restore restore;
+  std::size_t keys;       // bytes of one key buffer
+  std::size_t positions;  // bytes of one position buffer (0 without positions)
+  std::size_t list;       // bytes of one special list (0 without compaction)
+  std::size_t cub;        // CUB's temporary storage
+  std::size_t counts() const { return list ? kWorkspaceAlignment : 0; }
+  std::size_t total() const { return 2 * keys + 2 * positions + 2 * list + counts() + cub; }
+};
+
+template <class U, KeyKind K>
+std::size_t select_bytes(std::int64_t items) {
+  std::size_t bytes = 0;
+  KILN_CUDA_CHECK("sort", cub::DeviceSelect::If(nullptr, bytes,
+                                                thrust::counting_iterator<std::uint32_t>(0),
+                                                static_cast<std::uint32_t*>(nullptr),
+                                                static_cast<std::int64_t*>(nullptr), items,
+                                                IsSpecial<U, K>{nullptr, false}, nullptr));
+  return bytes;
+}
+
+template <class U, KeyKind K>
+Layout plan_layout(const SortDesc& desc) {
+  const std::int64_t items = desc.rows * desc.n;
+  Layout layout{};
+  layout.restore = restore_mode(desc);
+  layout.keys = align_up(static_cast<std::size_t>(items) * sizeof(U));
+  const std::size_t one_u32 = align_up(static_cast<std::size_t>(items) * sizeof(std::uint32_t));
+  layout.positions = layout.restore == Restore::Positions ? one_u32 : 0;
+  layout.list = layout.restore == Restore::Compaction ? one_u32 : 0;
+  // A size query: CUB reads only sizes, never the (null) buffers.
+  cub::DoubleBuffer<U> keys(nullptr, nullptr);
+  cub::DoubleBuffer<std::uint32_t> positions(nullptr, nullptr);
+  const Strategy strategy = choose_strategy(desc);
+  const std::int64_t per_call = strategy == Strategy::PerRow ? desc.n : items;
+  std::size_t bytes = 0;
+  cub_sort<U>(nullptr, bytes, keys, layout.positions ? &positions : nullptr, per_call, desc.rows,
+              desc.n, strategy == Strategy::Segmented, nullptr);
+  if (layout.restore == Restore::Compaction) bytes = std::max(bytes, select_bytes<U, K>(items));
+  layout.cub = align_up(bytes);
+  return layout;
+}
+
+inline int grid_for(std::int64_t items) {
+  constexpr std::int64_t kMaxBlocks = 132 * 16;  // enough to fill an H100/H200; grid-stride beyond
+  return static_cast<int>(std::clamp<std::int64_t>((items + 255) / 256, 1, kMaxBlocks));
+}
+
+template <class U, KeyKind K>
+void sort_typed(const SortDesc& desc, const void* input, void* values, void* indices,
+                void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  const Layout layout = plan_layout<U, K>(desc);
+  if (workspace_bytes < layout.total() || workspace == nullptr) {
+    detail::fail<InvalidArgument>("sort", "workspace of ", workspace_bytes, " bytes, need ",
+                                  layout.total());
+  }
+  const std::int64_t items = desc.rows * desc.n;
+  auto* base = static_cast<unsigned char*>(workspace);
+  U* keys0 = reinterpret_cast<U*>(base);
+  U* keys1 = reinterpret_cast<U*>(base + layout.keys);
+  std::uint32_t* pos0 = nullptr;
+  std::uint32_t* pos1 = nullptr;
+  if (layout.positions) {
+    pos0 = reinterpret_cast<std::uint32_t*>(base + 2 * layout.keys);
+    pos1 = reinterpret_cast<std::uint32_t*>(base + 2 * layout.keys + layout.positions);
+  }
+  SpecialLists lists;
+  std::uint32_t* zeros = nullptr;
+  std::uint32_t* nans = nullptr;
+  std::int64_t* counts = nullptr;
+  std::size_t at = 2 * layout.keys + 2 * layout.positions;
+  if (layout.list) {
+    zeros = reinterpret_cast<std::uint32_t*>(base + at);
+    nans = reinterpret_cast<std::uint32_t*>(base + at + layout.list);
+    counts = reinterpret_cast<std::int64_t*>(base + at + 2 * layout.list);
+    lists = {zeros, nans, counts};
+    at += 2 * layout.list + layout.counts();
+  }
+  void* temp = base + at;
+  const U* in = static_cast<const U*>(input);
+
+  prepare_keys<U, K><<<grid_for(items), 256, 0, stream>>>(in, keys0, pos0, items, desc.n,
+                                                           desc.descending);
+  KILN_CUDA_CHECK("sort", cudaGetLastError());
+
+  const Strategy strategy = choose_strategy(desc);
+  U* sorted_keys = nullptr;
+  std::uint32_t* sorted_positions = nullptr;
+  if (strategy == Strategy::PerRow) {
+    // Every row has the same length, so CUB takes the same number of passes and each row ends
+    // in the same buffer; a row that did not is copied over to keep one layout for finish.
+    int final_selector = -1;
+    for (std::int64_t r = 0; r < desc.rows; ++r) {
+      const std::int64_t at = r * desc.n;
+      cub::DoubleBuffer<U> keys(keys0 + at, keys1 + at);
+      cub::DoubleBuffer<std::uint32_t> positions(pos0 ? pos0 + at : nullptr,
+                                                 pos1 ? pos1 + at : nullptr);
+      std::size_t bytes = layout.cub;
+      cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, desc.n, 1, desc.n, false,
+                  stream);
+      if (final_selector < 0) final_selector = keys.selector;
+      if (keys.selector != final_selector) {
+        U* target = final_selector ? keys1 + at : keys0 + at;
+        KILN_CUDA_CHECK("sort", cudaMemcpyAsync(target, keys.Current(), desc.n * sizeof(U),
+                                                cudaMemcpyDeviceToDevice, stream));
+        if (pos0) {
+          std::uint32_t* target_pos = final_selector ? pos1 + at : pos0 + at;
+          KILN_CUDA_CHECK("sort", cudaMemcpyAsync(target_pos, positions.Current(),
+                                                  desc.n * sizeof(std::uint32_t),
+                                                  cudaMemcpyDeviceToDevice, stream));
+        }
+      }
+    }
+    sorted_keys = final_selector ? keys1 : keys0;
+    if (pos0) sorted_positions = final_selector ? pos1 : pos0;
+  } else {
+    cub::DoubleBuffer<U> keys(keys0, keys1);
+    cub::DoubleBuffer<std::uint32_t> positions(pos0, pos1);
+    std::size_t bytes = layout.cub;
+    cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, items, desc.rows, desc.n,
+                strategy == Strategy::Segmented, stream);
+    sorted_keys = keys.Current();
+    if (pos0) sorted_positions = positions.Current();
+  }
+
+  if (layout.restore == Restore::Compaction && values != nullptr) {
+    for (bool nan : {false, true}) {
+      std::size_t bytes = layout.cub;
+      KILN_CUDA_CHECK("sort", cub::DeviceSelect::If(temp, bytes,
+                                                    thrust::counting_iterator<std::uint32_t>(0),
+                                                    nan ? nans : zeros, counts + (nan ? 1 : 0),
+                                                    items, IsSpecial<U, K>{in, nan}, stream));
+    }
+  }
+
+  const std::int64_t keep = desc.keep < 0 ? desc.n : desc.keep;
+  finish_rows<U, K><<<grid_for(desc.rows * keep), 256, 0, stream>>>(
+      sorted_keys, sorted_positions, lists, in, static_cast<U*>(values),
+      desc.with_indices ? indices : nullptr, desc.index_dtype == DType::I64, desc.rows, desc.n,
+      keep, desc.descending);
+  KILN_CUDA_CHECK("sort", cudaGetLastError());
+}
+
+template <class U, KeyKind K>
+std::size_t workspace_bytes(const SortDesc& desc) {
+  return plan_layout<U, K>(desc).total();
+}
+
+}  // namespace kiln::cuda::lib::sort_detail

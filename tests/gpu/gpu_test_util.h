@@ -1,0 +1,79 @@
+// Helpers for the raw-pointer GPU tests: device detection (tests skip without one), RAII device
+// buffers with cudaMalloc, copies, and host conversions for the 16-bit floats.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/check.h"
+
+namespace kiln::gpu_test {
+
+// Empty when a device is usable; otherwise why not.
+inline std::string no_device_reason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return cudaGetErrorString(status);
+  }
+  if (count == 0) return "no CUDA device present";
+  return {};
+}
+
+#define KILN_REQUIRE_GPU()                                                            \
+  do {                                                                                \
+    const std::string kiln_reason = ::kiln::gpu_test::no_device_reason();             \
+    if (!kiln_reason.empty()) GTEST_SKIP() << "no CUDA device: " << kiln_reason;      \
+  } while (0)
+
+// A device allocation of `bytes`, poisoned with 0xff so unwritten outputs show up.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes_ == 0) return;
+    KILN_CUDA_CHECK("test", cudaMalloc(&data_, bytes_));
+    KILN_CUDA_CHECK("test", cudaMemset(data_, 0xff, bytes_));
+  }
+  template <class T>
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
+    if (bytes_ != 0) {
+      KILN_CUDA_CHECK("test", cudaMemcpy(data_, host.data(), bytes_, cudaMemcpyHostToDevice));
+    }
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  void* get() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+  template <class T>
+  std::vector<T> read(std::size_t count) const {
+    std::vector<T> host(count);
+    if (count != 0) {
+      KILN_CUDA_CHECK("test", cudaDeviceSynchronize());
+      KILN_CUDA_CHECK("test",
+                      cudaMemcpy(host.data(), data_, count * sizeof(T), cudaMemcpyDeviceToHost));
+    }
+    return host;
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace kiln::gpu_test
