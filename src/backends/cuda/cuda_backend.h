@@ -75,6 +75,13 @@ class CudaBackend final : public Backend {
   Primitive prod_dim(Primitive x, std::int64_t dim) override;
   Primitive any_dim(Primitive x, std::int64_t dim) override;
   Primitive all_dim(Primitive x, std::int64_t dim) override;
+  // CUB row sorts of kiln_cuda_lib (cuda_sort.cpp).
+  Primitive sort(Primitive x, std::int64_t dim, bool descending) override;
+  PrimitivePair sort_with_indices(Primitive x, std::int64_t dim, bool descending,
+                                  DType index_dtype) override;
+  Primitive argsort(Primitive x, std::int64_t dim, bool descending, DType index_dtype) override;
+  PrimitivePair topk_with_indices(Primitive x, std::int64_t k, std::int64_t dim, bool largest,
+                                  DType index_dtype) override;
 
   // ---- helpers for the op files ----
   // x as a contiguous tensor on this device (x itself when it already is).

@@ -35,11 +35,6 @@ Result on_host(CudaBackend& self, Result (Backend::*method)(Params...), Args&&..
 
 }  // namespace
 
-Primitive CudaBackend::matmul(Primitive l, Primitive r) { return on_host(*this, &Backend::matmul, l, r); }
-Primitive CudaBackend::cumsum(Primitive x, std::int64_t d) { return on_host(*this, &Backend::cumsum, x, d); }
-Primitive CudaBackend::cumprod(Primitive x, std::int64_t d) { return on_host(*this, &Backend::cumprod, x, d); }
-Primitive CudaBackend::cummin(Primitive x, std::int64_t d) { return on_host(*this, &Backend::cummin, x, d); }
-Primitive CudaBackend::cummax(Primitive x, std::int64_t d) { return on_host(*this, &Backend::cummax, x, d); }
 Primitive CudaBackend::scatter(std::int64_t d, Primitive x, Primitive i, Primitive v, IndexingUpdate u) {
   return on_host(*this, &Backend::scatter, d, x, i, v, u);
 }

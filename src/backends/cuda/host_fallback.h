@@ -11,8 +11,6 @@
 namespace kiln::cuda {
 
 inline constexpr std::string_view kHostFallbackOps[] = {
-    "matmul",  // cuBLASLt (src/backends/cuda/lib)
-    "cumsum", "cumprod", "cummin", "cummax",  // CUB scans (src/backends/cuda/lib)
     "scatter",  // needs atomics per update mode and dtype
     "conv", "conv_transpose",
     "avg_pool", "avg_pool_backward", "adaptive_avg_pool", "adaptive_avg_pool_backward",
