@@ -55,16 +55,32 @@ Buffer random_buffer(DType dtype, std::int64_t count, std::uint64_t seed) {
   std::uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
   for (std::int64_t i = 0; i < count; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const float x = static_cast<float>(static_cast<std::int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+    const float x =
+        static_cast<float>(static_cast<std::int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
     unsigned char* at = host.data() + i * dtype_size(dtype);
     switch (dtype) {
-      case DType::F32: std::memcpy(at, &x, 4); break;
-      case DType::F16: { const kiln::half h(x); std::memcpy(at, &h.bits, 2); break; }
-      case DType::BF16: { const kiln::bfloat16 h(x); std::memcpy(at, &h.bits, 2); break; }
-      default: { const double d = x; std::memcpy(at, &d, 8); break; }
+      case DType::F32:
+        std::memcpy(at, &x, 4);
+        break;
+      case DType::F16: {
+        const kiln::half h(x);
+        std::memcpy(at, &h.bits, 2);
+        break;
+      }
+      case DType::BF16: {
+        const kiln::bfloat16 h(x);
+        std::memcpy(at, &h.bits, 2);
+        break;
+      }
+      default: {
+        const double d = x;
+        std::memcpy(at, &d, 8);
+        break;
+      }
     }
   }
-  KILN_CUDA_CHECK("bench", cudaMemcpy(buffer.data, host.data(), host.size(), cudaMemcpyHostToDevice));
+  KILN_CUDA_CHECK("bench",
+                  cudaMemcpy(buffer.data, host.data(), host.size(), cudaMemcpyHostToDevice));
   return buffer;
 }
 
@@ -105,7 +121,8 @@ void BM_memcpy_d2d(benchmark::State& state) {
   KILN_CUDA_CHECK("bench", cudaMemset(from.data, 1, bytes));
   cudaStream_t stream = bench_stream();
   time_with_events(state, stream, 3, [&] {
-    KILN_CUDA_CHECK("bench", cudaMemcpyAsync(to.data, from.data, bytes, cudaMemcpyDeviceToDevice, stream));
+    KILN_CUDA_CHECK("bench",
+                    cudaMemcpyAsync(to.data, from.data, bytes, cudaMemcpyDeviceToDevice, stream));
   });
   state.counters["bytes"] = static_cast<double>(2 * bytes);
 }
@@ -116,13 +133,16 @@ void BM_matmul(benchmark::State& state) {
   const int kind = static_cast<int>(state.range(0));
   const std::int64_t n = state.range(1);
   const DType dtype = kind == 0 ? DType::BF16 : kind == 1 ? DType::F16 : DType::F32;
-  MatmulDesc desc{dtype, n, n, n, 1, {n, 1, 0}, {n, 1, 0}, {n, 1, 0},
-                  kind == 3 ? MatmulCompute::Tf32 : MatmulCompute::Default};
+  MatmulDesc desc{dtype,     n,         n,
+                  n,         1,         {n, 1, 0},
+                  {n, 1, 0}, {n, 1, 0}, kind == 3 ? MatmulCompute::Tf32 : MatmulCompute::Default};
   Buffer a = random_buffer(dtype, n * n, 1);
   Buffer b = random_buffer(dtype, n * n, 2);
   Buffer c(static_cast<std::size_t>(n * n) * dtype_size(dtype));
   cudaStream_t stream = bench_stream();
-  time_with_events(state, stream, 5, [&] { matmul(desc, {a.data, b.data, c.data, nullptr}, stream); });
+  time_with_events(state, stream, 5, [&] {
+    matmul(desc, {a.data, b.data, c.data, nullptr}, stream);
+  });
   state.counters["flops"] = 2.0 * static_cast<double>(n) * n * n;
 }
 
@@ -187,25 +207,59 @@ void BM_cumsum(benchmark::State& state) {
   const std::size_t bytes = scan_workspace_bytes(desc);
   Buffer workspace(bytes);
   cudaStream_t stream = bench_stream();
-  time_with_events(state, stream, 3, [&] {
-    scan_rows(desc, in.data, out.data, workspace.data, bytes, stream);
-  });
+  time_with_events(state, stream, 3,
+                   [&] { scan_rows(desc, in.data, out.data, workspace.data, bytes, stream); });
   state.counters["bytes"] = static_cast<double>(n) * 8;
 }
 
-BENCHMARK(BM_memcpy_d2d)->Name("memcpy_d2d")->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
+BENCHMARK(BM_memcpy_d2d)
+    ->Name("memcpy_d2d")
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
 BENCHMARK(BM_matmul)
     ->Name("matmul")
     ->ArgsProduct({{0, 1, 2, 3}, {4096, 8192}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(20);
-BENCHMARK(BM_sort)->Name("sort")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
-BENCHMARK(BM_sort_keys)->Name("sort_keys")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
-BENCHMARK(BM_sort_keys_lists)->Name("sort_keys_lists")->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
-BENCHMARK(BM_sort_rows)->Name("sort_rows")->Args({4096, 4096})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(20);
-BENCHMARK(BM_topk)->Name("topk")->Args({4096, 32768, 8})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(10);
-BENCHMARK(BM_cumsum)->Name("cumsum")->Args({1 << 24, 0})->Args({8192, 8192})->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(50);
+BENCHMARK(BM_sort)
+    ->Name("sort")
+    ->Arg(1 << 24)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
+BENCHMARK(BM_sort_keys)
+    ->Name("sort_keys")
+    ->Arg(1 << 24)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
+BENCHMARK(BM_sort_keys_lists)
+    ->Name("sort_keys_lists")
+    ->Arg(1 << 24)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
+BENCHMARK(BM_sort_rows)
+    ->Name("sort_rows")
+    ->Args({4096, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
+BENCHMARK(BM_topk)
+    ->Name("topk")
+    ->Args({4096, 32768, 8})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(10);
+BENCHMARK(BM_cumsum)
+    ->Name("cumsum")
+    ->Args({1 << 24, 0})
+    ->Args({8192, 8192})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(50);
 
 }  // namespace
 

@@ -2,9 +2,8 @@
 // buffers with cudaMalloc, copies, and host conversions for the 16-bit floats.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstring>
@@ -27,10 +26,10 @@ inline std::string no_device_reason() {
   return {};
 }
 
-#define KILN_REQUIRE_GPU()                                                            \
-  do {                                                                                \
-    const std::string kiln_reason = ::kiln::gpu_test::no_device_reason();             \
-    if (!kiln_reason.empty()) GTEST_SKIP() << "no CUDA device: " << kiln_reason;      \
+#define KILN_REQUIRE_GPU()                                                       \
+  do {                                                                           \
+    const std::string kiln_reason = ::kiln::gpu_test::no_device_reason();        \
+    if (!kiln_reason.empty()) GTEST_SKIP() << "no CUDA device: " << kiln_reason; \
   } while (0)
 
 // A device allocation of `bytes`, poisoned with 0xff so unwritten outputs show up.

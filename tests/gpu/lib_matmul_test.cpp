@@ -34,11 +34,17 @@ std::int64_t span(std::int64_t r, std::int64_t c, const MatrixStrides& s, std::i
 
 double activate(double x, Epilogue e) {
   switch (e) {
-    case Epilogue::Relu: case Epilogue::BiasRelu: return x < 0 ? 0 : x;
-    case Epilogue::Gelu: case Epilogue::BiasGelu: return x * 0.5 * std::erfc(-x / std::sqrt(2.0));
-    case Epilogue::GeluTanh: case Epilogue::BiasGeluTanh:
+    case Epilogue::Relu:
+    case Epilogue::BiasRelu:
+      return x < 0 ? 0 : x;
+    case Epilogue::Gelu:
+    case Epilogue::BiasGelu:
+      return x * 0.5 * std::erfc(-x / std::sqrt(2.0));
+    case Epilogue::GeluTanh:
+    case Epilogue::BiasGeluTanh:
       return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-    default: return x;
+    default:
+      return x;
   }
 }
 bool with_bias(Epilogue e) {
@@ -93,8 +99,10 @@ void check_matmul(const MatmulDesc& d, std::uint64_t seed, std::int64_t misalign
       for (std::int64_t j = 0; j < d.n; ++j) {
         double acc = 0;
         for (std::int64_t l = 0; l < d.k; ++l) {
-          acc += as_double(a[misalign + p * d.a.batch_stride + i * d.a.row_stride + l * d.a.col_stride]) *
-                 as_double(b[misalign + p * d.b.batch_stride + l * d.b.row_stride + j * d.b.col_stride]);
+          acc += as_double(
+                     a[misalign + p * d.a.batch_stride + i * d.a.row_stride + l * d.a.col_stride]) *
+                 as_double(
+                     b[misalign + p * d.b.batch_stride + l * d.b.row_stride + j * d.b.col_stride]);
         }
         if (with_bias(d.epilogue)) acc += as_double(bias[misalign + j]);
         const double expected = activate(acc, d.epilogue);
@@ -132,8 +140,14 @@ TEST(LibMatmul, TransposedViewsEveryDType) {
   for_each_dtype([&]<class T>(DType dtype, T) {
     for (bool a_t : {false, true}) {
       for (bool b_t : {false, true}) {
-        MatmulDesc d{dtype, m, n, k, 1, a_t ? col_major(m, k) : row_major(m, k),
-                     b_t ? col_major(k, n) : row_major(k, n), row_major(m, n)};
+        MatmulDesc d{dtype,
+                     m,
+                     n,
+                     k,
+                     1,
+                     a_t ? col_major(m, k) : row_major(m, k),
+                     b_t ? col_major(k, n) : row_major(k, n),
+                     row_major(m, n)};
         check_matmul<T>(d, seed++);
       }
     }
@@ -142,8 +156,15 @@ TEST(LibMatmul, TransposedViewsEveryDType) {
 
 TEST(LibMatmul, Tf32IsOptIn) {
   KILN_REQUIRE_GPU();
-  MatmulDesc d{DType::F32, 128, 96, 200, 1, row_major(128, 200), row_major(200, 96),
-               row_major(128, 96), MatmulCompute::Tf32};
+  MatmulDesc d{DType::F32,
+               128,
+               96,
+               200,
+               1,
+               row_major(128, 200),
+               row_major(200, 96),
+               row_major(128, 96),
+               MatmulCompute::Tf32};
   check_matmul<float>(d, 3);
 }
 
@@ -151,23 +172,27 @@ TEST(LibMatmul, BatchesBroadcastPaddingAndColumnMajorC) {
   KILN_REQUIRE_GPU();
   for_each_dtype([&]<class T>(DType dtype, T) {
     // A shared by every batch (stride 0), B batched, padded rows in A.
-    check_matmul<T>({dtype, 19, 23, 31, 3, {31 + 5, 1, 0}, row_major(31, 23), row_major(19, 23)}, 5);
+    check_matmul<T>({dtype, 19, 23, 31, 3, {31 + 5, 1, 0}, row_major(31, 23), row_major(19, 23)},
+                    5);
     // B broadcast and transposed, C column-major.
     check_matmul<T>({dtype, 19, 23, 31, 4, row_major(19, 31), {1, 31, 0}, col_major(19, 23)}, 6);
     // Vectors: m = 1 and n = 1.
-    check_matmul<T>({dtype, 1, 40, 17, 2, row_major(1, 17), row_major(17, 40), row_major(1, 40)}, 7);
-    check_matmul<T>({dtype, 40, 1, 17, 2, row_major(40, 17), row_major(17, 1), row_major(40, 1)}, 8);
+    check_matmul<T>({dtype, 1, 40, 17, 2, row_major(1, 17), row_major(17, 40), row_major(1, 40)},
+                    7);
+    check_matmul<T>({dtype, 40, 1, 17, 2, row_major(40, 17), row_major(17, 1), row_major(40, 1)},
+                    8);
   });
 }
 
 TEST(LibMatmul, EveryEpilogue) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 50;
-  for (Epilogue e : {Epilogue::None, Epilogue::Bias, Epilogue::Relu, Epilogue::BiasRelu,
-                     Epilogue::Gelu, Epilogue::BiasGelu, Epilogue::GeluTanh,
-                     Epilogue::BiasGeluTanh}) {
+  for (Epilogue e :
+       {Epilogue::None, Epilogue::Bias, Epilogue::Relu, Epilogue::BiasRelu, Epilogue::Gelu,
+        Epilogue::BiasGelu, Epilogue::GeluTanh, Epilogue::BiasGeluTanh}) {
     for_each_dtype([&]<class T>(DType dtype, T) {
-      MatmulDesc d{dtype, 64, 48, 40, 2, row_major(64, 40), col_major(40, 48, 0), row_major(64, 48)};
+      MatmulDesc d{
+          dtype, 64, 48, 40, 2, row_major(64, 40), col_major(40, 48, 0), row_major(64, 48)};
       d.epilogue = e;
       check_matmul<T>(d, seed++);
     });
@@ -176,19 +201,22 @@ TEST(LibMatmul, EveryEpilogue) {
 
 TEST(LibMatmul, UnalignedPointersAndOddSizes) {
   KILN_REQUIRE_GPU();
-  check_matmul<half>({DType::F16, 33, 17, 9, 1, row_major(33, 9), row_major(9, 17),
-                      row_major(33, 17)}, 9, 1);
+  check_matmul<half>(
+      {DType::F16, 33, 17, 9, 1, row_major(33, 9), row_major(9, 17), row_major(33, 17)}, 9, 1);
   check_matmul<float>({DType::F32, 5, 3, 7, 1, row_major(5, 7), col_major(7, 3), row_major(5, 3),
-                       MatmulCompute::Default, Epilogue::BiasRelu}, 10, 3);
-  check_matmul<bfloat16>({DType::BF16, 257, 129, 65, 1, row_major(257, 65), row_major(65, 129),
-                          row_major(257, 129)}, 11, 2);
+                       MatmulCompute::Default, Epilogue::BiasRelu},
+                      10, 3);
+  check_matmul<bfloat16>(
+      {DType::BF16, 257, 129, 65, 1, row_major(257, 65), row_major(65, 129), row_major(257, 129)},
+      11, 2);
 }
 
 TEST(LibMatmul, EmptyAndZeroK) {
   KILN_REQUIRE_GPU();
   // k = 0: C = act(bias), written by the epilogue pass.
   check_matmul<float>({DType::F32, 6, 5, 0, 2, row_major(6, 0), row_major(0, 5), row_major(6, 5),
-                       MatmulCompute::Default, Epilogue::BiasRelu}, 12);
+                       MatmulCompute::Default, Epilogue::BiasRelu},
+                      12);
   check_matmul<float>({DType::F32, 6, 5, 0, 1, row_major(6, 0), row_major(0, 5), row_major(6, 5)},
                       13);
   // m = 0 or batch = 0: nothing to do, nothing touched.
@@ -207,11 +235,19 @@ TEST(LibMatmul, UnsupportedLayoutsAreReported) {
   EXPECT_NE(why.find("A"), std::string::npos) << why;
   EXPECT_THROW(matmul(strided, {}, nullptr), InvalidArgument);
   // A bias needs contiguous rows of C.
-  MatmulDesc bias_col{DType::F32, 8, 8, 8, 1, row_major(8, 8), row_major(8, 8), col_major(8, 8),
-                      MatmulCompute::Default, Epilogue::Bias};
+  MatmulDesc bias_col{DType::F32,
+                      8,
+                      8,
+                      8,
+                      1,
+                      row_major(8, 8),
+                      row_major(8, 8),
+                      col_major(8, 8),
+                      MatmulCompute::Default,
+                      Epilogue::Bias};
   EXPECT_FALSE(matmul_supported(bias_col, &why));
   // C broadcast over the batch would race.
-  MatmulDesc c_broadcast{DType::F32, 8, 8, 8, 2, row_major(8, 8), row_major(8, 8),
+  MatmulDesc c_broadcast{DType::F32,        8, 8, 8, 2, row_major(8, 8), row_major(8, 8),
                          row_major(8, 8, 0)};
   EXPECT_FALSE(matmul_supported(c_broadcast, &why));
   // Wrong rather than unsupported.

@@ -18,11 +18,11 @@ namespace {
 using gpu_test::DeviceBuffer;
 
 template <class T>
-constexpr bool kFloat = std::is_floating_point_v<T> || std::is_same_v<T, half> ||
-                        std::is_same_v<T, bfloat16>;
+constexpr bool kFloat =
+    std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>,
-                                     float, T>;
+using compute_t =
+    std::conditional_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, float, T>;
 
 template <class T>
 double as_double(T v) {
@@ -84,13 +84,13 @@ std::vector<T> reference(const std::vector<T>& in, std::int64_t rows, std::int64
       }
     } else {
       std::uint64_t acc = op == ScanOp::Prod ? 1 : 0;
-      T extremum = op == ScanOp::Max ? std::numeric_limits<T>::lowest()
-                                     : std::numeric_limits<T>::max();
+      T extremum =
+          op == ScanOp::Max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
       for (std::int64_t j = 0; j < n; ++j) {
         const std::size_t i = static_cast<std::size_t>(r * n + j);
-        const std::uint64_t wide = std::is_signed_v<T>
-                                       ? static_cast<std::uint64_t>(static_cast<std::int64_t>(in[i]))
-                                       : static_cast<std::uint64_t>(in[i]);
+        const std::uint64_t wide =
+            std::is_signed_v<T> ? static_cast<std::uint64_t>(static_cast<std::int64_t>(in[i]))
+                                : static_cast<std::uint64_t>(in[i]);
         if (op == ScanOp::Sum) acc += wide;
         if (op == ScanOp::Prod) acc *= wide;
         if (op == ScanOp::Max && in[i] > extremum) extremum = in[i];
@@ -105,9 +105,8 @@ std::vector<T> reference(const std::vector<T>& in, std::int64_t rows, std::int64
 template <class T>
 void check_scan(DType dtype, std::int64_t rows, std::int64_t n, ScanOp op, std::uint64_t seed,
                 bool in_place = false) {
-  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows " << rows << " n " << n
-                                    << " op " << static_cast<int>(op)
-                                    << (in_place ? " in place" : ""));
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows " << rows << " n " << n << " op "
+                                    << static_cast<int>(op) << (in_place ? " in place" : ""));
   const auto input = random_values<T>(rows * n, op, seed);
   const auto expected = reference(input, rows, n, op);
   ScanDesc desc{dtype, rows, n, op};

@@ -57,8 +57,8 @@ T from_bits(std::uint64_t b) {
 }
 
 template <class T>
-constexpr bool kFloat = std::is_floating_point_v<T> || std::is_same_v<T, half> ||
-                        std::is_same_v<T, bfloat16>;
+constexpr bool kFloat =
+    std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
 // A negative NaN with a payload: sign and payload must not change where NaNs sort.
 template <class T>
@@ -80,17 +80,30 @@ std::vector<T> random_values(std::int64_t count, std::uint64_t seed, bool narrow
       const int pick = static_cast<int>(rng() % 40);
       const float base = static_cast<float>(static_cast<int>(rng() % 41) - 20) * 0.5f;
       switch (pick) {
-        case 0: x = T(std::numeric_limits<float>::quiet_NaN()); break;
-        case 1: x = odd_nan<T>(); break;
-        case 2: x = T(std::numeric_limits<float>::infinity()); break;
-        case 3: x = T(-std::numeric_limits<float>::infinity()); break;
-        case 4: x = T(0.0f); break;
-        case 5: x = T(-0.0f); break;
-        default: x = narrow ? T(base) : T(base * static_cast<float>(rng() % 1000) * 0.37f); break;
+        case 0:
+          x = T(std::numeric_limits<float>::quiet_NaN());
+          break;
+        case 1:
+          x = odd_nan<T>();
+          break;
+        case 2:
+          x = T(std::numeric_limits<float>::infinity());
+          break;
+        case 3:
+          x = T(-std::numeric_limits<float>::infinity());
+          break;
+        case 4:
+          x = T(0.0f);
+          break;
+        case 5:
+          x = T(-0.0f);
+          break;
+        default:
+          x = narrow ? T(base) : T(base * static_cast<float>(rng() % 1000) * 0.37f);
+          break;
       }
     } else {
-      x = narrow ? static_cast<T>(static_cast<std::int64_t>(rng() % 13) - 6)
-                 : from_bits<T>(rng());
+      x = narrow ? static_cast<T>(static_cast<std::int64_t>(rng() % 13) - 6) : from_bits<T>(rng());
     }
   }
   return v;
@@ -103,13 +116,27 @@ std::vector<T> special_values(std::int64_t count, std::uint64_t seed) {
   std::vector<T> v(static_cast<std::size_t>(count));
   for (auto& x : v) {
     switch (rng() % 7) {
-      case 0: x = T(0.0f); break;
-      case 1: x = T(-0.0f); break;
-      case 2: x = T(std::numeric_limits<float>::quiet_NaN()); break;
-      case 3: x = odd_nan<T>(); break;
-      case 4: x = T(1.0f); break;
-      case 5: x = T(-1.0f); break;
-      default: x = T(std::numeric_limits<float>::infinity()); break;
+      case 0:
+        x = T(0.0f);
+        break;
+      case 1:
+        x = T(-0.0f);
+        break;
+      case 2:
+        x = T(std::numeric_limits<float>::quiet_NaN());
+        break;
+      case 3:
+        x = odd_nan<T>();
+        break;
+      case 4:
+        x = T(1.0f);
+        break;
+      case 5:
+        x = T(-1.0f);
+        break;
+      default:
+        x = T(std::numeric_limits<float>::infinity());
+        break;
     }
   }
   return v;
@@ -153,8 +180,8 @@ void check_sort(DType dtype, const Case& c, std::uint64_t seed, bool specials = 
   DeviceBuffer indices(c.indices ? c.rows * keep * index_size : 0);
   const std::size_t bytes = sort_workspace_bytes(desc);
   DeviceBuffer workspace(bytes);
-  sort_rows(desc, in.get(), c.values ? values.get() : nullptr,
-            c.indices ? indices.get() : nullptr, workspace.get(), bytes, nullptr);
+  sort_rows(desc, in.get(), c.values ? values.get() : nullptr, c.indices ? indices.get() : nullptr,
+            workspace.get(), bytes, nullptr);
   KILN_CUDA_CHECK("test", cudaDeviceSynchronize());
   const auto got_values = values.read<T>(c.values ? c.rows * keep : 0);
   std::vector<std::int64_t> got_indices(c.indices ? c.rows * keep : 0);
@@ -308,8 +335,10 @@ TEST(LibSort, EmptyShapesWriteNothing) {
 
 TEST(LibSort, BadDescriptionsAreInvalidArguments) {
   // Host-side validation: runs without a device.
-  EXPECT_THROW(validate(SortDesc{DType::F32, 1, 10, false, 11, false, DType::I64}), InvalidArgument);
-  EXPECT_THROW(validate(SortDesc{DType::F32, -1, 10, false, -1, false, DType::I64}), InvalidArgument);
+  EXPECT_THROW(validate(SortDesc{DType::F32, 1, 10, false, 11, false, DType::I64}),
+               InvalidArgument);
+  EXPECT_THROW(validate(SortDesc{DType::F32, -1, 10, false, -1, false, DType::I64}),
+               InvalidArgument);
   EXPECT_THROW(validate(SortDesc{DType::F32, 1, 10, false, -1, true, DType::F32}), InvalidArgument);
   EXPECT_THROW(validate(SortDesc{DType::Bool, 1, 10, false, -1, false, DType::I64}),
                UnsupportedDType);

@@ -74,10 +74,17 @@ bool has_bias(Epilogue e) {
 
 Activation activation_of(Epilogue e) {
   switch (e) {
-    case Epilogue::Relu: case Epilogue::BiasRelu: return Activation::Relu;
-    case Epilogue::Gelu: case Epilogue::BiasGelu: return Activation::Gelu;
-    case Epilogue::GeluTanh: case Epilogue::BiasGeluTanh: return Activation::GeluTanh;
-    default: return Activation::None;
+    case Epilogue::Relu:
+    case Epilogue::BiasRelu:
+      return Activation::Relu;
+    case Epilogue::Gelu:
+    case Epilogue::BiasGelu:
+      return Activation::Gelu;
+    case Epilogue::GeluTanh:
+    case Epilogue::BiasGeluTanh:
+      return Activation::GeluTanh;
+    default:
+      return Activation::None;
   }
 }
 
@@ -125,8 +132,8 @@ std::optional<Problem> map_problem(const MatmulDesc& d, std::string* why) {
 
 void check_desc(const MatmulDesc& d) {
   if (d.m < 0 || d.n < 0 || d.k < 0 || d.batch < 0) {
-    detail::fail<InvalidArgument>("matmul", "sizes m ", d.m, ", n ", d.n, ", k ", d.k,
-                                  ", batch ", d.batch, " must not be negative");
+    detail::fail<InvalidArgument>("matmul", "sizes m ", d.m, ", n ", d.n, ", k ", d.k, ", batch ",
+                                  d.batch, " must not be negative");
   }
   if (d.dtype != DType::F32 && d.dtype != DType::F16 && d.dtype != DType::BF16 &&
       d.dtype != DType::F64) {
@@ -144,10 +151,14 @@ void check_desc(const MatmulDesc& d) {
 
 cudaDataType_t data_type(DType dtype) {
   switch (dtype) {
-    case DType::F64: return CUDA_R_64F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::F64:
+      return CUDA_R_64F;
+    case DType::F16:
+      return CUDA_R_16F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -193,10 +204,10 @@ struct Plan {
   LayoutPtr first, second, out;
   cublasLtMatmulAlgo_t algo{};
   std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic's runners-up, until autotuned
-  bool fused_bias = false;                   // bias handled by cuBLASLt
-  Activation after = Activation::None;       // activation left for apply_epilogue
-  bool bias_after = false;                   // bias left for apply_epilogue
-  std::mutex call;                           // the bias pointer is an attribute of `op`
+  bool fused_bias = false;                       // bias handled by cuBLASLt
+  Activation after = Activation::None;           // activation left for apply_epilogue
+  bool bias_after = false;                       // bias left for apply_epilogue
+  std::mutex call;                               // the bias pointer is an attribute of `op`
 };
 
 // One cuBLASLt handle per device and one workspace per (device, stream), created on first use
@@ -220,22 +231,24 @@ Registry& registry() {
 LayoutPtr make_layout(cudaDataType_t type, const Stored& s, std::int64_t batch,
                       std::int64_t batch_stride) {
   cublasLtMatrixLayout_t raw = nullptr;
-  KILN_CUDA_CHECK("matmul", cublasLtMatrixLayoutCreate(&raw, type, static_cast<std::uint64_t>(s.rows),
-                                                       static_cast<std::uint64_t>(s.cols), s.ld));
+  KILN_CUDA_CHECK("matmul",
+                  cublasLtMatrixLayoutCreate(&raw, type, static_cast<std::uint64_t>(s.rows),
+                                             static_cast<std::uint64_t>(s.cols), s.ld));
   LayoutPtr layout(raw);
   if (batch > 1) {
     const std::int32_t count = static_cast<std::int32_t>(batch);
     KILN_CUDA_CHECK("matmul", cublasLtMatrixLayoutSetAttribute(
                                   raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    KILN_CUDA_CHECK("matmul", cublasLtMatrixLayoutSetAttribute(
-                                  raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
-                                  sizeof(batch_stride)));
+    KILN_CUDA_CHECK(
+        "matmul", cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                   &batch_stride, sizeof(batch_stride)));
   }
   return layout;
 }
 
 cublasLtEpilogue_t lt_epilogue(bool bias, Activation activation) {
-  if (activation == Activation::Relu) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  if (activation == Activation::Relu)
+    return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
   if (activation == Activation::GeluTanh) {
     return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   }
@@ -264,9 +277,9 @@ bool try_plan(Plan& plan, cublasLtHandle_t handle, const MatmulDesc& d, const Pl
                                                            &epilogue, sizeof(epilogue)));
   if (fuse_bias) {
     const cudaDataType_t bias_type = data_type(d.dtype);
-    KILN_CUDA_CHECK("matmul", cublasLtMatmulDescSetAttribute(
-                                  raw, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                  sizeof(bias_type)));
+    KILN_CUDA_CHECK("matmul",
+                    cublasLtMatmulDescSetAttribute(raw, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof(bias_type)));
   }
 
   PreferencePtr preference;
@@ -357,7 +370,8 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const MatmulDesc& d, co
     return plan;
   }
   // No algorithm with that epilogue (f64 has few): the plain product, then the epilogue pass.
-  if ((bias || fusable != Activation::None) && try_plan(*plan, handle, d, key, false, Activation::None)) {
+  if ((bias || fusable != Activation::None) &&
+      try_plan(*plan, handle, d, key, false, Activation::None)) {
     plan->bias_after = bias;
     plan->after = activation;
     return plan;
@@ -408,11 +422,22 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                     static_cast<std::int64_t>(d.dtype),
                     static_cast<std::int64_t>(d.compute),
                     static_cast<std::int64_t>(d.epilogue),
-                    d.m, d.n, d.k, d.batch,
-                    d.a.row_stride, d.a.col_stride, d.a.batch_stride,
-                    d.b.row_stride, d.b.col_stride, d.b.batch_stride,
-                    d.c.row_stride, d.c.col_stride, d.c.batch_stride,
-                    alignment_of(args.a), alignment_of(args.b), alignment_of(args.c),
+                    d.m,
+                    d.n,
+                    d.k,
+                    d.batch,
+                    d.a.row_stride,
+                    d.a.col_stride,
+                    d.a.batch_stride,
+                    d.b.row_stride,
+                    d.b.col_stride,
+                    d.b.batch_stride,
+                    d.c.row_stride,
+                    d.c.col_stride,
+                    d.c.batch_stride,
+                    alignment_of(args.a),
+                    alignment_of(args.b),
+                    alignment_of(args.c),
                     bias ? alignment_of(args.bias) : 0};
 
   Registry& r = registry();
@@ -449,10 +474,10 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
   {
     std::lock_guard lock(plan->call);
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-      KILN_CUDA_CHECK("matmul", cublasLtMatmul(handle, plan->op.get(), alpha, first,
-                                               plan->first.get(), second, plan->second.get(), beta,
-                                               args.c, plan->out.get(), args.c, plan->out.get(),
-                                               &algo, workspace, kWorkspaceBytes, stream));
+      KILN_CUDA_CHECK(
+          "matmul", cublasLtMatmul(handle, plan->op.get(), alpha, first, plan->first.get(), second,
+                                   plan->second.get(), beta, args.c, plan->out.get(), args.c,
+                                   plan->out.get(), &algo, workspace, kWorkspaceBytes, stream));
     };
     if (plan->fused_bias) {
       KILN_CUDA_CHECK("matmul", cublasLtMatmulDescSetAttribute(plan->op.get(),

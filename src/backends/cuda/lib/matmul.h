@@ -14,10 +14,10 @@
 //   matmul(d, {x, w, y, b}, stream);                            // asynchronous on stream
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <string>
-
-#include <cuda_runtime_api.h>
 
 #include "kiln/dtype.h"
 

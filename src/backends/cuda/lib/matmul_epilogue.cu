@@ -63,8 +63,8 @@ __global__ void epilogue_kernel(T* c, const T* bias, std::int64_t m, std::int64_
   using C = typename Compute<T>::type;
   const std::int64_t total = batch * m * n;
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       e < total; e += step) {
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += step) {
     const std::int64_t j = e % n;
     const std::int64_t i = (e / n) % m;
     const std::int64_t b = e / (n * m);
@@ -76,14 +76,13 @@ __global__ void epilogue_kernel(T* c, const T* bias, std::int64_t m, std::int64_
 }
 
 template <class T>
-void launch(const MatmulDesc& d, void* c, const void* bias, Activation activation,
-            bool zero_first, cudaStream_t stream) {
+void launch(const MatmulDesc& d, void* c, const void* bias, Activation activation, bool zero_first,
+            cudaStream_t stream) {
   const std::int64_t total = d.batch * d.m * d.n;
   const int blocks = static_cast<int>(std::clamp<std::int64_t>((total + 255) / 256, 1, 132 * 16));
   epilogue_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<T*>(c), static_cast<const T*>(bias),
-                                                 d.m, d.n, d.batch, d.c.row_stride,
-                                                 d.c.col_stride, d.c.batch_stride, activation,
-                                                 zero_first);
+                                                 d.m, d.n, d.batch, d.c.row_stride, d.c.col_stride,
+                                                 d.c.batch_stride, activation, zero_first);
   KILN_CUDA_CHECK("matmul", cudaGetLastError());
 }
 
@@ -93,11 +92,16 @@ void apply_epilogue(const MatmulDesc& desc, void* c, const void* bias, Activatio
                     bool zero_first, cudaStream_t stream) {
   if (desc.batch * desc.m * desc.n == 0) return;
   switch (desc.dtype) {
-    case DType::F64: return launch<double>(desc, c, bias, activation, zero_first, stream);
-    case DType::F32: return launch<float>(desc, c, bias, activation, zero_first, stream);
-    case DType::F16: return launch<__half>(desc, c, bias, activation, zero_first, stream);
-    case DType::BF16: return launch<__nv_bfloat16>(desc, c, bias, activation, zero_first, stream);
-    default: break;
+    case DType::F64:
+      return launch<double>(desc, c, bias, activation, zero_first, stream);
+    case DType::F32:
+      return launch<float>(desc, c, bias, activation, zero_first, stream);
+    case DType::F16:
+      return launch<__half>(desc, c, bias, activation, zero_first, stream);
+    case DType::BF16:
+      return launch<__nv_bfloat16>(desc, c, bias, activation, zero_first, stream);
+    default:
+      break;
   }
   detail::fail<UnsupportedDType>("matmul", "no epilogue for dtype ", dtype_name(desc.dtype));
 }

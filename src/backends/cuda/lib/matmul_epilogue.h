@@ -3,9 +3,9 @@
 // Internal to kiln_cuda_lib (matmul.cpp).
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 #include "backends/cuda/lib/matmul.h"
 

@@ -13,10 +13,10 @@
 //   scan_rows(desc, x, y, workspace, bytes, stream);
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
-
-#include <cuda_runtime_api.h>
 
 #include "kiln/dtype.h"
 

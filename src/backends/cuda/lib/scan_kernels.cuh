@@ -4,15 +4,15 @@
 // scan_min_max.cu, which instantiate it for their ops (two files: nvcc runs them in parallel).
 #pragma once
 
-#include <cub/block/block_load.cuh>
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
-#include <cub/block/block_store.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cub/block/block_load.cuh>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/block/block_store.cuh>
 #include <limits>
 #include <type_traits>
 
@@ -63,8 +63,7 @@ struct Traits;
 
 // Sums and products: double for floats, 64-bit wrap-around for integers (cpu_scan.cpp).
 template <class T, ScanOp Op>
-  requires(Op == ScanOp::Sum || Op == ScanOp::Prod)
-struct Traits<T, Op> {
+requires(Op == ScanOp::Sum || Op == ScanOp::Prod) struct Traits<T, Op> {
   using Acc = std::conditional_t<is_float_v<T>, double, std::uint64_t>;
   __device__ static Acc identity() { return Op == ScanOp::Sum ? Acc(0) : Acc(1); }
   __device__ static Acc widen(T v) {
@@ -88,8 +87,7 @@ struct Traits<T, Op> {
 
 // Extrema in the compute type; a NaN, once seen, stays; ties keep the earlier value.
 template <class T, ScanOp Op>
-  requires(Op == ScanOp::Min || Op == ScanOp::Max)
-struct Traits<T, Op> {
+requires(Op == ScanOp::Min || Op == ScanOp::Max) struct Traits<T, Op> {
   using Acc = compute_t<T>;
   static constexpr bool kMax = Op == ScanOp::Max;
   __device__ static Acc identity() {
@@ -213,8 +211,8 @@ std::size_t workspace_bytes(const ScanDesc& desc) {
 }
 
 template <class T, ScanOp Op>
-void run(const ScanDesc& desc, const void* input, void* output, void* workspace,
-         std::size_t bytes, cudaStream_t stream) {
+void run(const ScanDesc& desc, const void* input, void* output, void* workspace, std::size_t bytes,
+         cudaStream_t stream) {
   const std::int64_t tiles = (desc.n + tile_size<T>() - 1) / tile_size<T>();
   const std::int64_t blocks = desc.rows * tiles;
   if (blocks > std::numeric_limits<std::int32_t>::max()) {
@@ -231,14 +229,14 @@ void run(const ScanDesc& desc, const void* input, void* output, void* workspace,
                                     workspace_bytes<T, Op>(desc));
     }
     partials = static_cast<Acc*>(workspace);
-    reduce_tiles<T, Op><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, partials, desc.n,
-                                                                              tiles);
+    reduce_tiles<T, Op>
+        <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, partials, desc.n, tiles);
     KILN_CUDA_CHECK("scan", cudaGetLastError());
     scan_partials<T, Op><<<static_cast<unsigned>(desc.rows), kBlock, 0, stream>>>(partials, tiles);
     KILN_CUDA_CHECK("scan", cudaGetLastError());
   }
-  scan_tiles<T, Op><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, out, partials,
-                                                                          desc.n, tiles);
+  scan_tiles<T, Op>
+      <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, out, partials, desc.n, tiles);
   KILN_CUDA_CHECK("scan", cudaGetLastError());
 }
 
@@ -251,19 +249,32 @@ struct Tag {
 template <class F>
 decltype(auto) visit_dtype(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::F64: return f(Tag<double>{});
-    case DType::F32: return f(Tag<float>{});
-    case DType::F16: return f(Tag<__half>{});
-    case DType::BF16: return f(Tag<__nv_bfloat16>{});
-    case DType::I64: return f(Tag<std::int64_t>{});
-    case DType::I32: return f(Tag<std::int32_t>{});
-    case DType::I16: return f(Tag<std::int16_t>{});
-    case DType::I8: return f(Tag<std::int8_t>{});
-    case DType::U64: return f(Tag<std::uint64_t>{});
-    case DType::U32: return f(Tag<std::uint32_t>{});
-    case DType::U16: return f(Tag<std::uint16_t>{});
-    case DType::U8: return f(Tag<std::uint8_t>{});
-    default: break;
+    case DType::F64:
+      return f(Tag<double>{});
+    case DType::F32:
+      return f(Tag<float>{});
+    case DType::F16:
+      return f(Tag<__half>{});
+    case DType::BF16:
+      return f(Tag<__nv_bfloat16>{});
+    case DType::I64:
+      return f(Tag<std::int64_t>{});
+    case DType::I32:
+      return f(Tag<std::int32_t>{});
+    case DType::I16:
+      return f(Tag<std::int16_t>{});
+    case DType::I8:
+      return f(Tag<std::int8_t>{});
+    case DType::U64:
+      return f(Tag<std::uint64_t>{});
+    case DType::U32:
+      return f(Tag<std::uint32_t>{});
+    case DType::U16:
+      return f(Tag<std::uint16_t>{});
+    case DType::U8:
+      return f(Tag<std::uint8_t>{});
+    default:
+      break;
   }
   detail::fail<UnsupportedDType>("scan", "cannot scan dtype ", dtype_name(dtype));
 }

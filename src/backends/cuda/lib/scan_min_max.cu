@@ -12,7 +12,7 @@ std::size_t min_max_workspace(const ScanDesc& desc) {
 }
 
 void min_max(const ScanDesc& desc, const void* input, void* output, void* workspace,
-              std::size_t bytes, cudaStream_t stream) {
+             std::size_t bytes, cudaStream_t stream) {
   visit_dtype(desc.dtype, [&]<class Tag>(Tag) {
     using T = typename Tag::type;
     if (desc.op == ScanOp::Min) {

@@ -37,19 +37,32 @@ struct KeyType {
 template <class F>
 decltype(auto) visit_key_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::F64: return f(KeyType<std::uint64_t, KeyKind::F64>{});
-    case DType::F32: return f(KeyType<std::uint32_t, KeyKind::F32>{});
-    case DType::F16: return f(KeyType<std::uint16_t, KeyKind::F16>{});
-    case DType::BF16: return f(KeyType<std::uint16_t, KeyKind::BF16>{});
-    case DType::I64: return f(KeyType<std::uint64_t, KeyKind::Signed>{});
-    case DType::I32: return f(KeyType<std::uint32_t, KeyKind::Signed>{});
-    case DType::I16: return f(KeyType<std::uint16_t, KeyKind::Signed>{});
-    case DType::I8: return f(KeyType<std::uint8_t, KeyKind::Signed>{});
-    case DType::U64: return f(KeyType<std::uint64_t, KeyKind::Unsigned>{});
-    case DType::U32: return f(KeyType<std::uint32_t, KeyKind::Unsigned>{});
-    case DType::U16: return f(KeyType<std::uint16_t, KeyKind::Unsigned>{});
-    case DType::U8: return f(KeyType<std::uint8_t, KeyKind::Unsigned>{});
-    default: break;
+    case DType::F64:
+      return f(KeyType<std::uint64_t, KeyKind::F64>{});
+    case DType::F32:
+      return f(KeyType<std::uint32_t, KeyKind::F32>{});
+    case DType::F16:
+      return f(KeyType<std::uint16_t, KeyKind::F16>{});
+    case DType::BF16:
+      return f(KeyType<std::uint16_t, KeyKind::BF16>{});
+    case DType::I64:
+      return f(KeyType<std::uint64_t, KeyKind::Signed>{});
+    case DType::I32:
+      return f(KeyType<std::uint32_t, KeyKind::Signed>{});
+    case DType::I16:
+      return f(KeyType<std::uint16_t, KeyKind::Signed>{});
+    case DType::I8:
+      return f(KeyType<std::uint8_t, KeyKind::Signed>{});
+    case DType::U64:
+      return f(KeyType<std::uint64_t, KeyKind::Unsigned>{});
+    case DType::U32:
+      return f(KeyType<std::uint32_t, KeyKind::Unsigned>{});
+    case DType::U16:
+      return f(KeyType<std::uint16_t, KeyKind::Unsigned>{});
+    case DType::U8:
+      return f(KeyType<std::uint8_t, KeyKind::Unsigned>{});
+    default:
+      break;
   }
   detail::fail<UnsupportedDType>("sort", "cannot sort dtype ", dtype_name(dtype));
 }
@@ -73,8 +86,8 @@ void validate(const SortDesc& desc) {
     detail::fail<InvalidArgument>("sort", "rows ", desc.rows, " x n ", desc.n, " overflows");
   }
   if (desc.keep < -1 || desc.keep > desc.n) {
-    detail::fail<InvalidArgument>("sort", "keep ", desc.keep, " must be -1 or in [0, n = ",
-                                  desc.n, "]");
+    detail::fail<InvalidArgument>("sort", "keep ", desc.keep, " must be -1 or in [0, n = ", desc.n,
+                                  "]");
   }
   if (desc.with_indices && desc.index_dtype != DType::I64 && desc.index_dtype != DType::I32) {
     detail::fail<InvalidArgument>("sort", "index dtype must be i64 or i32, got ",
@@ -97,15 +110,17 @@ void sort_rows(const SortDesc& desc, const void* input, void* values, void* indi
   // Nothing to write (also topk with k = 0): outputs may be empty, hence null.
   if (nothing_to_sort(desc)) return;
   if ((indices != nullptr) != desc.with_indices) {
-    detail::fail<InvalidArgument>("sort", "indices pointer must be given exactly when "
-                                  "with_indices (with_indices = ", desc.with_indices, ")");
+    detail::fail<InvalidArgument>("sort",
+                                  "indices pointer must be given exactly when "
+                                  "with_indices (with_indices = ",
+                                  desc.with_indices, ")");
   }
   if (values == nullptr && indices == nullptr) {
     detail::fail<InvalidArgument>("sort", "neither values nor indices requested");
   }
   visit_key_type(desc.dtype, [&]<class Key>(Key) {
-    sort_detail::sort_typed<typename Key::Bits, Key::kind>(desc, input, values, indices,
-                                                           workspace, workspace_bytes, stream);
+    sort_detail::sort_typed<typename Key::Bits, Key::kind>(desc, input, values, indices, workspace,
+                                                           workspace_bytes, stream);
   });
 }
 

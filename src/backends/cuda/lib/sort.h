@@ -15,10 +15,10 @@
 //   sort_rows(desc, x, values, indices, ws, bytes, stream);     // asynchronous on stream
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
-
-#include <cuda_runtime_api.h>
 
 #include "kiln/dtype.h"
 
@@ -29,8 +29,8 @@ struct SortDesc {
   std::int64_t rows = 1;     // independent rows, each of n elements, row-major and contiguous
   std::int64_t n = 0;        // at most 2^31 - 1 (positions are sorted as 32-bit integers)
   bool descending = false;
-  std::int64_t keep = -1;     // -1: the whole sorted row; else topk: the first keep (<= n)
-  bool with_indices = false;  // write each kept entry's position in its input row
+  std::int64_t keep = -1;          // -1: the whole sorted row; else topk: the first keep (<= n)
+  bool with_indices = false;       // write each kept entry's position in its input row
   DType index_dtype = DType::I64;  // I64 or I32, when with_indices
 };
 

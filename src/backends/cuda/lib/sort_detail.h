@@ -3,10 +3,10 @@
 // the CUB instantiations in parallel).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
-
-#include <cuda_runtime_api.h>
 
 #include "backends/cuda/lib/sort.h"
 

@@ -1,22 +1,23 @@
 // Row sort with CUB radix sorts (the kernels; sort.cpp validates and dispatches). Every dtype is
-// sorted as unsigned integers of its width: a prepare pass maps each element to an order-preserving key (NaN -> the largest key, -0.0 ->
-// +0.0's key, descending -> the complement, so CUB only ever sorts ascending and stays stable),
-// and a finish pass maps keys back and writes the outputs. Four key widths instead of twelve
-// dtypes (and no descending variants) keep nvcc's work to a few CUB instantiations.
-// Keys that several bit patterns share (+-0, NaNs) are written back from the input itself, so the
-// values are the input's own bits: through the positions carried by the sort when indices are
-// wanted, otherwise from stream-compacted lists of the input's zeros and NaNs (the sort is stable,
-// so a row's i-th zero key stands for its i-th zero), which lets the sort move keys only.
+// sorted as unsigned integers of its width: a prepare pass maps each element to an order-preserving
+// key (NaN -> the largest key, -0.0 -> +0.0's key, descending -> the complement, so CUB only ever
+// sorts ascending and stays stable), and a finish pass maps keys back and writes the outputs. Four
+// key widths instead of twelve dtypes (and no descending variants) keep nvcc's work to a few CUB
+// instantiations. Keys that several bit patterns share (+-0, NaNs) are written back from the input
+// itself, so the values are the input's own bits: through the positions carried by the sort when
+// indices are wanted, otherwise from stream-compacted lists of the input's zeros and NaNs (the sort
+// is stable, so a row's i-th zero key stands for its i-th zero), which lets the sort move keys
+// only.
 #pragma once
 
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_segmented_sort.cuh>
-#include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+#include <cub/device/device_select.cuh>
 #include <limits>
 
 #include "backends/cuda/check.h"
@@ -106,7 +107,10 @@ __device__ U restore_special(const U* __restrict__ keys, const U* __restrict__ i
   std::int64_t hi = row_start + n;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;
-    if (keys[mid] < stored) lo = mid + 1; else hi = mid;
+    if (keys[mid] < stored)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   const std::int64_t rank = from - lo;
   // First entry of this row in the list.
@@ -115,17 +119,19 @@ __device__ U restore_special(const U* __restrict__ keys, const U* __restrict__ i
   std::int64_t b = lists.counts[nan ? 1 : 0];
   while (a < b) {
     const std::int64_t mid = a + (b - a) / 2;
-    if (static_cast<std::int64_t>(list[mid]) < row_start) a = mid + 1; else b = mid;
+    if (static_cast<std::int64_t>(list[mid]) < row_start)
+      a = mid + 1;
+    else
+      b = mid;
   }
   return input[list[a + rank]];
 }
 
 template <class U, KeyKind K>
 __global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __restrict__ positions,
-                            SpecialLists lists, const U* __restrict__ input,
-                            U* __restrict__ values, void* __restrict__ indices,
-                            bool wide_indices, std::int64_t rows, std::int64_t n,
-                            std::int64_t keep, bool descending) {
+                            SpecialLists lists, const U* __restrict__ input, U* __restrict__ values,
+                            void* __restrict__ indices, bool wide_indices, std::int64_t rows,
+                            std::int64_t n, std::int64_t keep, bool descending) {
   using Codec = KeyCodec<U, K>;
   const std::int64_t total = rows * keep;
   for (std::int64_t o = global_thread(); o < total; o += grid_threads()) {
@@ -193,8 +199,9 @@ void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<U>& keys,
               std::int64_t n, bool segmented, cudaStream_t stream) {
   if (!segmented) {
     if (values != nullptr) {
-      KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, *values,
-                                                              items, 0, int(8 * sizeof(U)), stream));
+      KILN_CUDA_CHECK("sort",
+                      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, *values, items, 0,
+                                                      int(8 * sizeof(U)), stream));
     } else {
       KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, items, 0,
                                                              int(8 * sizeof(U)), stream));
@@ -204,9 +211,9 @@ void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<U>& keys,
   const thrust::counting_iterator<std::int64_t> row{0};
   const auto begin = thrust::make_transform_iterator(row, RowStart{n});
   if (values != nullptr) {
-    KILN_CUDA_CHECK("sort", cub::DeviceSegmentedSort::StableSortPairs(
-                                temp, temp_bytes, keys, *values, items, rows, begin, begin + 1,
-                                stream));
+    KILN_CUDA_CHECK(
+        "sort", cub::DeviceSegmentedSort::StableSortPairs(temp, temp_bytes, keys, *values, items,
+                                                          rows, begin, begin + 1, stream));
   } else {
     KILN_CUDA_CHECK("sort", cub::DeviceSegmentedSort::StableSortKeys(
                                 temp, temp_bytes, keys, items, rows, begin, begin + 1, stream));
@@ -243,11 +250,11 @@ struct Layout {
 template <class U, KeyKind K>
 std::size_t select_bytes(std::int64_t items) {
   std::size_t bytes = 0;
-  KILN_CUDA_CHECK("sort", cub::DeviceSelect::If(nullptr, bytes,
-                                                thrust::counting_iterator<std::uint32_t>(0),
-                                                static_cast<std::uint32_t*>(nullptr),
-                                                static_cast<std::int64_t*>(nullptr), items,
-                                                IsSpecial<U, K>{nullptr, false}, nullptr));
+  KILN_CUDA_CHECK("sort",
+                  cub::DeviceSelect::If(nullptr, bytes, thrust::counting_iterator<std::uint32_t>(0),
+                                        static_cast<std::uint32_t*>(nullptr),
+                                        static_cast<std::int64_t*>(nullptr), items,
+                                        IsSpecial<U, K>{nullptr, false}, nullptr));
   return bytes;
 }
 
@@ -311,8 +318,8 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
   void* temp = base + at;
   const U* in = static_cast<const U*>(input);
 
-  prepare_keys<U, K><<<grid_for(items), 256, 0, stream>>>(in, keys0, pos0, items, desc.n,
-                                                           desc.descending);
+  prepare_keys<U, K>
+      <<<grid_for(items), 256, 0, stream>>>(in, keys0, pos0, items, desc.n, desc.descending);
   KILN_CUDA_CHECK("sort", cudaGetLastError());
 
   const Strategy strategy = choose_strategy(desc);
@@ -328,8 +335,7 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
       cub::DoubleBuffer<std::uint32_t> positions(pos0 ? pos0 + at : nullptr,
                                                  pos1 ? pos1 + at : nullptr);
       std::size_t bytes = layout.cub;
-      cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, desc.n, 1, desc.n, false,
-                  stream);
+      cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, desc.n, 1, desc.n, false, stream);
       if (final_selector < 0) final_selector = keys.selector;
       if (keys.selector != final_selector) {
         U* target = final_selector ? keys1 + at : keys0 + at;
@@ -358,10 +364,10 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
   if (layout.restore == Restore::Compaction && values != nullptr) {
     for (bool nan : {false, true}) {
       std::size_t bytes = layout.cub;
-      KILN_CUDA_CHECK("sort", cub::DeviceSelect::If(temp, bytes,
-                                                    thrust::counting_iterator<std::uint32_t>(0),
-                                                    nan ? nans : zeros, counts + (nan ? 1 : 0),
-                                                    items, IsSpecial<U, K>{in, nan}, stream));
+      KILN_CUDA_CHECK(
+          "sort", cub::DeviceSelect::If(temp, bytes, thrust::counting_iterator<std::uint32_t>(0),
+                                        nan ? nans : zeros, counts + (nan ? 1 : 0), items,
+                                        IsSpecial<U, K>{in, nan}, stream));
     }
   }
 

@@ -8,12 +8,12 @@ template std::size_t workspace_bytes<std::uint16_t, KeyKind::Unsigned>(const Sor
 template std::size_t workspace_bytes<std::uint16_t, KeyKind::F16>(const SortDesc&);
 template std::size_t workspace_bytes<std::uint16_t, KeyKind::BF16>(const SortDesc&);
 template void sort_typed<std::uint16_t, KeyKind::Signed>(const SortDesc&, const void*, void*, void*,
-                                                   void*, std::size_t, cudaStream_t);
-template void sort_typed<std::uint16_t, KeyKind::Unsigned>(const SortDesc&, const void*, void*, void*,
-                                                   void*, std::size_t, cudaStream_t);
+                                                         void*, std::size_t, cudaStream_t);
+template void sort_typed<std::uint16_t, KeyKind::Unsigned>(const SortDesc&, const void*, void*,
+                                                           void*, void*, std::size_t, cudaStream_t);
 template void sort_typed<std::uint16_t, KeyKind::F16>(const SortDesc&, const void*, void*, void*,
-                                                   void*, std::size_t, cudaStream_t);
+                                                      void*, std::size_t, cudaStream_t);
 template void sort_typed<std::uint16_t, KeyKind::BF16>(const SortDesc&, const void*, void*, void*,
-                                                   void*, std::size_t, cudaStream_t);
+                                                       void*, std::size_t, cudaStream_t);
 
 }  // namespace kiln::cuda::lib::sort_detail

@@ -7,10 +7,10 @@ template std::size_t workspace_bytes<std::uint32_t, KeyKind::Signed>(const SortD
 template std::size_t workspace_bytes<std::uint32_t, KeyKind::Unsigned>(const SortDesc&);
 template std::size_t workspace_bytes<std::uint32_t, KeyKind::F32>(const SortDesc&);
 template void sort_typed<std::uint32_t, KeyKind::Signed>(const SortDesc&, const void*, void*, void*,
-                                                   void*, std::size_t, cudaStream_t);
-template void sort_typed<std::uint32_t, KeyKind::Unsigned>(const SortDesc&, const void*, void*, void*,
-                                                   void*, std::size_t, cudaStream_t);
+                                                         void*, std::size_t, cudaStream_t);
+template void sort_typed<std::uint32_t, KeyKind::Unsigned>(const SortDesc&, const void*, void*,
+                                                           void*, void*, std::size_t, cudaStream_t);
 template void sort_typed<std::uint32_t, KeyKind::F32>(const SortDesc&, const void*, void*, void*,
-                                                   void*, std::size_t, cudaStream_t);
+                                                      void*, std::size_t, cudaStream_t);
 
 }  // namespace kiln::cuda::lib::sort_detail
