@@ -49,7 +49,8 @@ void expect_same(const Device& gpu, const Build& build, double tolerance, const 
 Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed, double lo, double hi,
                       bool round = false) {
   Device::cpu().seed(seed);
-  Primitive p = detail::random(shape, Distribution::uniform(lo, hi), DType::F64, Device::cpu(), Kind::Float);
+  Primitive p =
+      detail::random(shape, Distribution::uniform(lo, hi), DType::F64, Device::cpu(), Kind::Float);
   auto values = detail::into_data(p).to_f64_vec();
   if (round) {
     for (double& v : values) v = std::round(v);
@@ -60,11 +61,16 @@ Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed, doubl
 
 double tolerance_of(DType dtype) {
   switch (dtype) {
-    case DType::F64: return 1e-12;
-    case DType::F32: return 1e-5;
-    case DType::F16: return 2e-3;
-    case DType::BF16: return 1.6e-2;
-    default: return 0;
+    case DType::F64:
+      return 1e-12;
+    case DType::F32:
+      return 1e-5;
+    case DType::F16:
+      return 2e-3;
+    case DType::BF16:
+      return 1.6e-2;
+    default:
+      return 0;
   }
 }
 
@@ -116,51 +122,77 @@ TEST(GpuLibOps, MatmulLayouts) {
     // stride 0 where B's is not and back), so the host loops over one dim.
     {
       Primitive x = rnd({2, 1, 7, 5}), y = rnd({3, 4, 7});
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::swap_dims(detail::to_device(x, d), 2, 3),
-                              detail::swap_dims(detail::to_device(y, d), 1, 2));
-      }, tol, name + " broadcast transposed");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(detail::swap_dims(detail::to_device(x, d), 2, 3),
+                                  detail::swap_dims(detail::to_device(y, d), 1, 2));
+          },
+          tol, name + " broadcast transposed");
     }
     // Permuted batch dims with a shared rhs.
     {
       Primitive x = rnd({3, 4, 6, 5}), w = rnd({5, 8});
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::permute(detail::to_device(x, d), {1, 0, 2, 3}),
-                              detail::to_device(w, d));
-      }, tol, name + " permuted batch");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(detail::permute(detail::to_device(x, d), {1, 0, 2, 3}),
+                                  detail::to_device(w, d));
+          },
+          tol, name + " permuted batch");
     }
     // Shared rhs folded into the rows, and a row slice where it cannot be.
     {
       Primitive x = rnd({4, 6, 5}), w = rnd({5, 8});
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::to_device(x, d), detail::to_device(w, d));
-      }, tol, name + " folded");
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::narrow(detail::to_device(x, d), 1, 1, 4),
-                              detail::swap_dims(detail::swap_dims(detail::to_device(w, d), 0, 1), 0, 1));
-      }, tol, name + " row slice");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(detail::to_device(x, d), detail::to_device(w, d));
+          },
+          tol, name + " folded");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(
+                detail::narrow(detail::to_device(x, d), 1, 1, 4),
+                detail::swap_dims(detail::swap_dims(detail::to_device(w, d), 0, 1), 0, 1));
+          },
+          tol, name + " row slice");
     }
     // Layouts cuBLASLt does not take: flipped rows, a broadcast row, every other column.
     {
       Primitive x = rnd({6, 5}), y = rnd({5, 10}), v = rnd({1, 6});
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::flip(detail::to_device(x, d), {0}),
-                              detail::slice(detail::to_device(y, d), {Slice::all(), Slice(0, std::nullopt, 2)}));
-      }, tol, name + " flipped @ strided");
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::expand(detail::to_device(v, d), Shape{5, 6}),
-                              detail::flip(detail::to_device(x, d), {0, 1}));
-      }, tol, name + " expanded @ flipped");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(
+                detail::flip(detail::to_device(x, d), {0}),
+                detail::slice(detail::to_device(y, d), {Slice::all(), Slice(0, std::nullopt, 2)}));
+          },
+          tol, name + " flipped @ strided");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(detail::expand(detail::to_device(v, d), Shape{5, 6}),
+                                  detail::flip(detail::to_device(x, d), {0, 1}));
+          },
+          tol, name + " expanded @ flipped");
     }
     // Vectors: m = 1 and n = 1 over a batch; a deep product (integers wrap).
     {
       Primitive x = rnd({3, 1, 5}), y = rnd({5, 1}), a = rnd({4, 300}), b = rnd({300, 3});
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::to_device(x, d), detail::to_device(y, d));
-      }, tol, name + " vectors");
-      expect_same(device, [&](Device d) {
-        return detail::matmul(detail::to_device(a, d), detail::to_device(b, d));
-      }, fl ? tol * 40 : 0, name + " deep");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(detail::to_device(x, d), detail::to_device(y, d));
+          },
+          tol, name + " vectors");
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::matmul(detail::to_device(a, d), detail::to_device(b, d));
+          },
+          fl ? tol * 40 : 0, name + " deep");
     }
   }
 }
@@ -184,30 +216,49 @@ TEST(GpuLibOps, SortsAlongAnyDimOfViews) {
     auto view = [&](Device d) { return detail::permute(detail::to_device(x, d), {2, 0, 1}); };
     for (std::int64_t dim = 0; dim < 3; ++dim) {
       for (bool descending : {false, true}) {
-        const std::string what = name + " dim " + std::to_string(dim) + (descending ? " desc" : " asc");
-        expect_same(device, [&](Device d) { return detail::sort(view(d), dim, descending); }, 0,
-                    "sort " + what);
-        expect_same(device, [&](Device d) { return detail::sort_with_indices(view(d), dim, descending).first; },
-                    0, "sort_with_indices values " + what);
-        expect_same(device, [&](Device d) { return detail::sort_with_indices(view(d), dim, descending).second; },
-                    0, "sort_with_indices indices " + what);
-        expect_same(device, [&](Device d) { return detail::argsort(view(d), dim, descending); }, 0,
-                    "argsort " + what);
+        const std::string what =
+            name + " dim " + std::to_string(dim) + (descending ? " desc" : " asc");
+        expect_same(
+            device, [&](Device d) { return detail::sort(view(d), dim, descending); }, 0,
+            "sort " + what);
+        expect_same(
+            device,
+            [&](Device d) { return detail::sort_with_indices(view(d), dim, descending).first; }, 0,
+            "sort_with_indices values " + what);
+        expect_same(
+            device,
+            [&](Device d) { return detail::sort_with_indices(view(d), dim, descending).second; }, 0,
+            "sort_with_indices indices " + what);
+        expect_same(
+            device, [&](Device d) { return detail::argsort(view(d), dim, descending); }, 0,
+            "argsort " + what);
         for (std::int64_t k : {0, 1, 3}) {
-          expect_same(device, [&](Device d) { return detail::topk_with_indices(view(d), k, dim, descending).first; },
-                      0, "topk values k " + std::to_string(k) + " " + what);
-          expect_same(device, [&](Device d) { return detail::topk_with_indices(view(d), k, dim, descending).second; },
-                      0, "topk indices k " + std::to_string(k) + " " + what);
+          expect_same(
+              device,
+              [&](Device d) {
+                return detail::topk_with_indices(view(d), k, dim, descending).first;
+              },
+              0, "topk values k " + std::to_string(k) + " " + what);
+          expect_same(
+              device,
+              [&](Device d) {
+                return detail::topk_with_indices(view(d), k, dim, descending).second;
+              },
+              0, "topk indices k " + std::to_string(k) + " " + what);
         }
         // Index dtypes the library does not write itself (cast from i32), and i32 directly.
         for (DType index : {DType::I16, DType::U8, DType::I32, DType::U64}) {
           const std::string ctx = what + " index " + std::string(dtype_name(index));
-          expect_same(device, [&](Device d) {
-            return backend_for(d).argsort(view(d), dim, descending, index);
-          }, 0, "argsort " + ctx);
-          expect_same(device, [&](Device d) {
-            return backend_for(d).topk_with_indices(view(d), 2, dim, descending, index).second;
-          }, 0, "topk " + ctx);
+          expect_same(
+              device,
+              [&](Device d) { return backend_for(d).argsort(view(d), dim, descending, index); }, 0,
+              "argsort " + ctx);
+          expect_same(
+              device,
+              [&](Device d) {
+                return backend_for(d).topk_with_indices(view(d), 2, dim, descending, index).second;
+              },
+              0, "topk " + ctx);
         }
       }
     }
@@ -216,20 +267,38 @@ TEST(GpuLibOps, SortsAlongAnyDimOfViews) {
   for (const Shape& shape : {Shape{0, 4}, Shape{4, 0}}) {
     Primitive x = host_random(shape, DType::F32, seed++, -1, 1);
     for (std::int64_t dim = 0; dim < 2; ++dim) {
-      expect_same(device, [&](Device d) { return detail::sort_with_indices(detail::to_device(x, d), dim, true).second; },
-                  0, "empty sort " + shape.to_string());
-      expect_same(device, [&](Device d) { return detail::topk_with_indices(detail::to_device(x, d), 0, dim, true).first; },
-                  0, "empty topk " + shape.to_string());
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::sort_with_indices(detail::to_device(x, d), dim, true).second;
+          },
+          0, "empty sort " + shape.to_string());
+      expect_same(
+          device,
+          [&](Device d) {
+            return detail::topk_with_indices(detail::to_device(x, d), 0, dim, true).first;
+          },
+          0, "empty topk " + shape.to_string());
     }
   }
   // Long rows along a non-last dim (CUB's per-row and segmented strategies).
   Primitive big = host_random({3, 150000}, DType::F32, seed++, -1000, 1000, true);
-  expect_same(device, [&](Device d) {
-    return detail::sort_with_indices(detail::swap_dims(detail::to_device(big, d), 0, 1), 0, false).second;
-  }, 0, "long rows indices");
-  expect_same(device, [&](Device d) {
-    return detail::topk_with_indices(detail::swap_dims(detail::to_device(big, d), 0, 1), 5, 0, true).first;
-  }, 0, "long rows topk");
+  expect_same(
+      device,
+      [&](Device d) {
+        return detail::sort_with_indices(detail::swap_dims(detail::to_device(big, d), 0, 1), 0,
+                                         false)
+            .second;
+      },
+      0, "long rows indices");
+  expect_same(
+      device,
+      [&](Device d) {
+        return detail::topk_with_indices(detail::swap_dims(detail::to_device(big, d), 0, 1), 5, 0,
+                                         true)
+            .first;
+      },
+      0, "long rows topk");
 }
 
 TEST(GpuLibOps, ScansAlongAnyDimOfViews) {
@@ -239,8 +308,8 @@ TEST(GpuLibOps, ScansAlongAnyDimOfViews) {
   for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I8, DType::I32,
                       DType::U16, DType::I64}) {
     const bool fl = is_float(dtype);
-    Primitive x = host_random({6, 3000}, dtype, seed++, fl ? 0.5 : (is_unsigned_int(dtype) ? 0 : -100),
-                              fl ? 1.5 : 100, !fl);
+    Primitive x = host_random({6, 3000}, dtype, seed++,
+                              fl ? 0.5 : (is_unsigned_int(dtype) ? 0 : -100), fl ? 1.5 : 100, !fl);
     if (fl) {
       auto values = detail::into_data(x).to_f64_vec();
       values[7] = values[3000 * 2 + 100] = nan;
@@ -255,12 +324,15 @@ TEST(GpuLibOps, ScansAlongAnyDimOfViews) {
     const double tol = fl ? tolerance_of(dtype) : 0;
     for (std::int64_t dim = 0; dim < 2; ++dim) {
       const std::string what = name + " dim " + std::to_string(dim);
-      expect_same(device, [&](Device d) { return detail::cumsum(view(d), dim); }, tol, "cumsum " + what);
-      expect_same(device, [&](Device d) { return detail::cummax(view(d), dim); }, 0, "cummax " + what);
-      expect_same(device, [&](Device d) { return detail::cummin(view(d), dim); }, 0, "cummin " + what);
-      expect_same(device, [&](Device d) {
-        return detail::cumprod(detail::narrow(view(d), 0, 0, 40), dim);
-      }, tol, "cumprod " + what);
+      expect_same(
+          device, [&](Device d) { return detail::cumsum(view(d), dim); }, tol, "cumsum " + what);
+      expect_same(
+          device, [&](Device d) { return detail::cummax(view(d), dim); }, 0, "cummax " + what);
+      expect_same(
+          device, [&](Device d) { return detail::cummin(view(d), dim); }, 0, "cummin " + what);
+      expect_same(
+          device, [&](Device d) { return detail::cumprod(detail::narrow(view(d), 0, 0, 40), dim); },
+          tol, "cumprod " + what);
     }
     // A contiguous input that must stay untouched (the scan writes a fresh tensor).
     Primitive g = detail::to_device(x, device);
@@ -269,6 +341,7 @@ TEST(GpuLibOps, ScansAlongAnyDimOfViews) {
     expect_near_all(detail::into_data(g), before, 0, "input kept " + name);
   }
   Primitive empty = host_random({0, 5}, DType::F32, seed++, -1, 1);
-  expect_same(device, [&](Device d) { return detail::cumsum(detail::to_device(empty, d), 0); }, 0,
-              "empty cumsum");
+  expect_same(
+      device, [&](Device d) { return detail::cumsum(detail::to_device(empty, d), 0); }, 0,
+      "empty cumsum");
 }

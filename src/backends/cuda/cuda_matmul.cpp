@@ -106,7 +106,9 @@ Plan make_plan(DType dtype, const Shape& batch, const Operand& a, const Operand&
 }
 
 Operand operand_of(const CudaTensor& t) { return {&t.shape(), t.strides()}; }
-Operand contiguous_operand(const CudaTensor& t) { return {&t.shape(), contiguous_strides(t.shape())}; }
+Operand contiguous_operand(const CudaTensor& t) {
+  return {&t.shape(), contiguous_strides(t.shape())};
+}
 
 Shape leading_dims(const Shape& s) {
   return Shape(std::span<const std::int64_t>(s.dims().data(), s.rank() - 2));
@@ -196,10 +198,10 @@ Primitive CudaBackend::matmul(Primitive lhs, Primitive rhs) {
   if (sl[sl.rank() - 1] == 0) {
     // K = 0: every entry is an empty sum (all-zero bits in every dtype).
     runtime_.context.make_current();
-    KILN_CUDA_CHECK(op, cuMemsetD8Async(out->data(), 0,
-                                        static_cast<std::size_t>(out_shape.num_elements()) *
-                                            dtype_size(dtype),
-                                        runtime_.context.stream()));
+    KILN_CUDA_CHECK(
+        op, cuMemsetD8Async(out->data(), 0,
+                            static_cast<std::size_t>(out_shape.num_elements()) * dtype_size(dtype),
+                            runtime_.context.stream()));
     runtime_.context.note_launch(op);
     return out;
   }
@@ -216,7 +218,8 @@ Primitive CudaBackend::matmul(Primitive lhs, Primitive rhs) {
   if (!plan.supported) {
     if (Plan p = make_plan(dtype, batch, contiguous_operand(l), operand_of(r)); p.supported) {
       copy_l = true;
-    } else if (Plan q = make_plan(dtype, batch, operand_of(l), contiguous_operand(r)); q.supported) {
+    } else if (Plan q = make_plan(dtype, batch, operand_of(l), contiguous_operand(r));
+               q.supported) {
       copy_r = true;
     } else {
       copy_l = copy_r = true;
@@ -233,7 +236,8 @@ Primitive CudaBackend::matmul(Primitive lhs, Primitive rhs) {
     TensorPtr ac = make_tensor(dtype, sl, op), bc = make_tensor(dtype, sr, op);
     copy_into(*ac, *a, op);
     copy_into(*bc, *b, op);
-    run_plan(runtime_, make_plan(dtype, batch, operand_of(*ac), operand_of(*bc)), *ac, *bc, *out, op);
+    run_plan(runtime_, make_plan(dtype, batch, operand_of(*ac), operand_of(*bc)), *ac, *bc, *out,
+             op);
   }
   return out;
 }

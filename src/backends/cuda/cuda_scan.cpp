@@ -4,14 +4,14 @@
 // input made contiguous (a strided copy only when it is not already), the rows are scanned, and
 // the result is viewed with the dim back in its place.
 #include "backends/cuda/lib/scan.h"
-
 #include "backends/cuda/lib_call.h"
 
 namespace kiln::cuda {
 
 namespace {
 
-Primitive run_scan(CudaBackend& b, Primitive x, std::int64_t dim, lib::ScanOp scan, const char* op) {
+Primitive run_scan(CudaBackend& b, Primitive x, std::int64_t dim, lib::ScanOp scan,
+                   const char* op) {
   const std::size_t rank = x->rank();
   const bool last = dim == static_cast<std::int64_t>(rank) - 1;
   Primitive moved = last ? x : b.permute(x, dim_last_axes(rank, dim));

@@ -55,8 +55,8 @@ PrimitivePair run_sort(CudaBackend& b, const Primitive& x, std::int64_t dim, con
   if (out_shape.num_elements() > 0) {
     cudaStream_t stream = lib_stream(runtime);
     lib::sort_rows(desc, device_address(*in), values ? device_address(*values) : nullptr,
-                   indices ? device_address(*indices) : nullptr, workspace.get(),
-                   workspace.bytes(), stream);
+                   indices ? device_address(*indices) : nullptr, workspace.get(), workspace.bytes(),
+                   stream);
     runtime.context.note_launch(op);
   }
 
@@ -86,7 +86,8 @@ Primitive CudaBackend::sort(Primitive x, std::int64_t dim, bool descending) {
 
 PrimitivePair CudaBackend::sort_with_indices(Primitive x, std::int64_t dim, bool descending,
                                              DType index_dtype) {
-  if (too_long(x, dim)) return Backend::sort_with_indices(std::move(x), dim, descending, index_dtype);
+  if (too_long(x, dim))
+    return Backend::sort_with_indices(std::move(x), dim, descending, index_dtype);
   return run_sort(*this, x, dim, {descending, -1, true, true, index_dtype}, "sort_with_indices");
 }
 
@@ -97,7 +98,8 @@ Primitive CudaBackend::argsort(Primitive x, std::int64_t dim, bool descending, D
 
 PrimitivePair CudaBackend::topk_with_indices(Primitive x, std::int64_t k, std::int64_t dim,
                                              bool largest, DType index_dtype) {
-  if (too_long(x, dim)) return Backend::topk_with_indices(std::move(x), k, dim, largest, index_dtype);
+  if (too_long(x, dim))
+    return Backend::topk_with_indices(std::move(x), k, dim, largest, index_dtype);
   return run_sort(*this, x, dim, {largest, k, true, true, index_dtype}, "topk_with_indices");
 }
 

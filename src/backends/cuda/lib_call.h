@@ -15,7 +15,8 @@ namespace kiln::cuda {
 // Device address of element [0, 0, ...] of t, plus `elements` (may be negative) as a pointer.
 inline void* device_address(const CudaTensor& t, std::int64_t elements = 0) {
   const auto bytes = elements * static_cast<std::int64_t>(dtype_size(t.dtype()));
-  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(t.data() + static_cast<CUdeviceptr>(bytes)));
+  return reinterpret_cast<void*>(
+      static_cast<std::uintptr_t>(t.data() + static_cast<CUdeviceptr>(bytes)));
 }
 
 // The device's stream, with the primary context made current for cudart and the libraries
@@ -39,7 +40,9 @@ class Workspace {
   }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
-  void* get() const noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer_)); }
+  void* get() const noexcept {
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer_));
+  }
   std::size_t bytes() const noexcept { return bytes_; }
 
  private:
