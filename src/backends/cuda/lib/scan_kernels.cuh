@@ -1,12 +1,14 @@
-// Row scans as three block-level passes (CUB block primitives): each tile of a row reduces to a
-// partial, one block per row scans those partials, and each tile scans itself from its prefix.
-// Rows that fit one tile take only the last pass. Included by scan_sum_prod.cu and
-// scan_min_max.cu, which instantiate it for their ops (two files: nvcc runs them in parallel).
+// Row scans as three block-level passes (CUB block primitives): each chunk of a row (a few
+// tiles) reduces to a partial, one block per row scans those partials, and each chunk scans its
+// tiles from its prefix. Rows that take one chunk run the last pass only. Included by
+// scan_sum_prod.cu and scan_min_max.cu, which instantiate it for their ops (two files: nvcc runs
+// them in parallel).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cub/block/block_load.cuh>
@@ -130,52 +132,92 @@ struct TileIo {
   }
 };
 
+// How a row is cut: tiles (one block-wide load each) grouped into chunks (one block each). A
+// block walks its chunk's tiles in order, so a long row needs few partials and the grid stays
+// near one wave of blocks; rows that take one chunk need no partials at all.
+struct Geometry {
+  std::int64_t tiles_per_row = 0;
+  std::int64_t tiles_per_chunk = 0;
+  std::int64_t chunks_per_row = 0;
+};
+
+template <class T>
+Geometry geometry(const ScanDesc& desc) {
+  constexpr std::int64_t kTargetBlocks = 1024;  // about one wave of 256-thread blocks on an H200
+  Geometry g;
+  g.tiles_per_row = std::max<std::int64_t>(1, (desc.n + tile_size<T>() - 1) / tile_size<T>());
+  const std::int64_t wanted =
+      std::max<std::int64_t>(1, kTargetBlocks / std::max<std::int64_t>(1, desc.rows));
+  const std::int64_t chunks = std::min(g.tiles_per_row, wanted);
+  g.tiles_per_chunk = (g.tiles_per_row + chunks - 1) / chunks;
+  g.chunks_per_row = (g.tiles_per_row + g.tiles_per_chunk - 1) / g.tiles_per_chunk;
+  return g;
+}
+
+// The tiles [first, last) of block `chunk` (numbered over all rows) and its row.
+struct ChunkRange {
+  std::int64_t row, first, last;
+};
+__device__ inline ChunkRange chunk_range(const Geometry& g) {
+  const std::int64_t chunk = blockIdx.x;
+  const std::int64_t row = chunk / g.chunks_per_row;
+  const std::int64_t first = (chunk - row * g.chunks_per_row) * g.tiles_per_chunk;
+  return {row, first, std::min(first + g.tiles_per_chunk, g.tiles_per_row)};
+}
+
 template <class T, ScanOp Op>
 __global__ void __launch_bounds__(kBlock)
-    reduce_tiles(const T* __restrict__ input, typename Traits<T, Op>::Acc* __restrict__ partials,
-                 std::int64_t n, std::int64_t tiles_per_row) {
+    reduce_chunks(const T* __restrict__ input, typename Traits<T, Op>::Acc* __restrict__ partials,
+                  std::int64_t n, Geometry g) {
   using Io = TileIo<T, Op>;
   __shared__ union {
     typename Io::Load::TempStorage load;
     typename Io::Reduce::TempStorage reduce;
   } temp;
-  const std::int64_t tile = blockIdx.x;
-  const std::int64_t row = tile / tiles_per_row;
-  const std::int64_t start = (tile - row * tiles_per_row) * tile_size<T>();
-  const int count = static_cast<int>(std::min<std::int64_t>(tile_size<T>(), n - start));
-  typename Io::Acc items[Io::kItems];
-  Io::load(temp.load, input + row * n, start, count, items);
-  __syncthreads();
-  const auto total = typename Io::Reduce(temp.reduce).Reduce(items, Traits<T, Op>{});
-  if (threadIdx.x == 0) partials[tile] = total;
+  const Traits<T, Op> op{};
+  const ChunkRange range = chunk_range(g);
+  auto total = Traits<T, Op>::identity();  // meaningful in thread 0, which receives each reduction
+  for (std::int64_t tile = range.first; tile < range.last; ++tile) {
+    const std::int64_t start = tile * tile_size<T>();
+    const int count = static_cast<int>(std::min<std::int64_t>(tile_size<T>(), n - start));
+    typename Io::Acc items[Io::kItems];
+    Io::load(temp.load, input + range.row * n, start, count, items);
+    __syncthreads();
+    const auto reduced = typename Io::Reduce(temp.reduce).Reduce(items, op);
+    if (threadIdx.x == 0) total = op(total, reduced);
+    __syncthreads();  // temp is reused by the next tile
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-// Replaces each row's tile partials by their exclusive prefix (the identity for the first tile).
+// Replaces each row's chunk partials by their exclusive prefix (the identity for the first).
 template <class T, ScanOp Op>
 __global__ void __launch_bounds__(kBlock)
-    scan_partials(typename Traits<T, Op>::Acc* partials, std::int64_t tiles_per_row) {
+    scan_partials(typename Traits<T, Op>::Acc* partials, std::int64_t chunks_per_row) {
   using Acc = typename Traits<T, Op>::Acc;
   using Scan = cub::BlockScan<Acc, kBlock>;
   __shared__ typename Scan::TempStorage temp;
   const Traits<T, Op> op{};
-  Acc* row = partials + static_cast<std::int64_t>(blockIdx.x) * tiles_per_row;
+  Acc* row = partials + static_cast<std::int64_t>(blockIdx.x) * chunks_per_row;
   Acc carry = Traits<T, Op>::identity();
-  for (std::int64_t base = 0; base < tiles_per_row; base += kBlock) {
+  for (std::int64_t base = 0; base < chunks_per_row; base += kBlock) {
     const std::int64_t at = base + threadIdx.x;
-    const Acc value = at < tiles_per_row ? row[at] : Traits<T, Op>::identity();
+    const Acc value = at < chunks_per_row ? row[at] : Traits<T, Op>::identity();
     Acc exclusive;
     Acc aggregate;
     Scan(temp).ExclusiveScan(value, exclusive, Traits<T, Op>::identity(), op, aggregate);
-    if (at < tiles_per_row) row[at] = op(carry, exclusive);
+    if (at < chunks_per_row) row[at] = op(carry, exclusive);
     carry = op(carry, aggregate);
-    __syncthreads();  // temp is reused by the next chunk
+    __syncthreads();  // temp is reused by the next group
   }
 }
 
+// Scans a chunk's tiles in order, starting from the chunk's prefix (the identity without
+// partials; op(identity, x) is x, and turns -0.0 into +0.0 in sums exactly as the CPU's 0 + x).
 template <class T, ScanOp Op>
 __global__ void __launch_bounds__(kBlock)
-    scan_tiles(const T* input, T* output, const typename Traits<T, Op>::Acc* __restrict__ prefixes,
-               std::int64_t n, std::int64_t tiles_per_row) {
+    scan_chunks(const T* input, T* output, const typename Traits<T, Op>::Acc* __restrict__ prefixes,
+                std::int64_t n, Geometry g) {
   using Io = TileIo<T, Op>;
   __shared__ union {
     typename Io::Load::TempStorage load;
@@ -183,60 +225,60 @@ __global__ void __launch_bounds__(kBlock)
     typename Io::Store::TempStorage store;
   } temp;
   const Traits<T, Op> op{};
-  const std::int64_t tile = blockIdx.x;
-  const std::int64_t row = tile / tiles_per_row;
-  const std::int64_t start = (tile - row * tiles_per_row) * tile_size<T>();
-  const int count = static_cast<int>(std::min<std::int64_t>(tile_size<T>(), n - start));
-  typename Io::Acc items[Io::kItems];
-  Io::load(temp.load, input + row * n, start, count, items);
-  __syncthreads();
-  typename Io::Scan(temp.scan).InclusiveScan(items, items, op);
-  __syncthreads();
-  T out[Io::kItems];
-  if (prefixes != nullptr) {
-    const auto prefix = prefixes[tile];
+  const ChunkRange range = chunk_range(g);
+  auto prefix = prefixes != nullptr ? prefixes[blockIdx.x] : Traits<T, Op>::identity();
+  for (std::int64_t tile = range.first; tile < range.last; ++tile) {
+    const std::int64_t start = tile * tile_size<T>();
+    const int count = static_cast<int>(std::min<std::int64_t>(tile_size<T>(), n - start));
+    typename Io::Acc items[Io::kItems];
+    Io::load(temp.load, input + range.row * n, start, count, items);
+    __syncthreads();
+    typename Io::Acc aggregate;
+    typename Io::Scan(temp.scan).InclusiveScan(items, items, op, aggregate);
+    __syncthreads();
+    T out[Io::kItems];
     for (int i = 0; i < Io::kItems; ++i) out[i] = Traits<T, Op>::narrow(op(prefix, items[i]));
-  } else {
-    for (int i = 0; i < Io::kItems; ++i) out[i] = Traits<T, Op>::narrow(items[i]);
+    typename Io::Store(temp.store).Store(output + range.row * n + start, out, count);
+    __syncthreads();  // temp is reused by the next tile
+    prefix = op(prefix, aggregate);
   }
-  typename Io::Store(temp.store).Store(output + row * n + start, out, count);
 }
 
 template <class T, ScanOp Op>
 std::size_t workspace_bytes(const ScanDesc& desc) {
-  const std::int64_t tiles = (desc.n + tile_size<T>() - 1) / tile_size<T>();
-  if (tiles <= 1) return 0;
-  return align_up(static_cast<std::size_t>(desc.rows * tiles) *
+  const Geometry g = geometry<T>(desc);
+  if (g.chunks_per_row <= 1) return 0;
+  return align_up(static_cast<std::size_t>(desc.rows * g.chunks_per_row) *
                   sizeof(typename Traits<T, Op>::Acc));
 }
 
 template <class T, ScanOp Op>
 void run(const ScanDesc& desc, const void* input, void* output, void* workspace, std::size_t bytes,
          cudaStream_t stream) {
-  const std::int64_t tiles = (desc.n + tile_size<T>() - 1) / tile_size<T>();
-  const std::int64_t blocks = desc.rows * tiles;
+  const Geometry g = geometry<T>(desc);
+  const std::int64_t blocks = desc.rows * g.chunks_per_row;
   if (blocks > std::numeric_limits<std::int32_t>::max()) {
-    detail::fail<InvalidArgument>("scan", "rows ", desc.rows, " x tiles ", tiles,
-                                  " exceed the grid limit");
+    detail::fail<InvalidArgument>("scan", "rows ", desc.rows, " exceed the grid limit");
   }
   const T* in = static_cast<const T*>(input);
   T* out = static_cast<T*>(output);
   using Acc = typename Traits<T, Op>::Acc;
   Acc* partials = nullptr;
-  if (tiles > 1) {
+  if (g.chunks_per_row > 1) {
     if (workspace == nullptr || bytes < workspace_bytes<T, Op>(desc)) {
       detail::fail<InvalidArgument>("scan", "workspace of ", bytes, " bytes, need ",
                                     workspace_bytes<T, Op>(desc));
     }
     partials = static_cast<Acc*>(workspace);
-    reduce_tiles<T, Op>
-        <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, partials, desc.n, tiles);
+    reduce_chunks<T, Op>
+        <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, partials, desc.n, g);
     KILN_CUDA_CHECK("scan", cudaGetLastError());
-    scan_partials<T, Op><<<static_cast<unsigned>(desc.rows), kBlock, 0, stream>>>(partials, tiles);
+    scan_partials<T, Op>
+        <<<static_cast<unsigned>(desc.rows), kBlock, 0, stream>>>(partials, g.chunks_per_row);
     KILN_CUDA_CHECK("scan", cudaGetLastError());
   }
-  scan_tiles<T, Op>
-      <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, out, partials, desc.n, tiles);
+  scan_chunks<T, Op>
+      <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(in, out, partials, desc.n, g);
   KILN_CUDA_CHECK("scan", cudaGetLastError());
 }
 
