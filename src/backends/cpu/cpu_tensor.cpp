@@ -2,31 +2,16 @@
 
 #include <cstring>
 
+#include "backend/strided.h"
 #include "backends/cpu/loops.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
 namespace kiln::cpu {
 
-bool CpuTensor::is_contiguous() const noexcept {
-  std::int64_t expected = 1;
-  for (std::size_t i = shape_.rank(); i-- > 0;) {
-    if (shape_[i] == 1) continue;
-    if (strides_[i] != expected) return false;
-    expected *= shape_[i];
-  }
-  return true;
-}
+bool CpuTensor::is_contiguous() const noexcept { return strided::is_contiguous(shape_, strides_); }
 
-Strides contiguous_strides(const Shape& shape) {
-  Strides strides(shape.rank());
-  std::int64_t stride = 1;
-  for (std::size_t i = shape.rank(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= shape[i];
-  }
-  return strides;
-}
+Strides contiguous_strides(const Shape& shape) { return strided::contiguous_strides(shape); }
 
 std::shared_ptr<CpuTensor> make_tensor(DType dtype, const Shape& shape) {
   // Every CPU allocation passes here: sizes are computed without overflow, so an absurd shape
@@ -68,28 +53,11 @@ std::shared_ptr<CpuTensor> contiguous(const Primitive& x) {
 }
 
 Strides broadcast_strides(const CpuTensor& x, const Shape& shape) {
-  Strides out(shape.rank(), 0);
-  const std::size_t lead = shape.rank() - x.rank();
-  for (std::size_t i = 0; i < x.rank(); ++i) {
-    out[lead + i] = x.shape()[i] == 1 && shape[lead + i] != 1 ? 0 : x.strides()[i];
-  }
-  return out;
+  return strided::broadcast_strides(x.shape(), x.strides(), shape);
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  if (a == b) return a;
-  const std::size_t rank = std::max(a.rank(), b.rank());
-  detail::DimVector out(rank);
-  for (std::size_t i = 0; i < rank; ++i) {
-    const std::int64_t da = i < rank - a.rank() ? 1 : a[i - (rank - a.rank())];
-    const std::int64_t db = i < rank - b.rank() ? 1 : b[i - (rank - b.rank())];
-    if (da != db && da != 1 && db != 1) {
-      detail::fail<ShapeMismatch>(op, "shapes ", a.to_string(), " and ", b.to_string(),
-                                  " cannot be broadcast (dim ", i, ": ", da, " vs ", db, ")");
-    }
-    out[i] = da == 1 ? db : da;
-  }
-  return Shape(std::move(out));
+  return strided::broadcast_shapes(a, b, op);
 }
 
 bool reusable_as_output(const Primitive& x, const Shape& out_shape, DType dtype) noexcept {

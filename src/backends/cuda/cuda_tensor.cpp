@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_tensor.h"
 
+#include "backend/strided.h"
 #include "backends/cuda/allocator.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -13,48 +14,16 @@ Storage::Storage(Allocator& allocator, std::size_t bytes, const char* op)
 
 Storage::~Storage() { allocator_.deallocate(pointer_, capacity_); }
 
-bool CudaTensor::is_contiguous() const noexcept {
-  std::int64_t expected = 1;
-  for (std::size_t d = shape_.rank(); d-- > 0;) {
-    if (shape_[d] == 1) continue;
-    if (strides_[d] != expected) return false;
-    expected *= shape_[d];
-  }
-  return true;
-}
+bool CudaTensor::is_contiguous() const noexcept { return strided::is_contiguous(shape_, strides_); }
 
-Strides contiguous_strides(const Shape& shape) {
-  Strides strides(shape.rank());
-  std::int64_t step = 1;
-  for (std::size_t d = shape.rank(); d-- > 0;) {
-    strides[d] = step;
-    step *= std::max<std::int64_t>(shape[d], 1);
-  }
-  return strides;
-}
+Strides contiguous_strides(const Shape& shape) { return strided::contiguous_strides(shape); }
 
 Strides broadcast_strides(const CudaTensor& x, const Shape& shape) {
-  Strides out(shape.rank(), 0);
-  const std::size_t lead = shape.rank() - x.rank();
-  for (std::size_t d = 0; d < x.rank(); ++d) {
-    out[lead + d] = (x.shape()[d] == 1 && shape[lead + d] != 1) ? 0 : x.strides()[d];
-  }
-  return out;
+  return strided::broadcast_strides(x.shape(), x.strides(), shape);
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  const std::size_t rank = std::max(a.rank(), b.rank());
-  detail::DimVector dims(rank);
-  for (std::size_t i = 0; i < rank; ++i) {
-    const std::int64_t x = i < rank - a.rank() ? 1 : a[i - (rank - a.rank())];
-    const std::int64_t y = i < rank - b.rank() ? 1 : b[i - (rank - b.rank())];
-    if (x != y && x != 1 && y != 1) {
-      detail::fail<ShapeMismatch>(op, "shapes ", a.to_string(), " and ", b.to_string(),
-                                  " do not broadcast");
-    }
-    dims[i] = x == 1 ? y : x;
-  }
-  return Shape(std::move(dims));
+  return strided::broadcast_shapes(a, b, op);
 }
 
 TensorPtr make_view(const CudaTensor& base, Shape shape, Strides strides, std::int64_t offset) {
