@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/check.h"
+#include "kiln/dtype.h"
+#include "kiln/half.h"
 
 namespace kiln::gpu_test {
 
@@ -74,5 +78,32 @@ class DeviceBuffer {
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+// A host value as double (the 16-bit floats through float).
+template <class T>
+double as_double(T v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return static_cast<double>(static_cast<float>(v));
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// Runs f(dtype, T{}) for every numeric dtype with its host type T.
+template <class F>
+void for_each_numeric_dtype(F&& f) {
+  f(DType::F64, double{});
+  f(DType::F32, float{});
+  f(DType::F16, half{});
+  f(DType::BF16, bfloat16{});
+  f(DType::I64, std::int64_t{});
+  f(DType::I32, std::int32_t{});
+  f(DType::I16, std::int16_t{});
+  f(DType::I8, std::int8_t{});
+  f(DType::U64, std::uint64_t{});
+  f(DType::U32, std::uint32_t{});
+  f(DType::U16, std::uint16_t{});
+  f(DType::U8, std::uint8_t{});
+}
 
 }  // namespace kiln::gpu_test

@@ -15,16 +15,8 @@
 namespace kiln::cuda::lib {
 namespace {
 
+using gpu_test::as_double;
 using gpu_test::DeviceBuffer;
-
-template <class T>
-double as_double(T v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
 
 // Elements a strided operand spans.
 std::int64_t span(std::int64_t r, std::int64_t c, const MatrixStrides& s, std::int64_t batch) {
@@ -125,19 +117,11 @@ MatrixStrides col_major(std::int64_t rows, std::int64_t cols, std::int64_t batch
   return {1, rows, batch_stride < 0 ? rows * cols : batch_stride};
 }
 
-template <class F>
-void for_each_dtype(F&& f) {
-  f(DType::F64, double{});
-  f(DType::F32, float{});
-  f(DType::F16, half{});
-  f(DType::BF16, bfloat16{});
-}
-
 TEST(LibMatmul, TransposedViewsEveryDType) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 1;
   const std::int64_t m = 67, n = 45, k = 33;
-  for_each_dtype([&]<class T>(DType dtype, T) {
+  gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
     for (bool a_t : {false, true}) {
       for (bool b_t : {false, true}) {
         MatmulDesc d{dtype,
@@ -170,7 +154,7 @@ TEST(LibMatmul, Tf32IsOptIn) {
 
 TEST(LibMatmul, BatchesBroadcastPaddingAndColumnMajorC) {
   KILN_REQUIRE_GPU();
-  for_each_dtype([&]<class T>(DType dtype, T) {
+  gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
     // A shared by every batch (stride 0), B batched, padded rows in A.
     check_matmul<T>({dtype, 19, 23, 31, 3, {31 + 5, 1, 0}, row_major(31, 23), row_major(19, 23)},
                     5);
@@ -190,7 +174,7 @@ TEST(LibMatmul, EveryEpilogue) {
   for (Epilogue e :
        {Epilogue::None, Epilogue::Bias, Epilogue::Relu, Epilogue::BiasRelu, Epilogue::Gelu,
         Epilogue::BiasGelu, Epilogue::GeluTanh, Epilogue::BiasGeluTanh}) {
-    for_each_dtype([&]<class T>(DType dtype, T) {
+    gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
       MatmulDesc d{
           dtype, 64, 48, 40, 2, row_major(64, 40), col_major(40, 48, 0), row_major(64, 48)};
       d.epilogue = e;

@@ -15,6 +15,7 @@
 namespace kiln::cuda::lib {
 namespace {
 
+using gpu_test::as_double;
 using gpu_test::DeviceBuffer;
 
 template <class T>
@@ -23,11 +24,6 @@ constexpr bool kFloat =
 template <class T>
 using compute_t =
     std::conditional_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, float, T>;
-
-template <class T>
-double as_double(T v) {
-  return static_cast<double>(static_cast<compute_t<T>>(v));
-}
 
 template <class T>
 double epsilon() {
@@ -144,26 +140,10 @@ void check_scan(DType dtype, std::int64_t rows, std::int64_t n, ScanOp op, std::
   }
 }
 
-template <class F>
-void for_each_dtype(F&& f) {
-  f(DType::F64, double{});
-  f(DType::F32, float{});
-  f(DType::F16, half{});
-  f(DType::BF16, bfloat16{});
-  f(DType::I64, std::int64_t{});
-  f(DType::I32, std::int32_t{});
-  f(DType::I16, std::int16_t{});
-  f(DType::I8, std::int8_t{});
-  f(DType::U64, std::uint64_t{});
-  f(DType::U32, std::uint32_t{});
-  f(DType::U16, std::uint16_t{});
-  f(DType::U8, std::uint8_t{});
-}
-
 TEST(LibScan, EveryDTypeEveryOp) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 1;
-  for_each_dtype([&]<class T>(DType dtype, T) {
+  gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
     for (ScanOp op : {ScanOp::Sum, ScanOp::Prod, ScanOp::Min, ScanOp::Max}) {
       check_scan<T>(dtype, 1, 1, op, seed++);
       check_scan<T>(dtype, 5, 1000, op, seed++);

@@ -17,16 +17,8 @@
 namespace kiln::cuda::lib {
 namespace {
 
+using gpu_test::as_double;
 using gpu_test::DeviceBuffer;
-
-template <class T>
-double as_double(T v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
 
 template <class T>
 auto bits_of(T v) {
@@ -218,27 +210,10 @@ void check_sort(DType dtype, const Case& c, std::uint64_t seed, bool specials = 
   }
 }
 
-// Runs f for every sortable dtype with its host type.
-template <class F>
-void for_each_dtype(F&& f) {
-  f(DType::F64, double{});
-  f(DType::F32, float{});
-  f(DType::F16, half{});
-  f(DType::BF16, bfloat16{});
-  f(DType::I64, std::int64_t{});
-  f(DType::I32, std::int32_t{});
-  f(DType::I16, std::int16_t{});
-  f(DType::I8, std::int8_t{});
-  f(DType::U64, std::uint64_t{});
-  f(DType::U32, std::uint32_t{});
-  f(DType::U16, std::uint16_t{});
-  f(DType::U8, std::uint8_t{});
-}
-
 TEST(LibSort, EveryDTypeBothOrdersWithAndWithoutIndices) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 1;
-  for_each_dtype([&]<class T>(DType dtype, T) {
+  gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
     for (bool descending : {false, true}) {
       for (const Case& c : {Case{1, 1000, descending, -1, true, false, DType::I64},
                             Case{1, 777, descending, -1, true, true, DType::I64},
@@ -265,7 +240,7 @@ TEST(LibSort, LongRowsTakeTheDeviceWideAndPerRowPaths) {
 TEST(LibSort, TopkIsTheFirstKOfTheStableOrder) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 100;
-  for_each_dtype([&]<class T>(DType dtype, T) {
+  gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
     for (bool largest : {true, false}) {
       for (std::int64_t k : {0, 1, 5, 64}) {
         check_sort<T>(dtype, {7, 64, largest, k, true, true, DType::I64}, seed++);

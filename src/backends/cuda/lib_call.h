@@ -29,27 +29,11 @@ inline cudaStream_t lib_stream(Runtime& runtime) {
 // Device scratch memory from the backend's allocator for the duration of one op: handed back to
 // the cache when it goes out of scope, which is safe because every op of the device is queued
 // on the one stream (a later op that reuses the block runs after this op's kernels).
-class Workspace {
+class Workspace : public Storage {
  public:
-  Workspace(Runtime& runtime, std::size_t bytes, const char* op) : allocator_(runtime.allocator) {
-    if (bytes > 0) pointer_ = allocator_.allocate(bytes, capacity_, op);
-    bytes_ = bytes;
-  }
-  ~Workspace() {
-    if (pointer_ != 0) allocator_.deallocate(pointer_, capacity_);
-  }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  void* get() const noexcept {
-    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer_));
-  }
-  std::size_t bytes() const noexcept { return bytes_; }
-
- private:
-  Allocator& allocator_;
-  CUdeviceptr pointer_ = 0;
-  std::size_t capacity_ = 0;
-  std::size_t bytes_ = 0;
+  Workspace(Runtime& runtime, std::size_t bytes, const char* op)
+      : Storage(runtime.allocator, bytes, op) {}
+  void* get() const noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer())); }
 };
 
 // Axes that move dim last (the others keep their order), and the axes that move it back.
