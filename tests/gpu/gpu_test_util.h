@@ -89,13 +89,19 @@ double as_double(T v) {
   }
 }
 
-// Runs f(dtype, T{}) for every numeric dtype with its host type T.
+// Runs f(dtype, T{}) for every float dtype with its host type T.
 template <class F>
-void for_each_numeric_dtype(F&& f) {
+void for_each_float_dtype(F&& f) {
   f(DType::F64, double{});
   f(DType::F32, float{});
   f(DType::F16, half{});
   f(DType::BF16, bfloat16{});
+}
+
+// Runs f(dtype, T{}) for every numeric dtype (floats, then integers) with its host type T.
+template <class F>
+void for_each_numeric_dtype(F&& f) {
+  for_each_float_dtype(f);
   f(DType::I64, std::int64_t{});
   f(DType::I32, std::int32_t{});
   f(DType::I16, std::int16_t{});

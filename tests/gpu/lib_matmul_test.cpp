@@ -121,7 +121,7 @@ TEST(LibMatmul, TransposedViewsEveryDType) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 1;
   const std::int64_t m = 67, n = 45, k = 33;
-  gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
+  gpu_test::for_each_float_dtype([&]<class T>(DType dtype, T) {
     for (bool a_t : {false, true}) {
       for (bool b_t : {false, true}) {
         MatmulDesc d{dtype,
@@ -154,7 +154,7 @@ TEST(LibMatmul, Tf32IsOptIn) {
 
 TEST(LibMatmul, BatchesBroadcastPaddingAndColumnMajorC) {
   KILN_REQUIRE_GPU();
-  gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
+  gpu_test::for_each_float_dtype([&]<class T>(DType dtype, T) {
     // A shared by every batch (stride 0), B batched, padded rows in A.
     check_matmul<T>({dtype, 19, 23, 31, 3, {31 + 5, 1, 0}, row_major(31, 23), row_major(19, 23)},
                     5);
@@ -174,7 +174,7 @@ TEST(LibMatmul, EveryEpilogue) {
   for (Epilogue e :
        {Epilogue::None, Epilogue::Bias, Epilogue::Relu, Epilogue::BiasRelu, Epilogue::Gelu,
         Epilogue::BiasGelu, Epilogue::GeluTanh, Epilogue::BiasGeluTanh}) {
-    gpu_test::for_each_numeric_dtype([&]<class T>(DType dtype, T) {
+    gpu_test::for_each_float_dtype([&]<class T>(DType dtype, T) {
       MatmulDesc d{
           dtype, 64, 48, 40, 2, row_major(64, 40), col_major(40, 48, 0), row_major(64, 48)};
       d.epilogue = e;
