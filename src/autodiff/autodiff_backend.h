@@ -231,13 +231,13 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
   }
   Inputs<N> inner_inputs{};
   if constexpr (N == 0) inner_inputs.resize(count);
-  InputArray<N, const AutodiffTensor*> lent{};
+  InputArray<N, Lent> lent{};
   if constexpr (N == 0) lent.resize(count);
   // Lends input i to the inner op (see lend_inner), remembering the wrapper for reown.
   auto lend = [&](std::size_t i) { inner_inputs[i] = lend_inner(std::move(inputs[i]), lent[i]); };
   auto run_forward = [&] {
     Primitive out = forward(inner(), std::move(inner_inputs));
-    for (const AutodiffTensor* wrapper : lent) out = reown(std::move(out), wrapper);
+    for (const Lent& l : lent) out = reown(std::move(out), l);
     return out;
   };
   if (newest == nullptr) {

@@ -54,28 +54,37 @@ inline const Primitive& inner_of(const Primitive& p) noexcept {
 [[gnu::always_inline]] inline Primitive take_inner(Primitive p) {
   return is_autodiff(p) ? AutodiffTensor::take_inner(std::move(p)) : p;
 }
+// An inner primitive lent to one inner op by lend_inner: the wrapper it came from and the inner
+// itself (both null when nothing was lent).
+struct Lent {
+  const AutodiffTensor* wrapper = nullptr;
+  const TensorPrimitive* inner = nullptr;
+};
+
 // The inner primitive of an autodiff input for the duration of one inner op, with as little
 // reference counting as possible:
 //  - a wrapper held only here hands its inner over (the inner backend may then reuse it);
 //  - a shared wrapper whose inner nobody else holds lends it through an aliasing handle that
 //    owns the wrapper: no count changes, and the inner backend sees exactly the sharing there
-//    is (the handle is unique only when the wrapper, and so the inner, is); lent is set to the
-//    wrapper, for reown;
+//    is (the handle is unique only when the wrapper, and so the inner, is); `lent` records it,
+//    for reown;
 //  - otherwise (the inner is shared, e.g. saved by a graph node) a plain shared handle.
-[[gnu::always_inline]] inline Primitive lend_inner(Primitive p, const AutodiffTensor*& lent) {
+[[gnu::always_inline]] inline Primitive lend_inner(Primitive p, Lent& lent) {
   if (!is_autodiff(p)) return p;
   if (p.use_count() == 1) return AutodiffTensor::take_inner(std::move(p));
   const auto* wrapper = static_cast<const AutodiffTensor*>(p.get());
   if (wrapper->inner().use_count() != 1) return wrapper->inner();
-  lent = wrapper;
+  lent = {wrapper, wrapper->inner().get()};
   return Primitive(std::move(p), wrapper->inner().get());
 }
 // An op's result that is a lent input handed straight back (a backend may return an operand
 // unchanged) would own the wrapper it was lent from, which must not outlive the op: it is
-// swapped for an owner of the inner primitive itself. lent is the wrapper (null if none).
-[[gnu::always_inline]] inline Primitive reown(Primitive out, const AutodiffTensor* lent) {
-  if (lent == nullptr || out.get() != lent->inner().get()) return out;
-  return lent->inner();
+// swapped for an owner of the inner primitive itself. The wrapper is only read when the result
+// is that handle, which keeps it alive (another thread may have dropped every other reference
+// to it during the op).
+[[gnu::always_inline]] inline Primitive reown(Primitive out, const Lent& lent) {
+  if (lent.inner == nullptr || out.get() != lent.inner) return out;
+  return lent.wrapper->inner();
 }
 
 // Constant-initialised, so reading it costs no guard (a function-local static would).
