@@ -12,16 +12,13 @@
 
 namespace kiln::nn {
 
-namespace detail {
-
-void visit_recurrent(std::vector<RecurrentWeights>& layers, std::vector<RecurrentWeights>& reverse,
-                     Visitor& visitor, std::string_view prefix) {
+void RecurrentStack::visit(Visitor& visitor, std::string_view prefix) {
   // PyTorch's order: layer 0's four tensors, its reverse direction's four, then layer 1, ...
   auto visit_one = [&](RecurrentWeights& w, const std::string& suffix) {
-    visit_member(visitor, prefix, "weight_ih" + suffix, w.weight_ih);
-    visit_member(visitor, prefix, "weight_hh" + suffix, w.weight_hh);
-    if (w.bias_ih) visit_member(visitor, prefix, "bias_ih" + suffix, *w.bias_ih);
-    if (w.bias_hh) visit_member(visitor, prefix, "bias_hh" + suffix, *w.bias_hh);
+    detail::visit_member(visitor, prefix, "weight_ih" + suffix, w.weight_ih);
+    detail::visit_member(visitor, prefix, "weight_hh" + suffix, w.weight_hh);
+    if (w.bias_ih) detail::visit_member(visitor, prefix, "bias_ih" + suffix, *w.bias_ih);
+    if (w.bias_hh) detail::visit_member(visitor, prefix, "bias_hh" + suffix, *w.bias_hh);
   };
   for (std::size_t k = 0; k < layers.size(); ++k) {
     const std::string suffix = "_l" + std::to_string(k);
@@ -30,17 +27,13 @@ void visit_recurrent(std::vector<RecurrentWeights>& layers, std::vector<Recurren
   }
 }
 
-}  // namespace detail
-
 namespace {
 
-struct Directions {
-  std::vector<RecurrentWeights> forward, reverse;
-};
-
-Directions make_layers(const char* op, std::int64_t gates, std::int64_t input_size,
-                       std::int64_t hidden_size, std::int64_t num_layers, bool bias, double dropout,
-                       bool bidirectional, const Device& device) {
+// The layers of an LSTM (4 gates) or GRU (3 gates) as the config describes them.
+RecurrentStack make_stack(const char* op, std::int64_t gates, std::int64_t input_size,
+                          std::int64_t hidden_size, std::int64_t num_layers, bool bias,
+                          bool batch_first, double dropout, bool bidirectional,
+                          const Device& device) {
   if (input_size <= 0 || hidden_size <= 0 || num_layers <= 0) {
     kiln::detail::fail<InvalidArgument>(op, "input_size ", input_size, ", hidden_size ",
                                         hidden_size, " and num_layers ", num_layers,
@@ -61,12 +54,15 @@ Directions make_layers(const char* op, std::int64_t gates, std::int64_t input_si
     }
     return w;
   };
-  Directions out;
+  RecurrentStack out;
   for (std::int64_t k = 0; k < num_layers; ++k) {
     const std::int64_t in = k == 0 ? input_size : directions * hidden_size;
-    out.forward.push_back(make(in));
+    out.layers.push_back(make(in));
     if (bidirectional) out.reverse.push_back(make(in));
   }
+  out.hidden_size = hidden_size;
+  out.batch_first = batch_first;
+  out.dropout = dropout;
   return out;
 }
 
@@ -146,13 +142,9 @@ Tensor<3> run_direction(const Tensor<3>& sequence, const RecurrentWeights& w, bo
 
 Lstm LstmConfig::init(const Device& device) const {
   Lstm lstm;
-  Directions weights = make_layers("LstmConfig::init", 4, input_size, hidden_size, num_layers, bias,
-                                   dropout, bidirectional, device);
-  lstm.layers = std::move(weights.forward);
-  lstm.reverse = std::move(weights.reverse);
-  lstm.hidden_size = hidden_size;
-  lstm.batch_first = batch_first;
-  lstm.dropout = dropout;
+  static_cast<RecurrentStack&>(lstm) =
+      make_stack("LstmConfig::init", 4, input_size, hidden_size, num_layers, bias, batch_first,
+                 dropout, bidirectional, device);
   return lstm;
 }
 
@@ -198,13 +190,9 @@ LstmOutput Lstm::forward(const Tensor<3>& x, const std::optional<LstmState>& sta
 
 Gru GruConfig::init(const Device& device) const {
   Gru gru;
-  Directions weights = make_layers("GruConfig::init", 3, input_size, hidden_size, num_layers, bias,
-                                   dropout, bidirectional, device);
-  gru.layers = std::move(weights.forward);
-  gru.reverse = std::move(weights.reverse);
-  gru.hidden_size = hidden_size;
-  gru.batch_first = batch_first;
-  gru.dropout = dropout;
+  static_cast<RecurrentStack&>(gru) =
+      make_stack("GruConfig::init", 3, input_size, hidden_size, num_layers, bias, batch_first,
+                 dropout, bidirectional, device);
   return gru;
 }
 

@@ -39,10 +39,22 @@ struct RecurrentWeights {
   std::optional<Param<1>> bias_hh;  // [gates * hidden]
 };
 
-namespace detail {
-void visit_recurrent(std::vector<RecurrentWeights>& layers, std::vector<RecurrentWeights>& reverse,
-                     Visitor& visitor, std::string_view prefix);
-}  // namespace detail
+// What Lstm and Gru share: the stacked layers of each direction, their sizes, and the visitor
+// that names the weights as PyTorch does.
+struct RecurrentStack {
+  std::vector<RecurrentWeights> layers;   // the forward direction, one per layer
+  std::vector<RecurrentWeights> reverse;  // bidirectional: the reverse direction; else empty
+  std::int64_t hidden_size = 0;
+  bool batch_first = false;
+  // Dropout on the outputs of every layer but the last, in training only (as PyTorch).
+  double dropout = 0.0;
+
+  bool bidirectional() const noexcept { return !reverse.empty(); }
+  void visit(Visitor& visitor, std::string_view prefix = {});
+  void visit(Visitor& visitor, std::string_view prefix = {}) const {
+    const_cast<RecurrentStack*>(this)->visit(visitor, prefix);
+  }
+};
 
 // Hidden and cell state, each [num_layers * num_directions, batch, hidden].
 struct LstmState {
@@ -57,22 +69,7 @@ struct LstmOutput {
   LstmState state;  // after the last step of each direction
 };
 
-struct Lstm {
-  std::vector<RecurrentWeights> layers;   // the forward direction, one per layer
-  std::vector<RecurrentWeights> reverse;  // bidirectional: the reverse direction; else empty
-  std::int64_t hidden_size = 0;
-  bool batch_first = false;
-  // Dropout on the outputs of every layer but the last, in training only (as PyTorch).
-  double dropout = 0.0;
-
-  bool bidirectional() const noexcept { return !reverse.empty(); }
-  void visit(Visitor& visitor, std::string_view prefix = {}) {
-    detail::visit_recurrent(layers, reverse, visitor, prefix);
-  }
-  void visit(Visitor& visitor, std::string_view prefix = {}) const {
-    const_cast<Lstm*>(this)->visit(visitor, prefix);
-  }
-
+struct Lstm : RecurrentStack {
   // x [B, T, in] (batch_first) or [T, B, in]; the state starts at zero unless given.
   LstmOutput forward(const Tensor<3>& x,
                      const std::optional<LstmState>& state = std::nullopt) const;
@@ -95,21 +92,7 @@ struct GruOutput {
   Tensor<3> h;       // [num_layers * D, B, H] after the last step of each direction
 };
 
-struct Gru {
-  std::vector<RecurrentWeights> layers;   // the forward direction, one per layer
-  std::vector<RecurrentWeights> reverse;  // bidirectional: the reverse direction; else empty
-  std::int64_t hidden_size = 0;
-  bool batch_first = false;
-  double dropout = 0.0;
-
-  bool bidirectional() const noexcept { return !reverse.empty(); }
-  void visit(Visitor& visitor, std::string_view prefix = {}) {
-    detail::visit_recurrent(layers, reverse, visitor, prefix);
-  }
-  void visit(Visitor& visitor, std::string_view prefix = {}) const {
-    const_cast<Gru*>(this)->visit(visitor, prefix);
-  }
-
+struct Gru : RecurrentStack {
   // x [B, T, in] (batch_first) or [T, B, in]; h0 [num_layers * D, B, H] (zeros unless given).
   GruOutput forward(const Tensor<3>& x, const std::optional<Tensor<3>>& h0 = std::nullopt) const;
 };
