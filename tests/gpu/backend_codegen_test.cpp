@@ -10,6 +10,8 @@
 
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/reduce.h"
+#include "backends/cuda/scatter.h"
+#include "backends/cuda/spatial.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
@@ -120,6 +122,55 @@ TEST(GpuCodegen, ReductionFamiliesCompile) {
     for (Reducer r : {Reducer::Any, Reducer::All}) {
       const std::string log = compile(reduce_kernel_source(r, d, DType::Bool));
       EXPECT_TRUE(log.empty()) << log.substr(0, 4000);
+    }
+  }
+}
+
+TEST(GpuCodegen, ScatterFamiliesCompile) {
+  // Every dtype with every combining mode (native atomics and the compare-and-swap loops on
+  // 8/16/32/64-bit words); Assign moves raw bits, one module per width.
+  for (DType d : every_dtype()) {
+    for (IndexingUpdate u : {IndexingUpdate::Add, IndexingUpdate::Mul, IndexingUpdate::Min,
+                             IndexingUpdate::Max}) {
+      const std::string log = compile(scatter_source(d, DType::I64, u));
+      EXPECT_TRUE(log.empty()) << dtype_name(d) << " mode " << static_cast<int>(u) << ":\n"
+                               << log.substr(0, 4000);
+    }
+  }
+  for (DType raw : {DType::U64, DType::U32, DType::U16, DType::U8}) {
+    for (DType index : {DType::I64, DType::I32, DType::U8, DType::U64}) {
+      const std::string log = compile(scatter_source(raw, index, IndexingUpdate::Assign));
+      EXPECT_TRUE(log.empty()) << dtype_name(raw) << "/" << dtype_name(index) << ":\n"
+                               << log.substr(0, 4000);
+    }
+  }
+}
+
+TEST(GpuCodegen, SpatialFamiliesCompile) {
+  const SpatialKernel pools[] = {SpatialKernel::AvgPool, SpatialKernel::AvgPoolBackward,
+                                 SpatialKernel::MaxPool, SpatialKernel::MaxPoolBackward,
+                                 SpatialKernel::AdaptiveAvgPool,
+                                 SpatialKernel::AdaptiveAvgPoolBackward};
+  for (DType d : kFloats) {
+    for (SpatialKernel k : pools) {
+      const std::string log = compile(spatial_source(k, d, DType::I64, InterpolateMode::Nearest));
+      EXPECT_TRUE(log.empty()) << spatial_kernel_name(k) << " " << dtype_name(d) << ":\n"
+                               << log.substr(0, 4000);
+    }
+    for (SpatialKernel k : {SpatialKernel::Interpolate, SpatialKernel::InterpolateBackward}) {
+      for (InterpolateMode m :
+           {InterpolateMode::Nearest, InterpolateMode::Bilinear, InterpolateMode::Bicubic}) {
+        const std::string log = compile(spatial_source(k, d, DType::I64, m));
+        EXPECT_TRUE(log.empty()) << spatial_kernel_name(k) << " " << dtype_name(d) << " mode "
+                                 << static_cast<int>(m) << ":\n" << log.substr(0, 4000);
+      }
+    }
+  }
+  for (DType index : kInts) {
+    for (SpatialKernel k : {SpatialKernel::MaxPool, SpatialKernel::MaxPoolBackward}) {
+      const std::string log = compile(spatial_source(k, DType::F32, index, InterpolateMode::Nearest));
+      EXPECT_TRUE(log.empty()) << spatial_kernel_name(k) << " index " << dtype_name(index) << ":\n"
+                               << log.substr(0, 4000);
     }
   }
 }

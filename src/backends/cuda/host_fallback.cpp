@@ -23,9 +23,6 @@ T to_host(CudaBackend&, T value) {
 Primitive to_gpu(CudaBackend& b, const Primitive& x) {
   return b.from_data(backend_for(Device::cpu()).into_data(x).get(), b.device());
 }
-PrimitivePair to_gpu(CudaBackend& b, const PrimitivePair& x) {
-  return {to_gpu(b, x.first), to_gpu(b, x.second)};
-}
 
 template <class Result, class... Params, class... Args>
 Result on_host(CudaBackend& self, Result (Backend::*method)(Params...), Args&&... args) {
@@ -35,34 +32,11 @@ Result on_host(CudaBackend& self, Result (Backend::*method)(Params...), Args&&..
 
 }  // namespace
 
-Primitive CudaBackend::scatter(std::int64_t d, Primitive x, Primitive i, Primitive v, IndexingUpdate u) {
-  return on_host(*this, &Backend::scatter, d, x, i, v, u);
-}
 Primitive CudaBackend::conv(Primitive x, Primitive w, OptionalPrimitive b, ConvOptions o) {
   return on_host(*this, &Backend::conv, x, w, b, o);
 }
 Primitive CudaBackend::conv_transpose(Primitive x, Primitive w, OptionalPrimitive b, ConvTransposeOptions o) {
   return on_host(*this, &Backend::conv_transpose, x, w, b, o);
-}
-Primitive CudaBackend::avg_pool(Primitive x, PoolOptions o) { return on_host(*this, &Backend::avg_pool, x, o); }
-Primitive CudaBackend::avg_pool_backward(Primitive x, Primitive g, PoolOptions o) {
-  return on_host(*this, &Backend::avg_pool_backward, x, g, o);
-}
-Primitive CudaBackend::adaptive_avg_pool(Primitive x, Axes s) { return on_host(*this, &Backend::adaptive_avg_pool, x, s); }
-Primitive CudaBackend::adaptive_avg_pool_backward(Primitive x, Primitive g) {
-  return on_host(*this, &Backend::adaptive_avg_pool_backward, x, g);
-}
-PrimitivePair CudaBackend::max_pool_with_indices(Primitive x, PoolOptions o, DType i) {
-  return on_host(*this, &Backend::max_pool_with_indices, x, o, i);
-}
-Primitive CudaBackend::max_pool_with_indices_backward(Primitive x, Primitive g, Primitive i, PoolOptions o) {
-  return on_host(*this, &Backend::max_pool_with_indices_backward, x, g, i, o);
-}
-Primitive CudaBackend::interpolate(Primitive x, Axes s, InterpolateOptions o) {
-  return on_host(*this, &Backend::interpolate, x, s, o);
-}
-Primitive CudaBackend::interpolate_backward(Primitive x, Primitive g, Axes s, InterpolateOptions o) {
-  return on_host(*this, &Backend::interpolate_backward, x, g, s, o);
 }
 
 }  // namespace kiln::cuda

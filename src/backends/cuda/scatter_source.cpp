@@ -1,0 +1,199 @@
+// Source generation of the scatter family (no driver calls; see elementwise_source.cpp).
+#include "backends/cuda/kernel_source.h"
+#include "backends/cuda/scatter.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr const char* kParams = R"CUDA(
+struct P {
+  i64 n;
+  i64 line, dim_size, out_step, index_step, value_step;
+  int rank, dim;
+  i64 sizes[12]; i64 os[12]; i64 is[12]; i64 vs[12];
+  u64 out, index, values, winner;
+  unsigned* err_word; unsigned err_token;
+};
+// The offsets in out (without the dim coordinate), indices and values of item i; k is the
+// coordinate along dim (0 when the dim is skipped: the line path walks it itself).
+__device__ __forceinline__ void k_locate(const P& p, i64 i, bool skip_dim, i64& o, i64& x, i64& v, i64& k) {
+  o = 0; x = 0; v = 0; k = 0;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    if (skip_dim && d == p.dim) continue;
+    const i64 size = p.sizes[d]; const i64 q = i / size; const i64 c = i - q * size; i = q;
+    o += c * p.os[d]; x += c * p.is[d]; v += c * p.vs[d];
+    if (d == p.dim) k = c;
+  }
+}
+template <int N> struct kraw;
+template <> struct kraw<1> { typedef unsigned char type; };
+template <> struct kraw<2> { typedef unsigned short type; };
+template <> struct kraw<4> { typedef unsigned type; };
+template <> struct kraw<8> { typedef u64 type; };
+template <class To, class From> __device__ __forceinline__ To k_same_bits(From v) {
+  union { From f; To t; } u; u.f = v; return u.t;
+}
+// *addr = f(*addr) atomically: a compare-and-swap loop on the element's own word (4 or 8 bytes)
+// or on the aligned 32-bit word holding it (1 or 2 bytes; the other bytes are kept).
+template <class S, class F> __device__ __forceinline__ void k_atomic_apply(S* addr, F f) {
+  typedef typename kraw<sizeof(S)>::type R;
+  if constexpr (sizeof(S) >= 4) {
+    R* word = (R*)addr;
+    R old = *(volatile R*)word, assumed;
+    do {
+      assumed = old;
+      const R next = k_same_bits<R>(f(k_same_bits<S>(assumed)));
+      if (next == assumed) return;
+      old = atomicCAS(word, assumed, next);
+    } while (old != assumed);
+  } else {
+    unsigned* word = (unsigned*)((u64)addr & ~(u64)3);
+    const unsigned shift = (unsigned)((u64)addr & 3) * 8u;
+    const unsigned mask = ((1u << (8 * sizeof(S))) - 1u) << shift;
+    unsigned old = *(volatile unsigned*)word, assumed;
+    do {
+      assumed = old;
+      const R current = (R)((assumed & mask) >> shift);
+      const R next = k_same_bits<R>(f(k_same_bits<S>(current)));
+      const unsigned replaced = (assumed & ~mask) | ((unsigned)next << shift);
+      if (replaced == assumed) return;
+      old = atomicCAS(word, assumed, replaced);
+    } while (old != assumed);
+  }
+}
+)CUDA";
+
+// k_combine(a, b) in the compute type C: the value already there (a) and the new one (b).
+std::string combine_source(DType dtype, IndexingUpdate update) {
+  const std::string C = compute_type(dtype);
+  std::string body;
+  using U = IndexingUpdate;
+  if (update == U::Assign) {
+    body = "return b;";
+  } else if (dtype == DType::Bool) {
+    body = (update == U::Add || update == U::Max) ? "return a || b;" : "return a && b;";
+  } else if (is_int(dtype)) {
+    switch (update) {
+      case U::Add: body = "return k_add(a, b);"; break;
+      case U::Mul: body = "return k_mul(a, b);"; break;
+      case U::Min: body = "return b < a ? b : a;"; break;
+      case U::Max: body = "return b > a ? b : a;"; break;
+      default: break;
+    }
+  } else {
+    switch (update) {
+      case U::Add: body = "return a + b;"; break;
+      case U::Mul: body = "return a * b;"; break;
+      // A NaN already there stays; a NaN value replaces what is there.
+      case U::Min: body = "return !(a != a) && ((b != b) || b < a) ? b : a;"; break;
+      case U::Max: body = "return !(a != a) && ((b != b) || b > a) ? b : a;"; break;
+      default: break;
+    }
+  }
+  return "__device__ __forceinline__ " + C + " k_combine(" + C + " a, " + C + " b) { " + body +
+         " }\n";
+}
+
+// k_update(dst, b): *dst = combine(*dst, b) atomically; a native atomic where one exists.
+std::string atomic_source(DType dtype, IndexingUpdate update) {
+  const std::string S = storage_type(dtype);
+  const std::string C = compute_type(dtype);
+  using U = IndexingUpdate;
+  std::string native;
+  const bool add = update == U::Add, min = update == U::Min, max = update == U::Max;
+  switch (dtype) {
+    case DType::F32: if (add) native = "atomicAdd(dst, b);"; break;
+    case DType::F64: if (add) native = "atomicAdd(dst, b);"; break;
+    case DType::I32:
+      if (add) native = "atomicAdd((unsigned*)dst, (unsigned)b);";
+      if (min) native = "atomicMin(dst, b);";
+      if (max) native = "atomicMax(dst, b);";
+      break;
+    case DType::U32:
+      if (add) native = "atomicAdd(dst, b);";
+      if (min) native = "atomicMin(dst, b);";
+      if (max) native = "atomicMax(dst, b);";
+      break;
+    case DType::I64:
+      if (add) native = "atomicAdd((u64*)dst, (u64)b);";
+      if (min) native = "atomicMin(dst, b);";
+      if (max) native = "atomicMax(dst, b);";
+      break;
+    case DType::U64:
+      if (add) native = "atomicAdd(dst, b);";
+      if (min) native = "atomicMin(dst, b);";
+      if (max) native = "atomicMax(dst, b);";
+      break;
+    default: break;
+  }
+  std::string s = "__device__ __forceinline__ void k_update(" + S + "* dst, " + C + " b) {\n";
+  if (!native.empty()) {
+    s += "  " + native + "\n";
+  } else {
+    s += "  k_atomic_apply(dst, [b](" + S + " current) -> " + S + " { return " +
+         store_expression(dtype, "k_combine(" + load_expression(dtype, "current") + ", b)") +
+         "; });\n";
+  }
+  return s + "}\n";
+}
+
+}  // namespace
+
+std::string scatter_source(DType dtype, DType index_dtype, IndexingUpdate update) {
+  const std::string S = storage_type(dtype);
+  const std::string C = compute_type(dtype);
+  const std::string I = storage_type(index_dtype);
+  std::string s = kernel_prelude() + kParams + combine_source(dtype, update);
+  const bool assign = update == IndexingUpdate::Assign;
+  if (!assign) s += atomic_source(dtype, update);
+  // INDEX(at): the index at offset `at` of indices, as i64 (u64 past the i64 range turns
+  // negative, so it is out of range like any other bad index).
+  s += "#define INDEX(at) ((i64)((const " + I + "*)p.index)[at])\n";
+  s += "#define VALUE(at) (" + load_expression(dtype, "((const " + S + "*)p.values)[at]") + ")\n";
+  // The line path: a thread per line along dim, in order (the CPU's exact result).
+  s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_lines(const P p) {\n"
+       "  bool err = false;\n"
+       "  for (i64 l = blockIdx.x * (i64)blockDim.x + threadIdx.x; l < p.n; l += (i64)gridDim.x * blockDim.x) {\n"
+       "    i64 o, x, v, k;\n"
+       "    k_locate(p, l, true, o, x, v, k);\n"
+       "    " + S + "* out = (" + S + "*)p.out + o;\n"
+       "    for (k = 0; k < p.line; ++k) {\n"
+       "      const i64 j = INDEX(x + k * p.index_step);\n"
+       "      if (j < 0 || j >= p.dim_size) { err = true; continue; }\n"
+       "      " + S + "* dst = out + j * p.out_step;\n";
+  if (assign) {
+    s += "      *dst = ((const " + S + "*)p.values)[v + k * p.value_step];\n";
+  } else {
+    s += "      *dst = " +
+         store_expression(dtype, "k_combine(" + load_expression(dtype, "*dst") +
+                                     ", VALUE(v + k * p.value_step))") +
+         ";\n";
+  }
+  s += "    }\n  }\n  if (err) *p.err_word = p.err_token;\n}\n";
+  // The element paths.
+  const std::string head =
+      "  bool err = false;\n"
+      "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {\n"
+      "    i64 o, x, v, k;\n"
+      "    k_locate(p, i, false, o, x, v, k);\n"
+      "    const i64 j = INDEX(x);\n"
+      "    if (j < 0 || j >= p.dim_size) { err = true; continue; }\n"
+      "    const i64 at = o + j * p.out_step;\n";
+  const std::string tail = "  }\n  if (err) *p.err_word = p.err_token;\n}\n";
+  if (assign) {
+    // Pass 1: the last position along dim (k + 1; 0 = none) that writes each element wins.
+    s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_claim(const P p) {\n" +
+         head + "    atomicMax((u64*)p.winner + at, (u64)(k + 1));\n" + tail;
+    // Pass 2: only the winner writes (bad indices were reported by pass 1).
+    s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_assign(const P p) {\n" +
+         head + "    if (((const u64*)p.winner)[at] == (u64)(k + 1)) ((" + S +
+         "*)p.out)[at] = ((const " + S + "*)p.values)[v];\n" + tail;
+  } else {
+    s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_atomic(const P p) {\n" +
+         head + "    k_update((" + S + "*)p.out + at, VALUE(v));\n" + tail;
+  }
+  return s;
+}
+
+}  // namespace kiln::cuda
