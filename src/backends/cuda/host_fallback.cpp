@@ -12,7 +12,7 @@ namespace {
 Primitive to_host(CudaBackend& b, const Primitive& x) {
   return backend_for(Device::cpu()).from_data(b.into_data(x).get(), Device::cpu());
 }
-OptionalPrimitive to_host(CudaBackend& b, const OptionalPrimitive& x) {
+[[maybe_unused]] OptionalPrimitive to_host(CudaBackend& b, const OptionalPrimitive& x) {
   return x ? OptionalPrimitive(to_host(b, *x)) : std::nullopt;
 }
 template <class T>
@@ -37,12 +37,6 @@ Result on_host(CudaBackend& self, Result (Backend::*method)(Params...), Args&&..
 
 Primitive CudaBackend::scatter(std::int64_t d, Primitive x, Primitive i, Primitive v, IndexingUpdate u) {
   return on_host(*this, &Backend::scatter, d, x, i, v, u);
-}
-Primitive CudaBackend::conv(Primitive x, Primitive w, OptionalPrimitive b, ConvOptions o) {
-  return on_host(*this, &Backend::conv, x, w, b, o);
-}
-Primitive CudaBackend::conv_transpose(Primitive x, Primitive w, OptionalPrimitive b, ConvTransposeOptions o) {
-  return on_host(*this, &Backend::conv_transpose, x, w, b, o);
 }
 Primitive CudaBackend::avg_pool(Primitive x, PoolOptions o) { return on_host(*this, &Backend::avg_pool, x, o); }
 Primitive CudaBackend::avg_pool_backward(Primitive x, Primitive g, PoolOptions o) {
