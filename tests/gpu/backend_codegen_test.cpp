@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/scatter.h"
@@ -173,4 +174,15 @@ TEST(GpuCodegen, SpatialFamiliesCompile) {
                                << log.substr(0, 4000);
     }
   }
+}
+
+TEST(GpuCodegen, ConvFamiliesCompile) {
+  for (DType d : kFloats) {
+    std::string log = compile(im2col_source(d));
+    EXPECT_TRUE(log.empty()) << "im2col " << dtype_name(d) << ":\n" << log.substr(0, 4000);
+    log = compile(col2im_source(d));
+    EXPECT_TRUE(log.empty()) << "col2im " << dtype_name(d) << ":\n" << log.substr(0, 4000);
+  }
+  // conv's bias: an elementwise add broadcast along the channels, in place.
+  for (DType d : kFloats) expect_compiles({"conv", "a + b", {d, d}, d, d, {}}, dtype_name(d));
 }
