@@ -33,7 +33,9 @@ int run_info(std::ostream& out) {
   } else {
     out << "  cuda     compiled in, available (" << gpus << (gpus == 1 ? " GPU" : " GPUs") << ")\n";
     out << "           host fallback (no GPU kernel yet):";
-    for (std::string_view op : cuda_plugin(nullptr)->host_fallback_ops()) out << " " << op;
+    const auto on_host = cuda_plugin(nullptr)->host_fallback_ops();
+    if (on_host.empty()) out << " none, every op has a GPU kernel";
+    for (std::string_view op : on_host) out << " " << op;
     out << "\n";
   }
   out << "  remote   not compiled in\n";
