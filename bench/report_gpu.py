@@ -69,6 +69,8 @@ def main():
             floor = row["bytes"] / bandwidth if bandwidth and name != "memcpy_d2d" else None
         elif ours and "kernels" in row:
             rate = f"{row['kernels']:.0f} kernels"
+        elif ours and "gpu_drain_us" in row:  # GPU work still queued when the burst ended
+            rate = f"drain {row['gpu_drain_us']:.0f} us"
         rows.append({"workload": workload, "name": name, "kiln_median_s": ours,
                      "error": row.get("error"), "torch_median_s": theirs,
                      "ratio": theirs / ours if ours and theirs else None, "floor_s": floor,
@@ -138,8 +140,9 @@ def main():
         print(f"peer: torch {peer.get('torch_version', '?')} on {peer.get('device', '?')}")
     print("ratio = torch time / kiln time (> 1: kiln faster). (lib): kiln_cuda_lib's raw functions,")
     print("CUDA events; other rows: kiln's tensor API, wall clock + sync per op (torch alike).")
-    print("small add: host time per op in bursts of 200 without sync. conv2d: torch")
-    print("through cuDNN, tf32 off. NVRTC/disk cache: fresh processes, empty then warm cache dir.")
+    print("small add: host time per op in bursts of 200 without sync (drain: the wait at the sync")
+    print("after a burst). conv2d: torch through cuDNN, tf32 off. NVRTC/disk cache: per kernel, in")
+    print("fresh processes on an empty, then a filled cache dir.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "bandwidth_bytes_per_s": bandwidth}, f, indent=1)
