@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""PyTorch GPU peer for bench/gpu_bench.cpp: the same workloads on the same device, timed with
-CUDA events around each call after warm-up, median of the repeats. Prints (and writes with
---out) JSON: {"workload": {"median_s": ..., "repeats": ...}, "torch_version": ..., "device": ...}.
-Names match gpu_bench's: matmul/<kind>/<n> (kind 0 bf16, 1 f16, 2 f32, 3 tf32), sort/<n>
-(torch.sort: values and int64 indices), sort_rows/<rows>/<n>, topk/<rows>/<n>/<k>,
-cumsum/<n>/0 (one row) and cumsum/<rows>/<n>, memcpy_d2d.
+"""PyTorch GPU peer for bench/gpu_bench.cpp and bench/gpu_ops_bench.cpp: the same workloads on
+the same device, median of the repeats. Prints (and writes with --out) JSON:
+{"workload": {"median_s": ..., "repeats": ..., "timing": ...}, "torch_version": ..., "device": ...}.
+
+gpu_bench's rows (kiln_cuda_lib's raw functions), timed with CUDA events around each call after
+warm-up: matmul/<kind>/<n> (kind 0 bf16, 1 f16, 2 f32, 3 tf32), sort/<n> (torch.sort: values and
+int64 indices), sort_rows/<rows>/<n>, topk/<rows>/<n>/<k>, cumsum/<n>/0 (one row) and
+cumsum/<rows>/<n>, memcpy_d2d.
+
+gpu_ops_bench's rows (kiln's tensor API), timed as that program times kiln: a sample is wall
+clock (perf_counter) around OPS calls and one torch.cuda.synchronize(), divided by OPS; a repeat
+is the mean of ITERS samples (OPS and ITERS are gpu_ops_bench's per row). small_add_host/16 is
+the host time of a burst of 200 adds with no sync inside, per add, from Python: the figure users
+compare kiln with. conv2d/* is torch.nn.functional.conv2d through cuDNN (default algorithm
+choice; tf32 off, since kiln's f32 conv computes in f32).
 
   python3 bench/peer_torch_gpu.py [--repeats 20] [--out torch_gpu.json]
 """
 import argparse
 import json
 import statistics
+import time
 
 import torch
 
@@ -31,6 +41,85 @@ def median_seconds(fn, repeats, warmup=3):
     return statistics.median(times)
 
 
+def wall_seconds(fn, ops, iters, repeats, warmup=2):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        total = 0.0
+        for _ in range(iters):
+            start = time.perf_counter()
+            for _ in range(ops):
+                fn()
+            torch.cuda.synchronize()
+            total += (time.perf_counter() - start) / ops
+        samples.append(total / iters)
+    return statistics.median(samples)
+
+
+def host_burst_seconds(fn, burst, iters, repeats, warmup=2):
+    """Host time per call of a burst with no sync inside; the GPU drains it untimed."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        total = 0.0
+        for _ in range(iters):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            total += (time.perf_counter() - start) / burst
+        torch.cuda.synchronize()
+        samples.append(total / iters)
+    return statistics.median(samples)
+
+
+def tensor_api_rows(results, dev, g, repeats):
+    """gpu_ops_bench's rows; OPS and ITERS as there."""
+
+    def record(name, fn, ops, iters=5):
+        results[name] = {"median_s": wall_seconds(fn, ops, iters, repeats), "repeats": repeats,
+                         "timing": "wall clock + synchronize"}
+
+    n = 8192
+    x = torch.rand(n, n, device=dev, generator=g)
+    record("sum/8192/all", lambda: x.sum(), 20)
+    record("sum/8192/dim1", lambda: x.sum(dim=1, keepdim=True), 20)
+    record("sum/8192/dim0", lambda: x.sum(dim=0, keepdim=True), 20)
+    x = torch.rand(n, n, device=dev, generator=g) * 8 - 4
+    record("softmax/8192", lambda: torch.softmax(x, -1), 10)
+    record("log_softmax/8192", lambda: torch.log_softmax(x, -1), 10)
+    del x
+
+    n = 4096
+    x, y, z = (torch.rand(n, n, device=dev, generator=g) * 2 - 1 for _ in range(3))
+    record("chain8/4096", lambda: ((((-(x * y + z)).exp() * 2) + 1).tanh()) * x, 5)
+    del x, y, z
+
+    a = torch.rand(16, device=dev, generator=g) - 0.5
+    b = torch.rand(16, device=dev, generator=g) - 0.5
+    results["small_add_host/16"] = {
+        "median_s": host_burst_seconds(lambda: a + b, 200, 50, repeats), "repeats": repeats,
+        "timing": "host wall clock of a burst of 200, Python"}
+
+    torch.backends.cudnn.allow_tf32 = False
+    for name, dtype in (("conv2d/f32", torch.float32), ("conv2d/bf16", torch.bfloat16)):
+        x = (torch.rand(32, 64, 56, 56, device=dev, generator=g) * 2 - 1).to(dtype)
+        w = ((torch.rand(64, 64, 3, 3, device=dev, generator=g) * 2 - 1) * 0.1).to(dtype)
+        record(name, lambda: torch.nn.functional.conv2d(x, w, stride=1, padding=1), 5)
+        del x, w
+    torch.backends.cudnn.allow_tf32 = True
+
+    m = torch.rand(4096, 32768, device=dev, generator=g) * 2 - 1
+    record("tensor_topk/4096/32768/8", lambda: torch.topk(m, 8, dim=-1), 2)
+    del m
+    v = torch.rand(1 << 24, device=dev, generator=g) * 2 - 1
+    record("tensor_sort/16777216", lambda: torch.sort(v), 3)
+    del v
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=20)
@@ -41,7 +130,8 @@ def main():
     results = {"torch_version": torch.__version__, "device": torch.cuda.get_device_name()}
 
     def record(name, fn, repeats=args.repeats):
-        results[name] = {"median_s": median_seconds(fn, repeats), "repeats": repeats}
+        results[name] = {"median_s": median_seconds(fn, repeats), "repeats": repeats,
+                         "timing": "CUDA events"}
 
     big = 1 << 30
     src = torch.ones(big, dtype=torch.uint8, device=dev)
@@ -73,6 +163,8 @@ def main():
     del m
     m = torch.rand(8192, 8192, device=dev, generator=g)
     record("cumsum/8192/8192", lambda: torch.cumsum(m, -1), repeats=max(args.repeats, 50))
+    del m
+    tensor_api_rows(results, dev, g, args.repeats)
 
     text = json.dumps(results, indent=1)
     print(text)

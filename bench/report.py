@@ -43,7 +43,7 @@ def load_kiln(path):
                 row["median"] = seconds
             continue
         row["samples"].append(seconds)
-        for counter in ("flops", "bytes"):  # per iteration (aggregates would give their stddev)
+        for counter in ("flops", "bytes", "kernels", "gpu_drain_us"):  # per iteration
             if counter in e:
                 row[counter] = e[counter]
     for row in out.values():

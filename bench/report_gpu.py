@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""The GPU table: workload, kiln median, torch median, ratio, floor, target.
+"""The GPU table: workload, kiln median, rate, floor, kiln / floor, target, torch median, ratio.
 
-  bench/report_gpu.py GPU_BENCH_JSON [TORCH_JSON] [--json SUMMARY_JSON]
+  bench/report_gpu.py GPU_BENCH_JSON [TORCH_JSON] [--extra KILN_JSON ...] [--json SUMMARY_JSON]
 
 GPU_BENCH_JSON is gpu_bench's --benchmark_out (with repetitions: the median aggregate is used);
+--extra adds another kiln binary of the same run (gpu_ops_bench: the tensor-API rows);
 TORCH_JSON is bench/peer_torch_gpu.py's output from the same run. Definitions:
   ratio = torch time / kiln time (> 1: kiln faster).
   floor = FLOPs / the H200's dense datasheet peak for the dtype (bf16, f16 989 TFLOP/s; tf32 495;
           f32 67 without tensor cores; /work/.library/device/H200.md: the H100's rates), or
           bytes moved / copy bandwidth, measured in this run by memcpy_d2d (read + write bytes).
+          Rows count bytes the same way: every tensor read and written once (chain8: its 8 ops'
+          11 reads + 8 writes of 4096^2 f32; softmax: one read + one write).
+  "lib" rows time kiln_cuda_lib's raw functions with CUDA events (torch: events too); the
+  others time kiln's tensor API on cuda:0 with wall clock + Device::sync (torch: wall clock +
+  torch.cuda.synchronize()), per op.
 """
 import argparse
 import json
@@ -18,19 +24,24 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import fmt_time, load_kiln  # noqa: E402  (same JSON reading as the CPU table)
 
-PEAK = {0: 989e12, 1: 989e12, 2: 67e12, 3: 495e12}
+PEAK = {"bf16": 989e12, "f16": 989e12, "f32": 67e12, "tf32": 495e12}
 KIND = {0: "bf16", 1: "f16", 2: "f32", 3: "tf32"}
+FLOOR_TARGET = "<= 1.25x floor"
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("kiln_json")
     parser.add_argument("torch_json", nargs="?")
+    parser.add_argument("--extra", action="append", default=[],
+                        help="results of another kiln benchmark binary (repeatable)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    # Manual (CUDA event) timing adds "/manual_time" to every name.
-    kiln = {name.replace("/manual_time", ""): row
-            for name, row in load_kiln(args.kiln_json).items()}
+    loaded = load_kiln(args.kiln_json)
+    for path in args.extra:
+        loaded.update(load_kiln(path))
+    # Manual timing adds "/manual_time" to every name.
+    kiln = {name.replace("/manual_time", ""): row for name, row in loaded.items()}
     peer = {}
     if args.torch_json:
         try:
@@ -44,59 +55,94 @@ def main():
 
     rows = []
 
-    def add(workload, name, floor=None, target=""):
-        ours = kiln.get(name, {}).get("median")
-        theirs = peer.get(name, {}).get("median_s") if isinstance(peer.get(name), dict) else None
-        rate = ""
+    def add(workload, name, target="", peak=None, torch_name=None):
         row = kiln.get(name, {})
+        ours = row.get("median")
+        torch_row = peer.get(torch_name or name)
+        theirs = torch_row.get("median_s") if isinstance(torch_row, dict) else None
+        floor, rate = None, ""
         if ours and "flops" in row:
             rate = f"{row['flops'] / ours / 1e12:.0f} TFLOP/s"
+            floor = row["flops"] / peak if peak else None
         elif ours and "bytes" in row:
             rate = f"{row['bytes'] / ours / 1e9:.0f} GB/s"
-        rows.append({"workload": workload, "kiln_median_s": ours, "torch_median_s": theirs,
+            floor = row["bytes"] / bandwidth if bandwidth and name != "memcpy_d2d" else None
+        elif ours and "kernels" in row:
+            rate = f"{row['kernels']:.0f} kernels"
+        elif ours and "gpu_drain_us" in row:  # GPU work still queued when the burst ended
+            rate = f"drain {row['gpu_drain_us']:.0f} us"
+        rows.append({"workload": workload, "name": name, "kiln_median_s": ours,
+                     "error": row.get("error"), "torch_median_s": theirs,
                      "ratio": theirs / ours if ours and theirs else None, "floor_s": floor,
                      "rate": rate, "target": target})
 
-    add("memcpy d2d 1 GiB", "memcpy_d2d")
+    add("memcpy d2d 1 GiB (lib)", "memcpy_d2d")
     for n in (4096, 8192):
         for kind in range(4):
-            name = f"matmul/{kind}/{n}"
-            flops = kiln.get(name, {}).get("flops", 2.0 * n ** 3)
-            add(f"matmul {KIND[kind]} {n}^2", name, flops / PEAK[kind],
-                "ratio >= 0.97" if n == 8192 else "")
-    for name, label, target in (("sort/16777216", "sort 16M f32 (+ i64 indices)", "ratio >= 1"),
-                                ("sort_keys/16777216", "sort 16M f32 keys only", ""),
-                                ("sort_keys_lists/16777216", "sort 16M f32 keys, lists", ""),
-                                ("sort_rows/4096/4096", "sort rows 4096x4096 f32 (+ idx)", ""),
-                                ("topk/4096/32768/8", "topk 8 of rows 4096x32768 f32", ""),
-                                ("cumsum/16777216/0", "cumsum 16M f32", ""),
-                                ("cumsum/8192/8192", "cumsum rows 8192x8192 f32", "")):
-        row = kiln.get(name, {})
-        floor = row["bytes"] / bandwidth if bandwidth and "bytes" in row else None
-        add(label, name, floor, target)
-    # torch.sort always returns indices: compare the keys-only sort to it too, marked as such.
-    keys_row = next(r for r in rows if r["workload"] == "sort 16M f32 keys only")
-    if "sort/16777216" in peer and keys_row["kiln_median_s"]:
-        keys_row["torch_median_s"] = peer["sort/16777216"]["median_s"]
-        keys_row["ratio"] = keys_row["torch_median_s"] / keys_row["kiln_median_s"]
-        keys_row["target"] = "(torch with indices)"
+            add(f"matmul {KIND[kind]} {n}^2 (lib)", f"matmul/{kind}/{n}",
+                "ratio >= 0.97" if n == 8192 else "", PEAK[KIND[kind]])
+    add("sort 16M f32 + i64 idx (lib)", "sort/16777216", "ratio >= 1")
+    # torch.sort always returns indices: the keys-only sorts are compared with it, marked so.
+    add("sort 16M f32 keys (lib)", "sort_keys/16777216", "(torch with idx)", None, "sort/16777216")
+    add("sort 16M keys, lists (lib)", "sort_keys_lists/16777216", "(torch with idx)", None,
+        "sort/16777216")
+    add("sort rows 4096x4096 f32 (lib)", "sort_rows/4096/4096")
+    add("topk 8 of 4096x32768 f32 (lib)", "topk/4096/32768/8")
+    add("cumsum 16M f32 (lib)", "cumsum/16777216/0")
+    add("cumsum rows 8192x8192 (lib)", "cumsum/8192/8192")
+    add("sum 8192^2 f32, all", "sum/8192/all", FLOOR_TARGET)
+    add("sum 8192^2 f32, last dim", "sum/8192/dim1", FLOOR_TARGET)
+    add("sum 8192^2 f32, first dim", "sum/8192/dim0", FLOOR_TARGET)
+    add("softmax 8192^2 f32, last dim", "softmax/8192", FLOOR_TARGET)
+    add("log_softmax 8192^2 f32", "log_softmax/8192", FLOOR_TARGET)
+    add("chain8 4096^2 f32 eager", "chain8/4096", "ratio >= 1")
+    add("small add 16 f32 host/op (torch: Python)", "small_add_host/16", "<= 3 us")
+    add("conv2d 32x64x56x56 3x3 f32", "conv2d/f32", "", PEAK["f32"])
+    add("conv2d 32x64x56x56 3x3 bf16", "conv2d/bf16", "", PEAK["bf16"])
+    add("topk 8 of 4096x32768 f32", "tensor_topk/4096/32768/8")
+    add("sort 16M f32 + i64 idx", "tensor_sort/16777216", "ratio >= 1")
+    add("NVRTC first compile/kernel", "nvrtc_first_compile", "reported")
+    add("disk cache load/kernel", "disk_cache_load", "reported")
 
-    header = ["workload", "kiln median", "rate", "torch median", "ratio", "floor", "target"]
-    table = [[r["workload"], fmt_time(r["kiln_median_s"]), r["rate"], fmt_time(r["torch_median_s"]),
-              f"{r['ratio']:.3f}" if r["ratio"] else "-", fmt_time(r["floor_s"]), r["target"]]
+    def cell(r):
+        if r["kiln_median_s"] is None and r["error"]:
+            return "skipped"
+        return fmt_time(r["kiln_median_s"])
+
+    def over_floor(r):
+        if r["kiln_median_s"] and r["floor_s"]:
+            return f"{r['kiln_median_s'] / r['floor_s']:.2f}x"
+        return "-"
+
+    header = ["workload", "kiln", "rate", "floor", "kiln/floor", "target", "torch", "ratio"]
+    table = [[r["workload"], cell(r), r["rate"], fmt_time(r["floor_s"]), over_floor(r),
+              r["target"], fmt_time(r["torch_median_s"]),
+              f"{r['ratio']:.3f}" if r["ratio"] else "-"]
              for r in rows]
     widths = [max(len(str(line[i])) for line in table + [header]) for i in range(len(header))]
     print()
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
     print("  ".join("-" * w for w in widths))
     for line in table:
-        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
+        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
     print()
+    # A failed result check skips its row too: every distinct reason, with the rows it hit.
+    reasons = {}
+    for r in rows:
+        if r["kiln_median_s"] is None and r["error"]:
+            reasons.setdefault(r["error"], []).append(r["name"])
+    for reason, names in reasons.items():
+        more = f" (+{len(names) - 1} more)" if len(names) > 1 else ""
+        print(f"skipped {names[0]}{more}: {reason}")
     if bandwidth:
         print(f"copy bandwidth (memcpy_d2d, read + write): {bandwidth / 1e9:.0f} GB/s")
     if peer:
         print(f"peer: torch {peer.get('torch_version', '?')} on {peer.get('device', '?')}")
-    print("ratio = torch time / kiln time (> 1: kiln faster)")
+    print("ratio = torch time / kiln time (> 1: kiln faster). (lib): kiln_cuda_lib's raw functions,")
+    print("CUDA events; other rows: kiln's tensor API, wall clock + sync per op (torch alike).")
+    print("small add: host time per op in bursts of 200 without sync (drain: the wait at the sync")
+    print("after a burst). conv2d: torch through cuDNN, tf32 off. NVRTC/disk cache: per kernel, in")
+    print("fresh processes on an empty, then a filled cache dir.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "bandwidth_bytes_per_s": bandwidth}, f, indent=1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs gpu_bench and the PyTorch GPU peer in one invocation on the same device, then prints the
-# table (workload, kiln median, torch median, ratio, floor).
+# Runs gpu_bench (kiln_cuda_lib's raw functions), gpu_ops_bench (kiln's tensor API on cuda:0)
+# and the PyTorch GPU peer in one invocation on the same device, then prints the table
+# (bench/report_gpu.py; also written to OUT_DIR/gpu_table.txt).
 #   bench/run_gpu.sh [BUILD_DIR] [OUT_DIR]       (defaults: build, BUILD_DIR/bench-results)
 # Environment: KILN_BENCH_REPEATS (default 20), KILN_PEER_PYTHON (an interpreter with torch and
 # CUDA; default python3), KILN_BENCH_FILTER (a --benchmark_filter regex).
@@ -19,6 +20,16 @@ fi
 "$binary" --benchmark_filter="$filter" --benchmark_repetitions="$repeats" \
   --benchmark_display_aggregates_only=true \
   --benchmark_out="$out/gpu_bench.json" --benchmark_out_format=json
+extra=()
+ops="$build/bench/gpu_ops_bench"
+if [ -x "$ops" ]; then
+  "$ops" --benchmark_filter="$filter" --benchmark_repetitions="$repeats" \
+    --benchmark_display_aggregates_only=true \
+    --benchmark_out="$out/gpu_ops_bench.json" --benchmark_out_format=json
+  extra=(--extra "$out/gpu_ops_bench.json")
+else
+  echo "run_gpu: $ops not found; no tensor-API rows" >&2
+fi
 python=${KILN_PEER_PYTHON:-python3}
 peer=""
 if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -27,4 +38,5 @@ if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else
 else
   echo "run_gpu: $python has no torch with CUDA; no peer figures" >&2
 fi
-python3 bench/report_gpu.py "$out/gpu_bench.json" $peer --json "$out/gpu_table.json"
+python3 bench/report_gpu.py "$out/gpu_bench.json" $peer "${extra[@]}" --json "$out/gpu_table.json" \
+  | tee "$out/gpu_table.txt"
