@@ -84,7 +84,7 @@ def main():
     add("sort 16M f32 + i64 idx (lib)", "sort/16777216", "ratio >= 1")
     # torch.sort always returns indices: the keys-only sorts are compared with it, marked so.
     add("sort 16M f32 keys (lib)", "sort_keys/16777216", "(torch with idx)", None, "sort/16777216")
-    add("sort 16M keys, lists (lib)", "sort_keys_lists/16777216", "(torch with idx)", None,
+    add("sort 16M keys, positions (lib)", "sort_keys_positions/16777216", "(torch with idx)", None,
         "sort/16777216")
     add("sort rows 4096x4096 f32 (lib)", "sort_rows/4096/4096")
     add("topk 8 of 4096x32768 f32 (lib)", "topk/4096/32768/8")
