@@ -68,19 +68,31 @@ class Compiler {
     std::uint64_t h = mix(0x243f6a8885a308d3ull ^ key.size(), key.data(), key.size());
     return mix(h, name, std::strlen(name));
   }
-  // Eight bytes per step; a multiply and a shift spread every byte over the word.
+  // Eight bytes per step (the last word overlaps the one before it); a multiply and a shift
+  // spread every byte over the word.
   static std::uint64_t mix(std::uint64_t h, const char* p, std::size_t n) noexcept {
     constexpr std::uint64_t kOdd = 0x9e3779b97f4a7c15ull;
-    for (; n >= 8; p += 8, n -= 8) {
-      std::uint64_t word;
-      std::memcpy(&word, p, 8);
+    auto step = [&](std::uint64_t word) {
       h = (h ^ word) * kOdd;
       h ^= h >> 31;
+    };
+    if (n >= 8) {
+      for (; n > 8; p += 8, n -= 8) step(word_at<std::uint64_t>(p));
+      step(word_at<std::uint64_t>(p + n - 8));
+    } else if (n >= 4) {
+      step((std::uint64_t(word_at<std::uint32_t>(p)) << 32) | word_at<std::uint32_t>(p + n - 4));
+    } else {
+      std::uint64_t tail = 0;
+      for (std::size_t i = 0; i < n; ++i) tail = (tail << 8) | static_cast<unsigned char>(p[i]);
+      step(tail);
     }
-    std::uint64_t tail = n;
-    for (std::size_t i = 0; i < n; ++i) tail = (tail << 8) | static_cast<unsigned char>(p[i]);
-    h = (h ^ tail) * kOdd;
     return h ^ (h >> 29);
+  }
+  template <class T>
+  static T word_at(const char* p) noexcept {
+    T value;
+    std::memcpy(&value, p, sizeof value);
+    return value;
   }
   CUfunction find(std::uint64_t hash, std::string_view key, const char* name) const noexcept {
     const Table* table = table_.load(std::memory_order_acquire);
