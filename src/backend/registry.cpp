@@ -1,5 +1,7 @@
 #include "backend/registry.h"
 
+#include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,7 +20,15 @@ Backend& cpu_backend() {
 }
 
 // The plugin's backend for GPU index, made on first use (Device::cuda has checked the index).
+// Every op on a GPU comes here, so a made backend is found with one atomic load, no lock.
 Backend& cuda_backend(int index) {
+  constexpr int kFastSlots = 64;
+  static std::array<std::atomic<Backend*>, kFastSlots> made{};
+  if (index >= 0 && index < kFastSlots) {
+    if (Backend* backend = made[static_cast<std::size_t>(index)].load(std::memory_order_acquire)) {
+      return *backend;
+    }
+  }
   static std::mutex mutex;
   // Never destroyed: tearing a CUDA context down during exit races the driver's own teardown.
   static auto& backends = *new std::map<int, std::shared_ptr<Backend>>();
@@ -31,6 +41,9 @@ Backend& cuda_backend(int index) {
     if (api == nullptr && not_compiled) detail::fail<NotCompiled>("device", reason);
     if (api == nullptr) detail::fail<BackendUnavailable>("device", reason);
     slot = api->make_backend(index);
+  }
+  if (index >= 0 && index < kFastSlots) {
+    made[static_cast<std::size_t>(index)].store(slot.get(), std::memory_order_release);
   }
   return *slot;
 }

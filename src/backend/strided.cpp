@@ -8,11 +8,14 @@
 namespace kiln::strided {
 
 Strides contiguous_strides(const Shape& shape) {
-  Strides strides(shape.rank());
+  // A copy of the dims overwritten in place: one fixed-size copy instead of a resize loop
+  // (every fresh tensor of every backend comes here).
+  Strides strides = shape.vector();
   std::int64_t stride = 1;
-  for (std::size_t i = shape.rank(); i-- > 0;) {
+  for (std::size_t i = strides.size(); i-- > 0;) {
+    const std::int64_t size = strides[i];
     strides[i] = stride;
-    stride *= shape[i];
+    stride *= size;
   }
   return strides;
 }

@@ -50,8 +50,12 @@ std::string compile(const std::string& source) {
   return log;
 }
 
+// Both kernels of the module (the strided one and the flat one the per-op path launches).
 void expect_compiles(const ElementwiseOp& op, std::string_view what) {
-  const std::string log = compile(elementwise_source(op));
+  const std::string source = elementwise_source(op);
+  EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise(const P p)"), std::string::npos) << what;
+  EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise_flat(const PF p)"), std::string::npos) << what;
+  const std::string log = compile(source);
   EXPECT_TRUE(log.empty()) << what << ":\n" << log.substr(0, 4000);
 }
 

@@ -1,13 +1,13 @@
 #include "backends/cuda/allocator.h"
 
+#include <bit>
+
 #include "backends/cuda/check.h"
 #include "backends/cuda/context.h"
 
 namespace kiln::cuda {
 
 namespace {
-constexpr std::size_t kSmallLimit = std::size_t(1) << 20;
-constexpr std::size_t kSmallStep = 512;
 constexpr std::size_t kLargeStep = std::size_t(2) << 20;
 // A cached block may serve a request down to half its size, no smaller (bounded waste).
 constexpr std::size_t kMaxWasteFactor = 2;
@@ -28,14 +28,10 @@ CUdeviceptr Allocator::allocate(std::size_t bytes, std::size_t& capacity, const 
   }
   const std::size_t size = size_class(bytes);
   std::lock_guard lock(mutex_);
-  auto it = free_.lower_bound(size);
-  if (it != free_.end() && it->first <= size * kMaxWasteFactor) {
-    capacity = it->first;
-    const CUdeviceptr pointer = it->second;
-    free_.erase(it);
+  if (const CUdeviceptr cached = take_cached(size, size * kMaxWasteFactor, capacity)) {
     in_use_ += static_cast<std::int64_t>(capacity);
     peak_ = std::max(peak_, in_use_);
-    return pointer;
+    return cached;
   }
   context_.make_current();
   CUdeviceptr pointer = 0;
@@ -58,10 +54,53 @@ CUdeviceptr Allocator::allocate(std::size_t bytes, std::size_t& capacity, const 
   return pointer;
 }
 
+CUdeviceptr Allocator::take_cached(std::size_t size, std::size_t limit, std::size_t& capacity) {
+  if (size <= kSmallLimit) {
+    // Class c (bytes c * 512 + 512) is bit c; the first set bit from size's own class up.
+    const std::size_t first = size / kSmallStep - 1;
+    const std::size_t last = std::min(limit, kSmallLimit) / kSmallStep - 1;
+    for (std::size_t word = first / 64; word <= last / 64; ++word) {
+      std::uint64_t bits = small_bits_[word];
+      if (word == first / 64) bits &= ~std::uint64_t(0) << (first % 64);
+      if (bits == 0) continue;
+      const std::size_t c = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+      if (c > last) break;
+      std::vector<CUdeviceptr>& stack = small_[c];
+      const CUdeviceptr pointer = stack.back();
+      stack.pop_back();
+      if (stack.empty()) small_bits_[c / 64] &= ~(std::uint64_t(1) << (c % 64));
+      capacity = (c + 1) * kSmallStep;
+      return pointer;
+    }
+    if (limit <= kSmallLimit) return 0;
+  }
+  auto it = large_.lower_bound(size);
+  if (it == large_.end() || it->first > limit) return 0;
+  capacity = it->first;
+  const CUdeviceptr pointer = it->second;
+  large_.erase(it);
+  return pointer;
+}
+
 void Allocator::deallocate(CUdeviceptr pointer, std::size_t capacity) noexcept {
   std::lock_guard lock(mutex_);
   in_use_ -= static_cast<std::int64_t>(capacity);
-  free_.emplace(capacity, pointer);
+  if (capacity > kSmallLimit) {
+    large_.emplace(capacity, pointer);
+    return;
+  }
+  const std::size_t c = capacity / kSmallStep - 1;
+  try {
+    small_[c].push_back(pointer);
+  } catch (const std::bad_alloc&) {
+    // No host memory to remember the block: give it back to the driver instead.
+    cuCtxSetCurrent(context_.context());
+    cuStreamSynchronize(context_.stream());
+    cuMemFree(pointer);
+    reserved_ -= static_cast<std::int64_t>(capacity);
+    return;
+  }
+  small_bits_[c / 64] |= std::uint64_t(1) << (c % 64);
 }
 
 void Allocator::release_cache() noexcept {
@@ -70,15 +109,25 @@ void Allocator::release_cache() noexcept {
 }
 
 void Allocator::release_cache_locked() noexcept {
-  if (free_.empty()) return;
+  bool any = !large_.empty();
+  for (std::uint64_t bits : small_bits_) any = any || bits != 0;
+  if (!any) return;
   cuCtxSetCurrent(context_.context());  // noexcept path: no checked call that could throw
   // Queued kernels may still use a block freed on the host; wait before returning it.
   cuStreamSynchronize(context_.stream());
-  for (const auto& [size, pointer] : free_) {
+  for (std::size_t c = 0; c < kSmallClasses; ++c) {
+    for (CUdeviceptr pointer : small_[c]) {
+      cuMemFree(pointer);
+      reserved_ -= static_cast<std::int64_t>((c + 1) * kSmallStep);
+    }
+    small_[c].clear();
+  }
+  small_bits_.fill(0);
+  for (const auto& [size, pointer] : large_) {
     cuMemFree(pointer);
     reserved_ -= static_cast<std::int64_t>(size);
   }
-  free_.clear();
+  large_.clear();
 }
 
 MemoryStats Allocator::stats() const noexcept {

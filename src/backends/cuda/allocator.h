@@ -3,14 +3,19 @@
 // Reuse is stream-ordered: every op of the device runs on one stream, so a block freed on the
 // host after its last use was queued can be given to an op queued later without waiting.
 // Out of memory: the cache is released and the allocation retried; then OutOfMemory.
+// Small blocks (the per-op case) sit in one stack per size class with a bitmap of the classes
+// that hold any, so a request finds the smallest cached block that fits with a few word scans
+// and a free allocates nothing (the stacks keep their capacity).
 #pragma once
 
 #include <cuda.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "kiln/device.h"
 
@@ -38,11 +43,19 @@ class Allocator {
   static std::size_t size_class(std::size_t bytes) noexcept;
 
  private:
+  static constexpr std::size_t kSmallLimit = std::size_t(1) << 20;
+  static constexpr std::size_t kSmallStep = 512;
+  static constexpr std::size_t kSmallClasses = kSmallLimit / kSmallStep;  // 512 B .. 1 MiB
+
+  // A cached block of class size up to limit bytes, or 0 (lock held).
+  CUdeviceptr take_cached(std::size_t size, std::size_t limit, std::size_t& capacity);
   void release_cache_locked() noexcept;
 
   Context& context_;
   mutable std::mutex mutex_;
-  std::multimap<std::size_t, CUdeviceptr> free_;  // size class -> cached block
+  std::array<std::vector<CUdeviceptr>, kSmallClasses> small_;  // class index -> cached blocks
+  std::array<std::uint64_t, kSmallClasses / 64> small_bits_{};  // bit set: that stack is not empty
+  std::multimap<std::size_t, CUdeviceptr> large_;                // size class -> cached block
   std::int64_t in_use_ = 0, reserved_ = 0, peak_ = 0;
 };
 

@@ -11,6 +11,8 @@
 namespace kiln::cuda {
 
 namespace {
+constexpr std::size_t kInitialSlots = 256;
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -22,6 +24,8 @@ Compiler::Compiler(Context& context) : context_(context) {
   KILN_CUDA_CHECK("cuda", cuDriverGetVersion(&driver));
   version_tag_ = context_.arch() + "/nvrtc" + std::to_string(major) + "." +
                  std::to_string(minor) + "/driver" + std::to_string(driver);
+  tables_.push_back(std::make_unique<Table>(kInitialSlots));
+  table_.store(tables_.back().get(), std::memory_order_release);
 }
 
 Compiler::~Compiler() {
@@ -29,21 +33,46 @@ Compiler::~Compiler() {
   for (CUmodule module : modules_) cuModuleUnload(module);
 }
 
-CUfunction Compiler::function(const std::string& key, const char* name,
-                              const std::function<std::string()>& make_source) {
+CUfunction Compiler::load(std::uint64_t hash, std::string_view key, const char* name,
+                          std::string (*make_source)(void*), void* source_fn) {
   std::lock_guard lock(mutex_);
-  // Per-thread buffer: a cache hit allocates nothing.
-  thread_local std::string full_key;
-  full_key.assign(key).append("#").append(name);
-  if (auto it = functions_.find(full_key); it != functions_.end()) {
-    ++stats_.memory_hits;
-    return it->second;
+  // Another thread may have loaded it since this one's lock-free look.
+  if (CUfunction found = find(hash, key, name)) return found;
+  const std::string key_text(key);
+  CUmodule module = nullptr;
+  if (auto it = modules_by_key_.find(key_text); it != modules_by_key_.end()) {
+    module = it->second;  // another function of a module already loaded
+  } else {
+    module = load_module(make_source(source_fn), key_text);
+    modules_by_key_.emplace(key_text, module);
   }
-  CUmodule module = load_module(make_source(), key);
   CUfunction function = nullptr;
-  KILN_CUDA_CHECK(key.c_str(), cuModuleGetFunction(&function, module, name));
-  functions_.emplace(full_key, function);
+  KILN_CUDA_CHECK(key_text.c_str(), cuModuleGetFunction(&function, module, name));
+  entries_.push_back(std::make_unique<Entry>(Entry{hash, key_text, name, function}));
+  insert_locked(entries_.back().get());
   return function;
+}
+
+void Compiler::insert_locked(const Entry* entry) {
+  Table* table = table_.load(std::memory_order_relaxed);
+  if (2 * (table->used + 1) > table->mask + 1) {
+    // At most half full keeps probes short. Readers of the old table still find what it held.
+    auto grown = std::make_unique<Table>(2 * (table->mask + 1));
+    for (std::size_t i = 0; i <= table->mask; ++i) {
+      if (const Entry* e = table->entries[i].load(std::memory_order_relaxed)) place(*grown, e);
+    }
+    table = grown.get();
+    tables_.push_back(std::move(grown));
+  }
+  place(*table, entry);
+  table_.store(table, std::memory_order_release);
+}
+
+void Compiler::place(Table& table, const Entry* entry) {
+  std::size_t i = entry->hash & table.mask;
+  while (table.entries[i].load(std::memory_order_relaxed) != nullptr) i = (i + 1) & table.mask;
+  table.entries[i].store(entry, std::memory_order_release);
+  ++table.used;
 }
 
 CUmodule Compiler::load_module(const std::string& source, const std::string& key) {
@@ -100,12 +129,16 @@ std::vector<char> Compiler::compile(const std::string& source, const std::string
 
 KernelCacheStats Compiler::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  KernelCacheStats stats = stats_;
+  stats.memory_hits = memory_hits_.load(std::memory_order_relaxed);
+  return stats;
 }
 
 void Compiler::clear_memory_cache() {
   std::lock_guard lock(mutex_);
-  functions_.clear();
+  tables_.push_back(std::make_unique<Table>(kInitialSlots));
+  table_.store(tables_.back().get(), std::memory_order_release);
+  modules_by_key_.clear();
 }
 
 }  // namespace kiln::cuda

@@ -1,6 +1,7 @@
 #include "backends/cuda/context.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "backends/cuda/check.h"
 
@@ -51,27 +52,33 @@ void Context::make_current() const {
 }
 
 std::uint32_t Context::error_token(const char* op, const char* what) {
-  const std::string text = std::string(op) + ": " + what;
+  // Compared in place ("op: what"), so a known token costs no allocation.
+  const std::string_view o(op), w(what);
+  auto is_text = [&](const std::string& t) {
+    return t.size() == o.size() + 2 + w.size() && t.compare(0, o.size(), o) == 0 &&
+           t.compare(o.size(), 2, ": ") == 0 && t.compare(o.size() + 2, w.size(), w) == 0;
+  };
   std::lock_guard lock(mutex_);
-  const auto it = std::find(tokens_.begin(), tokens_.end(), text);
+  const auto it = std::find_if(tokens_.begin(), tokens_.end(), is_text);
   if (it != tokens_.end()) return static_cast<std::uint32_t>(it - tokens_.begin() + 1);
-  tokens_.push_back(text);
+  tokens_.push_back(std::string(op) + ": " + what);
   return static_cast<std::uint32_t>(tokens_.size());
 }
 
-void Context::note_launch(const char* op) {
-  std::lock_guard lock(mutex_);
-  // A bounded list: after many launches only the most recent names matter.
-  if (launched_.size() >= 16) launched_.erase(launched_.begin());
-  if (launched_.empty() || launched_.back() != op) launched_.push_back(op);
-}
-
 std::string Context::in_flight() const {
-  std::lock_guard lock(mutex_);
+  const std::uint32_t count = launch_count_.load(std::memory_order_relaxed);
+  const std::uint32_t first = count > kLaunchNames ? count - kLaunchNames : 0;
   std::string names;
-  for (const char* name : launched_) names += std::string(names.empty() ? "" : ", ") + name;
+  for (std::uint32_t i = first; i < count; ++i) {
+    const char* name = launched_[i % kLaunchNames].load(std::memory_order_relaxed);
+    if (name == nullptr) continue;
+    if (!names.empty()) names += ", ";
+    names += name;
+  }
   return names.empty() ? "none" : names;
 }
+
+void Context::forget_launches() noexcept { launch_count_.store(0, std::memory_order_relaxed); }
 
 void Context::synchronize(const char* op) {
   make_current();
@@ -88,8 +95,7 @@ void Context::synchronize(const char* op) {
 void Context::throw_pending(const char* op) {
   const std::uint32_t token = *error_word_host_;
   if (token == 0) {
-    std::lock_guard lock(mutex_);
-    launched_.clear();
+    forget_launches();
     return;
   }
   *error_word_host_ = 0;
@@ -97,8 +103,8 @@ void Context::throw_pending(const char* op) {
   {
     std::lock_guard lock(mutex_);
     if (token <= tokens_.size()) what = tokens_[token - 1];
-    launched_.clear();
   }
+  forget_launches();
   detail::fail<ExecutionError>(op, "an earlier op on cuda:", index_, " failed: ", what);
 }
 

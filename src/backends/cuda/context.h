@@ -6,6 +6,8 @@
 
 #include <cuda.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -38,8 +40,14 @@ class Context {
   // Device address of the error word (mapped pinned host memory, 0 = no error).
   CUdeviceptr error_word() const noexcept { return error_word_device_; }
   // Records the name of a launched op (kept until the next successful synchronisation) so a
-  // fault that poisons the context can say which ops were in flight.
-  void note_launch(const char* op);
+  // fault that poisons the context can say which ops were in flight. Lock-free: it runs on
+  // every launch. The names are a diagnostic; threads launching at once may reorder them.
+  void note_launch(const char* op) noexcept {
+    const std::uint32_t count = launch_count_.load(std::memory_order_relaxed);
+    if (count > 0 && launched_[(count - 1) % kLaunchNames].load(std::memory_order_relaxed) == op) return;
+    const std::uint32_t slot = launch_count_.fetch_add(1, std::memory_order_relaxed);
+    launched_[slot % kLaunchNames].store(op, std::memory_order_relaxed);
+  }
   // Waits for the stream and throws ExecutionError naming the op that failed, if one did.
   void synchronize(const char* op);
   // After an event or stream wait: throws if a kernel reported an error (clears it).
@@ -48,6 +56,8 @@ class Context {
   std::string in_flight() const;
 
  private:
+  void forget_launches() noexcept;
+
   int index_;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
@@ -57,7 +67,10 @@ class Context {
   CUdeviceptr error_word_device_ = 0;
   mutable std::mutex mutex_;
   std::vector<std::string> tokens_;  // token - 1 -> "op: what"
-  std::vector<const char*> launched_;
+  // The most recent launched op names (distinct from their predecessor), a ring.
+  static constexpr std::uint32_t kLaunchNames = 16;
+  std::array<std::atomic<const char*>, kLaunchNames> launched_{};
+  std::atomic<std::uint32_t> launch_count_{0};
 };
 
 // Driver initialisation once per process; false with the reason when there is no driver/GPU.

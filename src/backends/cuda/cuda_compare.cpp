@@ -6,42 +6,41 @@ namespace kiln::cuda {
 
 namespace {
 
-Primitive compare(CudaBackend& b, Primitive l, Primitive r, const char* op, const char* symbol) {
-  return map_binary(b, std::move(l), std::move(r), op, Accepts::Any,
-                    std::string("a ") + symbol + " b", DType::Bool);
+// Expressions are literals (referenced, not copied: no allocation per op).
+Primitive compare(CudaBackend& b, Primitive l, Primitive r, const char* op, const char* expression) {
+  return map_binary(b, std::move(l), std::move(r), op, Accepts::Any, expression, DType::Bool);
 }
 
 // Integers against a fractional scalar compare in double, so 2 >= 2.5 stays false (as the CPU).
-Primitive compare_elem(CudaBackend& b, Primitive x, Scalar v, const char* op, const char* symbol) {
+Primitive compare_elem(CudaBackend& b, Primitive x, Scalar v, const char* op, const char* expression,
+                       const char* in_double) {
   const DType dtype = x->dtype();
   check_accepts(dtype, Accepts::Any, op);
   if (is_int(dtype) && v.is_float()) {
     TensorPtr out = b.make_tensor(DType::Bool, x->shape(), op);
-    ElementwiseOp spec{op, std::string("(double)a ") + symbol + " s0", {dtype}, DType::Bool,
-                       DType::Bool, {DType::F64}, nullptr};
+    ElementwiseOp spec{op, in_double, {dtype}, DType::Bool, DType::Bool, {DType::F64}, nullptr};
     const CudaTensor* inputs[] = {&as_cuda(x)};
     const std::uint64_t bits[] = {scalar_bits(v.to_double(), DType::F64)};
     launch_elementwise(b.runtime(), spec, *out, inputs, bits);
     return out;
   }
-  return map_scalar(b, std::move(x), op, Accepts::Any, std::string("a ") + symbol + " s0", {v},
-                    DType::Bool);
+  return map_scalar(b, std::move(x), op, Accepts::Any, expression, {v}, DType::Bool);
 }
 
 }  // namespace
 
-Primitive CudaBackend::equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "equal", "=="); }
-Primitive CudaBackend::not_equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "not_equal", "!="); }
-Primitive CudaBackend::greater(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "greater", ">"); }
-Primitive CudaBackend::greater_equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "greater_equal", ">="); }
-Primitive CudaBackend::lower(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "lower", "<"); }
-Primitive CudaBackend::lower_equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "lower_equal", "<="); }
-Primitive CudaBackend::equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "equal_elem", "=="); }
-Primitive CudaBackend::not_equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "not_equal_elem", "!="); }
-Primitive CudaBackend::greater_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "greater_elem", ">"); }
-Primitive CudaBackend::greater_equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "greater_equal_elem", ">="); }
-Primitive CudaBackend::lower_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "lower_elem", "<"); }
-Primitive CudaBackend::lower_equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "lower_equal_elem", "<="); }
+Primitive CudaBackend::equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "equal", "a == b"); }
+Primitive CudaBackend::not_equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "not_equal", "a != b"); }
+Primitive CudaBackend::greater(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "greater", "a > b"); }
+Primitive CudaBackend::greater_equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "greater_equal", "a >= b"); }
+Primitive CudaBackend::lower(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "lower", "a < b"); }
+Primitive CudaBackend::lower_equal(Primitive l, Primitive r) { return compare(*this, std::move(l), std::move(r), "lower_equal", "a <= b"); }
+Primitive CudaBackend::equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "equal_elem", "a == s0", "(double)a == s0"); }
+Primitive CudaBackend::not_equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "not_equal_elem", "a != s0", "(double)a != s0"); }
+Primitive CudaBackend::greater_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "greater_elem", "a > s0", "(double)a > s0"); }
+Primitive CudaBackend::greater_equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "greater_equal_elem", "a >= s0", "(double)a >= s0"); }
+Primitive CudaBackend::lower_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "lower_elem", "a < s0", "(double)a < s0"); }
+Primitive CudaBackend::lower_equal_elem(Primitive x, Scalar v) { return compare_elem(*this, std::move(x), v, "lower_equal_elem", "a <= s0", "(double)a <= s0"); }
 Primitive CudaBackend::is_nan(Primitive x) { return map_unary(*this, std::move(x), "is_nan", Accepts::Float, "a != a", DType::Bool); }
 Primitive CudaBackend::is_inf(Primitive x) { return map_unary(*this, std::move(x), "is_inf", Accepts::Float, "k_isinf(a)", DType::Bool); }
 

@@ -14,7 +14,7 @@ Storage::Storage(Allocator& allocator, std::size_t bytes, const char* op)
 
 Storage::~Storage() { allocator_.deallocate(pointer_, capacity_); }
 
-bool CudaTensor::is_contiguous() const noexcept { return strided::is_contiguous(shape_, strides_); }
+bool CudaTensor::compute_contiguous() const noexcept { return strided::is_contiguous(shape_, strides_); }
 
 Strides contiguous_strides(const Shape& shape) { return strided::contiguous_strides(shape); }
 

@@ -40,7 +40,8 @@ class CudaTensor final : public TensorPrimitive {
       : TensorPrimitive(dtype, std::move(shape), device),
         storage_(std::move(storage)),
         strides_(std::move(strides)),
-        offset_(offset) {}
+        offset_(offset),
+        contiguous_(compute_contiguous()) {}
 
   bool storage_unique() const noexcept override { return storage_.use_count() == 1; }
   const std::shared_ptr<Storage>& storage() const noexcept { return storage_; }
@@ -50,13 +51,17 @@ class CudaTensor final : public TensorPrimitive {
   CUdeviceptr data() const noexcept {
     return storage_->pointer() + static_cast<CUdeviceptr>(offset_ * static_cast<std::int64_t>(dtype_size(dtype_)));
   }
-  // Row-major without gaps (size-1 dims may have any stride).
-  bool is_contiguous() const noexcept;
+  // Row-major without gaps (size-1 dims may have any stride). Known from construction: every
+  // op asks it of its operands.
+  bool is_contiguous() const noexcept { return contiguous_; }
 
  private:
+  bool compute_contiguous() const noexcept;
+
   std::shared_ptr<Storage> storage_;
   Strides strides_;
   std::int64_t offset_;
+  bool contiguous_;
 };
 
 using TensorPtr = std::shared_ptr<CudaTensor>;

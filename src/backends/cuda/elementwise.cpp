@@ -1,6 +1,7 @@
 #include "backends/cuda/elementwise.h"
 
 #include <array>
+#include <cstring>
 
 #include "backends/cuda/kernel_source.h"
 
@@ -8,29 +9,67 @@ namespace kiln::cuda {
 
 namespace {
 
+constexpr unsigned kThreads = 256;
+
 // Mirrors struct P of the generated source (elementwise_source.cpp): same members, same order.
 struct Params {
   std::int64_t n;
   std::int32_t rank;
-  std::int32_t contiguous;
   std::int64_t sizes[kMaxDims];
   std::int64_t strides[kMaxOperands][kMaxDims];
   std::uint64_t pointers[kMaxOperands];
-  std::uint64_t scalars[4];
+  std::uint64_t scalars[kMaxScalars];
   std::uint64_t error_word;
   std::uint32_t error_token;
 };
 
-// The kernel's cache key, built in a per-thread buffer (no allocation once it has grown).
-const std::string& key_of(const ElementwiseOp& op) {
-  thread_local std::string key;
-  key.assign("ew:").append(op.name).append(":").append(std::to_string(op.gathered_input));
-  key.append(":").append(short_name(op.output)).append(":").append(short_name(op.value_dtype));
-  for (DType d : op.inputs) key.append(":").append(short_name(d));
-  key.append("|");
-  for (DType d : op.scalars) key.append(short_name(d)).append(",");
-  return key.append("|").append(op.expression);
-}
+// Mirrors struct PF of the generated source: the flat kernel's parameters.
+struct FlatParams {
+  std::int64_t n;
+  std::uint64_t pointers[kMaxOperands];
+  std::uint64_t scalars[kMaxScalars];
+  std::uint64_t error_word;
+  std::uint32_t error_token;
+};
+
+// The module's cache key: what the generated source depends on (dtypes as letters, the gathered
+// input, the expression), built in a stack buffer; a heap string only for long expressions.
+class ModuleKey {
+ public:
+  explicit ModuleKey(const ElementwiseOp& op) {
+    const std::string_view expression = op.expression.view();
+    char header[kHeader];
+    std::size_t h = 0;
+    header[h++] = 'e';
+    header[h++] = 'w';
+    header[h++] = static_cast<char>('0' + op.gathered_input + 1);
+    header[h++] = letter(op.value_dtype);
+    header[h++] = letter(op.output);
+    for (DType d : op.inputs) header[h++] = letter(d);
+    header[h++] = '|';
+    for (DType d : op.scalars) header[h++] = letter(d);
+    header[h++] = '|';
+    const std::size_t size = h + expression.size();
+    char* text = buffer_;
+    if (size > sizeof buffer_) {
+      heap_.resize(size);
+      text = heap_.data();
+    }
+    std::memcpy(text, header, h);
+    std::memcpy(text + h, expression.data(), expression.size());
+    view_ = std::string_view(text, size);
+  }
+  ModuleKey(const ModuleKey&) = delete;
+  ModuleKey& operator=(const ModuleKey&) = delete;
+  std::string_view view() const noexcept { return view_; }
+
+ private:
+  static constexpr std::size_t kHeader = 5 + 2 * 4 + 2;
+  static char letter(DType d) noexcept { return static_cast<char>('A' + static_cast<int>(d)); }
+  char buffer_[160];
+  std::string heap_;
+  std::string_view view_;
+};
 
 // Merges dims that every operand walks contiguously together and drops size-1 dims: fewer
 // divisions per element, and most views become rank 1 or 2. Writes straight into the launch
@@ -72,28 +111,59 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
   const Shape& shape = out.shape();
   const std::int64_t n = shape.num_elements();
   if (n == 0) return;
-  Params params{};
-  params.n = n;
-  std::array<Strides, kMaxOperands> strides;
-  strides[0] = out.strides();
-  params.pointers[0] = out.data();
-  for (std::size_t k = 0; k < inputs.size(); ++k) {
-    strides[k + 1] = broadcast_strides(*inputs[k], shape);
-    params.pointers[k + 1] = inputs[k]->data();
+  if (inputs.size() + 1 > kMaxOperands || inputs.size() != op.inputs.size() ||
+      scalar_bits.size() > kMaxScalars) {
+    detail::fail<InvalidArgument>(op.name, "an elementwise kernel takes at most ", kMaxOperands - 1,
+                                  " inputs and ", kMaxScalars, " scalars, one per declared dtype; got ",
+                                  inputs.size(), " inputs and ", scalar_bits.size(), " scalars");
   }
+  const ModuleKey key(op);
+  auto source = [&] { return elementwise_source(op); };
+  const std::uint64_t error_word = runtime.context.error_word();
+  const std::uint32_t error_token =
+      op.failure != nullptr ? runtime.context.error_token(op.name, op.failure) : 0;
+  const unsigned blocks = runtime.blocks_for(n, kThreads);
   const std::size_t count = inputs.size() + 1;
-  params.rank = collapse(shape, strides, count, params.sizes, params.strides);
-  bool contiguous = params.rank <= 1;
-  for (std::size_t k = 0; k < count && params.rank == 1; ++k) {
-    if (params.strides[k][0] != 1) contiguous = false;
+
+  bool flat = out.is_contiguous();
+  for (std::size_t k = 0; k < inputs.size() && flat; ++k) {
+    flat = inputs[k]->is_contiguous() && inputs[k]->shape() == shape;
   }
-  params.contiguous = contiguous ? 1 : 0;
-  for (std::size_t k = 0; k < scalar_bits.size() && k < 4; ++k) params.scalars[k] = scalar_bits[k];
-  params.error_word = runtime.context.error_word();
-  if (op.failure != nullptr) params.error_token = runtime.context.error_token(op.name, op.failure);
-  CUfunction function = runtime.compiler.function(key_of(op), "kiln_elementwise",
-                                                  [&] { return elementwise_source(op); });
-  runtime.launch(op.name, function, runtime.blocks_for(n, 256), 256, &params);
+  Params params;
+  if (!flat) {
+    std::memset(&params, 0, sizeof params);
+    params.n = n;
+    std::array<Strides, kMaxOperands> strides;
+    strides[0] = out.strides();
+    for (std::size_t k = 0; k < inputs.size(); ++k) strides[k + 1] = broadcast_strides(*inputs[k], shape);
+    params.rank = collapse(shape, strides, count, params.sizes, params.strides);
+    // Views that merge into one contiguous run (size-1 dims, broadcast rank) are flat too.
+    flat = params.rank <= 1;
+    for (std::size_t k = 0; k < count && params.rank == 1; ++k) {
+      if (params.strides[k][0] != 1) flat = false;
+    }
+  }
+  if (flat) {
+    FlatParams p;
+    p.n = n;
+    p.pointers[0] = out.data();
+    for (std::size_t k = 0; k < inputs.size(); ++k) p.pointers[k + 1] = inputs[k]->data();
+    for (std::size_t k = count; k < kMaxOperands; ++k) p.pointers[k] = 0;
+    for (std::size_t k = 0; k < kMaxScalars; ++k) p.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
+    p.error_word = error_word;
+    p.error_token = error_token;
+    CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_flat", source);
+    runtime.launch(op.name, function, blocks, kThreads, &p);
+    return;
+  }
+  params.pointers[0] = out.data();
+  for (std::size_t k = 0; k < inputs.size(); ++k) params.pointers[k + 1] = inputs[k]->data();
+  for (std::size_t k = count; k < kMaxOperands; ++k) params.pointers[k] = 0;
+  for (std::size_t k = 0; k < kMaxScalars; ++k) params.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
+  params.error_word = error_word;
+  params.error_token = error_token;
+  CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise", source);
+  runtime.launch(op.name, function, blocks, kThreads, &params);
 }
 
 }  // namespace kiln::cuda

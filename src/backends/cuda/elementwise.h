@@ -1,14 +1,21 @@
 // The elementwise kernel family. An op is described by a value (ElementwiseOp): the C
 // expression of one element in terms of the operands' compute values (a, b, c), the scalars
-// (s0..s3), the flat index (i) and an error flag (err); the generator wraps it in a kernel that
-// walks any shapes and strides (broadcast, transposed, sliced, flipped views) and takes a flat
-// fast path when every operand is contiguous. One kernel is generated, compiled and cached per
-// distinct description.
+// (s0..s3), the flat index (i) and an error flag (err); the generator wraps it in a module of
+// two kernels: one that walks any shapes and strides (broadcast, transposed, sliced, flipped
+// views), and a flat one for when every operand is contiguous and of the output's shape, whose
+// parameter block is a tenth of the size (less for the driver to copy per launch). One module
+// is generated, compiled and cached per distinct description.
+//
+// Describing an op allocates nothing (inline dtype lists, a string literal expression is
+// referenced): the description is built per op, and a small op's host cost is what it is about.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cuda/runtime.h"
@@ -17,21 +24,66 @@ namespace kiln::cuda {
 
 inline constexpr std::size_t kMaxOperands = 4;  // the output and up to three inputs
 inline constexpr std::size_t kMaxDims = 12;     // after merging dims that are contiguous together
+inline constexpr std::size_t kMaxScalars = 4;
+
+// Up to four dtypes, stored inline.
+class DTypeList {
+ public:
+  DTypeList() = default;
+  DTypeList(std::initializer_list<DType> dtypes) { assign(dtypes.begin(), dtypes.size()); }
+  DTypeList(const std::vector<DType>& dtypes) { assign(dtypes.data(), dtypes.size()); }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  DType operator[](std::size_t i) const noexcept { return dtypes_[i]; }
+  const DType* begin() const noexcept { return dtypes_.data(); }
+  const DType* end() const noexcept { return dtypes_.data() + size_; }
+  void push_back(DType dtype) {
+    if (size_ == dtypes_.size()) too_many(size_ + 1u);
+    dtypes_[size_++] = dtype;
+  }
+
+ private:
+  void assign(const DType* dtypes, std::size_t count) {
+    if (count > dtypes_.size()) too_many(count);
+    for (std::size_t i = 0; i < count; ++i) dtypes_[i] = dtypes[i];
+    size_ = static_cast<std::uint8_t>(count);
+  }
+  [[noreturn]] static void too_many(std::size_t count);
+  std::array<DType, 4> dtypes_{};
+  std::uint8_t size_ = 0;
+};
+
+// The expression of one element. A string literal (const char*) is referenced, not copied: pass
+// a pointer only to text that outlives the op. A std::string is owned.
+class Expression {
+ public:
+  Expression(const char* literal) : literal_(literal) {}
+  Expression(std::string text) : literal_(nullptr), owned_(std::move(text)) {}
+  std::string_view view() const noexcept {
+    return literal_ != nullptr ? std::string_view(literal_) : std::string_view(owned_);
+  }
+  operator std::string_view() const noexcept { return view(); }
+
+ private:
+  const char* literal_;
+  std::string owned_;
+};
 
 struct ElementwiseOp {
-  const char* name = "";           // the kiln op, for keys and error messages
-  std::string expression;          // e.g. "k_add(a, b)"
-  std::vector<DType> inputs;       // dtype of each tensor operand
+  const char* name = "";           // the kiln op, for error messages
+  Expression expression = "";      // e.g. "k_add(a, b)"
+  DTypeList inputs;                // dtype of each tensor operand
   DType value_dtype = DType::F32;  // dtype whose compute type the expression yields
   DType output = DType::F32;       // converted to this with kiln's cast semantics
-  std::vector<DType> scalars;      // compute type of s0, s1, ... (raw 64-bit words at launch)
+  DTypeList scalars;               // compute type of s0, s1, ... (raw 64-bit words at launch)
   const char* failure = nullptr;   // what err means, when the expression can set it
   // An input that is not loaded before the expression: the expression reads it with
   // GATHER(extra), at the loop's position plus extra elements (gather, select).
   int gathered_input = -1;
 };
 
-// Generated source of op (exposed for tests that compile every kernel without a GPU).
+// Generated source of op (exposed for tests that compile every kernel without a GPU): a module
+// with the kernels kiln_elementwise (strided) and kiln_elementwise_flat.
 std::string elementwise_source(const ElementwiseOp& op);
 
 // Runs op writing out (any strides; its shape is the iteration shape); inputs broadcast to it.

@@ -71,7 +71,7 @@ std::uint64_t compute_bits(const Scalar& value, DType dtype) {
 }
 
 Primitive map_unary(CudaBackend& backend, Primitive x, const char* op, Accepts accepts,
-                    std::string expression, std::optional<DType> result) {
+                    Expression expression, std::optional<DType> result) {
   const DType dtype = x->dtype();
   check_accepts(dtype, accepts, op);
   const DType out_dtype = result.value_or(dtype);
@@ -83,14 +83,18 @@ Primitive map_unary(CudaBackend& backend, Primitive x, const char* op, Accepts a
 }
 
 Primitive map_binary(CudaBackend& backend, Primitive lhs, Primitive rhs, const char* op,
-                     Accepts accepts, std::string expression, std::optional<DType> result,
+                     Accepts accepts, Expression expression, std::optional<DType> result,
                      const char* failure) {
   const DType dtype = lhs->dtype();
   check_accepts(dtype, accepts, op);
   const DType out_dtype = result.value_or(dtype);
-  const Shape shape = lhs->shape() == rhs->shape() ? lhs->shape()
-                                                   : broadcast_shapes(lhs->shape(), rhs->shape(), op);
-  TensorPtr out = output_for(backend, {&lhs, &rhs}, shape, out_dtype, op);
+  Shape broadcast;  // only when the shapes differ: no copy of the common case's shape
+  const Shape* shape = &lhs->shape();
+  if (!(lhs->shape() == rhs->shape())) {
+    broadcast = broadcast_shapes(lhs->shape(), rhs->shape(), op);
+    shape = &broadcast;
+  }
+  TensorPtr out = output_for(backend, {&lhs, &rhs}, *shape, out_dtype, op);
   ElementwiseOp spec{op, std::move(expression), {dtype, rhs->dtype()}, out_dtype, out_dtype, {},
                      failure};
   const CudaTensor* inputs[] = {&as_cuda(lhs), &as_cuda(rhs)};
@@ -99,22 +103,23 @@ Primitive map_binary(CudaBackend& backend, Primitive lhs, Primitive rhs, const c
 }
 
 Primitive map_scalar(CudaBackend& backend, Primitive x, const char* op, Accepts accepts,
-                     std::string expression, std::initializer_list<Scalar> scalars,
+                     Expression expression, std::initializer_list<Scalar> scalars,
                      std::optional<DType> result, const char* failure) {
   const DType dtype = x->dtype();
   check_accepts(dtype, accepts, op);
   const DType out_dtype = result.value_or(dtype);
   TensorPtr out = output_for(backend, {&x}, x->shape(), out_dtype, op);
-  std::vector<DType> scalar_types;
-  std::vector<std::uint64_t> bits;
+  DTypeList scalar_types;
+  std::uint64_t bits[kMaxScalars] = {};
   for (const Scalar& s : scalars) {
     scalar_types.push_back(dtype);
-    bits.push_back(compute_bits(s, dtype));
+    bits[scalar_types.size() - 1] = compute_bits(s, dtype);
   }
-  ElementwiseOp spec{op, std::move(expression), {dtype}, out_dtype, out_dtype,
-                     std::move(scalar_types), failure};
+  ElementwiseOp spec{op, std::move(expression), {dtype}, out_dtype, out_dtype, scalar_types,
+                     failure};
   const CudaTensor* inputs[] = {&as_cuda(x)};
-  launch_elementwise(backend.runtime(), spec, *out, inputs, bits);
+  launch_elementwise(backend.runtime(), spec, *out, inputs,
+                     std::span<const std::uint64_t>(bits, scalar_types.size()));
   return out;
 }
 

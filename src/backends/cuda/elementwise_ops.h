@@ -16,14 +16,14 @@ void check_accepts(DType dtype, Accepts accepts, const char* op);
 
 // out = expression(a) elementwise; value of x's dtype unless result is given (e.g. Bool).
 Primitive map_unary(CudaBackend& backend, Primitive x, const char* op, Accepts accepts,
-                    std::string expression, std::optional<DType> result = std::nullopt);
+                    Expression expression, std::optional<DType> result = std::nullopt);
 // out = expression(a, b) with broadcasting; both operands of one dtype (the tensor layer's rule).
 Primitive map_binary(CudaBackend& backend, Primitive lhs, Primitive rhs, const char* op,
-                     Accepts accepts, std::string expression,
+                     Accepts accepts, Expression expression,
                      std::optional<DType> result = std::nullopt, const char* failure = nullptr);
 // out = expression(a, s0[, s1]) with the scalars in x's compute type.
 Primitive map_scalar(CudaBackend& backend, Primitive x, const char* op, Accepts accepts,
-                     std::string expression, std::initializer_list<Scalar> scalars,
+                     Expression expression, std::initializer_list<Scalar> scalars,
                      std::optional<DType> result = std::nullopt, const char* failure = nullptr);
 
 // The unsigned integer dtype of dtype's width: copies and fills move raw bits.

@@ -9,17 +9,60 @@ namespace kiln::cuda {
 
 namespace {
 
-// The launch parameters (struct Params in elementwise.cpp mirrors it).
-constexpr const char* kParamsStruct = R"CUDA(
+// The launch parameters (structs Params and FlatParams in elementwise.cpp mirror them).
+constexpr const char* kParamsStructs = R"CUDA(
 struct P {
-  i64 n; int rank; int contiguous;
+  i64 n; int rank;
   i64 sizes[12]; i64 strides[4][12];
   u64 ptr[4]; u64 s[4];
   unsigned* err_word; unsigned err_token;
 };
+struct PF {
+  i64 n; u64 ptr[4]; u64 s[4];
+  unsigned* err_word; unsigned err_token;
+};
 )CUDA";
 
+// The kernel's head up to the loop: the error flag and the scalars in their compute types.
+std::string kernel_head(const ElementwiseOp& op, const char* name, const char* params) {
+  std::string s = std::string("extern \"C\" __global__ void __launch_bounds__(256) ") + name +
+                  "(const " + params + " p) {\n  bool err = false;\n";
+  for (std::size_t k = 0; k < op.scalars.size(); ++k) {
+    const std::string type = compute_type(op.scalars[k]);
+    s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
+         std::to_string(k) + "]);\n";
+  }
+  s += "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {\n";
+  return s;
+}
+
+// The loop body once the element offsets o0 (output), o1.. (inputs) are known, and the end.
+std::string kernel_tail(const ElementwiseOp& op) {
+  static const char* names[] = {"a", "b", "c"};
+  std::string s;
+  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    if (static_cast<int>(k) == op.gathered_input) continue;
+    const DType d = op.inputs[k];
+    const std::string at = "((const " + std::string(storage_type(d)) + "*)p.ptr[" +
+                           std::to_string(k + 1) + "])[o" + std::to_string(k + 1) + "]";
+    s += "    const " + std::string(compute_type(d)) + " " + names[k] + " = " +
+         load_expression(d, at) + ";\n";
+  }
+  s += "    const " + std::string(compute_type(op.value_dtype)) + " value = (" +
+       std::string(op.expression.view()) + ");\n";
+  s += "    ((" + std::string(storage_type(op.output)) + "*)p.ptr[0])[o0] = " +
+       store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")) +
+       ";\n  }\n";
+  s += "  if (err) *p.err_word = p.err_token;\n}\n";
+  return s;
+}
+
 }  // namespace
+
+void DTypeList::too_many(std::size_t count) {
+  detail::fail<InvalidArgument>("cuda", "an elementwise op lists ", count,
+                                " dtypes of one kind; at most 4 are supported");
+}
 
 std::uint64_t scalar_bits(double value, DType dtype) {
   std::uint64_t bits = 0;
@@ -35,8 +78,7 @@ std::uint64_t scalar_bits(double value, DType dtype) {
 std::uint64_t scalar_bits_int(std::int64_t value) { return static_cast<std::uint64_t>(value); }
 
 std::string elementwise_source(const ElementwiseOp& op) {
-  static const char* names[] = {"a", "b", "c"};
-  std::string s = kernel_prelude() + kParamsStruct;
+  std::string s = kernel_prelude() + kParamsStructs;
   if (op.gathered_input >= 0) {
     const std::size_t k = static_cast<std::size_t>(op.gathered_input);
     const DType d = op.inputs[k];
@@ -46,38 +88,22 @@ std::string elementwise_source(const ElementwiseOp& op) {
                                 " + (extra)]") +
          "\n";
   }
-  s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_elementwise(const P p) {\n";
-  s += "  bool err = false;\n";
-  for (std::size_t k = 0; k < op.scalars.size(); ++k) {
-    const std::string type = compute_type(op.scalars[k]);
-    s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
-         std::to_string(k) + "]);\n";
-  }
   const std::size_t count = op.inputs.size() + 1;
-  s += "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {\n";
-  for (std::size_t k = 0; k < count; ++k) s += "    i64 o" + std::to_string(k) + " = i;\n";
-  s += "    if (!p.contiguous) {\n      i64 rem = i;\n";
-  for (std::size_t k = 0; k < count; ++k) s += "      o" + std::to_string(k) + " = 0;\n";
-  s += "      for (int d = p.rank - 1; d >= 0; --d) {\n";
-  s += "        const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;\n";
+  const std::string tail = kernel_tail(op);
+  // Any strides: the flat index is split into coordinates of the merged dims.
+  s += kernel_head(op, "kiln_elementwise", "P");
+  s += "    i64 rem = i;\n";
+  for (std::size_t k = 0; k < count; ++k) s += "    i64 o" + std::to_string(k) + " = 0;\n";
+  s += "    for (int d = p.rank - 1; d >= 0; --d) {\n";
+  s += "      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;\n";
   for (std::size_t k = 0; k < count; ++k) {
-    s += "        o" + std::to_string(k) + " += idx * p.strides[" + std::to_string(k) + "][d];\n";
+    s += "      o" + std::to_string(k) + " += idx * p.strides[" + std::to_string(k) + "][d];\n";
   }
-  s += "      }\n    }\n";
-  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-    if (static_cast<int>(k) == op.gathered_input) continue;
-    const DType d = op.inputs[k];
-    const std::string at = "((const " + std::string(storage_type(d)) + "*)p.ptr[" +
-                           std::to_string(k + 1) + "])[o" + std::to_string(k + 1) + "]";
-    s += "    const " + std::string(compute_type(d)) + " " + names[k] + " = " +
-         load_expression(d, at) + ";\n";
-  }
-  s += "    const " + std::string(compute_type(op.value_dtype)) + " value = (" + op.expression +
-       ");\n";
-  s += "    ((" + std::string(storage_type(op.output)) + "*)p.ptr[0])[o0] = " +
-       store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")) +
-       ";\n  }\n";
-  s += "  if (err) *p.err_word = p.err_token;\n}\n";
+  s += "    }\n" + tail;
+  // Every operand contiguous and of the output's shape: each is read at the flat index.
+  s += kernel_head(op, "kiln_elementwise_flat", "PF");
+  for (std::size_t k = 0; k < count; ++k) s += "    const i64 o" + std::to_string(k) + " = i;\n";
+  s += tail;
   return s;
 }
 
