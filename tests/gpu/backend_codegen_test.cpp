@@ -50,11 +50,15 @@ std::string compile(const std::string& source) {
   return log;
 }
 
-// Both kernels of the module (the strided one and the flat one the per-op path launches).
+// Every kernel of the module: the strided one, the flat one and, unless an input is gathered,
+// the wide-load one the aligned flat path launches.
 void expect_compiles(const ElementwiseOp& op, std::string_view what) {
   const std::string source = elementwise_source(op);
   EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise(const P p)"), std::string::npos) << what;
   EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise_flat(const PF p)"), std::string::npos) << what;
+  EXPECT_EQ(source.find("void __launch_bounds__(256) kiln_elementwise_vec(const PF p)") != std::string::npos,
+            op.gathered_input < 0)
+      << what;
   const std::string log = compile(source);
   EXPECT_TRUE(log.empty()) << what << ":\n" << log.substr(0, 4000);
 }

@@ -1,5 +1,6 @@
 #include "backends/cuda/elementwise.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -152,6 +153,18 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     for (std::size_t k = 0; k < kMaxScalars; ++k) p.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
     p.error_word = error_word;
     p.error_token = error_token;
+    // Every pointer on a whole vector: the wide-load kernel over n / kVectorWidth steps.
+    bool aligned = op.gathered_input < 0 && n >= kVectorWidth;
+    for (std::size_t k = 0; k < count && aligned; ++k) {
+      const DType d = k == 0 ? op.output : op.inputs[k - 1];
+      const std::uint64_t bytes = std::min<std::uint64_t>(16, kVectorWidth * dtype_size(d));
+      aligned = p.pointers[k] % bytes == 0;
+    }
+    if (aligned) {
+      CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_vec", source);
+      runtime.launch(op.name, function, runtime.blocks_for(n / kVectorWidth, kThreads), kThreads, &p);
+      return;
+    }
     CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_flat", source);
     runtime.launch(op.name, function, blocks, kThreads, &p);
     return;

@@ -25,6 +25,8 @@ namespace kiln::cuda {
 inline constexpr std::size_t kMaxOperands = 4;  // the output and up to three inputs
 inline constexpr std::size_t kMaxDims = 12;     // after merging dims that are contiguous together
 inline constexpr std::size_t kMaxScalars = 4;
+// Elements per thread step of the vector kernel (kiln_elementwise_vec).
+inline constexpr std::int64_t kVectorWidth = 4;
 
 // Up to four dtypes, stored inline.
 class DTypeList {

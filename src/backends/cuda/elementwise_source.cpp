@@ -57,6 +57,52 @@ std::string kernel_tail(const ElementwiseOp& op) {
   return s;
 }
 
+// The flat case with every pointer aligned to kVectorWidth elements: each thread moves
+// kVectorWidth consecutive elements of every operand per step with one wide load or store (16
+// bytes for f32), so a 4096^2 map issues a quarter of the memory instructions. The n %
+// kVectorWidth elements past the last whole vector take the scalar loop.
+std::string vector_kernel(const ElementwiseOp& op) {
+  static const char* names[] = {"a", "b", "c"};
+  const std::string width = std::to_string(kVectorWidth);
+  auto vector_type = [&](DType d) {
+    return "V<" + std::string(storage_type(d)) + ">";
+  };
+  std::string s = "template <class T> struct alignas(" + width + " * sizeof(T) < 16 ? " + width +
+                  " * sizeof(T) : 16) V { T v[" + width + "]; };\n";
+  s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_elementwise_vec(const PF p) {\n";
+  s += "  bool err = false;\n";
+  for (std::size_t k = 0; k < op.scalars.size(); ++k) {
+    const std::string type = compute_type(op.scalars[k]);
+    s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
+         std::to_string(k) + "]);\n";
+  }
+  s += "  const i64 step = (i64)gridDim.x * blockDim.x;\n";
+  s += "  const i64 vectors = p.n / " + width + ";\n";
+  s += "  for (i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x; c < vectors; c += step) {\n";
+  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    s += "    const " + vector_type(op.inputs[k]) + " v" + std::to_string(k + 1) + " = ((const " +
+         vector_type(op.inputs[k]) + "*)p.ptr[" + std::to_string(k + 1) + "])[c];\n";
+  }
+  s += "    " + vector_type(op.output) + " v0;\n";
+  s += "#pragma unroll\n    for (int j = 0; j < " + width + "; ++j) {\n";
+  s += "      const i64 i = c * " + width + " + j;\n      (void)i;\n";
+  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    s += "      const " + std::string(compute_type(op.inputs[k])) + " " + names[k] + " = " +
+         load_expression(op.inputs[k], "v" + std::to_string(k + 1) + ".v[j]") + ";\n";
+  }
+  s += "      const " + std::string(compute_type(op.value_dtype)) + " value = (" +
+       std::string(op.expression.view()) + ");\n";
+  s += "      v0.v[j] = " +
+       store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")) +
+       ";\n    }\n";
+  s += "    ((" + vector_type(op.output) + "*)p.ptr[0])[c] = v0;\n  }\n";
+  s += "  for (i64 i = vectors * " + width +
+       " + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += step) {\n";
+  const std::size_t count = op.inputs.size() + 1;
+  for (std::size_t k = 0; k < count; ++k) s += "    const i64 o" + std::to_string(k) + " = i;\n";
+  return s + kernel_tail(op);
+}
+
 }  // namespace
 
 void DTypeList::too_many(std::size_t count) {
@@ -104,6 +150,7 @@ std::string elementwise_source(const ElementwiseOp& op) {
   s += kernel_head(op, "kiln_elementwise_flat", "PF");
   for (std::size_t k = 0; k < count; ++k) s += "    const i64 o" + std::to_string(k) + " = i;\n";
   s += tail;
+  if (op.gathered_input < 0) s += vector_kernel(op);
   return s;
 }
 
