@@ -122,10 +122,19 @@ TEST(GpuCompaction, ArangeEveryDTypeAndRange) {
   struct Range {
     std::int64_t start, end, step;
   };
-  const Range ranges[] = {{0, 10, 1},          {-5, 17, 3},        {10, -7, -2},
-                          {5, 5, 1},           {5, 0, 1},          {0, 5, -1},
-                          {0, 1 << 20, 1},     {-70000, 70000, 7}, {kMax - 10, kMax, 3},
-                          {kMin, kMin + 9, 4}, {kMin, kMax, kMax}};
+  // Ranges near the ends of int64, but not spanning most of it: the CPU backend counts in int64
+  // (end - start would overflow), the cuda backend and the host default in wider arithmetic.
+  const Range ranges[] = {{0, 10, 1},
+                          {-5, 17, 3},
+                          {10, -7, -2},
+                          {5, 5, 1},
+                          {5, 0, 1},
+                          {0, 5, -1},
+                          {0, 1 << 20, 1},
+                          {-70000, 70000, 7},
+                          {kMax - 10, kMax, 3},
+                          {kMin, kMin + 9, 4},
+                          {kMax, kMax - 20, -6}};
   for (DType dtype : test::kEveryDType) {
     if (dtype == DType::Bool) continue;  // arange claims floats and integers
     for (const Range& r : ranges) {
@@ -134,6 +143,17 @@ TEST(GpuCompaction, ArangeEveryDTypeAndRange) {
       test::expect_exact(
           device, [&](Device d) { return backend_for(d).arange(r.start, r.end, r.step, dtype, d); },
           what);
+    }
+  }
+  // Ranges spanning most of int64, against the host default (Backend::arange) on the GPU.
+  Backend& gpu = backend_for(device);
+  for (const Range& r :
+       {Range{kMin, kMax, kMax}, Range{kMax, kMin, -kMax}, Range{kMin, kMax, 1LL << 60}}) {
+    for (DType dtype : {DType::I64, DType::F64, DType::I8, DType::BF16}) {
+      test::expect_exact(
+          detail::into_data(gpu.arange(r.start, r.end, r.step, dtype, device)),
+          detail::into_data(gpu.Backend::arange(r.start, r.end, r.step, dtype, device)),
+          std::string(dtype_name(dtype)) + " wide range step " + std::to_string(r.step));
     }
   }
   EXPECT_THROW((void)detail::arange(0, 4, 0, DType::F32, device, Kind::Float), InvalidArgument);
