@@ -5,6 +5,7 @@
 //   Device tracked = dev.autodiff();               // same hardware, gradients recorded
 //   std::cout << dev.backend_name();               // "cpu"
 //   dev.set_default_dtypes(DType::F64, DType::I32, DType::Bool);  // once, before first use
+//   Device::cuda(0).set_allow_tf32(true);        // any time: f32 products on tf32 tensor cores
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,17 @@ class Device {
   // Sets the default dtypes once, before first use. UnsupportedDType if the device cannot use
   // one of them (nothing is set); AlreadyInitialized if the settings are already fixed.
   void set_default_dtypes(DType float_dtype, DType int_dtype, DType bool_dtype) const;
+  // Whether f32 matrix products (matmul, and the products inside conv and its gradients) may
+  // run on tf32 tensor cores: inputs rounded to 10 mantissa bits (about 1e-3 relative error
+  // instead of f32's 1e-6), several times the speed. Off by default. A run-time switch, unlike
+  // the default dtypes: it may change at any time, and ops issued afterwards see the new value
+  // (torch.backends.cuda.matmul.allow_tf32). One flag per hardware device (a device and its
+  // autodiff() view share it). Stored on every device; only cuda acts on it (the CPU computes
+  // f32 products in f32 whatever it says).
+  //   Device gpu = Device::cuda(0);
+  //   gpu.set_allow_tf32(true);   // f32 matmuls on gpu from here on use tf32
+  void set_allow_tf32(bool allow) const;
+  bool allow_tf32() const;
   DTypeUsageSet dtype_usage(DType dtype) const;
   bool supports_dtype(DType dtype) const;
   void seed(std::uint64_t seed) const;

@@ -1,6 +1,7 @@
 #include "kiln/device.h"
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -20,6 +21,16 @@ std::mutex& url_mutex() {
 std::vector<std::string>& urls() {
   static std::vector<std::string> table;
   return table;
+}
+
+// The tf32 switch of each hardware device (kind, index); absent means off.
+struct Tf32Flags {
+  std::mutex mutex;
+  std::map<std::pair<int, int>, bool> allowed;
+};
+Tf32Flags& tf32_flags() {
+  static Tf32Flags flags;
+  return flags;
 }
 
 constexpr const char* kAcceptedForms =
@@ -100,6 +111,17 @@ std::string Device::backend_name() const { return backend_for(*this).name(); }
 DeviceSettings Device::settings() const { return settings_for(*this); }
 void Device::set_default_dtypes(DType float_dtype, DType int_dtype, DType bool_dtype) const {
   set_default_dtypes_for(*this, float_dtype, int_dtype, bool_dtype);
+}
+void Device::set_allow_tf32(bool allow) const {
+  Tf32Flags& flags = tf32_flags();
+  std::lock_guard lock(flags.mutex);
+  flags.allowed[{static_cast<int>(kind_), index_}] = allow;
+}
+bool Device::allow_tf32() const {
+  Tf32Flags& flags = tf32_flags();
+  std::lock_guard lock(flags.mutex);
+  const auto found = flags.allowed.find({static_cast<int>(kind_), index_});
+  return found != flags.allowed.end() && found->second;
 }
 DTypeUsageSet Device::dtype_usage(DType dtype) const { return backend_for(*this).dtype_usage(dtype); }
 bool Device::supports_dtype(DType dtype) const { return backend_for(*this).supports_dtype(dtype); }

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
+#include "backends/cuda/index_kernels.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/scatter.h"
 #include "backends/cuda/spatial.h"
@@ -108,6 +109,15 @@ TEST(GpuCodegen, ElementwiseFamiliesCompile) {
                      "(k_uniform01(s0, s1 + (u64)i) < s2 ? floor(s3) : s2 + s3 * k_normal(s0, s1 + (u64)i))",
                      {}, DType::F64, all[i], {DType::U64, DType::U64, DType::F64, DType::F64}},
                     dtype_name(all[i]));
+  }
+}
+
+TEST(GpuCodegen, IndexKernelsCompile) {
+  // arange writes every float and integer dtype; argwhere's coordinates every integer dtype.
+  for (DType d : kFloats) expect_compiles(arange_op(d), "arange " + std::string(dtype_name(d)));
+  for (DType d : kInts) {
+    expect_compiles(arange_op(d), "arange " + std::string(dtype_name(d)));
+    expect_compiles(unravel_op(d), "argwhere " + std::string(dtype_name(d)));
   }
 }
 

@@ -44,6 +44,8 @@ class CudaBackend final : public Backend {
 
   // ---- DEFAULT ops overridden with kernels ----
   Primitive full(Shape shape, Scalar value, DType dtype, Device device) override;
+  Primitive arange(std::int64_t start, std::int64_t end, std::int64_t step, DType dtype,
+                   Device device) override;
   Primitive to_device(Primitive x, Device device) override;
   ReadManyFuture read_many(PrimitiveList xs) override;
   Primitive maximum(Primitive lhs, Primitive rhs) override;
@@ -75,6 +77,9 @@ class CudaBackend final : public Backend {
   Primitive prod_dim(Primitive x, std::int64_t dim) override;
   Primitive any_dim(Primitive x, std::int64_t dim) override;
   Primitive all_dim(Primitive x, std::int64_t dim) override;
+  // Counted, then compacted on the device (cuda_compaction.cpp).
+  Primitive mask_select(Primitive x, Primitive mask) override;
+  Primitive argwhere(Primitive mask, DType index_dtype) override;
   // One product per group over every image and position (cuda_conv.cpp).
   Primitive conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
                                  ConvOptions options) override;

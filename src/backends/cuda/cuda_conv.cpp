@@ -1,6 +1,6 @@
 // Convolution, its transpose and its weight gradient on the GPU, for f32, f16, bf16 and f64:
 // generated im2col / col2im kernels (conv_source.h) around cuBLASLt products (lib/matmul.h,
-// f32 accumulation for the 16-bit floats, Default compute: no tf32).
+// f32 accumulation for the 16-bit floats; f32 in full f32 unless the device allows tf32).
 //   conv:            col = im2col(x); y[n, g] = W[g] · col[n, g]; y += bias (elementwise).
 //                    A pointwise window (1x1, stride 1, no padding) reads x directly.
 //   conv_transpose:  col[n, g] = W[g]^T · x[n, g]; y = col2im(col) + bias, one gather kernel
@@ -277,9 +277,11 @@ class GroupedProduct {
   // Throws UnsupportedOperation when cuBLASLt has no algorithm (alignment of views).
   void run(Runtime& runtime, const char* op) const {
     const std::int64_t loops = by_images_ ? groups_ : images_;
+    lib::MatmulDesc desc = desc_;
+    desc.compute = product_compute(runtime, desc.dtype);
     cudaStream_t stream = lib_stream(runtime);
     for (std::int64_t i = 0; i < loops; ++i) {
-      lib::matmul(desc_, {address(a_, i), address(b_, i), address(c_, i)}, stream);
+      lib::matmul(desc, {address(a_, i), address(b_, i), address(c_, i)}, stream);
     }
     runtime.context.note_launch(op);
   }

@@ -6,6 +6,7 @@
 #include "backend/registry.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/elementwise_ops.h"
+#include "backends/cuda/index_kernels.h"
 #include "backends/cuda/pinned.h"
 
 namespace kiln::cuda {
@@ -109,6 +110,22 @@ Primitive CudaBackend::full(Shape shape, Scalar value, DType dtype, Device) {
   ElementwiseOp spec{"full", "s0", {}, raw, raw, {raw}, nullptr};
   const std::uint64_t bits[] = {element_bits(value, dtype)};
   launch_elementwise(runtime_, spec, *out, {}, bits);
+  return out;
+}
+
+Primitive CudaBackend::arange(std::int64_t start, std::int64_t end, std::int64_t step, DType dtype,
+                              Device) {
+  check_storage(dtype, "arange");
+  // ceil((end - start) / step) when the range is not empty, in 128 bits: a range spanning most of
+  // int64 does not overflow.
+  const __int128 span = static_cast<__int128>(end) - start;
+  const __int128 by = step;
+  __int128 count = 0;
+  if (by > 0 && span > 0) count = (span + by - 1) / by;
+  if (by < 0 && span < 0) count = (-span - by - 1) / -by;
+  TensorPtr out = make_tensor(dtype, Shape{static_cast<std::int64_t>(count)}, "arange");
+  const std::uint64_t bits[] = {scalar_bits_int(start), scalar_bits_int(step)};
+  launch_elementwise(runtime_, arange_op(dtype), *out, {}, bits);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // matmul on the GPU. f32, f16, bf16 and f64 go through cuBLASLt (lib/matmul.h: f32 accumulation
-// for the 16-bit floats, rounded once; f64 in f64; Default compute, no tf32). Operands are taken
+// for the 16-bit floats, rounded once; f64 in f64; f32 in full f32 unless the device allows tf32:
+// Device::set_allow_tf32, read at each matmul). Operands are taken
 // as they are laid out (transposed and strided views, broadcast batch dims with stride 0) when
 // cuBLASLt accepts the layout; otherwise the odd operand is made contiguous first. Batch dims are
 // merged where every operand walks them as one; what cannot be merged is looped over on the host
@@ -164,6 +165,8 @@ void run_plan(Runtime& runtime, const Plan& plan, const CudaTensor& a, const Cud
               const CudaTensor& out, const char* op) {
   std::int64_t loops = 1;
   for (const Group& g : plan.outer) loops *= g.size;
+  lib::MatmulDesc desc = plan.desc;
+  desc.compute = product_compute(runtime, desc.dtype);
   cudaStream_t stream = lib_stream(runtime);
   for (std::int64_t index = 0; index < loops; ++index) {
     std::int64_t rest = index, oa = 0, ob = 0, oc = 0;
@@ -175,7 +178,7 @@ void run_plan(Runtime& runtime, const Plan& plan, const CudaTensor& a, const Cud
       ob += i * group.b;
       oc += i * group.c;
     }
-    lib::matmul(plan.desc, {device_address(a, oa), device_address(b, ob), device_address(out, oc)},
+    lib::matmul(desc, {device_address(a, oa), device_address(b, ob), device_address(out, oc)},
                 stream);
   }
   runtime.context.note_launch(op);

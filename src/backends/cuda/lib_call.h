@@ -1,6 +1,7 @@
 // What the op files that call kiln_cuda_lib (src/backends/cuda/lib: cuBLASLt matmul, CUB sort and
 // scans) share: raw device addresses of tensors, the device's stream with its context current,
-// workspaces from the backend's caching allocator, and moving a dim last and back.
+// workspaces from the backend's caching allocator, moving a dim last and back, and the compute
+// mode of products.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,6 +10,7 @@
 
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/lib/matmul.h"
 
 namespace kiln::cuda {
 
@@ -24,6 +26,14 @@ inline void* device_address(const CudaTensor& t, std::int64_t elements = 0) {
 inline cudaStream_t lib_stream(Runtime& runtime) {
   runtime.context.make_current();
   return runtime.context.stream();
+}
+
+// How a product of dtype runs on this device: f32 on tf32 tensor cores when the device's switch
+// allows it (Device::set_allow_tf32, read at each op so a change applies to the next one), every
+// other dtype in its own precision.
+inline lib::MatmulCompute product_compute(const Runtime& runtime, DType dtype) {
+  return dtype == DType::F32 && runtime.device().allow_tf32() ? lib::MatmulCompute::Tf32
+                                                              : lib::MatmulCompute::Default;
 }
 
 // Device scratch memory from the backend's allocator for the duration of one op: handed back to

@@ -25,48 +25,6 @@ bool float_values_by_positions() { return values_by_positions; }
 
 namespace {
 
-using sort_detail::KeyKind;
-
-// f(type_tag) with the key width and kind of dtype.
-template <class U, KeyKind K>
-struct KeyType {
-  using Bits = U;
-  static constexpr KeyKind kind = K;
-};
-
-template <class F>
-decltype(auto) visit_key_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F64:
-      return f(KeyType<std::uint64_t, KeyKind::F64>{});
-    case DType::F32:
-      return f(KeyType<std::uint32_t, KeyKind::F32>{});
-    case DType::F16:
-      return f(KeyType<std::uint16_t, KeyKind::F16>{});
-    case DType::BF16:
-      return f(KeyType<std::uint16_t, KeyKind::BF16>{});
-    case DType::I64:
-      return f(KeyType<std::uint64_t, KeyKind::Signed>{});
-    case DType::I32:
-      return f(KeyType<std::uint32_t, KeyKind::Signed>{});
-    case DType::I16:
-      return f(KeyType<std::uint16_t, KeyKind::Signed>{});
-    case DType::I8:
-      return f(KeyType<std::uint8_t, KeyKind::Signed>{});
-    case DType::U64:
-      return f(KeyType<std::uint64_t, KeyKind::Unsigned>{});
-    case DType::U32:
-      return f(KeyType<std::uint32_t, KeyKind::Unsigned>{});
-    case DType::U16:
-      return f(KeyType<std::uint16_t, KeyKind::Unsigned>{});
-    case DType::U8:
-      return f(KeyType<std::uint8_t, KeyKind::Unsigned>{});
-    default:
-      break;
-  }
-  detail::fail<UnsupportedDType>("sort", "cannot sort dtype ", dtype_name(dtype));
-}
-
 bool nothing_to_sort(const SortDesc& desc) {
   const std::int64_t keep = desc.keep < 0 ? desc.n : desc.keep;
   return desc.rows == 0 || desc.n == 0 || keep == 0;
@@ -93,13 +51,13 @@ void validate(const SortDesc& desc) {
     detail::fail<InvalidArgument>("sort", "index dtype must be i64 or i32, got ",
                                   dtype_name(desc.index_dtype));
   }
-  visit_key_type(desc.dtype, [](auto) {});  // rejects Bool and QFloat
+  visit_key_type(desc.dtype, "sort", [](auto) {});  // rejects Bool and QFloat
 }
 
 std::size_t sort_workspace_bytes(const SortDesc& desc) {
   validate(desc);
   if (nothing_to_sort(desc)) return 0;
-  return visit_key_type(desc.dtype, [&]<class Key>(Key) {
+  return visit_key_type(desc.dtype, "sort", [&]<class Key>(Key) {
     return sort_detail::workspace_bytes<typename Key::Bits, Key::kind>(desc);
   });
 }
@@ -118,7 +76,7 @@ void sort_rows(const SortDesc& desc, const void* input, void* values, void* indi
   if (values == nullptr && indices == nullptr) {
     detail::fail<InvalidArgument>("sort", "neither values nor indices requested");
   }
-  visit_key_type(desc.dtype, [&]<class Key>(Key) {
+  visit_key_type(desc.dtype, "sort", [&]<class Key>(Key) {
     sort_detail::sort_typed<typename Key::Bits, Key::kind>(desc, input, values, indices, workspace,
                                                            workspace_bytes, stream);
   });

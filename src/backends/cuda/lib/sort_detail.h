@@ -8,12 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/lib/keys.h"
 #include "backends/cuda/lib/sort.h"
 
 namespace kiln::cuda::lib::sort_detail {
-
-// How the bits of a dtype order: as unsigned, as two's complement, or as an IEEE float.
-enum class KeyKind { Unsigned, Signed, F16, BF16, F32, F64 };
 
 // Workspace bytes for desc's keys (desc already validated and non-empty).
 template <class U, KeyKind K>

@@ -1,0 +1,121 @@
+// The register lists of the selection topk (lib/topk_select.h) run on the host here, without a GPU:
+// insert keeps a list's K best sorted, merge_best keeps the K best of two lists, for every list
+// length the kernels compile (1 .. 32), narrow (<= 32-bit keys) and wide (64-bit keys) candidates,
+// ties broken by the lower position, and none() after every real candidate. Checked against
+// std::sort of the same candidates. The kernels themselves are compared with the CPU backend in
+// backend_topk_test.cpp (on a GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/lib/topk_select.h"
+
+using namespace kiln::cuda::lib::topk_detail;
+
+namespace {
+
+template <class U>
+std::vector<Candidate<U>> random_candidates(std::mt19937_64& gen, std::size_t count,
+                                            std::uint32_t first_position, bool ties) {
+  std::vector<Candidate<U>> out;
+  for (std::size_t i = 0; i < count; ++i) {
+    const U key = ties ? static_cast<U>(gen() % 3) : static_cast<U>(gen());
+    out.push_back(Candidate<U>::of(key, first_position + static_cast<std::uint32_t>(i)));
+  }
+  return out;
+}
+
+template <class U>
+void sort_best_first(std::vector<Candidate<U>>& v) {
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.before(b); });
+}
+
+template <class U>
+bool same(const Candidate<U>& a, const Candidate<U>& b) {
+  return a.key() == b.key() && a.position() == b.position();
+}
+
+template <class U, int K>
+void check_lists(std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  for (int trial = 0; trial < 50; ++trial) {
+    const bool ties = trial % 2 == 1;
+    // Fewer elements than K leave none() entries at the end.
+    const std::size_t count = trial % 5 == 0 ? K / 2 : 3 * K + trial;
+    auto all = random_candidates<U>(gen, count, 0, ties);
+    Candidate<U> list[K];
+    for (auto& c : list) c = Candidate<U>::none();
+    for (const auto& c : all) {
+      if (c.before(list[K - 1])) insert(list, c);
+    }
+    sort_best_first(all);
+    for (int i = 0; i < K; ++i) {
+      const std::string what = "K " + std::to_string(K) + " trial " + std::to_string(trial) +
+                               " entry " + std::to_string(i);
+      if (static_cast<std::size_t>(i) < all.size()) {
+        EXPECT_TRUE(same(list[i], all[i])) << "insert: " << what;
+      } else {
+        EXPECT_TRUE(same(list[i], Candidate<U>::none())) << "insert: " << what;
+      }
+    }
+
+    // Two sorted lists of K from disjoint positions: merge_best keeps the K best of both.
+    auto left = random_candidates<U>(gen, K, 0, ties);
+    auto right = random_candidates<U>(gen, K, 1000, ties);
+    sort_best_first(left);
+    sort_best_first(right);
+    Candidate<U> a[K], b[K];
+    std::copy(left.begin(), left.end(), a);
+    std::copy(right.begin(), right.end(), b);
+    merge_best(a, b);
+    std::vector<Candidate<U>> both = left;
+    both.insert(both.end(), right.begin(), right.end());
+    sort_best_first(both);
+    for (int i = 0; i < K; ++i) {
+      EXPECT_TRUE(same(a[i], both[i]))
+          << "merge_best: K " << K << " trial " << trial << " entry " << i;
+    }
+  }
+}
+
+template <class U>
+void check_every_length(std::uint64_t seed) {
+  check_lists<U, 1>(seed);
+  check_lists<U, 2>(seed + 1);
+  check_lists<U, 4>(seed + 2);
+  check_lists<U, 8>(seed + 3);
+  check_lists<U, 16>(seed + 4);
+  check_lists<U, 32>(seed + 5);
+}
+
+}  // namespace
+
+TEST(LibTopkLists, InsertAndMergeKeepTheBestNarrowKeys) {
+  check_every_length<std::uint8_t>(10);
+  check_every_length<std::uint16_t>(20);
+  check_every_length<std::uint32_t>(30);
+}
+
+TEST(LibTopkLists, InsertAndMergeKeepTheBestWideKeys) { check_every_length<std::uint64_t>(40); }
+
+TEST(LibTopkLists, TiesByLowerPositionAndNoneLast) {
+  // Equal keys: the lower position first. none() after everything real, even key 0 at the
+  // largest position a row can have.
+  using C = Candidate<std::uint32_t>;
+  EXPECT_TRUE(C::of(5, 3).before(C::of(5, 4)));
+  EXPECT_FALSE(C::of(5, 4).before(C::of(5, 3)));
+  EXPECT_TRUE(C::of(6, 9).before(C::of(5, 0)));
+  EXPECT_TRUE(C::of(0, 0x7ffffffe).before(C::none()));
+  using W = Candidate<std::uint64_t>;
+  EXPECT_TRUE(W::of(~0ull, 1).before(W::of(~0ull, 2)));
+  EXPECT_TRUE(W::of(0, 0x7ffffffe).before(W::none()));
+  EXPECT_EQ(W::of(123456789012345ull, 77).position(), 77u);
+  EXPECT_EQ(W::of(123456789012345ull, 77).key(), 123456789012345ull);
+  EXPECT_EQ(list_length(1), 1);
+  EXPECT_EQ(list_length(3), 4);
+  EXPECT_EQ(list_length(17), 32);
+  EXPECT_EQ(list_length(32), 32);
+}
