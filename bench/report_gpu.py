@@ -88,6 +88,7 @@ def main():
         "sort/16777216")
     add("sort rows 4096x4096 f32 (lib)", "sort_rows/4096/4096")
     add("topk 8 of 4096x32768 f32 (lib)", "topk/4096/32768/8")
+    add("topk 8 by full sort (lib)", "topk_by_sort/4096/32768/8", "", None, "topk/4096/32768/8")
     add("cumsum 16M f32 (lib)", "cumsum/16777216/0")
     add("cumsum rows 8192x8192 (lib)", "cumsum/8192/8192")
     add("sum 8192^2 f32, all", "sum/8192/all", FLOOR_TARGET)
