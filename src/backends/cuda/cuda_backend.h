@@ -75,6 +75,17 @@ class CudaBackend final : public Backend {
   Primitive prod_dim(Primitive x, std::int64_t dim) override;
   Primitive any_dim(Primitive x, std::int64_t dim) override;
   Primitive all_dim(Primitive x, std::int64_t dim) override;
+  // Full reductions of permuted or flipped tensors read in place (cuda_reduce.cpp).
+  Primitive sum(Primitive x) override;
+  Primitive mean(Primitive x) override;
+  Primitive prod(Primitive x) override;
+  Primitive max(Primitive x) override;
+  Primitive min(Primitive x) override;
+  Primitive any(Primitive x) override;
+  Primitive all(Primitive x) override;
+  // One kernel per row (cuda_softmax.cpp).
+  Primitive softmax(Primitive x, std::int64_t dim) override;
+  Primitive log_softmax(Primitive x, std::int64_t dim) override;
   // One product per group over every image and position (cuda_conv.cpp).
   Primitive conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
                                  ConvOptions options) override;
