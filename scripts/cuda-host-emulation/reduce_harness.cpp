@@ -293,6 +293,8 @@ void softmaxes() {
       {Shape{2, 1500}, 1, 0},   // a block per row
       {Shape{1, 9000}, 1, 0},   // a block of 1024 per row
       {Shape{2, 40000}, 1, 0},  // long rows: stats per chunk, combine, write
+      {Shape{1, 9001}, 1, 0},   // a block of 1024 per row, scalar
+      {Shape{2, 40001}, 1, 0},  // long rows, scalar
       {Shape{40, 3}, 0, 0},     // strided lines in chunks
       {Shape{20, 7}, 0, 0},     // short strided lines in registers
       {Shape{50, 30}, 1, 1},    // transposed, along the strided dim

@@ -118,7 +118,7 @@ __device__ __forceinline__ void softmax_lines(const P& p) {
     C m = kNegInf;
 #pragma unroll
     for (int k = 0; k < KEPT; ++k) {
-      if (k < p.length) { v[k] = ld(in[k * p.in_step]); if (v[k] > m) m = v[k]; }
+      if (k < p.length) { v[k] = ld(*in); in += p.in_step; if (v[k] > m) m = v[k]; }
     }
     double s = 0;
 #pragma unroll
@@ -128,7 +128,7 @@ __device__ __forceinline__ void softmax_lines(const P& p) {
     const C scale = scale_of(s);
 #pragma unroll
     for (int k = 0; k < KEPT; ++k) {
-      if (k < p.length) out[k * p.out_step] = finish(v[k], scale);
+      if (k < p.length) { *out = finish(v[k], scale); out += p.out_step; }
     }
   }
 }
