@@ -8,6 +8,9 @@
 
 namespace kiln::cuda {
 
+// The generated struct P has no padding either: 5 + 1 + 2 * 12 + 3 + 1 eight-byte words.
+static_assert(sizeof(ReduceParams) == 34 * 8);
+
 namespace {
 
 constexpr unsigned kThreads = 256;

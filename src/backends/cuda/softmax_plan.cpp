@@ -10,6 +10,9 @@
 
 namespace kiln::cuda {
 
+// The generated struct P has no padding either: 6 + 1 + 3 * 12 + 4 eight-byte words.
+static_assert(sizeof(SoftmaxParams) == 47 * 8);
+
 namespace {
 
 constexpr unsigned kThreads = 256;
