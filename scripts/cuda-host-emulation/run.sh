@@ -14,7 +14,7 @@ g++ -std=c++20 -O1 -I"$root/src" -I"$root/include" "$here/gen.cpp" "$cuda/scatte
     "$cuda/spatial_source.cpp" "$cuda/kernel_source.cpp" -L"$build" -lkiln -Wl,-rpath,"$build" -o "$work/gen"
 "$work/gen" "$work"
 ls "$work"/k_*.cpp | xargs -P "$(nproc)" -I{} sh -c \
-    'g++ -std=c++17 -O1 -shared -fPIC -w -include "$0/shim.h" "$1" -o "${1%.cpp}.so"' "$here" {}
+    'g++ -std=c++20 -O1 -shared -fPIC -w -include "$0/shim.h" "$1" -o "${1%.cpp}.so"' "$here" {}
 g++ -std=c++20 -O1 -I"$root/src" -I"$root/include" -I"$work" "$here/harness.cpp" -L"$build" -lkiln -ldl \
     -Wl,-rpath,"$build" -o "$work/harness"
 EMU_DIR=$work "$work/harness"

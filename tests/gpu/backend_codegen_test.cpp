@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/strided.h"
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/scatter.h"
+#include "backends/cuda/softmax.h"
 #include "backends/cuda/spatial.h"
 
 using namespace kiln;
@@ -122,27 +124,122 @@ TEST(GpuCodegen, IndexKernelsCompile) {
 }
 
 TEST(GpuCodegen, ReductionFamiliesCompile) {
-  const std::vector<DType> some = {DType::F16, DType::I8, DType::U64};
-  for (DType d : some) {
-    for (Reducer r : {Reducer::Sum, Reducer::Prod, Reducer::Max, Reducer::Min}) {
-      const std::string log = compile(reduce_kernel_source(r, d, d));
-      EXPECT_TRUE(log.empty()) << dtype_name(d) << ":\n" << log.substr(0, 4000);
-    }
-    for (Reducer r : {Reducer::ArgMax, Reducer::ArgMin}) {
-      const std::string log = compile(reduce_kernel_source(r, d, DType::I32));
-      EXPECT_TRUE(log.empty()) << dtype_name(d) << ":\n" << log.substr(0, 4000);
+  // Each kernel of each reducer, the dtypes rotating so that every kernel meets six dtypes and
+  // every dtype several reducers (accumulator layouts, shuffles, vector widths differ by dtype).
+  const ReduceKernel kernels[] = {ReduceKernel::LinesWarp,  ReduceKernel::LinesBlock,
+                                  ReduceKernel::Columns,    ReduceKernel::ColumnsVector,
+                                  ReduceKernel::FinishWarp, ReduceKernel::FinishBlock};
+  auto check = [&](ReduceKernel k, Reducer r, DType d, DType out) {
+    const std::string log = compile(reduce_kernel_source(k, r, d, out));
+    EXPECT_TRUE(log.empty()) << reducer_name(r) << " " << reduce_kernel_name(k) << " "
+                             << dtype_name(d) << ":\n" << log.substr(0, 4000);
+  };
+  std::vector<DType> numeric = kFloats;
+  numeric.insert(numeric.end(), kInts.begin(), kInts.end());
+  const Reducer reducers[] = {Reducer::Sum, Reducer::Prod, Reducer::Max, Reducer::Min,
+                              Reducer::ArgMax, Reducer::ArgMin};
+  for (std::size_t r = 0; r < std::size(reducers); ++r) {
+    for (std::size_t k = 0; k < std::size(kernels); ++k) {
+      const DType d = numeric[(r * 7 + k) % numeric.size()];
+      const bool arg = reducers[r] == Reducer::ArgMax || reducers[r] == Reducer::ArgMin;
+      check(kernels[k], reducers[r], d, arg ? (k % 2 == 0 ? DType::I64 : DType::I32) : d);
     }
   }
-  for (DType d : {DType::BF16, DType::F32}) {
-    const std::string log = compile(reduce_kernel_source(Reducer::Mean, d, d));
-    EXPECT_TRUE(log.empty()) << log.substr(0, 4000);
+  for (DType d : kFloats) {
+    check(ReduceKernel::LinesBlock, Reducer::Mean, d, d);
+    check(ReduceKernel::ColumnsVector, Reducer::Mean, d, d);
   }
-  for (DType d : {DType::Bool, DType::F32}) {
-    for (Reducer r : {Reducer::Any, Reducer::All}) {
-      const std::string log = compile(reduce_kernel_source(r, d, DType::Bool));
-      EXPECT_TRUE(log.empty()) << log.substr(0, 4000);
-    }
+  for (ReduceKernel k : kernels) {
+    check(k, Reducer::Any, DType::Bool, DType::Bool);
+    check(k, Reducer::All, k == ReduceKernel::LinesBlock ? DType::F32 : DType::Bool, DType::Bool);
   }
+}
+
+TEST(GpuCodegen, SoftmaxFamiliesCompile) {
+  // Every kernel in f32 (softmax and log_softmax) and in each other float dtype.
+  const SoftmaxKernel kernels[] = {
+      SoftmaxKernel::Lines,          SoftmaxKernel::RowsWarp,       SoftmaxKernel::RowsWarpVector,
+      SoftmaxKernel::RowsBlock,      SoftmaxKernel::RowsBlockVector, SoftmaxKernel::RowsWide,
+      SoftmaxKernel::RowsWideVector, SoftmaxKernel::RowStats,       SoftmaxKernel::RowStatsVector,
+      SoftmaxKernel::RowWrite,       SoftmaxKernel::RowWriteVector, SoftmaxKernel::LineStats,
+      SoftmaxKernel::LineWrite,      SoftmaxKernel::Combine};
+  auto check = [&](SoftmaxKernel k, DType d, bool log) {
+    const std::string text = compile(softmax_kernel_source(k, d, log));
+    EXPECT_TRUE(text.empty()) << softmax_kernel_name(k) << " " << dtype_name(d)
+                              << (log ? " log" : "") << ":\n" << text.substr(0, 4000);
+  };
+  for (std::size_t i = 0; i < std::size(kernels); ++i) {
+    check(kernels[i], DType::F32, false);
+    check(kernels[i], DType::F32, true);
+    for (DType d : {DType::F64, DType::F16, DType::BF16}) check(kernels[i], d, i % 2 == 1);
+  }
+}
+
+// The launch plans: which kernel each shape takes and how lines are cut (pure host arithmetic).
+TEST(GpuCodegen, ReducePlansPickTheExpectedPaths) {
+  auto plan = [](const Shape& shape, std::int64_t dim, DType dtype = DType::F32) {
+    const auto strides = strided::contiguous_strides(shape);
+    return plan_reduce(shape, strides.span(), 256, dim, dtype, 132, "test");
+  };
+  // The whole 8192² tensor as one line: ~1000 chunks of 16-byte-aligned length, then one
+  // block combining them.
+  ReducePlan full = plan(Shape{8192 * 8192}, 0);
+  ASSERT_EQ(full.launches.size(), 2u);
+  EXPECT_EQ(full.launches[0].kernel, ReduceKernel::LinesBlock);
+  EXPECT_EQ(full.launches[1].kernel, ReduceKernel::FinishBlock);
+  EXPECT_GE(full.params.chunks, 528);
+  EXPECT_EQ(full.params.chunk_length % 64, 0);
+  EXPECT_GE(full.params.chunks * full.params.chunk_length, 8192 * 8192);
+  EXPECT_LT((full.params.chunks - 1) * full.params.chunk_length, 8192 * 8192);
+  // Last dim: a block per row, no chunks; first dim: vector columns in chunks.
+  ReducePlan rows = plan(Shape{8192, 8192}, 1);
+  ASSERT_EQ(rows.launches.size(), 1u);
+  EXPECT_EQ(rows.launches[0].kernel, ReduceKernel::LinesBlock);
+  EXPECT_EQ(rows.launches[0].blocks, 8192u);
+  ReducePlan columns = plan(Shape{8192, 8192}, 0);
+  ASSERT_EQ(columns.launches.size(), 2u);
+  EXPECT_EQ(columns.launches[0].kernel, ReduceKernel::ColumnsVector);
+  EXPECT_EQ(columns.launches[1].kernel, ReduceKernel::FinishWarp);
+  EXPECT_GE(columns.launches[0].blocks, 2u * 132u);
+  // Short rows: a warp each; odd column counts: scalar columns.
+  EXPECT_EQ(plan(Shape{4096, 1000}, 1).launches[0].kernel, ReduceKernel::LinesWarp);
+  EXPECT_EQ(plan(Shape{300, 33}, 0).launches[0].kernel, ReduceKernel::Columns);
+  EXPECT_EQ(plan(Shape{300, 8}, 1).launches[0].kernel, ReduceKernel::Columns);
+  // Misaligned first element: no vector columns.
+  const auto strides = strided::contiguous_strides(Shape{256, 64});
+  EXPECT_EQ(plan_reduce(Shape{256, 64}, strides.span(), 260, 0, DType::F32, 132, "test").launches[0].kernel,
+            ReduceKernel::Columns);
+  // Empty outputs launch nothing; an empty dim writes the identity from the columns kernel.
+  EXPECT_TRUE(plan(Shape{0, 5}, 1).launches.empty());
+  EXPECT_EQ(plan(Shape{5, 0}, 1).launches.size(), 1u);
+}
+
+TEST(GpuCodegen, SoftmaxPlansPickTheExpectedPaths) {
+  auto plan = [](const Shape& shape, std::int64_t dim, DType dtype = DType::F32) {
+    const auto strides = strided::contiguous_strides(shape);
+    return plan_softmax(shape, strides.span(), 256, dim, dtype, 132, "test");
+  };
+  // 8192 f32 per row: a block of 256 per row, 32 values per thread, 16-byte accesses.
+  SoftmaxPlan square = plan(Shape{8192, 8192}, 1);
+  ASSERT_EQ(square.launches.size(), 1u);
+  EXPECT_EQ(square.launches[0].kernel, SoftmaxKernel::RowsBlockVector);
+  EXPECT_EQ(square.out_strides, (std::vector<std::int64_t>{8192, 1}));
+  EXPECT_EQ(plan(Shape{64, 1000}, 1).launches[0].kernel, SoftmaxKernel::RowsWarpVector);
+  EXPECT_EQ(plan(Shape{64, 1001}, 1).launches[0].kernel, SoftmaxKernel::RowsWarp);
+  EXPECT_EQ(plan(Shape{64, 10}, 1).launches[0].kernel, SoftmaxKernel::Lines);
+  EXPECT_EQ(plan(Shape{4, 20000}, 1).launches[0].kernel, SoftmaxKernel::RowsWideVector);
+  const SoftmaxPlan long_rows = plan(Shape{4, 100000}, 1);
+  ASSERT_EQ(long_rows.launches.size(), 3u);
+  EXPECT_EQ(long_rows.launches[1].kernel, SoftmaxKernel::Combine);
+  const SoftmaxPlan columns = plan(Shape{8192, 8192}, 0);
+  ASSERT_EQ(columns.launches.size(), 3u);
+  EXPECT_EQ(columns.launches[0].kernel, SoftmaxKernel::LineStats);
+  // A transposed input keeps its layout: the output is written where rows are contiguous.
+  const Shape t{300, 50};
+  const std::vector<std::int64_t> transposed = {1, 300};
+  const SoftmaxPlan along = plan_softmax(t, transposed, 256, 0, DType::F32, 132, "test");
+  EXPECT_EQ(along.out_strides, (std::vector<std::int64_t>{1, 300}));
+  EXPECT_EQ(along.launches[0].kernel, SoftmaxKernel::RowsWarpVector);
 }
 
 TEST(GpuCodegen, ScatterFamiliesCompile) {

@@ -80,6 +80,17 @@ class CudaBackend final : public Backend {
   // Counted, then compacted on the device (cuda_compaction.cpp).
   Primitive mask_select(Primitive x, Primitive mask) override;
   Primitive argwhere(Primitive mask, DType index_dtype) override;
+  // Full reductions of permuted or flipped tensors read in place (cuda_reduce.cpp).
+  Primitive sum(Primitive x) override;
+  Primitive mean(Primitive x) override;
+  Primitive prod(Primitive x) override;
+  Primitive max(Primitive x) override;
+  Primitive min(Primitive x) override;
+  Primitive any(Primitive x) override;
+  Primitive all(Primitive x) override;
+  // One kernel per row (cuda_softmax.cpp).
+  Primitive softmax(Primitive x, std::int64_t dim) override;
+  Primitive log_softmax(Primitive x, std::int64_t dim) override;
   // One product per group over every image and position (cuda_conv.cpp).
   Primitive conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
                                  ConvOptions options) override;

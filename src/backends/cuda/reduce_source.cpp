@@ -1,5 +1,7 @@
 // Source generation of the reduction family (no driver calls; see elementwise_source.cpp).
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/reduce.h"
@@ -8,11 +10,11 @@ namespace kiln::cuda {
 
 namespace {
 
-// The launch parameters (struct Params in reduce.cpp mirrors it).
+// The launch parameters (ReduceParams in reduce.h mirrors it).
 constexpr const char* kParams = R"CUDA(
 struct P {
   i64 outputs, length, reduce_stride, chunks, chunk_length;
-  int rank, pad;
+  int rank, lanes;
   i64 sizes[12]; i64 strides[12];
   u64 in, out, scratch;
   double divisor;
@@ -101,74 +103,195 @@ std::string reducer_source(Reducer r, DType dtype, DType out_dtype) {
   return s;
 }
 
-std::string reduce_source(Reducer r, DType dtype, DType out_dtype) {
-  const std::string S = storage_type(dtype);
-  const std::string load = load_expression(dtype, "((const " + S + "*)p.in)[base + j * p.reduce_stride]");
-  std::string s = kernel_prelude() + kParams + reducer_source(r, dtype, out_dtype);
-  s += R"CUDA(
+// Shared by every entry point: the element type, line addressing, and the warp / block
+// combination of accumulators (shuffles move an Acc as 32-bit words, whatever its members).
+constexpr const char* kCommon = R"CUDA(
 __device__ __forceinline__ i64 base_of(const P& p, i64 o) {
   i64 base = 0;
   for (int d = p.rank - 1; d >= 0; --d) { const i64 q = o / p.sizes[d]; base += (o - q * p.sizes[d]) * p.strides[d]; o = q; }
   return base;
 }
-extern "C" __global__ void kiln_reduce_thread(const P p) {
-  // Item = chunk * outputs + output: neighbouring threads take neighbouring outputs (coalesced
-  // when the reduced dim is not the innermost one).
-  for (i64 item = blockIdx.x * (i64)blockDim.x + threadIdx.x; item < p.outputs * p.chunks; item += (i64)gridDim.x * blockDim.x) {
-    const i64 chunk = item / p.outputs, o = item - chunk * p.outputs;
-    const i64 base = base_of(p, o);
+template <int N> struct alignas(N * sizeof(S)) Pack { S s[N]; };
+template <class T> __device__ __forceinline__ T shuffle_down(T v, int delta) {
+  constexpr int W = (int)((sizeof(T) + 3) / 4);
+  union { T v; unsigned w[W]; } u;
+  u.v = v;
+#pragma unroll
+  for (int i = 0; i < W; ++i) u.w[i] = __shfl_down_sync(0xffffffffu, u.w[i], delta);
+  return u.v;
+}
+// Lane 0 ends with the warp's combination.
+__device__ __forceinline__ Acc warp_reduce(Acc a) {
+#pragma unroll
+  for (int delta = 16; delta > 0; delta >>= 1) { const Acc b = shuffle_down(a, delta); combine(a, b); }
+  return a;
+}
+__shared__ Acc warp_partials[32];
+// Thread 0 ends with the block's combination; every thread of the block must call it.
+__device__ __forceinline__ Acc block_reduce(Acc a) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  a = warp_reduce(a);
+  if (lane == 0) warp_partials[warp] = a;
+  __syncthreads();
+  if (warp == 0) a = warp_reduce(lane < (int)(blockDim.x >> 5) ? warp_partials[lane] : init());
+  __syncthreads();
+  return a;
+}
+template <int GROUP> __device__ __forceinline__ Acc group_reduce(Acc a) {
+  if constexpr (GROUP == 32) return warp_reduce(a); else return block_reduce(a);
+}
+__device__ __forceinline__ void finish_or_keep(const P& p, i64 o, i64 chunk, const Acc& a) {
+  if (p.chunks == 1) write(p, o, a);
+  else ((Acc*)p.scratch)[chunk * p.outputs + o] = a;
+}
+)CUDA";
+
+// A GROUP (warp or block) per item = (output, chunk) of a contiguous line. Up to the first
+// 16-byte boundary one element per thread, then 16-byte vectors (four in flight per thread),
+// then the rest; each thread visits its elements in increasing order (argmax/argmin ties).
+constexpr const char* kLines = R"CUDA(
+template <int GROUP> __device__ __forceinline__ void reduce_lines(const P& p) {
+  constexpr int VEC = (int)(16 / sizeof(S));
+  typedef Pack<VEC> V;
+  const int lane = (int)(threadIdx.x % GROUP);
+  const i64 per_block = blockDim.x / GROUP;
+  for (i64 item = blockIdx.x * per_block + threadIdx.x / GROUP; item < p.outputs * p.chunks; item += (i64)gridDim.x * per_block) {
+    const i64 o = item / p.chunks, chunk = item - o * p.chunks;
+    const S* line = (const S*)p.in + base_of(p, o);
     const i64 first = chunk * p.chunk_length;
     const i64 last = min(p.length, first + p.chunk_length);
     Acc a = init();
-    for (i64 j = first; j < last; ++j) step(a, LOAD, j);
-    if (p.chunks == 1) write(p, o, a);
-    else *(Acc*)(p.scratch + (u64)(o * p.chunks + chunk) * 32) = a;
-  }
-}
-extern "C" __global__ void __launch_bounds__(256) kiln_reduce_block(const P p) {
-  __shared__ Acc shared[256];
-  for (i64 b = blockIdx.x; b < p.outputs * p.chunks; b += gridDim.x) {
-    const i64 o = b / p.chunks, chunk = b - o * p.chunks;
-    const i64 base = base_of(p, o);
-    const i64 first = chunk * p.chunk_length;
-    const i64 last = min(p.length, first + p.chunk_length);
-    Acc a = init();
-    for (i64 j = first + threadIdx.x; j < last; j += blockDim.x) step(a, LOAD, j);
-    shared[threadIdx.x] = a;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s) combine(shared[threadIdx.x], shared[threadIdx.x + s]);
-      __syncthreads();
+    const i64 head = min(last - first, (i64)((16 - ((u64)(line + first) & 15)) & 15) / (i64)sizeof(S));
+    if (lane < head) step(a, ld(line[first + lane]), first + lane);
+    const i64 start = first + head;
+    const i64 vectors = (last - start) / VEC;
+    const V* v = (const V*)(line + start);
+    i64 k = lane;
+    for (; k + 3 * GROUP < vectors; k += 4 * GROUP) {
+      V x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = v[k + u * GROUP];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) step(a, ld(x[u].s[e]), start + (k + u * GROUP) * VEC + e);
+      }
     }
-    if (threadIdx.x == 0) {
-      if (p.chunks == 1) write(p, o, shared[0]);
-      else *(Acc*)(p.scratch + (u64)b * 32) = shared[0];
+    for (; k < vectors; k += GROUP) {
+      const V x = v[k];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) step(a, ld(x.s[e]), start + k * VEC + e);
     }
-    __syncthreads();
-  }
-}
-extern "C" __global__ void kiln_reduce_finish(const P p) {
-  for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < p.outputs; o += (i64)gridDim.x * blockDim.x) {
-    Acc a = *(const Acc*)(p.scratch + (u64)(o * p.chunks) * 32);
-    for (i64 c = 1; c < p.chunks; ++c) combine(a, *(const Acc*)(p.scratch + (u64)(o * p.chunks + c) * 32));
-    write(p, o, a);
+    const i64 tail = start + vectors * VEC + lane;
+    if (tail < last) step(a, ld(line[tail]), tail);
+    a = group_reduce<GROUP>(a);
+    if (lane == 0) finish_or_keep(p, o, chunk, a);
   }
 }
 )CUDA";
-  // LOAD stands for the element load in the template above.
-  std::string out;
-  std::size_t from = 0;
-  for (std::size_t at = s.find("LOAD"); at != std::string::npos; at = s.find("LOAD", from)) {
-    out.append(s, from, at - from).append(load);
-    from = at + 4;
+
+// Strided lines. A block is 256 / lanes column threads by `lanes` row lanes (whole warps on
+// adjacent columns: coalesced); a thread keeps N adjacent outputs, read with one N-wide load.
+// Row lane r takes rows first + r, first + r + lanes, ... of its chunk (increasing), then the
+// lanes' partials meet in shared memory and lane 0 combines them in order.
+constexpr const char* kColumns = R"CUDA(
+template <int N> __device__ __forceinline__ void reduce_columns(const P& p) {
+  __shared__ Acc partials[256 * N];  // [row lane][element][column thread]
+  const int lanes = p.lanes;
+  const int width = (int)blockDim.x / lanes;
+  const int column = (int)threadIdx.x % width, row_lane = (int)threadIdx.x / width;
+  const i64 groups = p.outputs / N;
+  const i64 tiles = (groups + width - 1) / width;
+  for (i64 item = blockIdx.x; item < tiles * p.chunks; item += gridDim.x) {
+    const i64 chunk = item / tiles, tile = item - chunk * tiles;
+    const i64 g = tile * width + column;
+    const bool valid = g < groups;
+    const i64 first = chunk * p.chunk_length;
+    const i64 last = min(p.length, first + p.chunk_length);
+    Acc a[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) a[e] = init();
+    if (valid) {
+      const S* at = (const S*)p.in + base_of(p, g * N);
+      i64 j = first + row_lane;
+      for (; j + 3 * lanes < last; j += 4 * lanes) {
+        Pack<N> x[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) x[u] = *(const Pack<N>*)(at + (j + u * lanes) * p.reduce_stride);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) step(a[e], ld(x[u].s[e]), j + u * lanes);
+        }
+      }
+      for (; j < last; j += lanes) {
+        const Pack<N> x = *(const Pack<N>*)(at + j * p.reduce_stride);
+#pragma unroll
+        for (int e = 0; e < N; ++e) step(a[e], ld(x.s[e]), j);
+      }
+    }
+    if (lanes > 1) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) partials[(row_lane * N + e) * width + column] = a[e];
+      __syncthreads();
+      if (row_lane == 0) {
+        for (int r = 1; r < lanes; ++r) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) combine(a[e], partials[(r * N + e) * width + column]);
+        }
+      }
+    }
+    if (row_lane == 0 && valid) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) finish_or_keep(p, g * N + e, chunk, a[e]);
+    }
+    if (lanes > 1) __syncthreads();
   }
-  return out.append(s, from, std::string::npos);
+}
+)CUDA";
+
+// A GROUP per output: its chunks' partials (scratch[chunk][output]) combined in a fixed order.
+constexpr const char* kFinish = R"CUDA(
+template <int GROUP> __device__ __forceinline__ void reduce_finish(const P& p) {
+  const int lane = (int)(threadIdx.x % GROUP);
+  const i64 per_block = blockDim.x / GROUP;
+  const Acc* partials = (const Acc*)p.scratch;
+  for (i64 o = blockIdx.x * per_block + threadIdx.x / GROUP; o < p.outputs; o += (i64)gridDim.x * per_block) {
+    Acc a = init();
+    for (i64 c = lane; c < p.chunks; c += GROUP) combine(a, partials[c * p.outputs + o]);
+    a = group_reduce<GROUP>(a);
+    if (lane == 0) write(p, o, a);
+  }
+}
+)CUDA";
+
+std::string entry(ReduceKernel k) {
+  const std::string head = std::string("extern \"C\" __global__ void __launch_bounds__(256, 4) ") +
+                           reduce_kernel_name(k) + "(const P p) { ";
+  switch (k) {
+    case ReduceKernel::LinesWarp: return kLines + head + "reduce_lines<32>(p); }\n";
+    case ReduceKernel::LinesBlock: return kLines + head + "reduce_lines<256>(p); }\n";
+    case ReduceKernel::Columns: return kColumns + head + "reduce_columns<1>(p); }\n";
+    case ReduceKernel::ColumnsVector: return kColumns + head + "reduce_columns<VECTOR>(p); }\n";
+    case ReduceKernel::FinishWarp: return kFinish + head + "reduce_finish<32>(p); }\n";
+    case ReduceKernel::FinishBlock: return kFinish + head + "reduce_finish<256>(p); }\n";
+  }
+  return {};
 }
 
 }  // namespace
 
-std::string reduce_kernel_source(Reducer r, DType dtype, DType out_dtype) {
-  return reduce_source(r, dtype, out_dtype);
+std::string reduce_kernel_source(ReduceKernel kernel, Reducer r, DType dtype, DType out_dtype) {
+  const std::string S = storage_type(dtype);
+  const int vector = static_cast<int>(std::min<std::size_t>(4, 16 / dtype_size(dtype)));
+  std::string s = kernel_prelude() + kParams;
+  s += "typedef " + S + " S;\n";
+  s += "constexpr int VECTOR = " + std::to_string(vector) + ";\n";
+  s += "__device__ __forceinline__ " + std::string(compute_type(dtype)) + " ld(S v) { return " +
+       load_expression(dtype, "v") + "; }\n";
+  s += reducer_source(r, dtype, out_dtype);
+  s += kCommon;
+  return s + entry(kernel);
 }
 
 }  // namespace kiln::cuda
