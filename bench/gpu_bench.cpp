@@ -4,11 +4,15 @@
 // bench/report_gpu.py can print floors. memcpy_d2d measures the copy bandwidth those floors use.
 // bench/run_gpu.sh runs this and bench/peer_torch_gpu.py in one go and prints the table.
 #include <benchmark/benchmark.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <nvrtc.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -234,6 +238,91 @@ void BM_cumsum(benchmark::State& state) {
   state.counters["bytes"] = static_cast<double>(n) * 8;
 }
 
+// launch_floor: the host cost of launching an empty kernel through the driver (cuLaunchKernel,
+// one block of 256 threads, an 88-byte parameter block like the flat elementwise kernel's), in
+// bursts of 200 timed by wall clock as gpu_ops_bench's small_add_host. The part of a small op's
+// host cost that no framework on this driver can remove.
+// A driver entry point through cudart (this program does not link libcuda, so it starts and
+// skips on machines without a driver).
+template <class Function>
+Function driver(const char* symbol);
+
+// Driver results by number: cuGetErrorString would need libcuda at link time.
+void check_driver(CUresult status, const char* call) {
+  if (status != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string(call) + " failed with CUresult " + std::to_string(status));
+  }
+}
+
+template <class Function>
+Function driver(const char* symbol) {
+  void* pointer = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  KILN_CUDA_CHECK("bench", cudaGetDriverEntryPointByVersion(symbol, &pointer, 12000,
+                                                            cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || pointer == nullptr) {
+    throw std::runtime_error(std::string("no driver entry point ") + symbol);
+  }
+  return reinterpret_cast<Function>(pointer);
+}
+
+CUfunction empty_kernel() {
+  static CUfunction function = [] {
+    const char* source =
+        "struct P { unsigned long long w[11]; };\n"
+        "extern \"C\" __global__ void kiln_bench_empty(const P p) {\n"
+        "  if (p.w[0] == 1 && threadIdx.x == 1234) ((unsigned long long*)p.w[1])[0] = 0; }\n";
+    nvrtcProgram program = nullptr;
+    KILN_CUDA_CHECK("bench", nvrtcCreateProgram(&program, source, "empty.cu", 0, nullptr, nullptr));
+    int major = 0, minor = 0;
+    KILN_CUDA_CHECK("bench", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    KILN_CUDA_CHECK("bench", cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    const std::string arch = "--gpu-architecture=sm_" + std::to_string(major * 10 + minor);
+    const char* options[] = {arch.c_str()};
+    KILN_CUDA_CHECK("bench", nvrtcCompileProgram(program, 1, options));
+    std::size_t size = 0;
+    KILN_CUDA_CHECK("bench", nvrtcGetCUBINSize(program, &size));
+    std::string cubin(size, '\0');
+    KILN_CUDA_CHECK("bench", nvrtcGetCUBIN(program, cubin.data()));
+    nvrtcDestroyProgram(&program);
+    KILN_CUDA_CHECK("bench", cudaFree(nullptr));  // the primary context, current
+    CUmodule module = nullptr;
+    check_driver(driver<decltype(&cuModuleLoadData)>("cuModuleLoadData")(&module, cubin.data()),
+                 "cuModuleLoadData");
+    CUfunction f = nullptr;
+    check_driver(driver<decltype(&cuModuleGetFunction)>("cuModuleGetFunction")(
+                     &f, module, "kiln_bench_empty"),
+                 "cuModuleGetFunction");
+    return f;
+  }();
+  return function;
+}
+
+void BM_launch_floor(benchmark::State& state) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  constexpr int kBurst = 200;
+  CUfunction function = empty_kernel();
+  const auto launch = driver<decltype(&cuLaunchKernel)>("cuLaunchKernel");
+  cudaStream_t stream = bench_stream();
+  unsigned long long params[11] = {};
+  void* args[] = {params};
+  for (auto _ : state) {
+    KILN_CUDA_CHECK("bench", cudaStreamSynchronize(stream));
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBurst; ++i) {
+      check_driver(launch(function, 1, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
+    }
+    const auto queued = std::chrono::steady_clock::now();
+    KILN_CUDA_CHECK("bench", cudaStreamSynchronize(stream));
+    state.SetIterationTime(std::chrono::duration<double>(queued - start).count() / kBurst);
+  }
+}
+
+BENCHMARK(BM_launch_floor)
+    ->Name("launch_floor")
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(50);
 BENCHMARK(BM_memcpy_d2d)
     ->Name("memcpy_d2d")
     ->UseManualTime()

@@ -98,6 +98,7 @@ def main():
     add("log_softmax 8192^2 f32", "log_softmax/8192", FLOOR_TARGET)
     add("chain8 4096^2 f32 eager", "chain8/4096", "ratio >= 1")
     add("small add 16 f32 host/op (torch: Python)", "small_add_host/16", "<= 3 us")
+    add("empty kernel launch host/op (driver floor)", "launch_floor")
     add("conv2d 32x64x56x56 3x3 f32", "conv2d/f32", "", PEAK["f32"])
     add("conv2d 32x64x56x56 3x3 bf16", "conv2d/bf16", "", PEAK["bf16"])
     add("topk 8 of 4096x32768 f32", "tensor_topk/4096/32768/8")
