@@ -162,7 +162,7 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     }
     if (aligned) {
       CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_vec", source);
-      runtime.launch(op.name, function, runtime.blocks_for(n / kVectorWidth, kThreads), kThreads, &p);
+      runtime.launch(op.name, function, runtime.blocks_for((n / kVectorWidth + kVectorUnroll - 1) / kVectorUnroll, kThreads), kThreads, &p);
       return;
     }
     CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_flat", source);

@@ -27,6 +27,8 @@ inline constexpr std::size_t kMaxDims = 12;     // after merging dims that are c
 inline constexpr std::size_t kMaxScalars = 4;
 // Elements per thread step of the vector kernel (kiln_elementwise_vec).
 inline constexpr std::int64_t kVectorWidth = 4;
+// Vectors per thread and loop step of that kernel (their loads are all in flight together).
+inline constexpr std::int64_t kVectorUnroll = 2;
 
 // Up to four dtypes, stored inline.
 class DTypeList {

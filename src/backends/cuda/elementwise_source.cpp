@@ -58,9 +58,10 @@ std::string kernel_tail(const ElementwiseOp& op) {
 }
 
 // The flat case with every pointer aligned to kVectorWidth elements: each thread moves
-// kVectorWidth consecutive elements of every operand per step with one wide load or store (16
-// bytes for f32), so a 4096^2 map issues a quarter of the memory instructions. The n %
-// kVectorWidth elements past the last whole vector take the scalar loop.
+// kVectorWidth consecutive elements of every operand with one wide load or store (16 bytes for
+// f32), kVectorUnroll such vectors per loop step, so a 4096^2 map issues a quarter of the memory
+// instructions with more of them in flight. The n % kVectorWidth elements past the last whole
+// vector take the scalar loop.
 std::string vector_kernel(const ElementwiseOp& op) {
   static const char* names[] = {"a", "b", "c"};
   const std::string width = std::to_string(kVectorWidth);
@@ -76,28 +77,39 @@ std::string vector_kernel(const ElementwiseOp& op) {
     s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
          std::to_string(k) + "]);\n";
   }
-  s += "  const i64 step = (i64)gridDim.x * blockDim.x;\n";
+  const std::string unroll = std::to_string(kVectorUnroll);
+  s += "  const i64 threads = (i64)gridDim.x * blockDim.x;\n";
   s += "  const i64 vectors = p.n / " + width + ";\n";
-  s += "  for (i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x; c < vectors; c += step) {\n";
+  // kVectorUnroll vectors per thread and step, a block's width apart (loads stay coalesced):
+  // every load of a step is issued before the first result is needed.
+  s += "  for (i64 c0 = blockIdx.x * (i64)blockDim.x * " + unroll +
+       " + threadIdx.x; c0 < vectors; c0 += threads * " + unroll + ") {\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-    s += "    const " + vector_type(op.inputs[k]) + " v" + std::to_string(k + 1) + " = ((const " +
-         vector_type(op.inputs[k]) + "*)p.ptr[" + std::to_string(k + 1) + "])[c];\n";
+    s += "    " + vector_type(op.inputs[k]) + " v" + std::to_string(k + 1) + "[" + unroll + "];\n";
   }
-  s += "    " + vector_type(op.output) + " v0;\n";
-  s += "#pragma unroll\n    for (int j = 0; j < " + width + "; ++j) {\n";
-  s += "      const i64 i = c * " + width + " + j;\n      (void)i;\n";
+  s += "#pragma unroll\n    for (int u = 0; u < " + unroll + "; ++u) {\n";
+  s += "      const i64 c = c0 + u * (i64)blockDim.x;\n      if (c >= vectors) break;\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-    s += "      const " + std::string(compute_type(op.inputs[k])) + " " + names[k] + " = " +
-         load_expression(op.inputs[k], "v" + std::to_string(k + 1) + ".v[j]") + ";\n";
+    s += "      v" + std::to_string(k + 1) + "[u] = ((const " + vector_type(op.inputs[k]) +
+         "*)p.ptr[" + std::to_string(k + 1) + "])[c];\n";
   }
-  s += "      const " + std::string(compute_type(op.value_dtype)) + " value = (" +
+  s += "    }\n#pragma unroll\n    for (int u = 0; u < " + unroll + "; ++u) {\n";
+  s += "      const i64 c = c0 + u * (i64)blockDim.x;\n      if (c >= vectors) break;\n";
+  s += "      " + vector_type(op.output) + " v0;\n";
+  s += "#pragma unroll\n      for (int j = 0; j < " + width + "; ++j) {\n";
+  s += "        const i64 i = c * " + width + " + j;\n        (void)i;\n";
+  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    s += "        const " + std::string(compute_type(op.inputs[k])) + " " + names[k] + " = " +
+         load_expression(op.inputs[k], "v" + std::to_string(k + 1) + "[u].v[j]") + ";\n";
+  }
+  s += "        const " + std::string(compute_type(op.value_dtype)) + " value = (" +
        std::string(op.expression.view()) + ");\n";
-  s += "      v0.v[j] = " +
+  s += "        v0.v[j] = " +
        store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")) +
-       ";\n    }\n";
-  s += "    ((" + vector_type(op.output) + "*)p.ptr[0])[c] = v0;\n  }\n";
+       ";\n      }\n";
+  s += "      ((" + vector_type(op.output) + "*)p.ptr[0])[c] = v0;\n    }\n  }\n";
   s += "  for (i64 i = vectors * " + width +
-       " + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += step) {\n";
+       " + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += threads) {\n";
   const std::size_t count = op.inputs.size() + 1;
   for (std::size_t k = 0; k < count; ++k) s += "    const i64 o" + std::to_string(k) + " = i;\n";
   return s + kernel_tail(op);
