@@ -45,34 +45,8 @@ void expect_same(const Device& gpu, const Build& build, double tolerance, const 
   expect_near_all(got, want, tolerance, what);
 }
 
-// Random values on the CPU (the same on both devices once moved), as dtype.
-Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed, double lo, double hi,
-                      bool round = false) {
-  Device::cpu().seed(seed);
-  Primitive p =
-      detail::random(shape, Distribution::uniform(lo, hi), DType::F64, Device::cpu(), Kind::Float);
-  auto values = detail::into_data(p).to_f64_vec();
-  if (round) {
-    for (double& v : values) v = std::round(v);
-  }
-  return detail::from_data(TensorData::from_vec(values, shape).convert(dtype), Device::cpu(),
-                           is_float(dtype) ? Kind::Float : Kind::Int, shape.rank());
-}
-
-double tolerance_of(DType dtype) {
-  switch (dtype) {
-    case DType::F64:
-      return 1e-12;
-    case DType::F32:
-      return 1e-5;
-    case DType::F16:
-      return 2e-3;
-    case DType::BF16:
-      return 1.6e-2;
-    default:
-      return 0;
-  }
-}
+using test::host_random;
+using test::tolerance_of;
 
 std::string compile(const std::string& source) {
   nvrtcProgram program = nullptr;

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <cmath>
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include "backend/cuda_plugin.h"
+#include "kiln/detail/tensor_ops.h"
 
 namespace kiln::test {
 
@@ -19,6 +22,39 @@ inline std::optional<Device> first_gpu(std::string& reason) {
 
 inline KernelCacheStats kernel_stats(const Device& device) {
   return cuda_plugin(nullptr)->kernel_cache_stats(device.index());
+}
+
+// Random values drawn on the CPU (the same on both devices once moved), uniform in [lo, hi),
+// rounded to integers when round is set, as dtype.
+inline Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed, double lo,
+                             double hi, bool round = false) {
+  Device::cpu().seed(seed);
+  const Primitive p =
+      detail::random(shape, Distribution::uniform(lo, hi), DType::F64, Device::cpu(), Kind::Float);
+  auto values = detail::into_data(p).to_f64_vec();
+  if (round) {
+    for (double& v : values) v = std::round(v);
+  }
+  return detail::from_data(
+      TensorData::from_vec(values, shape).convert(dtype), Device::cpu(),
+      is_float(dtype) ? Kind::Float : (dtype == DType::Bool ? Kind::Bool : Kind::Int),
+      shape.rank());
+}
+
+// Relative tolerance of a result computed in the dtype's compute type and rounded once.
+inline double tolerance_of(DType dtype) {
+  switch (dtype) {
+    case DType::F64:
+      return 1e-12;
+    case DType::F32:
+      return 1e-5;
+    case DType::F16:
+      return 2e-3;
+    case DType::BF16:
+      return 1.6e-2;
+    default:
+      return 0;
+  }
 }
 
 }  // namespace kiln::test
