@@ -240,7 +240,7 @@ void small_add_host(benchmark::State& state) {
     std::vector<double> want(16);
     for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<double>(a[i] + b[i]);
     expect_all_near(host(x + y), want, 0, 0, "small_add");
-    double drain = 0;
+    double drain = 0, queued_total = 0;
     for (auto _ : state) {
       device.sync();
       const auto start = Clock::now();
@@ -251,12 +251,17 @@ void small_add_host(benchmark::State& state) {
       const auto queued = Clock::now();
       device.sync();
       drain += seconds_since(queued);
-      state.SetIterationTime(std::chrono::duration<double>(queued - start).count() / kBurst);
+      const double host = std::chrono::duration<double>(queued - start).count();
+      queued_total += host;
+      state.SetIterationTime(host / kBurst);
     }
     expect_all_near(host(x + y), want, 0, 0, "small_add");
-    state.counters["gpu_drain_us"] =
-        1e6 * drain /
+    const auto bursts =
         static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+    state.counters["gpu_drain_us"] = 1e6 * drain / bursts;
+    // Burst plus drain, per op: the rate at which the driver takes launches, whichever thread
+    // makes them.
+    state.counters["total_us_per_op"] = 1e6 * (queued_total + drain) / bursts / kBurst;
   });
 }
 

@@ -15,14 +15,20 @@ the host time of a burst of 200 adds with no sync inside, per add, from Python: 
 compare kiln with. conv2d/* is torch.nn.functional.conv2d through cuDNN (default algorithm
 choice; tf32 off, since kiln's f32 conv computes in f32).
 
-  python3 bench/peer_torch_gpu.py [--repeats 20] [--out torch_gpu.json]
+  python3 bench/peer_torch_gpu.py [--repeats 20] [--out torch_gpu.json] [--filter REGEX]
+
+--filter times only the rows whose name matches (re.search), as --benchmark_filter does for the
+kiln programs.
 """
 import argparse
 import json
+import re
 import statistics
 import time
 
 import torch
+
+ROWS = re.compile(".")  # --filter
 
 
 def median_seconds(fn, repeats, warmup=3):
@@ -80,6 +86,8 @@ def tensor_api_rows(results, dev, g, repeats):
     """gpu_ops_bench's rows; OPS and ITERS as there."""
 
     def record(name, fn, ops, iters=5):
+        if not ROWS.search(name):
+            return
         results[name] = {"median_s": wall_seconds(fn, ops, iters, repeats), "repeats": repeats,
                          "timing": "wall clock + synchronize"}
 
@@ -100,9 +108,10 @@ def tensor_api_rows(results, dev, g, repeats):
 
     a = torch.rand(16, device=dev, generator=g) - 0.5
     b = torch.rand(16, device=dev, generator=g) - 0.5
-    results["small_add_host/16"] = {
-        "median_s": host_burst_seconds(lambda: a + b, 200, 50, repeats), "repeats": repeats,
-        "timing": "host wall clock of a burst of 200, Python"}
+    if ROWS.search("small_add_host/16"):
+        results["small_add_host/16"] = {
+            "median_s": host_burst_seconds(lambda: a + b, 200, 50, repeats), "repeats": repeats,
+            "timing": "host wall clock of a burst of 200, Python"}
 
     torch.backends.cudnn.allow_tf32 = False
     for name, dtype in (("conv2d/f32", torch.float32), ("conv2d/bf16", torch.bfloat16)):
@@ -124,12 +133,17 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out")
+    parser.add_argument("--filter", default=".")
     args = parser.parse_args()
+    global ROWS
+    ROWS = re.compile(args.filter)
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     results = {"torch_version": torch.__version__, "device": torch.cuda.get_device_name()}
 
     def record(name, fn, repeats=args.repeats):
+        if not ROWS.search(name):
+            return
         results[name] = {"median_s": median_seconds(fn, repeats), "repeats": repeats,
                          "timing": "CUDA events"}
 

@@ -19,6 +19,22 @@ import sys
 UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+# Per-iteration counters a row may carry (google benchmark's user counters).
+COUNTERS = ("flops", "bytes", "kernels", "gpu_drain_us", "total_us_per_op")
+
+
+def load_peer(path, complaint):
+    """A peer's JSON results ({} when path is None); an unreadable file is reported, not fatal."""
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        print(f"{complaint} ({error})", file=sys.stderr)
+        return {}
+
+
 def load_kiln(path):
     """name -> {"median": s, "best": s, "flops"/"bytes": per iteration, "error": message}."""
     try:
@@ -38,14 +54,15 @@ def load_kiln(path):
             row["error"] = e.get("error_message", "error")
             continue
         seconds = e["real_time"] * UNIT_SECONDS[e.get("time_unit", "ns")]
+        counters = {c: e[c] for c in COUNTERS if c in e}
         if e.get("run_type") == "aggregate":
             if e.get("aggregate_name") == "median":
                 row["median"] = seconds
+                row.update(counters)  # the median of the repeats' counters
             continue
         row["samples"].append(seconds)
-        for counter in ("flops", "bytes", "kernels", "gpu_drain_us"):  # per iteration
-            if counter in e:
-                row[counter] = e[counter]
+        for counter, value in counters.items():
+            row.setdefault(counter, value)
     for row in out.values():
         samples = sorted(row.pop("samples"))
         if samples:
@@ -78,13 +95,7 @@ def main():
             kiln.update(load_kiln(path))
         except (OSError, ValueError, KeyError) as error:
             print(f"report: skipping {path} ({error})", file=sys.stderr)
-    peer = {}
-    if args.peer_json:
-        try:
-            with open(args.peer_json) as f:
-                peer = json.load(f)
-        except (OSError, ValueError) as error:
-            print(f"report: no peer figures ({error})", file=sys.stderr)
+    peer = load_peer(args.peer_json, "report: no peer figures")
 
     def median(name):
         return kiln.get(name, {}).get("median")

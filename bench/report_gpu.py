@@ -22,7 +22,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import fmt_time, load_kiln  # noqa: E402  (same JSON reading as the CPU table)
+from report import fmt_time, load_kiln, load_peer  # noqa: E402  (same JSON reading as the CPU table)
 
 PEAK = {"bf16": 989e12, "f16": 989e12, "f32": 67e12, "tf32": 495e12}
 KIND = {0: "bf16", 1: "f16", 2: "f32", 3: "tf32"}
@@ -35,6 +35,8 @@ def main():
     parser.add_argument("torch_json", nargs="?")
     parser.add_argument("--extra", action="append", default=[],
                         help="results of another kiln benchmark binary (repeatable)")
+    parser.add_argument("--inline", help="gpu_ops_bench's small_add_host with KILN_CUDA_DISPATCH=inline")
+    parser.add_argument("--cpp-peer", help="bench/peer_libtorch_host's output (torch's C++ API)")
     parser.add_argument("--json")
     args = parser.parse_args()
     loaded = load_kiln(args.kiln_json)
@@ -42,20 +44,19 @@ def main():
         loaded.update(load_kiln(path))
     # Manual timing adds "/manual_time" to every name.
     kiln = {name.replace("/manual_time", ""): row for name, row in loaded.items()}
-    peer = {}
-    if args.torch_json:
-        try:
-            with open(args.torch_json) as f:
-                peer = json.load(f)
-        except (OSError, ValueError) as error:
-            print(f"report_gpu: no torch figures ({error})", file=sys.stderr)
+    peer = load_peer(args.torch_json, "report_gpu: no torch figures")
+    cpp_peer = load_peer(args.cpp_peer, "report_gpu: no libtorch figures")
+
+    if args.inline:
+        for name, row in load_kiln(args.inline).items():
+            kiln[name.replace("/manual_time", "") + "/inline"] = row
 
     copy = kiln.get("memcpy_d2d", {})
     bandwidth = copy["bytes"] / copy["median"] if "median" in copy and "bytes" in copy else None
 
     rows = []
 
-    def add(workload, name, target="", peak=None, torch_name=None):
+    def add(workload, name, target="", peak=None, torch_name=None, peer=peer):
         row = kiln.get(name, {})
         ours = row.get("median")
         torch_row = peer.get(torch_name or name)
@@ -69,6 +70,8 @@ def main():
             floor = row["bytes"] / bandwidth if bandwidth and name != "memcpy_d2d" else None
         elif ours and "kernels" in row:
             rate = f"{row['kernels']:.0f} kernels"
+        elif ours and "total_us_per_op" in row:  # with the wait for the queued work, per op
+            rate = f"{row['total_us_per_op']:.2f} us/op with drain"
         elif ours and "gpu_drain_us" in row:  # GPU work still queued when the burst ended
             rate = f"drain {row['gpu_drain_us']:.0f} us"
         rows.append({"workload": workload, "name": name, "kiln_median_s": ours,
@@ -98,6 +101,10 @@ def main():
     add("log_softmax 8192^2 f32", "log_softmax/8192", FLOOR_TARGET)
     add("chain8 4096^2 f32 eager", "chain8/4096", "ratio >= 1")
     add("small add 16 f32 host/op (torch: Python)", "small_add_host/16", "<= 3 us")
+    if cpp_peer:
+        add("small add 16 f32 host/op (torch: C++)", "small_add_host/16", "<= 3 us", peer=cpp_peer)
+    add("small add, launched on the caller's thread", "small_add_host/16/inline", "", None,
+        "small_add_host/16")
     add("empty kernel launch host/op (driver floor)", "launch_floor")
     add("conv2d 32x64x56x56 3x3 f32", "conv2d/f32", "", PEAK["f32"])
     add("conv2d 32x64x56x56 3x3 bf16", "conv2d/bf16", "", PEAK["bf16"])
@@ -140,10 +147,13 @@ def main():
         print(f"copy bandwidth (memcpy_d2d, read + write): {bandwidth / 1e9:.0f} GB/s")
     if peer:
         print(f"peer: torch {peer.get('torch_version', '?')} on {peer.get('device', '?')}")
+    if cpp_peer:
+        print(f"C++ peer: torch {cpp_peer.get('torch_version', '?')} (bench/peer_libtorch_host.cpp)")
     print("ratio = torch time / kiln time (> 1: kiln faster). (lib): kiln_cuda_lib's raw functions,")
     print("CUDA events; other rows: kiln's tensor API, wall clock + sync per op (torch alike).")
-    print("small add: host time per op in bursts of 200 without sync (drain: the wait at the sync")
-    print("after a burst). conv2d: torch through cuDNN, tf32 off. NVRTC/disk cache: per kernel, in")
+    print("small add: host time per op in bursts of 200 without sync; 'with drain' adds the wait at")
+    print("the sync after a burst (the driver's launch rate). 'caller's thread': KILN_CUDA_DISPATCH=")
+    print("inline, no launcher thread. conv2d: torch through cuDNN, tf32 off. NVRTC/disk cache: per kernel, in")
     print("fresh processes on an empty, then a filled cache dir.")
     if args.json:
         with open(args.json, "w") as f:

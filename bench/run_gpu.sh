@@ -27,14 +27,37 @@ if [ -x "$ops" ]; then
     --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/gpu_ops_bench.json" --benchmark_out_format=json
   extra=(--extra "$out/gpu_ops_bench.json")
+  # The small add again with launches on the calling thread (no launcher thread).
+  if [[ "$filter" == . || "small_add_host" =~ $filter ]]; then
+    KILN_CUDA_DISPATCH=inline "$ops" --benchmark_filter='small_add_host' \
+      --benchmark_repetitions="$repeats" --benchmark_display_aggregates_only=true \
+      --benchmark_out="$out/gpu_ops_inline.json" --benchmark_out_format=json
+    extra+=(--inline "$out/gpu_ops_inline.json")
+  fi
 else
   echo "run_gpu: $ops not found; no tensor-API rows" >&2
 fi
 python=${KILN_PEER_PYTHON:-python3}
 peer=""
 if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  "$python" bench/peer_torch_gpu.py --repeats "$repeats" --out "$out/torch_gpu.json" > /dev/null
+  "$python" bench/peer_torch_gpu.py --repeats "$repeats" --filter "$filter" --out "$out/torch_gpu.json" > /dev/null
   peer="$out/torch_gpu.json"
+  # torch's C++ API for the small add's host cost, built against the same torch (its headers and
+  # libraries ship in the wheel); skipped when that build fails.
+  torch_dir=$("$python" -c "import os, torch; print(os.path.dirname(torch.__file__))")
+  torch_version=$("$python" -c "import torch; print(torch.__version__)")
+  abi=$("$python" -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
+  if [[ "$filter" == . || "small_add_host" =~ $filter ]] &&
+     g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" -DKILN_TORCH_VERSION="\"$torch_version\"" \
+       -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" \
+       bench/peer_libtorch_host.cpp -o "$out/peer_libtorch_host" -L"$torch_dir/lib" \
+       -Wl,--no-as-needed -ltorch_cuda -ltorch_cpu -ltorch -lc10 -Wl,-rpath,"$torch_dir/lib" \
+       2>"$out/peer_libtorch_host.log"; then
+    "$out/peer_libtorch_host" --repeats "$repeats" --out "$out/libtorch_host.json" > /dev/null &&
+      extra+=(--cpp-peer "$out/libtorch_host.json")
+  else
+    echo "run_gpu: no libtorch C++ peer (see $out/peer_libtorch_host.log)" >&2
+  fi
 else
   echo "run_gpu: $python has no torch with CUDA; no peer figures" >&2
 fi

@@ -59,8 +59,9 @@ void expect_compiles(const ElementwiseOp& op, std::string_view what) {
   const std::string source = elementwise_source(op);
   EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise(const P p)"), std::string::npos) << what;
   EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise_flat(const PF p)"), std::string::npos) << what;
-  EXPECT_EQ(source.find("void __launch_bounds__(256) kiln_elementwise_vec(const PF p)") != std::string::npos,
-            op.gathered_input < 0)
+  const std::string vec = "void __launch_bounds__(" + std::to_string(vector_shape().threads) +
+                          ") kiln_elementwise_vec(const PF p)";
+  EXPECT_EQ(source.find(vec) != std::string::npos, op.gathered_input < 0)
       << what;
   const std::string log = compile(source);
   EXPECT_TRUE(log.empty()) << what << ":\n" << log.substr(0, 4000);

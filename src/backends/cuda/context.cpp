@@ -35,10 +35,13 @@ Context::Context(int index) : index_(index) {
   error_word_host_ = static_cast<volatile std::uint32_t*>(host);
   *error_word_host_ = 0;
   KILN_CUDA_CHECK(op, cuMemHostGetDevicePointer(&error_word_device_, host, 0));
+  dispatcher_ = std::make_unique<Dispatcher>(context_, stream_, index_);
 }
 
 Context::~Context() {
-  // Best effort: errors at teardown have nobody to report to.
+  // Best effort: errors at teardown have nobody to report to. The launcher goes first: it
+  // launches on the stream.
+  dispatcher_.reset();
   cuCtxSetCurrent(context_);
   if (stream_ != nullptr) cuStreamDestroy(stream_);
   if (error_word_host_ != nullptr) cuMemFreeHost(const_cast<std::uint32_t*>(error_word_host_));
@@ -82,7 +85,7 @@ void Context::forget_launches() noexcept { launch_count_.store(0, std::memory_or
 
 void Context::synchronize(const char* op) {
   make_current();
-  const CUresult status = cuStreamSynchronize(stream_);
+  const CUresult status = cuStreamSynchronize(stream());
   if (status != CUDA_SUCCESS) {
     const char* text = nullptr;
     cuGetErrorString(status, &text);
@@ -93,6 +96,7 @@ void Context::synchronize(const char* op) {
 }
 
 void Context::throw_pending(const char* op) {
+  dispatcher_->throw_refused(op);
   const std::uint32_t token = *error_word_host_;
   if (token == 0) {
     forget_launches();

@@ -9,9 +9,12 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "backends/cuda/dispatcher.h"
 
 namespace kiln::cuda {
 
@@ -25,7 +28,19 @@ class Context {
   int index() const noexcept { return index_; }
   CUdevice device() const noexcept { return device_; }
   CUcontext context() const noexcept { return context_; }
-  CUstream stream() const noexcept { return stream_; }
+  // The stream, once every launch queued by launch() has been handed to the driver (see
+  // dispatcher.h): whatever the caller queues on it next comes after them.
+  CUstream stream() noexcept {
+    dispatcher_->drain();
+    return stream_;
+  }
+  // Launches on the calling thread from now on (Dispatcher::stop): at exit.
+  void stop_dispatch() noexcept { dispatcher_->stop(); }
+  // Queues a launch of function (1-D grid) on the stream, after everything queued before.
+  void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+              unsigned shared_bytes, const void* params, std::size_t bytes) {
+    dispatcher_->submit(op, function, blocks, threads, shared_bytes, params, bytes);
+  }
   int major() const noexcept { return major_; }
   int minor() const noexcept { return minor_; }
   int sm_count() const noexcept { return sm_count_; }
@@ -71,6 +86,7 @@ class Context {
   static constexpr std::uint32_t kLaunchNames = 16;
   std::array<std::atomic<const char*>, kLaunchNames> launched_{};
   std::atomic<std::uint32_t> launch_count_{0};
+  std::unique_ptr<Dispatcher> dispatcher_;
 };
 
 // Driver initialisation once per process; false with the reason when there is no driver/GPU.

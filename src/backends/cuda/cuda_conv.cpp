@@ -207,7 +207,7 @@ void im2col(Runtime& runtime, const CudaTensor& x, std::int64_t first, std::int6
   CUfunction function =
       runtime.compiler.function(key, "kiln_im2col", [&] { return im2col_source(dtype); });
   constexpr unsigned kBlock = 256;
-  runtime.launch(op, function, runtime.blocks_for(p.total, kBlock), kBlock, &p);
+  runtime.launch(op, function, runtime.blocks_for(p.total, kBlock), kBlock, p);
 }
 
 // y (contiguous [images, channels, in...]) = col2im of col (+ bias[c] when given).
@@ -237,7 +237,7 @@ void col2im(Runtime& runtime, DType dtype, CUdeviceptr col, std::int64_t images,
   CUfunction function =
       runtime.compiler.function(key, "kiln_col2im", [&] { return col2im_source(dtype); });
   constexpr unsigned kBlock = 256;
-  runtime.launch(op, function, runtime.blocks_for(p.total, kBlock), kBlock, &p);
+  runtime.launch(op, function, runtime.blocks_for(p.total, kBlock), kBlock, p);
 }
 
 // One operand of the products below: matrix (i, j) of group g and image n at

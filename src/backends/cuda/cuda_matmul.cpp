@@ -157,7 +157,7 @@ void int_matmul(Runtime& runtime, const CudaTensor& a, const CudaTensor& b, cons
   CUfunction function =
       runtime.compiler.function(key, "kiln_int_matmul", [&] { return int_matmul_source(dtype); });
   constexpr unsigned kBlock = 256;
-  runtime.launch(op, function, runtime.blocks_for(p.total, kBlock), kBlock, &p);
+  runtime.launch(op, function, runtime.blocks_for(p.total, kBlock), kBlock, p);
 }
 
 // The cuBLASLt calls of plan: one strided-batched product per index of the outer groups.

@@ -86,14 +86,14 @@ Primitive CudaBackend::scatter(std::int64_t dim, Primitive x, Primitive indices,
   if (prefer_lines(lines, p.line, runtime_.context.sm_count())) {
     p.n = lines;
     CUfunction f = runtime_.compiler.function(key, "kiln_scatter_lines", source);
-    runtime_.launch(op, f, runtime_.blocks_for(lines, 256), 256, &p);
+    runtime_.launch(op, f, runtime_.blocks_for(lines, 256), 256, p);
     return out;
   }
   p.n = n;
   const unsigned blocks = runtime_.blocks_for(n, 256);
   if (update != IndexingUpdate::Assign) {
     CUfunction f = runtime_.compiler.function(key, "kiln_scatter_atomic", source);
-    runtime_.launch(op, f, blocks, 256, &p);
+    runtime_.launch(op, f, blocks, 256, p);
     return out;
   }
   // One scratch word per output element, zeroed: the winning position along dim plus one.
@@ -105,9 +105,9 @@ Primitive CudaBackend::scatter(std::int64_t dim, Primitive x, Primitive indices,
   runtime_.context.note_launch(op);
   p.winner = winner->data();
   CUfunction claim = runtime_.compiler.function(key, "kiln_scatter_claim", source);
-  runtime_.launch(op, claim, blocks, 256, &p);
+  runtime_.launch(op, claim, blocks, 256, p);
   CUfunction assign = runtime_.compiler.function(key, "kiln_scatter_assign", source);
-  runtime_.launch(op, assign, blocks, 256, &p);
+  runtime_.launch(op, assign, blocks, 256, p);
   return out;  // winner goes back to the allocator's stream-ordered cache after the launches
 }
 

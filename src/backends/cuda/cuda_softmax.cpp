@@ -40,7 +40,7 @@ Primitive run_softmax(CudaBackend& b, Primitive x, std::int64_t dim, bool log, c
     CUfunction function = runtime.compiler.function(
         std::string("softmax:") + name + suffix, name,
         [&] { return softmax_kernel_source(launch.kernel, t.dtype(), log); });
-    runtime.launch(op, function, launch.blocks, launch.threads, &p);
+    runtime.launch(op, function, launch.blocks, launch.threads, p);
   }
   return out;
 }

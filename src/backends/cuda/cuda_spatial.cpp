@@ -89,7 +89,7 @@ void launch_spatial(CudaBackend& backend, SpatialKernel kernel, DType dtype, DTy
                           short_name(index_dtype) + ":" + std::to_string(static_cast<int>(mode));
   CUfunction f = rt.compiler.function(
       key, "kiln_spatial", [&] { return spatial_source(kernel, dtype, index_dtype, mode); });
-  rt.launch(op, f, rt.blocks_for(items, 256), 256, &p);
+  rt.launch(op, f, rt.blocks_for(items, 256), 256, p);
 }
 
 // A zeroed contiguous tensor (the accumulation buffer of the atomic gradients).

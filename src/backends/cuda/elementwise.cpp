@@ -153,20 +153,30 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     for (std::size_t k = 0; k < kMaxScalars; ++k) p.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
     p.error_word = error_word;
     p.error_token = error_token;
-    // Every pointer on a whole vector: the wide-load kernel over n / kVectorWidth steps.
-    bool aligned = op.gathered_input < 0 && n >= kVectorWidth;
+    // Every pointer on a whole vector: the wide-load kernel over n / width vectors.
+    const std::int64_t width = vector_width(op);
+    bool aligned = op.gathered_input < 0 && n >= width;
     for (std::size_t k = 0; k < count && aligned; ++k) {
       const DType d = k == 0 ? op.output : op.inputs[k - 1];
-      const std::uint64_t bytes = std::min<std::uint64_t>(16, kVectorWidth * dtype_size(d));
+      const std::uint64_t bytes =
+          std::min<std::uint64_t>(16, static_cast<std::uint64_t>(width) * dtype_size(d));
       aligned = p.pointers[k] % bytes == 0;
     }
     if (aligned) {
+      const VectorShape& vector = vector_shape();
+      const std::int64_t per_block = std::int64_t(vector.threads) * vector.unroll;
+      std::int64_t wanted = (n / width + per_block - 1) / per_block;
+      if (vector.blocks_per_sm > 0) {
+        wanted = std::min(wanted, std::int64_t(runtime.context.sm_count()) * vector.blocks_per_sm);
+      }
+      const auto vector_blocks =
+          static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, std::int64_t{1} << 30));
       CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_vec", source);
-      runtime.launch(op.name, function, runtime.blocks_for((n / kVectorWidth + kVectorUnroll - 1) / kVectorUnroll, kThreads), kThreads, &p);
+      runtime.launch(op.name, function, vector_blocks, vector.threads, p);
       return;
     }
     CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_flat", source);
-    runtime.launch(op.name, function, blocks, kThreads, &p);
+    runtime.launch(op.name, function, blocks, kThreads, p);
     return;
   }
   params.pointers[0] = out.data();
@@ -176,7 +186,7 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
   params.error_word = error_word;
   params.error_token = error_token;
   CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise", source);
-  runtime.launch(op.name, function, blocks, kThreads, &params);
+  runtime.launch(op.name, function, blocks, kThreads, params);
 }
 
 }  // namespace kiln::cuda

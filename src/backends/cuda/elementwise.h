@@ -25,10 +25,17 @@ namespace kiln::cuda {
 inline constexpr std::size_t kMaxOperands = 4;  // the output and up to three inputs
 inline constexpr std::size_t kMaxDims = 12;     // after merging dims that are contiguous together
 inline constexpr std::size_t kMaxScalars = 4;
-// Elements per thread step of the vector kernel (kiln_elementwise_vec).
-inline constexpr std::int64_t kVectorWidth = 4;
-// Vectors per thread and loop step of that kernel (their loads are all in flight together).
-inline constexpr std::int64_t kVectorUnroll = 2;
+
+// How the wide-load kernel (kiln_elementwise_vec) is launched: threads per block, vectors per
+// thread and loop step (their loads are all in flight together), and a cap on blocks per
+// multiprocessor (0: no cap, one loop step per thread). The defaults were measured on the H200
+// (NOTES.md); KILN_CUDA_VECTOR_SHAPE="threads,unroll,cap" overrides them for tuning sweeps.
+struct VectorShape {
+  unsigned threads = 0;
+  int unroll = 0;
+  int blocks_per_sm = 0;
+};
+const VectorShape& vector_shape();
 
 // Up to four dtypes, stored inline.
 class DTypeList {
@@ -85,6 +92,9 @@ struct ElementwiseOp {
   // GATHER(extra), at the loop's position plus extra elements (gather, select).
   int gathered_input = -1;
 };
+
+// Elements per vector of op's wide-load kernel: 16 bytes of its widest operand, at least 4.
+std::int64_t vector_width(const ElementwiseOp& op) noexcept;
 
 // Generated source of op (exposed for tests that compile every kernel without a GPU): a module
 // with the kernels kiln_elementwise (strided) and kiln_elementwise_flat.

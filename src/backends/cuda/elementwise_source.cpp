@@ -1,5 +1,8 @@
 // Source generation of the elementwise family (no driver calls: also compiled into the tests
 // that check every generated kernel with NVRTC on machines without a GPU).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cuda/elementwise.h"
@@ -57,31 +60,33 @@ std::string kernel_tail(const ElementwiseOp& op) {
   return s;
 }
 
-// The flat case with every pointer aligned to kVectorWidth elements: each thread moves
-// kVectorWidth consecutive elements of every operand with one wide load or store (16 bytes for
-// f32), kVectorUnroll such vectors per loop step, so a 4096^2 map issues a quarter of the memory
-// instructions with more of them in flight. The n % kVectorWidth elements past the last whole
+// The flat case with every pointer aligned to a whole vector (vector_width elements, 16 bytes of
+// the widest operand): each thread moves one vector of every operand with one wide load or
+// store, vector_shape().unroll vectors per loop step, so a 4096^2 map issues a quarter of the
+// memory instructions with more of them in flight. The n % width elements past the last whole
 // vector take the scalar loop.
 std::string vector_kernel(const ElementwiseOp& op) {
   static const char* names[] = {"a", "b", "c"};
-  const std::string width = std::to_string(kVectorWidth);
+  const VectorShape& shape = vector_shape();
+  const std::string width = std::to_string(vector_width(op));
   auto vector_type = [&](DType d) {
     return "V<" + std::string(storage_type(d)) + ">";
   };
   std::string s = "template <class T> struct alignas(" + width + " * sizeof(T) < 16 ? " + width +
                   " * sizeof(T) : 16) V { T v[" + width + "]; };\n";
-  s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_elementwise_vec(const PF p) {\n";
+  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.threads) +
+       ") kiln_elementwise_vec(const PF p) {\n";
   s += "  bool err = false;\n";
   for (std::size_t k = 0; k < op.scalars.size(); ++k) {
     const std::string type = compute_type(op.scalars[k]);
     s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
          std::to_string(k) + "]);\n";
   }
-  const std::string unroll = std::to_string(kVectorUnroll);
+  const std::string unroll = std::to_string(shape.unroll);
   s += "  const i64 threads = (i64)gridDim.x * blockDim.x;\n";
   s += "  const i64 vectors = p.n / " + width + ";\n";
-  // kVectorUnroll vectors per thread and step, a block's width apart (loads stay coalesced):
-  // every load of a step is issued before the first result is needed.
+  // unroll vectors per thread and step, a block's width apart (loads stay coalesced): every load
+  // of a step is issued before the first result is needed.
   s += "  for (i64 c0 = blockIdx.x * (i64)blockDim.x * " + unroll +
        " + threadIdx.x; c0 < vectors; c0 += threads * " + unroll + ") {\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
@@ -100,7 +105,7 @@ std::string vector_kernel(const ElementwiseOp& op) {
   s += "        const i64 i = c * " + width + " + j;\n        (void)i;\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
     s += "        const " + std::string(compute_type(op.inputs[k])) + " " + names[k] + " = " +
-         load_expression(op.inputs[k], "v" + std::to_string(k + 1) + "[u].v[j]") + ";\n";
+         load_expression(op.inputs[k], std::string("v").append(std::to_string(k + 1)).append("[u].v[j]")) + ";\n";
   }
   s += "        const " + std::string(compute_type(op.value_dtype)) + " value = (" +
        std::string(op.expression.view()) + ");\n";
@@ -113,6 +118,24 @@ std::string vector_kernel(const ElementwiseOp& op) {
   const std::size_t count = op.inputs.size() + 1;
   for (std::size_t k = 0; k < count; ++k) s += "    const i64 o" + std::to_string(k) + " = i;\n";
   return s + kernel_tail(op);
+}
+
+VectorShape read_vector_shape() {
+  VectorShape shape{.threads = 128, .unroll = 1, .blocks_per_sm = 0};
+  const char* text = std::getenv("KILN_CUDA_VECTOR_SHAPE");
+  if (text == nullptr || *text == '\0') return shape;
+  long threads = 0, unroll = 0, cap = -1;
+  char end = 0;
+  if (std::sscanf(text, "%ld,%ld,%ld%c", &threads, &unroll, &cap, &end) != 3 || threads < 32 ||
+      threads > 1024 || threads % 32 != 0 || unroll < 1 || unroll > 16 || cap < 0) {
+    detail::fail<InvalidArgument>("cuda", "KILN_CUDA_VECTOR_SHAPE is '", text,
+                                  "'; want threads,unroll,cap with threads a multiple of 32 in "
+                                  "[32, 1024], unroll in [1, 16] and cap >= 0 (0: no cap)");
+  }
+  shape.threads = static_cast<unsigned>(threads);
+  shape.unroll = static_cast<int>(unroll);
+  shape.blocks_per_sm = static_cast<int>(cap);
+  return shape;
 }
 
 }  // namespace
@@ -134,6 +157,17 @@ std::uint64_t scalar_bits(double value, DType dtype) {
 }
 
 std::uint64_t scalar_bits_int(std::int64_t value) { return static_cast<std::uint64_t>(value); }
+
+const VectorShape& vector_shape() {
+  static const VectorShape shape = read_vector_shape();
+  return shape;
+}
+
+std::int64_t vector_width(const ElementwiseOp& op) noexcept {
+  std::size_t widest = dtype_size(op.output);
+  for (DType d : op.inputs) widest = std::max(widest, dtype_size(d));
+  return std::clamp<std::int64_t>(16 / static_cast<std::int64_t>(widest), 4, 16);
+}
 
 std::string elementwise_source(const ElementwiseOp& op) {
   std::string s = kernel_prelude() + kParamsStructs;

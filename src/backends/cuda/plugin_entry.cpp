@@ -1,4 +1,5 @@
 // The plugin's one exported symbol: the table kiln checks (api_version) and calls.
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -47,10 +48,23 @@ std::map<int, std::shared_ptr<CudaBackend>>& backends() {
   return table;
 }
 
+// At exit, before the driver's own teardown (registered after cuInit, so it runs first): every
+// launcher thread hands over its queue and stops, so none is inside the driver as it goes.
+void stop_launchers() {
+  std::lock_guard lock(backends_mutex());
+  for (auto& [index, backend] : backends()) {
+    if (backend) backend->runtime().context.stop_dispatch();
+  }
+}
+
 std::shared_ptr<CudaBackend> backend(int index) {
   std::lock_guard lock(backends_mutex());
   auto& slot = backends()[index];
-  if (!slot) slot = std::make_shared<CudaBackend>(index);
+  if (!slot) {
+    slot = std::make_shared<CudaBackend>(index);
+    static const bool registered = std::atexit(stop_launchers) == 0;
+    (void)registered;
+  }
   return slot;
 }
 

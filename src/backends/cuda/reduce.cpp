@@ -34,7 +34,7 @@ TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim, Re
     CUfunction function = runtime.compiler.function(
         std::string("reduce:") + name + suffix, name,
         [&] { return reduce_kernel_source(launch.kernel, reducer, x.dtype(), out_dtype); });
-    runtime.launch(op, function, launch.blocks, launch.threads, &p);
+    runtime.launch(op, function, launch.blocks, launch.threads, p);
   }
   return out;
 }

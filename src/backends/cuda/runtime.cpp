@@ -18,12 +18,11 @@ TensorPtr Runtime::make_tensor(DType dtype, const Shape& shape, const char* op) 
                                       std::move(storage), contiguous_strides(shape), 0);
 }
 
-void Runtime::launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                     void* params, unsigned shared_bytes) {
+void Runtime::launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+                           const void* params, std::size_t bytes, unsigned shared_bytes) {
+  // Module loads and allocations around a launch expect the context current on this thread.
   context.make_current();
-  void* args[] = {params};
-  KILN_CUDA_CHECK(op, cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes,
-                                     context.stream(), args, nullptr));
+  context.launch(op, function, blocks, threads, shared_bytes, params, bytes);
   context.note_launch(op);
 }
 

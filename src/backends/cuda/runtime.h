@@ -23,13 +23,19 @@ struct Runtime {
 
   // A fresh contiguous tensor (contents uninitialised).
   TensorPtr make_tensor(DType dtype, const Shape& shape, const char* op);
-  // Launches function with one parameter block on the device's stream, 1-D grid.
+  // Launches function with one parameter block (copied) on the device's stream, 1-D grid.
+  template <class Params>
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-              void* params, unsigned shared_bytes = 0);
+              const Params& params, unsigned shared_bytes = 0) {
+    static_assert(sizeof(Params) <= Dispatcher::kMaxParamBytes, "grow Dispatcher::kMaxParamBytes");
+    launch_bytes(op, function, blocks, threads, &params, sizeof(Params), shared_bytes);
+  }
   // Blocks for a grid-stride loop over n items.
   unsigned blocks_for(std::int64_t n, unsigned threads) const;
 
  private:
+  void launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+                    const void* params, std::size_t bytes, unsigned shared_bytes);
   Device device_;
 };
 

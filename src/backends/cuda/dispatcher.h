@@ -1,0 +1,87 @@
+// Asynchronous dispatch of kernel launches. On the machines we measure, the driver's
+// cuLaunchKernel alone costs 3.4-4.1 us of host time (NOTES.md), several times kiln's own work
+// for a small op. So the calling thread copies a launch into a ring and returns, and a launcher
+// thread per GPU hands the ring to the driver in order: the caller's next op overlaps the
+// driver's work on the previous one (the pipelining burn's compute channels and JAX's async
+// dispatch do too).
+//
+// The stream still sees every op in program order. Anything else queued on it (copies, events,
+// library calls such as cuBLASLt and CUB, synchronisation) first drains the ring: Context::stream()
+// does, so no caller can forget. A draining thread launches whatever is left itself instead of
+// waiting for the launcher to wake. A launch the driver refuses is recorded and thrown, naming the
+// op, at the next launch or read.
+//
+// KILN_CUDA_DISPATCH=inline launches on the calling thread instead (no thread; for debugging and
+// for measuring the difference).
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+namespace kiln::cuda {
+
+class Dispatcher {
+ public:
+  // Largest parameter block a kernel of kiln takes (the strided elementwise kernel's is ~590).
+  static constexpr std::size_t kMaxParamBytes = 768;
+
+  Dispatcher(CUcontext context, CUstream stream, int device_index);
+  ~Dispatcher();  // drains the ring, then stops the launcher
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Queues a launch of function (1-D grid) with one parameter block of `bytes` bytes, copied.
+  // Throws ExecutionError first if an earlier launch was refused.
+  void submit(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+              unsigned shared_bytes, const void* params, std::size_t bytes);
+  // Returns once every submitted launch was handed to the driver. Never throws (it runs on
+  // noexcept paths such as the allocator's); refusals stay recorded for throw_refused.
+  void drain() noexcept;
+  // Throws ExecutionError naming the op whose launch the driver refused, if one was (once).
+  void throw_refused(const char* op);
+  // Hands every queued launch to the driver and stops the launcher; later launches are made on
+  // the caller's thread. Run at exit (plugin_entry.cpp), before the driver tears itself down:
+  // the backends are never destroyed.
+  void stop() noexcept;
+
+ private:
+  struct Launch {
+    CUfunction function;
+    const char* op;
+    unsigned blocks, threads, shared_bytes;
+    alignas(16) unsigned char params[kMaxParamBytes];
+  };
+  static constexpr std::uint64_t kSlots = 1024;
+
+  bool launch_next() noexcept;  // the oldest queued launch, if any; false when none is queued
+  bool launch_locked() noexcept;  // launch_next with consumers_ held
+  void launch_now(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+                  unsigned shared_bytes, void* params) noexcept;
+  void run() noexcept;  // the launcher thread
+
+  CUcontext context_;
+  CUstream stream_;
+  int device_index_;
+  std::atomic<bool> inline_{false};
+  std::array<Launch, kSlots> ring_;
+  std::atomic<std::uint64_t> head_{0};  // next to launch
+  std::atomic<std::uint64_t> tail_{0};  // next to fill
+  std::mutex producers_;                // threads submitting at once take turns
+  std::mutex consumers_;                // the launcher and draining threads take turns
+  std::atomic<std::uint32_t> wake_{0};  // the parked launcher waits on this word
+  std::atomic<bool> parked_{false};
+  std::atomic<bool> stop_{false};
+  // The first refused launch, until thrown.
+  std::atomic<bool> refused_{false};
+  const char* refused_op_ = nullptr;
+  CUresult refused_status_ = CUDA_SUCCESS;
+  std::thread launcher_;
+};
+
+}  // namespace kiln::cuda
