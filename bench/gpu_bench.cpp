@@ -54,14 +54,15 @@ struct Buffer {
 };
 
 // Random values in [-1, 1) of dtype, uploaded (never zeros: they run faster than real data).
+// Drawn as torch.rand(...) * 2 - 1 draws them (24 random bits, so multiples of 2^-23): the peer's
+// operands have the same bit statistics, which a power-bound matrix product can feel.
 Buffer random_buffer(DType dtype, std::int64_t count, std::uint64_t seed) {
   Buffer buffer(static_cast<std::size_t>(count) * dtype_size(dtype));
   std::vector<unsigned char> host(static_cast<std::size_t>(count) * dtype_size(dtype));
   std::uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
   for (std::int64_t i = 0; i < count; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const float x =
-        static_cast<float>(static_cast<std::int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+    const float x = static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f;
     unsigned char* at = host.data() + i * dtype_size(dtype);
     switch (dtype) {
       case DType::F32:
