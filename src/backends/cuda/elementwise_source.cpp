@@ -104,8 +104,9 @@ std::string vector_kernel(const ElementwiseOp& op) {
   s += "#pragma unroll\n      for (int j = 0; j < " + width + "; ++j) {\n";
   s += "        const i64 i = c * " + width + " + j;\n        (void)i;\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    const std::string lane = std::string("v").append(std::to_string(k + 1)).append("[u].v[j]");
     s += "        const " + std::string(compute_type(op.inputs[k])) + " " + names[k] + " = " +
-         load_expression(op.inputs[k], std::string("v").append(std::to_string(k + 1)).append("[u].v[j]")) + ";\n";
+         load_expression(op.inputs[k], lane) + ";\n";
   }
   s += "        const " + std::string(compute_type(op.value_dtype)) + " value = (" +
        std::string(op.expression.view()) + ");\n";

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <memory>
+#include <type_traits>
 
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/compiler.h"
@@ -27,6 +28,7 @@ struct Runtime {
   template <class Params>
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
               const Params& params, unsigned shared_bytes = 0) {
+    static_assert(!std::is_pointer_v<Params>, "pass the parameter struct, not its address");
     static_assert(sizeof(Params) <= Dispatcher::kMaxParamBytes, "grow Dispatcher::kMaxParamBytes");
     launch_bytes(op, function, blocks, threads, &params, sizeof(Params), shared_bytes);
   }
