@@ -12,6 +12,8 @@ out=${2:-$build/bench-results}
 repeats=${KILN_BENCH_REPEATS:-20}
 filter=${KILN_BENCH_FILTER:-.}
 mkdir -p "$out"
+small_add=false  # the filter selects the small add's host cost (its extra runs and peer)
+[[ "$filter" == . || "small_add_host" =~ $filter ]] && small_add=true
 binary="$build/bench/gpu_bench"
 if [ ! -x "$binary" ]; then
   echo "run_gpu: $binary not found (configure with KILN_CUDA and KILN_BUILD_BENCH on)" >&2
@@ -28,7 +30,7 @@ if [ -x "$ops" ]; then
     --benchmark_out="$out/gpu_ops_bench.json" --benchmark_out_format=json
   extra=(--extra "$out/gpu_ops_bench.json")
   # The small add again with launches on the calling thread (no launcher thread).
-  if [[ "$filter" == . || "small_add_host" =~ $filter ]]; then
+  if $small_add; then
     KILN_CUDA_DISPATCH=inline "$ops" --benchmark_filter='small_add_host' \
       --benchmark_repetitions="$repeats" --benchmark_display_aggregates_only=true \
       --benchmark_out="$out/gpu_ops_inline.json" --benchmark_out_format=json
@@ -44,10 +46,11 @@ if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else
   peer="$out/torch_gpu.json"
   # torch's C++ API for the small add's host cost, built against the same torch (its headers and
   # libraries ship in the wheel); skipped when that build fails.
-  torch_dir=$("$python" -c "import os, torch; print(os.path.dirname(torch.__file__))")
-  torch_version=$("$python" -c "import torch; print(torch.__version__)")
-  abi=$("$python" -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
-  if [[ "$filter" == . || "small_add_host" =~ $filter ]] &&
+  if $small_add; then
+    read -r torch_dir torch_version abi < <("$python" -c "import os, torch; print(
+      os.path.dirname(torch.__file__), torch.__version__, int(torch._C._GLIBCXX_USE_CXX11_ABI))")
+  fi
+  if $small_add &&
      g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" -DKILN_TORCH_VERSION="\"$torch_version\"" \
        -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" \
        bench/peer_libtorch_host.cpp -o "$out/peer_libtorch_host" -L"$torch_dir/lib" \

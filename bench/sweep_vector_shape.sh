@@ -11,8 +11,9 @@ build=${1:-build}
 out=${2:-$build/bench-results}
 shift $(( $# < 2 ? $# : 2 ))
 shapes=("$@")
-[ ${#shapes[@]} -eq 0 ] && shapes=(256,2,32 128,1,0 128,2,0 128,4,0 256,1,0 256,2,0 256,4,0 512,1,0
-                                   512,2,0 128,4,32 256,4,16 1024,1,0 256,2,32)
+# The default (128,1,0) comes first and last; 256,2,32 was the shape before the sweep.
+[ ${#shapes[@]} -eq 0 ] && shapes=(128,1,0 128,2,0 128,4,0 256,1,0 256,2,0 256,4,0 512,1,0 512,2,0
+                                   128,4,32 256,2,32 256,4,16 1024,1,0 128,1,0)
 repeats=${KILN_BENCH_REPEATS:-10}
 mkdir -p "$out/sweep"
 for shape in "${shapes[@]}"; do
