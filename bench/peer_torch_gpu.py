@@ -3,8 +3,8 @@
 the same device, median of the repeats. Prints (and writes with --out) JSON:
 {"workload": {"median_s": ..., "repeats": ..., "timing": ...}, "torch_version": ..., "device": ...}.
 
-gpu_bench's rows (kiln_cuda_lib's raw functions), timed with CUDA events around each call after
-warm-up: matmul/<kind>/<n> (kind 0 bf16, 1 f16, 2 f32, 3 tf32), sort/<n> (torch.sort: values and
+gpu_bench's rows (kiln_cuda_lib's raw functions), timed as gpu_bench times them: its warm-up
+calls, then each call between CUDA events, a repeat the mean of its iterations per repeat: matmul/<kind>/<n> (kind 0 bf16, 1 f16, 2 f32, 3 tf32), sort/<n> (torch.sort: values and
 int64 indices), sort_rows/<rows>/<n>, topk/<rows>/<n>/<k>, cumsum/<n>/0 (one row) and
 cumsum/<rows>/<n>, memcpy_d2d.
 
@@ -31,20 +31,27 @@ import torch
 ROWS = re.compile(".")  # --filter
 
 
-def median_seconds(fn, repeats, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
+def median_seconds(fn, repeats, warmup=3, iters=20):
+    """gpu_bench's protocol (time_with_events under Google Benchmark): REPEATS samples, each
+    WARMUP calls and then the mean of ITERS calls timed one by one with CUDA events; the median.
+    The same count of calls on both sides keeps the GPU equally warm (clocks fall under a long
+    heavy load)."""
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    samples = []
     for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3)
-    return statistics.median(times)
+        for _ in range(warmup):  # per repeat, as each repetition runs time_with_events anew
+            fn()
+        torch.cuda.synchronize()
+        total = 0.0
+        for _ in range(iters):
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            total += start.elapsed_time(stop) * 1e-3
+        samples.append(total / iters)
+    return statistics.median(samples)
 
 
 def wall_seconds(fn, ops, iters, repeats, warmup=2):
@@ -141,16 +148,18 @@ def main():
     g = torch.Generator(device=dev).manual_seed(0)
     results = {"torch_version": torch.__version__, "device": torch.cuda.get_device_name()}
 
-    def record(name, fn, repeats=args.repeats):
+    def record(name, fn, warmup, iters, repeats=args.repeats):
+        """WARMUP and ITERS as gpu_bench's row of that name."""
         if not ROWS.search(name):
             return
-        results[name] = {"median_s": median_seconds(fn, repeats), "repeats": repeats,
-                         "timing": "CUDA events"}
+        results[name] = {"median_s": median_seconds(fn, repeats, warmup, iters),
+                         "repeats": repeats, "iterations": iters,
+                         "timing": "CUDA events, gpu_bench's warm-up and iterations"}
 
     big = 1 << 30
     src = torch.ones(big, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
-    record("memcpy_d2d", lambda: dst.copy_(src))
+    record("memcpy_d2d", lambda: dst.copy_(src), 3, 20)
     del src, dst
 
     kinds = {0: (torch.bfloat16, False), 1: (torch.float16, False),
@@ -160,23 +169,23 @@ def main():
             torch.backends.cuda.matmul.allow_tf32 = tf32
             a = (torch.rand(n, n, device=dev, generator=g) * 2 - 1).to(dtype)
             b = (torch.rand(n, n, device=dev, generator=g) * 2 - 1).to(dtype)
-            record(f"matmul/{kind}/{n}", lambda: torch.matmul(a, b))
+            record(f"matmul/{kind}/{n}", lambda: torch.matmul(a, b), 5, 20)
             del a, b
     torch.backends.cuda.matmul.allow_tf32 = False
 
     n = 1 << 24
     x = torch.rand(n, device=dev, generator=g) * 2 - 1
-    record("sort/16777216", lambda: torch.sort(x))
-    record("cumsum/16777216/0", lambda: torch.cumsum(x, 0), repeats=max(args.repeats, 50))
+    record("sort/16777216", lambda: torch.sort(x), 3, 20)
+    record("cumsum/16777216/0", lambda: torch.cumsum(x, 0), 3, 50)
     del x
     m = torch.rand(4096, 4096, device=dev, generator=g)
-    record("sort_rows/4096/4096", lambda: torch.sort(m, dim=-1))
+    record("sort_rows/4096/4096", lambda: torch.sort(m, dim=-1), 3, 20)
     del m
     m = torch.rand(4096, 32768, device=dev, generator=g)
-    record("topk/4096/32768/8", lambda: torch.topk(m, 8, dim=-1))
+    record("topk/4096/32768/8", lambda: torch.topk(m, 8, dim=-1), 3, 10)
     del m
     m = torch.rand(8192, 8192, device=dev, generator=g)
-    record("cumsum/8192/8192", lambda: torch.cumsum(m, -1), repeats=max(args.repeats, 50))
+    record("cumsum/8192/8192", lambda: torch.cumsum(m, -1), 3, 50)
     del m
     tensor_api_rows(results, dev, g, args.repeats)
 

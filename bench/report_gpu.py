@@ -154,7 +154,9 @@ def main():
     print("small add: host time per op in bursts of 200 without sync; 'with drain' adds the wait at")
     print("the sync after a burst (the driver's launch rate). 'caller's thread': KILN_CUDA_DISPATCH=")
     print("inline, no launcher thread. conv2d: torch through cuDNN, tf32 off. NVRTC/disk cache: per kernel, in")
-    print("fresh processes on an empty, then a filled cache dir.")
+    print("fresh processes on an empty, then a filled cache dir. floor: every byte from DRAM; chain8's")
+    print("ops alternate directions and read part of each input from L2, so it can beat that floor.")
+    print("(lib) rows: both sides make the same calls (gpu_bench's warm-up and iterations per repeat).")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "bandwidth_bytes_per_s": bandwidth}, f, indent=1)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cuda/kernel_source.h"
@@ -31,6 +33,7 @@ struct FlatParams {
   std::uint64_t scalars[kMaxScalars];
   std::uint64_t error_word;
   std::uint32_t error_token;
+  std::uint32_t reverse;  // the wide-load kernel walks its vectors from the last
 };
 
 // The module's cache key: what the generated source depends on (dtypes as letters, the gathered
@@ -104,6 +107,19 @@ int collapse(const Shape& shape, const std::array<Strides, kMaxOperands>& stride
   return rank;
 }
 
+// Successive wide-load launches walk their vectors in alternating directions. An eager chain's
+// op then starts on the end of its input that the op before wrote last, and those lines are
+// still in L2 (a 4096^2 f32 tensor is 64 MiB, the H200's L2 60 MB). Elementwise results do not
+// depend on the order. KILN_CUDA_ALTERNATE=0 keeps every launch forward (for comparisons).
+std::uint32_t next_direction() {
+  static const bool alternate = [] {
+    const char* text = std::getenv("KILN_CUDA_ALTERNATE");
+    return text == nullptr || std::strcmp(text, "0") != 0;
+  }();
+  static std::atomic<std::uint32_t> launches{0};
+  return alternate ? launches.fetch_add(1, std::memory_order_relaxed) & 1u : 0u;
+}
+
 }  // namespace
 
 void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTensor& out,
@@ -153,6 +169,7 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     for (std::size_t k = 0; k < kMaxScalars; ++k) p.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
     p.error_word = error_word;
     p.error_token = error_token;
+    p.reverse = 0;
     // Every pointer on a whole vector: the wide-load kernel over n / width vectors.
     const std::int64_t width = vector_width(op);
     bool aligned = op.gathered_input < 0 && n >= width;
@@ -172,6 +189,7 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
       const auto vector_blocks =
           static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, std::int64_t{1} << 30));
       CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_vec", source);
+      p.reverse = next_direction();
       runtime.launch(op.name, function, vector_blocks, vector.threads, p);
       return;
     }

@@ -22,7 +22,7 @@ struct P {
 };
 struct PF {
   i64 n; u64 ptr[4]; u64 s[4];
-  unsigned* err_word; unsigned err_token;
+  unsigned* err_word; unsigned err_token; unsigned reverse;
 };
 )CUDA";
 
@@ -92,17 +92,22 @@ std::string vector_kernel(const ElementwiseOp& op) {
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
     s += "    " + vector_type(op.inputs[k]) + " v" + std::to_string(k + 1) + "[" + unroll + "];\n";
   }
+  // p.reverse walks the vectors from the last: launches alternate, so an op starts on the part
+  // of its input that the op before wrote last, which is still in L2 (see launch_elementwise).
+  const std::string at = "(p.reverse ? vectors - 1 - c : c)";
   s += "#pragma unroll\n    for (int u = 0; u < " + unroll + "; ++u) {\n";
   s += "      const i64 c = c0 + u * (i64)blockDim.x;\n      if (c >= vectors) break;\n";
+  s += "      const i64 at = " + at + ";\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
     s += "      v" + std::to_string(k + 1) + "[u] = ((const " + vector_type(op.inputs[k]) +
-         "*)p.ptr[" + std::to_string(k + 1) + "])[c];\n";
+         "*)p.ptr[" + std::to_string(k + 1) + "])[at];\n";
   }
   s += "    }\n#pragma unroll\n    for (int u = 0; u < " + unroll + "; ++u) {\n";
   s += "      const i64 c = c0 + u * (i64)blockDim.x;\n      if (c >= vectors) break;\n";
+  s += "      const i64 at = " + at + ";\n";
   s += "      " + vector_type(op.output) + " v0;\n";
   s += "#pragma unroll\n      for (int j = 0; j < " + width + "; ++j) {\n";
-  s += "        const i64 i = c * " + width + " + j;\n        (void)i;\n";
+  s += "        const i64 i = at * " + width + " + j;\n        (void)i;\n";
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
     const std::string lane = std::string("v").append(std::to_string(k + 1)).append("[u].v[j]");
     s += "        const " + std::string(compute_type(op.inputs[k])) + " " + names[k] + " = " +
@@ -113,7 +118,7 @@ std::string vector_kernel(const ElementwiseOp& op) {
   s += "        v0.v[j] = " +
        store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")) +
        ";\n      }\n";
-  s += "      ((" + vector_type(op.output) + "*)p.ptr[0])[c] = v0;\n    }\n  }\n";
+  s += "      ((" + vector_type(op.output) + "*)p.ptr[0])[at] = v0;\n    }\n  }\n";
   s += "  for (i64 i = vectors * " + width +
        " + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += threads) {\n";
   const std::size_t count = op.inputs.size() + 1;
