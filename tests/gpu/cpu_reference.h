@@ -50,20 +50,4 @@ inline void expect_close_to_cpu(const TensorData& got, const TensorData& want, d
   }
 }
 
-// Relative tolerance for results rounded to dtype after a computation in a wider type.
-inline double rounding_of(DType dtype) {
-  switch (dtype) {
-    case DType::F64:
-      return 1e-9;
-    case DType::F32:
-      return 1e-5;
-    case DType::F16:
-      return 2e-3;
-    case DType::BF16:
-      return 1.6e-2;
-    default:
-      return 0;
-  }
-}
-
 }  // namespace kiln::test
