@@ -58,10 +58,10 @@ struct Buffer {
 
 // Random values in [-1, 1) of dtype, uploaded (never zeros: they run faster than real data).
 // Drawn as torch.rand(...) * 2 - 1 draws them (24 random bits, so multiples of 2^-23): the peer's
-// operands have the same bit statistics, which a power-bound matrix product can feel.
-// Drawn once per (dtype, count, seed) and kept for the process: each repetition of a row then
-// follows the last without the host's pause to draw them, as the peer's repeats follow each other
-// (a GPU that idles between repetitions cools, and a power-bound product then runs faster).
+// operands have the same bit statistics, which a power-bound matrix product can feel. Drawn once
+// per (dtype, count, seed) and kept for the process, so each repetition of a row follows the last
+// without a pause on the host, as the peer's repeats do (an idle GPU cools, and a power-bound
+// product then runs faster).
 const Buffer& random_buffer(DType dtype, std::int64_t count, std::uint64_t seed) {
   static std::map<std::tuple<DType, std::int64_t, std::uint64_t>, Buffer> drawn;
   if (const auto found = drawn.find({dtype, count, seed}); found != drawn.end()) {

@@ -10,21 +10,15 @@ build=${1:?usage: chain8_directions.sh BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
 python=${KILN_PEER_PYTHON:-python3}
 scratch=$(mktemp -d)
-median_us() {
-  python3 -c 'import json, sys
-rows = json.load(open(sys.argv[1]))["benchmarks"]
-print(round(next(r["real_time"] for r in rows if r.get("aggregate_name") == "median"), 1))' "$1"
-}
 for r in $(seq "$rounds"); do
   for alternate in 0 1; do
     KILN_CUDA_ALTERNATE=$alternate "$build/bench/gpu_ops_bench" --benchmark_filter='^chain8' \
       --benchmark_repetitions=10 --benchmark_out="$scratch/kiln.json" --benchmark_out_format=json \
       >/dev/null 2>&1
-    echo "round $r: kiln, alternate=$alternate: $(median_us "$scratch/kiln.json") us"
+    echo "round $r: kiln, alternate=$alternate: $(bench/probe/median_us.py "$scratch/kiln.json") us"
   done
   "$python" bench/peer_torch_gpu.py --repeats 10 --filter '^chain8' --out "$scratch/torch.json" \
     >/dev/null 2>&1 &&
-    echo "round $r: torch: $(python3 -c 'import json, sys
-print(round(json.load(open(sys.argv[1]))["chain8/4096"]["median_s"] * 1e6, 1))' "$scratch/torch.json") us"
+    echo "round $r: torch: $(bench/probe/median_us.py "$scratch/torch.json" chain8/4096) us"
 done
 rm -rf "$scratch"

@@ -44,12 +44,15 @@ void* random_matrix(std::uint64_t count, std::uint64_t seed) {
   return p;
 }
 
+// One configuration attribute; they are 16- or 32-bit, so the size is asked first.
 int attribute(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t which) {
-  std::uint32_t value = 0;
-  std::size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, which, &value, sizeof(value), &written) != 0) {
+  std::size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, which, nullptr, 0, &size) != 0 || size == 0 ||
+      size > sizeof(std::uint64_t)) {
     return -1;
   }
+  std::uint64_t value = 0;  // little-endian: the low bytes hold the attribute
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, which, &value, size, &size) != 0) return -1;
   return static_cast<int>(value);
 }
 

@@ -20,18 +20,8 @@ row="matmul/$kind/$n"
 filter="^$row(/|\$)"  # gpu_bench appends /iterations:20/manual_time
 bench="$build/bench/gpu_bench"
 gpu_state() {
-  nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader 2>/dev/null
+  nvidia-smi --id=0 --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader 2>/dev/null
 }
-median_us() {  # median_us JSON: kiln's median real time
-  python3 -c 'import json, sys
-rows = json.load(open(sys.argv[1]))["benchmarks"]
-print(next(r["real_time"] for r in rows if r.get("aggregate_name") == "median"))' "$1"
-}
-torch_us() {
-  python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); print(d[sys.argv[2]]["median_s"] * 1e6)' "$1" "$row"
-}
-
 echo "== alternating runs of $row (median µs)"
 for r in $(seq "$rounds"); do
   before=$(gpu_state)
@@ -40,8 +30,8 @@ for r in $(seq "$rounds"); do
   mid=$(gpu_state)
   "$python" bench/peer_torch_gpu.py --repeats 10 --filter "$filter" --out "$out/torch_$r.json" \
     >/dev/null 2>&1
-  echo "round $r: kiln $(median_us "$out/kiln_$r.json") (GPU before: $before)," \
-       "torch $(torch_us "$out/torch_$r.json") (GPU before: $mid)"
+  echo "round $r: kiln $(bench/probe/median_us.py "$out/kiln_$r.json") (GPU before: $before)," \
+       "torch $(bench/probe/median_us.py "$out/torch_$r.json" "$row") (GPU before: $mid)"
 done
 
 echo "== cuBLASLt heuristic candidates, each timed"
