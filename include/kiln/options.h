@@ -22,7 +22,11 @@ struct Slice {
       : start(start_), end(end_), step(step_) {}
   Slice(std::int64_t start_, std::int64_t end_) : start(start_), end(end_) {}
   static Slice all() { return {}; }
-  static Slice index(std::int64_t i) { return {i, i == -1 ? std::nullopt : std::optional(i + 1)}; }
+  // Index i alone ([i, i + 1)); the end saturates so that i = INT64_MAX is an empty slice.
+  static Slice index(std::int64_t i) {
+    if (i == -1) return {i, std::nullopt};
+    return {i, i == INT64_MAX ? i : i + 1};
+  }
   bool operator==(const Slice&) const = default;
 };
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace kiln {
@@ -21,7 +22,7 @@ class Scalar {
     } else if constexpr (std::is_floating_point_v<T>) {
       kind_ = Kind::Float;
       float_ = static_cast<double>(value);
-      int_ = float_ != float_ ? 0 : static_cast<std::int64_t>(value);
+      int_ = truncate<std::int64_t>(float_);
     } else if constexpr (std::is_signed_v<T>) {
       kind_ = Kind::Int;
       int_ = static_cast<std::int64_t>(value);
@@ -49,16 +50,26 @@ class Scalar {
     if constexpr (std::is_same_v<T, bool>) {
       return to_bool();
     } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
-      return kind_ == Kind::Float ? static_cast<T>(static_cast<std::int64_t>(float_))
-                                  : static_cast<T>(to_uint());
+      return kind_ == Kind::Float ? static_cast<T>(int_) : static_cast<T>(to_uint());
     } else if constexpr (std::is_integral_v<T>) {
-      return kind_ == Kind::Float ? static_cast<T>(float_) : static_cast<T>(int_);
+      return kind_ == Kind::Float ? truncate<T>(float_) : static_cast<T>(int_);
     } else {
       return static_cast<T>(float_);
     }
   }
 
  private:
+  // v toward zero as the signed integer I, saturating at I's range, NaN -> 0 (a plain cast of
+  // an out-of-range double is undefined).
+  template <class I>
+  static constexpr I truncate(double v) noexcept {
+    constexpr double high = -2.0 * static_cast<double>(std::numeric_limits<I>::min());  // 2^bits-1
+    if (v != v) return 0;
+    if (v >= high) return std::numeric_limits<I>::max();
+    if (v <= static_cast<double>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+    return static_cast<I>(v);
+  }
+
   Kind kind_ = Kind::Float;
   double float_ = 0.0;
   std::int64_t int_ = 0;

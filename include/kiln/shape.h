@@ -124,10 +124,12 @@ class Shape {
   std::int64_t& operator[](std::size_t i) noexcept { return dims_[i]; }
   std::span<const std::int64_t> dims() const noexcept { return dims_.span(); }
   std::vector<std::int64_t> to_vector() const { return {dims_.begin(), dims_.end()}; }
+  // The product of the dims. Every tensor's shape is checked to keep this product within 2^48;
+  // for an arbitrary Shape value it wraps (in unsigned arithmetic, so never undefined).
   std::int64_t num_elements() const noexcept {
-    std::int64_t n = 1;
-    for (std::int64_t d : dims_) n *= d;
-    return n;
+    std::uint64_t n = 1;
+    for (std::int64_t d : dims_) n *= static_cast<std::uint64_t>(d);
+    return static_cast<std::int64_t>(n);
   }
   bool operator==(const Shape& other) const noexcept { return dims_ == other.dims_; }
   const detail::DimVector& vector() const noexcept { return dims_; }

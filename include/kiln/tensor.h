@@ -159,10 +159,11 @@ class Tensor {
   TensorData into_data() && { return detail::into_data(std::move(primitive_)); }
   TensorData to_data() const { return detail::into_data(primitive_); }
   std::future<TensorData> into_data_async() const { return detail::into_data_async(primitive_); }
-  // The single element of a one-element tensor, as T.
+  // The single element of a one-element tensor, as T (InvalidArgument for any other count).
+  // Integers convert exactly; floats to integers truncate and saturate, as in cast.
   template <class T>
   T into_scalar() const {
-    return static_cast<T>(detail::into_data(primitive_).to_f64_vec().at(0));
+    return detail::into_scalar(primitive_).template as<T>();
   }
   Tensor to_device(Device device) const { return Tensor(detail::to_device(primitive_, device)); }
   // Same kind, another dtype of that kind (DTypeMismatch otherwise). Values convert as in every

@@ -87,6 +87,27 @@ std::optional<Strides> reshape_strides(const Shape& shape, const Strides& stride
   return out;
 }
 
+void check_view_in_storage(const Shape& shape, const Strides& strides, std::int64_t offset,
+                           std::int64_t storage_elements, const char* op) {
+  // The lowest and highest element offsets the view reaches, in 128 bits: a corrupt view must
+  // not be able to hide behind a wrapped sum.
+  __int128 low = offset, high = offset;
+  for (std::size_t d = 0; d < shape.rank(); ++d) {
+    if (shape[d] < 0) {
+      detail::fail<InvalidArgument>(op, "view of shape ", shape.to_string(), " has a negative dim");
+    }
+    if (shape[d] == 0) return;  // no elements, nothing to reach
+    const __int128 reach = static_cast<__int128>(shape[d] - 1) * strides[d];
+    (reach < 0 ? low : high) += reach;
+  }
+  if (low < 0 || high >= storage_elements) {
+    detail::fail<InvalidArgument>(op, "view of shape ", shape.to_string(), " at offset ", offset,
+                                  " reaches elements [", static_cast<double>(low), ", ",
+                                  static_cast<double>(high), "] outside its storage of ",
+                                  storage_elements, " elements");
+  }
+}
+
 View permute(const Shape& shape, const Strides& strides, std::int64_t offset,
              std::span<const std::int64_t> axes) {
   detail::DimVector dims(axes.size());
@@ -116,7 +137,9 @@ View unfold(const Shape& shape, const Strides& strides, std::int64_t offset, std
   Strides out = strides;
   dims[d] = shape[d] >= size ? (shape[d] - size) / step + 1 : 0;
   const std::int64_t stride = out[d];
-  out[d] = stride * step;
+  // With one window the step is never taken (and may be as large as int64 allows); with more,
+  // (windows - 1) * step < size of the dim, so the product fits.
+  if (dims[d] > 1) out[d] = stride * step;
   dims.push_back(size);
   out.push_back(stride);
   return {Shape(std::move(dims)), std::move(out), offset};
@@ -130,7 +153,8 @@ View slice(const Shape& shape, const Strides& strides, std::int64_t offset,
     const ResolvedSlice& s = slices[d];
     if (s.length > 0) offset += s.start * out[d];
     dims[d] = s.length;
-    out[d] *= s.step;
+    // A step is only taken between two visited indices; then |step| < size of the dim.
+    if (s.length > 1) out[d] *= s.step;
   }
   return {Shape(std::move(dims)), std::move(out), offset};
 }

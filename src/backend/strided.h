@@ -38,6 +38,11 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 std::optional<Strides> reshape_strides(const Shape& shape, const Strides& strides,
                                        const Shape& to);
 
+// Throws InvalidArgument naming op unless every element of the view (shape, strides, offset)
+// lies in [0, storage_elements): the invariant that makes a view safe to read and write. O(rank).
+void check_view_in_storage(const Shape& shape, const Strides& strides, std::int64_t offset,
+                           std::int64_t storage_elements, const char* op);
+
 // The O(1) layout ops on the view (shape, strides, offset); arguments are already checked by the
 // tensor layer.
 View permute(const Shape& shape, const Strides& strides, std::int64_t offset,

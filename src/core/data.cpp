@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "core/checked.h"
 #include "core/dtype_dispatch.h"
 
 namespace kiln {
@@ -11,7 +12,8 @@ TensorData::TensorData(std::vector<std::byte> bytes, Shape shape, DType dtype)
   for (std::int64_t d : shape_.dims()) {
     if (d < 0) detail::fail<ShapeMismatch>("TensorData", "negative dimension in ", shape_.to_string());
   }
-  const std::size_t expected = static_cast<std::size_t>(shape_.num_elements()) * dtype_size(dtype);
+  // Checked: [0] bytes must not pass for a shape like [2^32, 2^32] whose count wraps to 0.
+  const std::size_t expected = checked::dense_bytes(shape_, dtype, "TensorData");
   if (bytes_.size() != expected) {
     detail::fail<ShapeMismatch>("TensorData", bytes_.size(), " bytes given but shape ",
                                 shape_.to_string(), " of ", dtype_name(dtype), " needs ",
@@ -23,7 +25,7 @@ void TensorData::check_count(const char* op, std::size_t count, const Shape& sha
   for (std::int64_t d : shape.dims()) {
     if (d < 0) detail::fail<ShapeMismatch>(op, "negative dimension in ", shape.to_string());
   }
-  if (static_cast<std::int64_t>(count) != shape.num_elements()) {
+  if (static_cast<std::int64_t>(count) != checked::num_elements(shape, op)) {
     detail::fail<ShapeMismatch>(op, count, " values given but shape ", shape.to_string(),
                                 " holds ", shape.num_elements());
   }
@@ -37,8 +39,8 @@ void TensorData::check_dtype(DType requested) const {
 }
 
 TensorData TensorData::full(Shape shape, double value, DType dtype) {
-  const std::size_t n = static_cast<std::size_t>(shape.num_elements());
-  std::vector<std::byte> bytes(n * dtype_size(dtype));
+  const std::size_t n = static_cast<std::size_t>(checked::num_elements(shape, "TensorData::full"));
+  std::vector<std::byte> bytes(checked::dense_bytes(shape, dtype, "TensorData::full"));
   visit_dtype(dtype, "TensorData::full", [&]<class T>(type_tag<T>) {
     const T v = convert_element<T>(value);
     T* out = reinterpret_cast<T*>(bytes.data());

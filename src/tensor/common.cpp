@@ -133,10 +133,14 @@ ResolvedSlice resolve_slice(const Slice& slice, std::int64_t n, const char* op) 
   auto resolve = [&](std::int64_t i) { return std::clamp(i < 0 ? i + n : i, std::int64_t{0}, n); };
   const std::int64_t start = resolve(slice.start);
   const std::int64_t end = slice.end ? resolve(*slice.end) : n;
-  const std::int64_t step = slice.step > 0 ? slice.step : -slice.step;
+  // |step| in unsigned arithmetic: INT64_MIN has no positive int64 counterpart.
+  const std::uint64_t magnitude = slice.step > 0 ? static_cast<std::uint64_t>(slice.step)
+                                                 : 0 - static_cast<std::uint64_t>(slice.step);
   ResolvedSlice r;
   r.step = slice.step;
-  r.length = end > start ? (end - start + step - 1) / step : 0;
+  r.length = end > start
+                 ? static_cast<std::int64_t>(static_cast<std::uint64_t>(end - start - 1) / magnitude) + 1
+                 : 0;
   // A negative step walks the same range backwards, from its last element.
   r.start = r.length == 0 ? 0 : (slice.step > 0 ? start : end - 1);
   return r;

@@ -1,6 +1,7 @@
 // Creation: from host data, constants, ranges and random values.
 #include <cmath>
 
+#include "core/checked.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -16,18 +17,10 @@ DType creation_dtype(std::optional<DType> dtype, const Device& device, Kind kind
   return d;
 }
 
-void check_dims(const Shape& shape, const char* op) {
-  // Element counts past 2^48 cannot be allocated anywhere; refusing them early also keeps every
-  // later size computation (elements * bytes per element) free of overflow.
-  constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
-  std::int64_t elements = 1;
-  for (std::int64_t d : shape.dims()) {
-    if (d < 0) fail<InvalidArgument>(op, "negative dimension in shape ", shape.to_string());
-    if (d != 0 && elements > kMaxElements / d) {
-      fail<OutOfMemory>(op, "shape ", shape.to_string(), " has more than 2^48 elements");
-    }
-    elements *= d;
-  }
+// A negative dim is InvalidArgument; a shape no machine could hold is OutOfMemory, refused
+// before any backend computes a size from it.
+void check_dims(const Shape& shape, DType dtype, const char* op) {
+  (void)checked::dense_bytes(shape, dtype, op);
 }
 
 }  // namespace
@@ -46,20 +39,20 @@ Primitive from_data(TensorData data, Device device, Kind kind, std::size_t rank)
 }
 
 Primitive full(Shape shape, Scalar value, std::optional<DType> dtype, Device device, Kind kind) {
-  check_dims(shape, "full");
   const DType d = creation_dtype(dtype, device, kind, "full");
+  check_dims(shape, d, "full");
   return backend_for(device).full(std::move(shape), value, d, device);
 }
 
 Primitive empty(Shape shape, std::optional<DType> dtype, Device device, Kind kind) {
-  check_dims(shape, "empty");
   const DType d = creation_dtype(dtype, device, kind, "empty");
+  check_dims(shape, d, "empty");
   return backend_for(device).empty(std::move(shape), d, device);
 }
 
 Primitive arange(std::int64_t start, std::int64_t end, std::int64_t step,
                  std::optional<DType> dtype, Device device, Kind kind) {
-  if (step == 0) fail<InvalidArgument>("arange", "step cannot be 0");
+  (void)checked::arange_length(start, end, step, "arange");
   const DType d = creation_dtype(dtype, device, kind, "arange");
   return backend_for(device).arange(start, end, step, d, device);
 }
@@ -67,6 +60,7 @@ Primitive arange(std::int64_t start, std::int64_t end, std::int64_t step,
 Primitive linspace(double start, double end, std::int64_t count, std::optional<DType> dtype,
                    Device device) {
   if (count < 0) fail<InvalidArgument>("linspace", "negative count ", count);
+  (void)checked::arange_length(0, count, 1, "linspace");
   const DType d = creation_dtype(dtype, device, Kind::Float, "linspace");
   Backend& backend = backend_for(device);
   // start + i * step, computed in f64 and converted once.
@@ -80,6 +74,7 @@ Primitive eye(std::int64_t rows, std::int64_t columns, std::optional<DType> dtyp
               Kind kind) {
   if (rows < 0 || columns < 0) fail<InvalidArgument>("eye", "negative size ", rows, "x", columns);
   const DType d = creation_dtype(dtype, device, kind, "eye");
+  check_dims(Shape{rows, columns}, d, "eye");
   Backend& backend = backend_for(device);
   Primitive r = backend.reshape(backend.arange(0, rows, 1, DType::I64, device), Shape{rows, 1});
   Primitive c = backend.reshape(backend.arange(0, columns, 1, DType::I64, device), Shape{1, columns});
@@ -88,7 +83,6 @@ Primitive eye(std::int64_t rows, std::int64_t columns, std::optional<DType> dtyp
 
 Primitive random(Shape shape, Distribution distribution, std::optional<DType> dtype, Device device,
                  Kind kind) {
-  check_dims(shape, "random");
   if (distribution.kind == Distribution::Kind::Bernoulli &&
       !(distribution.a >= 0.0 && distribution.a <= 1.0)) {
     fail<InvalidArgument>("random", "bernoulli probability ", distribution.a,
@@ -99,6 +93,7 @@ Primitive random(Shape shape, Distribution distribution, std::optional<DType> dt
                           " is negative");
   }
   const DType d = creation_dtype(dtype, device, kind, "random");
+  check_dims(shape, d, "random");
   return backend_for(device).random(std::move(shape), distribution, d, device);
 }
 

@@ -1,6 +1,7 @@
 // Reading, moving between devices, dtype and kind conversion, rank checks, printing.
 #include <sstream>
 
+#include "core/dtype_dispatch.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -28,6 +29,23 @@ std::int64_t normalize_dim(std::int64_t dim, std::size_t rank, const char* op) {
 TensorData into_data(Primitive x) {
   Backend& backend = backend_of(x);
   return backend.into_data(std::move(x)).get();
+}
+
+Scalar into_scalar(const Primitive& x) {
+  const std::int64_t count = x->shape().num_elements();
+  if (count != 1) {
+    fail<InvalidArgument>("into_scalar", "a tensor of shape ", x->shape().to_string(), " has ",
+                          count, " elements; into_scalar needs exactly one");
+  }
+  const TensorData data = into_data(x);
+  return visit_dtype(data.dtype(), "into_scalar", [&]<class T>(type_tag<T>) -> Scalar {
+    const T value = data.as_span<T>()[0];
+    if constexpr (std::is_arithmetic_v<T>) {
+      return Scalar(value);
+    } else {
+      return Scalar(static_cast<double>(static_cast<float>(value)));  // half, bfloat16
+    }
+  });
 }
 
 std::future<TensorData> into_data_async(Primitive x) {

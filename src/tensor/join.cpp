@@ -1,6 +1,7 @@
 // Joining and splitting: cat, stack, repeat, repeat_dim, chunk, split, split_sizes.
 #include <algorithm>
 
+#include "core/checked.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -36,6 +37,17 @@ Backend& prepare_join(Prims& xs, const char* op) {
   return backend_for(chosen);
 }
 
+// Dim d of x repeated `times` times; a product past int64 is as unallocatable as one past the
+// element limit (OutOfMemory, as dense_bytes says for the rest).
+std::int64_t repeated_size(const Primitive& x, std::size_t d, std::int64_t times, const char* op) {
+  std::int64_t out = 0;
+  if (__builtin_mul_overflow(x->shape()[d], times, &out)) {
+    fail<OutOfMemory>(op, "repeating dim ", d, " of ", x->shape().to_string(), " ", times,
+                      " times is too large");
+  }
+  return out;
+}
+
 std::int64_t dim_size(const Primitive& x, std::int64_t dim) {
   return x->shape()[static_cast<std::size_t>(dim)];
 }
@@ -47,8 +59,12 @@ Primitive cat(Prims xs, std::int64_t dim) {
   Backend& backend = prepare_join(xs, op);
   const Shape& first = xs.front()->shape();
   dim = normalize_dim(dim, first.rank(), op);
+  Shape joined = first;
   for (std::size_t i = 1; i < xs.size(); ++i) {
     const Shape& shape = xs[i]->shape();
+    joined[static_cast<std::size_t>(dim)] = checked::add(
+        joined[static_cast<std::size_t>(dim)], shape[static_cast<std::size_t>(dim)], op,
+        "the joined dim");
     for (std::size_t d = 0; d < shape.rank(); ++d) {
       if (static_cast<std::int64_t>(d) != dim && shape[d] != first[d]) {
         fail<ShapeMismatch>(op, "tensor ", i, " has shape ", shape.to_string(),
@@ -57,6 +73,7 @@ Primitive cat(Prims xs, std::int64_t dim) {
       }
     }
   }
+  checked::check_shape(joined, op);
   if (xs.size() == 1) return xs.front();
   return backend.cat(std::move(xs), dim);
 }
@@ -69,6 +86,9 @@ Primitive stack(Prims xs, std::int64_t dim) {
   DimVector dims(first.vector());
   dims.insert(static_cast<std::size_t>(dim), 1);
   const Shape unsqueezed(std::move(dims));
+  Shape stacked = unsqueezed;
+  stacked[static_cast<std::size_t>(dim)] = static_cast<std::int64_t>(xs.size());
+  checked::check_shape(stacked, op);
   for (std::size_t i = 0; i < xs.size(); ++i) {
     if (xs[i]->shape() != first) {
       fail<ShapeMismatch>(op, "tensor ", i, " has shape ", xs[i]->shape().to_string(),
@@ -86,12 +106,9 @@ Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) {
   dim = normalize_dim(dim, x->rank(), op);
   if (times < 0) fail<InvalidArgument>(op, "cannot repeat a negative number of times: ", times);
   if (times == 1) return x;
-  std::int64_t repeated = 0;
-  if (__builtin_mul_overflow(x->shape()[static_cast<std::size_t>(dim)], times, &repeated) ||
-      repeated > (std::int64_t{1} << 48)) {
-    fail<OutOfMemory>(op, "repeating dim ", dim, " of ", x->shape().to_string(), " ", times,
-                      " times is too large");
-  }
+  Shape repeated = x->shape();
+  repeated[static_cast<std::size_t>(dim)] = repeated_size(x, static_cast<std::size_t>(dim), times, op);
+  (void)checked::dense_bytes(repeated, x->dtype(), op);
   return backend_of(x).repeat_dim(std::move(x), dim, times);
 }
 
@@ -103,6 +120,10 @@ Primitive repeat(Primitive x, std::vector<std::int64_t> times) {
   for (std::int64_t t : times) {
     if (t < 0) fail<InvalidArgument>(op, "cannot repeat a negative number of times: ", t);
   }
+  // The whole result checked up front, not one repeated dim at a time.
+  Shape repeated = x->shape();
+  for (std::size_t d = 0; d < times.size(); ++d) repeated[d] = repeated_size(x, d, times[d], op);
+  (void)checked::dense_bytes(repeated, x->dtype(), op);
   for (std::size_t d = 0; d < times.size(); ++d) {
     if (times[d] != 1) {
       x = backend_of(x).repeat_dim(std::move(x), static_cast<std::int64_t>(d), times[d]);
@@ -118,7 +139,7 @@ Prims split_sizes(Primitive x, std::vector<std::int64_t> sizes, std::int64_t dim
   std::int64_t total = 0;
   for (std::int64_t s : sizes) {
     if (s < 0) fail<InvalidArgument>(op, "negative split size ", s);
-    total += s;
+    total = checked::add(total, s, op, "the sum of the split sizes");
   }
   if (total != n) {
     fail<InvalidArgument>(op, "split sizes add up to ", total, " but dim ", dim, " of ",
@@ -141,8 +162,11 @@ Prims split(Primitive x, std::int64_t split_size, std::int64_t dim) {
   if (n == 0) return {x};
   if (split_size <= 0) fail<InvalidArgument>(op, "split size must be positive, got ", split_size);
   std::vector<std::int64_t> sizes;
-  for (std::int64_t start = 0; start < n; start += split_size) {
-    sizes.push_back(std::min(split_size, n - start));
+  // Stepped as n - start > split_size: start + split_size may not fit in int64.
+  for (std::int64_t start = 0; start < n;) {
+    const std::int64_t size = std::min(split_size, n - start);
+    sizes.push_back(size);
+    start += size;
   }
   return split_sizes(std::move(x), std::move(sizes), dim);
 }
@@ -153,7 +177,7 @@ Prims chunk(Primitive x, std::int64_t chunks, std::int64_t dim) {
   dim = normalize_dim(dim, x->rank(), op);
   // PyTorch's rule: chunks of ceil(n / chunks), so there may be fewer than asked for.
   const std::int64_t n = dim_size(x, dim);
-  return split(std::move(x), (n + chunks - 1) / chunks, dim);
+  return split(std::move(x), n / chunks + (n % chunks != 0 ? 1 : 0), dim);
 }
 
 }  // namespace kiln::detail

@@ -1,6 +1,7 @@
 // Layout ops: reshape, expand, permute, flip, squeeze/unsqueeze, flatten, slice, unfold.
 #include <algorithm>
 
+#include "core/checked.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -12,7 +13,6 @@ Primitive reshape(Primitive x, Shape shape, std::size_t expected_rank) {
                         ", expected ", expected_rank);
   }
   // At most one -1, inferred from the element count.
-  std::int64_t known = 1;
   std::size_t inferred = shape.rank();
   for (std::size_t i = 0; i < shape.rank(); ++i) {
     if (shape[i] == -1) {
@@ -20,18 +20,22 @@ Primitive reshape(Primitive x, Shape shape, std::size_t expected_rank) {
       inferred = i;
     } else if (shape[i] < 0) {
       fail<InvalidArgument>(op, "negative dimension in ", shape.to_string());
-    } else {
-      known *= shape[i];
     }
   }
   const std::int64_t total = x->shape().num_elements();
   if (inferred != shape.rank()) {
+    Shape known_dims = shape;
+    known_dims[inferred] = 1;
+    const std::int64_t known = checked::num_elements(known_dims, op);
     if (known == 0 || total % known != 0) {
       fail<ShapeMismatch>(op, "cannot infer -1 in ", shape.to_string(), " for ", total,
                           " elements");
     }
     shape[inferred] = total / known;
-  } else if (known != total) {
+  }
+  // Checked even when it matches: [0] must not reshape to [2^32, 2^32], whose count wraps.
+  const std::int64_t known = checked::num_elements(shape, op);
+  if (known != total) {
     fail<ShapeMismatch>(op, "cannot reshape ", x->shape().to_string(), " (", total,
                         " elements) to ", shape.to_string(), " (", known, " elements)");
   }
@@ -53,6 +57,7 @@ Primitive expand(Primitive x, Shape shape) {
                           shape.to_string(), " (dim ", i, ")");
     }
   }
+  checked::check_shape(shape, "expand");
   return backend_of(x).expand(std::move(x), std::move(shape));
 }
 
@@ -161,9 +166,10 @@ Primitive narrow(Primitive x, std::int64_t dim, std::int64_t start, std::int64_t
   dim = normalize_dim(dim, x->rank(), "narrow");
   const std::int64_t size = x->shape()[static_cast<std::size_t>(dim)];
   if (start < 0) start += size;
-  if (start < 0 || length < 0 || start + length > size) {
-    fail<InvalidArgument>("narrow", "range [", start, ", ", start + length, ") is outside dim ",
-                          dim, " of size ", size);
+  // Compared as length > size - start: start + length may not fit in int64.
+  if (start < 0 || length < 0 || start > size || length > size - start) {
+    fail<InvalidArgument>("narrow", "start ", start, " with length ", length,
+                          " is outside dim ", dim, " of size ", size);
   }
   ResolvedSlices resolved(x->rank());
   for (std::size_t d = 0; d < x->rank(); ++d) resolved[d] = {0, x->shape()[d], 1};

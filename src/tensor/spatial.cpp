@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "backend/spatial_shape.h"
+#include "core/checked.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -46,6 +47,11 @@ Sizes option(Sizes values, std::size_t dims, std::int64_t fallback, std::int64_t
   for (std::int64_t v : values) {
     if (v < minimum)
       fail<InvalidArgument>(op, name, " must be >= ", minimum, ", got ", list(values));
+    // No window, stride or padding can usefully exceed the largest tensor; bounding them keeps
+    // the backends' int64 size formulas far from overflow.
+    if (v > checked::kMaxElements) {
+      fail<InvalidArgument>(op, name, " ", list(values), " exceeds 2^48");
+    }
   }
   return values;
 }
@@ -76,8 +82,17 @@ void check_bias(const std::optional<Primitive>& bias, std::int64_t channels, con
   }
 }
 
+// A computed spatial output size (evaluated in 128 bits) as an int64 within the tensor limit.
+std::int64_t checked_output(spatial::Wide size, const char* what, const char* op) {
+  if (size > checked::kMaxElements) {
+    fail<InvalidArgument>(op, what, " ", static_cast<double>(size), " exceeds 2^48");
+  }
+  return static_cast<std::int64_t>(size);
+}
+
 void check_groups(std::int64_t groups, std::int64_t channels, const char* what, const char* op) {
   if (groups < 1) fail<InvalidArgument>(op, "groups must be >= 1, got ", groups);
+  if (groups > checked::kMaxElements) fail<InvalidArgument>(op, "groups ", groups, " exceeds 2^48");
   if (channels % groups != 0) {
     fail<ShapeMismatch>(op, what, " ", channels, " is not divisible by groups ", groups);
   }
@@ -87,13 +102,18 @@ void check_groups(std::int64_t groups, std::int64_t channels, const char* what, 
 void check_fits(const Shape& x, std::span<const std::int64_t> kernel, const Sizes& stride,
                 const Sizes& padding, const Sizes& dilation, const char* op) {
   for (std::size_t d = 0; d < kernel.size(); ++d) {
+    using spatial::Wide;
     const std::int64_t in = x[d + 2];
-    const std::int64_t extent = dilation[d] * (kernel[d] - 1) + 1;
-    if (spatial::conv_output_size(in, kernel[d], stride[d], padding[d], dilation[d]) < 1) {
-      fail<ShapeMismatch>(op, "kernel ", list(kernel), " (dilated extent ", extent,
-                          " in spatial dim ", d, ") is larger than the padded input (", in,
-                          " + 2 * ", padding[d], ") of shape ", x.to_string());
+    const Wide extent = Wide{dilation[d]} * (kernel[d] - 1) + 1;
+    const Wide out = spatial::conv_output_size<Wide>(in, kernel[d], stride[d], padding[d],
+                                                     dilation[d]);
+    if (out < 1) {
+      fail<ShapeMismatch>(op, "kernel ", list(kernel), " (dilated extent ",
+                          static_cast<double>(extent), " in spatial dim ", d,
+                          ") is larger than the padded input (", in, " + 2 * ", padding[d],
+                          ") of shape ", x.to_string());
     }
+    checked_output(out, "output size", op);
   }
 }
 
@@ -133,14 +153,15 @@ PoolOptions pool_options(const Primitive& x, PoolOptions o, std::size_t dims, bo
       fail<InvalidArgument>(op, "dilation ", list(o.dilation), " is for max pooling only");
     }
     const std::int64_t in = x->shape()[d + 2];
-    const std::int64_t out = spatial::pool_output_size(in, o.kernel_size[d], o.stride[d],
-                                                       o.padding[d], o.dilation[d], o.ceil_mode);
+    const spatial::Wide out = spatial::pool_output_size<spatial::Wide>(
+        in, o.kernel_size[d], o.stride[d], o.padding[d], o.dilation[d], o.ceil_mode);
     if (out < 1) {
       fail<ShapeMismatch>(op, "pooling window ", list(o.kernel_size), " with dilation ",
                           list(o.dilation), " does not fit the padded input of shape ",
                           x->shape().to_string(), " in spatial dim ", d, " (padding ", o.padding[d],
                           ")");
     }
+    checked_output(out, "output size", op);
   }
   return o;
 }
@@ -153,6 +174,13 @@ void check_output_size(const Sizes& size, std::size_t dims, const char* op) {
   for (std::int64_t s : size) {
     if (s < 1) fail<InvalidArgument>(op, "output size ", list(size), " must be positive");
   }
+}
+
+// [N, C, output_size...] within the tensor limit.
+void check_output_shape(const Primitive& x, const Sizes& output_size, const char* op) {
+  Shape out = x->shape();
+  for (std::size_t d = 0; d < output_size.size(); ++d) out[d + 2] = output_size[d];
+  checked::check_shape(out, op);
 }
 
 void check_spatial_not_empty(const Primitive& x, const char* op) {
@@ -227,16 +255,17 @@ Primitive conv_transpose(Primitive x, Primitive weight, std::optional<Primitive>
                             " must be smaller than stride ", list(options.stride), " or dilation ",
                             list(options.dilation));
     }
-    const std::int64_t out = spatial::conv_transpose_output_size(
+    const spatial::Wide out = spatial::conv_transpose_output_size<spatial::Wide>(
         x->shape()[d + 2], kernel[d], options.stride[d], options.padding[d], options.dilation[d],
         options.padding_out[d]);
+    checked_output(out, "output size", op);
     if (out < 1) {
-      fail<ShapeMismatch>(op, "output size ", out, " in spatial dim ", d,
+      fail<ShapeMismatch>(op, "output size ", static_cast<double>(out), " in spatial dim ", d,
                           " is not positive (input ", x->shape().to_string(), ", kernel ",
                           list(kernel), ", padding ", list(options.padding), ")");
     }
   }
-  check_bias(bias, weight->shape()[1] * options.groups, op);
+  check_bias(bias, checked::mul(weight->shape()[1], options.groups, op, "output channels"), op);
   return backend.conv_transpose(std::move(x), std::move(weight), std::move(bias),
                                 std::move(options));
 }
@@ -264,6 +293,14 @@ Primitive adaptive_avg_pool(Primitive x, std::vector<std::int64_t> output_size) 
   check_input_rank(x, output_size.size(), "input", op);
   check_output_size(output_size, output_size.size(), op);
   check_spatial_not_empty(x, op);
+  check_output_shape(x, output_size, op);
+  for (std::size_t d = 0; d < output_size.size(); ++d) {
+    // Window bounds are i * in / out: keep that product in int64.
+    if (static_cast<spatial::Wide>(output_size[d]) * x->shape()[d + 2] > (std::int64_t{1} << 62)) {
+      fail<InvalidArgument>(op, "output size ", list(output_size), " is too large for input ",
+                            x->shape().to_string());
+    }
+  }
   return backend_of(x).adaptive_avg_pool(std::move(x), std::move(output_size));
 }
 
@@ -274,6 +311,7 @@ Primitive interpolate(Primitive x, std::vector<std::int64_t> output_size,
   check_input_rank(x, 2, "input", op);
   check_output_size(output_size, 2, op);
   check_spatial_not_empty(x, op);
+  check_output_shape(x, output_size, op);
   return backend_of(x).interpolate(std::move(x), std::move(output_size), options);
 }
 
@@ -298,16 +336,21 @@ Primitive fold_patches(Primitive x, std::vector<std::int64_t> output_size, Unfol
   options = unfold_options(std::move(options), op);
   const Shape image{x->shape()[0], 1, output_size[0], output_size[1]};
   check_fits(image, options.kernel_size, options.stride, options.padding, options.dilation, op);
-  const std::int64_t taps = options.kernel_size[0] * options.kernel_size[1];
+  const std::int64_t taps =
+      checked::product(options.kernel_size, op, "the kernel taps of kernel_size");
   if (x->shape()[1] % taps != 0) {
     fail<ShapeMismatch>(op, "input dim 1 (", x->shape()[1], ") is not a multiple of the ", taps,
                         " taps of kernel ", list(options.kernel_size));
   }
+  checked::check_shape(
+      Shape{x->shape()[0], x->shape()[1] / taps, output_size[0], output_size[1]}, op);
   std::int64_t positions = 1;
   for (std::size_t d = 0; d < 2; ++d) {
-    positions *=
+    positions = checked::mul(
+        positions,
         spatial::conv_output_size(output_size[d], options.kernel_size[d], options.stride[d],
-                                  options.padding[d], options.dilation[d]);
+                                  options.padding[d], options.dilation[d]),
+        op, "the window positions");
   }
   if (x->shape()[2] != positions) {
     fail<ShapeMismatch>(op, "input has ", x->shape()[2], " window positions but output size ",

@@ -101,6 +101,8 @@ Primitive random(Shape shape, Distribution distribution, std::optional<DType> dt
 // ---- reading, moving, converting ----
 TensorData into_data(Primitive x);
 std::future<TensorData> into_data_async(Primitive x);
+// The value of a one-element tensor (InvalidArgument for any other element count).
+Scalar into_scalar(const Primitive& x);
 std::vector<TensorData> read_many(Prims xs);
 Primitive to_device(Primitive x, Device device);
 // Converts to dtype; the kind of the result is the dtype's kind.

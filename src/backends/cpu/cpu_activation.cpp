@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/vector_math.h"
+#include "core/buffer.h"
 
 namespace kiln {
 
@@ -113,7 +114,7 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
       const std::int64_t outer = total / (length * inner);
       const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / (length * kTile));
       parallel_for(outer * tiles_per_outer, grain, [&](std::int64_t begin, std::int64_t end) {
-        std::vector<C> tile(static_cast<std::size_t>(length * kTile));
+        detail::Buffer<C> tile(static_cast<std::size_t>(length * kTile));
         C top[kTile];
         Acc sum[kTile];
         for (std::int64_t t = begin; t < end; ++t) {
@@ -159,8 +160,8 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
     }
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / length);
     parallel_for(lines, grain, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<C> row(static_cast<std::size_t>(length));
-      std::vector<C> exps(static_cast<std::size_t>(length));
+      detail::Buffer<C> row(static_cast<std::size_t>(length));
+      detail::Buffer<C> exps(static_cast<std::size_t>(length));
       for (std::int64_t line = begin; line < end; ++line) {
         std::int64_t in_offset = 0, out_offset = 0, rest = line;
         for (std::size_t k = sizes.size(); k-- > 0;) {

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "core/buffer.h"
 
 namespace kiln {
 
@@ -63,7 +64,7 @@ void attention_kernel(const AttentionArgs<T>& args) {
   const std::int64_t blocks_per_head = (sq + block - 1) / block;
   const std::int64_t tasks = batch * heads * blocks_per_head;
 
-  auto run = [&](std::int64_t task, std::vector<T>& scores) {
+  auto run = [&](std::int64_t task, detail::Buffer<T>& scores) {
     const std::int64_t bh = task / blocks_per_head;
     const std::int64_t b = bh / heads, h = bh % heads;
     const std::int64_t i0 = (task % blocks_per_head) * block;
@@ -117,11 +118,11 @@ void attention_kernel(const AttentionArgs<T>& args) {
     // Tiny heads stay on one thread.
     const std::int64_t grain = std::max<std::int64_t>(1, kMinThreadWork / (block * row_work));
     parallel_for(tasks, grain, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<T> scores;
+      detail::Buffer<T> scores;
       for (std::int64_t t = begin; t < end; ++t) run(t, scores);
     });
   } else {
-    std::vector<T> scores;
+    detail::Buffer<T> scores;
     for (std::int64_t t = 0; t < tasks; ++t) run(t, scores);
   }
 }

@@ -7,6 +7,8 @@
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/random.h"
+#include "core/buffer.h"
+#include "core/checked.h"
 #include "core/dtype_dispatch.h"
 
 namespace kiln {
@@ -54,12 +56,13 @@ Primitive CpuBackend::full(Shape shape, Scalar value, DType dtype, Device) {
 
 Primitive CpuBackend::arange(std::int64_t start, std::int64_t end, std::int64_t step, DType dtype,
                              Device) {
-  const std::int64_t count = step > 0 ? (end - start + step - 1) / step
-                                      : (start - end + (-step) - 1) / (-step);
-  auto out = make_tensor(dtype, Shape{std::max<std::int64_t>(count, 0)});
+  const std::int64_t count = checked::arange_length(start, end, step, "arange");
+  auto out = make_tensor(dtype, Shape{count});
   visit_dtype(dtype, "arange", [&]<class T>(type_tag<T>) {
     T* o = out->data_as<T>();
-    for (std::int64_t i = 0; i < count; ++i) o[i] = convert_element<T>(start + i * step);
+    for (std::int64_t i = 0; i < count; ++i) {
+      o[i] = convert_element<T>(checked::arange_value(start, step, i));
+    }
   });
   return out;
 }
@@ -98,7 +101,7 @@ ReadFuture CpuBackend::into_data(Primitive x) {
   auto c = contiguous(x);
   const std::size_t bytes =
       static_cast<std::size_t>(c->shape().num_elements()) * dtype_size(c->dtype());
-  std::vector<std::byte> host(bytes);
+  std::vector<std::byte> host = detail::allocate_bytes(bytes);
   if (bytes != 0) std::memcpy(host.data(), c->data(), bytes);
   std::promise<TensorData> promise;
   promise.set_value(TensorData(std::move(host), c->shape(), c->dtype()));

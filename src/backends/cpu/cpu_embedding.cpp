@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "core/buffer.h"
 
 namespace kiln {
 
@@ -82,7 +83,7 @@ Primitive CpuBackend::embedding_backward(Primitive weights, Primitive output_gra
     // destination rows and scans every index, so sums are race-free and deterministic.
     using C = compute_t<T>;
     std::shared_ptr<CpuTensor> out = make_tensor(dtype, shape);
-    std::vector<C> wide;
+    detail::Buffer<C> wide;
     C* acc;
     if constexpr (std::is_same_v<C, T>) {
       acc = out->data_as<T>();

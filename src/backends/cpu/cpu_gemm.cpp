@@ -9,6 +9,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
+#include "core/buffer.h"
 
 namespace kiln::cpu {
 
@@ -43,7 +44,7 @@ std::optional<BlasOperand> blas_operand(std::int64_t rows, std::int64_t cols,
 
 // A row-major copy of m in buffer; returns the view of the copy.
 template <class T>
-MatrixRef<const T> packed(MatrixRef<const T> m, std::vector<T>& buffer) {
+MatrixRef<const T> packed(MatrixRef<const T> m, detail::Buffer<T>& buffer) {
   buffer.resize(static_cast<std::size_t>(m.rows * m.cols));
   for (std::int64_t r = 0; r < m.rows; ++r) {
     const T* src = m.data + r * m.row_stride;
@@ -110,7 +111,7 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
     gemm(cols_of(a, h, k - h), rows_of(b, h, k - h), c, alpha, T(1));
     return;
   }
-  std::vector<T> a_copy, b_copy;
+  detail::Buffer<T> a_copy, b_copy;
   std::optional<BlasOperand> oa = blas_operand(m, k, a.row_stride, a.col_stride);
   if (!oa) {
     a = packed(a, a_copy);

@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/spatial.h"
+#include "core/buffer.h"
 
 namespace kiln {
 
@@ -83,8 +84,8 @@ std::vector<Taps> axis_taps(std::int64_t in, std::int64_t out, const Interpolate
 // compute type, so the inner loops over a row read them sequentially.
 template <class T>
 struct ColumnTaps {
-  std::array<std::vector<std::int64_t>, 4> index;
-  std::array<std::vector<T>, 4> weight;
+  std::array<detail::Buffer<std::int64_t>, 4> index;
+  std::array<detail::Buffer<T>, 4> weight;
   explicit ColumnTaps(const std::vector<Taps>& taps) {
     for (std::size_t b = 0; b < 4; ++b) {
       index[b].resize(taps.size());
@@ -159,7 +160,7 @@ void interpolate_plane_grad(const T* grad, std::int64_t in_w, const std::vector<
 
 // Which input rows the output rows read.
 std::vector<char> rows_needed(const std::vector<Taps>& rows, std::int64_t in_h) {
-  std::vector<char> needed(static_cast<std::size_t>(in_h), 0);
+  detail::Buffer<char> needed(static_cast<std::size_t>(in_h), 0);
   for (const Taps& r : rows) {
     for (int a = 0; a < r.count; ++a) needed[static_cast<std::size_t>(r.index[a])] = 1;
   }
@@ -202,7 +203,7 @@ Primitive CpuBackend::interpolate(Primitive x, Axes output_size, InterpolateOpti
     const std::int64_t grain =
         std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
     parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<T> resampled(static_cast<std::size_t>(in_h * out_w));
+      detail::Buffer<T> resampled(static_cast<std::size_t>(in_h * out_w));
       visit_taps(options.mode, [&]<int kTaps>(std::integral_constant<int, kTaps>) {
         for (std::int64_t p = begin; p < end; ++p) {
           interpolate_plane<kTaps>(src + p * in_h * in_w, in_w, rows, columns, needed,
@@ -234,7 +235,7 @@ Primitive CpuBackend::interpolate_backward(Primitive x, Primitive output_grad, A
         std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
     // Planes are independent, so each scatters into its own gradient plane without races.
     parallel_for(shape[0] * shape[1], grain, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<T> resampled(static_cast<std::size_t>(in_h * out_w));
+      detail::Buffer<T> resampled(static_cast<std::size_t>(in_h * out_w));
       visit_taps(options.mode, [&]<int kTaps>(std::integral_constant<int, kTaps>) {
         for (std::int64_t p = begin; p < end; ++p) {
           interpolate_plane_grad<kTaps>(src + p * out_h * out_w, in_w, rows, columns, needed,

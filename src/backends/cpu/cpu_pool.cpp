@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/spatial.h"
+#include "core/buffer.h"
 
 namespace kiln {
 
@@ -60,10 +61,10 @@ Span avg_span(const Window& w, std::size_t d, std::int64_t o) {
 // where out_row is the row's first output index and scale[ow] = 1 / divisor of each window.
 template <class T, class F>
 void for_each_avg_row(const Window& w, bool count_include_pad, F&& f) {
-  std::vector<Span> along_w(static_cast<std::size_t>(w.out[2]));
+  detail::Buffer<Span> along_w(static_cast<std::size_t>(w.out[2]));
   for (std::int64_t ow = 0; ow < w.out[2]; ++ow)
     along_w[static_cast<std::size_t>(ow)] = avg_span(w, 2, ow);
-  std::vector<T> scale(along_w.size());
+  detail::Buffer<T> scale(along_w.size());
   std::int64_t out_row = 0;
   for (std::int64_t od = 0; od < w.out[0]; ++od) {
     const Span sd = avg_span(w, 0, od);
@@ -229,7 +230,7 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
       const T* grad = src + p * w.out_size();
       T* plane = dst + p * w.in_size();
       std::fill_n(plane, w.in_size(), T(0));
-      std::vector<T> share(static_cast<std::size_t>(w.out[2]));
+      detail::Buffer<T> share(static_cast<std::size_t>(w.out[2]));
       for_each_avg_row<T>(w, options.count_include_pad,
                           [&](std::int64_t row, Span sd, Span sh, const std::vector<T>& scale) {
                             for (std::size_t i = 0; i < share.size(); ++i)
@@ -285,7 +286,7 @@ PrimitivePair CpuBackend::max_pool_with_indices(Primitive x, PoolOptions options
       T* dst = out->data_as<T>();
       I* idx = indices->data_as<I>();
       for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
-        std::vector<std::int64_t> plane_index(static_cast<std::size_t>(w.out_size()));
+        detail::Buffer<std::int64_t> plane_index(static_cast<std::size_t>(w.out_size()));
         max_pool_plane<true>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
                              plane_index.data());
         I* o = idx + p * w.out_size();

@@ -13,6 +13,7 @@
 #include "backends/cpu/dim_plan.h"
 #include "backends/cpu/integer_math.h"
 #include "core/dtype_dispatch.h"
+#include "core/buffer.h"
 
 namespace kiln {
 
@@ -366,7 +367,7 @@ void reduce_all(const CpuTensor& x, const R& r) {
   struct Partial {
     Acc value;
   };  // not std::vector<bool>: threads write neighbouring partials
-  std::vector<Partial> partials(static_cast<std::size_t>(chunks), Partial{r.init()});
+  detail::Buffer<Partial> partials(static_cast<std::size_t>(chunks), Partial{r.init()});
   const T* base = x.data_as<T>();
   if (n > 0) {
     const bool contiguous = x.is_contiguous();

@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dim_plan.h"
 #include "core/dtype_dispatch.h"
+#include "core/buffer.h"
 
 namespace kiln {
 
@@ -65,7 +66,7 @@ void stable_sort_range(E* first, E* last, Less less) {
     for (std::int64_t c = begin; c < end; ++c)
       std::stable_sort(first + bound(c), first + bound(c + 1), less);
   });
-  std::vector<E> scratch(static_cast<std::size_t>(n));
+  detail::Buffer<E> scratch(static_cast<std::size_t>(n));
   E* from = first;
   E* to = scratch.data();
   for (std::int64_t width = 1; width < chunks; width *= 2) {
@@ -154,8 +155,8 @@ PrimitivePair sort_slices(const Primitive& x, const SortRequest& request) {
 
   if (!request.want_indices) {
     // Values only: no positions to carry.
-    for_each_slice<std::vector<C>>(
-        plan, [&](std::int64_t in_offset, std::int64_t out_offset, std::vector<C>& buffer) {
+    for_each_slice<detail::Buffer<C>>(
+        plan, [&](std::int64_t in_offset, std::int64_t out_offset, detail::Buffer<C>& buffer) {
           buffer.resize(static_cast<std::size_t>(n));
           const T* p = src + in_offset;
           for (std::int64_t j = 0; j < n; ++j)
@@ -177,8 +178,8 @@ PrimitivePair sort_slices(const Primitive& x, const SortRequest& request) {
       if (before(b.value, a.value)) return false;
       return a.index < b.index;
     };
-    for_each_slice<std::vector<E>>(
-        plan, [&](std::int64_t in_offset, std::int64_t out_offset, std::vector<E>& entries) {
+    for_each_slice<detail::Buffer<E>>(
+        plan, [&](std::int64_t in_offset, std::int64_t out_offset, detail::Buffer<E>& entries) {
           entries.resize(static_cast<std::size_t>(n));
           const T* p = src + in_offset;
           for (std::int64_t j = 0; j < n; ++j) {

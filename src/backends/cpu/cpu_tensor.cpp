@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/strided.h"
+#include "core/checked.h"
 #include "backends/cpu/loops.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -16,26 +17,19 @@ Strides contiguous_strides(const Shape& shape) { return strided::contiguous_stri
 std::shared_ptr<CpuTensor> make_tensor(DType dtype, const Shape& shape) {
   // Every CPU allocation passes here: sizes are computed without overflow, so an absurd shape
   // (e.g. from repeat or expand-then-copy) is an error, never a short buffer.
-  std::uint64_t bytes = dtype_size(dtype);
-  for (std::int64_t d : shape.dims()) {
-    if (d < 0) detail::fail<InvalidArgument>("cpu", "negative dimension in shape ", shape.to_string());
-    if (d == 0) bytes = 0;
-  }
-  for (std::int64_t d : shape.dims()) {
-    if (bytes == 0) break;
-    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes) ||
-        bytes > (std::uint64_t{1} << 50)) {
-      detail::fail<OutOfMemory>("cpu", "shape ", shape.to_string(), " of ",
-                                dtype_name(dtype), " is too large to allocate");
-    }
-  }
-  return std::make_shared<CpuTensor>(dtype, shape,
-                                     std::make_shared<CpuStorage>(static_cast<std::size_t>(bytes)),
+  const std::size_t bytes = checked::dense_bytes(shape, dtype, "cpu");
+  return std::make_shared<CpuTensor>(dtype, shape, std::make_shared<CpuStorage>(bytes),
                                      contiguous_strides(shape), 0);
 }
 
 std::shared_ptr<CpuTensor> make_view(const CpuTensor& base, Shape shape, Strides strides,
                                      std::int64_t offset) {
+  // Every view passes here too: one that reaches outside its storage is refused, whatever
+  // arithmetic produced it.
+  strided::check_view_in_storage(shape, strides, offset,
+                                 static_cast<std::int64_t>(base.storage()->bytes() /
+                                                           dtype_size(base.dtype())),
+                                 "cpu view");
   return std::make_shared<CpuTensor>(base.dtype(), std::move(shape), base.storage(),
                                      std::move(strides), offset);
 }

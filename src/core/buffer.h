@@ -1,0 +1,46 @@
+// Buffer<T>: a std::vector whose allocation failures are kiln::OutOfMemory, not std::bad_alloc.
+// Kernels use it for scratch memory sized by element counts (rows, partial sums, index lists),
+// so that no standard exception escapes a kiln call however large the tensor.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <vector>
+
+namespace kiln::detail {
+
+// Throws OutOfMemory naming the byte count.
+[[noreturn]] void fail_allocation(std::size_t count, std::size_t element_size);
+
+template <class T>
+struct GuardedAllocator {
+  using value_type = T;
+
+  GuardedAllocator() noexcept = default;
+  template <class U>
+  GuardedAllocator(const GuardedAllocator<U>&) noexcept {}  // NOLINT: rebinding is implicit
+
+  T* allocate(std::size_t count) {
+    if (count > static_cast<std::size_t>(-1) / sizeof(T)) fail_allocation(count, sizeof(T));
+    try {
+      return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{alignof(T)}));
+    } catch (const std::bad_alloc&) {
+      fail_allocation(count, sizeof(T));
+    }
+  }
+  void deallocate(T* data, std::size_t) noexcept {
+    ::operator delete(data, std::align_val_t{alignof(T)});
+  }
+  template <class U>
+  bool operator==(const GuardedAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+template <class T>
+using Buffer = std::vector<T, GuardedAllocator<T>>;
+
+// A std::vector<std::byte> of `bytes` zeroed bytes (what TensorData holds), OutOfMemory on failure.
+std::vector<std::byte> allocate_bytes(std::size_t bytes);
+
+}  // namespace kiln::detail
