@@ -1,5 +1,16 @@
 // Distributions for random tensors.
+//
+//   auto w = Tensor<2>::random({64, 64}, Distribution::uniform(-0.1, 0.1), dev);
+//   auto n = Tensor<2>::random({64, 64}, Distribution::normal(0, 0.02), dev);
+//
+// The factories refuse parameters that describe no distribution (InvalidArgument naming the
+// values): bounds or a mean that are not finite, uniform's low above its high or a width beyond
+// the largest double, normal's standard deviation negative or not finite, bernoulli's
+// probability outside [0, 1]. `random` checks the distribution it is given the same way, so a
+// Distribution built field by field cannot bypass them.
 #pragma once
+
+#include <string_view>
 
 namespace kiln {
 
@@ -10,9 +21,14 @@ struct Distribution {
   double b = 1.0;             // uniform high, normal standard deviation
 
   static Distribution standard() { return {}; }
-  static Distribution uniform(double low, double high) { return {Kind::Uniform, low, high}; }
-  static Distribution normal(double mean, double std) { return {Kind::Normal, mean, std}; }
-  static Distribution bernoulli(double probability) { return {Kind::Bernoulli, probability, 0}; }
+  // [low, high); low == high gives low.
+  static Distribution uniform(double low, double high);
+  // std == 0 gives mean.
+  static Distribution normal(double mean, double std);
+  static Distribution bernoulli(double probability);
+
+  // InvalidArgument "[op] ..." unless the parameters are valid for the kind (see above).
+  void check(std::string_view op) const;
 };
 
 }  // namespace kiln

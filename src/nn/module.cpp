@@ -1,15 +1,64 @@
 #include "kiln/nn/module.h"
 
+#include <map>
 #include <sstream>
 
+#include "kiln/autodiff.h"
 #include "kiln/detail/format.h"
 
 namespace kiln::nn {
+
+using kiln::detail::fail;
+
+namespace {
+
+// "parameter 'fc.weight'" when the name is known, "the parameter" otherwise.
+std::string which(bool trainable, std::string_view name) {
+  const char* what = trainable ? "parameter" : "buffer";
+  if (name.empty()) return kiln::detail::concat("the ", what);
+  return kiln::detail::concat(what, " '", name, "'");
+}
+
+}  // namespace
 
 void ParamSlot::set_primitive(Primitive p) {
   // Rank and kind: a parameter holds a float tensor of its declared rank.
   kiln::detail::check_primitive(p, rank_, Kind::Float, "Param::set");
   primitive_ = std::move(p);
+}
+
+void ParamSlot::assign(Primitive value, std::string_view name) {
+  const char* op = trainable_ ? "Param::assign" : "Buffer::assign";
+  kiln::detail::check_primitive(value, rank_, Kind::Float, op);
+  if (!initialized()) {
+    primitive_ = std::move(value);
+    return;
+  }
+  const Primitive& current = primitive_;
+  if (value->shape() != current->shape()) {
+    fail<ShapeMismatch>(op, which(trainable_, name), " has shape ", current->shape().to_string(),
+                        " but the new value has shape ", value->shape().to_string());
+  }
+  if (value->dtype() != current->dtype()) {
+    fail<DTypeMismatch>(op, which(trainable_, name), " is ", dtype_name(current->dtype()),
+                        " but the new value is ", dtype_name(value->dtype()),
+                        "; cast the value, or the whole module with nn::cast");
+  }
+  const Device device = current->device();
+  if (!value->device().same_hardware(device)) {
+    fail<DeviceMismatch>(op, which(trainable_, name), " is on ", device.to_string(),
+                         " but the new value is on ", value->device().to_string(),
+                         "; move the value, or the whole module with nn::to_device");
+  }
+  // The parameter's mode, whatever the value's: a tracked leaf (a value that is one already is
+  // kept as it is, so tied slots stay tied), plain, or an untracked constant on the autodiff
+  // device (a buffer of a training module).
+  if (kiln::detail::is_require_grad(current)) {
+    primitive_ =
+        kiln::detail::require_grad(kiln::detail::to_device(std::move(value), device), true);
+  } else {
+    primitive_ = kiln::detail::to_device(kiln::detail::detach(std::move(value)), device);
+  }
 }
 
 void Counter::set(std::int64_t value) {
@@ -45,6 +94,34 @@ void for_each(void* module, VisitFn visit, F f) {
   visit(module, visitor);
 }
 
+// Gives every slot the value make(slot) computes, through set_primitive (the explicit path: the
+// new values may differ in device, dtype or mode). A tensor shared by several slots (tied
+// weights) is made once and stays shared; every value is made before any slot changes, so a
+// failure leaves the module as it was.
+template <class Make>
+void replace_each(void* module, VisitFn visit, Make make) {
+  std::vector<ParamSlot*> slots;
+  std::vector<Primitive> values;
+  std::map<const TensorPrimitive*, Primitive> made;
+  for_each(module, visit, [&](const std::string&, ParamSlot& slot) {
+    auto [it, fresh] = made.try_emplace(slot.primitive().get());
+    if (fresh) it->second = make(slot);
+    slots.push_back(&slot);
+    values.push_back(it->second);
+  });
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i]->set_primitive(std::move(values[i]));
+}
+
+// values (untracked) on device, in p's mode: on the device's autodiff form if p is on one, a
+// tracked leaf if p is tracked.
+Primitive in_mode_of(const Primitive& p, Primitive values, const Device& device) {
+  const Device target = p->device().is_autodiff() ? device.autodiff() : device.without_autodiff();
+  Primitive placed = kiln::detail::to_device(std::move(values), target);
+  if (kiln::detail::is_require_grad(p))
+    placed = kiln::detail::require_grad(std::move(placed), true);
+  return placed;
+}
+
 }  // namespace
 
 std::string join_name(std::string_view prefix, std::string_view name) {
@@ -62,28 +139,32 @@ std::vector<NamedParam> named_parameters(void* module, VisitFn visit) {
 }
 
 void to_device(void* module, VisitFn visit, const Device& device) {
-  for_each(module, visit, [&](const std::string&, ParamSlot& slot) {
+  // Keep the module's mode: a tracked parameter stays tracked where the device records
+  // gradients, and the device's autodiff flag follows the parameter's.
+  replace_each(module, visit, [&](const ParamSlot& slot) {
     const Primitive& p = slot.primitive();
-    const bool tracked = kiln::detail::is_require_grad(p);
-    // Keep the module's mode: a tracked parameter stays tracked where the device records
-    // gradients, and the device's autodiff flag follows the parameter's.
-    const Device target = p->device().is_autodiff() ? device.autodiff() : device.without_autodiff();
-    Primitive moved = kiln::detail::to_device(kiln::detail::detach(p), target);
-    if (tracked) moved = kiln::detail::require_grad(std::move(moved), true);
-    slot.set_primitive(std::move(moved));
+    return in_mode_of(p, kiln::detail::detach(p), device);
+  });
+}
+
+void cast(void* module, VisitFn visit, DType dtype) {
+  if (!is_float(dtype)) {
+    fail<DTypeMismatch>("nn::cast", "parameters are float tensors; ", dtype_name(dtype),
+                        " is not a float dtype");
+  }
+  replace_each(module, visit, [&](const ParamSlot& slot) {
+    const Primitive& p = slot.primitive();
+    return in_mode_of(p, kiln::detail::cast(kiln::detail::detach(p), dtype), p->device());
   });
 }
 
 void set_tracking(void* module, VisitFn visit, bool track) {
-  for_each(module, visit, [&](const std::string&, ParamSlot& slot) {
+  replace_each(module, visit, [&](const ParamSlot& slot) {
     const Primitive& p = slot.primitive();
-    if (track) {
-      Primitive on = kiln::detail::to_device(kiln::detail::detach(p), p->device().autodiff());
-      if (slot.trainable()) on = kiln::detail::require_grad(std::move(on), true);
-      slot.set_primitive(std::move(on));
-    } else {
-      slot.set_primitive(kiln::detail::inner(kiln::detail::detach(p)));
-    }
+    if (!track) return kiln::detail::inner(kiln::detail::detach(p));
+    Primitive on = kiln::detail::to_device(kiln::detail::detach(p), p->device().autodiff());
+    if (slot.trainable()) on = kiln::detail::require_grad(std::move(on), true);
+    return on;
   });
 }
 

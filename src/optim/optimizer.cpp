@@ -31,15 +31,49 @@ void ParamState::put(std::string_view name, Primitive value) {
 
 namespace {
 
-template <class F>
-class ForEach final : public nn::Visitor {
- public:
-  explicit ForEach(F f) : f_(std::move(f)) {}
-  void visit(const std::string& name, nn::ParamSlot& slot) override { f_(name, slot); }
-
- private:
-  F f_;
+struct NamedSlot {
+  std::string name;
+  nn::ParamSlot* slot;
 };
+
+class CollectTrainable final : public nn::Visitor {
+ public:
+  void visit(const std::string& name, nn::ParamSlot& slot) override {
+    if (slot.trainable()) out.push_back({name, &slot});
+  }
+  std::vector<NamedSlot> out;
+};
+
+// Refuses state made for another parameter under the same name, rather than letting the update
+// broadcast it (a [4, 1] buffer and a [1, 4] parameter would make a [4, 4] parameter).
+void check_state_fits(const ParamState& state, const Primitive& param, std::string_view name,
+                      std::string_view op) {
+  const auto refuse = [&](std::string_view what, const auto& now, const auto& then,
+                          std::string_view remedy) {
+    fail<InvalidArgument>(op, "parameter '", name, "' ", what, " ", now,
+                          " but the optimizer's state for it was made for ", then,
+                          " (another model, or a parameter changed since its last step); ", remedy);
+  };
+  constexpr std::string_view kReset = "reset() the optimizer to start afresh";
+  if (param->shape() != state.shape) {
+    refuse("has shape", param->shape().to_string(), state.shape.to_string(), kReset);
+  }
+  constexpr std::string_view kCarry =
+      "load_state_dict(module, state_dict()) carries the state over to a module cast or moved "
+      "since, reset() starts afresh";
+  if (param->dtype() != state.dtype) {
+    refuse("is", dtype_name(param->dtype()), dtype_name(state.dtype), kCarry);
+  }
+  if (param->device() != state.device) {
+    refuse("is on", param->device().to_string(), state.device.to_string(), kCarry);
+  }
+}
+
+void record_owner(ParamState& state, const Primitive& param) {
+  state.shape = param->shape();
+  state.dtype = param->dtype();
+  state.device = param->device().without_autodiff();
+}
 
 }  // namespace
 
@@ -49,44 +83,65 @@ std::size_t Optimizer::step_module(void* module, nn::detail::VisitFn visit, cons
   if (!(lr >= 0) || !std::isfinite(lr)) {
     fail<InvalidArgument>(op, "learning rate ", lr, " must be a finite number >= 0");
   }
-  std::size_t updated = 0;
-  // A parameter shared by several slots (tied weights) is updated once, under its first name.
-  std::map<const TensorPrimitive*, Primitive> replaced;
-  ForEach visitor([&](const std::string& param_name, nn::ParamSlot& slot) {
-    if (!slot.trainable()) return;
-    if (auto done = replaced.find(slot.primitive().get()); done != replaced.end()) {
-      slot.set_primitive(done->second);
-      return;
+  CollectTrainable collect;
+  visit(module, collect);
+  const std::vector<NamedSlot>& slots = collect.out;
+
+  // Every check first, so a refused step changes no parameter and no state. A parameter shared by
+  // several slots (tied weights) is updated once, under its first name; `tied` lists for each
+  // slot the later slots that share its parameter.
+  struct Pending {
+    std::size_t slot;
+    Primitive grad;  // plain, in the parameter's dtype
+  };
+  std::vector<Pending> pending;
+  std::vector<std::vector<std::size_t>> tied(slots.size());
+  std::map<const TensorPrimitive*, std::size_t> first_slot;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const nn::ParamSlot& slot = *slots[i].slot;
+    const auto [it, first] = first_slot.try_emplace(slot.primitive().get(), i);
+    if (!first) {
+      tied[it->second].push_back(i);
+      continue;
     }
     const std::optional<Primitive> tracked_grad = kiln::detail::grad(slot.primitive(), grads);
-    if (!tracked_grad) return;
-    Primitive param = kiln::detail::inner(slot.primitive());
+    if (!tracked_grad) continue;
+    const Primitive param = kiln::detail::inner(slot.primitive());
     Primitive grad = kiln::detail::inner(*tracked_grad);
     if (grad->shape() != param->shape()) {
-      fail<ShapeMismatch>(op, "the gradient of '", param_name, "' has shape ",
+      fail<ShapeMismatch>(op, "the gradient of '", slots[i].name, "' has shape ",
                           grad->shape().to_string(), " but the parameter has shape ",
                           param->shape().to_string());
     }
+    if (const ParamState* existing = state(slots[i].name)) {
+      check_state_fits(*existing, param, slots[i].name, op);
+    }
     if (grad->dtype() != param->dtype()) grad = kiln::detail::cast(std::move(grad), param->dtype());
-    const auto it = states_.try_emplace(param_name).first;
+    pending.push_back({i, std::move(grad)});
+  }
+
+  for (Pending& p : pending) {
+    const NamedSlot& target = slots[p.slot];
+    Primitive param = kiln::detail::inner(target.slot->primitive());
+    const auto it = states_.try_emplace(target.name).first;
     ParamState& state = it->second;
+    record_owner(state, param);
     ++state.step;
-    Primitive next;
     try {
-      next = update(std::move(param), std::move(grad), lr, state);
+      Primitive next = update(std::move(param), std::move(p.grad), lr, state);
+      // Checked as any new value (the update keeps shape, dtype and device; this guards it).
+      target.slot->assign(
+          kiln::detail::require_grad(kiln::detail::from_inner(std::move(next)), true), target.name);
     } catch (...) {
       // Buffers may have been moved out mid-update: start this parameter afresh next time.
       states_.erase(it);
       throw;
     }
-    const TensorPrimitive* old = slot.primitive().get();
-    slot.set_primitive(kiln::detail::require_grad(kiln::detail::from_inner(std::move(next)), true));
-    replaced.emplace(old, slot.primitive());
-    ++updated;
-  });
-  visit(module, visitor);
+    for (std::size_t other : tied[p.slot])
+      slots[other].slot->set_primitive(target.slot->primitive());
+  }
   ++steps_;
-  return updated;
+  return pending.size();
 }
 
 const ParamState* Optimizer::state(std::string_view param_name) const {
@@ -181,6 +236,7 @@ void Optimizer::load_state(const std::vector<nn::NamedParam>& params,
     }
     const Primitive& param = param_it->second->value;
     ParamState& ps = loaded[std::string(param_name)];
+    record_owner(ps, param);
     if (field == "step") {
       ps.step = read_count(data, key, op);
       counted.emplace(param_name);

@@ -83,15 +83,7 @@ Primitive eye(std::int64_t rows, std::int64_t columns, std::optional<DType> dtyp
 
 Primitive random(Shape shape, Distribution distribution, std::optional<DType> dtype, Device device,
                  Kind kind) {
-  if (distribution.kind == Distribution::Kind::Bernoulli &&
-      !(distribution.a >= 0.0 && distribution.a <= 1.0)) {
-    fail<InvalidArgument>("random", "bernoulli probability ", distribution.a,
-                          " is not in [0, 1]");
-  }
-  if (distribution.kind == Distribution::Kind::Normal && !(distribution.b >= 0.0)) {
-    fail<InvalidArgument>("random", "normal standard deviation ", distribution.b,
-                          " is negative");
-  }
+  distribution.check("random");
   const DType d = creation_dtype(dtype, device, kind, "random");
   check_dims(shape, d, "random");
   return backend_for(device).random(std::move(shape), distribution, d, device);

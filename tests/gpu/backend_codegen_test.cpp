@@ -71,14 +71,17 @@ void expect_compiles(const ElementwiseOp& op, std::string_view what) {
 
 TEST(GpuCodegen, ElementwiseFamiliesCompile) {
   const std::string numeric =
-      "(k_add(a, b), k_sub(a, b), k_mul(a, b), k_div(a, b, err), k_rem(a, b, err), k_pow(a, b), "
-      "k_max(a, b), k_min(a, b), k_abs(a), k_neg(a), k_sign(a), k_clamp(a, s0, s1), a < s0 ? s0 : a)";
+      "(k_add(a, b), k_sub(a, b), k_mul(a, b), k_div(a, b, err), k_rem(a, b, err), "
+      "k_pow(a, b, err), k_max(a, b), k_min(a, b), k_abs(a), k_neg(a), k_sign(a), "
+      "k_clamp(a, s0, s1), a < s0 ? s0 : a)";
   const std::string floats =
       "(k_recip(a), k_exp(a), k_expm1(a), k_exp2(a), k_log(a), k_log1p(a), k_log2(a), k_log10(a), "
       "k_sqrt(a), k_rsqrt(a), k_sin(a), k_cos(a), k_tan(a), k_asin(a), k_acos(a), k_atan(a), "
       "k_sinh(a), k_cosh(a), k_tanh(a), k_asinh(a), k_acosh(a), k_atanh(a), k_erf(a), k_round(a), "
       "k_floor(a), k_ceil(a), k_trunc(a), k_atan2(a, b), k_hypot(a, b), " + numeric + ")";
-  const std::string ints = "(a & b, a | b, a ^ b, ~a, k_shl(a, b), k_shr(a, s0), " + numeric + ")";
+  const std::string ints =
+      "(a & b, a | b, a ^ b, ~a, k_shl(a, b), k_shr(a, s0), k_pow_neg(a, true, err), " +
+      numeric + ")";
   for (DType d : kFloats) {
     expect_compiles({"float", floats, {d, d}, d, d, {d, d}, "x"}, dtype_name(d));
     expect_compiles({"float_compare", "(a != a) || k_isinf(a) || a > b", {d, d}, DType::Bool, DType::Bool, {}},

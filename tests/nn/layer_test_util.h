@@ -87,13 +87,7 @@ std::vector<double> param(const M& module, const std::string& name) {
 // Every parameter and buffer cast to float64 (the reference computations are float64).
 template <class M>
 M to_f64(M module) {
-  struct Cast final : Visitor {
-    void visit(const std::string&, ParamSlot& slot) override {
-      slot.set_primitive(kiln::detail::cast(slot.primitive(), DType::F64));
-    }
-  } cast;
-  module.visit(cast);
-  return module;
+  return cast(std::move(module), DType::F64);
 }
 
 // Checks d loss / d leaf for the given leaves against central differences of loss(leaves),

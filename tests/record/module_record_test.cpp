@@ -133,9 +133,7 @@ TEST(ModuleRecord, ConvertsTheFileDTypeToTheParameterDType) {
   EXPECT_EQ(model.weight.val().into_data().to_f64_vec(), half_record.at("weight").to_f64_vec());
 
   // An f32 record into an f16 model rounds each value to nearest even.
-  Linear half_model = model;
-  half_model.weight = model.weight.val().cast(DType::F16);
-  half_model.bias = Param<1>(model.bias->val().cast(DType::F16));
+  Linear half_model = cast(model, DType::F16);
   const record::TensorMap full = to_record(source);
   load_record(half_model, full);
   EXPECT_EQ(half_model.weight.val().dtype(), DType::F16);

@@ -6,28 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "support/error_message.h"
+
 namespace kiln {
 namespace {
 
 const Device kCpu = Device::cpu();
 
-// Runs f, expects E, and checks the message starts with "[op] " and contains every part.
-template <class E, class F>
-void expect_error(F&& f, const std::string& op, std::vector<std::string> parts = {}) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error from [" << op << "]";
-  } catch (const E& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(message.rfind("[" + op + "] ", 0), 0u) << message;
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "missing \"" << part << "\" in " << message;
-    }
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "wrong exception type for [" << op << "]: " << error.what();
-  }
-}
+using test::expect_error;
 
 Tensor<2> floats(std::int64_t rows, std::int64_t cols) {
   return Tensor<2>::ones({rows, cols}, kCpu);

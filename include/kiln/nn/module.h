@@ -5,7 +5,8 @@
 //   struct Mlp {
 //     nn::Linear hidden, out;
 //     KILN_MODULE(hidden, out)
-//     Tensor<2> forward(const Tensor<2>& x) const { return out.forward(activation::relu(hidden.forward(x))); }
+//     Tensor<2> forward(const Tensor<2>& x) const { return
+//     out.forward(activation::relu(hidden.forward(x))); }
 //   };
 //   Mlp model{nn::LinearConfig{784, 128}.init(dev), nn::LinearConfig{128, 10}.init(dev)};
 //   nn::named_parameters(model);        // "hidden.weight", "hidden.bias", "out.weight", ...
@@ -36,7 +37,17 @@ class ParamSlot {
   bool initialized() const noexcept { return primitive_ != nullptr; }
   const Primitive& primitive() const noexcept { return primitive_; }
   std::size_t rank() const noexcept { return rank_; }
-  // Replaces the value (same rank and kind; ShapeMismatch/DTypeMismatch otherwise).
+  // A new value for the parameter, what `param = tensor` does: it must have the parameter's
+  // shape, dtype and device (ShapeMismatch / DTypeMismatch / DeviceMismatch otherwise, naming
+  // the parameter when `name` is given, and both values). The parameter keeps its mode: the value
+  // lands on the parameter's form of the device (autodiff while the module trains) and becomes a
+  // tracked leaf if the parameter was tracked (a tracked value is detached first: a parameter is
+  // a leaf). A slot without a value yet takes any value of its rank and kind.
+  void assign(Primitive value, std::string_view name = {});
+  // Replaces the value with any tensor of the declared rank and kind (ShapeMismatch /
+  // DTypeMismatch otherwise), as it is. The explicit path for changing what a parameter is (its
+  // shape, dtype, device or mode): nn::to_device, nn::cast, nn::train and nn::valid use it. New
+  // values for a parameter go through assign, which checks them.
   void set_primitive(Primitive p);
 
  protected:
@@ -48,6 +59,10 @@ class ParamSlot {
   bool trainable_;
 };
 
+// A trainable tensor of rank D. Assigning a tensor gives it a new value, checked (ParamSlot::
+// assign): `linear.weight = Tensor<2>::ones({7, 9}, dev)` needs a Linear(9 -> 7) on dev in its
+// dtype. Assigning a Param replaces the parameter itself, unchecked, as assigning whole modules
+// does (`model = nn::to_device(model, gpu)`, a layer built anew from its config).
 template <std::size_t D>
 class Param : public ParamSlot {
  public:
@@ -56,7 +71,7 @@ class Param : public ParamSlot {
   Tensor<D> val() const { return Tensor<D>::from_primitive(primitive_); }
   operator Tensor<D>() const { return val(); }  // NOLINT: a parameter reads as its tensor
   Param& operator=(const Tensor<D>& value) {
-    set_primitive(value.primitive());
+    assign(value.primitive());
     return *this;
   }
 };
@@ -68,8 +83,8 @@ class Buffer : public ParamSlot {
   explicit Buffer(const Tensor<D>& value) : ParamSlot(D, false) { primitive_ = value.primitive(); }
   Tensor<D> val() const { return Tensor<D>::from_primitive(primitive_); }
   operator Tensor<D>() const { return val(); }  // NOLINT
-  Buffer& operator=(const Tensor<D>& value) {
-    set_primitive(value.primitive());
+  Buffer& operator=(const Tensor<D>& value) {   // checked as a Param's
+    assign(value.primitive());
     return *this;
   }
 };
@@ -110,7 +125,9 @@ namespace detail {
 std::string join_name(std::string_view prefix, std::string_view name);
 
 template <class M>
-concept Visitable = requires(M& m, Visitor& v) { m.visit(v, std::string_view{}); };
+concept Visitable = requires(M& m, Visitor& v) {
+  m.visit(v, std::string_view{});
+};
 
 inline void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
                          ParamSlot& slot) {
@@ -143,12 +160,12 @@ void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
 // Lists a module's parameters and sub-modules (members of type Param, Buffer, Counter, another
 // module, std::optional or std::vector of those); names are the member names.
 #define KILN_VISIT_MEMBER(member) ::kiln::nn::detail::visit_member(visitor, prefix, #member, member)
-#define KILN_MODULE(...)                                                                 \
-  void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) {               \
-    KILN_MAP_EACH(KILN_VISIT_MEMBER, __VA_ARGS__);                                       \
-  }                                                                                      \
-  void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) const {         \
-    const_cast<std::remove_cvref_t<decltype(*this)>&>(*this).visit(visitor, prefix);     \
+#define KILN_MODULE(...)                                                             \
+  void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) {           \
+    KILN_MAP_EACH(KILN_VISIT_MEMBER, __VA_ARGS__);                                   \
+  }                                                                                  \
+  void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) const {     \
+    const_cast<std::remove_cvref_t<decltype(*this)>&>(*this).visit(visitor, prefix); \
   }
 
 struct NamedParam {
@@ -162,6 +179,7 @@ namespace detail {
 using VisitFn = void (*)(void* module, Visitor& visitor);
 std::vector<NamedParam> named_parameters(void* module, VisitFn visit);
 void to_device(void* module, VisitFn visit, const Device& device);
+void cast(void* module, VisitFn visit, DType dtype);
 void set_tracking(void* module, VisitFn visit, bool track);
 std::string describe(void* module, VisitFn visit, std::string_view type_name);
 template <class M>
@@ -187,9 +205,20 @@ std::int64_t num_params(const M& module) {
 }
 
 // The module with every parameter moved to device (tracking kept where the device allows).
+// Slots that share one tensor (tied weights) still share one after the move.
 template <detail::Visitable M>
 M to_device(M module, const Device& device) {
   detail::to_device(&module, detail::visit_fn<M>, device);
+  return module;
+}
+
+// The module with every parameter and buffer cast to a float dtype, in the same mode (tracked
+// parameters are tracked leaves again), tied slots still tied: an f64 copy for gradient checks,
+// an f16 one for inference. DTypeMismatch for a dtype that is not float; UnsupportedDType where
+// a parameter's device cannot store it (the module passed in is unchanged either way).
+template <detail::Visitable M>
+M cast(M module, DType dtype) {
+  detail::cast(&module, detail::visit_fn<M>, dtype);
   return module;
 }
 

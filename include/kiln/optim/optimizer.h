@@ -20,6 +20,13 @@
 // (a gradient of another dtype is cast to it) and state stays on the parameter's device.
 // If an update fails (a device error), the parameters updated before it keep their new values
 // and the failing parameter's state is dropped, so a later step starts it afresh.
+//
+// State belongs to one parameter: it records the shape, dtype and device it was made for, and a
+// step that finds a parameter of that name with another shape, dtype or device (another model,
+// a layer rebuilt at another size, a module cast or moved since) throws InvalidArgument naming
+// the parameter and both, before any parameter changes: stale state is never broadcast into a
+// parameter. reset() starts afresh; load_state_dict(moved, state_dict()) carries the state over
+// to a module moved or cast since (it converts and moves the buffers).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +49,11 @@ struct ParamState {
   // Tensors named as in PyTorch (exp_avg, momentum_buffer, ...), shaped and typed like the
   // parameter, on its device without the autodiff flag.
   std::map<std::string, Primitive, std::less<>> buffers;
+  // The parameter the state was made for (at its first update or by load_state_dict); its
+  // device is without the autodiff flag.
+  Shape shape;
+  DType dtype = DType::F32;
+  Device device = Device::cpu();
 
   // Moves a buffer out, so the op consuming it may reuse its memory; nullptr when absent.
   Primitive take(std::string_view name);

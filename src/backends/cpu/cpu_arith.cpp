@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/integer_power.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/integer_math.h"
@@ -35,8 +36,8 @@ struct RemainderOp {
   }
 };
 struct PowOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const {
-    if constexpr (std::is_integral_v<T>) return int_pow(a, b);
+  template <class T> T operator()(T a, T b, std::atomic<bool>& zero) const {
+    if constexpr (std::is_integral_v<T>) return int_pow(a, b, zero);
     else return std::pow(a, b);
   }
 };
@@ -63,12 +64,16 @@ struct HypotOp {
   template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return std::hypot(a, b); }
 };
 
-void throw_if_divided_by_zero(const std::atomic<bool>& zero, const char* op) {
-  if (zero.load()) detail::fail<InvalidArgument>(op, "integer division by zero");
+constexpr const char* kDivisionByZero = "integer division by zero";
+
+void throw_if_divided_by_zero(const std::atomic<bool>& zero, const char* op,
+                              std::string_view what = kDivisionByZero) {
+  if (zero.load()) detail::fail<InvalidArgument>(op, what);
 }
 
 template <class Op>
-Primitive binary(Primitive lhs, Primitive rhs, const char* op, bool float_only = false) {
+Primitive binary(Primitive lhs, Primitive rhs, const char* op, bool float_only = false,
+                 std::string_view failure = kDivisionByZero) {
   const DType dtype = lhs->dtype();
   std::atomic<bool> zero{false};
   auto run = [&]<class T>(type_tag<T>) -> Primitive {
@@ -77,7 +82,7 @@ Primitive binary(Primitive lhs, Primitive rhs, const char* op, bool float_only =
         [&zero](auto a, auto b) { return Op{}(a, b, zero); }, op);
   };
   Primitive out = float_only ? visit_float_dtype(dtype, op, run) : visit_numeric_dtype(dtype, op, run);
-  throw_if_divided_by_zero(zero, op);
+  throw_if_divided_by_zero(zero, op, failure);
   return out;
 }
 
@@ -94,6 +99,31 @@ Primitive binary_scalar(Primitive x, Scalar value, const char* op) {
   return out;
 }
 
+// pow_scalar of an integer tensor, with the exponent read whole from the scalar (an exponent
+// past the dtype's range is not narrowed to it first; see backend/integer_power.h).
+Primitive int_pow_scalar(Primitive x, const Scalar& value) {
+  const char* op = "pow_scalar";
+  const DType dtype = x->dtype();
+  const integer_power::Exponent e = integer_power::exponent_of(value, dtype, op);
+  std::atomic<bool> zero{false};
+  Primitive out = visit_int_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+    if (e.negative) {
+      return map_unary<T, T>(std::move(x), dtype,
+                             [&zero, odd = e.odd](T a) { return int_pow_negative(a, odd, zero); });
+    }
+    const T exponent = static_cast<T>(e.value);
+    return map_unary<T, T>(std::move(x), dtype,
+                           [&zero, exponent](T a) { return int_pow(a, exponent, zero); });
+  });
+  if (zero.load()) {
+    const std::string exponent =
+        value.is_float() ? detail::concat(value.to_double()) : detail::concat(value.to_int());
+    detail::fail<InvalidArgument>(op, "0 raised to the negative power ", exponent,
+                                  ": integer division by zero");
+  }
+  return out;
+}
+
 }  // namespace
 
 Primitive CpuBackend::add(Primitive l, Primitive r) { return binary<AddOp>(std::move(l), std::move(r), "add"); }
@@ -103,7 +133,10 @@ Primitive CpuBackend::div(Primitive l, Primitive r) { return binary<DivOp>(std::
 Primitive CpuBackend::remainder(Primitive l, Primitive r) {
   return binary<RemainderOp>(std::move(l), std::move(r), "remainder");
 }
-Primitive CpuBackend::pow(Primitive l, Primitive r) { return binary<PowOp>(std::move(l), std::move(r), "pow"); }
+Primitive CpuBackend::pow(Primitive l, Primitive r) {
+  return binary<PowOp>(std::move(l), std::move(r), "pow", false,
+                       "0 raised to a negative power: integer division by zero");
+}
 Primitive CpuBackend::maximum(Primitive l, Primitive r) {
   return binary<MaximumOp>(std::move(l), std::move(r), "maximum");
 }
@@ -127,6 +160,7 @@ Primitive CpuBackend::remainder_scalar(Primitive x, Scalar v) {
 Primitive CpuBackend::pow_scalar(Primitive x, Scalar v) {
   const DType dtype = x->dtype();
   if (is_float(dtype) && v.to_double() == 2.0) return square(std::move(x));
+  if (is_int(dtype)) return int_pow_scalar(std::move(x), v);
   return binary_scalar<PowOp>(std::move(x), v, "pow_scalar");
 }
 

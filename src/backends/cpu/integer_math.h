@@ -1,6 +1,6 @@
 // Integer arithmetic without undefined behaviour: wrap-around on overflow, floor division and
-// Python-style remainder, shifts past the bit width saturate. Division by zero is reported
-// through a flag so the caller can throw after the loop.
+// Python-style remainder, shifts past the bit width saturate. Division by zero (0 raised to a
+// negative power included) is reported through a flag so the caller can throw after the loop.
 #pragma once
 
 #include <atomic>
@@ -84,15 +84,27 @@ T float_remainder(T a, T b) noexcept {
   return r;
 }
 
-// Integer power by squaring; negative exponents give 0 unless the base is 1 or -1.
+// base^exponent for a negative exponent: 1 / base^|exponent| truncated toward zero, so 1 for
+// base 1, +-1 for base -1 (by parity), 0 for other bases; base 0 divides by zero (the flag is
+// set and 0 given, as int_floor_div does).
 template <class T>
-T int_pow(T base, T exponent) noexcept {
+T int_pow_negative(T base, bool odd, std::atomic<bool>& divided_by_zero) noexcept {
+  if (base == 0) {
+    divided_by_zero.store(true, std::memory_order_relaxed);
+    return 0;
+  }
+  if (base == 1) return 1;
   if constexpr (std::is_signed_v<T>) {
-    if (exponent < 0) {
-      if (base == 1) return 1;
-      if (base == -1) return (exponent % 2 == 0) ? 1 : -1;
-      return 0;
-    }
+    if (base == -1) return odd ? T(-1) : T(1);
+  }
+  return 0;
+}
+
+// Integer power by squaring, wrapping on overflow; negative exponents as int_pow_negative.
+template <class T>
+T int_pow(T base, T exponent, std::atomic<bool>& divided_by_zero) noexcept {
+  if constexpr (std::is_signed_v<T>) {
+    if (exponent < 0) return int_pow_negative(base, exponent % 2 != 0, divided_by_zero);
   }
   T result = 1;
   while (exponent != 0) {

@@ -1,11 +1,14 @@
 // Arithmetic and unary math as generated elementwise kernels. The expressions name prelude
 // functions (kernel_source.cpp) that carry the CPU backend's semantics.
+#include "backend/integer_power.h"
 #include "backends/cuda/elementwise_ops.h"
 
 namespace kiln::cuda {
 
 namespace {
 constexpr const char* kDivByZero = "integer division by zero";
+constexpr const char* kZeroToNegativePower =
+    "0 raised to a negative power: integer division by zero";
 }
 
 Primitive CudaBackend::add(Primitive l, Primitive r) { return map_binary(*this, std::move(l), std::move(r), "add", Accepts::Numeric, "k_add(a, b)"); }
@@ -17,7 +20,10 @@ Primitive CudaBackend::div(Primitive l, Primitive r) {
 Primitive CudaBackend::remainder(Primitive l, Primitive r) {
   return map_binary(*this, std::move(l), std::move(r), "remainder", Accepts::Numeric, "k_rem(a, b, err)", std::nullopt, kDivByZero);
 }
-Primitive CudaBackend::pow(Primitive l, Primitive r) { return map_binary(*this, std::move(l), std::move(r), "pow", Accepts::Numeric, "k_pow(a, b)"); }
+Primitive CudaBackend::pow(Primitive l, Primitive r) {
+  return map_binary(*this, std::move(l), std::move(r), "pow", Accepts::Numeric, "k_pow(a, b, err)",
+                    std::nullopt, kZeroToNegativePower);
+}
 Primitive CudaBackend::atan2(Primitive l, Primitive r) { return map_binary(*this, std::move(l), std::move(r), "atan2", Accepts::Float, "k_atan2(a, b)"); }
 Primitive CudaBackend::maximum(Primitive l, Primitive r) { return map_binary(*this, std::move(l), std::move(r), "maximum", Accepts::Numeric, "k_max(a, b)"); }
 Primitive CudaBackend::minimum(Primitive l, Primitive r) { return map_binary(*this, std::move(l), std::move(r), "minimum", Accepts::Numeric, "k_min(a, b)"); }
@@ -35,7 +41,19 @@ Primitive CudaBackend::remainder_scalar(Primitive x, Scalar v) {
 Primitive CudaBackend::pow_scalar(Primitive x, Scalar v) {
   // As the CPU backend: x^2 of a float is x*x (exact, and what users expect of square).
   if (is_float(x->dtype()) && v.to_double() == 2.0) return square(std::move(x));
-  return map_scalar(*this, std::move(x), "pow_scalar", Accepts::Numeric, "k_pow(a, s0)", {v});
+  if (is_int(x->dtype())) {
+    // The exponent read whole from the scalar, as the CPU does (backend/integer_power.h); a
+    // negative one leaves only its parity, baked into the expression.
+    const integer_power::Exponent e = integer_power::exponent_of(v, x->dtype(), "pow_scalar");
+    if (e.negative) {
+      return map_scalar(*this, std::move(x), "pow_scalar", Accepts::Int,
+                        e.odd ? "k_pow_neg(a, true, err)" : "k_pow_neg(a, false, err)", {},
+                        std::nullopt, kZeroToNegativePower);
+    }
+    return map_scalar(*this, std::move(x), "pow_scalar", Accepts::Int, "k_pow(a, s0, err)",
+                      {Scalar(e.value)});
+  }
+  return map_scalar(*this, std::move(x), "pow_scalar", Accepts::Numeric, "k_pow(a, s0, err)", {v});
 }
 Primitive CudaBackend::clamp(Primitive x, Scalar lo, Scalar hi) {
   return map_scalar(*this, std::move(x), "clamp", Accepts::Numeric, "k_clamp(a, s0, s1)", {lo, hi});

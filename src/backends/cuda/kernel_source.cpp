@@ -10,8 +10,9 @@ namespace kiln::cuda {
 namespace {
 
 // The semantics mirror src/backends/cpu/integer_math.h and the CPU's float functors: integer
-// arithmetic wraps, division floors, remainder takes the divisor's sign, shifts past the width
-// saturate, max/min propagate NaN. Kept small: NVRTC parses it for every kernel.
+// arithmetic wraps, division floors (0 raised to a negative power is a division by zero too),
+// remainder takes the divisor's sign, shifts past the width saturate, max/min propagate NaN.
+// Kept small: NVRTC parses it for every kernel.
 constexpr const char* kPrelude = R"CUDA(
 typedef long long i64;
 typedef unsigned long long u64;
@@ -76,16 +77,16 @@ template <class T> __device__ __forceinline__ T k_rem(T a, T b, bool& err) {
     } else { return (T)(a % b); }
   }
 }
-template <class T> __device__ __forceinline__ T k_pow(T base, T exponent) {
+template <class T> __device__ __forceinline__ T k_pow_neg(T base, bool odd, bool& err) {
+  if (base == 0) { err = true; return 0; }
+  if (base == 1) return 1;
+  if constexpr (kt<T>::is_signed) { if (base == (T)-1) return odd ? (T)-1 : (T)1; }
+  return 0;
+}
+template <class T> __device__ __forceinline__ T k_pow(T base, T exponent, bool& err) {
   if constexpr (kt<T>::is_float) { if constexpr (sizeof(T) == 4) return powf(base, exponent); else return pow(base, exponent); }
   else {
-    if constexpr (kt<T>::is_signed) {
-      if (exponent < 0) {
-        if (base == 1) return 1;
-        if (base == (T)-1) return (exponent % 2 == 0) ? (T)1 : (T)-1;
-        return 0;
-      }
-    }
+    if constexpr (kt<T>::is_signed) { if (exponent < 0) return k_pow_neg(base, exponent % 2 != 0, err); }
     T result = 1;
     while (exponent != 0) {
       if (exponent & 1) result = k_mul(result, base);
