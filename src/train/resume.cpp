@@ -72,8 +72,8 @@ int prepare_run(const LearnerConfig& config, const std::vector<nn::NamedParam>& 
                 const std::function<void(const Checkpoint&)>& restore, History& history) {
   std::ostream& out = *config.out;
   const RunFiles files{config.directory};
-  make_directory(config.directory);
   const RunRecord current = describe(config, params);
+  make_directory(config.directory);
 
   const std::vector<int> epochs = config.resume ? files.checkpoints() : std::vector<int>{};
   if (epochs.empty()) {

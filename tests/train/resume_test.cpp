@@ -204,7 +204,7 @@ TEST_F(Resume, BadConfigurationsAreRefusedBeforeAnyFileIsWritten) {
   expect_contains(refusal({.epochs = -1, .directory = dir_}), "got -1");
   expect_contains(refusal({.epochs = 1, .directory = dir_, .settings = {{"seed", "9"}}}),
                   "LearnerConfig::settings cannot use the key 'seed'");
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "model-1.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir_)) << "refused before the directory was made";
 
   // A run directory that is a file, or lies under one.
   std::filesystem::create_directories(dir_);
