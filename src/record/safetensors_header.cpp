@@ -2,9 +2,10 @@
 // for type and range before it is used, sizes are computed with overflow checks, and the
 // tensors must tile the data buffer exactly as the reference reader demands.
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
 
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -62,6 +63,90 @@ std::optional<std::uint64_t> as_count(const Json& value) {
   return std::nullopt;
 }
 
+// Builds the header's JSON value from nlohmann's SAX events. nlohmann keeps the last of
+// duplicate keys silently, and a file with two tensors of one name is ambiguous, so a key
+// already in its object is refused as it is read. (nlohmann's own callback parser cannot be
+// used: closing each tensor's object rescans the whole file object, quadratic in the number of
+// tensors.)
+class JsonBuilder final : public nlohmann::json_sax<Json> {
+ public:
+  using Fail = std::function<void(std::string)>;
+  explicit JsonBuilder(Fail fail) : fail_(std::move(fail)) {}
+
+  Json take() { return std::move(root_); }
+
+  bool null() override { return add(nullptr); }
+  bool boolean(bool value) override { return add(value); }
+  bool number_integer(number_integer_t value) override { return add(value); }
+  bool number_unsigned(number_unsigned_t value) override { return add(value); }
+  bool number_float(number_float_t value, const string_t&) override { return add(value); }
+  bool string(string_t& value) override { return add(std::move(value)); }
+  bool binary(binary_t& value) override { return add(Json::binary(std::move(value))); }
+
+  bool start_object(std::size_t) override { return open(Json::object()); }
+  bool start_array(std::size_t) override { return open(Json::array()); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+
+  bool key(string_t& name) override {
+    if (open_.back()->contains(name)) {
+      if (open_.size() == 1) fail_("tensor name '" + shorten(name) + "' appears twice");
+      fail_("key '" + shorten(name) + "' appears twice in one object");
+    }
+    key_ = std::move(name);
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& error) override {
+    fail_(std::string("the header is not valid JSON: ") + error.what());
+    return false;
+  }
+
+ private:
+  // Where a finished value goes: the root, the end of the open array, or the open object under
+  // the last key. Pointers into the tree stay valid: an array grows only while none of its
+  // elements is open, and object members never move.
+  template <class Value>
+  Json* place(Value&& value) {
+    if (open_.empty()) {
+      root_ = Json(std::forward<Value>(value));
+      return &root_;
+    }
+    Json& container = *open_.back();
+    if (container.is_array()) {
+      container.push_back(Json(std::forward<Value>(value)));
+      return &container.back();
+    }
+    auto& members = container.get_ref<Json::object_t&>();
+    return &members.emplace(std::move(key_), Json(std::forward<Value>(value))).first->second;
+  }
+
+  template <class Value>
+  bool add(Value&& value) {
+    place(std::forward<Value>(value));
+    return true;
+  }
+
+  bool open(Json container) {
+    if (open_.size() >= static_cast<std::size_t>(kMaxDepth)) {
+      fail_("the header nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    open_.push_back(place(std::move(container)));
+    return true;
+  }
+
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  Fail fail_;
+  Json root_;
+  std::vector<Json*> open_;
+  std::string key_;
+};
+
 class HeaderParser {
  public:
   HeaderParser(std::uint64_t data_size, std::string_view op, std::string_view origin)
@@ -88,35 +173,30 @@ class HeaderParser {
   }
 
  private:
-  // nlohmann keeps the last of duplicate keys silently; a file with two tensors of one name is
-  // ambiguous, so the parse callback rejects duplicates as they are read.
+  // The header must be what the reference reader takes: UTF-8 JSON text, optionally surrounded
+  // by JSON whitespace (its writer pads with spaces). nlohmann would skip a byte-order mark and
+  // end the text at a NUL byte, so both are refused here first.
   Json parse_json(std::span<const std::byte> bytes) {
-    std::vector<std::unordered_set<std::string>> open_objects;
-    auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
-      const bool opens =
-          event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
-      if (opens && depth >= kMaxDepth) {
-        fail("the header nests deeper than ", kMaxDepth, " levels");
-      }
-      if (event == Json::parse_event_t::object_start) {
-        open_objects.emplace_back();
-      } else if (event == Json::parse_event_t::object_end) {
-        open_objects.pop_back();
-      } else if (event == Json::parse_event_t::key) {
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (!open_objects.back().insert(key).second) {
-          if (open_objects.size() == 1) fail("tensor name '", shorten(key), "' appears twice");
-          fail("key '", shorten(key), "' appears twice in one object");
-        }
-      }
-      return true;
-    };
+    constexpr std::array<std::byte, 3> kByteOrderMark = {std::byte{0xEF}, std::byte{0xBB},
+                                                         std::byte{0xBF}};
+    if (bytes.size() >= 3 &&
+        std::equal(kByteOrderMark.begin(), kByteOrderMark.end(), bytes.begin())) {
+      fail(
+          "the header starts with a UTF-8 byte-order mark (EF BB BF); safetensors headers "
+          "must not have one");
+    }
+    if (const auto nul = std::find(bytes.begin(), bytes.end(), std::byte{0}); nul != bytes.end()) {
+      fail("the header holds a NUL byte at offset ", nul - bytes.begin(),
+           " (JSON text cannot contain one; pad a header with spaces)");
+    }
+    JsonBuilder builder([this](std::string message) { fail(message); });
     const char* begin = reinterpret_cast<const char*>(bytes.data());
     try {
-      return Json::parse(begin, begin + bytes.size(), on_event);
+      Json::sax_parse(begin, begin + bytes.size(), &builder);
     } catch (const Json::exception& e) {
       fail("the header is not valid JSON: ", e.what());
     }
+    return builder.take();
   }
 
   Metadata parse_metadata(const Json& value) const {

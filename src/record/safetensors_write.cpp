@@ -1,11 +1,9 @@
 // Writing safetensors the way the reference writer does, so files are byte-identical to its.
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <system_error>
 
+#include "core/atomic_file.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 #include "kiln/record/safetensors.h"
@@ -117,32 +115,11 @@ std::vector<std::byte> serialize_safetensors(const TensorMap& tensors, const Met
 void save_safetensors(const std::filesystem::path& path, const TensorMap& tensors,
                       const Metadata& metadata) {
   constexpr std::string_view kOp = "save_safetensors";
-  const std::string origin = path.string();
-  const Plan p = plan(tensors, metadata, kOp, origin);
-
-  std::filesystem::path partial = path;
-  partial += ".partial";
-  auto fail = [&](std::string_view what, std::string reason) {
-    std::error_code ignored;
-    std::filesystem::remove(partial, ignored);
-    kiln::detail::fail<InvalidArgument>(kOp, origin, ": ", what, ": ", reason);
-  };
-  {
-    errno = 0;
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot create " + partial.string(), std::generic_category().message(errno));
-    out.write(p.header.data(), static_cast<std::streamsize>(p.header.size()));
-    for (Item item : p.order) {
-      const std::span<const std::byte> bytes = item->second.bytes();
-      out.write(reinterpret_cast<const char*>(bytes.data()),
-                static_cast<std::streamsize>(bytes.size()));
-    }
-    out.close();
-    if (!out) fail("cannot write " + partial.string(), std::generic_category().message(errno));
-  }
-  std::error_code error;
-  std::filesystem::rename(partial, path, error);
-  if (error) fail("cannot rename " + partial.string() + " to it", error.message());
+  const Plan p = plan(tensors, metadata, kOp, path.string());
+  kiln::detail::AtomicFile file(path, kOp);
+  file.write(std::string_view(p.header));
+  for (Item item : p.order) file.write(item->second.bytes());
+  file.commit();
 }
 
 }  // namespace kiln::record

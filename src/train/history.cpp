@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
@@ -36,18 +37,15 @@ double parse_cell(const std::string& text, const std::filesystem::path& path, in
                                 "' is not a number");
 }
 
-void write_file(const std::filesystem::path& path, const std::string& text, const char* op) {
-  // Written to a temporary and renamed, so a reader never sees half a file.
-  const std::filesystem::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) detail::fail<InvalidArgument>(op, "cannot write ", temporary.string());
-    out << text;
-    if (!out) detail::fail<InvalidArgument>(op, "cannot write ", temporary.string());
+// An epoch number: a whole number from 1 (a cast of any double would be undefined past int).
+int parse_epoch(const std::string& text, const std::filesystem::path& path, int line) {
+  int epoch = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), epoch);
+  if (error != std::errc() || end != text.data() + text.size() || epoch < 1) {
+    detail::fail<InvalidArgument>("History::read_csv", path.string(), ":", line, ": '", text,
+                                  "' is not an epoch number (a whole number from 1)");
   }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) detail::fail<InvalidArgument>(op, "cannot rename to ", path.string(), ": ", ec.message());
+  return epoch;
 }
 
 // One chart panel: series of (epoch, value) lines inside a box at (x0, y0) of size w x h.
@@ -75,7 +73,9 @@ void panel(std::ostringstream& svg, double x0, double y0, double w, double h,
   lo -= pad;
   hi += unit_range ? 0 : pad;
   const double left = x0 + 56, right = x0 + w - 12, top = y0 + 28, bottom = y0 + h - 36;
-  auto px = [&](double e) { return left + (max_epoch <= 1 ? 0.5 : (e - 1) / (max_epoch - 1)) * (right - left); };
+  auto px = [&](double e) {
+    return left + (max_epoch <= 1 ? 0.5 : (e - 1) / (max_epoch - 1)) * (right - left);
+  };
   auto py = [&](double v) { return bottom - (v - lo) / (hi - lo) * (bottom - top); };
 
   svg << std::fixed << std::setprecision(1);
@@ -93,8 +93,8 @@ void panel(std::ostringstream& svg, double x0, double y0, double w, double h,
   const int epochs = static_cast<int>(max_epoch);
   const int step = std::max(1, epochs / 8);
   for (int e = 1; e <= epochs; e += step) {
-    svg << "<text x='" << px(e) << "' y='" << bottom + 16 << "' text-anchor='middle' font-size='11'>"
-        << e << "</text>\n";
+    svg << "<text x='" << px(e) << "' y='" << bottom + 16
+        << "' text-anchor='middle' font-size='11'>" << e << "</text>\n";
   }
   svg << "<text x='" << (left + right) / 2 << "' y='" << bottom + 32
       << "' text-anchor='middle' font-size='12'>epoch</text>\n";
@@ -105,10 +105,11 @@ void panel(std::ostringstream& svg, double x0, double y0, double w, double h,
     for (auto [e, v] : s.points) svg << px(e) << "," << py(v) << " ";
     svg << "'/>\n";
     for (auto [e, v] : s.points) {
-      svg << "<circle cx='" << px(e) << "' cy='" << py(v) << "' r='2.5' fill='" << s.colour << "'/>\n";
+      svg << "<circle cx='" << px(e) << "' cy='" << py(v) << "' r='2.5' fill='" << s.colour
+          << "'/>\n";
     }
-    svg << "<text x='" << right - 8 << "' y='" << legend_y << "' text-anchor='end' font-size='12' fill='"
-        << s.colour << "'>" << s.name << "</text>\n";
+    svg << "<text x='" << right - 8 << "' y='" << legend_y
+        << "' text-anchor='end' font-size='12' fill='" << s.colour << "'>" << s.name << "</text>\n";
     legend_y += 16;
   }
 }
@@ -127,7 +128,7 @@ void History::write_csv(const std::filesystem::path& path) const {
         << cell(r.valid_loss) << "," << cell(r.valid_accuracy) << "," << cell(r.learning_rate)
         << "," << cell(r.seconds) << "\n";
   }
-  write_file(path, out.str(), "History::write_csv");
+  kiln::detail::write_file_atomically(path, out.str(), "History::write_csv");
 }
 
 History History::read_csv(const std::filesystem::path& path) {
@@ -156,7 +157,7 @@ History History::read_csv(const std::filesystem::path& path) {
                                     cells.size(), " fields, expected 7");
     }
     EpochRecord r;
-    r.epoch = static_cast<int>(parse_cell(cells[0], path, number));
+    r.epoch = parse_epoch(cells[0], path, number);
     r.train_loss = parse_cell(cells[1], path, number);
     r.train_accuracy = parse_cell(cells[2], path, number);
     r.valid_loss = parse_cell(cells[3], path, number);
@@ -193,7 +194,7 @@ std::string History::svg() const {
 }
 
 void History::write_svg(const std::filesystem::path& path) const {
-  write_file(path, svg(), "History::write_svg");
+  kiln::detail::write_file_atomically(path, svg(), "History::write_svg");
 }
 
 }  // namespace kiln::train

@@ -19,41 +19,6 @@ StepOutput classification_step(const Tensor<1>& loss, const Tensor<2>& logits,
   return {loss, n, hits.into_scalar<std::int64_t>()};
 }
 
-std::filesystem::path RunFiles::model(int epoch) const {
-  return directory / ("model-" + std::to_string(epoch) + ".safetensors");
-}
-
-std::filesystem::path RunFiles::optimizer(int epoch) const {
-  return directory / ("optimizer-" + std::to_string(epoch) + ".safetensors");
-}
-
-int RunFiles::latest_checkpoint() const {
-  if (!std::filesystem::exists(log())) return 0;
-  const History history = History::read_csv(log());
-  // The log is written last, so an epoch it lists has its model and optimizer files.
-  for (auto it = history.records().rbegin(); it != history.records().rend(); ++it) {
-    if (std::filesystem::exists(model(it->epoch)) && std::filesystem::exists(optimizer(it->epoch))) {
-      return it->epoch;
-    }
-  }
-  return 0;
-}
-
-void RunFiles::commit(int epoch, const record::TensorMap& model_record,
-                      const record::TensorMap& optimizer_record, const History& history) const {
-  record::save_safetensors(model(epoch), model_record);
-  record::save_safetensors(optimizer(epoch), optimizer_record);
-  history.write_csv(log());
-  history.write_svg(chart());
-  // Keep the newest checkpoint and the one before it (a crash while writing leaves one intact).
-  for (int old = epoch - 2; old >= 1; --old) {
-    std::error_code ec;
-    const bool had_model = std::filesystem::remove(model(old), ec);
-    const bool had_optimizer = std::filesystem::remove(optimizer(old), ec);
-    if (!had_model && !had_optimizer) break;
-  }
-}
-
 namespace detail {
 
 void PassMetrics::add(const StepOutput& out, double loss) {

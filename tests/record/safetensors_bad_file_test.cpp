@@ -234,6 +234,47 @@ TEST(SafetensorsBadFile, DuplicateNamesAndKeys) {
                   {"key 'k' appears twice in one object"});
 }
 
+// The reference reader takes the header as UTF-8 JSON text (serde_json): a byte-order mark is
+// not JSON, and a NUL byte is neither whitespace nor allowed raw in a string. nlohmann skipped
+// the one and ended the text at the other, accepting what follows as if it were padding.
+TEST(SafetensorsBadFile, ByteOrderMarkBeforeTheHeader) {
+  const std::string entry = "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+  expect_rejected(make_file("\xEF\xBB\xBF" + entry, {7}),
+                  {"the header starts with a UTF-8 byte-order mark (EF BB BF)"});
+  expect_rejected(make_file("\xEF\xBB\xBF", {}), {"byte-order mark"});
+  // Not a mark: the first two of its bytes only, which are invalid JSON.
+  expect_rejected(make_file("\xEF\xBB" + entry, {7}), {"the header is not valid JSON"});
+}
+
+TEST(SafetensorsBadFile, NulBytesInTheHeader) {
+  using namespace std::string_literals;
+  const std::string entry = "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+  // As padding, and with anything behind it, which nlohmann never looked at.
+  expect_rejected(make_file(entry + "\0\0\0"s, {7}),
+                  {"the header holds a NUL byte at offset " + std::to_string(entry.size())});
+  expect_rejected(make_file(entry + "\0garbage"s, {7}), {"NUL byte"});
+  expect_rejected(make_file("\0"s + entry, {7}), {"the header holds a NUL byte at offset 0"});
+  // Inside a name and as the whole header.
+  expect_rejected(
+      make_file("{\"w\0\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}"s, {7}),
+      {"NUL byte at offset 3"});
+  expect_rejected(make_file("\0"s, {}), {"NUL byte at offset 0"});
+}
+
+// What the reference accepts around the JSON: its writer pads with spaces, and serde_json takes
+// JSON whitespace (space, tab, newline, carriage return) on either side.
+TEST(SafetensorsBadFile, WhitespaceAroundTheHeaderIsNotAnError) {
+  const std::string entry = "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+  for (const std::string& json : {entry + "       ", " \t\r\n" + entry, entry + "\n\t \r"}) {
+    const SafetensorsFile file = parse_safetensors(make_file(json, {7}));
+    ASSERT_EQ(file.tensors.size(), 1u);
+    EXPECT_EQ(file.tensors.at("w").to_vec<std::uint8_t>(), std::vector<std::uint8_t>{7});
+  }
+  // Other padding is not whitespace in JSON.
+  expect_rejected(make_file(entry + "\f", {7}), {"the header is not valid JSON"});
+  expect_rejected(make_file(entry + "\v", {7}), {"the header is not valid JSON"});
+}
+
 TEST(SafetensorsBadFile, BoolBytesOtherThanZeroOrOne) {
   expect_rejected(
       make_file("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}", {1, 0, 2}),

@@ -14,7 +14,8 @@ namespace kiln::train {
 namespace {
 
 std::filesystem::path temp_dir() {
-  auto dir = std::filesystem::temp_directory_path() / ("kiln_history_test_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("kiln_history_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
 }
@@ -33,7 +34,8 @@ TEST(History, CsvRoundTripKeepsEveryFieldAndMissingValues) {
   std::ifstream in(path);
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(header, "epoch,train_loss,train_accuracy,valid_loss,valid_accuracy,learning_rate,seconds");
+  EXPECT_EQ(header,
+            "epoch,train_loss,train_accuracy,valid_loss,valid_accuracy,learning_rate,seconds");
   std::string second;
   std::getline(in, second);
   EXPECT_EQ(second, "1,2,0.5,2.5,0.4,0.1,1.5");
@@ -74,13 +76,46 @@ TEST(History, MalformedLogsNameFileAndLine) {
   EXPECT_THROW(History::read_csv(dir / "missing.csv"), InvalidArgument);
 }
 
+// An epoch cell was cast from any double, undefined for 1e300 or NaN; it must be a whole number.
+TEST(History, EpochCellsMustBeWholeNumbersFromOne) {
+  const auto dir = temp_dir();
+  const std::string header =
+      "epoch,train_loss,train_accuracy,valid_loss,valid_accuracy,learning_rate,seconds\n";
+  for (const char* epoch : {"1e300", "nan", "0", "-3", "2.5", "", "99999999999"}) {
+    std::ofstream(dir / "epoch.csv") << header << epoch << ",1,,,,,\n";
+    try {
+      History::read_csv(dir / "epoch.csv");
+      ADD_FAILURE() << "accepted epoch '" << epoch << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("epoch.csv:2: '" + std::string(epoch) +
+                                           "' is not an epoch number"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(History, WriteFailuresNameThePathAndTheReason) {
+  const auto nowhere = temp_dir() / "no_such_dir" / "log.csv";
+  try {
+    sample().write_csv(nowhere);
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("[History::write_csv] " + nowhere.string(), 0), 0u) << message;
+    EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
+  }
+  EXPECT_THROW(sample().write_svg(nowhere.parent_path() / "chart.svg"), InvalidArgument);
+}
+
 TEST(History, SvgDrawsOneLinePerMeasuredSeriesWithAPointPerEpoch) {
   const std::string svg = sample().svg();
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   const std::regex polyline("<polyline[^>]*points='([^']*)'");
   std::vector<int> counts;
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), polyline); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), polyline);
+       it != std::sregex_iterator(); ++it) {
     std::istringstream points((*it)[1].str());
     std::string p;
     int n = 0;

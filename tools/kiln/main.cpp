@@ -1,13 +1,68 @@
 // The kiln command line: `kiln info`, `kiln train digits`, `kiln train charlm [FILE]`.
+// One error exit: whatever goes wrong (a bad option, kiln's errors, the file system's, memory)
+// ends as one line "kiln: ..." on stderr and exit status 1.
 #include <kiln/kiln.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <new>
 
 #include "tools/kiln/commands.h"
 
-int main(int argc, char** argv) {
-  using namespace kiln::tools;
+namespace {
+
+using namespace kiln::tools;
+
+// A mistake in the command line itself; printed as it is, without an [op] prefix.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string command_names(CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return names;
+}
+
+// CLI11 reports an unknown command as "A subcommand is required" or as an unexpected
+// argument; walking the words before the first option names it instead.
+void check_commands(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  std::string path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.starts_with("-")) return;  // options, --help included, are CLI11's to judge
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : level->get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() == word) next = sub;
+    }
+    if (next == nullptr) {
+      if (level->get_subcommands([](CLI::App*) { return true; }).empty()) return;  // arguments
+      throw UsageError("unknown command '" + path + word + "'; " + path +
+                       "commands: " + command_names(*level));
+    }
+    path += word + " ";
+    level = next;
+  }
+  if (level->get_require_subcommand_min() > 0) {
+    throw UsageError((path.empty() ? "a command is required"
+                                   : "'" + path.substr(0, path.size() - 1) + "' needs a command") +
+                     "; " + path + "commands: " + command_names(*level) +
+                     " (kiln --help shows the usage)");
+  }
+}
+
+// CLI11 reads "-1" into an unsigned option as 2^64 - 1; a seed is refused instead.
+const CLI::Validator kNonNegative(
+    [](const std::string& text) {
+      return text.starts_with("-") ? "must be a non-negative integer, got " + text : std::string();
+    },
+    "NONNEGATIVE");
+
+int run(int argc, char** argv) {
   CLI::App app{"kiln: tensors, autodiff and training in C++"};
   app.require_subcommand(1);
 
@@ -18,9 +73,15 @@ int main(int argc, char** argv) {
   TrainDigitsOptions digits;
   digits.data = shipped_data("data/digits/digits.csv");
   digits.directory = "runs/digits";
-  CLI::App* digits_cmd = train->add_subcommand("digits", "a classifier of the UCI handwritten digits");
-  digits_cmd->add_option("--epochs", digits.epochs, "training epochs")->capture_default_str();
+  CLI::App* digits_cmd =
+      train->add_subcommand("digits", "a classifier of the UCI handwritten digits");
+  digits_cmd
+      ->add_option("--epochs", digits.epochs,
+                   "training epochs (more than a run in --out "
+                   "had extends it)")
+      ->capture_default_str();
   digits_cmd->add_option("--seed", digits.seed, "seed of the split, initialisation and order")
+      ->check(kNonNegative)
       ->capture_default_str();
   digits_cmd->add_option("--data", digits.data, "the digits CSV")->capture_default_str();
   digits_cmd->add_option("--out", digits.directory, "checkpoints, log.csv and chart.svg go here")
@@ -29,22 +90,55 @@ int main(int argc, char** argv) {
 
   TrainCharlmOptions charlm;
   charlm.text = shipped_data("data/charlm/kiln.txt");
-  CLI::App* charlm_cmd = train->add_subcommand("charlm", "a character-level transformer on a text file");
-  charlm_cmd->add_option("file", charlm.text, "the text to learn")->capture_default_str();
+  CLI::App* charlm_cmd =
+      train->add_subcommand("charlm", "a character-level transformer on a text file");
+  charlm_cmd->add_option("file", charlm.text, "the text to learn (at most 1 GiB)")
+      ->capture_default_str();
   charlm_cmd->add_option("--steps", charlm.steps, "optimizer steps")->capture_default_str();
-  charlm_cmd->add_option("--context", charlm.context, "characters of context")->capture_default_str();
+  charlm_cmd->add_option("--context", charlm.context, "characters of context (2 to 1024)")
+      ->capture_default_str();
   charlm_cmd->add_option("--sample-every", charlm.sample_every, "steps between samples")
       ->capture_default_str();
-  charlm_cmd->add_option("--seed", charlm.seed, "seed")->capture_default_str();
+  charlm_cmd->add_option("--seed", charlm.seed, "seed")->check(kNonNegative)->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
+  check_commands(app, argc, argv);
   try {
-    if (app.got_subcommand("info")) return run_info(std::cout);
-    if (digits_cmd->parsed()) return run_train_digits(digits, std::cout);
-    if (charlm_cmd->parsed()) return run_train_charlm(charlm, std::cout);
-  } catch (const kiln::Error& e) {
-    std::cerr << "kiln: " << e.what() << "\n";
-    return 1;
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
   }
+  if (app.got_subcommand("info")) return run_info(std::cout);
+  if (digits_cmd->parsed()) return run_train_digits(digits, std::cout);
+  if (charlm_cmd->parsed()) return run_train_charlm(charlm, std::cout);
   return 0;
+}
+
+// Messages on one line, whatever their source put in them.
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+int report(const std::string& message) {
+  std::cout.flush();
+  std::cerr << "kiln: " << one_line(message) << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory");
+  } catch (const std::exception& e) {
+    return report(e.what());
+  } catch (...) {
+    return report("an unknown error");
+  }
 }

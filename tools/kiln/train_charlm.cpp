@@ -6,16 +6,17 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <iomanip>
 #include <random>
-#include <sstream>
 
 #include "kiln/detail/format.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/input.h"
 
 namespace kiln::tools {
 namespace {
+
+constexpr std::string_view kOp = "train charlm";
 
 struct CharModel {
   nn::Embedding tokens, positions;
@@ -33,13 +34,9 @@ struct CharModel {
 };
 
 std::string read_text(const std::filesystem::path& path, std::int64_t context) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) kiln::detail::fail<InvalidArgument>("train charlm", "cannot read ", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::string s = text.str();
+  std::string s = read_file_limited(path, kGiB, kOp);
   if (static_cast<std::int64_t>(s.size()) < context + 2) {
-    kiln::detail::fail<InvalidArgument>("train charlm", path.string(), " has ", s.size(),
+    kiln::detail::fail<InvalidArgument>(kOp, path.string(), " has ", s.size(),
                                         " characters; it needs more than the context of ", context);
   }
   return s;
@@ -56,11 +53,10 @@ std::string printable(const std::string& s) {
 
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
   const std::int64_t context = options.context;
-  if (context < 2 || options.steps < 1 || options.sample_every < 1) {
-    kiln::detail::fail<InvalidArgument>("train charlm", "context ", context, ", steps ",
-                                        options.steps, " and sample-every ", options.sample_every,
-                                        " must be positive (context at least 2)");
-  }
+  require_range(kOp, "--steps", options.steps, 1);
+  // Attention costs context^2 per head and sequence: 1024 keeps a batch within a few GiB.
+  require_range(kOp, "--context", context, 2, 1024);
+  require_range(kOp, "--sample-every", options.sample_every, 1);
   const std::string text = read_text(options.text, context);
   std::array<std::int64_t, 256> id{};
   std::string alphabet;
@@ -71,20 +67,30 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
       alphabet += static_cast<char>(c);
     }
   }
-  std::vector<std::int64_t> ids(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) ids[i] = id[static_cast<unsigned char>(text[i])];
+  // One byte per character (the alphabet has at most 256): a 1 GiB text costs 1 GiB more here,
+  // not 8; batches widen their slices to int64.
+  std::vector<std::uint8_t> ids(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    ids[i] = static_cast<std::uint8_t>(id[static_cast<unsigned char>(text[i])]);
+  }
   const auto vocabulary = static_cast<std::int64_t>(alphabet.size());
 
   const Device device = Device::default_device();
   device.seed(options.seed);
   const std::int64_t width = 96;
   CharModel model{
-      nn::EmbeddingConfig{vocabulary, width, std::nullopt, nn::Initializer::normal(0, 0.02)}.init(device),
-      nn::EmbeddingConfig{context, width, std::nullopt, nn::Initializer::normal(0, 0.02)}.init(device),
-      nn::TransformerEncoderConfig{.layer = {.d_model = width, .nhead = 4, .dim_feedforward = 4 * width,
-                                             .dropout = 0.0, .activation = nn::FeedForwardActivation::Gelu,
+      nn::EmbeddingConfig{vocabulary, width, std::nullopt, nn::Initializer::normal(0, 0.02)}.init(
+          device),
+      nn::EmbeddingConfig{context, width, std::nullopt, nn::Initializer::normal(0, 0.02)}.init(
+          device),
+      nn::TransformerEncoderConfig{.layer = {.d_model = width,
+                                             .nhead = 4,
+                                             .dim_feedforward = 4 * width,
+                                             .dropout = 0.0,
+                                             .activation = nn::FeedForwardActivation::Gelu,
                                              .norm_first = true},
-                                   .num_layers = 2, .final_norm = true}
+                                   .num_layers = 2,
+                                   .final_norm = true}
           .init(device),
       nn::LinearConfig{width, vocabulary}.init(device)};
   out << "charlm: " << text.size() << " characters of " << options.text.string() << ", "
@@ -94,10 +100,12 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
   model = nn::train(std::move(model));
   optim::AdamW optimizer({.weight_decay = 0.01});
   const optim::WarmupLr schedule{
-      .warmup_steps = 50, .start_factor = 0.1,
+      .warmup_steps = 50,
+      .start_factor = 0.1,
       .then = optim::CosineAnnealingLr{.base_lr = 2e-3, .t_max = options.steps, .eta_min = 1e-4}};
   std::mt19937_64 rng(options.seed);
-  std::uniform_int_distribution<std::size_t> start(0, ids.size() - static_cast<std::size_t>(context) - 1);
+  std::uniform_int_distribution<std::size_t> start(
+      0, ids.size() - static_cast<std::size_t>(context) - 1);
   const std::int64_t batch = 32;
   std::vector<std::int64_t> inputs(static_cast<std::size_t>(batch * context));
   std::vector<std::int64_t> targets(inputs.size());
@@ -108,12 +116,16 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
     std::vector<std::int64_t> window;
     for (char c : generated) window.push_back(id[static_cast<unsigned char>(c)]);
     for (std::size_t n = 0; n < length; ++n) {
-      const auto first = window.size() > static_cast<std::size_t>(context) ? window.size() - static_cast<std::size_t>(context) : 0;
-      std::vector<std::int64_t> tail(window.begin() + static_cast<std::ptrdiff_t>(first), window.end());
+      const auto first = window.size() > static_cast<std::size_t>(context)
+                             ? window.size() - static_cast<std::size_t>(context)
+                             : 0;
+      std::vector<std::int64_t> tail(window.begin() + static_cast<std::ptrdiff_t>(first),
+                                     window.end());
       const auto length_now = static_cast<std::int64_t>(tail.size());
       const auto x = Tensor<2, Int>::from_data(TensorData::from_vec(tail, {1, length_now}), device);
       const Tensor<3> logits = evaluated.forward(x);
-      const auto last = logits.slice({{0, 1}, {length_now - 1, length_now}}).reshape<1>(Shape{vocabulary});
+      const auto last =
+          logits.slice({{0, 1}, {length_now - 1, length_now}}).reshape<1>(Shape{vocabulary});
       // Temperature 0.8, drawn on the host.
       const std::vector<double> p = activation::softmax(last / 0.8, 0).into_data().to_f64_vec();
       std::discrete_distribution<std::int64_t> pick(p.begin(), p.end());
@@ -130,11 +142,14 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
       const std::size_t s = start(rng);
       for (std::int64_t t = 0; t < context; ++t) {
         inputs[static_cast<std::size_t>(b * context + t)] = ids[s + static_cast<std::size_t>(t)];
-        targets[static_cast<std::size_t>(b * context + t)] = ids[s + static_cast<std::size_t>(t) + 1];
+        targets[static_cast<std::size_t>(b * context + t)] =
+            ids[s + static_cast<std::size_t>(t) + 1];
       }
     }
-    const auto x = Tensor<2, Int>::from_data(TensorData::from_vec(inputs, {batch, context}), device);
-    const auto y = Tensor<1, Int>::from_data(TensorData::from_vec(targets, {batch * context}), device);
+    const auto x =
+        Tensor<2, Int>::from_data(TensorData::from_vec(inputs, {batch, context}), device);
+    const auto y =
+        Tensor<1, Int>::from_data(TensorData::from_vec(targets, {batch * context}), device);
     const Tensor<2> logits = model.forward(x).reshape<2>(Shape{batch * context, vocabulary});
     const Tensor<1> loss = nn::cross_entropy(logits, y);
     const double value = loss.into_scalar<double>();
@@ -143,10 +158,12 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
     optim::clip_grad_norm(model, grads, 1.0);
     optimizer.step(model, grads, schedule);
     if (step % options.sample_every == 0 || step == options.steps) {
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       out << "step " << step << "/" << options.steps << std::fixed << std::setprecision(3)
           << "  loss " << smoothed << "  (" << std::setprecision(1) << seconds << " s)\n  > "
-          << printable(sample(120)) << "\n" << std::flush;
+          << printable(sample(120)) << "\n"
+          << std::flush;
     }
   }
   return 0;

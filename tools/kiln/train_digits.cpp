@@ -12,6 +12,7 @@
 
 #include "tools/kiln/commands.h"
 #include "tools/kiln/digits_net.h"
+#include "tools/kiln/input.h"
 
 namespace kiln::tools {
 namespace {
@@ -21,9 +22,20 @@ train::StepOutput classify(const DigitsNet& model, const data::ClassificationBat
   return train::classification_step(nn::cross_entropy(logits, batch.labels), logits, batch.labels);
 }
 
+std::string absolute_path(const std::filesystem::path& path) {
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  return (error ? path : absolute).string();
+}
+
 }  // namespace
 
 int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
+  constexpr std::string_view kOp = "train digits";
+  require_range(kOp, "--epochs", options.epochs, 1);
+  // Read once with a limit before the CSV reader sees it: an endless or huge --data is an
+  // error, and the fingerprint tells a resumed run whether its data changed.
+  const std::string fingerprint = fingerprint_file(options.data, kGiB, kOp);
   const Device device = Device::default_device();
   device.seed(options.seed);
   const auto digits = data::load_digits(options.data);
@@ -31,12 +43,13 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
   auto [rest, test] = data::random_split(digits, 0.8, options.seed);
   auto [training, validation] = data::random_split(rest, 0.9, options.seed + 1);
   out << "digits: " << digits->size() << " images (" << training->size() << " train, "
-      << validation->size() << " validation, " << test->size() << " test) on "
-      << device.to_string() << "\n";
+      << validation->size() << " validation, " << test->size() << " test) on " << device.to_string()
+      << "\n";
 
   const data::ClassificationBatcher batcher(device);
   const data::ClassificationLoader train_loader(
-      training, batcher, {.batch_size = 32, .shuffle = true, .seed = options.seed, .num_workers = 1});
+      training, batcher,
+      {.batch_size = 32, .shuffle = true, .seed = options.seed, .num_workers = 1});
   const data::ClassificationLoader valid_loader(validation, batcher, {.batch_size = 256});
   const data::ClassificationLoader test_loader(test, batcher, {.batch_size = 256});
 
@@ -46,11 +59,19 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
   optim::AdamW optimizer({.weight_decay = 1e-4});
   const auto steps = static_cast<std::int64_t>(train_loader.num_batches()) * options.epochs;
   const optim::CosineAnnealingLr schedule{.base_lr = 3e-3, .t_max = steps, .eta_min = 1e-5};
-  train::LearnerConfig config{.epochs = options.epochs,
-                              .directory = options.directory,
-                              .resume = !options.fresh,
-                              .seed = options.seed,
-                              .out = &out};
+  train::LearnerConfig config{
+      .epochs = options.epochs,
+      .directory = options.directory,
+      .resume = !options.fresh,
+      .seed = options.seed,
+      .settings = {{"model", "DigitsNet"},
+                   {"data", fingerprint},
+                   {"split", "80% train (a tenth of it validation), 20% test"},
+                   {"optimizer", "AdamW, weight decay 1e-4"},
+                   {"schedule", "cosine from 3e-3 to 1e-5 over all epochs"},
+                   {"batch_size", "32"}},
+      .notes = {{"data_path", absolute_path(options.data)}},
+      .out = &out};
   const auto started = std::chrono::steady_clock::now();
   const DigitsNet trained =
       train::fit(model, optimizer, schedule, train_loader, &valid_loader, classify, config);

@@ -20,10 +20,12 @@
 // use and a bad file throws InvalidArgument naming the file and the problem, e.g.
 //   [load_safetensors] model.safetensors: tensor 'w' has data_offsets [0, 12] but shape [2, 2]
 //   F32 needs 16 bytes
-// It accepts exactly what the reference accepts (the tensors tile the data buffer with no gap,
-// overlap or trailing byte), except that it rejects BOOL bytes other than 0 and 1, duplicate
-// JSON keys and unknown fields in a tensor entry. Tensors of dtypes safetensors knows but kiln
-// does not hold (F8_E4M3, C64, ...) throw UnsupportedDType.
+// It accepts exactly what the reference accepts (the header is UTF-8 JSON text, possibly with
+// JSON whitespace around it, so no byte-order mark and no NUL byte; the tensors tile the data
+// buffer with no gap, overlap or trailing byte), except that it rejects BOOL bytes other than 0
+// and 1, duplicate JSON keys and unknown fields in a tensor entry. Tensors of dtypes safetensors
+// knows but kiln does not hold (F8_E4M3, C64, ...) throw UnsupportedDType. Parsing takes time
+// linear in the header's size (100,000 tensors in well under a second).
 #pragma once
 
 #include <cstddef>
@@ -51,9 +53,11 @@ struct SafetensorsFile {
 // The largest header the reader accepts (the reference's limit): more is a corrupt length.
 inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
-// Writes tensors (and metadata, if any) to path. The file is written beside path and renamed
-// over it at the end, so a failed save leaves any previous file intact. InvalidArgument if the
-// file cannot be written or a name is "__metadata__" or not UTF-8; UnsupportedDType for QFloat.
+// Writes tensors (and metadata, if any) to path atomically: into a fresh temporary beside path
+// (a unique name, created exclusively, never following a link), flushed to the disk and renamed
+// over path. A failed save leaves any previous file intact and no temporary; saves racing on one
+// path each leave a whole file. InvalidArgument naming the path and the system's reason if the
+// file cannot be written, or if a name is "__metadata__" or not UTF-8; UnsupportedDType for QFloat.
 void save_safetensors(const std::filesystem::path& path, const TensorMap& tensors,
                       const Metadata& metadata = {});
 // The same bytes save_safetensors writes, in memory.

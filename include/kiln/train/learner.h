@@ -16,15 +16,27 @@
 // the epoch; the checkpoint holds the parameters, the optimizer state (step counts included, which
 // index the schedule) and the log. A resumed run therefore ends with the same parameters as an
 // uninterrupted one.
+//
+// A run directory records its configuration (seed, epochs, the model's parameter names and
+// shapes, and LearnerConfig::settings) in run.json. Resuming under another configuration throws
+// InvalidArgument saying what differs (resume = false starts over); a larger epochs extends the
+// run. Checkpoints carry a checksum of their tensors; when the newest is corrupt or unreadable,
+// the run resumes from the one before it (two are kept) and prints a warning line, and when
+// none is usable, InvalidArgument says why for each.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "kiln/detail/format.h"
+#include "kiln/error.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/record.h"
 #include "kiln/optim/clip.h"
@@ -37,14 +49,14 @@ namespace kiln::train {
 
 // What the user's step function returns for one batch.
 struct StepOutput {
-  Tensor<1> loss;              // the batch's mean loss, one element (tracked in training)
-  std::int64_t samples = 0;    // items in the batch
-  std::int64_t correct = -1;   // correctly classified items, or -1 when not a classifier
+  Tensor<1> loss;             // the batch's mean loss, one element (tracked in training)
+  std::int64_t samples = 0;   // items in the batch
+  std::int64_t correct = -1;  // correctly classified items, or -1 when not a classifier
 };
 
 // A classifier's step output: loss, batch size and the number of argmax hits.
 StepOutput classification_step(const Tensor<1>& loss, const Tensor<2>& logits,
-                                const Tensor<1, Int>& labels);
+                               const Tensor<1, Int>& labels);
 
 struct LearnerConfig {
   int epochs = 10;
@@ -54,24 +66,41 @@ struct LearnerConfig {
   bool resume = true;
   // Epoch e seeds the model's device with seed + e (dropout and other random ops).
   std::uint64_t seed = 0;
+  // What else defines the run: data (with a fingerprint of its content), learning rate, batch
+  // size, ... Recorded in directory/run.json with seed, epochs and the model's parameter names
+  // and shapes; resuming under different values throws InvalidArgument naming each difference.
+  // More epochs than recorded extends the run. Keys "seed", "epochs", "parameters" are taken.
+  std::map<std::string, std::string> settings = {};
+  // Recorded in run.json for reference, not compared (e.g. the data's path); a changed note is
+  // mentioned on resume.
+  std::map<std::string, std::string> notes = {};
   // Clip the gradients' global 2-norm to this before each step.
   std::optional<double> clip_grad_norm = std::nullopt;
   Progress::Style progress = Progress::Style::Auto;
   std::ostream* out = &std::cout;
 };
 
-// Paths and resume state of a run directory.
+// The files of a run directory: run.json (the configuration), model-N.safetensors and
+// optimizer-N.safetensors (the checkpoint of epoch N, with a checksum of their tensors in the
+// metadata), log.csv and chart.svg. Every file is written atomically (a unique temporary,
+// fsync, rename), so a crash leaves each file whole, old or new.
 struct RunFiles {
   std::filesystem::path directory;
+  std::filesystem::path config() const { return directory / "run.json"; }
   std::filesystem::path log() const { return directory / "log.csv"; }
   std::filesystem::path chart() const { return directory / "chart.svg"; }
   std::filesystem::path model(int epoch) const;
   std::filesystem::path optimizer(int epoch) const;
-  // The last epoch whose checkpoint is complete (0 when none), from the log and the files.
+  // Epochs whose checkpoint was committed (listed in the log, both files present), newest first.
+  std::vector<int> checkpoints() const;
+  // The newest of checkpoints(), or 0 when there is none.
   int latest_checkpoint() const;
-  // Writes the checkpoint files of epoch atomically and removes older checkpoints.
+  // Writes the checkpoint files of epoch, then the log and chart (the log commits the epoch),
+  // and removes checkpoints older than the one before it.
   void commit(int epoch, const record::TensorMap& model, const record::TensorMap& optimizer,
               const History& history) const;
+  // Removes the checkpoints, log and chart (the start of a fresh run); other files stay.
+  void clear() const;
 };
 
 namespace detail {
@@ -83,13 +112,33 @@ struct PassMetrics {
   std::int64_t correct = 0;
   bool classifier = false;
   void add(const StepOutput& out, double loss);
-  double mean_loss() const { return samples > 0 ? loss_sum / static_cast<double>(samples) : kNotMeasured; }
+  double mean_loss() const {
+    return samples > 0 ? loss_sum / static_cast<double>(samples) : kNotMeasured;
+  }
   double accuracy() const {
     return classifier && samples > 0 ? static_cast<double>(correct) / static_cast<double>(samples)
                                      : kNotMeasured;
   }
   std::string summary() const;
 };
+
+// A checkpoint read back with its checksums verified.
+struct Checkpoint {
+  int epoch = 0;
+  std::filesystem::path model_path;
+  record::TensorMap model;
+  record::TensorMap optimizer;
+};
+// Reads the checkpoint of epoch; InvalidArgument if a file is unreadable or fails its checksum.
+Checkpoint read_checkpoint(const RunFiles& files, int epoch);
+
+// Prepares config.directory for fit. A fresh start (no resume, or nothing to resume) clears
+// old checkpoints and records the configuration; a resume checks the recorded configuration
+// (InvalidArgument naming every difference) and passes the newest usable checkpoint to
+// restore, falling back to the one before with a warning when the newest is corrupt or
+// restore throws. Returns the epoch to continue after (0 for a fresh start) and fills history.
+int prepare_run(const LearnerConfig& config, const std::vector<nn::NamedParam>& params,
+                const std::function<void(const Checkpoint&)>& restore, History& history);
 
 Device model_device(const std::vector<nn::NamedParam>& params);
 double read_loss(const Tensor<1>& loss);
@@ -109,30 +158,37 @@ PassMetrics run_pass(const Model& model, const Loader& loader, Step& step, Progr
 
 }  // namespace detail
 
-template <nn::detail::Visitable Model, class Schedule, class TrainLoader, class ValidLoader, class Step>
+template <nn::detail::Visitable Model, class Schedule, class TrainLoader, class ValidLoader,
+          class Step>
 Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
           const TrainLoader& train_loader, const ValidLoader* valid_loader, Step step,
           const LearnerConfig& config, History* history_out = nullptr) {
   std::ostream& out = *config.out;
   const RunFiles files{config.directory};
+  if (config.epochs < 1) {
+    kiln::detail::fail<InvalidArgument>("train::fit", "epochs must be at least 1, got ",
+                                        config.epochs);
+  }
   model = nn::train(std::move(model));
   History history;
   int start = 0;
   if (!config.directory.empty()) {
-    std::filesystem::create_directories(config.directory);
-    if (config.resume && (start = files.latest_checkpoint()) > 0) {
-      nn::load(model, files.model(start));
-      optimizer.load_state_dict(model, record::load_safetensors(files.optimizer(start)));
-      history = History::read_csv(files.log());
-      history.truncate(start);
-      out << "resuming from epoch " << start << " (" << files.model(start).string() << ")\n";
-    }
+    // A checkpoint is applied to a copy first, so one that fails half way changes nothing.
+    auto restore = [&](const detail::Checkpoint& checkpoint) {
+      Model restored = model;
+      nn::detail::load_record(&restored, nn::detail::visit_fn<Model>, checkpoint.model, {},
+                              checkpoint.model_path.string());
+      optimizer.load_state_dict(restored, checkpoint.optimizer);
+      model = std::move(restored);
+    };
+    start = detail::prepare_run(config, nn::named_parameters(model), restore, history);
   }
   const Device device = detail::model_device(nn::named_parameters(model));
   for (int epoch = start + 1; epoch <= config.epochs; ++epoch) {
     const auto started = Progress::Clock::now();
     device.seed(config.seed + static_cast<std::uint64_t>(epoch));
-    const std::string label = "epoch " + std::to_string(epoch) + "/" + std::to_string(config.epochs);
+    const std::string label =
+        "epoch " + std::to_string(epoch) + "/" + std::to_string(config.epochs);
     EpochRecord record;
     record.epoch = epoch;
     record.learning_rate = static_cast<double>(schedule.lr(optimizer.steps()));
@@ -156,7 +212,8 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
     if (valid_loader != nullptr) {
       Progress check(out, label + " valid", static_cast<std::int64_t>(valid_loader->num_batches()),
                      config.progress);
-      const detail::PassMetrics valid_metrics = detail::run_pass(model, *valid_loader, step, &check);
+      const detail::PassMetrics valid_metrics =
+          detail::run_pass(model, *valid_loader, step, &check);
       check.finish(valid_metrics.summary());
       record.valid_loss = valid_metrics.mean_loss();
       record.valid_accuracy = valid_metrics.accuracy();

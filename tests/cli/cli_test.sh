@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The kiln command's error exit, run as a user would: every failure is one line "kiln: ..." on
+# stderr and exit status 1, never an abort. Usage: cli_test.sh KILN_BINARY SCENARIO
+set -uo pipefail
+kiln=$1
+scenario=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiln_cli_${scenario}.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect STATUS TEXT -- ARGS...: runs kiln ARGS; checks the status, and that TEXT is in stderr
+# (status 1: stderr is exactly one line starting "kiln: ") or in stdout (status 0).
+expect() {
+  local status=$1 text=$2
+  shift 3
+  "$kiln" "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  if [ "$got" -ne "$status" ]; then
+    fail "kiln $* exited $got, expected $status; stderr: $(head -c 2000 "$work/err")"
+    return
+  fi
+  if [ "$status" -eq 0 ]; then
+    grep -qF -- "$text" "$work/out" || fail "kiln $*: stdout lacks '$text': $(tail -5 "$work/out")"
+    return
+  fi
+  local lines
+  lines=$(wc -l <"$work/err")
+  [ "$lines" -eq 1 ] || fail "kiln $*: stderr has $lines lines, not one: $(cat "$work/err")"
+  grep -q '^kiln: ' "$work/err" || fail "kiln $*: stderr does not start with 'kiln: ': $(cat "$work/err")"
+  grep -qF -- "$text" "$work/err" || fail "kiln $*: stderr lacks '$text': $(cat "$work/err")"
+}
+
+flip_last_byte() {
+  local size byte
+  size=$(stat -c %s "$1")
+  byte=$(od -An -tu1 -j $((size - 1)) -N1 "$1" | tr -d ' ')
+  # shellcheck disable=SC2059
+  printf "\\$(printf '%03o' $((byte ^ 16)))" | dd of="$1" bs=1 seek=$((size - 1)) conv=notrunc status=none
+}
+
+case "$scenario" in
+  commands)
+    expect 1 "kiln: unknown command 'foo'; commands: info, train" -- foo
+    expect 1 "kiln: unknown command 'train foo'; train commands: digits, charlm" -- train foo
+    expect 1 "kiln: a command is required; commands: info, train" --
+    expect 1 "kiln: 'train' needs a command; train commands: digits, charlm" -- train
+    expect 1 "kiln: " -- info unexpected
+    expect 1 "kiln: " -- train digits --no-such-option
+    expect 1 "--epochs" -- train digits --epochs abc
+    expect 0 "train" -- --help
+    ;;
+  counts)
+    expect 1 "kiln: [train digits] --epochs must be at least 1, got -1" -- train digits --epochs -1
+    expect 1 "--epochs must be at least 1, got 0" -- train digits --epochs 0
+    expect 1 "kiln: [train charlm] --steps must be at least 1, got 0" -- train charlm --steps 0
+    expect 1 "--steps must be at least 1, got -5" -- train charlm --steps -5
+    expect 1 "--context must be between 2 and 1024, got 1" -- train charlm --context 1
+    expect 1 "--context must be between 2 and 1024, got 5000" -- train charlm --context 5000
+    expect 1 "--sample-every must be at least 1, got 0" -- train charlm --sample-every 0
+    expect 1 "must be a non-negative integer, got -1" -- train digits --seed -1
+    expect 1 "must be a non-negative integer, got -2" -- train charlm --seed -2
+    ;;
+  out_dir)
+    echo x >"$work/file"
+    expect 1 "cannot create the run directory $work/file" -- train digits --epochs 1 --out "$work/file"
+    expect 1 "cannot create the run directory $work/file/sub" -- \
+      train digits --epochs 1 --out "$work/file/sub"
+    expect 1 "cannot create the run directory /proc/kiln_cli_test/run" -- \
+      train digits --epochs 1 --out /proc/kiln_cli_test/run
+    ;;
+  inputs)
+    expect 1 "kiln: [train charlm] /dev/zero: is larger than 1 GiB, the limit for this input" -- \
+      train charlm /dev/zero
+    expect 1 "[train digits] /dev/zero: is larger than 1 GiB" -- train digits --data /dev/zero
+    expect 1 "$work/missing.txt: cannot open: No such file or directory" -- \
+      train charlm "$work/missing.txt"
+    expect 1 "$work: is a directory, not a file" -- train charlm "$work"
+    printf 'tiny' >"$work/tiny.txt"
+    expect 1 "has 4 characters; it needs more than the context of 64" -- train charlm "$work/tiny.txt"
+    ;;
+  resume)
+    run="$work/run"
+    expect 0 "test accuracy" -- train digits --epochs 1 --seed 1 --out "$run"
+    expect 1 "seed 2 here but 1 in the run" -- train digits --epochs 1 --seed 2 --out "$run"
+    grep -qF -- "--fresh" "$work/err" || fail "the refusal does not mention --fresh: $(cat "$work/err")"
+    expect 0 "test accuracy" -- train digits --epochs 1 --seed 2 --out "$run" --fresh
+    expect 0 "extending the run from 1 to 2 epochs" -- train digits --epochs 2 --seed 2 --out "$run"
+    expect 1 "epochs 1 here but 2 in the run" -- train digits --epochs 1 --seed 2 --out "$run"
+    # A flipped data byte in the newest checkpoint: the run goes on from the one before.
+    flip_last_byte "$run/model-2.safetensors"
+    expect 0 "warning: the checkpoint of epoch 2 is unusable" -- \
+      train digits --epochs 2 --seed 2 --out "$run"
+    grep -qF "resuming from epoch 1" "$work/out" || fail "no fallback to epoch 1: $(cat "$work/out")"
+    ;;
+  *)
+    fail "unknown scenario $scenario"
+    ;;
+esac
+exit $((failures > 0))
