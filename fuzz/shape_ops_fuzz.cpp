@@ -16,6 +16,8 @@
 #include <kiln/kiln.h>
 
 #include <cstdint>
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -179,6 +181,26 @@ bool small(const Primitive& t, std::int64_t limit = kComputeLimit) {
   return checked_count(t->shape()) <= limit;
 }
 
+// Whether an op that allocates `count` elements may run: small results, and results past kiln's
+// limits (which it must refuse before allocating). Legal but large ones are skipped: filling
+// gigabytes proves nothing and would exhaust the machine.
+bool may_allocate(__int128 count) {
+  return count <= kComputeLimit || count > (__int128{1} << 48);
+}
+__int128 wide_count(const std::vector<std::int64_t>& dims) {
+  __int128 nonzero = 1;
+  bool zero = false;
+  for (std::int64_t d : dims) {
+    if (d < 0) return -1;  // refused whatever the rest
+    if (d == 0) {
+      zero = true;
+      continue;
+    }
+    nonzero = std::min<__int128>(nonzero * d, __int128{1} << 64);
+  }
+  return zero && nonzero <= (__int128{1} << 48) ? 0 : nonzero;
+}
+
 // Runs one op on the pool; returns the new tensor and whether it holds only base values.
 Slot step(Program& p, std::vector<Slot>& pool) {
   Slot& a = pool[p.byte() % pool.size()];
@@ -223,10 +245,20 @@ Slot step(Program& p, std::vector<Slot>& pool) {
     case 10: {
       detail::Prims xs{x, b.tensor};
       for (int extra = p.byte() % 3; extra > 0; --extra) xs.push_back(x);
+      __int128 total = 0;
+      for (const Primitive& t : xs) total += checked_count(t->shape());
+      if (!may_allocate(total)) return {x, a.pure};
       return {detail::cat(xs, dim_of(p, x)), a.pure && b.pure};
     }
-    case 11: return {detail::stack({x, b.tensor}, dim_of(p, x)), a.pure && b.pure};
-    case 12: return {detail::repeat_dim(x, dim_of(p, x), p.integer(2)), a.pure};
+    case 11: {
+      if (!may_allocate(__int128{2} * checked_count(x->shape()))) return {x, a.pure};
+      return {detail::stack({x, b.tensor}, dim_of(p, x)), a.pure && b.pure};
+    }
+    case 12: {
+      const std::int64_t dim = dim_of(p, x), times = p.integer(2);
+      if (!may_allocate(__int128{checked_count(x->shape())} * times)) return {x, a.pure};
+      return {detail::repeat_dim(x, dim, times), a.pure};
+    }
     case 13: {
       detail::Prims parts = p.byte() % 2 ? detail::chunk(x, p.integer(2), dim_of(p, x))
                                          : detail::split(x, p.integer(2), dim_of(p, x));
@@ -234,9 +266,10 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       return {parts[p.byte() % parts.size()], a.pure};
     }
     case 14: {
-      const std::int64_t start = p.integer(), end = p.integer(8);
-      return {detail::arange(start, end, p.integer(1), kiln::DType::I64, kiln::Device::cpu(),
-                             kiln::Kind::Int),
+      const std::int64_t start = p.integer(), end = p.integer(8), by = p.integer(1);
+      const __int128 span = __int128{end} - start;
+      if (by != 0 && !may_allocate(span / by)) return {x, a.pure};
+      return {detail::arange(start, end, by, kiln::DType::I64, kiln::Device::cpu(), kiln::Kind::Int),
               false};
     }
     case 15: {
@@ -285,6 +318,7 @@ Slot step(Program& p, std::vector<Slot>& pool) {
     }
     case 23: {
       std::vector<std::int64_t> dims = p.dims(4);
+      if (!may_allocate(wide_count(dims))) return {x, a.pure};
       return {detail::full(kiln::Shape(dims), 3, kiln::DType::F32, kiln::Device::cpu(),
                            kiln::Kind::Float),
               true};
@@ -294,12 +328,21 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       if (x->rank() != 4 || !small(x)) return {x, a.pure};
       Primitive image = detail::cast(x, kiln::DType::F32);
       std::vector<std::int64_t> size{p.integer(2), p.integer(2)};
+      if (!may_allocate(wide_count({x->shape()[0], x->shape()[1], size[0], size[1]}))) {
+        return {x, a.pure};
+      }
       if (p.byte() % 2) return {detail::interpolate(image, size, {}), false};
       return {detail::adaptive_avg_pool(image, size), false};
     }
     case 25: {
       std::vector<std::int64_t> times(x->rank());
       for (auto& t : times) t = p.integer(1);
+      std::vector<std::int64_t> result(times);
+      for (std::size_t d = 0; d < times.size(); ++d) {
+        const __int128 r = __int128{times[d]} * x->shape()[d];
+        result[d] = r > (__int128{1} << 62) ? (std::int64_t{1} << 62) : static_cast<std::int64_t>(r);
+      }
+      if (!may_allocate(wide_count(result))) return {x, a.pure};
       return {detail::repeat(x, times), a.pure};
     }
     case 26: {
@@ -316,6 +359,13 @@ Slot step(Program& p, std::vector<Slot>& pool) {
 }
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Ops may legally materialise a view of up to 2^48 elements; the cap turns that into an
+  // OutOfMemory instead of exhausting the machine.
+  setenv("KILN_CPU_MEMORY_LIMIT", "67108864", 0);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Program program(data, size);

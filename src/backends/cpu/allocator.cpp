@@ -73,6 +73,19 @@ State& state() {
   return *s;
 }
 
+// KILN_CPU_MEMORY_LIMIT: the most bytes of tensor memory in use at once (a plain byte count;
+// unset or 0 for no limit). Past it an allocation is OutOfMemory, as when the system refuses.
+std::uint64_t memory_limit() {
+  static const std::uint64_t limit = [] {
+    const char* text = std::getenv("KILN_CPU_MEMORY_LIMIT");
+    if (text == nullptr || *text == '\0') return std::uint64_t{0};
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    return *end == '\0' ? static_cast<std::uint64_t>(value) : std::uint64_t{0};
+  }();
+  return limit;
+}
+
 void note_in_use(State& s, std::int64_t delta) {
   const std::int64_t now = s.in_use.fetch_add(delta, std::memory_order_relaxed) + delta;
   std::int64_t peak = s.peak.load(std::memory_order_relaxed);
@@ -91,6 +104,13 @@ std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) 
   State& s = state();
   capacity = round_up(bytes);
   const std::size_t cls = class_of(capacity);
+  const std::uint64_t limit = memory_limit();
+  if (limit != 0 && static_cast<std::uint64_t>(s.in_use.load(std::memory_order_relaxed)) +
+                            capacity > limit) {
+    detail::fail<OutOfMemory>("cpu", "cannot allocate ", bytes, " bytes: ",
+                              s.in_use.load(std::memory_order_relaxed),
+                              " bytes are in use and KILN_CPU_MEMORY_LIMIT is ", limit);
+  }
   note_in_use(s, static_cast<std::int64_t>(capacity));
   {
     std::lock_guard lock(s.mutex);

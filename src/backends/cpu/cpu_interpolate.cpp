@@ -103,7 +103,7 @@ struct ColumnTaps {
 // (contiguous, vectorisable).
 template <int kTaps, class T>
 void interpolate_plane(const T* plane, std::int64_t in_w, const std::vector<Taps>& rows,
-                       const ColumnTaps<T>& cols, const std::vector<char>& row_needed, T* resampled,
+                       const ColumnTaps<T>& cols, const detail::Buffer<char>& row_needed, T* resampled,
                        T* result, std::int64_t out_w) {
   for (std::size_t ih = 0; ih < row_needed.size(); ++ih) {
     if (!row_needed[ih]) continue;
@@ -135,7 +135,7 @@ void interpolate_plane(const T* plane, std::int64_t in_w, const std::vector<Taps
 // scatter back along the row into the plane.
 template <int kTaps, class T>
 void interpolate_plane_grad(const T* grad, std::int64_t in_w, const std::vector<Taps>& rows,
-                            const ColumnTaps<T>& cols, const std::vector<char>& row_needed,
+                            const ColumnTaps<T>& cols, const detail::Buffer<char>& row_needed,
                             T* resampled, T* plane, std::int64_t out_w) {
   const auto in_h = static_cast<std::int64_t>(row_needed.size());
   std::fill_n(resampled, in_h * out_w, T(0));
@@ -159,7 +159,7 @@ void interpolate_plane_grad(const T* grad, std::int64_t in_w, const std::vector<
 }
 
 // Which input rows the output rows read.
-std::vector<char> rows_needed(const std::vector<Taps>& rows, std::int64_t in_h) {
+detail::Buffer<char> rows_needed(const std::vector<Taps>& rows, std::int64_t in_h) {
   detail::Buffer<char> needed(static_cast<std::size_t>(in_h), 0);
   for (const Taps& r : rows) {
     for (int a = 0; a < r.count; ++a) needed[static_cast<std::size_t>(r.index[a])] = 1;
@@ -198,7 +198,7 @@ Primitive CpuBackend::interpolate(Primitive x, Axes output_size, InterpolateOpti
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
     const ColumnTaps<T> columns(cols);
-    const std::vector<char> needed = rows_needed(rows, in_h);
+    const detail::Buffer<char> needed = rows_needed(rows, in_h);
     const std::int64_t work = (out_h + in_h) * out_w * tap_count(options.mode);
     const std::int64_t grain =
         std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));
@@ -229,7 +229,7 @@ Primitive CpuBackend::interpolate_backward(Primitive x, Primitive output_grad, A
     const T* src = dy->data_as<T>();
     T* dst = out->data_as<T>();
     const ColumnTaps<T> columns(cols);
-    const std::vector<char> needed = rows_needed(rows, in_h);
+    const detail::Buffer<char> needed = rows_needed(rows, in_h);
     const std::int64_t work = (out_h + in_h) * out_w * tap_count(options.mode) + in_h * in_w;
     const std::int64_t grain =
         std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work));

@@ -7,7 +7,6 @@
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/index_kernels.h"
 #include "backends/cpu/loops.h"
-#include "core/buffer.h"
 
 namespace kiln {
 
@@ -34,7 +33,7 @@ std::shared_ptr<CpuTensor> contiguous_as(const Primitive& x, const Shape& shape)
 std::vector<std::int64_t> compaction_chunks(const bool* mask, std::int64_t n,
                                             std::vector<std::int64_t>& first_out) {
   const std::int64_t chunks = std::clamp<std::int64_t>(n / kParallelGrain, 1, thread_count());
-  detail::Buffer<std::int64_t> bounds(static_cast<std::size_t>(chunks) + 1);
+  std::vector<std::int64_t> bounds(static_cast<std::size_t>(chunks) + 1);
   for (std::int64_t c = 0; c <= chunks; ++c) bounds[static_cast<std::size_t>(c)] = n * c / chunks;
   first_out.assign(static_cast<std::size_t>(chunks) + 1, 0);
   parallel_for(chunks, 1, [&](std::int64_t b, std::int64_t e) {

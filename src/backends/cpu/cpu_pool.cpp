@@ -194,7 +194,7 @@ Primitive CpuBackend::avg_pool(Primitive x, PoolOptions options) {
       T* result = dst + p * w.out_size();
       // Each output row sums one kernel tap at a time across all its windows.
       for_each_avg_row<T>(w, options.count_include_pad,
-                          [&](std::int64_t row, Span sd, Span sh, const std::vector<T>& scale) {
+                          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
                             T* o = result + row;
                             std::fill_n(o, w.out[2], T(0));
                             for (std::int64_t id = sd.begin; id < sd.end; ++id) {
@@ -232,7 +232,7 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
       std::fill_n(plane, w.in_size(), T(0));
       detail::Buffer<T> share(static_cast<std::size_t>(w.out[2]));
       for_each_avg_row<T>(w, options.count_include_pad,
-                          [&](std::int64_t row, Span sd, Span sh, const std::vector<T>& scale) {
+                          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
                             for (std::size_t i = 0; i < share.size(); ++i)
                               share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
                             for (std::int64_t id = sd.begin; id < sd.end; ++id) {
