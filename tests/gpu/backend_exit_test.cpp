@@ -8,8 +8,9 @@
 // driver (tests/gpu/fake_driver), which costs each launch some microseconds so that the queue is
 // long at exit, tears itself down as a driver and a driver-intercepting tool do, aborts on any call
 // after that or from a forked child, and reports the launches it was handed: a queued launch lost
-// at exit shows as a count short of 2001. Before the exit order, the main-thread case died on the
-// fake driver at every launch cost tried, as it did (SIGSEGV) under compute-sanitizer on the H200.
+// at exit shows as a count short of 2001. Before the exit order each of the four failed on the
+// fake driver (the main-thread case at every launch cost tried); the main-thread case is the one
+// that died with SIGSEGV under compute-sanitizer on the H200.
 #include <unistd.h>
 
 #include <cstdlib>

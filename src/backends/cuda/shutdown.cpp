@@ -40,8 +40,6 @@ void wait_every_launcher() noexcept {
   for (Dispatcher* dispatcher : r.dispatchers) dispatcher->wait_handed_over();
 }
 
-extern "C" void kiln_cuda_stop_launchers_at_exit() { stop_every_launcher(); }
-
 // Destroyed when its thread ends, and for the thread that calls exit() before every static
 // destructor and atexit handler (shutdown.h).
 struct ThreadGuard {
@@ -67,7 +65,7 @@ void add(Dispatcher* dispatcher) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   if (!r.hook_registered) {
-    r.hook_registered = std::atexit(kiln_cuda_stop_launchers_at_exit) == 0;
+    r.hook_registered = std::atexit(stop_every_launcher) == 0;
   }
   r.dispatchers.push_back(dispatcher);
 }
