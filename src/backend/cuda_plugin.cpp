@@ -23,7 +23,8 @@ struct PluginState {
 
 std::string directory_of_libkiln() {
   Dl_info info{};
-  if (dladdr(reinterpret_cast<const void*>(&cuda_plugin), &info) == 0 || info.dli_fname == nullptr) {
+  if (dladdr(reinterpret_cast<const void*>(&cuda_plugin), &info) == 0 ||
+      info.dli_fname == nullptr) {
     return {};
   }
   const std::string path = info.dli_fname;
@@ -51,8 +52,10 @@ PluginState load() {
   std::string error;
   for (const std::string& path : candidates) {
     if (path.empty() || (path != kFile && access(path.c_str(), R_OK) != 0)) continue;
-    // RTLD_LOCAL: the plugin's CUDA symbols stay out of the global namespace.
-    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_LOCAL: the plugin's CUDA symbols stay out of the global namespace. RTLD_NODELETE:
+    // never unloaded, not even by a dlclose elsewhere, so its code stays mapped while the
+    // process ends (src/backends/cuda/shutdown.h); kiln itself never closes the handle.
+    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (handle != nullptr) break;
     const char* text = dlerror();
     error = text != nullptr ? text : path;
@@ -82,7 +85,8 @@ PluginState load() {
 }  // namespace
 
 const CudaPluginApi* cuda_plugin(std::string* reason, bool* not_compiled) {
-  static const PluginState state = load();
+  // Never destroyed, like the backends: static destructors may still ask for a device.
+  static const PluginState& state = *new PluginState(load());
   if (state.api == nullptr) {
     if (reason != nullptr) *reason = state.reason;
     if (not_compiled != nullptr) *not_compiled = state.not_compiled;
@@ -96,14 +100,14 @@ int cuda_device_count(std::string* reason, bool* not_compiled) {
     std::string reason;
     bool not_compiled = false;
   };
-  static const Count cached = [] {
+  static const Count& cached = *new Count([] {
     Count c;
     const CudaPluginApi* api = cuda_plugin(&c.reason, &c.not_compiled);
     if (api == nullptr) return c;
     c.count = api->device_count(&c.reason);
     if (c.count < 0) c.count = 0;
     return c;
-  }();
+  }());
   if (cached.count == 0) {
     if (reason != nullptr) *reason = cached.reason;
     if (not_compiled != nullptr) *not_compiled = cached.not_compiled;

@@ -5,17 +5,12 @@
 #include <vector>
 
 #include "gpu/gpu_test_support.h"
-#include "support/process_maps.h"
 
 using namespace kiln;
 
-namespace {
+using test::count_up;
 
-// x + 1, `steps` times, each op depending on the one before.
-Tensor<1> count_up(Tensor<1> x, int steps) {
-  for (int i = 0; i < steps; ++i) x = x + 1.0;
-  return x;
-}
+namespace {
 
 std::vector<double> as_f64(const Tensor<1>& t) { return t.into_data().to_f64_vec(); }
 
@@ -24,7 +19,8 @@ std::vector<double> as_f64(const Tensor<1>& t) { return t.into_data().to_f64_vec
 TEST(GpuDispatch, LongChainsPastAFullRingStayInOrder) {
   KILN_REQUIRE_GPU();
   // 3000 dependent launches: the ring (1024 slots) fills and the caller launches the oldest.
-  const auto start = Tensor<1>::from_data(TensorData::from_vec(std::vector<float>{0, 10, -5}), device);
+  const auto start =
+      Tensor<1>::from_data(TensorData::from_vec(std::vector<float>{0, 10, -5}), device);
   const auto got = as_f64(count_up(start, 3000));
   EXPECT_EQ(got, (std::vector<double>{3000, 3010, 2995}));
 }
@@ -74,7 +70,8 @@ TEST(GpuDispatch, ThreadsLaunchingAtOnceEachSeeTheirOwnOrder) {
 
 TEST(GpuDispatch, DeferredErrorsStillNameTheOp) {
   KILN_REQUIRE_GPU();
-  const auto a = Tensor<1, Int>::from_data(TensorData::from_vec(std::vector<std::int64_t>{4, 5}), device);
+  const auto a =
+      Tensor<1, Int>::from_data(TensorData::from_vec(std::vector<std::int64_t>{4, 5}), device);
   const auto zero = Tensor<1, Int>::zeros({2}, device);
   const auto queued = count_up(Tensor<1>::zeros({2}, device), 50);  // launches before the fault
   const auto bad = a / zero;
@@ -89,15 +86,4 @@ TEST(GpuDispatch, DeferredErrorsStillNameTheOp) {
   EXPECT_EQ(as_f64(count_up(Tensor<1>::zeros({1}, device), 3)), (std::vector<double>{3}));
 }
 
-// Child: leaves 2000 launches queued and exits without reading them.
-TEST(GpuDispatchChild, ExitWithQueuedWork) {
-  if (std::getenv("KILN_DISPATCH_CHILD") == nullptr) GTEST_SKIP() << "runs only as a child process";
-  KILN_REQUIRE_GPU();
-  static Tensor<1> kept = count_up(Tensor<1>::zeros({1 << 16}, device), 2000);
-}
-
-TEST(GpuDispatch, ExitingWithQueuedLaunchesIsClean) {
-  KILN_REQUIRE_GPU();
-  // The launcher hands its queue to the driver and stops before the driver's own teardown.
-  EXPECT_EQ(test::run_self("GpuDispatchChild.ExitWithQueuedWork", "KILN_DISPATCH_CHILD=1"), 0);
-}
+// Ending a process with launches queued: backend_exit_test.cpp.

@@ -41,6 +41,13 @@ inline Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed
       shape.rank());
 }
 
+// x + 1, `steps` times, each op depending on the one before: a chain of launches that keeps the
+// launcher busy (most of a long chain is still queued when the call returns).
+inline Tensor<1> count_up(Tensor<1> x, int steps) {
+  for (int i = 0; i < steps; ++i) x = x + 1.0;
+  return x;
+}
+
 // Relative tolerance of a result computed in the dtype's compute type and rounded once.
 inline double tolerance_of(DType dtype) {
   switch (dtype) {
@@ -60,8 +67,8 @@ inline double tolerance_of(DType dtype) {
 }  // namespace kiln::test
 
 // Declares `device` (cuda:0) or skips the test with the reason.
-#define KILN_REQUIRE_GPU()                                                      \
-  std::string kiln_gpu_reason;                                                  \
-  const auto kiln_gpu = ::kiln::test::first_gpu(kiln_gpu_reason);               \
-  if (!kiln_gpu) GTEST_SKIP() << "no CUDA device: " << kiln_gpu_reason;         \
+#define KILN_REQUIRE_GPU()                                              \
+  std::string kiln_gpu_reason;                                          \
+  const auto kiln_gpu = ::kiln::test::first_gpu(kiln_gpu_reason);       \
+  if (!kiln_gpu) GTEST_SKIP() << "no CUDA device: " << kiln_gpu_reason; \
   [[maybe_unused]] const ::kiln::Device device = *kiln_gpu

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/context.h"
+#include "backends/cuda/shutdown.h"
 
 namespace kiln::cuda {
 
@@ -43,8 +44,7 @@ CUdeviceptr Allocator::allocate(std::size_t bytes, std::size_t& capacity, const 
   }
   if (status == CUDA_ERROR_OUT_OF_MEMORY) {
     detail::fail<OutOfMemory>(op, "cannot allocate ", size, " bytes on cuda:", context_.index(),
-                              " (", in_use_, " bytes in use by tensors, ", reserved_,
-                              " reserved)");
+                              " (", in_use_, " bytes in use by tensors, ", reserved_, " reserved)");
   }
   check(status, op, "cuMemAlloc");
   capacity = size;
@@ -93,10 +93,13 @@ void Allocator::deallocate(CUdeviceptr pointer, std::size_t capacity) noexcept {
   try {
     small_[c].push_back(pointer);
   } catch (const std::bad_alloc&) {
-    // No host memory to remember the block: give it back to the driver instead.
-    cuCtxSetCurrent(context_.context());
-    cuStreamSynchronize(context_.stream());
-    cuMemFree(pointer);
+    // No host memory to remember the block: give it back to the driver instead, or, while the
+    // process ends, to nobody (the driver may be gone; the memory goes with the process).
+    if (!shutdown::exiting()) {
+      cuCtxSetCurrent(context_.context());
+      cuStreamSynchronize(context_.stream());
+      cuMemFree(pointer);
+    }
     reserved_ -= static_cast<std::int64_t>(capacity);
     return;
   }

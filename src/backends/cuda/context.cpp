@@ -8,13 +8,14 @@
 namespace kiln::cuda {
 
 bool driver_ready(std::string* reason) {
-  static const std::string failure = []() -> std::string {
+  // Never destroyed: asked again by whatever runs while the process ends (shutdown.h).
+  static const auto& failure = *new std::string([]() -> std::string {
     const CUresult status = cuInit(0);
     if (status == CUDA_SUCCESS) return {};
     const char* text = nullptr;
     cuGetErrorString(status, &text);
     return std::string("cuInit failed: ") + (text ? text : "unknown error");
-  }();
+  }());
   if (!failure.empty() && reason != nullptr) *reason = failure;
   return failure.empty();
 }
@@ -24,9 +25,12 @@ Context::Context(int index) : index_(index) {
   KILN_CUDA_CHECK(op, cuDeviceGet(&device_, index));
   KILN_CUDA_CHECK(op, cuDevicePrimaryCtxRetain(&context_, device_));
   KILN_CUDA_CHECK(op, cuCtxSetCurrent(context_));
-  KILN_CUDA_CHECK(op, cuDeviceGetAttribute(&major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
-  KILN_CUDA_CHECK(op, cuDeviceGetAttribute(&minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_));
-  KILN_CUDA_CHECK(op, cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
+  KILN_CUDA_CHECK(
+      op, cuDeviceGetAttribute(&major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
+  KILN_CUDA_CHECK(
+      op, cuDeviceGetAttribute(&minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_));
+  KILN_CUDA_CHECK(
+      op, cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
   // Non-blocking: the legacy default stream (used by anything else in the process) never
   // serialises with kiln's work.
   KILN_CUDA_CHECK(op, cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
@@ -38,9 +42,10 @@ Context::Context(int index) : index_(index) {
   dispatcher_ = std::make_unique<Dispatcher>(context_, stream_, index_);
 }
 
+// Runs only for a context made and destroyed while the process lives (the plugin's backends are
+// never destroyed: shutdown.h). Best effort: errors at teardown have nobody to report to. The
+// launcher goes first: it launches on the stream.
 Context::~Context() {
-  // Best effort: errors at teardown have nobody to report to. The launcher goes first: it
-  // launches on the stream.
   dispatcher_.reset();
   cuCtxSetCurrent(context_);
   if (stream_ != nullptr) cuStreamDestroy(stream_);
@@ -89,8 +94,9 @@ void Context::synchronize(const char* op) {
   if (status != CUDA_SUCCESS) {
     const char* text = nullptr;
     cuGetErrorString(status, &text);
-    detail::fail<ExecutionError>(op, "a kernel on cuda:", index_, " failed (ops in flight: ",
-                                 in_flight(), "): ", text ? text : "unknown error");
+    detail::fail<ExecutionError>(op, "a kernel on cuda:", index_,
+                                 " failed (ops in flight: ", in_flight(),
+                                 "): ", text ? text : "unknown error");
   }
   throw_pending(op);
 }

@@ -34,8 +34,6 @@ class Context {
     dispatcher_->drain();
     return stream_;
   }
-  // Launches on the calling thread from now on (Dispatcher::stop): at exit.
-  void stop_dispatch() noexcept { dispatcher_->stop(); }
   // Queues a launch of function (1-D grid) on the stream, after everything queued before.
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
               unsigned shared_bytes, const void* params, std::size_t bytes) {
@@ -59,7 +57,8 @@ class Context {
   // every launch. The names are a diagnostic; threads launching at once may reorder them.
   void note_launch(const char* op) noexcept {
     const std::uint32_t count = launch_count_.load(std::memory_order_relaxed);
-    if (count > 0 && launched_[(count - 1) % kLaunchNames].load(std::memory_order_relaxed) == op) return;
+    if (count > 0 && launched_[(count - 1) % kLaunchNames].load(std::memory_order_relaxed) == op)
+      return;
     const std::uint32_t slot = launch_count_.fetch_add(1, std::memory_order_relaxed);
     launched_[slot % kLaunchNames].store(op, std::memory_order_relaxed);
   }

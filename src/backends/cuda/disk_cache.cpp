@@ -35,14 +35,14 @@ std::uint64_t checksum(const char* data, std::size_t size) {
 
 std::string content_hash(std::string_view text) {
   char out[33];
-  std::snprintf(out, sizeof out, "%016llx%016llx",
-                static_cast<unsigned long long>(mix(text, 0)),
+  std::snprintf(out, sizeof out, "%016llx%016llx", static_cast<unsigned long long>(mix(text, 0)),
                 static_cast<unsigned long long>(mix(text, 0x9e3779b97f4a7c15ull)));
   return out;
 }
 
 const std::string& DiskCache::directory() {
-  static const std::string dir = []() -> std::string {
+  // Never destroyed: kernels may still be loaded while the process ends (shutdown.h).
+  static const auto& dir = *new std::string([]() -> std::string {
     std::filesystem::path base;
     if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
       base = xdg;
@@ -55,7 +55,7 @@ const std::string& DiskCache::directory() {
     const auto dir = base / "kiln" / "cuda";
     std::filesystem::create_directories(dir, error);
     return error ? std::string() : dir.string();
-  }();
+  }());
   return dir;
 }
 

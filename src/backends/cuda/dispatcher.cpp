@@ -1,10 +1,13 @@
 #include "backends/cuda/dispatcher.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
+#include "backends/cuda/shutdown.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
@@ -52,20 +55,43 @@ class CurrentContext {
 }  // namespace
 
 Dispatcher::Dispatcher(CUcontext context, CUstream stream, int device_index)
-    : context_(context), stream_(stream), device_index_(device_index), inline_(dispatch_inline()) {
-  if (!inline_.load(std::memory_order_relaxed)) launcher_ = std::thread([this] { run(); });
+    : context_(context),
+      stream_(stream),
+      device_index_(device_index),
+      inline_(dispatch_inline()),
+      owner_(getpid()) {
+  if (inline_.load(std::memory_order_relaxed)) return;
+  launcher_ = std::thread([this] { run(); });
+  shutdown::add(this);
 }
 
-Dispatcher::~Dispatcher() { stop(); }
+Dispatcher::~Dispatcher() {
+  shutdown::remove(this);  // first: the exit hooks must not reach a dispatcher being destroyed
+  stop();
+}
 
 void Dispatcher::stop() noexcept {
+  std::lock_guard lifecycle(lifecycle_);
   if (!launcher_.joinable()) return;
   inline_.store(true, std::memory_order_seq_cst);  // new launches go straight to the driver
+  if (getpid() != owner_) {
+    // A forked child: the launcher thread stayed in the parent. Forget the handle (joining it
+    // would wait forever) and what the parent had queued, which is the parent's work.
+    launcher_.detach();
+    head_.store(tail_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return;
+  }
   stop_.store(true, std::memory_order_seq_cst);
   wake_.fetch_add(1, std::memory_order_seq_cst);
   wake_.notify_one();
-  launcher_.join();
-  drain();  // what was queued before the switch and the launcher left
+  launcher_.join();  // it has emptied and closed the ring (run)
+}
+
+void Dispatcher::wait_handed_over() noexcept {
+  if (getpid() != owner_) return;
+  const std::uint64_t target = tail_.load(std::memory_order_acquire);
+  // The launcher never parks on a non-empty ring (enqueue wakes it), so this ends.
+  while (head_.load(std::memory_order_acquire) < target) std::this_thread::yield();
 }
 
 void Dispatcher::submit(const char* op, CUfunction function, unsigned blocks, unsigned threads,
@@ -75,22 +101,28 @@ void Dispatcher::submit(const char* op, CUfunction function, unsigned blocks, un
     detail::fail<InvalidArgument>(op, "a kernel parameter block of ", bytes,
                                   " bytes is over the dispatcher's ", kMaxParamBytes);
   }
-  if (inline_.load(std::memory_order_relaxed)) {
-    {
-      const CurrentContext current(context_);
-      std::lock_guard lock(consumers_);
-      launch_now(op, function, blocks, threads, shared_bytes, const_cast<void*>(params));
-    }
-    if (refused_.load(std::memory_order_acquire)) throw_refused(op);
-    return;
+  if (!inline_.load(std::memory_order_relaxed)) {
+    shutdown::arm_this_thread();
+    if (enqueue(op, function, blocks, threads, shared_bytes, params, bytes)) return;
   }
+  launch_inline(op, function, blocks, threads, shared_bytes, params);
+  if (refused_.load(std::memory_order_acquire)) throw_refused(op);
+}
+
+bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+                         unsigned shared_bytes, const void* params, std::size_t bytes) {
   {
     std::lock_guard lock(producers_);
+    // Checked under the lock the launcher takes once after closing (close_ring): a producer
+    // either sees the ring closed or queues before the launcher's last pass over it.
+    if (closed_.load(std::memory_order_seq_cst)) return false;
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
     // A full ring: wait for the launcher to free a slot (competing with it for each launch
-    // would hand the consumer lock back and forth); launch here only if it is parked.
+    // would hand the consumer lock back and forth); launch here only if it is parked, or closing
+    // and so waiting for this lock.
     while (tail - head_.load(std::memory_order_acquire) >= kSlots) {
-      if (parked_.load(std::memory_order_acquire)) {
+      if (parked_.load(std::memory_order_acquire) || closed_.load(std::memory_order_acquire)) {
+        const CurrentContext current(context_);
         launch_next();
       } else {
         cpu_relax();
@@ -111,6 +143,18 @@ void Dispatcher::submit(const char* op, CUfunction function, unsigned blocks, un
     wake_.fetch_add(1, std::memory_order_seq_cst);
     wake_.notify_one();
   }
+  return true;
+}
+
+void Dispatcher::launch_inline(const char* op, CUfunction function, unsigned blocks,
+                               unsigned threads, unsigned shared_bytes,
+                               const void* params) noexcept {
+  const CurrentContext current(context_);
+  std::lock_guard lock(consumers_);
+  // While the ring closes (stop) it may still hold launches: they go first, in order.
+  while (launch_locked()) {
+  }
+  launch_now(op, function, blocks, threads, shared_bytes, const_cast<void*>(params));
 }
 
 void Dispatcher::drain() noexcept {
@@ -140,8 +184,9 @@ void Dispatcher::throw_refused(const char* op) {
   }
   const char* reason = nullptr;
   if (cuGetErrorString(status, &reason) != CUDA_SUCCESS || reason == nullptr) reason = "unknown";
-  detail::fail<ExecutionError>(op, "the launch of ", failed ? failed : "an op", " on cuda:",
-                               device_index_, " was refused: cuLaunchKernel failed: ", reason);
+  detail::fail<ExecutionError>(op, "the launch of ", failed ? failed : "an op",
+                               " on cuda:", device_index_,
+                               " was refused: cuLaunchKernel failed: ", reason);
 }
 
 bool Dispatcher::launch_next() noexcept {
@@ -175,11 +220,12 @@ void Dispatcher::run() noexcept {
   using Clock = std::chrono::steady_clock;
   bool idle = false;  // the ring was empty at the last look, since idle_since
   Clock::time_point idle_since;
-  while (!stop_.load(std::memory_order_acquire)) {
+  while (true) {
     if (launch_next()) {
       idle = false;
       continue;
     }
+    if (stop_.load(std::memory_order_acquire)) break;  // asked to end, and the ring is empty
     if (!idle) {
       idle = true;
       idle_since = Clock::now();
@@ -197,6 +243,16 @@ void Dispatcher::run() noexcept {
     }
     parked_.store(false, std::memory_order_seq_cst);
     idle = false;
+  }
+  close_ring();
+}
+
+void Dispatcher::close_ring() noexcept {
+  closed_.store(true, std::memory_order_seq_cst);
+  // Waits out a producer that saw the ring open (enqueue checks under this lock); any later one
+  // sees it closed and launches on its own thread after what is queued (launch_inline).
+  { std::lock_guard lock(producers_); }
+  while (launch_next()) {
   }
 }
 

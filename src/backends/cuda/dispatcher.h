@@ -11,11 +11,15 @@
 // waiting for the launcher to wake. A launch the driver refuses is recorded and thrown, naming the
 // op, at the next launch or read.
 //
+// At exit the ring is closed and the launcher stopped before any static destructor or atexit
+// handler runs (shutdown.h says how and why).
+//
 // KILN_CUDA_DISPATCH=inline launches on the calling thread instead (no thread; for debugging and
 // for measuring the difference).
 #pragma once
 
 #include <cuda.h>
+#include <sys/types.h>
 
 #include <array>
 #include <atomic>
@@ -32,7 +36,7 @@ class Dispatcher {
   static constexpr std::size_t kMaxParamBytes = 768;
 
   Dispatcher(CUcontext context, CUstream stream, int device_index);
-  ~Dispatcher();  // drains the ring, then stops the launcher
+  ~Dispatcher();  // stops the launcher (stop)
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
@@ -45,10 +49,14 @@ class Dispatcher {
   void drain() noexcept;
   // Throws ExecutionError naming the op whose launch the driver refused, if one was (once).
   void throw_refused(const char* op);
-  // Hands every queued launch to the driver and stops the launcher; later launches are made on
-  // the caller's thread. Run at exit (plugin_entry.cpp), before the driver tears itself down:
-  // the backends are never destroyed.
+  // Closes the ring, lets the launcher hand every queued launch to the driver, and joins it;
+  // later launches are made on the caller's thread. Idempotent. In a forked child, which has no
+  // launcher thread, it only switches to launching on the caller's thread. Run at exit
+  // (shutdown.h); the backends themselves are never destroyed.
   void stop() noexcept;
+  // Returns once every launch queued before the call is with the driver, without calling the
+  // driver on this thread (shutdown.h: a thread that queued launches ends).
+  void wait_handed_over() noexcept;
 
  private:
   struct Launch {
@@ -59,11 +67,18 @@ class Dispatcher {
   };
   static constexpr std::uint64_t kSlots = 1024;
 
-  bool launch_next() noexcept;  // the oldest queued launch, if any; false when none is queued
+  // Copies a launch into the ring; false once the ring is closed (nothing was queued).
+  bool enqueue(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+               unsigned shared_bytes, const void* params, std::size_t bytes);
+  // Launches on the calling thread, after whatever is still queued.
+  void launch_inline(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+                     unsigned shared_bytes, const void* params) noexcept;
+  bool launch_next() noexcept;    // the oldest queued launch, if any; false when none is queued
   bool launch_locked() noexcept;  // launch_next with consumers_ held
   void launch_now(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                   unsigned shared_bytes, void* params) noexcept;
-  void run() noexcept;  // the launcher thread
+  void run() noexcept;         // the launcher thread
+  void close_ring() noexcept;  // the launcher's last act: nothing is queued after it
 
   CUcontext context_;
   CUstream stream_;
@@ -76,11 +91,14 @@ class Dispatcher {
   std::mutex consumers_;                // the launcher and draining threads take turns
   std::atomic<std::uint32_t> wake_{0};  // the parked launcher waits on this word
   std::atomic<bool> parked_{false};
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false};    // asks the launcher to empty the ring and end
+  std::atomic<bool> closed_{false};  // set by the launcher; read by producers under producers_
   // The first refused launch, until thrown.
   std::atomic<bool> refused_{false};
   const char* refused_op_ = nullptr;
   CUresult refused_status_ = CUDA_SUCCESS;
+  std::mutex lifecycle_;  // stop() from several threads at once
+  pid_t owner_;           // the process the launcher thread runs in (not a forked child)
   std::thread launcher_;
 };
 

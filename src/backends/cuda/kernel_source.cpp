@@ -214,7 +214,8 @@ std::string int_limit_as_double(DType dtype, bool max) {
 }  // namespace
 
 const std::string& kernel_prelude() {
-  static const std::string prelude = kPrelude;
+  // Never destroyed: a kernel may still be generated while the process ends (shutdown.h).
+  static const auto& prelude = *new std::string(kPrelude);
   return prelude;
 }
 

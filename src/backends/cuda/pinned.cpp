@@ -1,13 +1,14 @@
 #include "backends/cuda/pinned.h"
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/shutdown.h"
 
 namespace kiln::cuda {
 
 namespace {
 // Beyond this much cached, released buffers are unpinned instead (pinned memory is scarce).
 constexpr std::size_t kMaxCachedBytes = std::size_t(1) << 30;
-}
+}  // namespace
 
 PinnedPool& PinnedPool::instance() {
   // Never destroyed: buffers may come back from futures released during exit.
@@ -42,9 +43,9 @@ void PinnedPool::release(Buffer* buffer) noexcept {
   if (cached_bytes_ + buffer->capacity <= kMaxCachedBytes) {
     free_.emplace(buffer->capacity, buffer->data);
     cached_bytes_ += buffer->capacity;
-  } else {
+  } else if (!shutdown::exiting()) {
     cuMemFreeHost(buffer->data);
-  }
+  }  // else a future released while the process ends: the driver may be gone (shutdown.h)
 }
 
 }  // namespace kiln::cuda

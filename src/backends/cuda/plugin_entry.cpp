@@ -1,5 +1,4 @@
 // The plugin's one exported symbol: the table kiln checks (api_version) and calls.
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -33,8 +32,12 @@ GpuInfo device_info(int index) {
   std::size_t bytes = 0;
   KILN_CUDA_CHECK("kiln info", cuDeviceTotalMem(&bytes, device));
   info.total_memory = static_cast<std::int64_t>(bytes);
-  KILN_CUDA_CHECK("kiln info", cuDeviceGetAttribute(&info.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
-  KILN_CUDA_CHECK("kiln info", cuDeviceGetAttribute(&info.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
+  KILN_CUDA_CHECK(
+      "kiln info",
+      cuDeviceGetAttribute(&info.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
+  KILN_CUDA_CHECK(
+      "kiln info",
+      cuDeviceGetAttribute(&info.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
   return info;
 }
 
@@ -42,46 +45,39 @@ std::mutex& backends_mutex() {
   static std::mutex m;
   return m;
 }
-// Never destroyed (see registry.cpp): backends outlive every tensor, also at exit.
+// Never destroyed (see registry.cpp): backends outlive every tensor, also at exit, and no
+// destructor of a context, allocator or module cache races the driver's teardown. Their launcher
+// threads are stopped at exit in the order shutdown.h gives.
 std::map<int, std::shared_ptr<CudaBackend>>& backends() {
   static auto& table = *new std::map<int, std::shared_ptr<CudaBackend>>();
   return table;
 }
 
-// At exit, before the driver's own teardown (registered after cuInit, so it runs first): every
-// launcher thread hands over its queue and stops, so none is inside the driver as it goes.
-void stop_launchers() {
-  std::lock_guard lock(backends_mutex());
-  for (auto& [index, backend] : backends()) {
-    if (backend) backend->runtime().context.stop_dispatch();
-  }
-}
-
 std::shared_ptr<CudaBackend> backend(int index) {
   std::lock_guard lock(backends_mutex());
   auto& slot = backends()[index];
-  if (!slot) {
-    slot = std::make_shared<CudaBackend>(index);
-    static const bool registered = std::atexit(stop_launchers) == 0;
-    (void)registered;
-  }
+  if (!slot) slot = std::make_shared<CudaBackend>(index);
   return slot;
 }
 
 std::shared_ptr<Backend> make_backend(int index) { return backend(index); }
-KernelCacheStats kernel_cache_stats(int index) { return backend(index)->runtime().compiler.stats(); }
-void clear_kernel_memory_cache(int index) { backend(index)->runtime().compiler.clear_memory_cache(); }
+KernelCacheStats kernel_cache_stats(int index) {
+  return backend(index)->runtime().compiler.stats();
+}
+void clear_kernel_memory_cache(int index) {
+  backend(index)->runtime().compiler.clear_memory_cache();
+}
 
 std::span<const std::string_view> host_fallback_ops() { return kHostFallbackOps; }
 
-const CudaPluginApi kApi{kBackendApiVersion,        device_count,
-                         device_info,               make_backend,
-                         kernel_cache_stats,        clear_kernel_memory_cache,
+const CudaPluginApi kApi{kBackendApiVersion, device_count,       device_info,
+                         make_backend,       kernel_cache_stats, clear_kernel_memory_cache,
                          host_fallback_ops};
 
 }  // namespace
 }  // namespace kiln::cuda
 
-extern "C" __attribute__((visibility("default"))) const kiln::CudaPluginApi* kiln_cuda_plugin_api() {
+extern "C" __attribute__((visibility("default"))) const kiln::CudaPluginApi*
+kiln_cuda_plugin_api() {
   return &kiln::cuda::kApi;
 }

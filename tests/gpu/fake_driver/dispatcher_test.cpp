@@ -1,0 +1,264 @@
+// The launcher thread (src/backends/cuda/dispatcher.h) and the plugin's exit order (shutdown.h)
+// on the fake driver (fake_cuda.cpp), linked in directly: no GPU needed, and small enough to run
+// many times under ThreadSanitizer and AddressSanitizer (scripts/fake-driver-check).
+#include "backends/cuda/dispatcher.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_process.h"
+#include "fake_driver/fake_cuda_control.h"
+#include "kiln/error.h"
+
+namespace {
+
+using kiln::cuda::Dispatcher;
+namespace fake = kiln::fake_cuda;
+
+// The fake GPU's primary context (current on the calling thread), a stream and a kernel.
+struct FakeGpu {
+  CUcontext context = nullptr;
+  CUstream stream = nullptr;
+  CUmodule module = nullptr;
+  CUfunction kernel = nullptr;
+};
+
+// The start of a cubin: the fake driver checks the ELF magic only.
+constexpr unsigned char kCubin[16] = {0x7f, 'E', 'L', 'F'};
+
+const FakeGpu& gpu() {
+  static const FakeGpu made = [] {
+    FakeGpu g;
+    CUdevice device = 0;
+    const bool ready = cuInit(0) == CUDA_SUCCESS && cuDeviceGet(&device, 0) == CUDA_SUCCESS &&
+                       cuDevicePrimaryCtxRetain(&g.context, device) == CUDA_SUCCESS &&
+                       cuCtxSetCurrent(g.context) == CUDA_SUCCESS &&
+                       cuStreamCreate(&g.stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                       cuModuleLoadData(&g.module, kCubin) == CUDA_SUCCESS &&
+                       cuModuleGetFunction(&g.kernel, g.module, "kernel") == CUDA_SUCCESS;
+    if (!ready) std::abort();
+    return g;
+  }();
+  return made;
+}
+
+// Queues a launch whose parameter block is the single word `word`.
+void submit(Dispatcher& dispatcher, std::uint64_t word, const char* op = "count",
+            unsigned blocks = 1) {
+  dispatcher.submit(op, gpu().kernel, blocks, 32, 0, &word, sizeof word);
+}
+
+// Restores a launch cost of zero when a test ends.
+struct LaunchCost {
+  explicit LaunchCost(int microseconds) { fake::set_launch_microseconds(microseconds); }
+  ~LaunchCost() { fake::set_launch_microseconds(0); }
+  LaunchCost(const LaunchCost&) = delete;
+  LaunchCost& operator=(const LaunchCost&) = delete;
+};
+
+}  // namespace
+
+TEST(FakeDriverDispatch, StopHandsEveryQueuedLaunchToTheDriverInOrder) {
+  const LaunchCost cost(20);
+  Dispatcher dispatcher(gpu().context, gpu().stream, 0);
+  fake::record_launches();
+  constexpr std::uint64_t kLaunches = 3000;  // past the ring's 1024 slots: ~60 ms of launching
+  for (std::uint64_t i = 0; i < kLaunches; ++i) submit(dispatcher, i);
+  const std::size_t made_before_stop = fake::launch_log().size();
+  ASSERT_LT(made_before_stop, kLaunches) << "nothing was left queued for stop";
+  dispatcher.stop();
+  auto log = fake::launch_log();
+  ASSERT_EQ(log.size(), kLaunches) << "stop returned before every queued launch was made";
+  for (std::uint64_t i = 0; i < kLaunches; ++i) {
+    ASSERT_EQ(log[i].first_word, i) << "launch " << i << " out of order";
+  }
+  // The launcher made what was queued: a thread that stops it (exit, shutdown.h) calls no driver.
+  for (std::size_t i = made_before_stop; i < log.size(); ++i) {
+    ASSERT_NE(log[i].thread, std::this_thread::get_id()) << "launch " << i;
+  }
+  // From now on a launch is made at once, on the calling thread.
+  submit(dispatcher, kLaunches);
+  log = fake::launch_log();
+  ASSERT_EQ(log.size(), kLaunches + 1);
+  EXPECT_EQ(log.back().first_word, kLaunches);
+  EXPECT_EQ(log.back().thread, std::this_thread::get_id());
+  dispatcher.stop();  // again: nothing to do
+  EXPECT_EQ(fake::launch_log().size(), kLaunches + 1);
+}
+
+TEST(FakeDriverDispatch, LaunchesDuringStopKeepEachThreadsOrder) {
+  const LaunchCost cost(5);
+  Dispatcher dispatcher(gpu().context, gpu().stream, 0);
+  fake::record_launches();
+  constexpr std::uint64_t kThreads = 4, kEach = 2000;
+  std::atomic<std::uint64_t> started{0};
+  std::vector<std::thread> producers;
+  for (std::uint64_t t = 0; t < kThreads; ++t) {
+    producers.emplace_back([&, t] {
+      started.fetch_add(1);
+      for (std::uint64_t i = 0; i < kEach; ++i) submit(dispatcher, t << 32 | i);
+    });
+  }
+  while (started.load() < kThreads) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  dispatcher.stop();  // while the producers still submit: they switch to launching themselves
+  for (auto& producer : producers) producer.join();
+  const auto log = fake::launch_log();
+  ASSERT_EQ(log.size(), kThreads * kEach);
+  std::vector<std::uint64_t> next(kThreads, 0);
+  for (const auto& launch : log) {
+    const std::uint64_t t = launch.first_word >> 32, i = launch.first_word & 0xffffffffu;
+    ASSERT_LT(t, kThreads);
+    ASSERT_EQ(i, next[t]) << "thread " << t << "'s launches reached the stream out of order";
+    ++next[t];
+  }
+}
+
+TEST(FakeDriverDispatch, AThreadThatEndsWaitsUntilItsLaunchesAreWithTheDriver) {
+  const LaunchCost cost(100);
+  Dispatcher dispatcher(gpu().context, gpu().stream, 0);
+  const std::int64_t before = fake::launch_count();
+  // 500 launches take the launcher ~50 ms; queuing them takes the worker far less.
+  std::thread([&] {
+    for (std::uint64_t i = 0; i < 500; ++i) submit(dispatcher, i);
+  }).join();
+  EXPECT_EQ(fake::launch_count() - before, 500);
+}
+
+TEST(FakeDriverDispatch, RefusedLaunchesAreThrownNamingTheOpBeforeAndAfterStop) {
+  Dispatcher dispatcher(gpu().context, gpu().stream, 0);
+  submit(dispatcher, 0, "empty_grid", /*blocks=*/0);  // the driver refuses an empty grid
+  dispatcher.drain();
+  try {
+    dispatcher.throw_refused("read");
+    ADD_FAILURE() << "the refused launch was not reported";
+  } catch (const kiln::ExecutionError& e) {
+    EXPECT_NE(std::string(e.what()).find("[read] the launch of empty_grid on cuda:0 was refused"),
+              std::string::npos)
+        << e.what();
+  }
+  dispatcher.throw_refused("read");  // reported once
+  dispatcher.stop();
+  try {
+    submit(dispatcher, 0, "empty_after_stop", 0);  // made at once, so refused at once
+    ADD_FAILURE() << "the refused launch was not reported";
+  } catch (const kiln::ExecutionError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty_after_stop"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FakeDriverDispatch, StopInAForkedChildReturnsAtOnce) {
+  const LaunchCost cost(200);
+  Dispatcher dispatcher(gpu().context, gpu().stream, 0);
+  const std::int64_t before = fake::launch_count();
+  for (std::uint64_t i = 0; i < 1000; ++i) submit(dispatcher, i);  // ~0.2 s of launching
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The launcher thread was not copied, and the parent's queue is the parent's: stop makes no
+    // driver call here (the fake driver aborts on any in a forked child).
+    alarm(20);
+    dispatcher.stop();
+    _exit(0);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the forked child's stop failed (status " << status << ")";
+  dispatcher.stop();  // the parent's launcher still hands over all of its queue
+  EXPECT_EQ(fake::launch_count() - before, 1000);
+}
+
+// ---- ending a process with launches queued ----
+// Each child queues kQueued slow launches on a dispatcher that is never destroyed (as the
+// plugin's are) and ends its process one way; the fake driver aborts on a call after its
+// teardown or a launch in progress during it, and reports the launches it was handed.
+
+namespace {
+
+constexpr int kQueued = 2000;
+
+bool child_scenario(const char* name) {
+  const char* scenario = std::getenv("KILN_FAKE_EXIT_CHILD");
+  return scenario != nullptr && std::string(scenario) == name;
+}
+
+Dispatcher& leaked_dispatcher() {
+  static Dispatcher& dispatcher = *new Dispatcher(gpu().context, gpu().stream, 0);
+  return dispatcher;
+}
+
+void queue_launches() {
+  for (int i = 0; i < kQueued; ++i) submit(leaked_dispatcher(), static_cast<std::uint64_t>(i));
+}
+
+}  // namespace
+
+TEST(FakeDriverExitChild, MainReturns) {
+  if (!child_scenario("main")) GTEST_SKIP() << "runs only as a child process";
+  queue_launches();
+}
+
+TEST(FakeDriverExitChild, WorkerQueuedThenMainReturns) {
+  if (!child_scenario("worker")) GTEST_SKIP() << "runs only as a child process";
+  std::thread(queue_launches).join();
+}
+
+TEST(FakeDriverExitChild, WorkerCallsExit) {
+  if (!child_scenario("exit_from_worker")) GTEST_SKIP() << "runs only as a child process";
+  std::thread worker([] {
+    queue_launches();
+    std::exit(0);
+  });
+  worker.join();  // never returns: the worker ends the process
+}
+
+TEST(FakeDriverExitChild, ForkedChildCallsExit) {
+  if (!child_scenario("fork")) GTEST_SKIP() << "runs only as a child process";
+  queue_launches();
+  int status = 0;  // the launcher thread is not in the forked child
+  EXPECT_TRUE(kiln::test::forked_child_exits_cleanly(status)) << "wait status " << status;
+}
+
+TEST(FakeDriverExit, QueuedLaunchesReachTheDriverBeforeAnyTeardown) {
+  const auto directory =
+      std::filesystem::temp_directory_path() / ("kiln-fake-exit-" + std::to_string(getpid()));
+  std::filesystem::create_directories(directory);
+  const struct {
+    const char* scenario;
+    const char* test;
+  } kCases[] = {{"main", "MainReturns"},
+                {"worker", "WorkerQueuedThenMainReturns"},
+                {"exit_from_worker", "WorkerCallsExit"},
+                {"fork", "ForkedChildCallsExit"}};
+  for (const auto& c : kCases) {
+    for (const char* microseconds : {"0", "20", "200"}) {
+      const auto report = directory / (std::string(c.scenario) + "-" + microseconds);
+      const auto child =
+          kiln::test::run_child(std::string("FakeDriverExitChild.") + c.test,
+                                {std::string("KILN_FAKE_EXIT_CHILD=") + c.scenario,
+                                 std::string("KILN_FAKE_CUDA_LAUNCH_US=") + microseconds,
+                                 "KILN_FAKE_CUDA_REPORT=" + report.string()});
+      const std::string where = std::string(c.scenario) + ", " + microseconds + " us a launch";
+      EXPECT_EQ(child.status, 0) << where << ":\n" << child.output;
+      EXPECT_EQ(child.output.find("[fake cuda]"), std::string::npos) << where << ":\n"
+                                                                     << child.output;
+      std::ifstream in(report);
+      std::ostringstream text;
+      text << in.rdbuf();
+      EXPECT_EQ(text.str(), "launches " + std::to_string(kQueued) + "\n") << where;
+    }
+  }
+  std::filesystem::remove_all(directory);
+}
