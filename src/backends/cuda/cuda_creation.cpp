@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/registry.h"
+#include "core/checked.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/index_kernels.h"
@@ -116,14 +117,8 @@ Primitive CudaBackend::full(Shape shape, Scalar value, DType dtype, Device) {
 Primitive CudaBackend::arange(std::int64_t start, std::int64_t end, std::int64_t step, DType dtype,
                               Device) {
   check_storage(dtype, "arange");
-  // ceil((end - start) / step) when the range is not empty, in 128 bits: a range spanning most of
-  // int64 does not overflow.
-  const __int128 span = static_cast<__int128>(end) - start;
-  const __int128 by = step;
-  __int128 count = 0;
-  if (by > 0 && span > 0) count = (span + by - 1) / by;
-  if (by < 0 && span < 0) count = (-span - by - 1) / -by;
-  TensorPtr out = make_tensor(dtype, Shape{static_cast<std::int64_t>(count)}, "arange");
+  const std::int64_t count = checked::arange_length(start, end, step, "arange");
+  TensorPtr out = make_tensor(dtype, Shape{count}, "arange");
   const std::uint64_t bits[] = {scalar_bits_int(start), scalar_bits_int(step)};
   launch_elementwise(runtime_, arange_op(dtype), *out, {}, bits);
   return out;

@@ -27,6 +27,10 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 TensorPtr make_view(const CudaTensor& base, Shape shape, Strides strides, std::int64_t offset) {
+  // Every view passes here: one that reaches outside its storage is refused.
+  strided::check_view_in_storage(
+      shape, strides, offset,
+      static_cast<std::int64_t>(base.storage()->bytes() / dtype_size(base.dtype())), "cuda view");
   return std::make_shared<CudaTensor>(base.dtype(), std::move(shape), base.device(),
                                       base.storage(), std::move(strides), offset);
 }

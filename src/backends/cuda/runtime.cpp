@@ -3,17 +3,15 @@
 #include <algorithm>
 
 #include "backends/cuda/check.h"
+#include "core/checked.h"
 
 namespace kiln::cuda {
 
 TensorPtr Runtime::make_tensor(DType dtype, const Shape& shape, const char* op) {
-  const std::int64_t n = shape.num_elements();
-  const std::size_t size = dtype_size(dtype);
-  if (n < 0 || (n > 0 && static_cast<std::uint64_t>(n) > (std::uint64_t(1) << 60) / size)) {
-    detail::fail<OutOfMemory>(op, "a tensor of shape ", shape.to_string(), " and dtype ",
-                              dtype_name(dtype), " is too large for cuda:", context.index());
-  }
-  auto storage = std::make_shared<Storage>(allocator, static_cast<std::size_t>(n) * size, op);
+  // Every CUDA allocation passes here: the byte count is checked arithmetic (an absurd or
+  // wrapping shape is OutOfMemory / InvalidArgument, never a short buffer).
+  const std::size_t bytes = checked::dense_bytes(shape, dtype, op);
+  auto storage = std::make_shared<Storage>(allocator, bytes, op);
   return std::make_shared<CudaTensor>(dtype, shape, device_,
                                       std::move(storage), contiguous_strides(shape), 0);
 }
