@@ -145,7 +145,8 @@ PrimitivePair extremum_with_indices(AutodiffBackend& self, const char* op, Primi
   Primitive recorded = self.record<1>(
       op, Cost::Stored, {std::move(x)}, kKeepNone,
       [pair](Backend& b, Inputs<1> in) { return pair(b, std::move(in[0])).first; },
-      [shape, dim, indices](BackwardArgs& r, Primitive g) -> Grads {
+      // An init-capture: clang before 16 cannot capture a structured binding itself.
+      [shape, dim, indices = indices](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive zeros = b.zeros(shape, g->dtype(), g->device());
         return {b.scatter(dim, std::move(zeros), indices, std::move(g), IndexingUpdate::Add)};

@@ -83,7 +83,10 @@ Primitive cast(Primitive x, DType dtype) {
 
 Primitive to_kind(Primitive x, Kind kind) {
   if (kind_of(x->dtype()) == kind) return x;
-  return cast(std::move(x), default_dtype(x->device(), kind));
+  // The dtype first: arguments are evaluated in an unspecified order, and clang moves x into
+  // the first parameter before reading x->device() for the second.
+  const DType dtype = default_dtype(x->device(), kind);
+  return cast(std::move(x), dtype);
 }
 
 std::string to_string(const Primitive& x) {

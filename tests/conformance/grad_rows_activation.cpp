@@ -79,7 +79,10 @@ KILN_CONFORMANCE_ROW(grad_softmax, ({"grad:softmax", "grad:log_softmax", "grad:s
   const std::pair<const char*, Op> ops[] = {{"softmax", detail::softmax},
                                             {"log_softmax", detail::log_softmax},
                                             {"softmin", detail::softmin}};
-  for (const auto& [name, op] : ops) {
+  for (const auto& entry : ops) {
+    // Named copies rather than a structured binding, which clang before 16 cannot capture.
+    const char* const name = entry.first;
+    const Op op = entry.second;
     for (Layout layout : kLayouts) {
       for (std::int64_t dim : {0, 1}) {
         gradcheck(device, std::string(name) + " dim " + std::to_string(dim),

@@ -272,7 +272,9 @@ KILN_CONFORMANCE_ROW(grad_adaptive_avg_pool,
   const std::vector<std::pair<Shape, Sizes>> cases = {
       {{1, 2, 5}, {3}}, {{1, 1, 5, 4}, {2, 3}}, {{2, 1, 3, 3}, {4, 1}}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const auto& [shape, size] = cases[i];
+    // References rather than a structured binding, which clang before 16 cannot capture.
+    const Shape& shape = cases[i].first;
+    const Sizes& size = cases[i].second;
     const std::string what = " case " + std::to_string(i);
     for (Layout layout : kLayouts) {
       if (i != 1 && layout != Layout::Contiguous) continue;

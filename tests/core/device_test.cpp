@@ -1,16 +1,15 @@
 // Devices: parsing KILN_DEVICE, counts, the backend behind a device, dtype usage, and the
 // once-only device settings. Settings are fixed at a device's first use for the whole process,
-// so those tests run in a fresh process: gtest's "threadsafe" death-test style re-executes this
-// binary for just that test, where no device has been used yet.
+// so those tests run in a fresh process (support/fresh_process.h).
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
 #include <cstdlib>
-#include <iostream>
 #include <optional>
 #include <string>
 
 #include "backend/cuda_plugin.h"
+#include "support/fresh_process.h"
 
 namespace kiln {
 namespace {
@@ -157,40 +156,9 @@ TEST(DTypeUsageSet, Operations) {
 
 // ---- settings, each in a fresh process ----
 
-// In the child: prints what failed and exits 1, so the parent's EXPECT_EXIT shows it.
-void require(bool ok, const std::string& what) {
-  if (!ok) {
-    std::cerr << "FAILED: " << what << std::endl;
-    std::exit(1);
-  }
-}
-
-template <class E, class F>
-void require_throws(F&& f, const std::string& what) {
-  try {
-    f();
-  } catch (const E&) {
-    return;
-  } catch (const std::exception& error) {
-    require(false, what + ": wrong exception " + error.what());
-  }
-  require(false, what + ": no exception");
-}
-
-class FreshDeviceSettings : public ::testing::Test {
- protected:
-  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
-};
-
-template <class F>
-[[noreturn]] void run_and_exit(F&& body) {
-  body();
-  std::exit(0);
-}
-
-// Runs body in a fresh copy of this test binary; passes when body returns.
-#define KILN_IN_FRESH_PROCESS(body) \
-  EXPECT_EXIT(run_and_exit(body), ::testing::ExitedWithCode(0), "")
+using test::require;
+using test::require_throws;
+class FreshDeviceSettings : public test::FreshProcess {};
 
 TEST_F(FreshDeviceSettings, DefaultsAreTheBackendDefaults) {
   auto body = [] {

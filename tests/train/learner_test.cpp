@@ -1,5 +1,5 @@
-// The training loop: it learns, it logs, and a run resumed from a checkpoint ends exactly where
-// an uninterrupted run ends.
+// The training loop: it learns, it logs, a run resumed from a checkpoint ends exactly where an
+// uninterrupted run ends, and loader worker threads change nothing.
 #include <gtest/gtest.h>
 #include <kiln/data/classification.h>
 #include <kiln/kiln.h>
@@ -59,6 +59,26 @@ TEST(Learner, ResumedRunEndsWhereAnUninterruptedRunEnds) {
   }
   std::filesystem::remove_all(whole_dir);
   std::filesystem::remove_all(split_dir);
+}
+
+// Batches built ahead by worker threads (while the training thread runs the model and the
+// optimizer) train exactly the model that batches built in line do.
+TEST(Learner, LoaderWorkersTrainTheSameModel) {
+  const auto inline_dir = run_dir("inline");
+  const TrainingRun in_line = testing::train({.epochs = 3, .directory = inline_dir});
+  const auto threaded_dir = run_dir("threaded");
+  const TrainingRun threaded =
+      testing::train({.epochs = 3, .directory = threaded_dir, .workers = 3});
+  expect_same_parameters(in_line.model, threaded.model);
+  ASSERT_EQ(in_line.history.records().size(), threaded.history.records().size());
+  for (std::size_t e = 0; e < in_line.history.records().size(); ++e) {
+    const EpochRecord& a = in_line.history.records()[e];
+    const EpochRecord& b = threaded.history.records()[e];
+    EXPECT_EQ(a.train_loss, b.train_loss) << "epoch " << e + 1;
+    EXPECT_EQ(a.valid_loss, b.valid_loss) << "epoch " << e + 1;
+  }
+  std::filesystem::remove_all(inline_dir);
+  std::filesystem::remove_all(threaded_dir);
 }
 
 TEST(Learner, RejectsALossThatIsNotAScalar) {

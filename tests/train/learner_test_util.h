@@ -74,13 +74,16 @@ struct RunOptions {
   std::uint64_t seed = 3;
   std::map<std::string, std::string> settings = {};
   std::map<std::string, std::string> notes = {};
+  std::size_t workers = 0;  // the loaders' worker threads (0: batches built on the training thread)
 };
 
 inline TrainingRun train(const RunOptions& options) {
   const data::ClassificationBatcher batcher(kCpu);
-  const data::ClassificationLoader train_loader(blobs(120, 1), batcher,
-                                                {.batch_size = 16, .shuffle = true, .seed = 5});
-  const data::ClassificationLoader valid_loader(blobs(30, 2), batcher, {.batch_size = 30});
+  const data::ClassificationLoader train_loader(
+      blobs(120, 1), batcher,
+      {.batch_size = 16, .shuffle = true, .seed = 5, .num_workers = options.workers});
+  const data::ClassificationLoader valid_loader(blobs(30, 2), batcher,
+                                                {.batch_size = 30, .num_workers = options.workers});
   optim::Adam adam;
   std::ostringstream out;
   TrainingRun run;

@@ -16,7 +16,10 @@ Primitive CpuBackend::reshape(Primitive x, Shape shape) {
     return make_view(t, std::move(shape), std::move(*strides), t.offset());
   }
   auto c = copy(t);
-  return make_view(*c, std::move(shape), contiguous_strides(shape), 0);
+  // The strides first: arguments are evaluated in an unspecified order, and clang moves shape
+  // into the first parameter before contiguous_strides would read it.
+  Strides strides = contiguous_strides(shape);
+  return make_view(*c, std::move(shape), std::move(strides), 0);
 }
 
 Primitive CpuBackend::expand(Primitive x, Shape shape) {

@@ -9,8 +9,15 @@
 
 namespace kiln::cpu {
 
-// Elements below which a memory-bound loop stays on one thread.
+// Elements below which a memory-bound loop stays on one thread. The ThreadSanitizer build
+// (cmake/ThreadSanitizer.cmake) sets KILN_PARALLEL_GRAIN small, so that the test suite's small
+// tensors run their kernels threaded: TSan checks only the parallel paths that run, and reports
+// a race between two threads' chunks reliably only while the chunks are short.
+#ifdef KILN_PARALLEL_GRAIN
+inline constexpr std::int64_t kParallelGrain = KILN_PARALLEL_GRAIN;
+#else
 inline constexpr std::int64_t kParallelGrain = 32768;
+#endif
 
 inline int thread_count() noexcept { return omp_get_max_threads(); }
 

@@ -1,12 +1,12 @@
 // The CPU backend used from several std::threads at once: each thread runs mixed ops on its own
 // tensors and on one shared tensor nobody writes; every result is checked against the host.
+#include "support/threads.h"
+
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
-#include <atomic>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace kiln {
@@ -34,18 +34,13 @@ TEST(CpuThreads, MixedOpsFromFourThreads) {
       Tensor<2>::from_data(TensorData::from_vec(shared_values, {kLarge, kLarge}), kCpu);
   const auto shared_corner = shared.slice({{0, kSmall}, {0, kSmall}});  // a shared view
 
-  std::atomic<int> failures{0};
-  std::vector<std::string> first_failure(kThreads);
+  test::ThreadFailures failures(kThreads);
   auto worker = [&](int id) {
     const std::vector<float> own = values(kSmall * kSmall, id);
     const auto a = Tensor<2>::from_data(TensorData::from_vec(own, {kSmall, kSmall}), kCpu);
     auto fail = [&](int op, std::size_t i, float got, double want) {
-      failures.fetch_add(1);
-      if (first_failure[id].empty()) {  // each thread writes only its own slot
-        first_failure[id] = "thread " + std::to_string(id) + " op " + std::to_string(op) +
-                            " element " + std::to_string(i) + ": " + std::to_string(got) + " vs " +
-                            std::to_string(want);
-      }
+      failures.add(id, "op " + std::to_string(op) + " element " + std::to_string(i) + ": " +
+                           std::to_string(got) + " vs " + std::to_string(want));
     };
     auto s = [&](std::int64_t r, std::int64_t c) {
       return static_cast<double>(shared_values[static_cast<std::size_t>(r * kLarge + c)]);
@@ -108,19 +103,13 @@ TEST(CpuThreads, MixedOpsFromFourThreads) {
           }
         }
       } catch (const std::exception& error) {
-        failures.fetch_add(1);
-        first_failure[id] = std::string("thread ") + std::to_string(id) + " threw: " + error.what();
+        failures.add(id, std::string("threw: ") + error.what());
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (int id = 0; id < kThreads; ++id) threads.emplace_back(worker, id);
-  for (std::thread& t : threads) t.join();
+  test::run_together(kThreads, worker);
 
-  EXPECT_EQ(failures.load(), 0);
-  for (const std::string& message : first_failure) {
-    if (!message.empty()) ADD_FAILURE() << message;
-  }
+  failures.expect_none();
   EXPECT_EQ(shared.into_data().to_vec<float>(), shared_values) << "the shared tensor was written";
 }
 
