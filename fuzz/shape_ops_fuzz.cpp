@@ -167,7 +167,8 @@ std::int64_t dim_of(Program& p, const Primitive& t) {
 }
 
 std::vector<kiln::Slice> slices_of(Program& p, const Primitive& t) {
-  std::vector<kiln::Slice> out(1 + p.byte() % t->rank());
+  // Rank 0 is reachable through the untyped layer (squeezing a [1]): no slices then.
+  std::vector<kiln::Slice> out(t->rank() == 0 ? 0 : 1 + p.byte() % t->rank());
   for (std::size_t d = 0; d < out.size(); ++d) {
     const std::int64_t size = t->shape()[d];
     out[d].start = p.integer(size);
@@ -260,8 +261,15 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       return {detail::repeat_dim(x, dim, times), a.pure};
     }
     case 13: {
-      detail::Prims parts = p.byte() % 2 ? detail::chunk(x, p.integer(2), dim_of(p, x))
-                                         : detail::split(x, p.integer(2), dim_of(p, x));
+      const bool chunk = p.byte() % 2;
+      const std::int64_t count = p.integer(2), dim = dim_of(p, x);
+      // Splitting a 2^40-element view into parts of one makes 2^40 views: legal, and as
+      // unaffordable as any other huge allocation (skipped, like those).
+      const __int128 elements = checked_count(x->shape());
+      const __int128 part_count = chunk ? std::min<__int128>(count, elements)
+                                        : (count > 0 ? elements / count : 0);
+      if (!may_allocate(part_count)) return {x, a.pure};
+      detail::Prims parts = chunk ? detail::chunk(x, count, dim) : detail::split(x, count, dim);
       if (parts.empty()) return {x, a.pure};
       return {parts[p.byte() % parts.size()], a.pure};
     }

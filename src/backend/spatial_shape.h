@@ -36,9 +36,10 @@ constexpr I conv_transpose_output_size(I in, I kernel, I stride, I padding, I di
 // unless it would start in the right padding.
 template <class I>
 constexpr I pool_output_size(I in, I kernel, I stride, I padding, I dilation, bool ceil_mode) {
-  I out = floor_div<I>(in + 2 * padding - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0),
-                       stride) +
-          1;
+  I out =
+      floor_div<I>(in + 2 * padding - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0),
+                   stride) +
+      1;
   if (ceil_mode && (out - 1) * stride >= in + padding) --out;
   return out;
 }

@@ -23,13 +23,13 @@ struct GuardedAllocator {
   T* allocate(std::size_t count) {
     if (count > static_cast<std::size_t>(-1) / sizeof(T)) fail_allocation(count, sizeof(T));
     try {
-      return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{alignof(T)}));
+      return static_cast<T*>(::operator new (count * sizeof(T), std::align_val_t{alignof(T)}));
     } catch (const std::bad_alloc&) {
       fail_allocation(count, sizeof(T));
     }
   }
   void deallocate(T* data, std::size_t) noexcept {
-    ::operator delete(data, std::align_val_t{alignof(T)});
+    ::operator delete (data, std::align_val_t{alignof(T)});
   }
   template <class U>
   bool operator==(const GuardedAllocator<U>&) const noexcept {

@@ -70,7 +70,8 @@ std::int64_t arange_length(std::int64_t start, std::int64_t end, std::int64_t st
 // in [start, end), so it fits even where i * step alone does not.
 inline std::int64_t arange_value(std::int64_t start, std::int64_t step, std::int64_t i) noexcept {
   return static_cast<std::int64_t>(static_cast<std::uint64_t>(start) +
-                                   static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(step));
+                                   static_cast<std::uint64_t>(i) *
+                                       static_cast<std::uint64_t>(step));
 }
 
 }  // namespace kiln::checked

@@ -1,5 +1,6 @@
 // Joining and splitting: cat, stack, repeat, repeat_dim, chunk, split, split_sizes.
 #include <algorithm>
+#include <exception>
 
 #include "core/checked.h"
 #include "tensor/common.h"
@@ -161,7 +162,16 @@ Prims split(Primitive x, std::int64_t split_size, std::int64_t dim) {
   const std::int64_t n = dim_size(x, dim);
   if (n == 0) return {x};
   if (split_size <= 0) fail<InvalidArgument>(op, "split size must be positive, got ", split_size);
+  // One view per part: as many parts as a dim of 2^48 elements may have is more than memory
+  // holds, an OutOfMemory like any other allocation.
+  const std::int64_t parts = n / split_size + (n % split_size != 0 ? 1 : 0);
   std::vector<std::int64_t> sizes;
+  try {
+    sizes.reserve(static_cast<std::size_t>(parts));
+  } catch (const std::exception&) {  // bad_alloc or length_error: all reserve throws
+    fail<OutOfMemory>(op, "splitting dim ", dim, " of ", x->shape().to_string(), " into ", parts,
+                      " parts of ", split_size, " needs more memory than there is");
+  }
   // Stepped as n - start > split_size: start + split_size may not fit in int64.
   for (std::int64_t start = 0; start < n;) {
     const std::int64_t size = std::min(split_size, n - start);

@@ -1,6 +1,8 @@
 // The checked size arithmetic (src/core/checked.h), the view-in-storage invariant
 // (src/backend/strided.h) and the OutOfMemory scratch buffers (src/core/buffer.h), against
 // 128-bit reference arithmetic written here.
+#include "core/checked.h"
+
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -10,7 +12,6 @@
 
 #include "backend/strided.h"
 #include "core/buffer.h"
-#include "core/checked.h"
 #include "support/error_message.h"
 
 namespace kiln {
@@ -24,7 +25,8 @@ bool fits(__int128 v) { return v >= kMin && v <= kMax; }
 
 TEST(Checked, AddSubMulAgreeWith128BitArithmetic) {
   std::mt19937_64 random(13);
-  const std::int64_t edges[] = {0, 1, -1, 2, kMax, kMin, kMax - 1, kMin + 1, 1LL << 32, -(1LL << 32),
+  const std::int64_t edges[] = {0,         1,          -1,        2,         kMax,
+                                kMin,      kMax - 1,   kMin + 1,  1LL << 32, -(1LL << 32),
                                 1LL << 62, 3037000499, 3037000500};
   auto draw = [&] {
     return random() % 2 ? edges[random() % std::size(edges)] : static_cast<std::int64_t>(random());
@@ -32,12 +34,18 @@ TEST(Checked, AddSubMulAgreeWith128BitArithmetic) {
   for (int i = 0; i < 20000; ++i) {
     const std::int64_t a = draw(), b = draw();
     const __int128 sum = __int128{a} + b, difference = __int128{a} - b, product = __int128{a} * b;
-    if (fits(sum)) EXPECT_EQ(checked::add(a, b, "t"), sum);
-    else EXPECT_THROW((void)checked::add(a, b, "t"), InvalidArgument);
-    if (fits(difference)) EXPECT_EQ(checked::sub(a, b, "t"), difference);
-    else EXPECT_THROW((void)checked::sub(a, b, "t"), InvalidArgument);
-    if (fits(product)) EXPECT_EQ(checked::mul(a, b, "t"), product);
-    else EXPECT_THROW((void)checked::mul(a, b, "t"), InvalidArgument);
+    if (fits(sum))
+      EXPECT_EQ(checked::add(a, b, "t"), sum);
+    else
+      EXPECT_THROW((void)checked::add(a, b, "t"), InvalidArgument);
+    if (fits(difference))
+      EXPECT_EQ(checked::sub(a, b, "t"), difference);
+    else
+      EXPECT_THROW((void)checked::sub(a, b, "t"), InvalidArgument);
+    if (fits(product))
+      EXPECT_EQ(checked::mul(a, b, "t"), product);
+    else
+      EXPECT_THROW((void)checked::mul(a, b, "t"), InvalidArgument);
   }
   expect_error<InvalidArgument>([] { (void)checked::add(kMax, 1, "narrow", "start + length"); },
                                 "narrow", {"start + length", "9223372036854775807 + 1"});
@@ -51,12 +59,16 @@ TEST(Checked, ElementCountsAndBytesStopAtTheLimits) {
                InvalidArgument);
   // A zero does not excuse the other dims, whose product would wrap in any later arithmetic.
   EXPECT_THROW((void)checked::num_elements(Shape{0, 1LL << 32, 1LL << 32}, "t"), InvalidArgument);
-  expect_error<InvalidArgument>([] { (void)checked::num_elements(Shape{2, -1}, "reshape"); },
-                                "reshape", {"negative", "[2, -1]"});
+  expect_error<InvalidArgument>(
+      [] {
+        (void)checked::num_elements(Shape{2, -1}, "reshape");
+      },
+      "reshape", {"negative", "[2, -1]"});
   EXPECT_EQ(checked::dense_bytes(Shape{2, 3}, DType::F64, "t"), 48u);
   EXPECT_EQ(checked::dense_bytes(Shape{0, 1LL << 40}, DType::F64, "t"), 0u);
-  expect_error<OutOfMemory>([] { (void)checked::dense_bytes(Shape{1LL << 48}, DType::F64, "full"); },
-                            "full", {"too large"});
+  expect_error<OutOfMemory>(
+      [] { (void)checked::dense_bytes(Shape{1LL << 48}, DType::F64, "full"); }, "full",
+      {"too large"});
   EXPECT_THROW((void)checked::dense_bytes(Shape{1LL << 62, 4}, DType::U8, "t"), OutOfMemory);
   EXPECT_EQ(checked::product(std::vector<std::int64_t>{4, 5, 0}, "t", "x"), 0);
 }
@@ -67,8 +79,8 @@ TEST(Checked, ArangeLengthIsExactOverAllOfInt64) {
     for (__int128 v = start; step > 0 ? v < end : v > end; v += step) ++count;
     return count;
   };
-  const std::int64_t points[] = {kMin, kMin + 1, -(1LL << 62), -5, -1, 0, 1, 7, 1LL << 62, kMax - 1,
-                                 kMax};
+  const std::int64_t points[] = {kMin, kMin + 1, -(1LL << 62), -5,       -1,  0,
+                                 1,    7,        1LL << 62,    kMax - 1, kMax};
   const std::int64_t steps[] = {kMin, -(1LL << 62), -3, -1, 1, 2, 1LL << 61, 1LL << 62, kMax};
   for (std::int64_t start : points) {
     for (std::int64_t end : points) {

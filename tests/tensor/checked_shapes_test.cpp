@@ -64,13 +64,22 @@ TEST(CheckedShapes, InPlaceWriteThroughARefusedNarrowTouchesNoOtherTensor) {
 
 TEST(CheckedShapes, ReshapeToAShapeWhoseCountWrapsIsRefused) {
   auto empty = Tensor<1>::zeros({0}, kCpu);
-  expect_error<InvalidArgument>([&] { (void)empty.reshape<2>(Shape{k2to32, k2to32}); }, "reshape",
-                                {"[4294967296, 4294967296]", "2^48"});
-  expect_error<InvalidArgument>([&] { (void)empty.reshape<3>(Shape{0, k2to32, k2to32}); },
-                                "reshape");
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)empty.reshape<2>(Shape{k2to32, k2to32});
+      },
+      "reshape", {"[4294967296, 4294967296]", "2^48"});
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)empty.reshape<3>(Shape{0, k2to32, k2to32});
+      },
+      "reshape");
   // -1 next to dims whose product wraps.
-  expect_error<InvalidArgument>([&] { (void)empty.reshape<3>(Shape{-1, k2to32, k2to32}); },
-                                "reshape");
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)empty.reshape<3>(Shape{-1, k2to32, k2to32});
+      },
+      "reshape");
   // Zero-size reshapes that are legal.
   EXPECT_EQ(empty.reshape<2>(Shape{0, 5}).shape(), (Shape{0, 5}));
   EXPECT_EQ(empty.reshape<3>(Shape{4, 0, 1 << 20}).shape(), (Shape{4, 0, 1 << 20}));
@@ -78,8 +87,11 @@ TEST(CheckedShapes, ReshapeToAShapeWhoseCountWrapsIsRefused) {
 
 TEST(CheckedShapes, ExpandPastTheElementLimitIsRefused) {
   auto one = Tensor<2>::ones({1, 1}, kCpu);
-  expect_error<InvalidArgument>([&] { (void)one.expand<2>(Shape{k2to32, k2to32}); }, "expand",
-                                {"[4294967296, 4294967296]"});
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)one.expand<2>(Shape{k2to32, k2to32});
+      },
+      "expand", {"[4294967296, 4294967296]"});
   auto scalar = Tensor<1>::ones({1}, kCpu);
   expect_error<InvalidArgument>([&] { (void)scalar.expand<1>(Shape{k2to62}); }, "expand");
   // A large legal view reduces to the closed form without materialising anything: the sum of
@@ -92,10 +104,12 @@ TEST(CheckedShapes, ExpandPastTheElementLimitIsRefused) {
 TEST(CheckedShapes, CatOfViewsPastTheLimitIsRefused) {
   auto scalar = Tensor<1>::ones({1}, kCpu);
   auto big = scalar.expand<1>(Shape{std::int64_t{1} << 46});
-  expect_error<InvalidArgument>([&] { (void)Tensor<1>::cat({big, big, big, big, big}, 0); },
-                                "cat");
-  expect_error<InvalidArgument>([&] { (void)Tensor<1>::stack({big, big, big, big, big}, 0); },
-                                "stack");
+  expect_error<InvalidArgument>([&] { (void)Tensor<1>::cat({big, big, big, big, big}, 0); }, "cat");
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)Tensor<1>::stack({big, big, big, big, big}, 0);
+      },
+      "stack");
 }
 
 TEST(CheckedShapes, ArangeOverAllOfInt64IsExact) {
@@ -133,9 +147,11 @@ TEST(CheckedShapes, SliceStepsAtTheExtremesVisitOneElement) {
         const double s = std::clamp<double>(start < 0 ? start + n : start, 0, n);
         const double e = std::clamp<double>(end < 0 ? end + n : end, 0, n);
         if (step > 0) {
-          for (double i = s; i < e; i += static_cast<double>(step)) expected.push_back(float(i + 1));
+          for (double i = s; i < e; i += static_cast<double>(step))
+            expected.push_back(float(i + 1));
         } else {
-          for (double i = e - 1; i >= s; i += static_cast<double>(step)) expected.push_back(float(i + 1));
+          for (double i = e - 1; i >= s; i += static_cast<double>(step))
+            expected.push_back(float(i + 1));
         }
         EXPECT_EQ(read(t.slice({Slice(start, end, step)})), expected)
             << start << ":" << end << ":" << step;
@@ -155,10 +171,16 @@ TEST(CheckedShapes, UnfoldAndSplitWithHugeStepsAndSizes) {
   auto chunks = t.chunk(kMax, 0);
   ASSERT_EQ(chunks.size(), 4u);
   EXPECT_EQ(read(chunks[3]), std::vector<float>{4});
-  expect_error<InvalidArgument>([&] { (void)t.split_with_sizes({kMax, 2, -kMax + 2}, 0); },
-                                "split_sizes");
-  expect_error<InvalidArgument>([&] { (void)t.split_with_sizes({kMax, kMax}, 0); },
-                                "split_sizes", {"overflows"});
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)t.split_with_sizes({kMax, 2, -kMax + 2}, 0);
+      },
+      "split_sizes");
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)t.split_with_sizes({kMax, kMax}, 0);
+      },
+      "split_sizes", {"overflows"});
 }
 
 TEST(CheckedShapes, RepeatPastInt64IsOutOfMemory) {
@@ -171,23 +193,37 @@ TEST(CheckedShapes, RepeatPastInt64IsOutOfMemory) {
 
 TEST(CheckedShapes, SpatialOutputSizesPastTheLimitAreRefused) {
   auto image = Tensor<4>::ones({1, 1, 2, 2}, kCpu);
-  expect_error<InvalidArgument>([&] { (void)module::interpolate(image, {k2to32, k2to32}); },
-                                "interpolate", {"4294967296"});
   expect_error<InvalidArgument>(
-      [&] { (void)module::adaptive_avg_pool2d(image, {k2to32, k2to32}); }, "adaptive_avg_pool");
+      [&] {
+        (void)module::interpolate(image, {k2to32, k2to32});
+      },
+      "interpolate", {"4294967296"});
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)module::adaptive_avg_pool2d(image, {k2to32, k2to32});
+      },
+      "adaptive_avg_pool");
   // Options as large as int64 allows: refused by value, never wrapped into a "fitting" size.
   auto filters = Tensor<4>::ones({1, 1, 1, 1}, kCpu);
   expect_error<InvalidArgument>(
-      [&] { (void)module::conv2d(image, filters, std::nullopt, {.padding = {kMax, 0}}); },
+      [&] {
+        (void)module::conv2d(image, filters, std::nullopt, {.padding = {kMax, 0}});
+      },
       "conv", {"padding"});
   expect_error<InvalidArgument>(
-      [&] { (void)module::conv2d(image, filters, std::nullopt, {.stride = {kMax, 1}}); }, "conv",
-      {"stride"});
+      [&] {
+        (void)module::conv2d(image, filters, std::nullopt, {.stride = {kMax, 1}});
+      },
+      "conv", {"stride"});
   expect_error<InvalidArgument>(
-      [&] { (void)module::conv2d(image, filters, std::nullopt, {.dilation = {k2to62, 1}}); },
+      [&] {
+        (void)module::conv2d(image, filters, std::nullopt, {.dilation = {k2to62, 1}});
+      },
       "conv", {"dilation"});
   expect_error<InvalidArgument>(
-      [&] { (void)module::max_pool2d(image, {.kernel_size = {2, 2}, .stride = {kMax, 1}}); },
+      [&] {
+        (void)module::max_pool2d(image, {.kernel_size = {2, 2}, .stride = {kMax, 1}});
+      },
       "max_pool", {"stride"});
   // A stride larger than the input is legal (one window) and exact.
   auto pooled = module::max_pool2d(image, {.kernel_size = {2, 2}, .stride = {1 << 20, 1 << 20}});
@@ -197,8 +233,11 @@ TEST(CheckedShapes, SpatialOutputSizesPastTheLimitAreRefused) {
 TEST(CheckedShapes, IntoScalarNeedsExactlyOneElement) {
   expect_error<InvalidArgument>([] { (void)Tensor<1>::zeros({0}, kCpu).into_scalar<double>(); },
                                 "into_scalar", {"[0]", "0 elements"});
-  expect_error<InvalidArgument>([] { (void)values({1, 2, 3, 4}).into_scalar<double>(); },
-                                "into_scalar", {"[4]", "4 elements"});
+  expect_error<InvalidArgument>(
+      [] {
+        (void)values({1, 2, 3, 4}).into_scalar<double>();
+      },
+      "into_scalar", {"[4]", "4 elements"});
   // Exact for 64-bit integers that a double cannot hold.
   auto big = Tensor<1, Int>::full({1}, kMax - 1, kCpu);
   EXPECT_EQ((big.into_scalar<std::int64_t>()), kMax - 1);
@@ -212,13 +251,20 @@ TEST(CheckedShapes, IntoScalarNeedsExactlyOneElement) {
 
 TEST(CheckedShapes, HostDataWithAWrappingShapeIsRefused) {
   expect_error<InvalidArgument>(
-      [] { (void)TensorData::from_vec(std::vector<float>{}, {k2to32, k2to32}); },
+      [] {
+        (void)TensorData::from_vec(std::vector<float>{}, {k2to32, k2to32});
+      },
       "TensorData::from_vec");
   expect_error<OutOfMemory>(
-      [] { (void)TensorData(std::vector<std::byte>{}, Shape{k2to32, k2to32, 0}, DType::F32); },
+      [] {
+        (void)TensorData(std::vector<std::byte>{}, Shape{k2to32, k2to32, 0}, DType::F32);
+      },
       "TensorData");
-  expect_error<InvalidArgument>([] { (void)TensorData::full({k2to32, k2to32}, 1.0, DType::F32); },
-                                "TensorData::full");
+  expect_error<InvalidArgument>(
+      [] {
+        (void)TensorData::full({k2to32, k2to32}, 1.0, DType::F32);
+      },
+      "TensorData::full");
 }
 
 TEST(CheckedShapes, ScalarConversionsSaturate) {

@@ -3,6 +3,7 @@
 // overwritten).
 #include <algorithm>
 
+#include "backend/strided.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/loops.h"
@@ -73,16 +74,10 @@ Primitive CpuBackend::slice_assign(Primitive x, ResolvedSlices slices, Primitive
     out = copy(as_cpu(x));
   }
   x.reset();
-  detail::DimVector dims(out->shape().vector());
-  Strides strides = out->strides();
-  std::int64_t offset = 0;
-  for (std::size_t d = 0; d < slices.size(); ++d) {
-    const ResolvedSlice& s = slices[d];
-    if (s.length > 0) offset += s.start * strides[d];
-    dims[d] = s.length;
-    strides[d] *= s.step;
-  }
-  auto region = make_view(*out, Shape(std::move(dims)), std::move(strides), offset);
+  // The same window arithmetic as the slice view (a step is only taken between two visited
+  // indices, so one as large as int64 allows never multiplies a stride).
+  strided::View v = strided::slice(out->shape(), out->strides(), out->offset(), slices);
+  auto region = make_view(*out, std::move(v.shape), std::move(v.strides), v.offset);
   copy_strided(as_cpu(values), *region);
   return out;
 }
