@@ -15,8 +15,8 @@
 //   are the lowest and highest addresses a strided view reaches.
 #include <kiln/kiln.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -63,12 +63,18 @@ class Program {
     switch (kind % 8) {
       case 0:
       case 1:
-      case 2: return kind / 8 % 6;  // 0..5
-      case 3: return -static_cast<std::int64_t>(kind / 8 % 5) - 1;
-      case 4: return kExtremes[kind / 8 % std::size(kExtremes)];
-      case 5: return near + static_cast<std::int64_t>(kind / 8 % 3) - 1;
-      case 6: return -near;
-      default: return static_cast<std::int64_t>(byte()) - 64;
+      case 2:
+        return kind / 8 % 6;  // 0..5
+      case 3:
+        return -static_cast<std::int64_t>(kind / 8 % 5) - 1;
+      case 4:
+        return kExtremes[kind / 8 % std::size(kExtremes)];
+      case 5:
+        return near + static_cast<std::int64_t>(kind / 8 % 3) - 1;
+      case 6:
+        return -near;
+      default:
+        return static_cast<std::int64_t>(byte()) - 64;
     }
   }
 
@@ -185,9 +191,7 @@ bool small(const Primitive& t, std::int64_t limit = kComputeLimit) {
 // Whether an op that allocates `count` elements may run: small results, and results past kiln's
 // limits (which it must refuse before allocating). Legal but large ones are skipped: filling
 // gigabytes proves nothing and would exhaust the machine.
-bool may_allocate(__int128 count) {
-  return count <= kComputeLimit || count > (__int128{1} << 48);
-}
+bool may_allocate(__int128 count) { return count <= kComputeLimit || count > (__int128{1} << 48); }
 __int128 wide_count(const std::vector<std::int64_t>& dims) {
   __int128 nonzero = 1;
   bool zero = false;
@@ -218,7 +222,8 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       const std::int64_t start = p.integer(x->shape()[0]);
       return {detail::narrow(x, dim, start, p.integer(2)), a.pure};
     }
-    case 2: return {detail::slice(x, slices_of(p, x)), a.pure};
+    case 2:
+      return {detail::slice(x, slices_of(p, x)), a.pure};
     case 3: {
       std::vector<std::int64_t> dims = p.dims(5);
       // Often the input's own dims with one changed, so the expand is legal.
@@ -235,10 +240,14 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       for (auto& axis : axes) axis = dim_of(p, x);
       return {detail::permute(x, axes), a.pure};
     }
-    case 5: return {detail::flip(x, {dim_of(p, x)}), a.pure};
-    case 6: return {detail::unsqueeze(x, dim_of(p, x)), a.pure};
-    case 7: return {detail::squeeze(x, dim_of(p, x)), a.pure};
-    case 8: return {detail::flatten(x, dim_of(p, x), dim_of(p, x)), a.pure};
+    case 5:
+      return {detail::flip(x, {dim_of(p, x)}), a.pure};
+    case 6:
+      return {detail::unsqueeze(x, dim_of(p, x)), a.pure};
+    case 7:
+      return {detail::squeeze(x, dim_of(p, x)), a.pure};
+    case 8:
+      return {detail::flatten(x, dim_of(p, x), dim_of(p, x)), a.pure};
     case 9: {
       const std::int64_t dim = dim_of(p, x);
       return {detail::unfold(x, dim, p.integer(2), p.integer(1)), a.pure};
@@ -266,8 +275,8 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       // Splitting a 2^40-element view into parts of one makes 2^40 views: legal, and as
       // unaffordable as any other huge allocation (skipped, like those).
       const __int128 elements = checked_count(x->shape());
-      const __int128 part_count = chunk ? std::min<__int128>(count, elements)
-                                        : (count > 0 ? elements / count : 0);
+      const __int128 part_count =
+          chunk ? std::min<__int128>(count, elements) : (count > 0 ? elements / count : 0);
       if (!may_allocate(part_count)) return {x, a.pure};
       detail::Prims parts = chunk ? detail::chunk(x, count, dim) : detail::split(x, count, dim);
       if (parts.empty()) return {x, a.pure};
@@ -277,20 +286,29 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       const std::int64_t start = p.integer(), end = p.integer(8), by = p.integer(1);
       const __int128 span = __int128{end} - start;
       if (by != 0 && !may_allocate(span / by)) return {x, a.pure};
-      return {detail::arange(start, end, by, kiln::DType::I64, kiln::Device::cpu(), kiln::Kind::Int),
-              false};
+      return {
+          detail::arange(start, end, by, kiln::DType::I64, kiln::Device::cpu(), kiln::Kind::Int),
+          false};
     }
     case 15: {
       if (!small(x)) return {x, a.pure};
       switch (p.byte() % 8) {
-        case 0: return {detail::sum(x), false};
-        case 1: return {detail::sum_dim(x, dim_of(p, x)), false};
-        case 2: return {detail::max_dim(x, dim_of(p, x)), a.pure};
-        case 3: return {detail::argmax(x, dim_of(p, x)), false};
-        case 4: return {detail::cumsum(x, dim_of(p, x)), false};
-        case 5: return {detail::prod_dim(x, dim_of(p, x)), false};
-        case 6: return {detail::min(x), a.pure};
-        default: return {detail::any_dim(x, dim_of(p, x)), false};
+        case 0:
+          return {detail::sum(x), false};
+        case 1:
+          return {detail::sum_dim(x, dim_of(p, x)), false};
+        case 2:
+          return {detail::max_dim(x, dim_of(p, x)), a.pure};
+        case 3:
+          return {detail::argmax(x, dim_of(p, x)), false};
+        case 4:
+          return {detail::cumsum(x, dim_of(p, x)), false};
+        case 5:
+          return {detail::prod_dim(x, dim_of(p, x)), false};
+        case 6:
+          return {detail::min(x), a.pure};
+        default:
+          return {detail::any_dim(x, dim_of(p, x)), false};
       }
     }
     case 16: {
@@ -298,8 +316,8 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       // view of it, and the CPU backend then writes into the view's own memory.
       if (!small(x)) return {x, a.pure};
       Primitive moved = std::move(a.tensor);
-      a.tensor = detail::full(kiln::Shape{1}, 1, kiln::DType::F32, kiln::Device::cpu(),
-                              kiln::Kind::Float);
+      a.tensor =
+          detail::full(kiln::Shape{1}, 1, kiln::DType::F32, kiln::Device::cpu(), kiln::Kind::Float);
       a.pure = true;
       return {detail::add_scalar(std::move(moved), 1), false};
     }
@@ -307,7 +325,9 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       if (!small(x) || !small(b.tensor)) return {x, a.pure};
       return {detail::add(x, b.tensor), false};
     }
-    case 18: (void)detail::into_scalar(x); return {x, a.pure};
+    case 18:
+      (void)detail::into_scalar(x);
+      return {x, a.pure};
     case 19: {
       if (!small(x)) return {x, a.pure};
       return {detail::mul_scalar(x, 1), a.pure};  // a contiguous copy of any view
@@ -316,7 +336,8 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       if (!small(x)) return {x, a.pure};
       return {detail::slice_fill(x, slices_of(p, x), 7), a.pure};
     }
-    case 21: return {detail::swap_dims(x, dim_of(p, x), dim_of(p, x)), a.pure};
+    case 21:
+      return {detail::swap_dims(x, dim_of(p, x), dim_of(p, x)), a.pure};
     case 22: {
       std::vector<std::int64_t> sizes(p.byte() % 4);
       for (auto& s : sizes) s = p.integer(1);
@@ -348,7 +369,8 @@ Slot step(Program& p, std::vector<Slot>& pool) {
       std::vector<std::int64_t> result(times);
       for (std::size_t d = 0; d < times.size(); ++d) {
         const __int128 r = __int128{times[d]} * x->shape()[d];
-        result[d] = r > (__int128{1} << 62) ? (std::int64_t{1} << 62) : static_cast<std::int64_t>(r);
+        result[d] =
+            r > (__int128{1} << 62) ? (std::int64_t{1} << 62) : static_cast<std::int64_t>(r);
       }
       if (!may_allocate(wide_count(result))) return {x, a.pure};
       return {detail::repeat(x, times), a.pure};

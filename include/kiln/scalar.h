@@ -66,7 +66,8 @@ class Scalar {
     constexpr double high = -2.0 * static_cast<double>(std::numeric_limits<I>::min());  // 2^bits-1
     if (v != v) return 0;
     if (v >= high) return std::numeric_limits<I>::max();
-    if (v <= static_cast<double>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+    if (v <= static_cast<double>(std::numeric_limits<I>::min()))
+      return std::numeric_limits<I>::min();
     return static_cast<I>(v);
   }
 

@@ -138,9 +138,10 @@ ResolvedSlice resolve_slice(const Slice& slice, std::int64_t n, const char* op) 
                                                  : 0 - static_cast<std::uint64_t>(slice.step);
   ResolvedSlice r;
   r.step = slice.step;
-  r.length = end > start
-                 ? static_cast<std::int64_t>(static_cast<std::uint64_t>(end - start - 1) / magnitude) + 1
-                 : 0;
+  r.length =
+      end > start
+          ? static_cast<std::int64_t>(static_cast<std::uint64_t>(end - start - 1) / magnitude) + 1
+          : 0;
   // A negative step walks the same range backwards, from its last element.
   r.start = r.length == 0 ? 0 : (slice.step > 0 ? start : end - 1);
   return r;

@@ -63,9 +63,9 @@ Primitive cat(Prims xs, std::int64_t dim) {
   Shape joined = first;
   for (std::size_t i = 1; i < xs.size(); ++i) {
     const Shape& shape = xs[i]->shape();
-    joined[static_cast<std::size_t>(dim)] = checked::add(
-        joined[static_cast<std::size_t>(dim)], shape[static_cast<std::size_t>(dim)], op,
-        "the joined dim");
+    joined[static_cast<std::size_t>(dim)] =
+        checked::add(joined[static_cast<std::size_t>(dim)], shape[static_cast<std::size_t>(dim)],
+                     op, "the joined dim");
     for (std::size_t d = 0; d < shape.rank(); ++d) {
       if (static_cast<std::int64_t>(d) != dim && shape[d] != first[d]) {
         fail<ShapeMismatch>(op, "tensor ", i, " has shape ", shape.to_string(),
@@ -108,7 +108,8 @@ Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) {
   if (times < 0) fail<InvalidArgument>(op, "cannot repeat a negative number of times: ", times);
   if (times == 1) return x;
   Shape repeated = x->shape();
-  repeated[static_cast<std::size_t>(dim)] = repeated_size(x, static_cast<std::size_t>(dim), times, op);
+  repeated[static_cast<std::size_t>(dim)] =
+      repeated_size(x, static_cast<std::size_t>(dim), times, op);
   (void)checked::dense_bytes(repeated, x->dtype(), op);
   return backend_of(x).repeat_dim(std::move(x), dim, times);
 }

@@ -168,8 +168,8 @@ Primitive narrow(Primitive x, std::int64_t dim, std::int64_t start, std::int64_t
   if (start < 0) start += size;
   // Compared as length > size - start: start + length may not fit in int64.
   if (start < 0 || length < 0 || start > size || length > size - start) {
-    fail<InvalidArgument>("narrow", "start ", start, " with length ", length,
-                          " is outside dim ", dim, " of size ", size);
+    fail<InvalidArgument>("narrow", "start ", start, " with length ", length, " is outside dim ",
+                          dim, " of size ", size);
   }
   ResolvedSlices resolved(x->rank());
   for (std::size_t d = 0; d < x->rank(); ++d) resolved[d] = {0, x->shape()[d], 1};

@@ -105,8 +105,8 @@ void check_fits(const Shape& x, std::span<const std::int64_t> kernel, const Size
     using spatial::Wide;
     const std::int64_t in = x[d + 2];
     const Wide extent = Wide{dilation[d]} * (kernel[d] - 1) + 1;
-    const Wide out = spatial::conv_output_size<Wide>(in, kernel[d], stride[d], padding[d],
-                                                     dilation[d]);
+    const Wide out =
+        spatial::conv_output_size<Wide>(in, kernel[d], stride[d], padding[d], dilation[d]);
     if (out < 1) {
       fail<ShapeMismatch>(op, "kernel ", list(kernel), " (dilated extent ",
                           static_cast<double>(extent), " in spatial dim ", d,
@@ -342,8 +342,8 @@ Primitive fold_patches(Primitive x, std::vector<std::int64_t> output_size, Unfol
     fail<ShapeMismatch>(op, "input dim 1 (", x->shape()[1], ") is not a multiple of the ", taps,
                         " taps of kernel ", list(options.kernel_size));
   }
-  checked::check_shape(
-      Shape{x->shape()[0], x->shape()[1] / taps, output_size[0], output_size[1]}, op);
+  checked::check_shape(Shape{x->shape()[0], x->shape()[1] / taps, output_size[0], output_size[1]},
+                       op);
   std::int64_t positions = 1;
   for (std::size_t d = 0; d < 2; ++d) {
     positions = checked::mul(

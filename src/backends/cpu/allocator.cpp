@@ -105,10 +105,10 @@ std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) 
   capacity = round_up(bytes);
   const std::size_t cls = class_of(capacity);
   const std::uint64_t limit = memory_limit();
-  if (limit != 0 && static_cast<std::uint64_t>(s.in_use.load(std::memory_order_relaxed)) +
-                            capacity > limit) {
-    detail::fail<OutOfMemory>("cpu", "cannot allocate ", bytes, " bytes: ",
-                              s.in_use.load(std::memory_order_relaxed),
+  if (limit != 0 &&
+      static_cast<std::uint64_t>(s.in_use.load(std::memory_order_relaxed)) + capacity > limit) {
+    detail::fail<OutOfMemory>("cpu", "cannot allocate ", bytes,
+                              " bytes: ", s.in_use.load(std::memory_order_relaxed),
                               " bytes are in use and KILN_CPU_MEMORY_LIMIT is ", limit);
   }
   note_in_use(s, static_cast<std::int64_t>(capacity));

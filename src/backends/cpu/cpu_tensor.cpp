@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "backend/strided.h"
-#include "core/checked.h"
 #include "backends/cpu/loops.h"
+#include "core/checked.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
@@ -26,10 +26,9 @@ std::shared_ptr<CpuTensor> make_view(const CpuTensor& base, Shape shape, Strides
                                      std::int64_t offset) {
   // Every view passes here too: one that reaches outside its storage is refused, whatever
   // arithmetic produced it.
-  strided::check_view_in_storage(shape, strides, offset,
-                                 static_cast<std::int64_t>(base.storage()->bytes() /
-                                                           dtype_size(base.dtype())),
-                                 "cpu view");
+  strided::check_view_in_storage(
+      shape, strides, offset,
+      static_cast<std::int64_t>(base.storage()->bytes() / dtype_size(base.dtype())), "cpu view");
   return std::make_shared<CpuTensor>(base.dtype(), std::move(shape), base.storage(),
                                      std::move(strides), offset);
 }

@@ -4,11 +4,11 @@
 #include <cstring>
 
 #include "backend/registry.h"
-#include "core/checked.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/pinned.h"
+#include "core/checked.h"
 
 namespace kiln::cuda {
 
