@@ -183,6 +183,24 @@ TEST(CheckedShapes, UnfoldAndSplitWithHugeStepsAndSizes) {
       "split_sizes", {"overflows"});
 }
 
+TEST(CheckedShapes, SliceAssignWithExtremeStepsWritesOneElement) {
+  // Found by shape_ops_fuzz: the assignment's window multiplied the stride by the step even
+  // where the step is never taken (signed overflow for a step of INT64_MIN).
+  auto t = values({1, 2, 3, 4});
+  EXPECT_EQ(read(t.slice_assign({Slice(0, std::nullopt, kMin)}, values({9}))),
+            (std::vector<float>{1, 2, 3, 9}));
+  EXPECT_EQ(read(t.slice_assign({Slice(1, std::nullopt, kMax)}, values({9}))),
+            (std::vector<float>{1, 9, 3, 4}));
+  EXPECT_EQ(read(t.slice_fill({Slice(kMin, kMax, kMax)}, 0)), (std::vector<float>{0, 2, 3, 4}));
+  EXPECT_EQ(read(t), (std::vector<float>{1, 2, 3, 4}));  // the input is untouched
+}
+
+TEST(CheckedShapes, SplittingIntoMorePartsThanMemoryHoldsIsOutOfMemory) {
+  auto wide = Tensor<1>::ones({1}, kCpu).expand<1>(Shape{std::int64_t{1} << 46});
+  expect_error<OutOfMemory>([&] { (void)wide.split(1, 0); }, "split", {"parts"});
+  EXPECT_EQ(wide.split(std::int64_t{1} << 44, 0).size(), 4u);
+}
+
 TEST(CheckedShapes, RepeatPastInt64IsOutOfMemory) {
   auto t = Tensor<2>::ones({2, 3}, kCpu);
   expect_error<OutOfMemory>([&] { (void)t.repeat({kMax, 1}); }, "repeat");
