@@ -248,6 +248,17 @@ TEST(CheckedShapes, SpatialOutputSizesPastTheLimitAreRefused) {
   EXPECT_EQ(pooled.shape(), (Shape{1, 1, 1, 1}));
 }
 
+TEST(CheckedShapes, AnEmptyBatchTakesAnyOutputSizeWithoutAllocating) {
+  // Found by shape_ops_fuzz: window tables sized by the output extent were built before the
+  // (empty) output, 64 GiB of them for an output size of 2^32.
+  auto empty = Tensor<4>::ones({0, 3, 2, 2}, kCpu);
+  const std::int64_t big = k2to32;
+  EXPECT_EQ(module::adaptive_avg_pool2d(empty, {big, 1}).shape(), (Shape{0, 3, big, 1}));
+  EXPECT_EQ(module::interpolate(empty, {1, big}).shape(), (Shape{0, 3, 1, big}));
+  EXPECT_EQ(module::interpolate(empty, {big, 1}, {.mode = InterpolateMode::Bilinear}).shape(),
+            (Shape{0, 3, big, 1}));
+}
+
 TEST(CheckedShapes, IntoScalarNeedsExactlyOneElement) {
   expect_error<InvalidArgument>([] { (void)Tensor<1>::zeros({0}, kCpu).into_scalar<double>(); },
                                 "into_scalar", {"[0]", "0 elements"});

@@ -190,10 +190,13 @@ Primitive CpuBackend::interpolate(Primitive x, Axes output_size, InterpolateOpti
   const Shape shape = x->shape();
   const std::int64_t in_h = shape[2], in_w = shape[3];
   const std::int64_t out_h = output_size[0], out_w = output_size[1];
-  const auto rows = axis_taps(in_h, out_h, options);
-  const auto cols = axis_taps(in_w, out_w, options);
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), Shape{shape[0], shape[1], out_h, out_w});
+  // The tap tables are sized by the output's extent: built only once the output exists, and not
+  // at all for an empty batch (whose output size may be anything up to the tensor limit).
+  if (out->shape().num_elements() == 0) return from_compute(*this, out, dtype);
+  const auto rows = axis_taps(in_h, out_h, options);
+  const auto cols = axis_taps(in_w, out_w, options);
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
@@ -221,10 +224,11 @@ Primitive CpuBackend::interpolate_backward(Primitive x, Primitive output_grad, A
   const Shape shape = x->shape();
   const std::int64_t in_h = shape[2], in_w = shape[3];
   const std::int64_t out_h = output_size[0], out_w = output_size[1];
-  const auto rows = axis_taps(in_h, out_h, options);
-  const auto cols = axis_taps(in_w, out_w, options);
   auto dy = compute_input(*this, output_grad);
   auto out = make_tensor(dy->dtype(), shape);
+  if (out->shape().num_elements() == 0) return from_compute(*this, out, dtype);
+  const auto rows = axis_taps(in_h, out_h, options);
+  const auto cols = axis_taps(in_w, out_w, options);
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = dy->data_as<T>();
     T* dst = out->data_as<T>();

@@ -336,10 +336,13 @@ Primitive CpuBackend::adaptive_avg_pool(Primitive x, Axes output_size) {
   const Shape shape = x->shape();
   const Dims3 in_size = spatial3(shape);
   const Dims3 out_size = align3(output_size, 1);
-  std::array<std::vector<std::pair<std::int64_t, std::int64_t>>, 3> bounds;
-  for (std::size_t d = 0; d < 3; ++d) bounds[d] = adaptive_bounds(in_size[d], out_size[d]);
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), with_spatial(shape, out_size));
+  // The window tables are sized by the output's extent: built only once the output exists, and
+  // not at all for an empty batch (whose output size may be anything up to the tensor limit).
+  if (out->shape().num_elements() == 0) return from_compute(*this, out, dtype);
+  std::array<std::vector<std::pair<std::int64_t, std::int64_t>>, 3> bounds;
+  for (std::size_t d = 0; d < 3; ++d) bounds[d] = adaptive_bounds(in_size[d], out_size[d]);
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
@@ -373,10 +376,12 @@ Primitive CpuBackend::adaptive_avg_pool_backward(Primitive x, Primitive output_g
   const Shape shape = x->shape();
   const Dims3 in_size = spatial3(shape);
   const Dims3 out_size = spatial3(output_grad->shape());
-  std::array<std::vector<std::pair<std::int64_t, std::int64_t>>, 3> bounds;
-  for (std::size_t d = 0; d < 3; ++d) bounds[d] = adaptive_bounds(in_size[d], out_size[d]);
   auto dy = compute_input(*this, output_grad);
   auto out = make_tensor(dy->dtype(), shape);
+  // Output sizes are at least 1, so an empty batch is the only empty case, on both sides.
+  if (out->shape().num_elements() == 0) return from_compute(*this, out, dtype);
+  std::array<std::vector<std::pair<std::int64_t, std::int64_t>>, 3> bounds;
+  for (std::size_t d = 0; d < 3; ++d) bounds[d] = adaptive_bounds(in_size[d], out_size[d]);
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = dy->data_as<T>();
     T* dst = out->data_as<T>();
