@@ -220,6 +220,9 @@ Slot step(Program& p, std::vector<Slot>& pool) {
   const Slot& b = pool[p.byte() % pool.size()];
   const Primitive& x = a.tensor;
   const std::uint8_t op = p.byte();
+  // KILN_FUZZ_TRACE=1 names each op and its operand's shape (to reduce a finding by hand).
+  static const bool trace = std::getenv("KILN_FUZZ_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "op %d on %s\n", op % 28, x->shape().to_string().c_str());
   switch (op % 28) {
     case 0: {
       std::vector<std::int64_t> dims = p.dims(4);
@@ -280,11 +283,14 @@ Slot step(Program& p, std::vector<Slot>& pool) {
     case 13: {
       const bool chunk = p.byte() % 2;
       const std::int64_t count = p.integer(2), dim = dim_of(p, x);
-      // Splitting a 2^40-element view into parts of one makes 2^40 views: legal, and as
-      // unaffordable as any other huge allocation (skipped, like those).
-      const __int128 elements = checked_count(x->shape());
+      // Splitting a dim of 2^40 into parts of one makes 2^40 views, even of an empty tensor:
+      // legal, and as unaffordable as any other huge allocation (skipped, like those).
+      const auto rank = static_cast<std::int64_t>(x->rank());
+      const bool valid = dim >= -rank && dim < rank;  // else split refuses it
+      const __int128 length =
+          valid ? x->shape()[static_cast<std::size_t>(dim < 0 ? dim + rank : dim)] : 0;
       const __int128 part_count =
-          chunk ? std::min<__int128>(count, elements) : (count > 0 ? elements / count : 0);
+          chunk ? std::min<__int128>(count, length) : (count > 0 ? length / count : 0);
       if (!may_allocate(part_count)) return {x, a.pure};
       detail::Prims parts = chunk ? detail::chunk(x, count, dim) : detail::split(x, count, dim);
       if (parts.empty()) return {x, a.pure};

@@ -11,6 +11,9 @@ void fail_allocation(std::size_t count, std::size_t element_size) {
 }
 
 std::vector<std::byte> allocate_bytes(std::size_t bytes) {
+  if (bytes > kMaxHostAllocationBytes) {
+    fail<OutOfMemory>("cpu", "cannot allocate ", bytes, " bytes of host memory");
+  }
   try {
     return std::vector<std::byte>(bytes);
   } catch (const std::bad_alloc&) {

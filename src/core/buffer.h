@@ -9,6 +9,12 @@
 
 namespace kiln::detail {
 
+// The user address space of x86-64 and AArch64 with 4-level page tables: a request past it can
+// never succeed, so it is refused before the allocator is asked. Some allocators do not report
+// such a request as std::bad_alloc (AddressSanitizer's and ThreadSanitizer's operator new end
+// the process), and kiln's OutOfMemory must not depend on which one is linked.
+inline constexpr std::size_t kMaxHostAllocationBytes = std::size_t{1} << 47;
+
 // Throws OutOfMemory naming the byte count.
 [[noreturn]] void fail_allocation(std::size_t count, std::size_t element_size);
 
@@ -21,7 +27,7 @@ struct GuardedAllocator {
   GuardedAllocator(const GuardedAllocator<U>&) noexcept {}  // NOLINT: rebinding is implicit
 
   T* allocate(std::size_t count) {
-    if (count > static_cast<std::size_t>(-1) / sizeof(T)) fail_allocation(count, sizeof(T));
+    if (count > kMaxHostAllocationBytes / sizeof(T)) fail_allocation(count, sizeof(T));
     try {
       return static_cast<T*>(::operator new (count * sizeof(T), std::align_val_t{alignof(T)}));
     } catch (const std::bad_alloc&) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "core/buffer.h"
 #include "core/checked.h"
 #include "tensor/common.h"
 
@@ -166,12 +167,16 @@ Prims split(Primitive x, std::int64_t split_size, std::int64_t dim) {
   // One view per part: as many parts as a dim of 2^48 elements may have is more than memory
   // holds, an OutOfMemory like any other allocation.
   const std::int64_t parts = n / split_size + (n % split_size != 0 ? 1 : 0);
+  const auto fail_parts = [&] {
+    fail<OutOfMemory>(op, "splitting dim ", dim, " of ", x->shape().to_string(), " into ", parts,
+                      " parts of ", split_size, " needs more memory than there is");
+  };
+  if (static_cast<std::uint64_t>(parts) > kMaxHostAllocationBytes / sizeof(Primitive)) fail_parts();
   std::vector<std::int64_t> sizes;
   try {
     sizes.reserve(static_cast<std::size_t>(parts));
   } catch (const std::exception&) {  // bad_alloc or length_error: all reserve throws
-    fail<OutOfMemory>(op, "splitting dim ", dim, " of ", x->shape().to_string(), " into ", parts,
-                      " parts of ", split_size, " needs more memory than there is");
+    fail_parts();
   }
   // Stepped as n - start > split_size: start + split_size may not fit in int64.
   for (std::int64_t start = 0; start < n;) {

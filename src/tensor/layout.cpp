@@ -186,6 +186,12 @@ Primitive unfold(Primitive x, std::int64_t dim, std::int64_t size, std::int64_t 
     fail<ShapeMismatch>("unfold", "window ", size, " is larger than dim ", dim, " of ",
                         x->shape().to_string());
   }
+  // The windows overlap when step < size, so the view may have more elements than x: it must
+  // stay inside the element limit like any other shape.
+  detail::DimVector dims(x->shape().vector());
+  dims[static_cast<std::size_t>(dim)] = (dims[static_cast<std::size_t>(dim)] - size) / step + 1;
+  dims.push_back(size);
+  checked::check_shape(Shape(std::move(dims)), "unfold");
   return backend_of(x).unfold(std::move(x), dim, size, step);
 }
 

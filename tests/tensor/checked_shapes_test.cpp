@@ -183,6 +183,14 @@ TEST(CheckedShapes, UnfoldAndSplitWithHugeStepsAndSizes) {
       "split_sizes", {"overflows"});
 }
 
+// The fuzzer's finding: overlapping windows of a 2^48-element view have twice its elements.
+TEST(CheckedShapes, UnfoldWindowsStayInsideTheElementLimit) {
+  auto wide = Tensor<1>::ones({1}, kCpu).expand<1>(Shape{std::int64_t{1} << 48});
+  expect_error<InvalidArgument>([&] { (void)wide.unfold(0, 2, 1); }, "unfold", {"2^48"});
+  // Windows that do not overlap keep the count.
+  EXPECT_EQ(wide.unfold(0, 2, 2).shape(), (Shape{std::int64_t{1} << 47, 2}));
+}
+
 TEST(CheckedShapes, SliceAssignWithExtremeStepsWritesOneElement) {
   // Found by shape_ops_fuzz: the assignment's window multiplied the stride by the step even
   // where the step is never taken (signed overflow for a step of INT64_MIN).
