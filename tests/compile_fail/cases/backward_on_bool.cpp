@@ -3,5 +3,5 @@
 using namespace kiln;
 void f(Device dev) {
   auto m = Tensor<1>::ones({1}, dev.autodiff()).greater_elem(0);
-  Gradients g = m.backward();
+  Gradients g = m.backward();  // error: is_same_v<[A-Za-z:, ]*Float>
 }

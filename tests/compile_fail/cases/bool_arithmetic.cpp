@@ -3,5 +3,5 @@
 using namespace kiln;
 void f(Device dev) {
   auto a = Tensor<2>::ones({2, 2}, dev).greater_elem(0);
-  auto b = a + a;
+  auto b = a + a;  // error: (operator\+|invalid operands to binary expression).*Bool>
 }

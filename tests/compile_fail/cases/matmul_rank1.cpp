@@ -3,5 +3,5 @@
 using namespace kiln;
 void f(Device dev) {
   auto a = Tensor<1>::ones({4}, dev);
-  auto b = a.matmul(a);
+  auto b = a.matmul(a);  // error: (D|1) >= 2
 }

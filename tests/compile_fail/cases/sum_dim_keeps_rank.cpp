@@ -3,5 +3,5 @@
 using namespace kiln;
 void f(Device dev) {
   auto a = Tensor<2>::ones({2, 2}, dev);
-  Tensor<1> s = a.sum_dim(1);
+  Tensor<1> s = a.sum_dim(1);  // error: Tensor<2.*Tensor<1
 }
