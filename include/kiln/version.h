@@ -2,6 +2,7 @@
 
 namespace kiln {
 inline constexpr const char* kVersion = "0.1.0";
-// Bumped whenever the Backend contract changes; plugins built for another value are refused.
+// The contract's version as printed by `kiln info`. Plugins are matched by a fingerprint of the
+// whole op list (src/backend/contract.h), which changes by itself with any op.
 inline constexpr int kBackendApiVersion = 1;
 }  // namespace kiln

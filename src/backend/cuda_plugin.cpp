@@ -71,10 +71,10 @@ PluginState load() {
     return state;
   }
   const CudaPluginApi* api = entry();
-  if (api == nullptr || api->api_version != kBackendApiVersion) {
-    state.reason = "libkiln_cuda.so was built for backend API " +
-                   std::to_string(api ? api->api_version : -1) + ", this kiln has " +
-                   std::to_string(kBackendApiVersion);
+  if (api == nullptr || api->contract != kBackendContractHash) {
+    state.reason = "libkiln_cuda.so was built for another backend contract (fingerprint " +
+                   contract_name(api != nullptr ? api->contract : 0) + ", this kiln has " +
+                   contract_name(kBackendContractHash) + "): rebuild it with this kiln";
     return state;
   }
   state.api = api;  // the handle stays open for the life of the process

@@ -1,6 +1,6 @@
 // The interface between libkiln and the CUDA backend plugin (libkiln_cuda.so). The plugin
-// exports one C symbol, kiln_cuda_plugin_api, returning this table; kiln checks api_version
-// against kBackendApiVersion before using anything else in it. Both sides are built from the
+// exports one C symbol, kiln_cuda_plugin_api, returning this table; kiln checks its contract
+// fingerprint (contract.h) before using anything else in it. Both sides are built from the
 // same headers, so the table may use C++ types.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "backend/backend.h"
+#include "backend/contract.h"
 
 namespace kiln {
 
@@ -31,7 +32,8 @@ struct KernelCacheStats {
 };
 
 struct CudaPluginApi {
-  int api_version = 0;
+  // kBackendContractHash of the plugin's build: first, so that any plugin can be checked.
+  std::uint64_t contract = 0;
   // Usable GPUs, or -1 with a reason when the driver cannot start (no GPU: 0 and a reason).
   int (*device_count)(std::string* reason) = nullptr;
   GpuInfo (*device_info)(int index) = nullptr;
@@ -40,8 +42,6 @@ struct CudaPluginApi {
   KernelCacheStats (*kernel_cache_stats)(int index) = nullptr;
   // Forgets the kernels loaded in this process (the disk cache stays): tests of the disk cache.
   void (*clear_kernel_memory_cache)(int index) = nullptr;
-  // The ops that still run through the host fallback (no GPU kernel yet).
-  std::span<const std::string_view> (*host_fallback_ops)() = nullptr;
 };
 
 // The plugin's table, loading the plugin on the first call; nullptr with the reason when kiln

@@ -20,7 +20,8 @@ std::string usage_cell(DTypeUsageSet usage) {
 }  // namespace
 
 int run_info(std::ostream& out) {
-  out << "kiln " << kVersion << " (backend API " << kBackendApiVersion << ")\n\n";
+  out << "kiln " << kVersion << " (backend API " << kBackendApiVersion << ", contract "
+      << contract_name(kBackendContractHash) << ")\n\n";
   out << "backends:\n";
   out << "  cpu      compiled in, available\n";
   std::string cuda_reason;
@@ -32,11 +33,6 @@ int run_info(std::ostream& out) {
     out << "  cuda     compiled in, unavailable: " << cuda_reason << "\n";
   } else {
     out << "  cuda     compiled in, available (" << gpus << (gpus == 1 ? " GPU" : " GPUs") << ")\n";
-    out << "           host fallback (no GPU kernel yet):";
-    const auto on_host = cuda_plugin(nullptr)->host_fallback_ops();
-    if (on_host.empty()) out << " none, every op has a GPU kernel";
-    for (std::string_view op : on_host) out << " " << op;
-    out << "\n";
   }
   out << "  remote   not compiled in\n";
   out << "  autodiff compiled in (a decorator: Device::autodiff())\n\n";

@@ -1,6 +1,5 @@
 // The CUDA backend of one GPU. Every REQUIRED op of ops.def is declared here (generated from the
-// list, so the class is concrete by construction); each is either a generated kernel
-// (cuda_*.cpp) or one of the explicit host fallbacks of host_fallback.cpp (kHostFallbackOps).
+// list, so the class is concrete by construction); each has a GPU kernel (cuda_*.cpp).
 // Some DEFAULT ops are overridden with kernels too, where a generated kernel beats the
 // composition of other ops.
 #pragma once

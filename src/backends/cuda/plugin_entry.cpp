@@ -5,7 +5,6 @@
 #include "backend/cuda_plugin.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/host_fallback.h"
 #include "kiln/version.h"
 
 namespace kiln::cuda {
@@ -68,11 +67,8 @@ void clear_kernel_memory_cache(int index) {
   backend(index)->runtime().compiler.clear_memory_cache();
 }
 
-std::span<const std::string_view> host_fallback_ops() { return kHostFallbackOps; }
-
-const CudaPluginApi kApi{kBackendApiVersion, device_count,       device_info,
-                         make_backend,       kernel_cache_stats, clear_kernel_memory_cache,
-                         host_fallback_ops};
+const CudaPluginApi kApi{kBackendContractHash, device_count,       device_info,
+                         make_backend,         kernel_cache_stats, clear_kernel_memory_cache};
 
 }  // namespace
 }  // namespace kiln::cuda
