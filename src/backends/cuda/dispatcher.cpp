@@ -165,7 +165,7 @@ void Dispatcher::drain() noexcept {
   // The draining thread launches the rest itself, under one lock for the whole batch (the
   // launcher waits rather than taking turns per launch). Measured on the H200 host: waiting for
   // the launcher instead gave 4.2-4.3 us per small add end to end, this 3.7-4.0, launching on the
-  // caller's thread with no launcher 4.1-4.3 (NOTES.md).
+  // caller's thread with no launcher 4.1-4.3 (docs/cuda-backend-notes.md).
   std::lock_guard lock(consumers_);
   while (launch_locked()) {
   }
