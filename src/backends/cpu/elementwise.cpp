@@ -151,9 +151,55 @@ void walk(const Kernel& kernel, const Operands& operands, const LoopPlan& plan, 
   }
 }
 
+// Whether storage of this dtype reaches a kernel of type kernel as it is (storage_for's AsIs).
+bool runs_as_is(DType storage, DType kernel) noexcept {
+  return storage == kernel ||
+         (is_int(storage) && is_int(kernel) && dtype_size(storage) == dtype_size(kernel));
+}
+
+// The common small op in straight-line code, for its per-call cost: every input of one shape,
+// contiguous and read by the kernel as it is stored, too few elements to split over threads.
+// The output, one kernel call on the whole run, no plan, tiles or heap beyond the output.
+// Null when the op is not such a case.
+std::shared_ptr<CpuTensor> run_small(std::span<const Primitive> inputs, const void* scalar,
+                                     DType out_dtype, const Kernel& kernel) {
+  const Shape& shape = inputs[0]->shape();
+  const std::int64_t elements = shape.num_elements();
+  // Below one grain parallel_for would run one thread (kernel.cost is small, so no overflow).
+  if (elements >= kParallelGrain || elements * kernel.cost >= kParallelGrain) return nullptr;
+  if (!runs_as_is(out_dtype, kernel.out)) return nullptr;
+  for (const Primitive& x : inputs) {
+    if (!runs_as_is(x->dtype(), kernel.in) || x->shape() != shape ||
+        !as_cpu(x).is_contiguous()) {
+      return nullptr;
+    }
+  }
+  std::shared_ptr<CpuTensor> out;
+  for (const Primitive& x : inputs) {
+    if (reusable_as_output(x, shape, out_dtype)) {
+      out = std::static_pointer_cast<CpuTensor>(x);
+      break;
+    }
+  }
+  if (!out) out = make_tensor(out_dtype, shape);
+  if (elements == 0) return out;
+  std::array<char*, kMaxElementwiseOperands> data{};
+  std::array<std::int64_t, kMaxElementwiseOperands> steps{};
+  data[0] = reinterpret_cast<char*>(out->data());
+  steps[0] = static_cast<std::int64_t>(dtype_size(out_dtype));
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    data[k + 1] = reinterpret_cast<char*>(as_cpu(inputs[k]).data());
+    steps[k + 1] = static_cast<std::int64_t>(dtype_size(inputs[k]->dtype()));
+  }
+  if (scalar) data[inputs.size() + 1] = const_cast<char*>(static_cast<const char*>(scalar));
+  kernel.loop(elements, data.data(), steps.data(), kernel.context);
+  return out;
+}
+
 // scalar, when not null, is one more input: a value of the kernel's input type, broadcast.
 Primitive run(std::span<const Primitive> inputs, const void* scalar, DType out_dtype,
               const Kernel& kernel, const char* op) {
+  if (std::shared_ptr<CpuTensor> out = run_small(inputs, scalar, out_dtype, kernel)) return out;
   bool same_shape = true;
   for (const Primitive& x : inputs) same_shape = same_shape && x->shape() == inputs[0]->shape();
   Shape broadcast;

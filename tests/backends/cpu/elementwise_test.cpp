@@ -231,6 +231,59 @@ TEST_F(CpuElementwise, SizesAroundTheParallelGrain) {
   }
 }
 
+TEST_F(CpuElementwise, SmallContiguousOpsTakeOneKernelCall) {
+  // Same shapes, contiguous, under one grain: the driver's straight-line path, one run.
+  const std::int64_t grain = cpu::elementwise_grain();
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{16}, grain - 1}) {
+    g_runs = 0;
+    const Primitive a = random_tensor(Shape{n}, 1), b = random_tensor(Shape{n}, 2);
+    expect_binary(cpu::run_binary(a, b, DType::F64, kCountedKernel, "test"), a, b, times_ten_plus,
+                  "small " + std::to_string(n));
+    EXPECT_EQ(g_runs.load(), 1) << n;
+  }
+  // At the grain and past it the general path runs it, with the same result.
+  for (const std::int64_t n : {grain, grain + 1}) {
+    const Primitive a = random_tensor(Shape{n}, 1), b = random_tensor(Shape{n}, 2);
+    expect_binary(cpu::run_binary(a, b, DType::F64, kCountedKernel, "test"), a, b, times_ten_plus,
+                  "grain " + std::to_string(n));
+  }
+  // A kernel's cost lowers the size the straight-line path takes.
+  const std::int64_t n = grain / 4 + 1;
+  cpu::Kernel costly = kCountedKernel;
+  costly.cost = 4;
+  const Primitive a = random_tensor(Shape{n}, 1), b = random_tensor(Shape{n}, 2);
+  expect_binary(cpu::run_binary(a, b, DType::F64, costly, "test"), a, b, times_ten_plus, "costly");
+
+  // Output reuse and in place: a uniquely owned lhs, else rhs, is written.
+  Primitive x = random_tensor(Shape{4, 4}, 3);
+  const Primitive y = random_tensor(Shape{4, 4}, 4);
+  const std::vector<double> xv = values(x), yv = values(y);
+  const std::byte* x_storage = as_cpu(x).data();
+  Primitive sum = backend().add(std::move(x), y);
+  EXPECT_EQ(as_cpu(sum).data(), x_storage);
+  for (std::size_t i = 0; i < xv.size(); ++i) EXPECT_EQ(values(sum)[i], xv[i] + yv[i]) << i;
+  Primitive z = random_tensor(Shape{4, 4}, 5);
+  const std::byte* z_storage = as_cpu(z).data();
+  EXPECT_EQ(as_cpu(backend().sub(y, std::move(z))).data(), z_storage);
+  // Both operands one tensor (so not uniquely owned): a fresh output.
+  const std::vector<double> sv = values(sum);
+  const Primitive twice = backend().add(sum, sum);
+  EXPECT_NE(as_cpu(twice).data(), as_cpu(sum).data());
+  for (std::size_t i = 0; i < sv.size(); ++i) EXPECT_EQ(values(twice)[i], 2 * sv[i]) << i;
+  // Unary, scalar and a one-element tensor.
+  const Primitive one = random_tensor(Shape{1}, 6);
+  const double v = values(one)[0];
+  EXPECT_EQ(values(backend().neg(one))[0], -v);
+  EXPECT_EQ(values(backend().mul_scalar(one, Scalar(3.0)))[0], v * 3);
+  // A shared operand is not overwritten.
+  EXPECT_EQ(values(one)[0], v);
+  // Integers of one width share the kernel on this path too; f32 direct, bf16 is not direct.
+  const Primitive i8 = tensor({-128, 127}, {2}, DType::I8);
+  EXPECT_EQ(values(backend().add(i8, i8)), (std::vector<double>{0, -2}));
+  const Primitive h = tensor({1.5, -2}, {2}, DType::BF16);
+  EXPECT_EQ(values(backend().add(h, h)), (std::vector<double>{3, -4}));
+}
+
 TEST_F(CpuElementwise, HalfFloatsRunThroughF32Tiles) {
   // Lengths around the tile (256) with broadcast and strided operands; the result must be
   // exactly the f32 op rounded once to the storage type, as PyTorch computes it.
