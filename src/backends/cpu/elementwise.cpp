@@ -168,8 +168,9 @@ std::shared_ptr<CpuTensor> run_small(std::span<const Primitive> inputs, const vo
   // Below one grain parallel_for would run one thread (kernel.cost is small, so no overflow).
   if (elements >= kParallelGrain || elements * kernel.cost >= kParallelGrain) return nullptr;
   if (!runs_as_is(out_dtype, kernel.out)) return nullptr;
-  for (const Primitive& x : inputs) {
-    if (!runs_as_is(x->dtype(), kernel.in) || x->shape() != shape ||
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const Primitive& x = inputs[k];
+    if (!runs_as_is(x->dtype(), kernel.in) || (k > 0 && x->shape() != shape) ||
         !as_cpu(x).is_contiguous()) {
       return nullptr;
     }
@@ -199,7 +200,6 @@ std::shared_ptr<CpuTensor> run_small(std::span<const Primitive> inputs, const vo
 // scalar, when not null, is one more input: a value of the kernel's input type, broadcast.
 Primitive run(std::span<const Primitive> inputs, const void* scalar, DType out_dtype,
               const Kernel& kernel, const char* op) {
-  if (std::shared_ptr<CpuTensor> out = run_small(inputs, scalar, out_dtype, kernel)) return out;
   bool same_shape = true;
   for (const Primitive& x : inputs) same_shape = same_shape && x->shape() == inputs[0]->shape();
   Shape broadcast;
@@ -278,20 +278,24 @@ Primitive run(std::span<const Primitive> inputs, const void* scalar, DType out_d
 
 std::int64_t elementwise_grain() noexcept { return kParallelGrain; }
 
+// Each entry point tries the small path itself, so that a small op never enters run's frame.
 Primitive run_unary(Primitive x, DType out_dtype, const Kernel& kernel, const char* op) {
   const std::array<Primitive, 1> inputs{std::move(x)};
+  if (std::shared_ptr<CpuTensor> out = run_small(inputs, nullptr, out_dtype, kernel)) return out;
   return run(inputs, nullptr, out_dtype, kernel, op);
 }
 
 Primitive run_binary(Primitive lhs, Primitive rhs, DType out_dtype, const Kernel& kernel,
                      const char* op) {
   const std::array<Primitive, 2> inputs{std::move(lhs), std::move(rhs)};
+  if (std::shared_ptr<CpuTensor> out = run_small(inputs, nullptr, out_dtype, kernel)) return out;
   return run(inputs, nullptr, out_dtype, kernel, op);
 }
 
 Primitive run_binary_scalar(Primitive x, const void* scalar, DType out_dtype, const Kernel& kernel,
                             const char* op) {
   const std::array<Primitive, 1> inputs{std::move(x)};
+  if (std::shared_ptr<CpuTensor> out = run_small(inputs, scalar, out_dtype, kernel)) return out;
   return run(inputs, scalar, out_dtype, kernel, op);
 }
 
