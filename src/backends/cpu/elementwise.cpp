@@ -152,7 +152,7 @@ void walk(const Kernel& kernel, const Operands& operands, const LoopPlan& plan, 
 }
 
 // Whether storage of this dtype reaches a kernel of type kernel as it is (storage_for's AsIs).
-bool runs_as_is(DType storage, DType kernel) noexcept {
+inline bool runs_as_is(DType storage, DType kernel) noexcept {
   return storage == kernel ||
          (is_int(storage) && is_int(kernel) && dtype_size(storage) == dtype_size(kernel));
 }
@@ -177,7 +177,8 @@ std::shared_ptr<CpuTensor> run_small(std::span<const Primitive> inputs, const vo
   }
   std::shared_ptr<CpuTensor> out;
   for (const Primitive& x : inputs) {
-    if (reusable_as_output(x, shape, out_dtype)) {
+    // can_mut inline first: a shared input, the usual case, costs no call.
+    if (can_mut(x) && reusable_as_output(x, shape, out_dtype)) {
       out = std::static_pointer_cast<CpuTensor>(x);
       break;
     }
