@@ -227,6 +227,16 @@ void add_bf16(benchmark::State& state) {
       add_op, 1e-2, "add_bf16");
 }
 BENCHMARK(add_bf16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void add_f16(benchmark::State& state) {
+  elementwise_case(
+      state, 3.0 * kLarge * kLarge * 2,
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge).cast(DType::F16),
+                         random_matrix(kLarge, kLarge).cast(DType::F16)};
+      },
+      add_op, 1e-3, "add_f16");
+}
+BENCHMARK(add_f16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 void add_i32(benchmark::State& state) {
   elementwise_case(
       state, 3.0 * kLarge * kLarge * 4,
