@@ -178,6 +178,95 @@ void fma_exp_large(benchmark::State& state) {
 }
 BENCHMARK(fma_exp_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
+// ---- the elementwise layer's other paths: broadcast, strided, 16-bit floats, compare ----
+// Each reads two 4096² operands (or one and a row) and writes one; the spot check is element
+// [0, 0].
+// read_one for tensors of any kind.
+template <std::size_t D, class K>
+double read_first(const Tensor<D, K>& t) {
+  return t.slice(std::vector<Slice>(D, Slice(0, 1))).into_data().to_f64_vec()[0];
+}
+
+template <class Make, class Op>
+void elementwise_case(benchmark::State& state, double bytes, Make make, Op op, double tolerance,
+                      const char* name) {
+  state.counters["bytes"] = bytes;
+  guarded(state, [&] {
+    auto [x, y] = make();
+    const double want = read_first(op(x.float_(DType::F64), y.float_(DType::F64)));
+    expect_near(read_first(op(x, y)), want, tolerance, name);
+    for (auto _ : state) benchmark::DoNotOptimize(read_first(op(x, y)));
+  });
+}
+constexpr auto add_op = [](const auto& a, const auto& b) { return a + b; };
+void add_row_broadcast(benchmark::State& state) {
+  elementwise_case(
+      state, 2.0 * kLarge * kLarge * sizeof(float),
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge), random_matrix(1, kLarge)};
+      },
+      add_op, 1e-6, "add_row_broadcast");
+}
+BENCHMARK(add_row_broadcast)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void add_transposed(benchmark::State& state) {
+  elementwise_case(
+      state, 3.0 * kLarge * kLarge * sizeof(float),
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge).transpose(), random_matrix(kLarge, kLarge)};
+      },
+      add_op, 1e-6, "add_transposed");
+}
+BENCHMARK(add_transposed)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void add_bf16(benchmark::State& state) {
+  elementwise_case(
+      state, 3.0 * kLarge * kLarge * 2,
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge).cast(DType::BF16),
+                         random_matrix(kLarge, kLarge).cast(DType::BF16)};
+      },
+      add_op, 1e-2, "add_bf16");
+}
+BENCHMARK(add_bf16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void add_f16(benchmark::State& state) {
+  elementwise_case(
+      state, 3.0 * kLarge * kLarge * 2,
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge).cast(DType::F16),
+                         random_matrix(kLarge, kLarge).cast(DType::F16)};
+      },
+      add_op, 1e-3, "add_f16");
+}
+BENCHMARK(add_f16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void add_i32(benchmark::State& state) {
+  elementwise_case(
+      state, 3.0 * kLarge * kLarge * 4,
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge).mul_scalar(1000).int_().cast(DType::I32),
+                         random_matrix(kLarge, kLarge).mul_scalar(1000).int_().cast(DType::I32)};
+      },
+      add_op, 0, "add_i32");
+}
+BENCHMARK(add_i32)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void greater_large(benchmark::State& state) {
+  elementwise_case(
+      state, 2.0 * kLarge * kLarge * sizeof(float) + kLarge * kLarge,
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge), random_matrix(kLarge, kLarge)};
+      },
+      [](const auto& a, const auto& b) { return a.greater(b).float_(DType::F32); }, 0,
+      "greater_large");
+}
+BENCHMARK(greater_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void sigmoid_large(benchmark::State& state) {
+  elementwise_case(
+      state, 2.0 * kLarge * kLarge * sizeof(float),
+      [] {
+        return std::pair{random_matrix(kLarge, kLarge), random_matrix(1, 1)};
+      },
+      [](const auto& a, const auto&) { return activation::sigmoid(a); }, 1e-6, "sigmoid_large");
+}
+BENCHMARK(sigmoid_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
 // ---- conv2d 3x3, batch 16, 64 -> 64 channels, 56x56, padding 1 ----
 void conv2d(benchmark::State& state) {
   constexpr std::int64_t batch = 16, channels = 64, side = 56;

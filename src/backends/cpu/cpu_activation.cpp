@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
+#include "backends/cpu/parallel.h"
 #include "backends/cpu/vector_math.h"
 #include "core/buffer.h"
 
@@ -21,8 +22,8 @@ namespace {
 template <class F>
 Primitive float_map(Primitive x, const char* op, F f) {
   const DType dtype = x->dtype();
-  return visit_float_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    return map_unary<T, T>(std::move(x), dtype, f);
+  return visit_float_kernel(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+    return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), op);
   });
 }
 

@@ -71,17 +71,37 @@ void throw_if_divided_by_zero(const std::atomic<bool>& zero, const char* op,
   if (zero.load()) detail::fail<InvalidArgument>(op, what);
 }
 
+// Wrapping add, sub and mul give the same bits for signed and unsigned integers of one width,
+// so both run one kernel.
+template <class Op>
+constexpr bool kSignBlind =
+    std::is_same_v<Op, AddOp> || std::is_same_v<Op, SubOp> || std::is_same_v<Op, MulOp>;
+template <class Op, class T>
+using op_kernel_t = std::conditional_t<kSignBlind<Op>, bits_t<T>, kernel_t<T>>;
+
+// An op with the zero-division flag bound: one type per op, so the tensor-tensor and the
+// tensor-scalar forms share its kernels.
+template <class Op>
+struct Flagged {
+  std::atomic<bool>* zero;
+  template <class T>
+  T operator()(T a, T b) const {
+    return Op{}(a, b, *zero);
+  }
+};
+
 template <class Op>
 Primitive binary(Primitive lhs, Primitive rhs, const char* op, bool float_only = false,
                  std::string_view failure = kDivisionByZero) {
   const DType dtype = lhs->dtype();
   std::atomic<bool> zero{false};
+  const Flagged<Op> f{&zero};
   auto run = [&]<class T>(type_tag<T>) -> Primitive {
-    return map_binary<T, T>(
-        std::move(lhs), std::move(rhs), dtype,
-        [&zero](auto a, auto b) { return Op{}(a, b, zero); }, op);
+    using K = op_kernel_t<Op, T>;
+    return run_binary(std::move(lhs), std::move(rhs), dtype, make_binary_kernel<K, K>(f), op);
   };
-  Primitive out = float_only ? visit_float_dtype(dtype, op, run) : visit_numeric_dtype(dtype, op, run);
+  Primitive out =
+      float_only ? visit_float_kernel(dtype, op, run) : visit_numeric_kernel(dtype, op, run);
   throw_if_divided_by_zero(zero, op, failure);
   return out;
 }
@@ -90,10 +110,13 @@ template <class Op>
 Primitive binary_scalar(Primitive x, Scalar value, const char* op) {
   const DType dtype = x->dtype();
   std::atomic<bool> zero{false};
+  const Flagged<Op> f{&zero};
+  // The storage type reads the scalar (it saturates or wraps as that type), carried bit for bit
+  // into the kernel type.
   Primitive out = visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    using C = compute_t<T>;
-    const C v = value.as<C>();
-    return map_unary<T, T>(std::move(x), dtype, [&zero, v](C a) { return Op{}(a, v, zero); });
+    using K = op_kernel_t<Op, T>;
+    const K v = static_cast<K>(value.as<compute_t<T>>());
+    return run_binary_scalar(std::move(x), &v, dtype, make_binary_kernel<K, K>(f), op);
   });
   throw_if_divided_by_zero(zero, op);
   return out;
@@ -108,12 +131,13 @@ Primitive int_pow_scalar(Primitive x, const Scalar& value) {
   std::atomic<bool> zero{false};
   Primitive out = visit_int_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
     if (e.negative) {
-      return map_unary<T, T>(std::move(x), dtype,
-                             [&zero, odd = e.odd](T a) { return int_pow_negative(a, odd, zero); });
+      const auto f = [&zero, odd = e.odd](T a) { return int_pow_negative(a, odd, zero); };
+      return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), op);
     }
-    const T exponent = static_cast<T>(e.value);
-    return map_unary<T, T>(std::move(x), dtype,
-                           [&zero, exponent](T a) { return int_pow(a, exponent, zero); });
+    const auto f = [&zero, exponent = static_cast<T>(e.value)](T a) {
+      return int_pow(a, exponent, zero);
+    };
+    return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), op);
   });
   if (zero.load()) {
     const std::string exponent =
@@ -166,30 +190,27 @@ Primitive CpuBackend::pow_scalar(Primitive x, Scalar v) {
 
 Primitive CpuBackend::clamp(Primitive x, Scalar min, Scalar max) {
   const DType dtype = x->dtype();
-  return visit_numeric_dtype(dtype, "clamp", [&]<class T>(type_tag<T>) -> Primitive {
-    using C = compute_t<T>;
-    const C lo = min.as<C>(), hi = max.as<C>();
+  return visit_numeric_kernel(dtype, "clamp", [&]<class T>(type_tag<T>) -> Primitive {
     // min(max(x, lo), hi): with lo > hi every element becomes hi, as in PyTorch.
-    return map_unary<T, T>(std::move(x), dtype, [lo, hi](C a) {
-      const C low = a < lo ? lo : a;
+    const auto f = [lo = min.as<T>(), hi = max.as<T>()](T a) {
+      const T low = a < lo ? lo : a;
       return hi < low ? hi : low;
-    });
+    };
+    return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), "clamp");
   });
 }
 Primitive CpuBackend::clamp_min(Primitive x, Scalar min) {
   const DType dtype = x->dtype();
-  return visit_numeric_dtype(dtype, "clamp_min", [&]<class T>(type_tag<T>) -> Primitive {
-    using C = compute_t<T>;
-    const C lo = min.as<C>();
-    return map_unary<T, T>(std::move(x), dtype, [lo](C a) { return a < lo ? lo : a; });
+  return visit_numeric_kernel(dtype, "clamp_min", [&]<class T>(type_tag<T>) -> Primitive {
+    const auto f = [lo = min.as<T>()](T a) { return a < lo ? lo : a; };
+    return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), "clamp_min");
   });
 }
 Primitive CpuBackend::clamp_max(Primitive x, Scalar max) {
   const DType dtype = x->dtype();
-  return visit_numeric_dtype(dtype, "clamp_max", [&]<class T>(type_tag<T>) -> Primitive {
-    using C = compute_t<T>;
-    const C hi = max.as<C>();
-    return map_unary<T, T>(std::move(x), dtype, [hi](C a) { return hi < a ? hi : a; });
+  return visit_numeric_kernel(dtype, "clamp_max", [&]<class T>(type_tag<T>) -> Primitive {
+    const auto f = [hi = max.as<T>()](T a) { return hi < a ? hi : a; };
+    return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), "clamp_max");
   });
 }
 

@@ -1,106 +1,171 @@
-// Typed elementwise maps over strided, broadcast operands, built on the loop engine.
-// The output reuses an operand's memory when that operand is uniquely owned, contiguous and
-// already of the output's shape and dtype.
+// The CPU elementwise layer: a type-erased driver and typed 1-D kernels.
+//
+// Planning (broadcast, output reuse, merging dims), the split over threads and the walk over
+// 1-D runs are ordinary code compiled once (elementwise.cpp); the only code instantiated per
+// (op, element type) is a Loop1D, which applies the op to one run of n elements. A Loop1D
+// depends on nothing but its run, so a chain of them can later be applied tile by tile.
+//
+//   const float v = 2;
+//   auto f = [v](float a) { return a * v; };
+//   Primitive y = run_unary(x, DType::F32, make_unary_kernel<float, float>(f), "mul_scalar");
+//
+// f16 and bf16 have no kernels of their own: their ops take the f32 kernel, and the driver
+// converts each run through small f32 tiles. Integer ops that do not depend on signedness take
+// the kernel of the unsigned type of the same width (bits_t), which the driver runs on the
+// signed storage as it is.
 #pragma once
 
+#include <cstdint>
+#include <type_traits>
+
 #include "backends/cpu/cpu_tensor.h"
-#include "backends/cpu/loops.h"
 #include "core/dtype_dispatch.h"
+#include "kiln/scalar.h"
 
 namespace kiln::cpu {
 
-// out = f(x) elementwise; f maps In -> Out (storage types).
-template <class Out, class In, class F>
-Primitive map_unary_raw(Primitive x, DType out_dtype, F f) {
-  const Shape& shape = x->shape();
-  std::shared_ptr<CpuTensor> out;
-  if (reusable_as_output(x, shape, out_dtype)) {
-    out = std::static_pointer_cast<CpuTensor>(x);
-  } else {
-    out = make_tensor(out_dtype, shape);
+// One run of n elements: data[0] is the output, data[1..] the inputs; strides[i] is operand
+// i's step in bytes (0 for a broadcast operand). context is the kernel's own state.
+using Loop1D = void (*)(std::int64_t n, char* const* data, const std::int64_t* strides,
+                        const void* context);
+
+// A 1-D loop with the element types it writes and reads. context must outlive the run.
+struct Kernel {
+  Loop1D loop = nullptr;
+  const void* context = nullptr;
+  DType out = DType::F32;
+  DType in = DType::F32;
+  // Cost of an element relative to a plain arithmetic op: the driver splits a run over threads
+  // at a grain this many times smaller.
+  std::int64_t cost = 1;
+};
+
+// out = kernel(x) over x's shape; the output reuses x's memory when x is uniquely owned,
+// contiguous and of the output's shape and dtype. x's dtype is the kernel's input type, or a
+// 16-bit float for an f32 kernel, or an integer of the kernel's width.
+Primitive run_unary(Primitive x, DType out_dtype, const Kernel& kernel, const char* op);
+// out = kernel(lhs, rhs) over the broadcast of their shapes (ShapeMismatch naming op otherwise);
+// the output reuses lhs's, else rhs's memory under the conditions of run_unary.
+Primitive run_binary(Primitive lhs, Primitive rhs, DType out_dtype, const Kernel& kernel,
+                     const char* op);
+// out = kernel(x, scalar) with *scalar, of the kernel's input type, as a broadcast operand: a
+// tensor-scalar op runs its tensor-tensor kernel.
+Primitive run_binary_scalar(Primitive x, const void* scalar, DType out_dtype, const Kernel& kernel,
+                            const char* op);
+
+// Elements below which the driver keeps a plain kernel on one thread (kParallelGrain as this
+// build of the library has it: the ThreadSanitizer build lowers it).
+std::int64_t elementwise_grain() noexcept;
+
+// ---- element types of kernels ----
+
+// The type a kernel computes on for a storage type: float for f16 and bf16.
+template <class T>
+using kernel_t = compute_t<T>;
+// For ops blind to signedness (wrapping add, bitwise logic, equality): one kernel per width.
+template <class T>
+using bits_t = std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool>,
+                                  std::make_unsigned<T>, std::type_identity<kernel_t<T>>>::type;
+
+// visit_dtype and friends, calling f with the kernel type (kernel_t) of the dtype, so that f16
+// and bf16 share f32's kernels.
+template <class Visit, class F>
+decltype(auto) visit_kernel_type(Visit visit, DType dtype, std::string_view op, F&& f) {
+  return visit(dtype, op, [&]<class T>(type_tag<T>) { return f(type_tag<kernel_t<T>>{}); });
+}
+template <class F>
+decltype(auto) visit_kernel(DType dtype, std::string_view op, F&& f) {
+  return visit_kernel_type([](auto... a) -> decltype(auto) { return visit_dtype(a...); }, dtype, op,
+                           std::forward<F>(f));
+}
+template <class F>
+decltype(auto) visit_numeric_kernel(DType dtype, std::string_view op, F&& f) {
+  if (dtype == DType::Bool) {
+    detail::fail<UnsupportedDType>(op, "expected a float or integer dtype, got bool");
   }
-  if (shape.num_elements() == 0) return out;
-  const CpuTensor& in = as_cpu(x);
-  Out* o = out->data_as<Out>();
-  const In* a = in.data_as<In>();
-  if (in.is_contiguous()) {
-    parallel_for(shape.num_elements(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) o[i] = f(a[i]);
-    });
-    return out;
-  }
-  const LoopPlan plan = plan_loop(shape, {&out->strides(), &in.strides()});
-  run_loop<2>(plan, [&](std::int64_t n, const std::array<std::int64_t, 2>& off,
-                        const std::array<std::int64_t, 2>& st) {
-    Out* po = o + off[0];
-    const In* pa = a + off[1];
-    if (st[0] == 1 && st[1] == 1) {
-      for (std::int64_t i = 0; i < n; ++i) po[i] = f(pa[i]);
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) po[i * st[0]] = f(pa[i * st[1]]);
-    }
-  });
-  return out;
+  return visit_kernel(dtype, op, std::forward<F>(f));
+}
+template <class F>
+decltype(auto) visit_float_kernel(DType dtype, std::string_view op, F&& f) {
+  return visit_kernel_type([](auto... a) -> decltype(auto) { return visit_float_dtype(a...); },
+                           dtype, op, std::forward<F>(f));
 }
 
-// out = f(x) with f on compute types (float for f16/bf16).
-template <class Out, class In, class F>
-Primitive map_unary(Primitive x, DType out_dtype, F f) {
-  return map_unary_raw<Out, In>(std::move(x), out_dtype, [f](In v) {
-    return static_cast<Out>(f(static_cast<compute_t<In>>(v)));
-  });
+// ---- 1-D loops ----
+
+namespace loops_1d {
+
+template <class T>
+T load(const char* p) noexcept {
+  return *reinterpret_cast<const T*>(p);
+}
+template <class T>
+void store(char* p, T v) noexcept {
+  *reinterpret_cast<T*>(p) = v;
 }
 
-// out = f(a, b) with broadcasting; f on compute types of In, returning compute type of Out.
 template <class Out, class In, class F>
-Primitive map_binary(Primitive lhs, Primitive rhs, DType out_dtype, F f, const char* op) {
-  const bool same_shape = lhs->shape() == rhs->shape();
-  Shape broadcast;
-  if (!same_shape) broadcast = broadcast_shapes(lhs->shape(), rhs->shape(), op);
-  const Shape& shape = same_shape ? lhs->shape() : broadcast;
-  std::shared_ptr<CpuTensor> out;
-  if (reusable_as_output(lhs, shape, out_dtype)) {
-    out = std::static_pointer_cast<CpuTensor>(lhs);
-  } else if (reusable_as_output(rhs, shape, out_dtype)) {
-    out = std::static_pointer_cast<CpuTensor>(rhs);
+void unary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
+                const void* context) {
+  const F& f = *static_cast<const F*>(context);
+  char* o = data[0];
+  const char* a = data[1];
+  if (strides[0] == sizeof(Out) && strides[1] == sizeof(In)) {
+    Out* out = reinterpret_cast<Out*>(o);
+    const In* in = reinterpret_cast<const In*>(a);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(in[i]));
+  } else if (strides[0] == sizeof(Out) && strides[1] == 0) {
+    const Out v = static_cast<Out>(f(load<In>(a)));
+    Out* out = reinterpret_cast<Out*>(o);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = v;
   } else {
-    out = make_tensor(out_dtype, shape);
-  }
-  if (shape.num_elements() == 0) return out;
-  const CpuTensor& x = as_cpu(lhs);
-  const CpuTensor& y = as_cpu(rhs);
-  Out* o = out->data_as<Out>();
-  const In* a = x.data_as<In>();
-  const In* b = y.data_as<In>();
-  using C = compute_t<In>;
-  auto apply = [f](In u, In v) { return static_cast<Out>(f(static_cast<C>(u), static_cast<C>(v))); };
-  if (same_shape && x.is_contiguous() && y.is_contiguous()) {
-    parallel_for(shape.num_elements(), kParallelGrain, [&](std::int64_t s, std::int64_t e) {
-      for (std::int64_t i = s; i < e; ++i) o[i] = apply(a[i], b[i]);
-    });
-    return out;
-  }
-  const Strides sa = broadcast_strides(x, shape);
-  const Strides sb = broadcast_strides(y, shape);
-  const LoopPlan plan = plan_loop(shape, {&out->strides(), &sa, &sb});
-  run_loop<3>(plan, [&](std::int64_t n, const std::array<std::int64_t, 3>& off,
-                        const std::array<std::int64_t, 3>& st) {
-    Out* po = o + off[0];
-    const In* pa = a + off[1];
-    const In* pb = b + off[2];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-      for (std::int64_t i = 0; i < n; ++i) po[i] = apply(pa[i], pb[i]);
-    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
-      const In v = *pb;
-      for (std::int64_t i = 0; i < n; ++i) po[i] = apply(pa[i], v);
-    } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
-      const In u = *pa;
-      for (std::int64_t i = 0; i < n; ++i) po[i] = apply(u, pb[i]);
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) po[i * st[0]] = apply(pa[i * st[1]], pb[i * st[2]]);
+    for (std::int64_t i = 0; i < n; ++i) {
+      store<Out>(o + i * strides[0], static_cast<Out>(f(load<In>(a + i * strides[1]))));
     }
-  });
-  return out;
+  }
+}
+
+template <class Out, class In, class F>
+void binary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
+                 const void* context) {
+  const F& f = *static_cast<const F*>(context);
+  char* o = data[0];
+  const char* a = data[1];
+  const char* b = data[2];
+  if (strides[0] == sizeof(Out) && strides[1] == sizeof(In) && strides[2] == sizeof(In)) {
+    Out* out = reinterpret_cast<Out*>(o);
+    const In* x = reinterpret_cast<const In*>(a);
+    const In* y = reinterpret_cast<const In*>(b);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(x[i], y[i]));
+  } else if (strides[0] == sizeof(Out) && strides[1] == sizeof(In) && strides[2] == 0) {
+    Out* out = reinterpret_cast<Out*>(o);
+    const In* x = reinterpret_cast<const In*>(a);
+    const In v = load<In>(b);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(x[i], v));
+  } else if (strides[0] == sizeof(Out) && strides[1] == 0 && strides[2] == sizeof(In)) {
+    Out* out = reinterpret_cast<Out*>(o);
+    const In u = load<In>(a);
+    const In* y = reinterpret_cast<const In*>(b);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(u, y[i]));
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      store<Out>(o + i * strides[0],
+                 static_cast<Out>(f(load<In>(a + i * strides[1]), load<In>(b + i * strides[2]))));
+    }
+  }
+}
+
+}  // namespace loops_1d
+
+// The Loop1D applying f (In -> Out, or (In, In) -> Out) element by element, with fast paths for
+// contiguous and broadcast (stride 0) runs. f is the context: it must outlive the run.
+template <class Out, class In, class F>
+Kernel make_unary_kernel(const F& f) {
+  return {&loops_1d::unary_loop<Out, In, F>, &f, dtype_of<Out>::value, dtype_of<In>::value};
+}
+template <class Out, class In, class F>
+Kernel make_binary_kernel(const F& f) {
+  return {&loops_1d::binary_loop<Out, In, F>, &f, dtype_of<Out>::value, dtype_of<In>::value};
 }
 
 }  // namespace kiln::cpu
