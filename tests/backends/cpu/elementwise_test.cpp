@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "support/spread.h"
 #include "backend/registry.h"
 #include "backends/cpu/cpu_tensor.h"
 
@@ -27,13 +28,7 @@ Backend& backend() { return backend_for(Device::cpu()); }
 
 // n deterministic values in [lo, hi).
 std::vector<double> spread(std::int64_t n, std::uint32_t seed, double lo = -4.0, double hi = 4.0) {
-  std::vector<double> out(static_cast<std::size_t>(n));
-  std::uint32_t state = seed * 2654435761u + 1;
-  for (double& v : out) {
-    state = state * 1664525u + 1013904223u;
-    v = lo + (hi - lo) * static_cast<double>(state >> 8) / static_cast<double>(1u << 24);
-  }
-  return out;
+  return test::spread(n, seed, lo, hi);
 }
 
 Primitive tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "support/spread.h"
 #include "backend/registry.h"
 
 namespace kiln {
@@ -29,13 +30,7 @@ Backend& cpu() { return backend_for(Device::cpu()); }
 
 // n deterministic values in [lo, hi).
 std::vector<double> spread(std::int64_t n, std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
-  std::vector<double> out(static_cast<std::size_t>(n));
-  std::uint32_t state = seed * 2654435761u + 1;
-  for (double& v : out) {
-    state = state * 1664525u + 1013904223u;
-    v = lo + (hi - lo) * static_cast<double>(state >> 8) / static_cast<double>(1u << 24);
-  }
-  return out;
+  return test::spread(n, seed, lo, hi);
 }
 
 Primitive floats(const Shape& shape, std::uint32_t seed, DType dtype = DType::F32) {
