@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "support/spread.h"
+
 namespace kiln::autodiff_test {
 
 inline const Device kCpu = Device::cpu();
@@ -48,13 +50,7 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
 
 // Deterministic values in [lo, hi) without a device random generator.
 inline std::vector<double> spread(std::size_t n, double lo, double hi, std::uint32_t seed = 1) {
-  std::vector<double> out(n);
-  std::uint32_t state = seed * 2654435761u + 1;
-  for (double& v : out) {
-    state = state * 1664525u + 1013904223u;
-    v = lo + (hi - lo) * static_cast<double>(state >> 8) / static_cast<double>(1u << 24);
-  }
-  return out;
+  return test::spread(static_cast<std::int64_t>(n), seed, lo, hi);
 }
 
 }  // namespace kiln::autodiff_test

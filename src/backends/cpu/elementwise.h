@@ -80,10 +80,8 @@ decltype(auto) visit_kernel(DType dtype, std::string_view op, F&& f) {
 }
 template <class F>
 decltype(auto) visit_numeric_kernel(DType dtype, std::string_view op, F&& f) {
-  if (dtype == DType::Bool) {
-    detail::fail<UnsupportedDType>(op, "expected a float or integer dtype, got bool");
-  }
-  return visit_kernel(dtype, op, std::forward<F>(f));
+  return visit_kernel_type([](auto... a) -> decltype(auto) { return visit_numeric_dtype(a...); },
+                           dtype, op, std::forward<F>(f));
 }
 template <class F>
 decltype(auto) visit_float_kernel(DType dtype, std::string_view op, F&& f) {
