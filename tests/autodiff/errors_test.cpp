@@ -30,14 +30,14 @@ void expect_mentions(const std::string& message, const std::string& op,
   }
 }
 
-const std::vector<double> kX = {0.5, -1.0, 2.0, 1.5};
+const std::vector<double> kInputs = {0.5, -1.0, 2.0, 1.5};
 
 TEST(AutodiffErrors, RequireGradOnAPlainDeviceSaysWhereToCreateTheTensor) {
-  const auto plain = tensor<1>(kX, {4}, kCpu);
+  const auto plain = tensor<1>(kInputs, {4}, kCpu);
   const std::string m = message_of<AutodiffError>([&] { (void)plain.require_grad(); });
   expect_mentions(m, "require_grad", {"cpu", ".autodiff()"});
   // The tensor is still usable.
-  EXPECT_EQ(values(plain), kX);
+  EXPECT_EQ(values(plain), kInputs);
   EXPECT_TRUE(plain.to_device(kAd).require_grad().is_require_grad()) << "the advised fix works";
 }
 
@@ -55,21 +55,21 @@ TEST(AutodiffErrors, RequireGradOnIntegerOrBoolTensors) {
 }
 
 TEST(AutodiffErrors, BackwardOnAnUntrackedTensorSaysToRequireGrad) {
-  const auto on_autodiff = tensor<1>(kX, {4}).sum();
-  const auto on_cpu = tensor<1>(kX, {4}, kCpu).sum();
+  const auto on_autodiff = tensor<1>(kInputs, {4}).sum();
+  const auto on_cpu = tensor<1>(kInputs, {4}, kCpu).sum();
   for (const auto& t : {on_autodiff, on_cpu}) {
     const std::string m = message_of<AutodiffError>([&] { (void)t.backward(); });
     expect_mentions(m, "backward", {"not tracked", "require_grad()"});
   }
   // A tensor cut from its graph is untracked as well.
-  const auto x = tensor<1>(kX, {4}).require_grad();
+  const auto x = tensor<1>(kInputs, {4}).require_grad();
   const std::string m =
       message_of<AutodiffError>([&] { (void)(x * 2.0).sum().detach().backward(); });
   expect_mentions(m, "backward", {"require_grad()"});
 }
 
 TEST(AutodiffErrors, BackwardOnANonScalarWithoutASeedSaysHowToReduceOrSeed) {
-  const auto x = tensor<2>(kX, {2, 2}).require_grad();
+  const auto x = tensor<2>(kInputs, {2, 2}).require_grad();
   const auto y = x * x;
   const std::string m = message_of<AutodiffError>([&] { (void)y.backward(); });
   expect_mentions(m, "backward", {"[2, 2]", ".sum()", "seed"});
@@ -79,7 +79,7 @@ TEST(AutodiffErrors, BackwardOnANonScalarWithoutASeedSaysHowToReduceOrSeed) {
 }
 
 TEST(AutodiffErrors, ASeedOfTheWrongShapeIsAShapeMismatch) {
-  const auto x = tensor<2>(kX, {2, 2}).require_grad();
+  const auto x = tensor<2>(kInputs, {2, 2}).require_grad();
   const auto y = x * 3.0;
   const std::string m = message_of<ShapeMismatch>([&] {
     (void)y.backward(tensor<2>({1, 1, 1, 1, 1, 1}, {2, 3}));
@@ -91,7 +91,7 @@ TEST(AutodiffErrors, ASeedOfTheWrongShapeIsAShapeMismatch) {
 }
 
 TEST(AutodiffErrors, ASecondBackwardOverAFreedGraphSaysToRetainIt) {
-  const auto x = tensor<1>(kX, {4}).require_grad();
+  const auto x = tensor<1>(kInputs, {4}).require_grad();
   const auto loss = (x.exp() * x).sum();
   const Gradients first = loss.backward();
   const std::string m = message_of<AutodiffError>([&] { (void)loss.backward(); });
@@ -104,13 +104,13 @@ TEST(AutodiffErrors, ASecondBackwardOverAFreedGraphSaysToRetainIt) {
 }
 
 TEST(AutodiffErrors, RetainGraphAllowsASecondIdenticalBackward) {
-  const auto x = tensor<1>(kX, {4}).require_grad();
+  const auto x = tensor<1>(kInputs, {4}).require_grad();
   const auto loss = (x.exp() * x).sum();
   const Gradients first = loss.backward({.retain_graph = true});
   const Gradients second = loss.backward({.retain_graph = true});
   const Gradients third = loss.backward();  // the last one may free it
   std::vector<double> want;
-  for (double v : kX) want.push_back(std::exp(v) * (v + 1));  // d/dx x eˣ
+  for (double v : kInputs) want.push_back(std::exp(v) * (v + 1));  // d/dx x eˣ
   for (const Gradients* g : {&first, &second, &third}) {
     expect_close(values(grad_of(x, *g)), want, 1e-6, "retained");
   }
@@ -118,18 +118,18 @@ TEST(AutodiffErrors, RetainGraphAllowsASecondIdenticalBackward) {
 }
 
 TEST(AutodiffErrors, GradReplaceNeedsALeafAndTheLeafsShape) {
-  const auto x = tensor<2>(kX, {2, 2}).require_grad();
+  const auto x = tensor<2>(kInputs, {2, 2}).require_grad();
   Gradients g = (x * 2.0).sum().backward();
   // Not a leaf: an intermediate, an untracked tensor, a plain one.
   const auto mid = x * 1.0;
-  for (const auto& t : {mid, tensor<2>(kX, {2, 2}), tensor<2>(kX, {2, 2}, kCpu)}) {
+  for (const auto& t : {mid, tensor<2>(kInputs, {2, 2}), tensor<2>(kInputs, {2, 2}, kCpu)}) {
     const std::string m = message_of<AutodiffError>([&] {
-      t.grad_replace(g, tensor<2>(kX, {2, 2}));
+      t.grad_replace(g, tensor<2>(kInputs, {2, 2}));
     });
     expect_mentions(m, "grad_replace", {"require_grad()"});
   }
   const std::string m = message_of<ShapeMismatch>([&] {
-    x.grad_replace(g, tensor<2>(kX, {4, 1}));
+    x.grad_replace(g, tensor<2>(kInputs, {4, 1}));
   });
   expect_mentions(m, "grad_replace", {"[4, 1]", "[2, 2]"});
   // The failed calls changed nothing.
@@ -138,13 +138,13 @@ TEST(AutodiffErrors, GradReplaceNeedsALeafAndTheLeafsShape) {
 }
 
 TEST(AutodiffErrors, FromInnerTakesAPlainTensor) {
-  const auto x = tensor<1>(kX, {4});
+  const auto x = tensor<1>(kInputs, {4});
   const std::string m = message_of<AutodiffError>([&] { (void)Tensor<1>::from_inner(x); });
   expect_mentions(m, "from_inner", {"autodiff", "inner device"});
 }
 
 TEST(AutodiffErrors, OrdinaryOpErrorsStillComeFromTheOpOnTrackedTensors) {
-  const auto x = tensor<2>(kX, {2, 2}).require_grad();
+  const auto x = tensor<2>(kInputs, {2, 2}).require_grad();
   const auto y = tensor<2>({1, 2, 3, 4, 5, 6}, {2, 3}).require_grad();
   EXPECT_THROW((void)(x + y), ShapeMismatch);
   const std::string m = message_of<ShapeMismatch>([&] { (void)y.matmul(y); });

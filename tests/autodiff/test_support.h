@@ -10,11 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/spread.h"
 
 namespace kiln::autodiff_test {
 
-inline const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 inline const Device kAd = Device::cpu().autodiff();
 
 // A tensor holding values (given in double, stored as dtype) on device.

@@ -54,10 +54,14 @@ double wrap_to(double v, DType dtype) {
 
 std::string layout_name(Layout layout) {
   switch (layout) {
-    case Layout::Contiguous: return "contiguous";
-    case Layout::Strided: return "strided";
-    case Layout::Transposed: return "transposed";
-    case Layout::Offset: return "offset";
+    case Layout::Contiguous:
+      return "contiguous";
+    case Layout::Strided:
+      return "strided";
+    case Layout::Transposed:
+      return "transposed";
+    case Layout::Offset:
+      return "offset";
   }
   return "?";
 }
@@ -107,8 +111,9 @@ Primitive make_ranked(const std::vector<double>& values, const Shape& shape, DTy
   using T = Tensor<D, Float>;
   auto wrap = [&](TensorData data) {
     // Build through the detail layer so every kind works.
-    return detail::from_data(std::move(data), device,
-                             is_float(dtype) ? Kind::Float : (is_int(dtype) ? Kind::Int : Kind::Bool), D);
+    return detail::from_data(
+        std::move(data), device,
+        is_float(dtype) ? Kind::Float : (is_int(dtype) ? Kind::Int : Kind::Bool), D);
   };
   (void)sizeof(T);
   switch (layout) {
@@ -166,12 +171,18 @@ Primitive make_ranked(const std::vector<double>& values, const Shape& shape, DTy
 Primitive make_primitive(const std::vector<double>& values, const Shape& shape, DType dtype,
                          Layout layout, const Device& device) {
   switch (shape.rank()) {
-    case 1: return make_ranked<1>(values, shape, dtype, layout, device);
-    case 2: return make_ranked<2>(values, shape, dtype, layout, device);
-    case 3: return make_ranked<3>(values, shape, dtype, layout, device);
-    case 4: return make_ranked<4>(values, shape, dtype, layout, device);
-    case 5: return make_ranked<5>(values, shape, dtype, layout, device);
-    default: break;
+    case 1:
+      return make_ranked<1>(values, shape, dtype, layout, device);
+    case 2:
+      return make_ranked<2>(values, shape, dtype, layout, device);
+    case 3:
+      return make_ranked<3>(values, shape, dtype, layout, device);
+    case 4:
+      return make_ranked<4>(values, shape, dtype, layout, device);
+    case 5:
+      return make_ranked<5>(values, shape, dtype, layout, device);
+    default:
+      break;
   }
   ADD_FAILURE() << "make_primitive: unsupported rank " << shape.rank();
   return nullptr;
@@ -179,11 +190,16 @@ Primitive make_primitive(const std::vector<double>& values, const Shape& shape, 
 
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::F64: return 1e-10;
-    case DType::F32: return 2e-5;
-    case DType::F16: return 4e-3;
-    case DType::BF16: return 2e-2;
-    default: return 0.0;
+    case DType::F64:
+      return 1e-10;
+    case DType::F32:
+      return 2e-5;
+    case DType::F16:
+      return 4e-3;
+    case DType::BF16:
+      return 2e-2;
+    default:
+      return 0.0;
   }
 }
 
@@ -191,8 +207,8 @@ void expect_close(const TensorData& actual, const Shape& shape, DType dtype,
                   const std::vector<double>& expected, const std::string& context,
                   double tolerance_scale) {
   ASSERT_EQ(actual.shape(), shape) << context;
-  ASSERT_EQ(actual.dtype(), dtype) << context << ": dtype " << dtype_name(actual.dtype())
-                                   << " vs " << dtype_name(dtype);
+  ASSERT_EQ(actual.dtype(), dtype)
+      << context << ": dtype " << dtype_name(actual.dtype()) << " vs " << dtype_name(dtype);
   const std::vector<double> got = actual.to_f64_vec();
   ASSERT_EQ(got.size(), expected.size()) << context;
   const double tol = tolerance(dtype) * tolerance_scale;
@@ -236,6 +252,22 @@ double broadcast_at(const std::vector<double>& values, const Shape& shape,
     index[d] = shape[d] == 1 ? 0 : out_index[lead + d];
   }
   return values[static_cast<std::size_t>(ravel(index, shape))];
+}
+
+std::string update_name(IndexingUpdate u) {
+  switch (u) {
+    case IndexingUpdate::Assign:
+      return "assign";
+    case IndexingUpdate::Add:
+      return "add";
+    case IndexingUpdate::Mul:
+      return "mul";
+    case IndexingUpdate::Min:
+      return "min";
+    case IndexingUpdate::Max:
+      return "max";
+  }
+  return "?";
 }
 
 std::string context(const Device& device, DType dtype, Layout layout, const Shape& shape) {
@@ -289,10 +321,10 @@ TEST(ConformanceCoverage, EveryOpHasARow) {
 // Ops whose results carry gradients: float ops but creation, comparisons, logic, reads, index
 // results and the issues not yet landed.
 bool differentiable(const OpInfo& op) {
-  static const std::set<std::string_view> groups = {"creation", "compare", "logic", "bitwise",
-                                                    "transaction", "quantized", "distributed"};
-  static const std::set<std::string_view> ops = {"into_data", "argmax", "argmin", "argsort",
-                                                 "any", "all", "any_dim", "all_dim"};
+  static const std::set<std::string_view> groups = {
+      "creation", "compare", "logic", "bitwise", "transaction", "quantized", "distributed"};
+  static const std::set<std::string_view> ops = {"into_data", "argmax", "argmin",  "argsort",
+                                                 "any",       "all",    "any_dim", "all_dim"};
   return (op.kinds & kKindFloat) != 0 && !groups.count(op.group) && !ops.count(op.name);
 }
 

@@ -15,6 +15,7 @@
 #include <kiln/kiln.h>
 
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,10 +37,10 @@ struct RowRegistration {
   }
 };
 
-#define KILN_CONFORMANCE_ROW(id, ops_list)                                                  \
-  static void kiln_conformance_##id(const ::kiln::Device& device);                          \
-  static ::kiln::conformance::RowRegistration kiln_conformance_registration_##id(           \
-      #id, std::vector<std::string> ops_list, kiln_conformance_##id);                       \
+#define KILN_CONFORMANCE_ROW(id, ops_list)                                        \
+  static void kiln_conformance_##id(const ::kiln::Device& device);                \
+  static ::kiln::conformance::RowRegistration kiln_conformance_registration_##id( \
+      #id, std::vector<std::string> ops_list, kiln_conformance_##id);             \
   static void kiln_conformance_##id([[maybe_unused]] const ::kiln::Device& device)
 
 // Devices from KILN_TEST_DEVICES ("cpu" when unset); unavailable ones are skipped.
@@ -98,5 +99,16 @@ double broadcast_at(const std::vector<double>& values, const Shape& shape,
                     const std::vector<std::int64_t>& out_index);
 
 std::string context(const Device& device, DType dtype, Layout layout, const Shape& shape);
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Contiguous i64 indices on like's device (gather, scatter, select arguments).
+inline Primitive ints(const std::vector<double>& values, const Shape& shape,
+                      const Primitive& like) {
+  return make_primitive(values, shape, DType::I64, Layout::Contiguous, like->device());
+}
+
+// The name of an indexing update in a row's context.
+std::string update_name(IndexingUpdate update);
 
 }  // namespace kiln::conformance

@@ -33,12 +33,13 @@ const UnaryCase kUnary[] = {
 }  // namespace
 
 KILN_CONFORMANCE_ROW(grad_unary,
-                     ({"grad:exp", "grad:expm1", "grad:exp2", "grad:log", "grad:log1p",
-                       "grad:log2", "grad:log10", "grad:sqrt", "grad:rsqrt", "grad:recip",
-                       "grad:sin", "grad:cos", "grad:tan", "grad:asin", "grad:acos", "grad:atan",
-                       "grad:sinh", "grad:cosh", "grad:tanh", "grad:asinh", "grad:acosh",
-                       "grad:atanh", "grad:erf", "grad:abs", "grad:square", "grad:neg",
-                       "grad:sign", "grad:round", "grad:floor", "grad:ceil", "grad:trunc"})) {
+                     ({"grad:exp",   "grad:expm1", "grad:exp2",  "grad:log",   "grad:log1p",
+                       "grad:log2",  "grad:log10", "grad:sqrt",  "grad:rsqrt", "grad:recip",
+                       "grad:sin",   "grad:cos",   "grad:tan",   "grad:asin",  "grad:acos",
+                       "grad:atan",  "grad:sinh",  "grad:cosh",  "grad:tanh",  "grad:asinh",
+                       "grad:acosh", "grad:atanh", "grad:erf",   "grad:abs",   "grad:square",
+                       "grad:neg",   "grad:sign",  "grad:round", "grad:floor", "grad:ceil",
+                       "grad:trunc"})) {
   for (const UnaryCase& c : kUnary) {
     for (Layout layout : kLayouts) {
       GradInput x{Shape{3, 4}, layout};
@@ -51,27 +52,32 @@ KILN_CONFORMANCE_ROW(grad_unary,
 
 namespace {
 
-struct BinaryCase {
+struct GradBinaryCase {
   const char* name;
   Primitive (*op)(Primitive, Primitive);
   double lo, hi;  // operand range
 };
 
-const BinaryCase kBinary[] = {
-    {"add", detail::add, -2, 2},         {"sub", detail::sub, -2, 2},
-    {"mul", detail::mul, -2, 2},         {"div", detail::div, 0.5, 2},
-    {"remainder", detail::remainder, 0.3, 3}, {"pow", detail::pow, 0.3, 2},
-    {"atan2", detail::atan2, -2, 2},     {"hypot", detail::hypot, -2, 2},
-    {"maximum", detail::maximum, -2, 2}, {"minimum", detail::minimum, -2, 2},
+const GradBinaryCase kBinary[] = {
+    {"add", detail::add, -2, 2},
+    {"sub", detail::sub, -2, 2},
+    {"mul", detail::mul, -2, 2},
+    {"div", detail::div, 0.5, 2},
+    {"remainder", detail::remainder, 0.3, 3},
+    {"pow", detail::pow, 0.3, 2},
+    {"atan2", detail::atan2, -2, 2},
+    {"hypot", detail::hypot, -2, 2},
+    {"maximum", detail::maximum, -2, 2},
+    {"minimum", detail::minimum, -2, 2},
 };
 
 }  // namespace
 
 // Same shapes in every layout, and broadcasting both ways ([3, 1] with [1, 4]).
 KILN_CONFORMANCE_ROW(grad_binary,
-                     ({"grad:add", "grad:sub", "grad:mul", "grad:div", "grad:remainder",
-                       "grad:pow", "grad:atan2", "grad:hypot", "grad:maximum", "grad:minimum"})) {
-  for (const BinaryCase& c : kBinary) {
+                     ({"grad:add", "grad:sub", "grad:mul", "grad:div", "grad:remainder", "grad:pow",
+                       "grad:atan2", "grad:hypot", "grad:maximum", "grad:minimum"})) {
+  for (const GradBinaryCase& c : kBinary) {
     for (Layout layout : kLayouts) {
       GradInput a{Shape{3, 4}, layout};
       GradInput b{Shape{3, 4}, Layout::Transposed};
@@ -88,26 +94,32 @@ KILN_CONFORMANCE_ROW(grad_binary,
   }
   // One operand a constant: only the tracked one gets a gradient.
   gradcheck(device, "mul by constant", {{Shape{2, 3}}}, [&](const Prims& in) {
-    return detail::mul(in[0], detail::full(Shape{2, 3}, 3.0, DType::F64, in[0]->device(), Kind::Float));
+    return detail::mul(in[0],
+                       detail::full(Shape{2, 3}, 3.0, DType::F64, in[0]->device(), Kind::Float));
   });
 }
 
-KILN_CONFORMANCE_ROW(grad_scalar,
-                     ({"grad:add_scalar", "grad:sub_scalar", "grad:mul_scalar", "grad:div_scalar",
-                       "grad:remainder_scalar", "grad:pow_scalar", "grad:clamp",
-                       "grad:clamp_min", "grad:clamp_max"})) {
+KILN_CONFORMANCE_ROW(grad_scalar, ({"grad:add_scalar", "grad:sub_scalar", "grad:mul_scalar",
+                                    "grad:div_scalar", "grad:remainder_scalar", "grad:pow_scalar",
+                                    "grad:clamp", "grad:clamp_min", "grad:clamp_max"})) {
   for (Layout layout : kLayouts) {
     GradInput x{Shape{3, 4}, layout};
     x.lo = 0.2;
     x.hi = 3.0;
-    gradcheck(device, "add_scalar", {x}, [](const Prims& in) { return detail::add_scalar(in[0], 1.5); });
-    gradcheck(device, "sub_scalar", {x}, [](const Prims& in) { return detail::sub_scalar(in[0], 1.5); });
-    gradcheck(device, "mul_scalar", {x}, [](const Prims& in) { return detail::mul_scalar(in[0], -2.5); });
-    gradcheck(device, "div_scalar", {x}, [](const Prims& in) { return detail::div_scalar(in[0], 4.0); });
+    gradcheck(device, "add_scalar", {x},
+              [](const Prims& in) { return detail::add_scalar(in[0], 1.5); });
+    gradcheck(device, "sub_scalar", {x},
+              [](const Prims& in) { return detail::sub_scalar(in[0], 1.5); });
+    gradcheck(device, "mul_scalar", {x},
+              [](const Prims& in) { return detail::mul_scalar(in[0], -2.5); });
+    gradcheck(device, "div_scalar", {x},
+              [](const Prims& in) { return detail::div_scalar(in[0], 4.0); });
     gradcheck(device, "remainder_scalar", {x},
               [](const Prims& in) { return detail::remainder_scalar(in[0], 0.7); });
-    gradcheck(device, "pow_scalar", {x}, [](const Prims& in) { return detail::pow_scalar(in[0], 2.5); });
-    gradcheck(device, "pow_scalar 0", {x}, [](const Prims& in) { return detail::pow_scalar(in[0], 0); });
+    gradcheck(device, "pow_scalar", {x},
+              [](const Prims& in) { return detail::pow_scalar(in[0], 2.5); });
+    gradcheck(device, "pow_scalar 0", {x},
+              [](const Prims& in) { return detail::pow_scalar(in[0], 0); });
     gradcheck(device, "clamp", {x}, [](const Prims& in) { return detail::clamp(in[0], 0.8, 2.1); });
     gradcheck(device, "clamp_min", {x},
               [](const Prims& in) { return detail::clamp(in[0], 1.1, std::nullopt); });
@@ -129,10 +141,13 @@ KILN_CONFORMANCE_ROW(grad_matmul, ({"grad:matmul", "grad:cross"})) {
 }
 
 KILN_CONFORMANCE_ROW(grad_convert, ({"grad:cast", "grad:to_device"})) {
-  gradcheck(
-      device, "cast f32 and back", {{Shape{2, 3}}},
-      [](const Prims& in) { return detail::cast(detail::mul(detail::cast(in[0], DType::F32), detail::cast(in[0], DType::F32)), DType::F64); },
-      {.eps = 1e-3, .tolerance = 1e-3, .check_dtypes = false});
+  gradcheck(device, "cast f32 and back", {{Shape{2, 3}}},
+            [](const Prims& in) {
+              return detail::cast(
+                  detail::mul(detail::cast(in[0], DType::F32), detail::cast(in[0], DType::F32)),
+                  DType::F64);
+            },
+            {.eps = 1e-3, .tolerance = 1e-3, .check_dtypes = false});
   // Leaving autodiff and coming back on the same hardware detaches; moving between autodiff
   // devices keeps the graph (checked across GPUs by their backends' runs of this row).
   gradcheck(device, "to_device same device", {{Shape{2, 3}}}, [](const Prims& in) {

@@ -5,18 +5,12 @@
 namespace kiln::conformance {
 namespace {
 
-Primitive ints(const std::vector<double>& values, const Shape& shape, const Primitive& like) {
-  return make_primitive(values, shape, DType::I64, Layout::Contiguous, like->device());
-}
-
 Primitive bools(const std::vector<double>& values, const Shape& shape, const Primitive& like) {
   return make_primitive(values, shape, DType::Bool, Layout::Contiguous, like->device());
 }
 
 constexpr IndexingUpdate kAssign = IndexingUpdate::Assign;
 constexpr IndexingUpdate kAdd = IndexingUpdate::Add;
-
-std::string update_name(IndexingUpdate update) { return update == kAssign ? "assign" : "add"; }
 
 }  // namespace
 

@@ -193,10 +193,6 @@ GradFn first_derivative(GradFn f) {
   };
 }
 
-Primitive ints(const std::vector<double>& values, const Shape& shape, const Primitive& like) {
-  return make_primitive(values, shape, DType::I64, Layout::Contiguous, like->device());
-}
-
 }  // namespace
 
 // Second derivatives through the rules of reductions, scans, indexing, layout and sorting.

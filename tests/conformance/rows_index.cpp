@@ -17,22 +17,6 @@ constexpr IndexingUpdate kUpdates[] = {IndexingUpdate::Assign, IndexingUpdate::A
                                        IndexingUpdate::Mul, IndexingUpdate::Min,
                                        IndexingUpdate::Max};
 
-std::string update_name(IndexingUpdate u) {
-  switch (u) {
-    case IndexingUpdate::Assign:
-      return "assign";
-    case IndexingUpdate::Add:
-      return "add";
-    case IndexingUpdate::Mul:
-      return "mul";
-    case IndexingUpdate::Min:
-      return "min";
-    case IndexingUpdate::Max:
-      return "max";
-  }
-  return "?";
-}
-
 // Index tensors cycle through every integer dtype so each reaches the kernels.
 DType index_dtype(std::uint64_t n) { return kIntDTypes[n % std::size(kIntDTypes)]; }
 Layout index_layout(std::uint64_t n) { return kLayouts[(n / 3) % std::size(kLayouts)]; }

@@ -12,7 +12,6 @@
 namespace kiln::conformance {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using LineRef = std::function<double(const std::vector<double>&)>;

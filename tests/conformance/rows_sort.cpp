@@ -12,8 +12,6 @@
 namespace kiln::conformance {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // NaN is the largest value.
 bool before_ascending(double a, double b) {
   if (std::isnan(a)) return false;

@@ -6,18 +6,12 @@
 #include <limits>
 #include <string>
 
+#include "support/error_message.h"
+
 namespace kiln {
 namespace {
 
-template <class E, class F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception containing " << part;
-  } catch (const E& error) {
-    EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
-  }
-}
+using kiln::test::expect_error_containing;
 
 template <class T>
 void check_round_trip(std::vector<T> values) {
@@ -65,23 +59,25 @@ TEST(TensorData, BoolIsStoredAsOneByteZeroOrOne) {
 
 TEST(TensorData, ToVecOfTheWrongTypeThrowsDTypeMismatch) {
   const auto data = TensorData::from_vec(std::vector<float>{1, 2}, Shape{2});
-  expect_error<DTypeMismatch>([&] { (void)data.to_vec<double>(); }, "[TensorData::to_vec]");
-  expect_error<DTypeMismatch>([&] { (void)data.to_vec<std::int32_t>(); }, "f32");
-  expect_error<DTypeMismatch>([&] { (void)data.as_span<std::uint32_t>(); }, "[TensorData::to_vec]");
+  expect_error_containing<DTypeMismatch>([&] { (void)data.to_vec<double>(); },
+                                         {"[TensorData::to_vec]"});
+  expect_error_containing<DTypeMismatch>([&] { (void)data.to_vec<std::int32_t>(); }, {"f32"});
+  expect_error_containing<DTypeMismatch>([&] { (void)data.as_span<std::uint32_t>(); },
+                                         {"[TensorData::to_vec]"});
   const auto flags = TensorData::from_vec(std::vector<bool>{true}, Shape{1});
-  expect_error<DTypeMismatch>([&] { (void)flags.to_vec<std::uint8_t>(); }, "bool");
+  expect_error_containing<DTypeMismatch>([&] { (void)flags.to_vec<std::uint8_t>(); }, {"bool"});
 }
 
 TEST(TensorData, CountAndShapeMustAgree) {
-  expect_error<ShapeMismatch>(
+  expect_error_containing<ShapeMismatch>(
       [] {
         (void)TensorData::from_vec(std::vector<float>{1, 2, 3}, Shape{2, 2});
       },
-      "[TensorData::from_vec]");
-  expect_error<ShapeMismatch>([] { (void)TensorData::from_vec(std::vector<float>{}, Shape{-1}); },
-                              "negative");
-  expect_error<ShapeMismatch>(
-      [] { (void)TensorData(std::vector<std::byte>(7), Shape{2}, DType::F32); }, "[TensorData]");
+      {"[TensorData::from_vec]"});
+  expect_error_containing<ShapeMismatch>(
+      [] { (void)TensorData::from_vec(std::vector<float>{}, Shape{-1}); }, {"negative"});
+  expect_error_containing<ShapeMismatch>(
+      [] { (void)TensorData(std::vector<std::byte>(7), Shape{2}, DType::F32); }, {"[TensorData]"});
   EXPECT_NO_THROW((void)TensorData(std::vector<std::byte>(8), Shape{2}, DType::F32));
 }
 

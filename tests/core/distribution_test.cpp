@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/error_message.h"
 
 namespace kiln {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::nan("");
 

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/devices.h"
+
 namespace kiln::data {
 namespace {
 
@@ -271,7 +273,7 @@ TEST(DataLoader, MakeLoaderDeducesTheBatchType) {
   EXPECT_EQ(sums, (std::vector<int>{6, 9}));
 }
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 TEST(DataClassificationBatcher, StacksFeaturesAndLabels) {
   ClassificationBatcher batcher(kCpu);

@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
+
 namespace kiln::nn::testing {
 
-inline const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 // Uniform values in [low, high) from a 64-bit LCG.
 inline std::vector<double> values(std::size_t n, std::uint64_t seed, double low = -1.0,

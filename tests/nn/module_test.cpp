@@ -5,10 +5,12 @@
 
 #include <cmath>
 
+#include "support/devices.h"
+
 namespace kiln::nn {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 struct Block {
   Linear fc1, fc2;
@@ -68,8 +70,8 @@ TEST(Module, LinearMatchesItsDefinitionAndGetsGradients) {
   Linear layer = train(LinearConfig{3, 2}.init(kCpu));
   const std::vector<double> w = layer.weight.val().into_data().to_f64_vec();  // [2, 3]
   const std::vector<double> b = layer.bias->val().into_data().to_f64_vec();
-  auto x = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, -2, 0.5f, 3, 1, -1}, {2, 3}),
-                                kCpu);
+  auto x = Tensor<2>::from_data(
+      TensorData::from_vec(std::vector<float>{1, -2, 0.5f, 3, 1, -1}, {2, 3}), kCpu);
   auto y = layer.forward(x);
   const std::vector<double> got = y.into_data().to_f64_vec();
   const double xs[2][3] = {{1, -2, 0.5}, {3, 1, -1}};
@@ -94,7 +96,8 @@ TEST(Module, InitializersFollowTheirBounds) {
   const Linear layer = LinearConfig{100, 50}.init(kCpu);
   const double bound = 1.0 / std::sqrt(100.0);
   double max_abs = 0;
-  for (double v : layer.weight.val().into_data().to_f64_vec()) max_abs = std::max(max_abs, std::abs(v));
+  for (double v : layer.weight.val().into_data().to_f64_vec())
+    max_abs = std::max(max_abs, std::abs(v));
   EXPECT_LE(max_abs, bound);
   EXPECT_GT(max_abs, 0.9 * bound);  // 5000 draws reach the edge
   auto xavier = Initializer::xavier_normal().init<2>(Shape{200, 300}, kCpu);

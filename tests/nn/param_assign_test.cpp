@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/error_message.h"
 
 namespace kiln::nn {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 using test::expect_error;
 
@@ -162,17 +163,19 @@ TEST(ParamAssign, ATiedValueStaysTied) {
 
 // ---- the explicit paths: nn::cast, nn::to_device, nn::train / valid ----
 
-struct Net {
+struct AssignNet {
   Linear fc;
   Buffer<1> stats;
   KILN_MODULE(fc, stats)
 };
 
-Net make_net() { return Net{LinearConfig{3, 2}.init(kCpu), Buffer<1>(Tensor<1>::ones({2}, kCpu))}; }
+AssignNet make_assign_net() {
+  return AssignNet{LinearConfig{3, 2}.init(kCpu), Buffer<1>(Tensor<1>::ones({2}, kCpu))};
+}
 
 TEST(ModuleCast, CastsEveryValueAndKeepsTheMode) {
-  const Net net = train(make_net());
-  const Net wide = cast(net, DType::F64);
+  const AssignNet net = train(make_assign_net());
+  const AssignNet wide = cast(net, DType::F64);
   for (const NamedParam& p : named_parameters(wide)) {
     EXPECT_EQ(p.value->dtype(), DType::F64) << p.name;
     EXPECT_TRUE(p.value->device().is_autodiff()) << p.name;
@@ -187,11 +190,11 @@ TEST(ModuleCast, CastsEveryValueAndKeepsTheMode) {
   EXPECT_TRUE(wide.fc.weight.val().grad(grads).has_value());
   EXPECT_FALSE(net.fc.weight.val().grad(grads).has_value());
   // Values assigned afterwards are checked against the new dtype.
-  Net copy = wide;
+  AssignNet copy = wide;
   EXPECT_THROW(copy.fc.weight = Tensor<2>::ones({2, 3}, kCpu), DTypeMismatch);
   copy.fc.weight = Tensor<2>::ones({2, 3}, kCpu).cast(DType::F64);
 
-  const Net plain = cast(valid(net), DType::F16);
+  const AssignNet plain = cast(valid(net), DType::F16);
   for (const NamedParam& p : named_parameters(plain)) {
     EXPECT_EQ(p.value->dtype(), DType::F16) << p.name;
     EXPECT_EQ(p.value->device(), kCpu) << p.name;
@@ -199,7 +202,7 @@ TEST(ModuleCast, CastsEveryValueAndKeepsTheMode) {
 }
 
 TEST(ModuleCast, RefusesANonFloatDtype) {
-  const Net net = make_net();
+  const AssignNet net = make_assign_net();
   try {
     (void)cast(net, DType::I64);
     ADD_FAILURE() << "nn::cast to i64 was accepted";

@@ -13,9 +13,11 @@
 #include <cmath>
 #include <vector>
 
+#include "support/devices.h"
+
 namespace kiln::optim::testing {
 
-inline const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 struct Toy {
   nn::Param<2> w;       // [2, 3]

@@ -10,13 +10,14 @@
 #include <string>
 
 #include "record/record_test_util.h"
+#include "support/devices.h"
 
 namespace kiln::nn {
 namespace {
 
 using record::testing::ScratchDir;
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 BatchNorm trained_batch_norm(int batches) {
   const BatchNorm bn = BatchNormConfig{.num_features = 2}.init(kCpu);

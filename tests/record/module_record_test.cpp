@@ -8,13 +8,14 @@
 #include <kiln/nn/record.h>
 
 #include "record/record_test_util.h"
+#include "support/devices.h"
 
 namespace kiln::nn {
 namespace {
 
 using record::testing::ScratchDir;
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 struct Block {
   Linear fc1, fc2;

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <kiln/data.h>
+#include <kiln/shape.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -14,6 +16,14 @@
 #include <vector>
 
 namespace kiln::record::testing {
+
+// A tensor of 16-bit floats (T: half or bfloat16) from their bit patterns.
+template <class T>
+TensorData from_bits(const std::vector<std::uint16_t>& bits, Shape shape) {
+  std::vector<T> values;
+  for (std::uint16_t b : bits) values.push_back(T::from_bits(b));
+  return TensorData::from_vec(values, std::move(shape));
+}
 
 // A fresh directory per test, removed at the end.
 class ScratchDir {

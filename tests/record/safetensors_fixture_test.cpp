@@ -25,12 +25,7 @@ TensorData generate(Shape shape, F f) {
   return TensorData::from_vec(values, std::move(shape));
 }
 
-template <class T>
-TensorData from_bits(const std::vector<std::uint16_t>& bits, Shape shape) {
-  std::vector<T> values;
-  for (std::uint16_t b : bits) values.push_back(T::from_bits(b));
-  return TensorData::from_vec(values, std::move(shape));
-}
+using testing::from_bits;
 
 // make_fixtures.py's all_dtypes(), recomputed from its formulas.
 TensorMap all_dtypes() {

@@ -15,12 +15,7 @@ namespace {
 using testing::read_bytes;
 using testing::ScratchDir;
 
-template <class T>
-TensorData from_bits(const std::vector<std::uint16_t>& bits, Shape shape) {
-  std::vector<T> values;
-  for (std::uint16_t b : bits) values.push_back(T::from_bits(b));
-  return TensorData::from_vec(values, std::move(shape));
-}
+using testing::from_bits;
 
 // One tensor of every dtype, including the awkward values: NaN payloads, -0, subnormals,
 // infinities, integer extremes.

@@ -35,4 +35,13 @@ void expect_error(F&& f, const std::string& op, const std::vector<std::string>& 
   }
 }
 
+// Runs f, expects E, and checks the message contains every part (whichever op it names).
+template <class E, class F>
+void expect_error_containing(F&& f, const std::vector<std::string>& parts) {
+  const std::string message = message_of<E>(std::forward<F>(f));
+  for (const std::string& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "missing \"" << part << "\" in " << message;
+  }
+}
+
 }  // namespace kiln::test

@@ -7,21 +7,12 @@
 #include <functional>
 #include <string>
 
+#include "support/error_message.h"
+
 namespace kiln {
 namespace {
 
-// Runs f, expects ErrorType, and checks the message starts with "[op]".
-template <class ErrorType>
-void expect_error(const std::function<void()>& f, const std::string& op) {
-  try {
-    f();
-    ADD_FAILURE() << op << ": no exception";
-  } catch (const ErrorType& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("[" + op + "]", 0), 0u) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << op << ": wrong exception type: " << e.what();
-  }
-}
+using kiln::test::expect_error;
 
 Primitive ints() {
   return detail::from_data(TensorData::from_vec(std::vector<std::int32_t>{1, -2, 3, 4}, {2, 2}),

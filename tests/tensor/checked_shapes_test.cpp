@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/error_message.h"
 
 namespace kiln {
@@ -22,7 +23,7 @@ constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t k2to32 = std::int64_t{1} << 32;
 constexpr std::int64_t k2to62 = std::int64_t{1} << 62;
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 Tensor<1> values(std::vector<float> v) {
   const auto n = static_cast<std::int64_t>(v.size());

@@ -6,12 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/error_message.h"
 
 namespace kiln {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 using test::expect_error;
 

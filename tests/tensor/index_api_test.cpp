@@ -4,11 +4,13 @@
 
 #include <vector>
 
+#include "support/devices.h"
+
 using namespace kiln;
 
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 // [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
 Tensor<2> grid() {

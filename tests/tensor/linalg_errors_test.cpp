@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/registry.h"
+#include "support/error_message.h"
 #include "tensor/common.h"
 
 namespace kiln {
@@ -20,21 +21,7 @@ Primitive filled(const Shape& shape, DType dtype, double value = 1.0) {
 }
 Primitive f32(const Shape& shape) { return filled(shape, DType::F32); }
 
-// Runs f, expects ErrorType whose message names op and contains every part.
-template <class ErrorType, class F>
-void expect_error(F&& f, const std::string& op, std::initializer_list<std::string> parts = {}) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const ErrorType& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("[" + op + "]"), std::string::npos) << message;
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type from " << op << ": " << e.what();
-  }
-}
+using kiln::test::expect_error;
 
 TEST(LinalgErrors, MatmulShapes) {
   expect_error<ShapeMismatch>(

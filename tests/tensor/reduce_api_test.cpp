@@ -10,7 +10,7 @@ using namespace kiln;
 
 namespace {
 
-Tensor<2> matrix() {
+Tensor<2> reduce_matrix() {
   // [[3, 1, 2],
   //  [-1, 5, 5]]
   return Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{3, 1, 2, -1, 5, 5}, {2, 3}),
@@ -25,7 +25,7 @@ std::vector<T> values(const Tensor<D, K>& t) {
 }  // namespace
 
 TEST(ReduceApi, SumAndMean) {
-  const auto a = matrix();
+  const auto a = reduce_matrix();
   EXPECT_EQ(a.sum().shape(), (Shape{1}));
   EXPECT_EQ(values<float>(a.sum()), std::vector<float>{15});
   EXPECT_EQ(a.sum_dim(1).shape(), (Shape{2, 1}));
@@ -39,7 +39,7 @@ TEST(ReduceApi, SumAndMean) {
 }
 
 TEST(ReduceApi, MaxMinArg) {
-  const auto a = matrix();
+  const auto a = reduce_matrix();
   EXPECT_EQ(a.max_dim(1).shape(), (Shape{2, 1}));
   EXPECT_EQ(values<float>(a.max_dim(1)), (std::vector<float>{3, 5}));
   EXPECT_EQ(values<float>(a.min_dim(0)), (std::vector<float>{-1, 1, 2}));
@@ -72,16 +72,16 @@ TEST(ReduceApi, NaNPropagates) {
 }
 
 TEST(ReduceApi, AnyAll) {
-  const auto m = matrix().greater_elem(2.0);  // [[T, F, F], [F, T, T]]
+  const auto m = reduce_matrix().greater_elem(2.0);  // [[T, F, F], [F, T, T]]
   EXPECT_TRUE(values<bool>(m.any()).at(0));
   EXPECT_FALSE(values<bool>(m.all()).at(0));
   EXPECT_EQ(values<bool>(m.any_dim(0)), (std::vector<bool>{true, true, true}));
   EXPECT_EQ(values<bool>(m.all_dim(1)), (std::vector<bool>{false, false}));
-  EXPECT_TRUE(values<bool>(matrix().all()).at(0));
+  EXPECT_TRUE(values<bool>(reduce_matrix().all()).at(0));
 }
 
 TEST(ReduceApi, Sorting) {
-  const auto a = matrix();
+  const auto a = reduce_matrix();
   EXPECT_EQ(values<float>(a.sort(1)), (std::vector<float>{1, 2, 3, -1, 5, 5}));
   EXPECT_EQ(values<float>(a.sort_descending(1)), (std::vector<float>{3, 2, 1, 5, 5, -1}));
   EXPECT_EQ(values<float>(a.sort(0)), (std::vector<float>{-1, 1, 2, 3, 5, 5}));
@@ -101,7 +101,7 @@ TEST(ReduceApi, Sorting) {
 }
 
 TEST(ReduceApi, VarNormCumsum) {
-  const auto a = matrix();
+  const auto a = reduce_matrix();
   // Row 0: mean 2, squares 1+1+0 = 2; row 1: mean 3, squares 16+4+4 = 24.
   const auto v = values<float>(a.var(1));
   ASSERT_EQ(v.size(), 2u);

@@ -7,25 +7,14 @@
 #include <functional>
 #include <string>
 
+#include "support/error_message.h"
 #include "tensor/common.h"
 
 using namespace kiln;
 
 namespace {
 
-// Runs f, expecting exception E whose message starts with "[op]".
-template <class E>
-void expect_error(const std::function<void()>& f, const std::string& op) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception from " << op;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("[" + op + "]", 0), 0u)
-        << "message does not start with [" << op << "]: " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << op << " threw the wrong type: " << e.what();
-  }
-}
+using kiln::test::expect_error;
 
 Tensor<2> floats() { return Tensor<2>::ones({2, 3}, Device::cpu()); }
 

@@ -15,9 +15,11 @@
 #include <sstream>
 #include <string>
 
+#include "support/devices.h"
+
 namespace kiln::train::testing {
 
-inline const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 struct Net {
   nn::Linear hidden, out;

@@ -12,12 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/error_message.h"
 
 namespace kiln {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 // base^exponent modulo 2^bits, by repeated squaring over the whole 64-bit exponent.
 std::uint64_t power_modulo(std::uint64_t base, std::uint64_t exponent, int bits) {

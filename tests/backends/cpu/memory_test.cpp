@@ -10,11 +10,12 @@
 
 #include "backends/cpu/allocator.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "support/devices.h"
 
 namespace kiln {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 std::byte* data_of(const Primitive& p) { return cpu::as_cpu(p).data(); }
 const cpu::CpuStorage* storage_of(const Primitive& p) { return cpu::as_cpu(p).storage().get(); }

@@ -8,10 +8,12 @@
 #include <numeric>
 #include <vector>
 
+#include "support/devices.h"
+
 namespace kiln {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 std::vector<double> draw(const Distribution& d, std::int64_t n = 50000, DType dtype = DType::F32) {
   return Tensor<1>::random({n}, d, kCpu, dtype).into_data().to_f64_vec();

@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
+
 namespace kiln {
 namespace {
 
-const Device kCpu = Device::cpu();
+using kiln::test::kCpu;
 
 std::vector<float> values(std::int64_t n, int seed) {
   std::vector<float> out(static_cast<std::size_t>(n));
