@@ -47,9 +47,8 @@ struct ReduceKernel {
   // walks the dim row by row over the block, reading memory in order.
   ReduceLines columns = nullptr;
   // A full reduction, or a few long lines cut into chunks for several threads, through
-  // accumulators of acc_size bytes (at most kMaxAccumulator, aligned by the driver). Null for
-  // ops that only reduce along a dim.
-  std::size_t acc_size = 0;
+  // accumulators of at most kMaxAccumulator bytes that the driver holds, aligned to that size.
+  // Null for ops that only reduce along a dim.
   void (*init)(void* acc, const void* context) = nullptr;
   // acc = combine(acc, the reduction of n values at in, step bytes apart, the first at index
   // first).
@@ -250,8 +249,8 @@ void scan_columns(std::int64_t width, std::int64_t n, const char* in, std::int64
 
 }  // namespace reduce_1d
 
-// The kernels of reducer r, which must outlive the run. Full reductions are made only when the
-// reducer's accumulator fits (every reducer but those with indices).
+// The kernels of reducer r, which must outlive the run. A reducer marked kDimOnly (those with
+// indices) gets no full-reduction kernels.
 template <class R>
 ReduceKernel make_reduce_kernel(const R& r) {
   ReduceKernel kernel;
@@ -261,8 +260,8 @@ ReduceKernel make_reduce_kernel(const R& r) {
   kernel.in = dtype_of<typename R::In>::value;
   if constexpr (!requires { R::kDimOnly; }) {
     using Acc = typename R::Acc;
-    static_assert(sizeof(Acc) <= kMaxAccumulator && std::is_trivially_copyable_v<Acc>);
-    kernel.acc_size = sizeof(Acc);
+    static_assert(sizeof(Acc) <= kMaxAccumulator && alignof(Acc) <= kMaxAccumulator &&
+                  std::is_trivially_copyable_v<Acc>);
     kernel.init = &reduce_1d::init<R>;
     kernel.accumulate = &reduce_1d::accumulate<R>;
     kernel.combine = &reduce_1d::combine<R>;
