@@ -11,6 +11,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/parallel.h"
 #include "core/buffer.h"
 
 namespace kiln {
@@ -164,8 +165,7 @@ Primitive CpuBackend::attention(Primitive query, Primitive key, Primitive value,
   auto result = make_tensor(DType::F32, out_shape);
   attention_kernel<float>({q.get(), k.get(), v.get(), m, bf.get(), static_cast<float>(scale),
                            options.is_causal, result.get()});
-  visit_float_dtype(dtype, "attention",
-                    [&]<class T>(type_tag<T>) { convert_copy<T, float>(*result, *out); });
+  round_from_f32(*result, *out);
   return out;
 }
 

@@ -116,6 +116,13 @@ Primitive CpuBackend::to_device(Primitive x, Device device) {
 Primitive CpuBackend::cast(Primitive x, DType dtype) {
   if (x->dtype() == dtype) return x;
   check_storage_dtype(*this, dtype, "cast");
+  return convert(std::move(x), dtype);
+}
+
+namespace cpu {
+
+Primitive convert(Primitive x, DType dtype) {
+  if (x->dtype() == dtype) return x;
   // f16 and bf16 reach f32 kernels through the driver's tiles: every conversion from or to them
   // goes through float, as convert_element does.
   return visit_kernel(x->dtype(), "cast", [&]<class From>(type_tag<From>) -> Primitive {
@@ -125,5 +132,7 @@ Primitive CpuBackend::cast(Primitive x, DType dtype) {
     });
   });
 }
+
+}  // namespace cpu
 
 }  // namespace kiln

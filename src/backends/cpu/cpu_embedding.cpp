@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/parallel.h"
 #include "core/buffer.h"
 
 namespace kiln {

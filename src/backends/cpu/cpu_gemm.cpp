@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "backends/cpu/elementwise.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
 #include "core/buffer.h"
@@ -175,14 +176,24 @@ std::int64_t collapsed_row_stride(const std::int64_t* sizes, const std::int64_t*
   return stride < 0 ? fallback : stride;
 }
 
+void round_from_f32(const CpuTensor& src, CpuTensor& dst) {
+  const float* in = src.data_as<float>();
+  auto round = [&]<class Half>(Half* out) {
+    parallel_for(src.shape().num_elements(), kParallelGrain,
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t i = begin; i < end; ++i) out[i] = Half(in[i]);
+                 });
+  };
+  if (dst.dtype() == DType::F16) {
+    round(dst.data_as<half>());
+  } else {
+    round(dst.data_as<bfloat16>());
+  }
+}
+
 std::shared_ptr<CpuTensor> contiguous_as(const Primitive& src, DType dtype) {
-  const CpuTensor& x = as_cpu(src);
-  if (x.dtype() == dtype) return contiguous(src);
-  auto out = make_tensor(dtype, x.shape());
-  visit_dtype(x.dtype(), "convert", [&]<class From>(type_tag<From>) {
-    visit_dtype(dtype, "convert", [&]<class To>(type_tag<To>) { convert_copy<To, From>(x, *out); });
-  });
-  return out;
+  if (src->dtype() == dtype) return contiguous(src);
+  return std::static_pointer_cast<CpuTensor>(convert(src, dtype));
 }
 
 }  // namespace kiln::cpu

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/parallel.h"
 
 namespace kiln {
 
@@ -72,8 +73,7 @@ Primitive CpuBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bi
   std::shared_ptr<CpuTensor> bf = bias ? contiguous_as(*bias, DType::F32) : nullptr;
   auto result = make_tensor(DType::F32, out_shape);
   linear_into<float>(*xf, *wf, bf.get(), *result);
-  visit_float_dtype(dtype, "linear",
-                    [&]<class T>(type_tag<T>) { convert_copy<T, float>(*result, *out); });
+  round_from_f32(*result, *out);
   return out;
 }
 

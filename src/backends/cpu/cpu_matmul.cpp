@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/loops.h"
 #include "backends/cpu/integer_math.h"
 
 namespace kiln {
@@ -197,8 +198,7 @@ Primitive CpuBackend::matmul(Primitive lhs, Primitive rhs) {
       auto b = contiguous_as(rhs, DType::F32);
       auto result = make_tensor(DType::F32, out_shape);
       blas_matmul<float>(*a, *b, *result, plan_batch(*a, *b));
-      visit_float_dtype(dtype, "matmul",
-                        [&]<class T>(type_tag<T>) { convert_copy<T, float>(*result, *out); });
+      round_from_f32(*result, *out);
       return out;
     }
     default:

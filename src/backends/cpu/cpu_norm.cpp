@@ -4,6 +4,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/parallel.h"
 
 namespace kiln {
 

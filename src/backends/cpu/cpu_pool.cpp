@@ -2,6 +2,7 @@
 // Every (batch, channel) plane is independent, so planes run in parallel and the gradients
 // scatter into their own plane without races.
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "backend/spatial_shape.h"
@@ -36,13 +37,29 @@ Window pool_window(const Shape& x, const PoolOptions& o) {
   return w;
 }
 
-// Runs body(plane) over the n * c planes, in parallel when the work is large.
-template <class Body>
-void for_each_plane(std::int64_t planes, std::int64_t work_per_plane, Body&& body) {
+// Runs body(plane) over the n * c planes, in parallel when the work is large. One parallel
+// region for every op and dtype: the body is called through a pointer, once per plane.
+void for_each_plane(std::int64_t planes, std::int64_t work_per_plane,
+                    const std::function<void(std::int64_t)>& body) {
   const std::int64_t grain =
       std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work_per_plane));
   parallel_for(planes, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t p = begin; p < end; ++p) body(p);
+  });
+}
+
+// Indices of any integer dtype to and from int64, n at a time: the kernels work on int64 and
+// are not made again for every index dtype. (An index dtype is checked by the tensor layer.)
+void store_indices(const std::int64_t* from, std::int64_t n, std::byte* to, DType dtype) {
+  visit_int_dtype(dtype, "max_pool_with_indices", [&]<class I>(type_tag<I>) {
+    I* out = reinterpret_cast<I*>(to);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<I>(from[i]);
+  });
+}
+void load_indices(const std::byte* from, std::int64_t n, DType dtype, std::int64_t* to) {
+  visit_int_dtype(dtype, "max_pool_with_indices_backward", [&]<class I>(type_tag<I>) {
+    const I* in = reinterpret_cast<const I*>(from);
+    for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<std::int64_t>(in[i]);
   });
 }
 
@@ -280,18 +297,19 @@ PrimitivePair CpuBackend::max_pool_with_indices(Primitive x, PoolOptions options
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), out_shape);
   auto indices = make_tensor(index_dtype, out_shape);
+  // Checked before any work, so that an empty input reports a bad index dtype too.
+  visit_int_dtype(index_dtype, "max_pool_with_indices", []<class I>(type_tag<I>) {});
+  std::byte* idx = indices->data();
+  const std::int64_t index_size = static_cast<std::int64_t>(dtype_size(index_dtype));
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
-    visit_int_dtype(index_dtype, "max_pool_with_indices", [&]<class I>(type_tag<I>) {
-      const T* src = in->data_as<T>();
-      T* dst = out->data_as<T>();
-      I* idx = indices->data_as<I>();
-      for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
-        detail::Buffer<std::int64_t> plane_index(static_cast<std::size_t>(w.out_size()));
-        max_pool_plane<true>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
-                             plane_index.data());
-        I* o = idx + p * w.out_size();
-        for (std::size_t i = 0; i < plane_index.size(); ++i) o[i] = static_cast<I>(plane_index[i]);
-      });
+    const T* src = in->data_as<T>();
+    T* dst = out->data_as<T>();
+    for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
+      detail::Buffer<std::int64_t> plane_index(static_cast<std::size_t>(w.out_size()));
+      max_pool_plane<true>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
+                           plane_index.data());
+      store_indices(plane_index.data(), w.out_size(), idx + p * w.out_size() * index_size,
+                    index_dtype);
     });
   });
   return {from_compute(*this, out, dtype), indices};
@@ -309,23 +327,27 @@ Primitive CpuBackend::max_pool_with_indices_backward(Primitive x, Primitive outp
   auto dy = compute_input(*this, output_grad);
   auto index = contiguous(indices);
   auto out = make_tensor(dy->dtype(), shape);
+  const DType index_dtype = index->dtype();
+  visit_int_dtype(index_dtype, "max_pool_with_indices_backward", []<class I>(type_tag<I>) {});
+  const std::byte* idx = index->data();
+  const std::int64_t index_size = static_cast<std::int64_t>(dtype_size(index_dtype));
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
-    visit_int_dtype(index->dtype(), "max_pool_with_indices_backward", [&]<class I>(type_tag<I>) {
-      const T* src = dy->data_as<T>();
-      const I* idx = index->data_as<I>();
-      T* dst = out->data_as<T>();
-      for_each_plane(planes, grad_size + plane_size, [&](std::int64_t p) {
-        T* plane = dst + p * plane_size;
-        std::fill_n(plane, plane_size, T(0));
-        for (std::int64_t o = p * grad_size; o < (p + 1) * grad_size; ++o) {
-          const auto at = static_cast<std::int64_t>(idx[o]);
-          if (at < 0 || at >= plane_size) {
-            detail::fail<InvalidArgument>("max_pool_with_indices_backward", "index ", at,
-                                          " is outside the plane of ", plane_size, " elements");
-          }
-          plane[at] += src[o];
+    const T* src = dy->data_as<T>();
+    T* dst = out->data_as<T>();
+    for_each_plane(planes, grad_size + plane_size, [&](std::int64_t p) {
+      T* plane = dst + p * plane_size;
+      std::fill_n(plane, plane_size, T(0));
+      detail::Buffer<std::int64_t> where(static_cast<std::size_t>(grad_size));
+      load_indices(idx + p * grad_size * index_size, grad_size, index_dtype, where.data());
+      const T* grad = src + p * grad_size;
+      for (std::int64_t o = 0; o < grad_size; ++o) {
+        const std::int64_t at = where[static_cast<std::size_t>(o)];
+        if (at < 0 || at >= plane_size) {
+          detail::fail<InvalidArgument>("max_pool_with_indices_backward", "index ", at,
+                                        " is outside the plane of ", plane_size, " elements");
         }
-      });
+        plane[at] += grad[o];
+      }
     });
   });
   return from_compute(*this, out, dtype);

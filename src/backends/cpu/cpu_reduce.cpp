@@ -1,33 +1,23 @@
 // Reductions: sum, mean, prod, max/min (with or without indices), argmax/argmin, any/all, over
 // everything (result shape [1]) or along one dim (kept with size 1). Strided inputs are read in
 // place. Float sums accumulate in double, pairwise along contiguous lines and in blocks
-// otherwise; integer sums and products wrap around in 64 bits, then to the dtype.
-#include <algorithm>
+// otherwise; integer sums and products wrap around in 64 bits, then to the dtype. The driver
+// (reduce.h) plans and threads; this file makes only the reducers' loops.
 #include <cmath>
-#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <type_traits>
-#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dim_plan.h"
-#include "backends/cpu/integer_math.h"
+#include "backends/cpu/reduce.h"
 #include "core/dtype_dispatch.h"
-#include "core/buffer.h"
 
 namespace kiln {
 
 using namespace cpu;
 
 namespace {
-
-// Columns walked together when a dim is reduced row by row, and rows summed before their
-// block is added to the total (keeps f64 sums accurate without a pairwise tree per column).
-constexpr std::int64_t kColumnWidth = 256;
-constexpr std::int64_t kRowBlock = 1024;
-// Elements per partial result of a full reduction (fixed, so results do not depend on the
-// number of threads).
-constexpr std::int64_t kFullChunk = 1 << 16;
 
 template <class T>
 constexpr bool is_float_v = std::is_floating_point_v<compute_t<T>>;
@@ -38,7 +28,7 @@ compute_t<T> value_of(T v) noexcept {
 }
 
 // Integers are summed and multiplied as unsigned 64-bit numbers: wrap-around without UB, and
-// the low bits are the dtype's wrapped result.
+// the low bits are the dtype's wrapped result (so one kernel per width serves both signs).
 template <class T>
 std::uint64_t to_wide(T v) noexcept {
   if constexpr (std::is_signed_v<T>) {
@@ -60,6 +50,11 @@ T from_acc(Acc acc) noexcept {
 template <class T>
 using wide_t = std::conditional_t<is_float_v<T>, double, std::uint64_t>;
 
+template <class T>
+T& at(char* const* out, std::size_t k, std::int64_t i) noexcept {
+  return reinterpret_cast<T*>(out[k])[i];
+}
+
 // Sum of n values at p with stride, in double, pairwise above a small block.
 template <class T>
 double pairwise_sum(const T* p, std::int64_t n, std::int64_t stride) {
@@ -80,12 +75,13 @@ double pairwise_sum(const T* p, std::int64_t n, std::int64_t stride) {
   return pairwise_sum(p, half, stride) + pairwise_sum(p + half * stride, n - half, stride);
 }
 
-// ---- reducers: init, step(acc, value, index), combine(earlier, later), write(position, acc) ----
+// ---- reducers (reduce.h): init, step(acc, value, index), combine(earlier, later),
+// write(out, position, acc) ----
 
 template <class T>
 struct SumReducer {
+  using In = T;
   using Acc = wide_t<T>;
-  T* out;
   double divisor = 1.0;  // mean divides the sum by the count
   Acc init() const { return Acc(0); }
   void step(Acc& acc, T v, std::int64_t) const {
@@ -108,19 +104,19 @@ struct SumReducer {
       return acc;
     }
   }
-  void write(std::int64_t i, const Acc& acc) const {
+  void write(char* const* out, std::int64_t i, const Acc& acc) const {
     if constexpr (is_float_v<T>)
-      out[i] = from_acc<T>(acc / divisor);
+      at<T>(out, 0, i) = from_acc<T>(acc / divisor);
     else
-      out[i] = from_acc<T>(acc);
+      at<T>(out, 0, i) = from_acc<T>(acc);
   }
 };
 
 template <class T>
 struct ProdReducer {
+  using In = T;
   using Acc = wide_t<T>;
   static constexpr bool kOrderFree = true;
-  T* out;
   Acc init() const { return Acc(1); }
   void step(Acc& acc, T v, std::int64_t) const {
     if constexpr (is_float_v<T>)
@@ -129,7 +125,9 @@ struct ProdReducer {
       acc *= to_wide(v);
   }
   void combine(Acc& a, const Acc& b) const { a *= b; }
-  void write(std::int64_t i, const Acc& acc) const { out[i] = from_acc<T>(acc); }
+  void write(char* const* out, std::int64_t i, const Acc& acc) const {
+    at<T>(out, 0, i) = from_acc<T>(acc);
+  }
 };
 
 // The starting point of a max (IsMax) or min: -inf / +inf, or the integer type's extreme.
@@ -147,13 +145,13 @@ compute_t<T> extremum_start() {
 // running extremum: two independent selects, no branch, twice as fast as testing for NaN first.
 template <class T, bool IsMax>
 struct ExtremumReducer {
+  using In = T;
   using C = compute_t<T>;
   struct Acc {
     C value;
     bool nan;
   };
   static constexpr bool kOrderFree = true;
-  T* out;
   Acc init() const { return {extremum_start<T, IsMax>(), false}; }
   static C pick(C a, C b) { return (IsMax ? b > a : b < a) ? b : a; }
   void step(Acc& acc, T v, std::int64_t) const {
@@ -165,20 +163,20 @@ struct ExtremumReducer {
     a.value = pick(a.value, b.value);
     a.nan |= b.nan;
   }
-  void write(std::int64_t i, const Acc& acc) const {
+  void write(char* const* out, std::int64_t i, const Acc& acc) const {
     if constexpr (is_float_v<T>) {
-      out[i] =
+      at<T>(out, 0, i) =
           acc.nan ? static_cast<T>(std::numeric_limits<C>::quiet_NaN()) : static_cast<T>(acc.value);
     } else {
-      out[i] = static_cast<T>(acc.value);
+      at<T>(out, 0, i) = static_cast<T>(acc.value);
     }
   }
-  // A column block of reduce_dim (outputs i .. i + width - 1): values and NaN flags in local
-  // arrays of their own, a form the compiler vectorises (5x over an array of Acc).
+  // A column block (outputs first .. first + width - 1): values and NaN flags in local arrays
+  // of their own, a form the compiler vectorises (5x over an array of Acc).
   void columns(const T* base, std::int64_t n, std::int64_t stride, std::int64_t width,
-               std::int64_t i) const {
-    C value[kColumnWidth];
-    int nan[kColumnWidth];
+               char* const* out, std::int64_t first) const {
+    C value[kReduceColumnWidth];
+    int nan[kReduceColumnWidth];
     for (std::int64_t c = 0; c < width; ++c) {
       value[c] = extremum_start<T, IsMax>();
       nan[c] = 0;
@@ -191,21 +189,22 @@ struct ExtremumReducer {
         if constexpr (is_float_v<T>) nan[c] |= (x != x);
       }
     }
-    for (std::int64_t c = 0; c < width; ++c) write(i + c, {value[c], nan[c] != 0});
+    for (std::int64_t c = 0; c < width; ++c) write(out, first + c, {value[c], nan[c] != 0});
   }
 };
 
 // Position of the max (IsMax) or min along a dim: the first one on ties, the first NaN if any.
-// Writes the value too when values is set.
+// Writes the indices to out[0], and the values to out[1] when it is set.
 template <class T, bool IsMax>
 struct ArgReducer {
+  using In = T;
   using C = compute_t<T>;
   struct Acc {
     C value;
     std::int64_t index;
   };
-  IndexWriter indices;
-  T* values = nullptr;
+  static constexpr bool kDimOnly = true;
+  DType index_dtype;
   static bool better(C v, C best) {
     if constexpr (is_float_v<T>) {
       if (v != v) return best == best;  // the first NaN wins
@@ -220,15 +219,15 @@ struct ArgReducer {
   void combine(Acc& a, const Acc& b) const {
     if (better(b.value, a.value)) a = b;
   }
-  void write(std::int64_t i, const Acc& acc) const {
-    indices(i, acc.index);
-    if (values != nullptr) values[i] = static_cast<T>(acc.value);
+  void write(char* const* out, std::int64_t i, const Acc& acc) const {
+    IndexWriter{reinterpret_cast<std::byte*>(out[0]), index_dtype}(i, acc.index);
+    if (out[1] != nullptr) at<T>(out, 1, i) = static_cast<T>(acc.value);
   }
-  // A column block of reduce_dim, with branch-free selects on separate arrays (vectorises).
+  // A column block, with branch-free selects on separate arrays (vectorises).
   void columns(const T* base, std::int64_t n, std::int64_t stride, std::int64_t width,
-               std::int64_t i) const {
-    C value[kColumnWidth];
-    std::int64_t index[kColumnWidth];
+               char* const* out, std::int64_t first) const {
+    C value[kReduceColumnWidth];
+    std::int64_t index[kReduceColumnWidth];
     for (std::int64_t c = 0; c < width; ++c) {
       value[c] = extremum_start<T, IsMax>();
       index[c] = 0;
@@ -243,167 +242,24 @@ struct ArgReducer {
         index[c] = take ? j : index[c];
       }
     }
-    for (std::int64_t c = 0; c < width; ++c) write(i + c, {value[c], index[c]});
+    for (std::int64_t c = 0; c < width; ++c) write(out, first + c, {value[c], index[c]});
   }
 };
 
 // any (IsAny) or all of "x != 0" (NaN counts as true).
 template <class T, bool IsAny>
 struct TruthReducer {
+  using In = T;
   using Acc = bool;
   static constexpr bool kOrderFree = true;
-  bool* out;
   Acc init() const { return !IsAny; }
   void step(Acc& acc, T v, std::int64_t) const {
     const bool truth = value_of(v) != compute_t<T>(0);
     acc = IsAny ? (acc || truth) : (acc && truth);
   }
   void combine(Acc& a, const Acc& b) const { a = IsAny ? (a || b) : (a && b); }
-  void write(std::int64_t i, const Acc& acc) const { out[i] = acc; }
+  void write(char* const* out, std::int64_t i, const Acc& acc) const { at<bool>(out, 0, i) = acc; }
 };
-
-// The reduction of n values at p with stride; index j0 for the first. Reducers whose result
-// does not depend on the order (kOrderFree) run contiguous lines in independent lanes, which
-// breaks the dependency chain and lets the compiler vectorise.
-template <class R, class T>
-typename R::Acc reduce_line(const R& r, const T* p, std::int64_t n, std::int64_t stride,
-                            std::int64_t j0) {
-  using Acc = typename R::Acc;
-  if constexpr (requires { r.line(p, n, stride); }) {
-    return r.line(p, n, stride);
-  } else {
-    Acc acc = r.init();
-    std::int64_t k = 0;
-    if constexpr (requires { R::kOrderFree; }) {
-      constexpr std::int64_t kLanes = 8;
-      if (stride == 1 && n >= 4 * kLanes) {
-        Acc lanes[kLanes];
-        for (std::int64_t u = 0; u < kLanes; ++u) lanes[u] = r.init();
-        for (; k + kLanes <= n; k += kLanes) {
-          for (std::int64_t u = 0; u < kLanes; ++u) r.step(lanes[u], p[k + u], j0 + k + u);
-        }
-        for (std::int64_t u = 0; u < kLanes; ++u) r.combine(acc, lanes[u]);
-      }
-    }
-    if (stride == 1) {
-      for (; k < n; ++k) r.step(acc, p[k], j0 + k);
-    } else {
-      for (; k < n; ++k) r.step(acc, p[k * stride], j0 + k);
-    }
-    return acc;
-  }
-}
-
-// A column block of reduce_dim: outputs i .. i + width - 1, one per adjacent column, over n
-// rows; rows are combined in blocks so that long f64 sums keep their precision.
-template <class R, class T>
-void reduce_columns(const R& r, const T* base, std::int64_t n, std::int64_t stride,
-                    std::int64_t width, std::int64_t i) {
-  using Acc = typename R::Acc;
-  Acc total[kColumnWidth];
-  Acc block[kColumnWidth];
-  for (std::int64_t c = 0; c < width; ++c) total[c] = r.init();
-  for (std::int64_t j0 = 0; j0 < n; j0 += kRowBlock) {
-    const std::int64_t j1 = std::min(n, j0 + kRowBlock);
-    for (std::int64_t c = 0; c < width; ++c) block[c] = r.init();
-    for (std::int64_t j = j0; j < j1; ++j) {
-      const T* row = base + j * stride;
-      for (std::int64_t c = 0; c < width; ++c) r.step(block[c], row[c], j);
-    }
-    for (std::int64_t c = 0; c < width; ++c) r.combine(total[c], block[c]);
-  }
-  for (std::int64_t c = 0; c < width; ++c) r.write(i + c, total[c]);
-}
-
-// Reduces dim of x, writing output position i (row-major over the kept dims) through r.
-template <class T, class R>
-void reduce_dim(const CpuTensor& x, std::int64_t dim, const R& r) {
-  const DimPlan plan = plan_dim(x.shape(), dim, {&x.strides()});
-  if (plan.kept.elements == 0) return;
-  const T* base = x.data_as<T>();
-  const std::int64_t n = plan.length;
-  const std::int64_t stride = plan.dim_strides[0];
-  if (!columns_pay_off<1>(plan)) {
-    for_each_line<1>(plan, [&](std::int64_t i, const std::array<std::int64_t, 1>& off) {
-      r.write(i, reduce_line(r, base + off[0], n, stride, 0));
-    });
-    return;
-  }
-  for_each_column_block<1>(
-      plan, kColumnWidth,
-      [&](std::int64_t i, const std::array<std::int64_t, 1>& off, std::int64_t width) {
-        if constexpr (requires { r.columns(base, n, stride, width, i); }) {
-          r.columns(base + off[0], n, stride, width, i);
-        } else {
-          reduce_columns(r, base + off[0], n, stride, width, i);
-        }
-      });
-}
-
-// A loop over x's elements in the order they lie in memory (dims sorted by stride): a full
-// reduction does not care about the logical order, and a transposed view is then read in order.
-LoopPlan memory_order_plan(const CpuTensor& x) {
-  const std::size_t rank = x.rank();
-  std::vector<std::size_t> order(rank);
-  for (std::size_t i = 0; i < rank; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return std::abs(x.strides()[a]) > std::abs(x.strides()[b]);
-  });
-  detail::DimVector dims(rank);
-  Strides strides(rank);
-  for (std::size_t i = 0; i < rank; ++i) {
-    dims[i] = x.shape()[order[i]];
-    strides[i] = x.strides()[order[i]];
-  }
-  return plan_loop(Shape(std::move(dims)), {&strides});
-}
-
-// Reduces every element of x into r's output position 0.
-template <class T, class R>
-void reduce_all(const CpuTensor& x, const R& r) {
-  using Acc = typename R::Acc;
-  const std::int64_t n = x.shape().num_elements();
-  const std::int64_t chunks = std::max<std::int64_t>(1, (n + kFullChunk - 1) / kFullChunk);
-  struct Partial {
-    Acc value;
-  };  // not std::vector<bool>: threads write neighbouring partials
-  detail::Buffer<Partial> partials(static_cast<std::size_t>(chunks), Partial{r.init()});
-  const T* base = x.data_as<T>();
-  if (n > 0) {
-    const bool contiguous = x.is_contiguous();
-    const LoopPlan plan = memory_order_plan(x);
-    parallel_for(chunks, 1, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t c = begin; c < end; ++c) {
-        const std::int64_t first = c * kFullChunk;
-        const std::int64_t last = std::min(n, first + kFullChunk);
-        Acc& acc = partials[static_cast<std::size_t>(c)].value;
-        if (contiguous) {
-          acc = reduce_line(r, base + first, last - first, 1, first);
-          continue;
-        }
-        walk_segments<1>(
-            plan, first, last,
-            [&](std::int64_t j, std::int64_t count, const std::array<std::int64_t, 1>& off,
-                const std::array<std::int64_t, 1>& step) {
-              r.combine(acc, reduce_line(r, base + off[0], count, step[0], j));
-            });
-      }
-    });
-  }
-  // Pairwise combination of the partials, in order.
-  for (std::size_t width = 1; width < partials.size(); width *= 2) {
-    for (std::size_t i = 0; i + width < partials.size(); i += 2 * width) {
-      r.combine(partials[i].value, partials[i + width].value);
-    }
-  }
-  r.write(0, partials[0].value);
-}
-
-Shape kept_shape(const Shape& shape, std::int64_t dim) {
-  Shape out = shape;
-  out[static_cast<std::size_t>(dim)] = 1;
-  return out;
-}
 
 void check_index_dtype(DType index_dtype, const char* op) {
   if (!is_int(index_dtype)) {
@@ -412,37 +268,22 @@ void check_index_dtype(DType index_dtype, const char* op) {
   }
 }
 
-// Runs make_reducer(out_pointer) over everything (dim < 0) or along dim; out has out_dtype.
-template <class T, class Out, class MakeReducer>
-Primitive run_reduction(const Primitive& x, std::int64_t dim, DType out_dtype,
-                        MakeReducer make_reducer) {
-  const CpuTensor& in = as_cpu(x);
-  const Shape shape = dim < 0 ? Shape{1} : kept_shape(in.shape(), dim);
-  auto out = make_tensor(out_dtype, shape);
-  const auto reducer = make_reducer(out->template data_as<Out>());
-  if (dim < 0) {
-    reduce_all<T>(in, reducer);
-  } else {
-    reduce_dim<T>(in, dim, reducer);
-  }
-  return out;
-}
-
+// Wrapping sums and products are blind to signedness: one kernel per integer width.
 Primitive sum_impl(Primitive x, std::int64_t dim, bool mean, const char* op) {
   const DType dtype = x->dtype();
   return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
     const std::int64_t count =
         dim < 0 ? x->shape().num_elements() : x->shape()[static_cast<std::size_t>(dim)];
-    return run_reduction<T, T>(x, dim, dtype, [&](T* out) {
-      return SumReducer<T>{out, mean ? static_cast<double>(count) : 1.0};
-    });
+    const SumReducer<width_t<T>> reducer{mean ? static_cast<double>(count) : 1.0};
+    return run_reduce(x, dim, dtype, std::nullopt, make_reduce_kernel(reducer), op).first;
   });
 }
 
 Primitive prod_impl(Primitive x, std::int64_t dim, const char* op) {
   const DType dtype = x->dtype();
   return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    return run_reduction<T, T>(x, dim, dtype, [](T* out) { return ProdReducer<T>{out}; });
+    const ProdReducer<width_t<T>> reducer{};
+    return run_reduce(x, dim, dtype, std::nullopt, make_reduce_kernel(reducer), op).first;
   });
 }
 
@@ -450,17 +291,17 @@ template <bool IsMax>
 Primitive extremum_impl(Primitive x, std::int64_t dim, const char* op) {
   const DType dtype = x->dtype();
   return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    return run_reduction<T, T>(x, dim, dtype,
-                               [](T* out) { return ExtremumReducer<T, IsMax>{out}; });
+    const ExtremumReducer<T, IsMax> reducer{};
+    return run_reduce(x, dim, dtype, std::nullopt, make_reduce_kernel(reducer), op).first;
   });
 }
 
+// "x != 0" is blind to signedness too (not for floats: -0 is zero).
 template <bool IsAny>
 Primitive truth_impl(Primitive x, std::int64_t dim, const char* op) {
-  const DType dtype = x->dtype();
-  return visit_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    return run_reduction<T, bool>(x, dim, DType::Bool,
-                                  [](bool* out) { return TruthReducer<T, IsAny>{out}; });
+  return visit_dtype(x->dtype(), op, [&]<class T>(type_tag<T>) -> Primitive {
+    const TruthReducer<width_t<T>, IsAny> reducer{};
+    return run_reduce(x, dim, DType::Bool, std::nullopt, make_reduce_kernel(reducer), op).first;
   });
 }
 
@@ -471,14 +312,10 @@ PrimitivePair arg_impl(Primitive x, std::int64_t dim, DType index_dtype, bool wi
   check_index_dtype(index_dtype, op);
   const DType dtype = x->dtype();
   return visit_numeric_types(dtype, op, [&]<class T>(type_tag<T>) -> PrimitivePair {
-    const CpuTensor& in = as_cpu(x);
-    const Shape shape = kept_shape(in.shape(), dim);
-    auto indices = make_tensor(index_dtype, shape);
-    std::shared_ptr<CpuTensor> values;
-    if (with_values) values = make_tensor(dtype, shape);
-    const ArgReducer<T, IsMax> reducer{IndexWriter{indices->data(), index_dtype},
-                                       values ? values->data_as<T>() : nullptr};
-    reduce_dim<T>(in, dim, reducer);
+    const ArgReducer<T, IsMax> reducer{index_dtype};
+    auto [indices, values] =
+        run_reduce(x, dim, index_dtype, with_values ? std::optional<DType>(dtype) : std::nullopt,
+                   make_reduce_kernel(reducer), op);
     return {values, indices};
   });
 }

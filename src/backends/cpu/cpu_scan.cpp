@@ -1,12 +1,14 @@
 // Cumulative ops along a dim: cumsum, cumprod, cummin, cummax. Float sums and products run in
 // double, integer ones wrap around in 64 bits; cummin/cummax keep NaN once seen (PyTorch).
 // Each line is read before it is written, so a uniquely owned input is reused as the output.
+// The driver (reduce.h) plans and threads; this file makes only the scans' loops.
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dim_plan.h"
+#include "backends/cpu/reduce.h"
 #include "core/dtype_dispatch.h"
 
 namespace kiln {
@@ -14,8 +16,6 @@ namespace kiln {
 using namespace cpu;
 
 namespace {
-
-constexpr std::int64_t kColumnWidth = 256;
 
 template <class T>
 constexpr bool is_float_v = std::is_floating_point_v<compute_t<T>>;
@@ -45,6 +45,7 @@ T from_wide(wide_t<T> v) noexcept {
 
 template <class T>
 struct SumScan {
+  using In = T;
   using Acc = wide_t<T>;
   Acc init() const { return 0; }
   void step(Acc& acc, T v) const { acc += to_wide(v); }
@@ -53,6 +54,7 @@ struct SumScan {
 
 template <class T>
 struct ProdScan {
+  using In = T;
   using Acc = wide_t<T>;
   Acc init() const { return 1; }
   void step(Acc& acc, T v) const { acc *= to_wide(v); }
@@ -61,6 +63,7 @@ struct ProdScan {
 
 template <class T, bool IsMax>
 struct ExtremumScan {
+  using In = T;
   using Acc = compute_t<T>;
   Acc init() const {
     if constexpr (is_float_v<T>) {
@@ -83,58 +86,13 @@ struct ExtremumScan {
   T value(const Acc& acc) const { return static_cast<T>(acc); }
 };
 
-template <class T, class S>
-Primitive scan(Primitive x, std::int64_t dim, const S& s) {
-  const DType dtype = x->dtype();
-  const Shape shape = x->shape();
-  std::shared_ptr<CpuTensor> out;
-  if (reusable_as_output(x, shape, dtype)) {
-    out = std::static_pointer_cast<CpuTensor>(x);
-  } else {
-    out = make_tensor(dtype, shape);
-  }
-  if (shape.num_elements() == 0) return out;
-  const CpuTensor& in = as_cpu(x);
-  const DimPlan plan = plan_dim(shape, dim, {&in.strides(), &out->strides()});
-  const T* src = in.data_as<T>();
-  T* dst = out->data_as<T>();
-  const std::int64_t n = plan.length;
-  const std::int64_t si = plan.dim_strides[0];
-  const std::int64_t so = plan.dim_strides[1];
-  using Acc = typename S::Acc;
-  if (!columns_pay_off<2>(plan)) {
-    for_each_line<2>(plan, [&](std::int64_t, const std::array<std::int64_t, 2>& off) {
-      const T* p = src + off[0];
-      T* q = dst + off[1];
-      Acc acc = s.init();
-      for (std::int64_t j = 0; j < n; ++j) {
-        s.step(acc, p[j * si]);
-        q[j * so] = s.value(acc);
-      }
-    });
-    return out;
-  }
-  for_each_column_block<2>(
-      plan, kColumnWidth,
-      [&](std::int64_t, const std::array<std::int64_t, 2>& off, std::int64_t width) {
-        Acc acc[kColumnWidth];
-        for (std::int64_t c = 0; c < width; ++c) acc[c] = s.init();
-        for (std::int64_t j = 0; j < n; ++j) {
-          const T* p = src + off[0] + j * si;
-          T* q = dst + off[1] + j * so;
-          for (std::int64_t c = 0; c < width; ++c) {
-            s.step(acc[c], p[c]);
-            q[c] = s.value(acc[c]);
-          }
-        }
-      });
-  return out;
-}
-
-template <template <class> class Scan>
+// Wrapping sums and products are blind to signedness: one kernel per integer width.
+template <template <class> class Scan, bool ByWidth>
 Primitive scan_numeric(Primitive x, std::int64_t dim, const char* op) {
   return visit_numeric_types(x->dtype(), op, [&]<class T>(type_tag<T>) -> Primitive {
-    return scan<T>(std::move(x), dim, Scan<T>{});
+    using K = std::conditional_t<ByWidth, width_t<T>, T>;
+    const Scan<K> scan{};
+    return run_scan(std::move(x), dim, make_scan_kernel(scan), op);
   });
 }
 
@@ -146,16 +104,16 @@ using MinScan = ExtremumScan<T, false>;
 }  // namespace
 
 Primitive CpuBackend::cumsum(Primitive x, std::int64_t dim) {
-  return scan_numeric<SumScan>(std::move(x), dim, "cumsum");
+  return scan_numeric<SumScan, true>(std::move(x), dim, "cumsum");
 }
 Primitive CpuBackend::cumprod(Primitive x, std::int64_t dim) {
-  return scan_numeric<ProdScan>(std::move(x), dim, "cumprod");
+  return scan_numeric<ProdScan, true>(std::move(x), dim, "cumprod");
 }
 Primitive CpuBackend::cummin(Primitive x, std::int64_t dim) {
-  return scan_numeric<MinScan>(std::move(x), dim, "cummin");
+  return scan_numeric<MinScan, false>(std::move(x), dim, "cummin");
 }
 Primitive CpuBackend::cummax(Primitive x, std::int64_t dim) {
-  return scan_numeric<MaxScan>(std::move(x), dim, "cummax");
+  return scan_numeric<MaxScan, false>(std::move(x), dim, "cummax");
 }
 
 }  // namespace kiln

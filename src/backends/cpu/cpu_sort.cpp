@@ -3,14 +3,15 @@
 // counts as the largest). Slices are sorted in parallel; one long slice is sorted by a parallel
 // merge sort.
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dim_plan.h"
-#include "core/dtype_dispatch.h"
 #include "core/buffer.h"
+#include "core/dtype_dispatch.h"
 
 namespace kiln {
 
@@ -21,14 +22,6 @@ namespace {
 // Below this slice length, a single slice is sorted on one thread.
 constexpr std::int64_t kParallelSortLength = 1 << 16;
 
-template <class C>
-bool is_nan_value(C v) noexcept {
-  if constexpr (std::is_floating_point_v<C>)
-    return v != v;
-  else
-    return false;
-}
-
 // Strict weak orders with NaN as the largest value.
 template <class C>
 bool ascending_before(C a, C b) noexcept {
@@ -37,16 +30,48 @@ bool ascending_before(C a, C b) noexcept {
   else
     return a < b;
 }
+
+// The element type a slice is sorted as: float or double, else an integer that holds every
+// value of T (int32 for the narrow ones), so that the sorts are made for five types, not twelve.
+template <class T>
+using sort_key_t = std::conditional_t<
+    std::is_floating_point_v<compute_t<T>>, compute_t<T>,
+    std::conditional_t<
+        (sizeof(T) < 4 || (sizeof(T) == 4 && std::is_signed_v<T>)), std::int32_t,
+        std::conditional_t<std::is_signed_v<T> || sizeof(T) == 4, std::int64_t, std::uint64_t>>>;
+
+// Ascending or descending order of values.
 template <class C>
-bool descending_before(C a, C b) noexcept {
-  return ascending_before(b, a);
-}
+struct Before {
+  bool descending;
+  bool operator()(C a, C b) const noexcept {
+    return descending ? ascending_before(b, a) : ascending_before(a, b);
+  }
+};
 
 // A value with its position; 32-bit positions when the slice allows (half the bytes to move).
 template <class C, class I>
 struct Entry {
   C value;
   I index;
+};
+
+template <class C, class I>
+struct ByValue {
+  Before<C> before;
+  bool operator()(const Entry<C, I>& a, const Entry<C, I>& b) const noexcept {
+    return before(a.value, b.value);
+  }
+};
+// topk: a total order (ties by position), so a partial selection is deterministic.
+template <class C, class I>
+struct ByValueThenIndex {
+  Before<C> before;
+  bool operator()(const Entry<C, I>& a, const Entry<C, I>& b) const noexcept {
+    if (before(a.value, b.value)) return true;
+    if (before(b.value, a.value)) return false;
+    return a.index < b.index;
+  }
 };
 
 // std::stable_sort of [first, last), in parallel for long ranges: chunks are sorted on their
@@ -93,40 +118,75 @@ struct SortRequest {
   DType index_dtype;
 };
 
-// work(in_offset, out_offset, buffer) for every slice along the plan's dim. Few long slices
+// A thread's buffer for the values or entries of one slice.
+using Scratch = detail::Buffer<std::uint64_t>;
+
+// work(in_offset, out_offset, scratch) for every slice along the plan's dim. Few long slices
 // run one after another (each sort is parallel inside); many slices are spread over threads,
-// with one scratch buffer per thread.
-template <class Buffer, class Work>
-void for_each_slice(const DimPlan& plan, Work&& work) {
+// with one scratch buffer per thread. One parallel region for every dtype: work is called
+// through a pointer, once per slice.
+void for_each_slice(const DimPlan& plan,
+                    const std::function<void(std::int64_t, std::int64_t, Scratch&)>& work) {
   const std::int64_t slices = plan.kept.elements;
   const std::int64_t n = plan.length;
   if (slices == 1 || (slices < thread_count() && n >= kParallelSortLength)) {
-    Buffer buffer;
+    Scratch scratch;
     for (std::int64_t s = 0; s < slices; ++s) {
       const auto off = offsets_at<2>(plan.kept, s);
-      work(off[0], off[1], buffer);
+      work(off[0], off[1], scratch);
     }
     return;
   }
   const std::int64_t grain =
       std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, n * 8));
   parallel_for(slices, grain, [&](std::int64_t begin, std::int64_t end) {
-    Buffer buffer;
+    Scratch scratch;
     walk_segments<2>(plan.kept, begin, end,
                      [&](std::int64_t, std::int64_t count, const std::array<std::int64_t, 2>& start,
                          const std::array<std::int64_t, 2>& step) {
                        for (std::int64_t c = 0; c < count; ++c) {
-                         work(start[0] + c * step[0], start[1] + c * step[1], buffer);
+                         work(start[0] + c * step[0], start[1] + c * step[1], scratch);
                        }
                      });
   });
+}
+
+// scratch as room for n elements of E (whose alignment is at most 8).
+template <class E>
+E* room_for(Scratch& scratch, std::int64_t n) {
+  static_assert(alignof(E) <= alignof(std::uint64_t));
+  scratch.resize((static_cast<std::size_t>(n) * sizeof(E) + 7) / 8);
+  return reinterpret_cast<E*>(scratch.data());
+}
+
+// The orderings, made once per key type C (and position type I), whatever the dtype stored.
+template <class C>
+void sort_values(C* first, std::int64_t n, bool descending) {
+  stable_sort_range(first, first + n, Before<C>{descending});
+}
+// The first `keep` entries in order (all of them, stably, when keep < 0).
+template <class C, class I>
+void order_entries(Entry<C, I>* first, std::int64_t n, std::int64_t keep, bool descending) {
+  const Before<C> before{descending};
+  const ByValueThenIndex<C, I> total_less{before};
+  if (keep < 0) {
+    stable_sort_range(first, first + n, ByValue<C, I>{before});
+  } else if (keep * 16 <= n) {
+    // Few wanted: a heap of keep entries rejects most values with one comparison.
+    std::partial_sort(first, first + keep, first + n, total_less);
+  } else if (keep < n) {
+    std::nth_element(first, first + keep, first + n, total_less);
+    std::sort(first, first + keep, total_less);
+  } else {
+    std::sort(first, first + n, total_less);
+  }
 }
 
 // One routine for every op here: per slice along dim, gather values (with their positions when
 // indices are wanted), order them, and write the first `keep` (or all) of them.
 template <class T>
 PrimitivePair sort_slices(const Primitive& x, const SortRequest& request) {
-  using C = compute_t<T>;
+  using C = sort_key_t<T>;
   const CpuTensor& in = as_cpu(x);
   const Shape& shape = in.shape();
   const std::size_t d = static_cast<std::size_t>(request.dim);
@@ -149,60 +209,35 @@ PrimitivePair sort_slices(const Primitive& x, const SortRequest& request) {
   const std::int64_t si = plan.dim_strides[0];
   const std::int64_t so = plan.dim_strides[1];
   const bool descending = request.descending;
-  auto before = [descending](C a, C b) {
-    return descending ? descending_before(a, b) : ascending_before(a, b);
-  };
 
   if (!request.want_indices) {
     // Values only: no positions to carry.
-    for_each_slice<detail::Buffer<C>>(
-        plan, [&](std::int64_t in_offset, std::int64_t out_offset, detail::Buffer<C>& buffer) {
-          buffer.resize(static_cast<std::size_t>(n));
-          const T* p = src + in_offset;
-          for (std::int64_t j = 0; j < n; ++j)
-            buffer[static_cast<std::size_t>(j)] = static_cast<C>(p[j * si]);
-          stable_sort_range(buffer.data(), buffer.data() + n, before);
-          for (std::int64_t j = 0; j < n; ++j) {
-            value_out[out_offset + j * so] = static_cast<T>(buffer[static_cast<std::size_t>(j)]);
-          }
-        });
+    for_each_slice(plan, [&](std::int64_t in_offset, std::int64_t out_offset, Scratch& scratch) {
+      C* buffer = room_for<C>(scratch, n);
+      const T* p = src + in_offset;
+      for (std::int64_t j = 0; j < n; ++j) buffer[j] = static_cast<C>(p[j * si]);
+      sort_values(buffer, n, descending);
+      for (std::int64_t j = 0; j < n; ++j) {
+        value_out[out_offset + j * so] = static_cast<T>(buffer[j]);
+      }
+    });
     return {values, indices};
   }
 
   auto with_positions = [&]<class I>(type_tag<I>) {
     using E = Entry<C, I>;
-    auto less = [&before](const E& a, const E& b) { return before(a.value, b.value); };
-    // topk: a total order (ties by position), so a partial selection is deterministic.
-    auto total_less = [&before](const E& a, const E& b) {
-      if (before(a.value, b.value)) return true;
-      if (before(b.value, a.value)) return false;
-      return a.index < b.index;
-    };
-    for_each_slice<detail::Buffer<E>>(
-        plan, [&](std::int64_t in_offset, std::int64_t out_offset, detail::Buffer<E>& entries) {
-          entries.resize(static_cast<std::size_t>(n));
-          const T* p = src + in_offset;
-          for (std::int64_t j = 0; j < n; ++j) {
-            entries[static_cast<std::size_t>(j)] = {static_cast<C>(p[j * si]), static_cast<I>(j)};
-          }
-          E* first = entries.data();
-          if (request.keep < 0) {
-            stable_sort_range(first, first + n, less);
-          } else if (keep * 16 <= n) {
-            // Few wanted: a heap of keep entries rejects most values with one comparison.
-            std::partial_sort(first, first + keep, first + n, total_less);
-          } else if (keep < n) {
-            std::nth_element(first, first + keep, first + n, total_less);
-            std::sort(first, first + keep, total_less);
-          } else {
-            std::sort(first, first + n, total_less);
-          }
-          for (std::int64_t j = 0; j < keep; ++j) {
-            const E& e = entries[static_cast<std::size_t>(j)];
-            if (value_out != nullptr) value_out[out_offset + j * so] = static_cast<T>(e.value);
-            index_out(out_offset + j * so, static_cast<std::int64_t>(e.index));
-          }
-        });
+    for_each_slice(plan, [&](std::int64_t in_offset, std::int64_t out_offset, Scratch& scratch) {
+      E* entries = room_for<E>(scratch, n);
+      const T* p = src + in_offset;
+      for (std::int64_t j = 0; j < n; ++j)
+        entries[j] = {static_cast<C>(p[j * si]), static_cast<I>(j)};
+      order_entries(entries, n, request.keep, descending);
+      for (std::int64_t j = 0; j < keep; ++j) {
+        const E& e = entries[j];
+        if (value_out != nullptr) value_out[out_offset + j * so] = static_cast<T>(e.value);
+        index_out(out_offset + j * so, static_cast<std::int64_t>(e.index));
+      }
+    });
   };
   if (n <= std::numeric_limits<std::int32_t>::max()) {
     with_positions(type_tag<std::int32_t>{});

@@ -1,6 +1,7 @@
 // Walking a tensor along one dim, for reductions, scans and sorts. The other ("kept") dims are
 // collapsed where every operand allows (plan_loop), and the work is either
-//   - one line per kept position (for_each_line): good when the dim is contiguous, or
+//   - runs of kept positions, one line each (for_each_line_run): good when the dim is
+//     contiguous, or
 //   - blocks of adjacent kept positions that are contiguous in every operand
 //     (for_each_column_block): the dim is then walked row by row over a block of columns, so a
 //     reduction of dim 0 of a row-major matrix reads memory in order.
@@ -71,22 +72,14 @@ std::array<std::int64_t, N> offsets_at(const LoopPlan& plan, std::int64_t flat) 
   return offsets;
 }
 
-// line(flat, offsets) for every kept position, in parallel.
-template <std::size_t N, class Line>
-void for_each_line(const DimPlan& plan, Line&& line) {
+// segment(flat, count, offsets, steps) for runs of kept positions (walk_segments over
+// plan.kept), split over threads at a grain of kParallelGrain / work_per_line positions.
+template <std::size_t N, class Segment>
+void for_each_line_run(const DimPlan& plan, std::int64_t work_per_line, Segment&& segment) {
   const std::int64_t grain =
-      std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, plan.length));
+      std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, work_per_line));
   parallel_for(plan.kept.elements, grain, [&](std::int64_t begin, std::int64_t end) {
-    walk_segments<N>(
-        plan.kept, begin, end,
-        [&](std::int64_t flat, std::int64_t count, const std::array<std::int64_t, N>& start,
-            const std::array<std::int64_t, N>& step) {
-          std::array<std::int64_t, N> offsets = start;
-          for (std::int64_t c = 0; c < count; ++c) {
-            line(flat + c, offsets);
-            for (std::size_t k = 0; k < N; ++k) offsets[k] += step[k];
-          }
-        });
+    walk_segments<N>(plan.kept, begin, end, segment);
   });
 }
 

@@ -113,42 +113,21 @@ void run_segment(const Kernel& kernel, const Operands& operands, std::int64_t n,
   }
 }
 
-// Positions [begin, end) of plan in runs along its innermost dim.
+// Positions [begin, end) of plan (N operands) in runs along its innermost dim.
+template <std::size_t N>
 void walk(const Kernel& kernel, const Operands& operands, const LoopPlan& plan, std::int64_t begin,
           std::int64_t end) {
-  const std::size_t rank = plan.shape.size();
-  const std::size_t count = operands.count;
-  std::array<std::int64_t, kMaxElementwiseOperands> inner{};  // bytes
-  std::array<char*, kMaxElementwiseOperands> at{};
-  detail::DimVector coords(rank);
-  std::int64_t rest = begin;
-  for (std::size_t k = 0; k < count; ++k) {
-    inner[k] = plan.strides[k][rank - 1] * operands.element_size[k];
-    at[k] = operands.base[k];
-  }
-  for (std::size_t d = rank; d-- > 0;) {
-    coords[d] = rest % plan.shape[d];
-    rest /= plan.shape[d];
-    for (std::size_t k = 0; k < count; ++k) {
-      at[k] += coords[d] * plan.strides[k][d] * operands.element_size[k];
-    }
-  }
-  std::int64_t i = begin;
-  while (i < end) {
-    const std::int64_t n = std::min(plan.shape[rank - 1] - coords[rank - 1], end - i);
-    run_segment(kernel, operands, n, at.data(), inner.data());
-    i += n;
-    coords[rank - 1] += n;
-    for (std::size_t k = 0; k < count; ++k) at[k] += n * inner[k];
-    for (std::size_t d = rank - 1; d > 0 && coords[d] == plan.shape[d]; --d) {
-      coords[d] = 0;
-      ++coords[d - 1];
-      for (std::size_t k = 0; k < count; ++k) {
-        at[k] += (plan.strides[k][d - 1] - plan.shape[d] * plan.strides[k][d]) *
-                 operands.element_size[k];
-      }
-    }
-  }
+  walk_segments<N>(plan, begin, end,
+                   [&](std::int64_t, std::int64_t n, const std::array<std::int64_t, N>& offsets,
+                       const std::array<std::int64_t, N>& steps) {
+                     std::array<char*, N> at;
+                     std::array<std::int64_t, N> bytes;
+                     for (std::size_t k = 0; k < N; ++k) {
+                       at[k] = operands.base[k] + offsets[k] * operands.element_size[k];
+                       bytes[k] = steps[k] * operands.element_size[k];
+                     }
+                     run_segment(kernel, operands, n, at.data(), bytes.data());
+                   });
 }
 
 // Whether storage of this dtype reaches a kernel of type kernel as it is (storage_for's AsIs).
@@ -270,7 +249,11 @@ Primitive run(std::span<const Primitive> inputs, const void* scalar, DType out_d
                             ? plan_loop(shape, {&out->strides(), &strides[0]})
                             : plan_loop(shape, {&out->strides(), &strides[0], &strides[1]});
   parallel_for(plan.elements, grain, [&](std::int64_t begin, std::int64_t end) {
-    walk(kernel, operands, plan, begin, end);
+    if (operands.count == 2) {
+      walk<2>(kernel, operands, plan, begin, end);
+    } else {
+      walk<3>(kernel, operands, plan, begin, end);
+    }
   });
   return out;
 }

@@ -53,6 +53,10 @@ Primitive run_binary(Primitive lhs, Primitive rhs, DType out_dtype, const Kernel
 Primitive run_binary_scalar(Primitive x, const void* scalar, DType out_dtype, const Kernel& kernel,
                             const char* op);
 
+// x converted to dtype element by element (convert_element's rules), through the cast kernels:
+// a new contiguous tensor, or x itself when it already has dtype.
+Primitive convert(Primitive x, DType dtype);
+
 // Elements below which the driver keeps a plain kernel on one thread (kParallelGrain as this
 // build of the library has it: the ThreadSanitizer build lowers it).
 std::int64_t elementwise_grain() noexcept;

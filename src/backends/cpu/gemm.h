@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "backends/cpu/cpu_tensor.h"
-#include "backends/cpu/loops.h"
 #include "core/dtype_dispatch.h"
 
 namespace kiln::cpu {
@@ -41,20 +40,9 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
 std::int64_t collapsed_row_stride(const std::int64_t* sizes, const std::int64_t* strides,
                                   std::size_t count, std::int64_t fallback);
 
-// dst = src converted elementwise (same shape, any strides on both sides).
-template <class Out, class In>
-void convert_copy(const CpuTensor& src, CpuTensor& dst) {
-  if (src.shape().num_elements() == 0) return;
-  const LoopPlan plan = plan_loop(dst.shape(), {&dst.strides(), &src.strides()});
-  Out* o = dst.data_as<Out>();
-  const In* in = src.data_as<In>();
-  run_loop<2>(plan, [&](std::int64_t n, const std::array<std::int64_t, 2>& off,
-                        const std::array<std::int64_t, 2>& st) {
-    Out* po = o + off[0];
-    const In* pi = in + off[1];
-    for (std::int64_t i = 0; i < n; ++i) po[i * st[0]] = convert_element<Out>(pi[i * st[1]]);
-  });
-}
+// dst (f16 or bf16) = src (f32), both contiguous of one shape: the single rounding of the
+// 16-bit float paths, which compute in f32.
+void round_from_f32(const CpuTensor& src, CpuTensor& dst);
 
 // A contiguous copy of src converted to dtype (src itself when it already is both).
 std::shared_ptr<CpuTensor> contiguous_as(const Primitive& src, DType dtype);
