@@ -250,48 +250,39 @@ const char* key_type(int bits) {
   }
 }
 
-// The bits of +infinity for a float kind; a float whose magnitude bits exceed them is a NaN.
-const char* infinity_bits(lib::KeyKind kind) {
-  switch (kind) {
-    case lib::KeyKind::F16:
-      return "0x7c00u";
-    case lib::KeyKind::BF16:
-      return "0x7f80u";
-    case lib::KeyKind::F32:
-      return "0x7f800000u";
-    case lib::KeyKind::F64:
-      return "0x7ff0000000000000ull";
-    default:
-      return "0u";
-  }
-}
-
-int key_bits(DType dtype) {
-  return lib::visit_key_type(dtype, "topk", []<class Key>(Key) {
-    return static_cast<int>(8 * sizeof(typename Key::Bits));
-  });
-}
-
-lib::KeyKind key_kind(DType dtype) {
-  return lib::visit_key_type(dtype, "topk", []<class Key>(Key) { return Key::kind; });
-}
-
-const char* kind_name(lib::KeyKind kind) {
+// A key kind as keys name it, and the bits of +infinity for a float kind (a float whose
+// magnitude bits exceed them is a NaN).
+struct KindText {
+  const char* name;
+  const char* infinity_bits;
+};
+KindText kind_text(lib::KeyKind kind) {
   switch (kind) {
     case lib::KeyKind::Unsigned:
-      return "unsigned";
+      return {"unsigned", "0u"};
     case lib::KeyKind::Signed:
-      return "signed";
+      return {"signed", "0u"};
     case lib::KeyKind::F16:
-      return "f16";
+      return {"f16", "0x7c00u"};
     case lib::KeyKind::BF16:
-      return "bf16";
+      return {"bf16", "0x7f80u"};
     case lib::KeyKind::F32:
-      return "f32";
+      return {"f32", "0x7f800000u"};
     case lib::KeyKind::F64:
-      return "f64";
+      return {"f64", "0x7ff0000000000000ull"};
   }
-  return "?";
+  return {"?", "0u"};
+}
+
+// dtype's key: its width in bits and how its bits order.
+struct KeyOf {
+  int bits;
+  lib::KeyKind kind;
+};
+KeyOf key_of(DType dtype) {
+  return lib::visit_key_type(dtype, "topk", []<class Key>(Key) {
+    return KeyOf{static_cast<int>(8 * sizeof(typename Key::Bits)), Key::kind};
+  });
 }
 
 }  // namespace
@@ -301,9 +292,9 @@ const char* topk_kernel_name(TopkKernel kernel) {
 }
 
 std::string topk_kernel_key(TopkKernel kernel, DType dtype, int list) {
-  const int bits = key_bits(dtype);
-  if (kernel == TopkKernel::Merge) return detail::concat("topk:merge:u", bits, ":", list);
-  return detail::concat("topk:select:u", bits, ":", kind_name(key_kind(dtype)), ":", list);
+  const KeyOf key = key_of(dtype);
+  if (kernel == TopkKernel::Merge) return detail::concat("topk:merge:u", key.bits, ":", list);
+  return detail::concat("topk:select:u", key.bits, ":", kind_text(key.kind).name, ":", list);
 }
 
 std::string topk_kernel_source(TopkKernel kernel, int bits, lib::KeyKind kind, int list) {
@@ -320,12 +311,13 @@ std::string topk_kernel_source(TopkKernel kernel, int bits, lib::KeyKind kind, i
   auto text = [](bool b) { return b ? "true" : "false"; };
   s += detail::concat("constexpr bool kSignedKey = ", text(kind == lib::KeyKind::Signed), ";\n",
                       "constexpr bool kFloatKey = ", text(is_float), ";\n",
-                      "constexpr U kInfinityBits = ", infinity_bits(kind), ";\n");
+                      "constexpr U kInfinityBits = ", kind_text(kind).infinity_bits, ";\n");
   return s + kSelect;
 }
 
 std::string topk_kernel_source(TopkKernel kernel, DType dtype, int list) {
-  return topk_kernel_source(kernel, key_bits(dtype), key_kind(dtype), list);
+  const KeyOf key = key_of(dtype);
+  return topk_kernel_source(kernel, key.bits, key.kind, list);
 }
 
 }  // namespace kiln::cuda
