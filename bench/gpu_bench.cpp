@@ -24,7 +24,6 @@
 #include "backends/cuda/lib/scan.h"
 #include "backends/cuda/lib/sort.h"
 #include "backends/cuda/lib/sort_detail.h"
-#include "backends/cuda/lib/topk.h"
 #include "kiln/half.h"
 
 namespace {
@@ -210,25 +209,6 @@ void run_rows(benchmark::State& state, std::int64_t keep) {
 void BM_sort_rows(benchmark::State& state) { run_rows(state, -1); }
 void BM_topk_by_sort(benchmark::State& state) { run_rows(state, state.range(2)); }
 
-// topk/<rows>/<n>/<k>: the k largest of each row with i64 indices by selection (lib/topk.h, what
-// the backend runs for small k).
-void BM_topk(benchmark::State& state) {
-  if (!have_device()) return state.SkipWithError("no CUDA device");
-  const std::int64_t rows = state.range(0);
-  const std::int64_t n = state.range(1);
-  const std::int64_t k = state.range(2);
-  TopkDesc desc{DType::F32, rows, n, k, true, DType::I64};
-  const Buffer& in = random_buffer(DType::F32, rows * n, 5);
-  Buffer values(static_cast<std::size_t>(rows * k) * 4);
-  Buffer indices(static_cast<std::size_t>(rows * k) * 8);
-  const std::size_t bytes = topk_workspace_bytes(desc);
-  Buffer workspace(bytes);
-  cudaStream_t stream = bench_stream();
-  time_with_events(state, stream, 3, [&] {
-    topk_rows(desc, in.data, values.data, indices.data, workspace.data, bytes, stream);
-  });
-  state.counters["bytes"] = static_cast<double>(rows * n * 4 + rows * k * 12);
-}
 void BM_sort_keys(benchmark::State& state) { run_sort(state, false); }
 
 // cumsum/<n>: one row; cumsum/<rows>/<n>: along the last dim of [rows, n].
@@ -371,12 +351,6 @@ BENCHMARK(BM_sort_rows)
     ->Iterations(20);
 BENCHMARK(BM_topk_by_sort)
     ->Name("topk_by_sort")
-    ->Args({4096, 32768, 8})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond)
-    ->Iterations(10);
-BENCHMARK(BM_topk)
-    ->Name("topk")
     ->Args({4096, 32768, 8})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)

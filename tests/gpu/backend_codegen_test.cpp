@@ -5,7 +5,13 @@
 #include <gtest/gtest.h>
 #include <nvrtc.h>
 
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/strided.h"
@@ -16,6 +22,7 @@
 #include "backends/cuda/scatter.h"
 #include "backends/cuda/softmax.h"
 #include "backends/cuda/spatial.h"
+#include "backends/cuda/topk.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
@@ -33,24 +40,46 @@ std::vector<DType> every_dtype() {
   return all;
 }
 
-// Compiles source; returns NVRTC's log on failure (empty on success).
-std::string compile(const std::string& source) {
+struct Compiled {
+  bool ok = false;
+  std::string log;  // NVRTC's messages (warnings too, when it compiled)
+  std::size_t cubin_bytes = 0;
+  double cpu_seconds = 0;  // of the compiling thread (NVRTC compiles on the caller's thread)
+};
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Compiles source for sm_90 as the plugin's Compiler does, down to the cubin.
+Compiled compile_to_cubin(const std::string& source) {
+  Compiled c;
+  const double start = thread_cpu_seconds();
   nvrtcProgram program = nullptr;
   if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) {
-    return "nvrtcCreateProgram failed";
+    c.log = "nvrtcCreateProgram failed";
+    return c;
   }
   const char* options[] = {"--gpu-architecture=sm_90", "--std=c++17", "-default-device"};
   const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
-  std::string log;
-  if (result != NVRTC_SUCCESS) {
-    std::size_t size = 0;
-    nvrtcGetProgramLogSize(program, &size);
-    log.assign(size, '\0');
-    nvrtcGetProgramLog(program, log.data());
-    log = std::string(nvrtcGetErrorString(result)) + "\n" + log;
-  }
+  std::size_t size = 0;
+  nvrtcGetProgramLogSize(program, &size);
+  c.log.assign(size, '\0');
+  nvrtcGetProgramLog(program, c.log.data());
+  c.log.erase(std::find(c.log.begin(), c.log.end(), '\0'), c.log.end());
+  c.ok = result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &c.cubin_bytes) == NVRTC_SUCCESS;
+  if (result != NVRTC_SUCCESS) c.log = std::string(nvrtcGetErrorString(result)) + "\n" + c.log;
   nvrtcDestroyProgram(&program);
-  return log;
+  c.cpu_seconds = thread_cpu_seconds() - start;
+  return c;
+}
+
+// Compiles source; returns NVRTC's log on failure (empty on success).
+std::string compile(const std::string& source) {
+  Compiled c = compile_to_cubin(source);
+  return c.ok ? std::string() : c.log;
 }
 
 // Every kernel of the module: the strided one, the flat one and, unless an input is gathered,
@@ -304,4 +333,72 @@ TEST(GpuCodegen, ConvFamiliesCompile) {
   }
   // conv's bias: an elementwise add broadcast along the channels, in place.
   for (DType d : kFloats) expect_compiles({"conv", "a + b", {d, d}, d, d, {}}, dtype_name(d));
+}
+
+TEST(GpuCodegen, TopkFamiliesCompile) {
+  // Every instance the plugin may ask for: the select kernel per key type (each width with the
+  // kinds of its dtypes) and list length, the merge per width and list length; each to a cubin
+  // with an empty log (no warning). Compiled on several threads (the largest lists of narrow
+  // keys take NVRTC most of a minute); the CPU times printed are what a first use pays (the disk
+  // cache spares the next process).
+  struct Instance {
+    TopkKernel kernel;
+    DType dtype;
+    int list;
+    Compiled result;
+  };
+  std::vector<Instance> instances;
+  const DType dtypes[] = {DType::U8,  DType::I8,  DType::U16, DType::I16, DType::F16, DType::BF16,
+                          DType::U32, DType::I32, DType::F32, DType::U64, DType::I64, DType::F64};
+  for (DType dtype : dtypes) {
+    for (int list = 1; list <= max_select_k(dtype); list *= 2) {
+      instances.push_back({TopkKernel::Select, dtype, list, {}});
+      // The merge depends on the width only: once per width, with its unsigned dtype.
+      if (dtype == DType::U8 || dtype == DType::U16 || dtype == DType::U32 || dtype == DType::U64) {
+        instances.push_back({TopkKernel::Merge, dtype, list, {}});
+      }
+    }
+  }
+  ASSERT_EQ(instances.size(), 69u + 23u);
+  // The slowest first, so the threads finish together.
+  std::stable_sort(instances.begin(), instances.end(), [](const Instance& a, const Instance& b) {
+    return a.list * 8 / dtype_size(a.dtype) > b.list * 8 / dtype_size(b.dtype);
+  });
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < instances.size(); i = next++) {
+      Instance& in = instances[i];
+      in.result = compile_to_cubin(topk_kernel_source(in.kernel, in.dtype, in.list));
+    }
+  };
+  std::vector<std::thread> threads(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  for (std::thread& t : threads) t = std::thread(work);
+  for (std::thread& t : threads) t.join();
+
+  double total = 0;
+  for (const Instance& in : instances) {
+    const std::string key = topk_kernel_key(in.kernel, in.dtype, in.list);
+    const Compiled& c = in.result;
+    EXPECT_TRUE(c.ok && c.cubin_bytes > 0) << key << ":\n" << c.log.substr(0, 4000);
+    EXPECT_TRUE(c.log.empty()) << key << " warns:\n" << c.log.substr(0, 4000);
+    total += c.cpu_seconds;
+    std::cout << "[ topk     ] " << key << ": " << c.cpu_seconds << " s of CPU, cubin "
+              << c.cubin_bytes << " bytes\n";
+  }
+  std::cout << "[ topk     ] " << instances.size() << " NVRTC compiles, " << total
+            << " s of CPU in all\n";
+
+  // Keys name the instance; the merge is shared by the kinds of a width.
+  const std::string select = topk_kernel_source(TopkKernel::Select, DType::I32, 8);
+  EXPECT_NE(select.find("__global__ void __launch_bounds__(256) kiln_topk_select(const P p)"),
+            std::string::npos);
+  EXPECT_EQ(topk_kernel_name(TopkKernel::Merge), std::string("kiln_topk_merge"));
+  EXPECT_EQ(topk_kernel_key(TopkKernel::Select, DType::I32, 8), "topk:select:u32:signed:8");
+  EXPECT_EQ(topk_kernel_key(TopkKernel::Select, DType::BF16, 32), "topk:select:u16:bf16:32");
+  EXPECT_EQ(topk_kernel_key(TopkKernel::Merge, DType::F64, 16), "topk:merge:u64:16");
+  EXPECT_EQ(topk_kernel_source(TopkKernel::Merge, DType::F32, 4),
+            topk_kernel_source(TopkKernel::Merge, DType::I32, 4));
+  EXPECT_THROW((void)topk_kernel_source(TopkKernel::Select, DType::I64, 32), InvalidArgument);
+  EXPECT_THROW((void)topk_kernel_source(TopkKernel::Select, DType::F32, 3), InvalidArgument);
+  EXPECT_THROW((void)topk_kernel_key(TopkKernel::Select, DType::Bool, 1), UnsupportedDType);
 }

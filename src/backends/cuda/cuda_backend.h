@@ -93,7 +93,7 @@ class CudaBackend final : public Backend {
   // One product per group over every image and position (cuda_conv.cpp).
   Primitive conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
                                  ConvOptions options) override;
-  // CUB row sorts of kiln_cuda_lib (cuda_sort.cpp).
+  // CUB row sorts of kiln_cuda_lib; topk by generated selection kernels (cuda_sort.cpp).
   Primitive sort(Primitive x, std::int64_t dim, bool descending) override;
   PrimitivePair sort_with_indices(Primitive x, std::int64_t dim, bool descending,
                                   DType index_dtype) override;

@@ -1,18 +1,18 @@
 // sort, sort_with_indices, argsort and topk_with_indices on the GPU through kiln_cuda_lib's CUB row
 // sort (lib/sort.h), whose order is exactly the CPU backend's: stable, NaN the largest value
 // (last ascending, first descending), topk ties by the lower index. topk with k up to
-// lib::max_select_k (32; 16 for 64-bit dtypes) selects instead of sorting (lib/topk.h: one read of
-// the input), with the same results; larger k keeps the first k of the sorted rows. The dim is
-// moved last and the input made contiguous (a strided copy only when it is not already), the rows
-// are sorted or selected, and the results are viewed with the dim back in its place. The library
-// writes i64 or i32 indices; other integer index dtypes are cast from i32 (the CPU writes
-// static_cast<index type>(position) too). Rows longer than 2^31 - 1 (beyond the library's 32-bit
-// positions) take the host default.
+// max_select_k (32; 16 for 64-bit dtypes) selects instead of sorting (topk.h: generated kernels,
+// one read of the input), with the same results; larger k keeps the first k of the sorted rows.
+// The dim is moved last and the input made contiguous (a strided copy only when it is not
+// already), the rows are sorted or selected, and the results are viewed with the dim back in its
+// place. The library and the selection write i64 or i32 indices; other integer index dtypes are
+// cast from i32 (the CPU writes static_cast<index type>(position) too). Rows longer than
+// 2^31 - 1 (beyond 32-bit positions) take the host default.
 #include <limits>
 
 #include "backends/cuda/lib/sort.h"
-#include "backends/cuda/lib/topk.h"
 #include "backends/cuda/lib_call.h"
+#include "backends/cuda/topk.h"
 
 namespace kiln::cuda {
 
@@ -101,26 +101,33 @@ PrimitivePair run_sort(CudaBackend& b, const Primitive& x, std::int64_t dim, con
   return finish(b, std::move(values), std::move(indices), r.index_dtype, x->rank(), dim);
 }
 
-// topk by selection (k <= lib::max_select_k).
+// topk by selection (k <= max_select_k): the generated kernels of topk.h, compiled for the
+// dtype's key type and the list length k needs.
 PrimitivePair run_select(CudaBackend& b, const Primitive& x, std::int64_t k, std::int64_t dim,
                          bool largest, DType index_dtype, const char* op) {
   const Rows rows = rows_of(b, x, dim, true, index_dtype, op);
-  const lib::TopkDesc desc{.dtype = rows.in->dtype(),
-                           .rows = rows.rows,
-                           .n = rows.n,
-                           .k = k,
-                           .largest = largest,
-                           .index_dtype = rows.native_index};
+  const TopkDesc desc{.dtype = rows.in->dtype(),
+                      .rows = rows.rows,
+                      .n = rows.n,
+                      .k = k,
+                      .largest = largest,
+                      .index_dtype = rows.native_index};
+  const TopkPlan plan = plan_topk(desc);  // validates desc
   const Shape out_shape = rows.out_shape(k);
   TensorPtr values = b.make_tensor(rows.in->dtype(), out_shape, op);
   TensorPtr indices = b.make_tensor(rows.native_index, out_shape, op);
   Runtime& runtime = b.runtime();
-  Workspace workspace(runtime, lib::topk_workspace_bytes(desc), op);  // validates desc
-  if (out_shape.num_elements() > 0) {
-    cudaStream_t stream = lib_stream(runtime);
-    lib::topk_rows(desc, device_address(*rows.in), device_address(*values),
-                   device_address(*indices), workspace.get(), workspace.bytes(), stream);
-    runtime.context.note_launch(op);
+  Workspace workspace(runtime, topk_workspace_bytes(desc), op);
+  TopkParams p = topk_params(desc, plan);
+  p.input = rows.in->data();
+  p.values = values->data();
+  p.indices = indices->data();
+  p.partial = workspace.pointer();
+  for (const TopkLaunch& launch : plan.launches) {
+    CUfunction function = runtime.compiler.function(
+        topk_kernel_key(launch.kernel, desc.dtype, plan.list), topk_kernel_name(launch.kernel),
+        [&] { return topk_kernel_source(launch.kernel, desc.dtype, plan.list); });
+    runtime.launch(op, function, launch.blocks, kTopkBlock, p);
   }
   return finish(b, std::move(values), std::move(indices), index_dtype, x->rank(), dim);
 }
@@ -153,7 +160,7 @@ PrimitivePair CudaBackend::topk_with_indices(Primitive x, std::int64_t k, std::i
   const char* op = "topk_with_indices";
   if (too_long(x, dim))
     return Backend::topk_with_indices(std::move(x), k, dim, largest, index_dtype);
-  if (k <= lib::max_select_k(x->dtype())) {
+  if (k <= max_select_k(x->dtype())) {
     return run_select(*this, x, k, dim, largest, index_dtype, op);
   }
   return run_sort(*this, x, dim, {largest, k, true, true, index_dtype}, op);

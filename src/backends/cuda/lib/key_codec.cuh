@@ -1,8 +1,9 @@
-// Order-preserving keys of the sort and topk kernels: each dtype's bits (as unsigned integers of
-// its width) map to an unsigned key whose plain integer order is the CPU backend's order:
-// NaN (either sign, any payload) the largest value, -0.0 and +0.0 one key, integers by value.
-// Keys that several bit patterns share (the zeros, the NaNs) cannot be decoded to the input's own
-// bits; the kernels read those back from the input.
+// Order-preserving keys of the sort kernels: each dtype's bits (as unsigned integers of its
+// width) map to an unsigned key whose plain integer order is the CPU backend's order: NaN (either
+// sign, any payload) the largest value, -0.0 and +0.0 one key, integers by value. Keys that
+// several bit patterns share (the zeros, the NaNs) cannot be decoded to the input's own bits; the
+// kernels read those back from the input. The generated topk kernels (topk_source.cpp) encode
+// keys the same way.
 #pragma once
 
 #include <cstdint>

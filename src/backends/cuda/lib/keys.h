@@ -1,6 +1,6 @@
 // How the sort and topk kernels see a dtype: as unsigned integers of its width (U) and a kind
-// saying how those bits order (key_codec.cuh maps them to order-preserving keys). Four widths
-// instead of twelve dtypes keep nvcc's instantiations few.
+// saying how those bits order (key_codec.cuh, and topk_source.cpp for the generated topk, map
+// them to order-preserving keys). Four widths instead of twelve dtypes keep the kernels few.
 #pragma once
 
 #include <cstdint>

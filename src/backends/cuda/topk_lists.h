@@ -1,58 +1,60 @@
-// The register-resident lists of the selection topk (topk_kernels.cuh), host and device code (the
-// host tests check them against std::sort without a GPU).
+// The register-resident lists of the selection topk, one text for two compilers: NVRTC compiles
+// it into every topk kernel (CMake embeds it as the string kTopkListsSource, topk_source.cpp),
+// and the host tests include it to check the networks against std::sort without a GPU. So it
+// includes nothing and names no std type.
 //
-// A Candidate is an element's order-preserving selection key (key_codec.cuh; complemented for
-// smallest-first) with its position in the row, ordered so that `a.before(b)` means a is wanted
-// earlier: a larger key, or the same key at a lower position (the CPU's tie rule). A List of K
-// is kept sorted best first in K registers: every index below is a compile-time constant once
-// the loops are unrolled, so the lists never go to local memory.
+// A Candidate is an element's order-preserving selection key (complemented for smallest-first)
+// with its position in the row, ordered so that `a.before(b)` means a is wanted earlier: a larger
+// key, or the same key at a lower position (the CPU's tie rule). A List of K is kept sorted best
+// first in K registers: every index below is a compile-time constant once the loops are unrolled,
+// so the lists never go to local memory.
 //   - insert: one candidate into a list (a shift network, no search);
 //   - merge_best: the K best of two sorted lists. Element i of one list against element K-1-i of
 //     the other keeps exactly the K best of both (the first p of one list and the first K-p of the
 //     other, for some p), as a bitonic sequence; a bitonic half-cleaner network re-sorts it.
-#pragma once
+#ifndef KILN_CUDA_TOPK_LISTS_H
+#define KILN_CUDA_TOPK_LISTS_H
 
-#include <cuda_runtime_api.h>
-
-#include <cstdint>
-
-// Unrolled on the device (register lists need constant indices); host compilers see a plain loop.
-#ifdef __CUDA_ARCH__
+// Unrolled on the device (register lists need constant indices); host compilers see plain
+// inline functions and loops.
+#ifdef __CUDACC_RTC__
+#define KILN_TOPK_FUNCTION __device__ __forceinline__
 #define KILN_TOPK_UNROLL _Pragma("unroll")
 #else
+#define KILN_TOPK_FUNCTION inline
 #define KILN_TOPK_UNROLL
 #endif
 
-namespace kiln::cuda::lib::topk_detail {
+namespace kiln::cuda::topk_lists {
 
 // Keys of up to 32 bits share one 64-bit word with the complement of the position: one integer
 // comparison orders both. No default member initialisers: lists also live in __shared__ memory.
 template <class U, bool Wide = (sizeof(U) == 8)>
 struct Candidate {
-  std::uint64_t word;  // key << 32 | ~position
+  unsigned long long word;  // key << 32 | ~position
 
-  __host__ __device__ static Candidate none() { return {0}; }
-  __host__ __device__ static Candidate of(U key, std::uint32_t position) {
-    return {(static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(~position)};
+  KILN_TOPK_FUNCTION static Candidate none() { return {0}; }
+  KILN_TOPK_FUNCTION static Candidate of(U key, unsigned position) {
+    return {(static_cast<unsigned long long>(key) << 32) | static_cast<unsigned>(~position)};
   }
-  __host__ __device__ U key() const { return static_cast<U>(word >> 32); }
-  __host__ __device__ std::uint32_t position() const { return ~static_cast<std::uint32_t>(word); }
-  __host__ __device__ bool before(const Candidate& other) const { return word > other.word; }
+  KILN_TOPK_FUNCTION U key() const { return static_cast<U>(word >> 32); }
+  KILN_TOPK_FUNCTION unsigned position() const { return ~static_cast<unsigned>(word); }
+  KILN_TOPK_FUNCTION bool before(const Candidate& other) const { return word > other.word; }
 };
 
 // 64-bit keys: the key and the complemented position side by side.
 template <class U>
 struct Candidate<U, true> {
-  std::uint64_t key_bits;
-  std::uint32_t rank;  // ~position
+  unsigned long long key_bits;
+  unsigned rank;  // ~position
 
-  __host__ __device__ static Candidate none() { return {0, 0}; }
-  __host__ __device__ static Candidate of(U key, std::uint32_t position) {
-    return {static_cast<std::uint64_t>(key), ~position};
+  KILN_TOPK_FUNCTION static Candidate none() { return {0, 0}; }
+  KILN_TOPK_FUNCTION static Candidate of(U key, unsigned position) {
+    return {static_cast<unsigned long long>(key), ~position};
   }
-  __host__ __device__ U key() const { return static_cast<U>(key_bits); }
-  __host__ __device__ std::uint32_t position() const { return ~rank; }
-  __host__ __device__ bool before(const Candidate& other) const {
+  KILN_TOPK_FUNCTION U key() const { return static_cast<U>(key_bits); }
+  KILN_TOPK_FUNCTION unsigned position() const { return ~rank; }
+  KILN_TOPK_FUNCTION bool before(const Candidate& other) const {
     return key_bits > other.key_bits || (key_bits == other.key_bits && rank > other.rank);
   }
 };
@@ -63,7 +65,7 @@ struct Candidate<U, true> {
 // c into list (sorted best first), when c comes before list[K - 1]: each slot takes its left
 // neighbour, c, or stays, by two comparisons against the old values.
 template <int K, class C>
-__host__ __device__ __forceinline__ void insert(C (&list)[K], const C& c) {
+KILN_TOPK_FUNCTION void insert(C (&list)[K], const C& c) {
   KILN_TOPK_UNROLL
   for (int i = K - 1; i > 0; --i) {
     list[i] = c.before(list[i - 1]) ? list[i - 1] : (c.before(list[i]) ? c : list[i]);
@@ -73,7 +75,7 @@ __host__ __device__ __forceinline__ void insert(C (&list)[K], const C& c) {
 
 // Sorts a bitonic sequence best first (half-cleaners of strides K/2, K/4, ..., 1).
 template <int K, class C>
-__host__ __device__ __forceinline__ void sort_bitonic(C (&list)[K]) {
+KILN_TOPK_FUNCTION void sort_bitonic(C (&list)[K]) {
   static_assert((K & (K - 1)) == 0, "K must be a power of two");
   KILN_TOPK_UNROLL
   for (int stride = K / 2; stride > 0; stride /= 2) {
@@ -92,7 +94,7 @@ __host__ __device__ __forceinline__ void sort_bitonic(C (&list)[K]) {
 
 // list becomes the K best of list and other (both sorted best first), sorted best first.
 template <int K, class C>
-__host__ __device__ __forceinline__ void merge_best(C (&list)[K], const C (&other)[K]) {
+KILN_TOPK_FUNCTION void merge_best(C (&list)[K], const C (&other)[K]) {
   KILN_TOPK_UNROLL
   for (int i = 0; i < K; ++i) {
     if (other[K - 1 - i].before(list[i])) list[i] = other[K - 1 - i];
@@ -100,11 +102,6 @@ __host__ __device__ __forceinline__ void merge_best(C (&list)[K], const C (&othe
   sort_bitonic(list);
 }
 
-// The list length compiled for k: the next power of two (1 .. 32).
-constexpr int list_length(std::int64_t k) {
-  int length = 1;
-  while (length < k) length *= 2;
-  return length;
-}
+}  // namespace kiln::cuda::topk_lists
 
-}  // namespace kiln::cuda::lib::topk_detail
+#endif  // KILN_CUDA_TOPK_LISTS_H
