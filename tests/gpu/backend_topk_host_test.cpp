@@ -157,6 +157,8 @@ TEST(GpuTopkHost, PlansSplitLongRowsOfFewIntoSegments) {
   EXPECT_EQ(list_length(32), 32);
   EXPECT_EQ(max_select_k(kiln::DType::I64), 16);
   EXPECT_EQ(max_select_k(kiln::DType::BF16), 32);
+  EXPECT_EQ(max_select_k(kiln::DType::U8), 16);
+  EXPECT_EQ(max_select_k(kiln::DType::I8), 16);
 }
 
 // Each field of a bad request named in the error.
