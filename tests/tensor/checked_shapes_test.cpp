@@ -121,7 +121,8 @@ TEST(CheckedShapes, ArangeOverAllOfInt64IsExact) {
   EXPECT_EQ(at(5, 0, kMin), std::vector<std::int64_t>{5});
   EXPECT_EQ(at(kMin, kMax, k2to62), (std::vector<std::int64_t>{kMin, -k2to62, 0, k2to62}));
   EXPECT_EQ(at(kMax, kMin, -k2to62),
-            (std::vector<std::int64_t>{kMax, kMax - k2to62, kMax - 2 * k2to62, kMax - 3 * k2to62}));
+            (std::vector<std::int64_t>{kMax, kMax - k2to62, kMax - k2to62 - k2to62,
+                                       kMax - k2to62 - k2to62 - k2to62}));
   EXPECT_EQ(at(kMax - 2, kMax, 1), (std::vector<std::int64_t>{kMax - 2, kMax - 1}));
   EXPECT_EQ(at(3, 3, 1), std::vector<std::int64_t>{});
   EXPECT_EQ(at(3, 5, -1), std::vector<std::int64_t>{});
