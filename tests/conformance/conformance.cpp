@@ -254,22 +254,6 @@ double broadcast_at(const std::vector<double>& values, const Shape& shape,
   return values[static_cast<std::size_t>(ravel(index, shape))];
 }
 
-std::string update_name(IndexingUpdate u) {
-  switch (u) {
-    case IndexingUpdate::Assign:
-      return "assign";
-    case IndexingUpdate::Add:
-      return "add";
-    case IndexingUpdate::Mul:
-      return "mul";
-    case IndexingUpdate::Min:
-      return "min";
-    case IndexingUpdate::Max:
-      return "max";
-  }
-  return "?";
-}
-
 std::string context(const Device& device, DType dtype, Layout layout, const Shape& shape) {
   std::ostringstream out;
   out << device.to_string() << " " << dtype_name(dtype) << " " << layout_name(layout) << " "

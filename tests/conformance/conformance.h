@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "core/indexing_update_name.h"
+
 namespace kiln::conformance {
 
 struct Row {
@@ -109,6 +111,6 @@ inline Primitive ints(const std::vector<double>& values, const Shape& shape,
 }
 
 // The name of an indexing update in a row's context.
-std::string update_name(IndexingUpdate update);
+inline std::string update_name(IndexingUpdate update) { return indexing_update_name(update); }
 
 }  // namespace kiln::conformance

@@ -4,26 +4,11 @@
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/scatter.h"
+#include "core/indexing_update_name.h"
 
 namespace kiln::cuda {
 
 namespace {
-
-const char* update_name(IndexingUpdate u) {
-  switch (u) {
-    case IndexingUpdate::Assign:
-      return "assign";
-    case IndexingUpdate::Add:
-      return "add";
-    case IndexingUpdate::Mul:
-      return "mul";
-    case IndexingUpdate::Min:
-      return "min";
-    case IndexingUpdate::Max:
-      return "max";
-  }
-  return "?";
-}
 
 // Enough lines for the line path to fill the GPU (a thread per line).
 bool prefer_lines(std::int64_t lines, std::int64_t line, std::int64_t sms) {
@@ -79,7 +64,7 @@ Primitive CudaBackend::scatter(std::int64_t dim, Primitive x, Primitive indices,
   p.error_token = runtime_.context.error_token(op, "index out of range");
   // Assign moves raw bits: one module per element width.
   const DType kernel_dtype = update == IndexingUpdate::Assign ? raw_dtype(dtype) : dtype;
-  const std::string key = std::string("scatter:") + update_name(update) + ":" +
+  const std::string key = std::string("scatter:") + indexing_update_name(update) + ":" +
                           short_name(kernel_dtype) + ":" + short_name(idx.dtype());
   auto source = [&] { return scatter_source(kernel_dtype, idx.dtype(), update); };
   const std::int64_t lines = n / p.line;
