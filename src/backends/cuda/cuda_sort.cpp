@@ -1,9 +1,9 @@
 // sort, sort_with_indices, argsort and topk_with_indices on the GPU through kiln_cuda_lib's CUB row
 // sort (lib/sort.h), whose order is exactly the CPU backend's: stable, NaN the largest value
 // (last ascending, first descending), topk ties by the lower index. topk with k up to
-// max_select_k (32; 16 for 8- and 64-bit dtypes) selects instead of sorting (topk.h: generated kernels,
-// one read of the input), with the same results; larger k keeps the first k of the sorted rows.
-// The dim is moved last and the input made contiguous (a strided copy only when it is not
+// max_select_k (32; 16 for 8- and 64-bit dtypes) selects instead of sorting (topk.h: generated
+// kernels, one read of the input), with the same results; larger k keeps the first k of the sorted
+// rows. The dim is moved last and the input made contiguous (a strided copy only when it is not
 // already), the rows are sorted or selected, and the results are viewed with the dim back in its
 // place. The library and the selection write i64 or i32 indices; other integer index dtypes are
 // cast from i32 (the CPU writes static_cast<index type>(position) too). Rows longer than
