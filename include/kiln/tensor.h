@@ -177,37 +177,74 @@ class Tensor {
   Tensor<D, Int> int_() const { return kind_cast<Int>(); }
   Tensor<D, Bool> bool_() const { return kind_cast<Bool>(); }
 
-  // ---- arithmetic (broadcasting; integer and float kinds) ----
-#define KILN_TENSOR_BINARY(name)                                                            \
-  Tensor name(const Tensor& rhs) const& requires NumericKind<K> {                         \
-    return Tensor(detail::name(primitive_, rhs.primitive_));                                \
-  }                                                                                         \
-  Tensor name(const Tensor& rhs) && requires NumericKind<K> {                             \
-    return Tensor(detail::name(std::move(primitive_), rhs.primitive_));                     \
-  }                                                                                         \
-  Tensor name##_scalar(Scalar v) const& requires NumericKind<K> {                         \
-    return Tensor(detail::name##_scalar(primitive_, v));                                    \
-  }                                                                                         \
-  Tensor name##_scalar(Scalar v) && requires NumericKind<K> {                             \
-    return Tensor(detail::name##_scalar(std::move(primitive_), v));                         \
+  // ---- maths, comparisons, logic, bitwise, reductions and scans: the ops whose form column in
+  // ops.def names a method. Binary ops broadcast; comparisons give Bool; full reductions give
+  // shape [1] and *_dim ones keep the dim with size 1; cumulative ops keep the shape. The kinds
+  // column says which K may call each (F Float, I Int, B Bool). ----
+#define KILN_TENSOR_KINDS_F std::is_same_v<K, Float>
+#define KILN_TENSOR_KINDS_I std::is_same_v<K, Int>
+#define KILN_TENSOR_KINDS_B std::is_same_v<K, Bool>
+#define KILN_TENSOR_KINDS_FI NumericKind<K>
+#define KILN_TENSOR_KINDS_FIB true
+#define KILN_TENSOR_FORM_UNARY(name, allowed)                                          \
+  Tensor name() const& requires(allowed) { return Tensor(detail::name(primitive_)); } \
+  Tensor name() && requires(allowed) { return Tensor(detail::name(std::move(primitive_))); }
+#define KILN_TENSOR_FORM_BINARY(name, allowed)                                     \
+  Tensor name(const Tensor& rhs) const& requires(allowed) {                      \
+    return Tensor(detail::name(primitive_, rhs.primitive_));                       \
+  }                                                                                \
+  Tensor name(const Tensor& rhs) && requires(allowed) {                          \
+    return Tensor(detail::name(std::move(primitive_), rhs.primitive_));            \
   }
-  KILN_NUMERIC_BINARY_OPS(KILN_TENSOR_BINARY)
-#undef KILN_TENSOR_BINARY
+#define KILN_TENSOR_FORM_SCALAR(name, allowed)                                                \
+  Tensor name(Scalar v) const& requires(allowed) { return Tensor(detail::name(primitive_, v)); } \
+  Tensor name(Scalar v) && requires(allowed) {                                              \
+    return Tensor(detail::name(std::move(primitive_), v));                                    \
+  }
+#define KILN_TENSOR_FORM_COMPARE(name, allowed)                               \
+  Tensor<D, Bool> name(const Tensor& rhs) const requires(allowed) {         \
+    return Tensor<D, Bool>::wrap(detail::name(primitive_, rhs.primitive_));   \
+  }
+#define KILN_TENSOR_FORM_COMPARE_SCALAR(name, allowed)          \
+  Tensor<D, Bool> name(Scalar v) const requires(allowed) {    \
+    return Tensor<D, Bool>::wrap(detail::name(primitive_, v));  \
+  }
+#define KILN_TENSOR_FORM_PREDICATE(name, allowed) \
+  Tensor<D, Bool> name() const requires(allowed) { return Tensor<D, Bool>::wrap(detail::name(primitive_)); }
+#define KILN_TENSOR_FORM_REDUCE(name, allowed) \
+  Tensor<1, K> name() const requires(allowed) { return Tensor<1, K>::wrap(detail::name(primitive_)); }
+#define KILN_TENSOR_FORM_DIM(name, allowed)                      \
+  Tensor name(std::int64_t dim) const requires(allowed) {      \
+    return Tensor(detail::name(primitive_, dim));                \
+  }
+#define KILN_TENSOR_FORM_REDUCE_NONEMPTY KILN_TENSOR_FORM_REDUCE
+#define KILN_TENSOR_FORM_DIM_NONEMPTY KILN_TENSOR_FORM_DIM
+#define KILN_TENSOR_FORM_MANUAL(name, allowed)
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_TENSOR_FORM_##form(name, KILN_TENSOR_KINDS_##kinds)
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+#undef KILN_TENSOR_FORM_UNARY
+#undef KILN_TENSOR_FORM_BINARY
+#undef KILN_TENSOR_FORM_SCALAR
+#undef KILN_TENSOR_FORM_COMPARE
+#undef KILN_TENSOR_FORM_COMPARE_SCALAR
+#undef KILN_TENSOR_FORM_PREDICATE
+#undef KILN_TENSOR_FORM_REDUCE
+#undef KILN_TENSOR_FORM_DIM
+#undef KILN_TENSOR_FORM_REDUCE_NONEMPTY
+#undef KILN_TENSOR_FORM_DIM_NONEMPTY
+#undef KILN_TENSOR_FORM_MANUAL
+#undef KILN_TENSOR_KINDS_F
+#undef KILN_TENSOR_KINDS_I
+#undef KILN_TENSOR_KINDS_B
+#undef KILN_TENSOR_KINDS_FI
+#undef KILN_TENSOR_KINDS_FIB
+
+  // ---- arithmetic extras ----
   Tensor powf(const Tensor& rhs) const requires NumericKind<K> { return pow(rhs); }
   Tensor powf_scalar(double v) const requires NumericKind<K> { return pow_scalar(v); }
   Tensor powi_scalar(std::int64_t v) const requires NumericKind<K> { return pow_scalar(v); }
-  Tensor maximum(const Tensor& rhs) const requires NumericKind<K> {
-    return Tensor(detail::maximum(primitive_, rhs.primitive_));
-  }
-  Tensor minimum(const Tensor& rhs) const requires NumericKind<K> {
-    return Tensor(detail::minimum(primitive_, rhs.primitive_));
-  }
-  Tensor atan2(const Tensor& rhs) const requires std::is_same_v<K, Float> {
-    return Tensor(detail::atan2(primitive_, rhs.primitive_));
-  }
-  Tensor hypot(const Tensor& rhs) const requires std::is_same_v<K, Float> {
-    return Tensor(detail::hypot(primitive_, rhs.primitive_));
-  }
   Tensor clamp(Scalar min, Scalar max) const requires NumericKind<K> {
     return Tensor(detail::clamp(primitive_, min, max));
   }
@@ -224,87 +261,10 @@ class Tensor {
   Tensor cross(const Tensor& rhs, std::int64_t dim) const requires NumericKind<K> {
     return Tensor(detail::cross(primitive_, rhs.primitive_, dim));
   }
-
-  // ---- unary math ----
-#define KILN_TENSOR_UNARY(name)                                                          \
-  Tensor name() const& requires std::is_same_v<K, Float> {                             \
-    return Tensor(detail::name(primitive_));                                             \
-  }                                                                                      \
-  Tensor name() && requires std::is_same_v<K, Float> {                                 \
-    return Tensor(detail::name(std::move(primitive_)));                                  \
-  }
-  KILN_FLOAT_UNARY_OPS(KILN_TENSOR_UNARY)
-#undef KILN_TENSOR_UNARY
-#define KILN_TENSOR_UNARY(name)                                                          \
-  Tensor name() const& requires NumericKind<K> { return Tensor(detail::name(primitive_)); } \
-  Tensor name() && requires NumericKind<K> {                                             \
-    return Tensor(detail::name(std::move(primitive_)));                                  \
-  }
-  KILN_NUMERIC_UNARY_OPS(KILN_TENSOR_UNARY)
-#undef KILN_TENSOR_UNARY
-  Tensor<D, Bool> is_nan() const requires std::is_same_v<K, Float> {
-    return Tensor<D, Bool>::wrap(detail::is_nan(primitive_));
-  }
-  Tensor<D, Bool> is_inf() const requires std::is_same_v<K, Float> {
-    return Tensor<D, Bool>::wrap(detail::is_inf(primitive_));
-  }
-
-  // ---- comparisons (result Bool; equal also on Bool) ----
-#define KILN_TENSOR_COMPARE(name, requirement)                                      \
-  Tensor<D, Bool> name(const Tensor& rhs) const requires requirement {            \
-    return Tensor<D, Bool>::wrap(detail::name(primitive_, rhs.primitive_));        \
-  }                                                                                 \
-  Tensor<D, Bool> name##_elem(Scalar v) const requires requirement {              \
-    return Tensor<D, Bool>::wrap(detail::name##_elem(primitive_, v));              \
-  }
-  KILN_TENSOR_COMPARE(equal, true)
-  KILN_TENSOR_COMPARE(not_equal, true)
-  KILN_TENSOR_COMPARE(greater, NumericKind<K>)
-  KILN_TENSOR_COMPARE(greater_equal, NumericKind<K>)
-  KILN_TENSOR_COMPARE(lower, NumericKind<K>)
-  KILN_TENSOR_COMPARE(lower_equal, NumericKind<K>)
-#undef KILN_TENSOR_COMPARE
-
-  // ---- logic (Bool) and bitwise (Int) ----
-  Tensor logical_not() const requires std::is_same_v<K, Bool> {
-    return Tensor(detail::logical_not(primitive_));
-  }
+  // burn's name for logical_not.
   Tensor bool_not() const requires std::is_same_v<K, Bool> { return logical_not(); }
-#define KILN_TENSOR_LOGICAL(name)                                \
-  Tensor name(const Tensor& rhs) const requires std::is_same_v<K, Bool> { \
-    return Tensor(detail::name(primitive_, rhs.primitive_));     \
-  }
-  KILN_LOGICAL_BINARY_OPS(KILN_TENSOR_LOGICAL)
-#undef KILN_TENSOR_LOGICAL
-#define KILN_TENSOR_BITWISE(name)                                               \
-  Tensor name(const Tensor& rhs) const requires std::is_same_v<K, Int> {      \
-    return Tensor(detail::name(primitive_, rhs.primitive_));                    \
-  }                                                                             \
-  Tensor name##_scalar(Scalar v) const requires std::is_same_v<K, Int> {      \
-    return Tensor(detail::name##_scalar(primitive_, v));                        \
-  }
-  KILN_BITWISE_BINARY_OPS(KILN_TENSOR_BITWISE)
-#undef KILN_TENSOR_BITWISE
-  Tensor bitwise_not() const requires std::is_same_v<K, Int> {
-    return Tensor(detail::bitwise_not(primitive_));
-  }
 
   // ---- reductions: full ones give shape [1]; *_dim keep the dim with size 1 ----
-#define KILN_TENSOR_REDUCE(name)                                                          \
-  Tensor<1, K> name() const requires NumericKind<K> {                                   \
-    return Tensor<1, K>::wrap(detail::name(primitive_));                                  \
-  }                                                                                       \
-  Tensor name##_dim(std::int64_t dim) const requires NumericKind<K> {                   \
-    return Tensor(detail::name##_dim(primitive_, dim));                                   \
-  }
-  KILN_NUMERIC_REDUCE_OPS(KILN_TENSOR_REDUCE)
-#undef KILN_TENSOR_REDUCE
-  Tensor<1, K> mean() const requires std::is_same_v<K, Float> {
-    return Tensor<1, K>::wrap(detail::mean(primitive_));
-  }
-  Tensor mean_dim(std::int64_t dim) const requires std::is_same_v<K, Float> {
-    return Tensor(detail::mean_dim(primitive_, dim));
-  }
   // Variance along dim with Bessel's correction (correction = 1) by default.
   Tensor var(std::int64_t dim, std::int64_t correction = 1) const
     requires std::is_same_v<K, Float>
@@ -345,12 +305,6 @@ class Tensor {
   Tensor<D, Bool> all_dim(std::int64_t dim) const {
     return Tensor<D, Bool>::wrap(detail::all_dim(primitive_, dim));
   }
-
-  // ---- cumulative ----
-#define KILN_TENSOR_SCAN(name) \
-  Tensor name(std::int64_t dim) const requires NumericKind<K> { return Tensor(detail::name(primitive_, dim)); }
-  KILN_SCAN_OPS(KILN_TENSOR_SCAN)
-#undef KILN_TENSOR_SCAN
 
   // ---- indexing ----
   // out[i][j] = x[indices[i][j]][j] (dim 0), PyTorch's gather.

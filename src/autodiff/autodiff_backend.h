@@ -7,7 +7,8 @@
 // backend runs the op, and the result is untracked. That is right for ops whose results carry no
 // gradient (comparisons, argmax, integer and bool ops, creation); a float result computed from a
 // tracked input without a rule is refused rather than silently cut from the graph.
-// AutodiffBackend overrides the differentiable ops; their rules live in rules_<family>.cpp.
+// AutodiffBackend overrides the differentiable ops (impl D in ops.def); their rules live in
+// rules_<family>.cpp.
 #pragma once
 
 #include <array>
@@ -19,6 +20,7 @@
 #include "autodiff/op_node.h"
 #include "backend/backend.h"
 #include "kiln/autodiff.h"
+#include "kiln/detail/op_columns.h"
 
 namespace kiln::autodiff {
 
@@ -40,8 +42,8 @@ class AutodiffPassthrough : public Backend {
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   bool autodiff_enabled() const override { return true; }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability) result name params override;
-#include "backend/ops.def"
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) result name params override;
+#include "kiln/detail/ops.def"
 #undef KILN_OP
 
  private:
@@ -80,143 +82,11 @@ class AutodiffBackend final : public AutodiffPassthrough {
   Primitive record(const char* op, Cost cost, Inputs<N> inputs, Keep keep, Forward forward,
                    Rule rule, Primitive precomputed = nullptr);
 
-  // ---- the ops with backward rules (rules_<family>.cpp) ----
-  Primitive to_device(Primitive x, Device device) override;
-  Primitive cast(Primitive x, DType dtype) override;
-
-  // arithmetic
-  Primitive add(Primitive lhs, Primitive rhs) override;
-  Primitive sub(Primitive lhs, Primitive rhs) override;
-  Primitive mul(Primitive lhs, Primitive rhs) override;
-  Primitive div(Primitive lhs, Primitive rhs) override;
-  Primitive remainder(Primitive lhs, Primitive rhs) override;
-  Primitive pow(Primitive lhs, Primitive rhs) override;
-  Primitive atan2(Primitive lhs, Primitive rhs) override;
-  Primitive maximum(Primitive lhs, Primitive rhs) override;
-  Primitive minimum(Primitive lhs, Primitive rhs) override;
-  Primitive hypot(Primitive lhs, Primitive rhs) override;
-  Primitive add_scalar(Primitive x, Scalar value) override;
-  Primitive sub_scalar(Primitive x, Scalar value) override;
-  Primitive mul_scalar(Primitive x, Scalar value) override;
-  Primitive div_scalar(Primitive x, Scalar value) override;
-  Primitive remainder_scalar(Primitive x, Scalar value) override;
-  Primitive pow_scalar(Primitive x, Scalar value) override;
-  Primitive neg(Primitive x) override;
-  Primitive clamp(Primitive x, Scalar min, Scalar max) override;
-  Primitive clamp_min(Primitive x, Scalar min) override;
-  Primitive clamp_max(Primitive x, Scalar max) override;
-  Primitive matmul(Primitive lhs, Primitive rhs) override;
-  Primitive cross(Primitive lhs, Primitive rhs, std::int64_t dim) override;
-
-  // unary maths
-#define KILN_AD_UNARY(name) Primitive name(Primitive x) override;
-  KILN_AD_UNARY(abs) KILN_AD_UNARY(sign) KILN_AD_UNARY(square) KILN_AD_UNARY(recip)
-  KILN_AD_UNARY(exp) KILN_AD_UNARY(expm1) KILN_AD_UNARY(exp2) KILN_AD_UNARY(log)
-  KILN_AD_UNARY(log1p) KILN_AD_UNARY(log2) KILN_AD_UNARY(log10) KILN_AD_UNARY(sqrt)
-  KILN_AD_UNARY(rsqrt) KILN_AD_UNARY(sin) KILN_AD_UNARY(cos) KILN_AD_UNARY(tan)
-  KILN_AD_UNARY(asin) KILN_AD_UNARY(acos) KILN_AD_UNARY(atan) KILN_AD_UNARY(sinh)
-  KILN_AD_UNARY(cosh) KILN_AD_UNARY(tanh) KILN_AD_UNARY(asinh) KILN_AD_UNARY(acosh)
-  KILN_AD_UNARY(atanh) KILN_AD_UNARY(erf) KILN_AD_UNARY(round) KILN_AD_UNARY(floor)
-  KILN_AD_UNARY(ceil) KILN_AD_UNARY(trunc)
-#undef KILN_AD_UNARY
-
-  // reductions (rules_reduce.cpp)
-  Primitive sum(Primitive x) override;
-  Primitive sum_dim(Primitive x, std::int64_t dim) override;
-  Primitive mean(Primitive x) override;
-  Primitive mean_dim(Primitive x, std::int64_t dim) override;
-  Primitive prod(Primitive x) override;
-  Primitive prod_dim(Primitive x, std::int64_t dim) override;
-  Primitive max(Primitive x) override;
-  Primitive min(Primitive x) override;
-  Primitive max_dim(Primitive x, std::int64_t dim) override;
-  Primitive min_dim(Primitive x, std::int64_t dim) override;
-  PrimitivePair max_dim_with_indices(Primitive x, std::int64_t dim, DType index_dtype) override;
-  PrimitivePair min_dim_with_indices(Primitive x, std::int64_t dim, DType index_dtype) override;
-  // cumulative (rules_scan.cpp)
-  Primitive cumsum(Primitive x, std::int64_t dim) override;
-  Primitive cumprod(Primitive x, std::int64_t dim) override;
-  Primitive cummin(Primitive x, std::int64_t dim) override;
-  Primitive cummax(Primitive x, std::int64_t dim) override;
-  // indexing (rules_index.cpp)
-  Primitive gather(std::int64_t dim, Primitive x, Primitive indices) override;
-  Primitive scatter(std::int64_t dim, Primitive x, Primitive indices, Primitive values,
-                    IndexingUpdate update) override;
-  Primitive select(Primitive x, std::int64_t dim, Primitive indices) override;
-  Primitive select_assign(Primitive x, std::int64_t dim, Primitive indices, Primitive values,
-                          IndexingUpdate update) override;
-  Primitive gather_nd(Primitive x, Primitive indices) override;
-  Primitive scatter_nd(Primitive x, Primitive indices, Primitive values,
-                       IndexingUpdate update) override;
-  Primitive slice(Primitive x, ResolvedSlices slices) override;
-  Primitive slice_assign(Primitive x, ResolvedSlices slices, Primitive values) override;
-  Primitive mask_where(Primitive x, Primitive mask, Primitive values) override;
-  Primitive mask_fill(Primitive x, Primitive mask, Scalar value) override;
-  Primitive mask_select(Primitive x, Primitive mask) override;
-  // layout (rules_layout.cpp)
-  Primitive reshape(Primitive x, Shape shape) override;
-  Primitive expand(Primitive x, Shape shape) override;
-  Primitive permute(Primitive x, Axes axes) override;
-  Primitive swap_dims(Primitive x, std::int64_t dim1, std::int64_t dim2) override;
-  Primitive flip(Primitive x, Axes axes) override;
-  Primitive unfold(Primitive x, std::int64_t dim, std::int64_t size, std::int64_t step) override;
-  Primitive cat(PrimitiveList xs, std::int64_t dim) override;
-  Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) override;
-  // sorting (rules_sort.cpp)
-  Primitive sort(Primitive x, std::int64_t dim, bool descending) override;
-  PrimitivePair sort_with_indices(Primitive x, std::int64_t dim, bool descending,
-                                  DType index_dtype) override;
-  PrimitivePair topk_with_indices(Primitive x, std::int64_t k, std::int64_t dim, bool largest,
-                                  DType index_dtype) override;
-  // module ops (rules_module.cpp)
-  Primitive conv(Primitive x, Primitive weight, OptionalPrimitive bias,
-                 ConvOptions options) override;
-  Primitive conv_transpose(Primitive x, Primitive weight, OptionalPrimitive bias,
-                           ConvTransposeOptions options) override;
-  Primitive conv_x_backward(Primitive x, Primitive weight, Primitive output_grad,
-                            ConvOptions options) override;
-  Primitive conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
-                                 ConvOptions options) override;
-  Primitive conv_bias_backward(Primitive output_grad) override;
-  Primitive avg_pool(Primitive x, PoolOptions options) override;
-  Primitive avg_pool_backward(Primitive x, Primitive output_grad, PoolOptions options) override;
-  Primitive adaptive_avg_pool(Primitive x, Axes output_size) override;
-  Primitive adaptive_avg_pool_backward(Primitive x, Primitive output_grad) override;
-  Primitive max_pool(Primitive x, PoolOptions options) override;
-  PrimitivePair max_pool_with_indices(Primitive x, PoolOptions options,
-                                      DType index_dtype) override;
-  Primitive max_pool_with_indices_backward(Primitive x, Primitive output_grad, Primitive indices,
-                                           PoolOptions options) override;
-  Primitive embedding(Primitive weights, Primitive indices) override;
-  Primitive embedding_backward(Primitive weights, Primitive output_grad,
-                               Primitive indices) override;
-  Primitive interpolate(Primitive x, Axes output_size, InterpolateOptions options) override;
-  Primitive interpolate_backward(Primitive x, Primitive output_grad, Axes output_size,
-                                 InterpolateOptions options) override;
-  Primitive unfold_patches(Primitive x, UnfoldOptions options) override;
-  Primitive fold_patches(Primitive x, Axes output_size, UnfoldOptions options) override;
-  Primitive linear(Primitive x, Primitive weight, OptionalPrimitive bias) override;
-  Primitive layer_norm(Primitive x, Primitive gamma, OptionalPrimitive beta,
-                       double epsilon) override;
-  Primitive batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mean,
-                       Primitive variance, double epsilon) override;
-  Primitive attention(Primitive query, Primitive key, Primitive value, OptionalPrimitive mask,
-                      OptionalPrimitive bias, AttentionOptions options) override;
-  // activations (rules_activation.cpp)
-  Primitive relu(Primitive x) override;
-  Primitive relu_backward(Primitive output, Primitive grad) override;
-  Primitive leaky_relu(Primitive x, Scalar negative_slope) override;
-  Primitive prelu(Primitive x, Primitive alpha) override;
-  Primitive gelu(Primitive x) override;
-  Primitive gelu_backward(Primitive x, Primitive grad) override;
-  Primitive sigmoid(Primitive x) override;
-  Primitive sigmoid_backward(Primitive output, Primitive grad) override;
-  Primitive silu(Primitive x) override;
-  Primitive hard_sigmoid(Primitive x, Scalar alpha, Scalar beta) override;
-  Primitive log_sigmoid(Primitive x) override;
-  Primitive softmax(Primitive x, std::int64_t dim) override;
-  Primitive log_softmax(Primitive x, std::int64_t dim) override;
-  Primitive softmin(Primitive x, std::int64_t dim) override;
+  // ---- the ops with backward rules: impl D in ops.def (rules_<family>.cpp) ----
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_WHEN(KILN_IMPL_GRAD(impl))(result name params override;)
+#include "kiln/detail/ops.def"
+#undef KILN_OP
 };
 
 template <std::size_t N, class Forward, class Rule>

@@ -51,6 +51,17 @@ Primitive AutodiffBackend::mean_dim(Primitive x, std::int64_t dim) {
       });
 }
 
+// logsumexp: each element gets g times its softmax weight, exp(x - out).
+Primitive AutodiffBackend::logsumexp_dim(Primitive x, std::int64_t dim) {
+  return record<1>(
+      "logsumexp_dim", Cost::Stored, {std::move(x)}, kKeepIn0 | kKeepOut,
+      [dim](Backend& b, Inputs<1> in) { return b.logsumexp_dim(std::move(in[0]), dim); },
+      [](BackwardArgs& r, Primitive g) -> Grads {
+        Backend& b = r.b;
+        return {b.mul(std::move(g), b.exp(b.sub(r.in(0), r.out())))};
+      });
+}
+
 namespace {
 
 using defaults::ones_shape;

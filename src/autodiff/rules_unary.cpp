@@ -51,6 +51,9 @@ KILN_UNARY_RULE(atanh, kX, b.div(g, b.sub(constant(b, X, 1.0), b.square(X))))
 // d erf(x) = 2 / sqrt(pi) * exp(-x²)
 KILN_UNARY_RULE(erf, kX,
                 b.mul(g, scale(b, b.exp(b.neg(b.square(X))), std::numbers::inv_sqrtpi * 2.0)))
+// d erfinv(y) = sqrt(pi) / 2 * exp(erfinv(y)²)
+KILN_UNARY_RULE(erfinv, kOut,
+                b.mul(g, scale(b, b.exp(b.square(OUT)), 0.5 / std::numbers::inv_sqrtpi)))
 // Piecewise constant: the gradient is zero almost everywhere (PyTorch gives zeros too).
 KILN_UNARY_RULE(sign, kKeepNone, zeros_like(b, g))
 KILN_UNARY_RULE(round, kKeepNone, zeros_like(b, g))

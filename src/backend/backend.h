@@ -56,9 +56,9 @@ class Backend {
 #define KILN_OP_BODY_REQUIRED = 0;
 #define KILN_OP_BODY_DEFAULT ;
 #define KILN_OP_BODY_LATER ;
-#define KILN_OP(name, group, kinds, result, params, args, availability) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   virtual result name params KILN_OP_BODY_##availability
-#include "backend/ops.def"
+#include "kiln/detail/ops.def"
 #undef KILN_OP
 #undef KILN_OP_BODY_REQUIRED
 #undef KILN_OP_BODY_DEFAULT

@@ -32,9 +32,9 @@ class ForwardingBackend : public Backend {
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   bool autodiff_enabled() const override { return inner_->autodiff_enabled(); }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   result name params override { return inner_->name(KILN_MOVE_ARGS(args)); }
-#include "backend/ops.def"
+#include "kiln/detail/ops.def"
 #undef KILN_OP
 
  private:

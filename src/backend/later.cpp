@@ -12,11 +12,11 @@ namespace kiln {
                                        " (its issue has not landed)");                     \
   }
 #define KILN_OP_DEFINE_DEFAULT(op_name, result, params)
-#define KILN_OP(name, group, kinds, result, params, args, availability) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   KILN_OP_DEFINE_##availability(name, result, params)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-#include "backend/ops.def"
+#include "kiln/detail/ops.def"
 #pragma GCC diagnostic pop
 #undef KILN_OP
 

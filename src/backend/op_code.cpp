@@ -1,5 +1,7 @@
 #include "backend/op_code.h"
 
+#include "kiln/detail/op_columns.h"
+
 namespace kiln {
 namespace {
 
@@ -14,11 +16,20 @@ constexpr OpAvailability kAvailability_DEFAULT = OpAvailability::Default;
 constexpr OpAvailability kAvailability_LATER = OpAvailability::Later;
 
 constexpr OpInfo kOps[] = {
-#define KILN_OP(name, group, kinds, result, params, args, availability) \
-  {OpCode::name, #name, #group, kKinds_##kinds, kAvailability_##availability},
-#include "backend/ops.def"
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  {OpCode::name, #name, #group, kKinds_##kinds, kAvailability_##availability,      \
+   KILN_IMPL_CPU(impl) == 1, KILN_IMPL_CUDA(impl) == 1, KILN_IMPL_GRAD(impl) == 1},
+#include "kiln/detail/ops.def"
 #undef KILN_OP
 };
+
+// A REQUIRED op is pure virtual in Backend: every real backend must have its kernel.
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)            \
+  static_assert(kAvailability_##availability != OpAvailability::Required ||                  \
+                    (KILN_IMPL_CPU(impl) == 1 && KILN_IMPL_CUDA(impl) == 1),                  \
+                #name ": a REQUIRED op has impl C and G in ops.def");
+#include "kiln/detail/ops.def"
+#undef KILN_OP
 
 }  // namespace
 

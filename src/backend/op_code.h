@@ -1,4 +1,4 @@
-// Op codes, names, groups and accepted kinds, derived from ops.def.
+// Op codes, names, groups, accepted kinds and who implements each op, derived from ops.def.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@ namespace kiln {
 
 enum class OpCode : std::uint16_t {
 #define KILN_OP(name, ...) name,
-#include "backend/ops.def"
+#include "kiln/detail/ops.def"
 #undef KILN_OP
 };
 
@@ -24,6 +24,9 @@ struct OpInfo {
   std::string_view group;
   std::uint8_t kinds;
   OpAvailability availability;
+  bool cpu_kernel;      // impl C: the CPU backend overrides it
+  bool cuda_kernel;     // impl G: the CUDA backend overrides it
+  bool differentiable;  // impl D: autodiff has a backward rule
 };
 
 std::span<const OpInfo> all_ops() noexcept;

@@ -147,5 +147,18 @@ ResolvedSlice resolve_slice(const Slice& slice, std::int64_t n, const char* op) 
   return r;
 }
 
+void check_not_empty(const Primitive& x, const char* op) {
+  if (x->shape().num_elements() == 0) {
+    fail<InvalidArgument>(op, "cannot reduce an empty tensor of shape ", x->shape().to_string());
+  }
+}
+
+void check_dim_not_empty(const Primitive& x, std::int64_t dim, const char* op) {
+  if (x->shape()[static_cast<std::size_t>(dim)] == 0) {
+    fail<InvalidArgument>(op, "cannot reduce dim ", dim, " of size 0 (shape ",
+                          x->shape().to_string(), ")");
+  }
+}
+
 }  // namespace detail
 }  // namespace kiln

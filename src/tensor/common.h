@@ -33,6 +33,11 @@ Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
 // For an integer tensor, a scalar must be integral (DTypeMismatch otherwise).
 void check_scalar_fits(const Primitive& p, const Scalar& s, const char* op);
 
+// max, min, argmax and their kin have no value over nothing: InvalidArgument naming op when x,
+// or its dim, is empty (sum and prod do have one: 0 and 1).
+void check_not_empty(const Primitive& x, const char* op);
+void check_dim_not_empty(const Primitive& x, std::int64_t dim, const char* op);
+
 // The device's default dtype of kind (fixes the device settings on first use).
 DType default_dtype(const Device& device, Kind kind);
 

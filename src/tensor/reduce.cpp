@@ -1,6 +1,6 @@
-// Reductions and scans: sum/prod/max/min (full and along a dim), mean, var, norm, argmax/argmin,
-// max/min with indices, any/all, cumulative ops. Full reductions give shape [1]; reductions
-// along a dim keep it with size 1.
+// The reductions of form MANUAL: var, norm, argmax/argmin, max/min with indices, any/all (sum,
+// prod, max, min, mean and the scans are generated from ops.def in generated.cpp). Full
+// reductions give shape [1]; reductions along a dim keep it with size 1.
 #include <cmath>
 #include <limits>
 
@@ -14,56 +14,11 @@ std::int64_t dim_size(const Primitive& x, std::int64_t dim) {
   return x->shape()[static_cast<std::size_t>(dim)];
 }
 
-// max, min, argmax, ... have no value over nothing.
-void check_not_empty(const Primitive& x, const char* op) {
-  if (x->shape().num_elements() == 0) {
-    fail<InvalidArgument>(op, "cannot reduce an empty tensor of shape ", x->shape().to_string());
-  }
-}
-
-void check_dim_not_empty(const Primitive& x, std::int64_t dim, const char* op) {
-  if (dim_size(x, dim) == 0) {
-    fail<InvalidArgument>(op, "cannot reduce dim ", dim, " of size 0 (shape ",
-                          x->shape().to_string(), ")");
-  }
-}
-
 DType index_dtype(const Primitive& x) { return default_dtype(x->device(), Kind::Int); }
 
 }  // namespace
 
-// ---- sum, prod, max, min ----
-
-// max and min have no value over nothing; sum and prod do (0 and 1).
-#define KILN_REDUCE(name, needs_elements)                      \
-  Primitive name(Primitive x) {                                \
-    check_numeric(x, #name);                                   \
-    if (needs_elements) check_not_empty(x, #name);             \
-    return backend_of(x).name(std::move(x));                   \
-  }                                                            \
-  Primitive name##_dim(Primitive x, std::int64_t dim) {        \
-    check_numeric(x, #name "_dim");                            \
-    dim = normalize_dim(dim, x->rank(), #name "_dim");         \
-    if (needs_elements) check_dim_not_empty(x, dim, #name "_dim"); \
-    return backend_of(x).name##_dim(std::move(x), dim);        \
-  }
-KILN_REDUCE(sum, false)
-KILN_REDUCE(prod, false)
-KILN_REDUCE(max, true)
-KILN_REDUCE(min, true)
-#undef KILN_REDUCE
-
-// ---- mean, var, norm ----
-
-Primitive mean(Primitive x) {
-  check_float(x, "mean");
-  return backend_of(x).mean(std::move(x));
-}
-Primitive mean_dim(Primitive x, std::int64_t dim) {
-  check_float(x, "mean_dim");
-  dim = normalize_dim(dim, x->rank(), "mean_dim");
-  return backend_of(x).mean_dim(std::move(x), dim);
-}
+// ---- var, norm ----
 
 // sum((x - mean)^2) / (n - correction); a divisor <= 0 gives inf or NaN, as in PyTorch.
 Primitive var_dim(Primitive x, std::int64_t dim, std::int64_t correction) {
@@ -178,16 +133,5 @@ Primitive all_dim(Primitive x, std::int64_t dim) {
   dim = normalize_dim(dim, x->rank(), "all_dim");
   return backend_of(x).all_dim(std::move(x), dim);
 }
-
-// ---- cumulative ops ----
-
-#define KILN_SCAN(name)                           \
-  Primitive name(Primitive x, std::int64_t dim) { \
-    check_numeric(x, #name);                      \
-    dim = normalize_dim(dim, x->rank(), #name);   \
-    return backend_of(x).name(std::move(x), dim); \
-  }
-KILN_SCAN_OPS(KILN_SCAN)
-#undef KILN_SCAN
 
 }  // namespace kiln::detail

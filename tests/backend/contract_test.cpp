@@ -16,9 +16,9 @@ namespace {
 // The entries as the fingerprint sees them.
 std::vector<std::string> entries() {
   std::vector<std::string> list;
-#define KILN_OP(name, group, kinds, result, parameters, arguments, availability) \
+#define KILN_OP(name, group, kinds, result, parameters, arguments, availability, impl, form) \
   list.push_back(#name " " #kinds " " #result " " #parameters " " #availability ";");
-#include "backend/ops.def"
+#include "kiln/detail/ops.def"
 #undef KILN_OP
   return list;
 }

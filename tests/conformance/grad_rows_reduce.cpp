@@ -1,6 +1,7 @@
 // Gradcheck rows: reductions (sum, mean, prod, max, min and their _dim forms) and cumulative ops,
 // with zeros for the products and two-way ties for max/min.
 #include "conformance/gradcheck.h"
+#include "kiln/detail/op_columns.h"
 
 namespace kiln::conformance {
 namespace {
@@ -20,6 +21,48 @@ std::vector<double> grad_of_sum(const Primitive& x, const Primitive& y) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every differentiable op of form DIM or DIM_NONEMPTY in ops.def (reductions along a dim that keep
+// it, scans): generated from the list, so a new one is checked without a line here.
+struct DimOpCase {
+  const char* name;
+  Primitive (*op)(Primitive, std::int64_t);
+};
+#define KILN_GRAD_DIM_FORM_DIM KILN_PROBE
+#define KILN_GRAD_DIM_FORM_DIM_NONEMPTY KILN_PROBE
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_WHEN(KILN_AND(KILN_IMPL_GRAD(impl), KILN_IS_PROBE(KILN_GRAD_DIM_FORM_##form)))( \
+      DimOpCase{#name, detail::name},)
+const DimOpCase kDimOps[] = {
+#include "kiln/detail/ops.def"
+};
+#undef KILN_OP
+#undef KILN_GRAD_DIM_FORM_DIM
+#undef KILN_GRAD_DIM_FORM_DIM_NONEMPTY
+
+std::vector<std::string> dim_op_names() {
+  std::vector<std::string> names;
+  for (const DimOpCase& c : kDimOps) names.push_back(std::string("grad:") + c.name);
+  return names;
+}
+
+}  // namespace
+
+// Random [3, 4] and [2, 3, 2] inputs, every dim, every layout.
+KILN_CONFORMANCE_ROW(grad_dim_ops, (dim_op_names())) {
+  for (const DimOpCase& c : kDimOps) {
+    for (Layout layout : kLayouts) {
+      for (std::int64_t dim : {0, 1, -1}) {
+        gradcheck(device, std::string(c.name) + " dim " + std::to_string(dim), {{Shape{3, 4}, layout}},
+                  [&](const Prims& in) { return c.op(in[0], dim); });
+      }
+    }
+    gradcheck(device, std::string(c.name) + " 3-d", {{Shape{2, 3, 2}}},
+              [&](const Prims& in) { return c.op(in[0], 1); });
+  }
+}
 
 KILN_CONFORMANCE_ROW(grad_sum_mean, ({"grad:sum", "grad:sum_dim", "grad:mean", "grad:mean_dim"})) {
   for (Layout layout : kLayouts) {

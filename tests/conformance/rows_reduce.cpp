@@ -197,6 +197,63 @@ KILN_CONFORMANCE_ROW(max_min, ({"max", "min", "max_dim", "min_dim"})) {
   }
 }
 
+namespace {
+
+// log(sum(exp(v))) shifted by the line's maximum; NaN wins, then +inf; nothing (or only -inf) is
+// -inf.
+double ref_logsumexp(const std::vector<double>& v) {
+  double max = -kInf;
+  for (double x : v) {
+    if (std::isnan(x)) return x;
+    max = std::max(max, x);
+  }
+  if (!std::isfinite(max)) return max;
+  double sum = 0;
+  for (double x : v) sum += std::exp(x - max);
+  return max + std::log(sum);
+}
+
+}  // namespace
+
+// Values up to +-100, where exp overflows every float but f64 without the shift; NaN and
+// infinities in some lines; a line of -inf only.
+KILN_CONFORMANCE_ROW(logsumexp, ({"logsumexp_dim"})) {
+  std::uint64_t seed = 1700;
+  for (DType dtype : kFloatDTypes) {
+    for (Layout layout : kLayouts) {
+      for (const Shape& shape : reduce_shapes()) {
+        for (bool special : {false, true}) {
+          auto values = random_values(shape, dtype, seed++, -100, 100);
+          if (special && values.size() > 5) {
+            values[values.size() / 2] = kNaN;
+            values[0] = kInf;
+            values[values.size() - 1] = -kInf;
+          }
+          const std::string ctx = std::string("logsumexp") + (special ? " special " : " ") +
+                                  context(device, dtype, layout, shape);
+          Primitive x = make_primitive(values, shape, dtype, layout, device);
+          const auto rank = static_cast<std::int64_t>(shape.rank());
+          for (std::int64_t dim = 0; dim < rank; ++dim) {
+            std::vector<double> expected = representable(reduce_lines(values, shape, dim, ref_logsumexp), dtype);
+            const std::int64_t api_dim = dim % 2 == 1 ? dim - rank : dim;
+            expect_close(detail::into_data(detail::logsumexp_dim(x, api_dim)), keep_dim(shape, dim),
+                         dtype, expected, ctx + " dim " + std::to_string(api_dim));
+          }
+        }
+      }
+    }
+    const std::vector<double> lines = {-kInf, -kInf, -kInf, -kInf, 1.5, 2.0};
+    Primitive x = make_primitive(lines, Shape{2, 3}, dtype, Layout::Contiguous, device);
+    expect_close(detail::into_data(detail::logsumexp_dim(x, 1)), Shape{2, 1}, dtype,
+                 representable({-kInf, ref_logsumexp({-kInf, 1.5, 2.0})}, dtype),
+                 "logsumexp -inf lines " + std::string(dtype_name(dtype)));
+  }
+  for (DType dtype : kIntDTypes) {
+    Primitive x = make_primitive({1, 2}, Shape{2}, dtype, Layout::Contiguous, device);
+    EXPECT_THROW(detail::logsumexp_dim(x, 0), DTypeMismatch) << dtype_name(dtype);
+  }
+}
+
 // Integer sums wrap to the dtype's width (accumulated in 64 bits first).
 KILN_CONFORMANCE_ROW(sum_int_wrap, ({"sum", "sum_dim"})) {
   for (DType dtype : {DType::I8, DType::U8, DType::I16, DType::I32}) {

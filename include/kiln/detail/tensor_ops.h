@@ -26,58 +26,34 @@ namespace detail {
 using Prims = std::vector<Primitive>;
 using PrimPair = std::pair<Primitive, Primitive>;
 
-// Unary float functions: name(x).
-#define KILN_FLOAT_UNARY_OPS(X)                                                                \
-  X(exp) X(expm1) X(exp2) X(log) X(log1p) X(log2) X(log10) X(sqrt) X(rsqrt) X(recip) X(sin)   \
-  X(cos) X(tan) X(asin) X(acos) X(atan) X(sinh) X(cosh) X(tanh) X(asinh) X(acosh) X(atanh)   \
-  X(erf) X(round) X(floor) X(ceil) X(trunc) X(sigmoid)
-// Unary functions on floats and integers.
-#define KILN_NUMERIC_UNARY_OPS(X) X(abs) X(sign) X(square) X(neg)
-// Binary ops on floats and integers, with broadcasting: name(lhs, rhs), name_scalar(x, s).
-#define KILN_NUMERIC_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(remainder) X(pow)
-#define KILN_NUMERIC_BINARY_ONLY_OPS(X) X(maximum) X(minimum)
-#define KILN_FLOAT_BINARY_OPS(X) X(atan2) X(hypot)
-// Comparisons: name(lhs, rhs) and name_elem(x, s), result Bool.
-#define KILN_ORDER_COMPARE_OPS(X) X(greater) X(greater_equal) X(lower) X(lower_equal)
-#define KILN_EQUALITY_COMPARE_OPS(X) X(equal) X(not_equal)
-#define KILN_LOGICAL_BINARY_OPS(X) X(logical_and) X(logical_or) X(logical_xor)
-#define KILN_BITWISE_BINARY_OPS(X) \
-  X(bitwise_and) X(bitwise_or) X(bitwise_xor) X(bitwise_left_shift) X(bitwise_right_shift)
-// Reductions to shape [1] and along a dim (keeping it).
-#define KILN_NUMERIC_REDUCE_OPS(X) X(sum) X(prod) X(max) X(min)
-#define KILN_SCAN_OPS(X) X(cumsum) X(cumprod) X(cummin) X(cummax)
-
-#define KILN_DECLARE_UNARY(name) Primitive name(Primitive x);
-#define KILN_DECLARE_BINARY(name)                 \
-  Primitive name(Primitive lhs, Primitive rhs); \
-  Primitive name##_scalar(Primitive x, Scalar value);
-#define KILN_DECLARE_BINARY_ONLY(name) Primitive name(Primitive lhs, Primitive rhs);
-#define KILN_DECLARE_COMPARE(name)                \
-  Primitive name(Primitive lhs, Primitive rhs); \
-  Primitive name##_elem(Primitive x, Scalar value);
-#define KILN_DECLARE_REDUCE(name) \
-  Primitive name(Primitive x);    \
-  Primitive name##_dim(Primitive x, std::int64_t dim);
-#define KILN_DECLARE_SCAN(name) Primitive name(Primitive x, std::int64_t dim);
-
-KILN_FLOAT_UNARY_OPS(KILN_DECLARE_UNARY)
-KILN_NUMERIC_UNARY_OPS(KILN_DECLARE_UNARY)
-KILN_NUMERIC_BINARY_OPS(KILN_DECLARE_BINARY)
-KILN_NUMERIC_BINARY_ONLY_OPS(KILN_DECLARE_BINARY_ONLY)
-KILN_FLOAT_BINARY_OPS(KILN_DECLARE_BINARY_ONLY)
-KILN_ORDER_COMPARE_OPS(KILN_DECLARE_COMPARE)
-KILN_EQUALITY_COMPARE_OPS(KILN_DECLARE_COMPARE)
-KILN_LOGICAL_BINARY_OPS(KILN_DECLARE_BINARY_ONLY)
-KILN_BITWISE_BINARY_OPS(KILN_DECLARE_BINARY)
-KILN_NUMERIC_REDUCE_OPS(KILN_DECLARE_REDUCE)
-KILN_SCAN_OPS(KILN_DECLARE_SCAN)
-
-#undef KILN_DECLARE_UNARY
-#undef KILN_DECLARE_BINARY
-#undef KILN_DECLARE_BINARY_ONLY
-#undef KILN_DECLARE_COMPARE
-#undef KILN_DECLARE_REDUCE
-#undef KILN_DECLARE_SCAN
+// The functions behind the Tensor methods ops.def generates (its form column): the signature
+// follows from the form; src/tensor/generated.cpp checks the arguments and calls the backend.
+#define KILN_DETAIL_FORM_UNARY(name) Primitive name(Primitive x);
+#define KILN_DETAIL_FORM_BINARY(name) Primitive name(Primitive lhs, Primitive rhs);
+#define KILN_DETAIL_FORM_SCALAR(name) Primitive name(Primitive x, Scalar value);
+#define KILN_DETAIL_FORM_DIM(name) Primitive name(Primitive x, std::int64_t dim);
+#define KILN_DETAIL_FORM_COMPARE KILN_DETAIL_FORM_BINARY
+#define KILN_DETAIL_FORM_COMPARE_SCALAR KILN_DETAIL_FORM_SCALAR
+#define KILN_DETAIL_FORM_PREDICATE KILN_DETAIL_FORM_UNARY
+#define KILN_DETAIL_FORM_REDUCE KILN_DETAIL_FORM_UNARY
+#define KILN_DETAIL_FORM_REDUCE_NONEMPTY KILN_DETAIL_FORM_UNARY
+#define KILN_DETAIL_FORM_DIM_NONEMPTY KILN_DETAIL_FORM_DIM
+#define KILN_DETAIL_FORM_MANUAL(name)
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_DETAIL_FORM_##form(name)
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+#undef KILN_DETAIL_FORM_UNARY
+#undef KILN_DETAIL_FORM_BINARY
+#undef KILN_DETAIL_FORM_SCALAR
+#undef KILN_DETAIL_FORM_DIM
+#undef KILN_DETAIL_FORM_COMPARE
+#undef KILN_DETAIL_FORM_COMPARE_SCALAR
+#undef KILN_DETAIL_FORM_PREDICATE
+#undef KILN_DETAIL_FORM_REDUCE
+#undef KILN_DETAIL_FORM_REDUCE_NONEMPTY
+#undef KILN_DETAIL_FORM_DIM_NONEMPTY
+#undef KILN_DETAIL_FORM_MANUAL
 
 // ---- checks shared by the templates ----
 // Throws unless p has the rank the static type promises and a dtype of the kind.
@@ -114,14 +90,8 @@ Primitive to_kind(Primitive x, Kind kind);
 Primitive clamp(Primitive x, std::optional<Scalar> min, std::optional<Scalar> max);
 Primitive matmul(Primitive lhs, Primitive rhs);
 Primitive cross(Primitive lhs, Primitive rhs, std::int64_t dim);
-Primitive logical_not(Primitive x);
-Primitive bitwise_not(Primitive x);
-Primitive is_nan(Primitive x);
-Primitive is_inf(Primitive x);
 
 // ---- reductions ----
-Primitive mean(Primitive x);
-Primitive mean_dim(Primitive x, std::int64_t dim);
 Primitive var_dim(Primitive x, std::int64_t dim, std::int64_t correction);
 Primitive norm_dim(Primitive x, double p, std::int64_t dim);
 Primitive norm(Primitive x, double p);

@@ -1,4 +1,4 @@
-// Reductions: sum, mean, prod, max/min (with or without indices), argmax/argmin, any/all, over
+// Reductions: sum, mean, prod, logsumexp, max/min (with or without indices), argmax/argmin, any/all, over
 // everything (result shape [1]) or along one dim (kept with size 1). Strided inputs are read in
 // place. Float sums accumulate in double, pairwise along contiguous lines and in blocks
 // otherwise; integer sums and products wrap around in 64 bits, then to the dtype. The driver
@@ -261,6 +261,41 @@ struct TruthReducer {
   void write(char* const* out, std::int64_t i, const Acc& acc) const { at<bool>(out, 0, i) = acc; }
 };
 
+// log(sum(exp(x))) in one pass, without overflow: the running maximum and the sum of exp(v - max)
+// in double, rescaled when the maximum grows. A NaN gives NaN, a +inf +inf, and nothing (or only
+// -inf) -inf, as PyTorch's logsumexp.
+struct LogSumExp {
+  double max;
+  double sum;
+};
+
+template <class T>
+struct LogSumExpReducer {
+  using In = T;
+  using Acc = LogSumExp;
+  static void merge(Acc& a, double max, double sum) {
+    if (std::isnan(a.max) || max == -std::numeric_limits<double>::infinity()) return;
+    if (std::isnan(max) || max == std::numeric_limits<double>::infinity() ||
+        a.max == std::numeric_limits<double>::infinity()) {
+      a.max = std::isnan(max) ? max : std::numeric_limits<double>::infinity();
+    } else if (max > a.max) {
+      a.sum = a.sum * std::exp(a.max - max) + sum;
+      a.max = max;
+    } else {
+      a.sum += sum * std::exp(max - a.max);
+    }
+  }
+  Acc init() const { return {-std::numeric_limits<double>::infinity(), 0.0}; }
+  void step(Acc& acc, T v, std::int64_t) const {
+    merge(acc, static_cast<double>(value_of(v)), 1.0);
+  }
+  void combine(Acc& a, const Acc& b) const { merge(a, b.max, b.sum); }
+  void write(char* const* out, std::int64_t i, const Acc& acc) const {
+    const double result = std::isfinite(acc.max) ? acc.max + std::log(acc.sum) : acc.max;
+    at<T>(out, 0, i) = from_acc<T>(result);
+  }
+};
+
 void check_index_dtype(DType index_dtype, const char* op) {
   if (!is_int(index_dtype)) {
     detail::fail<UnsupportedDType>(op, "index dtype must be an integer dtype, got ",
@@ -333,6 +368,14 @@ Primitive CpuBackend::mean(Primitive x) {
 Primitive CpuBackend::mean_dim(Primitive x, std::int64_t dim) {
   visit_float_dtype(x->dtype(), "mean_dim", []<class T>(type_tag<T>) {});
   return sum_impl(std::move(x), dim, true, "mean_dim");
+}
+Primitive CpuBackend::logsumexp_dim(Primitive x, std::int64_t dim) {
+  const DType dtype = x->dtype();
+  return visit_float_dtype(dtype, "logsumexp_dim", [&]<class T>(type_tag<T>) -> Primitive {
+    const LogSumExpReducer<T> reducer{};
+    return run_reduce(x, dim, dtype, std::nullopt, make_reduce_kernel(reducer), "logsumexp_dim")
+        .first;
+  });
 }
 Primitive CpuBackend::prod(Primitive x) { return prod_impl(std::move(x), -1, "prod"); }
 Primitive CpuBackend::prod_dim(Primitive x, std::int64_t dim) {

@@ -1,5 +1,7 @@
 // Unary math: one generic kernel, one functor per function.
 #include <cmath>
+#include <limits>
+#include <numbers>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
@@ -34,6 +36,40 @@ Primitive float_unary(Primitive x, const char* op, F f,
   return visit_float_kernel(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
     return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), op);
   });
+}
+
+// erf's inverse: NaN outside [-1, 1], +-inf at +-1. A first guess from M. Giles' rational
+// approximation ("Approximating the erfinv function", GPU Computing Gems, 2010; accurate to
+// about 1e-7), then two Halley steps on f(x) = erf(x) - y in double; near +-1, f is taken as
+// erfc's complement so that the steps do not cancel it away.
+double inverse_erf(double y) {
+  if (std::isnan(y) || y < -1.0 || y > 1.0) return std::numeric_limits<double>::quiet_NaN();
+  if (y == 1.0 || y == -1.0) return std::copysign(std::numeric_limits<double>::infinity(), y);
+  const double a = std::fabs(y);
+  double w = -std::log((1.0 - a) * (1.0 + a));
+  double p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                     -0.00125372503, -0.00417768164, 0.246640727, 1.50140941}) {
+      p = c + p * w;
+    }
+  } else {
+    w = std::sqrt(w) - 3.0;
+    p = -0.000200214257;
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                     -0.0076224613, 0.00943887047, 1.00167406, 2.83297682}) {
+      p = c + p * w;
+    }
+  }
+  double x = p * a;
+  for (int step = 0; step < 2; ++step) {
+    const double f = a > 0.5 ? (1.0 - a) - std::erfc(x) : std::erf(x) - a;
+    const double slope = 2.0 * std::numbers::inv_sqrtpi * std::exp(-x * x);
+    x -= f / (slope + x * f);  // Halley: f'' = -2x f'
+  }
+  return std::copysign(x, y);
 }
 
 // Sign-blind ops (neg and square wrap) take one kernel per integer width.
@@ -80,6 +116,7 @@ KILN_CPU_VECTOR_UNARY(asinh, Asinh)
 KILN_CPU_VECTOR_UNARY(acosh, Acosh)
 KILN_CPU_VECTOR_UNARY(atanh, Atanh)
 KILN_CPU_VECTOR_UNARY(erf, Erf)
+KILN_CPU_FLOAT_UNARY(erfinv, static_cast<decltype(v)>(inverse_erf(static_cast<double>(v))))
 KILN_CPU_FLOAT_UNARY(round, std::nearbyint(v))  // half to even, as PyTorch
 KILN_CPU_FLOAT_UNARY(floor, std::floor(v))
 KILN_CPU_FLOAT_UNARY(ceil, std::ceil(v))

@@ -2,6 +2,7 @@
 // functions (kernel_source.cpp) that carry the CPU backend's semantics.
 #include "backend/integer_power.h"
 #include "backends/cuda/elementwise_ops.h"
+#include "kiln/detail/op_columns.h"
 
 namespace kiln::cuda {
 
@@ -70,17 +71,16 @@ Primitive CudaBackend::neg(Primitive x) { return map_unary(*this, std::move(x), 
 Primitive CudaBackend::sign(Primitive x) { return map_unary(*this, std::move(x), "sign", Accepts::Numeric, "k_sign(a)"); }
 Primitive CudaBackend::square(Primitive x) { return map_unary(*this, std::move(x), "square", Accepts::Numeric, "k_mul(a, a)"); }
 
-#define KILN_CUDA_FLOAT_UNARY(name) \
-  Primitive CudaBackend::name(Primitive x) { return map_unary(*this, std::move(x), #name, Accepts::Float, "k_" #name "(a)"); }
-KILN_CUDA_FLOAT_UNARY(recip) KILN_CUDA_FLOAT_UNARY(exp) KILN_CUDA_FLOAT_UNARY(expm1)
-KILN_CUDA_FLOAT_UNARY(exp2) KILN_CUDA_FLOAT_UNARY(log) KILN_CUDA_FLOAT_UNARY(log1p)
-KILN_CUDA_FLOAT_UNARY(log2) KILN_CUDA_FLOAT_UNARY(log10) KILN_CUDA_FLOAT_UNARY(sqrt)
-KILN_CUDA_FLOAT_UNARY(rsqrt) KILN_CUDA_FLOAT_UNARY(sin) KILN_CUDA_FLOAT_UNARY(cos)
-KILN_CUDA_FLOAT_UNARY(tan) KILN_CUDA_FLOAT_UNARY(asin) KILN_CUDA_FLOAT_UNARY(acos)
-KILN_CUDA_FLOAT_UNARY(atan) KILN_CUDA_FLOAT_UNARY(sinh) KILN_CUDA_FLOAT_UNARY(cosh)
-KILN_CUDA_FLOAT_UNARY(tanh) KILN_CUDA_FLOAT_UNARY(asinh) KILN_CUDA_FLOAT_UNARY(acosh)
-KILN_CUDA_FLOAT_UNARY(atanh) KILN_CUDA_FLOAT_UNARY(erf) KILN_CUDA_FLOAT_UNARY(round)
-KILN_CUDA_FLOAT_UNARY(floor) KILN_CUDA_FLOAT_UNARY(ceil) KILN_CUDA_FLOAT_UNARY(trunc)
-#undef KILN_CUDA_FLOAT_UNARY
+// Every float op of form UNARY that ops.def gives a CUDA kernel (impl G) maps k_<name>, the
+// prelude function of that name (kernel_source.cpp): a new one needs only its line there.
+#define KILN_CUDA_FLOAT_UNARY_UNARY_F KILN_PROBE
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)       \
+  KILN_WHEN(KILN_AND(KILN_IMPL_CUDA(impl), KILN_IS_PROBE(KILN_CUDA_FLOAT_UNARY_##form##_##kinds)))( \
+      Primitive CudaBackend::name(Primitive x) {                                            \
+        return map_unary(*this, std::move(x), #name, Accepts::Float, "k_" #name "(a)");     \
+      })
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+#undef KILN_CUDA_FLOAT_UNARY_UNARY_F
 
 }  // namespace kiln::cuda

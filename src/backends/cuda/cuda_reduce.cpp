@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "backends/cuda/elementwise_ops.h"
+#include "backends/cuda/kernel_source.h"
 #include "backends/cuda/reduce.h"
 
 namespace kiln::cuda {
 
 namespace {
 
-Primitive run(CudaBackend& b, const Primitive& x, std::int64_t dim, Reducer r, Accepts accepts,
+Primitive run(CudaBackend& b, const Primitive& x, std::int64_t dim, const Reducer& r, Accepts accepts,
               const char* op, std::optional<DType> out_dtype = std::nullopt) {
   check_accepts(x->dtype(), accepts, op);
   return reduce_dim(b.runtime(), as_cuda(x), dim, r, out_dtype.value_or(x->dtype()), op);
@@ -48,6 +49,32 @@ std::optional<Primitive> dense_line(const Primitive& x) {
   return make_view(t, Shape{t.shape().num_elements()}, Strides{1}, offset);
 }
 
+// logsumexp's accumulator: the running maximum and the sum of exp(x - max) in double, rescaled
+// when the maximum grows (the CPU backend's formulas: a NaN gives NaN, a +inf +inf, nothing or
+// only -inf gives -inf).
+std::string logsumexp_accumulator(DType dtype, DType out_dtype) {
+  const std::string C = compute_type(dtype);
+  return std::string(R"CUDA(
+#define LSE_INF __longlong_as_double(0x7ff0000000000000ll)
+struct Acc { double max, sum; };
+__device__ __forceinline__ void merge(Acc& a, double max, double sum) {
+  if (a.max != a.max || max == -LSE_INF) return;
+  if (max != max || max == LSE_INF || a.max == LSE_INF) { a.max = max != max ? max : LSE_INF; }
+  else if (max > a.max) { a.sum = a.sum * exp(a.max - max) + sum; a.max = max; }
+  else { a.sum += sum * exp(max - a.max); }
+}
+__device__ __forceinline__ Acc init() { return Acc{-LSE_INF, 0.0}; }
+__device__ __forceinline__ void combine(Acc& a, const Acc& b) { merge(a, b.max, b.sum); }
+)CUDA") + "__device__ __forceinline__ void step(Acc& a, " + C +
+         " x, i64) { merge(a, (double)x, 1.0); }\n" +
+         "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) {\n"
+         "  const double r = a.max - a.max == 0.0 ? a.max + log(a.sum) : a.max;\n  ((" +
+         storage_type(out_dtype) + "*)p.out)[o] = " +
+         store_expression(out_dtype, "(" + C + ")r") + ";\n}\n";
+}
+
+const Reducer kLogSumExp{"logsumexp", &logsumexp_accumulator};
+
 }  // namespace
 
 Primitive CudaBackend::sum_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Sum, Accepts::Numeric, "sum_dim"); }
@@ -55,6 +82,7 @@ Primitive CudaBackend::mean_dim(Primitive x, std::int64_t dim) { return run(*thi
 Primitive CudaBackend::prod_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Prod, Accepts::Numeric, "prod_dim"); }
 Primitive CudaBackend::max_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Max, Accepts::Numeric, "max_dim"); }
 Primitive CudaBackend::min_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Min, Accepts::Numeric, "min_dim"); }
+Primitive CudaBackend::logsumexp_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, kLogSumExp, Accepts::Float, "logsumexp_dim"); }
 Primitive CudaBackend::any_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Any, Accepts::Any, "any_dim", DType::Bool); }
 Primitive CudaBackend::all_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::All, Accepts::Any, "all_dim", DType::Bool); }
 Primitive CudaBackend::argmax(Primitive x, std::int64_t dim, DType index_dtype) {

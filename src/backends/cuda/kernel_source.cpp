@@ -142,6 +142,7 @@ KF(tan, tanf(v), tan(v)) KF(asin, asinf(v), asin(v)) KF(acos, acosf(v), acos(v))
 KF(atan, atanf(v), atan(v)) KF(sinh, sinhf(v), sinh(v)) KF(cosh, coshf(v), cosh(v))
 KF(tanh, tanhf(v), tanh(v)) KF(asinh, asinhf(v), asinh(v)) KF(acosh, acoshf(v), acosh(v))
 KF(atanh, atanhf(v), atanh(v)) KF(erf, erff(v), erf(v)) KF(round, rintf(v), rint(v))
+KF(erfinv, erfinvf(v), erfinv(v))
 KF(floor, floorf(v), floor(v)) KF(ceil, ceilf(v), ceil(v)) KF(trunc, truncf(v), trunc(v))
 __device__ __forceinline__ float k_atan2(float a, float b) { return atan2f(a, b); }
 __device__ __forceinline__ double k_atan2(double a, double b) { return atan2(a, b); }

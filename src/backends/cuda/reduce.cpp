@@ -8,8 +8,8 @@
 
 namespace kiln::cuda {
 
-TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim, Reducer reducer,
-                     DType out_dtype, const char* op) {
+TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim,
+                     const Reducer& reducer, DType out_dtype, const char* op) {
   Shape out_shape = x.shape();
   out_shape[static_cast<std::size_t>(dim)] = 1;
   TensorPtr out = runtime.make_tensor(out_dtype, out_shape, op);
@@ -17,7 +17,7 @@ TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim, Re
                                 runtime.context.sm_count(), op);
   ReduceParams& p = plan.params;
   if (p.outputs == 0) return out;
-  if (p.length == 0 && (reducer == Reducer::ArgMax || reducer == Reducer::ArgMin)) {
+  if (p.length == 0 && reducer.needs_elements) {
     detail::fail<InvalidArgument>(op, "cannot take ", reducer_name(reducer), " of an empty dim");
   }
   p.in = x.data();

@@ -23,7 +23,18 @@ namespace kiln::cuda {
 
 inline constexpr int kReduceMaxDims = 12;  // kept dims after merging
 
-enum class Reducer { Sum, Mean, Prod, Max, Min, ArgMax, ArgMin, Any, All };
+// A reduction: its name (part of its kernels' cache keys) and the generated source of its
+// accumulator for an input and output dtype: `struct Acc`, `Acc init()`, `step(Acc&, x, index)`,
+// `combine(Acc&, const Acc& later)` and `write(const P&, output, const Acc&)`. The built-in ones
+// are Reducer::Sum and its kin (reduce_source.cpp); an op file may define its own.
+struct Reducer {
+  const char* name;
+  std::string (*accumulator)(DType dtype, DType out_dtype);
+  bool needs_elements = false;  // an empty dim is an error rather than init()'s value
+
+  static const Reducer Sum, Mean, Prod, Max, Min, ArgMax, ArgMin, Any, All;
+  friend bool operator==(const Reducer&, const Reducer&) = default;
+};
 
 // The entry points of a reducer's kernels (each compiled as its own module).
 enum class ReduceKernel { LinesWarp, LinesBlock, Columns, ColumnsVector, FinishWarp, FinishBlock };
@@ -57,10 +68,10 @@ ReducePlan plan_reduce(const Shape& shape, std::span<const std::int64_t> strides
 
 // Generated source of one kernel of a reducer (exposed for tests that compile every kernel
 // without a GPU).
-std::string reduce_kernel_source(ReduceKernel kernel, Reducer reducer, DType dtype,
+std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& reducer, DType dtype,
                                  DType out_dtype);
 const char* reduce_kernel_name(ReduceKernel kernel);
-const char* reducer_name(Reducer reducer);
+inline const char* reducer_name(const Reducer& reducer) { return reducer.name; }
 
 class CudaTensor;
 struct Runtime;
@@ -68,7 +79,7 @@ using TensorPtr = std::shared_ptr<CudaTensor>;
 
 // Reduces x along dim into a new tensor of out_dtype (the index dtype for ArgMax/ArgMin, Bool
 // for Any/All, x's dtype otherwise).
-TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim, Reducer reducer,
-                     DType out_dtype, const char* op);
+TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim,
+                     const Reducer& reducer, DType out_dtype, const char* op);
 
 }  // namespace kiln::cuda

@@ -46,30 +46,6 @@ void set_chunks(ReduceParams& p, std::int64_t chunks, std::int64_t align) {
 
 }  // namespace
 
-const char* reducer_name(Reducer r) {
-  switch (r) {
-    case Reducer::Sum:
-      return "sum";
-    case Reducer::Mean:
-      return "mean";
-    case Reducer::Prod:
-      return "prod";
-    case Reducer::Max:
-      return "max";
-    case Reducer::Min:
-      return "min";
-    case Reducer::ArgMax:
-      return "argmax";
-    case Reducer::ArgMin:
-      return "argmin";
-    case Reducer::Any:
-      return "any";
-    case Reducer::All:
-      return "all";
-  }
-  return "?";
-}
-
 const char* reduce_kernel_name(ReduceKernel k) {
   switch (k) {
     case ReduceKernel::LinesWarp:

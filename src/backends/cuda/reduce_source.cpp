@@ -21,85 +21,90 @@ struct P {
 };
 )CUDA";
 
-// The accumulator and its four functions for reducer over dtype, written to out_dtype.
-std::string reducer_source(Reducer r, DType dtype, DType out_dtype) {
+// The accumulators of the built-in reducers over dtype, written to out_dtype.
+const char* nan_of(DType dtype) {
+  return dtype == DType::F64 ? "__longlong_as_double(0x7ff8000000000000ll)" : "__int_as_float(0x7fc00000)";
+}
+const char* infinity_of(DType dtype) {
+  return dtype == DType::F64 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__int_as_float(0x7f800000)";
+}
+std::string store_to(DType out_dtype) {
+  return "((" + std::string(storage_type(out_dtype)) + "*)p.out)[o] = ";
+}
+
+// Sums and products in double (floats) or wrapping 64-bit arithmetic (integers).
+std::string sum_like(DType dtype, DType out_dtype, bool prod, bool mean) {
   const std::string C = compute_type(dtype);
   const bool fl = is_float(dtype);
-  const std::string nan = dtype == DType::F64 ? "__longlong_as_double(0x7ff8000000000000ll)"
-                                              : "__int_as_float(0x7fc00000)";
-  const std::string inf = dtype == DType::F64 ? "__longlong_as_double(0x7ff0000000000000ll)"
-                                              : "__int_as_float(0x7f800000)";
-  const std::string store = "((" + std::string(storage_type(out_dtype)) + "*)p.out)[o] = ";
-  std::string s;
-  switch (r) {
-    case Reducer::Sum: case Reducer::Mean: case Reducer::Prod: {
-      const bool prod = r == Reducer::Prod;
-      const std::string acc = fl ? "double" : "u64";
-      const std::string widen = fl ? "(double)x" : (is_signed_int(dtype) ? "(u64)(i64)x" : "(u64)x");
-      s += "struct Acc { " + acc + " v; };\n";
-      s += "__device__ __forceinline__ Acc init() { return Acc{(" + acc + ")" + (prod ? "1" : "0") + "}; }\n";
-      s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v " + (prod ? "*" : "+") + "= " + widen + "; }\n";
-      s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v " + std::string(prod ? "*" : "+") + "= b.v; }\n";
-      std::string value = fl ? std::string("(") + C + ")(a.v" + (r == Reducer::Mean ? " / p.divisor" : "") + ")" : "(" + C + ")a.v";
-      s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store +
-           store_expression(out_dtype, value) + "; }\n";
-      break;
+  const std::string acc = fl ? "double" : "u64";
+  const std::string widen = fl ? "(double)x" : (is_signed_int(dtype) ? "(u64)(i64)x" : "(u64)x");
+  std::string s = "struct Acc { " + acc + " v; };\n";
+  s += "__device__ __forceinline__ Acc init() { return Acc{(" + acc + ")" + (prod ? "1" : "0") + "}; }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v " + (prod ? "*" : "+") + "= " + widen + "; }\n";
+  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v " + std::string(prod ? "*" : "+") + "= b.v; }\n";
+  std::string value = fl ? std::string("(") + C + ")(a.v" + (mean ? " / p.divisor" : "") + ")" : "(" + C + ")a.v";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) +
+       store_expression(out_dtype, value) + "; }\n";
+  return s;
+}
+
+std::string extremum(DType dtype, DType out_dtype, bool mx) {
+  const std::string C = compute_type(dtype);
+  const bool fl = is_float(dtype);
+  std::string start;
+  if (fl) {
+    start = mx ? std::string("-") + infinity_of(dtype) : std::string(infinity_of(dtype));
+  } else {
+    // Lowest / highest of the integer type from its bit pattern.
+    const int bits = static_cast<int>(dtype_size(dtype) * 8);
+    char text[96];
+    if (is_signed_int(dtype)) {
+      const unsigned long long high = (bits == 64) ? 0x7fffffffffffffffull : ((1ull << (bits - 1)) - 1);
+      const unsigned long long low = (bits == 64) ? 0x8000000000000000ull : (1ull << (bits - 1));
+      std::snprintf(text, sizeof text, "(%s)0x%llxull", C.c_str(), mx ? low : high);
+    } else {
+      const unsigned long long high = (bits == 64) ? ~0ull : ((1ull << bits) - 1);
+      std::snprintf(text, sizeof text, "(%s)0x%llxull", C.c_str(), mx ? 0ull : high);
     }
-    case Reducer::Max: case Reducer::Min: {
-      const bool mx = r == Reducer::Max;
-      std::string start;
-      if (fl) start = mx ? "-" + inf : inf;
-      else start = "(" + C + ")" + (mx ? "0" : "~0ull");  // replaced below for signed types
-      if (!fl) {
-        // Lowest / highest of the integer type from its bit pattern.
-        const int bits = static_cast<int>(dtype_size(dtype) * 8);
-        char text[96];
-        if (is_signed_int(dtype)) {
-          const unsigned long long high = (bits == 64) ? 0x7fffffffffffffffull : ((1ull << (bits - 1)) - 1);
-          const unsigned long long low = (bits == 64) ? 0x8000000000000000ull : (1ull << (bits - 1));
-          std::snprintf(text, sizeof text, "(%s)0x%llxull", C.c_str(), mx ? low : high);
-        } else {
-          const unsigned long long high = (bits == 64) ? ~0ull : ((1ull << bits) - 1);
-          std::snprintf(text, sizeof text, "(%s)0x%llxull", C.c_str(), mx ? 0ull : high);
-        }
-        start = text;
-      }
-      const std::string pick = mx ? "x > a.v" : "x < a.v";
-      s += "struct Acc { " + C + " v; bool nan; };\n";
-      s += "__device__ __forceinline__ Acc init() { return Acc{" + start + ", false}; }\n";
-      s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { if (" + pick + ") a.v = x;" + (fl ? " a.nan |= (x != x);" : "") + " }\n";
-      s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { const " + C + " x = b.v; if (" + pick + ") a.v = x; a.nan |= b.nan; }\n";
-      const std::string value = fl ? "(a.nan ? (" + C + ")" + nan + " : a.v)" : "a.v";
-      s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store +
-           store_expression(out_dtype, value) + "; }\n";
-      break;
-    }
-    case Reducer::ArgMax: case Reducer::ArgMin: {
-      const std::string cmp = r == Reducer::ArgMax ? ">" : "<";
-      // better(v, best): the first NaN wins, then strictly larger (smaller); ties keep the
-      // earlier index, also when partials of interleaved elements are combined.
-      s += "struct Acc { " + C + " v; i64 idx; };\n";
-      s += "__device__ __forceinline__ bool better(" + C + " v, " + C + " best) { " +
-           (fl ? "if (v != v) return best == best; " : "") + "return v " + cmp + " best; }\n";
-      s += "__device__ __forceinline__ Acc init() { return Acc{(" + C + ")0, -1}; }\n";
-      s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64 j) { if (a.idx < 0 || better(x, a.v)) { a.v = x; a.idx = j; } }\n";
-      s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) {\n"
-           "  if (b.idx < 0) return;\n"
-           "  if (a.idx < 0 || better(b.v, a.v) || (!better(a.v, b.v) && b.idx < a.idx)) a = b;\n}\n";
-      s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store +
-           "(" + storage_type(out_dtype) + ")(a.idx < 0 ? 0 : a.idx); }\n";
-      break;
-    }
-    case Reducer::Any: case Reducer::All: {
-      const bool any = r == Reducer::Any;
-      s += "struct Acc { bool v; };\n";
-      s += std::string("__device__ __forceinline__ Acc init() { return Acc{") + (any ? "false" : "true") + "}; }\n";
-      s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v = a.v " + (any ? "||" : "&&") + " (x != (" + C + ")0); }\n";
-      s += std::string("__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v = a.v ") + (any ? "||" : "&&") + " b.v; }\n";
-      s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store + "(unsigned char)(a.v ? 1 : 0); }\n";
-      break;
-    }
+    start = text;
   }
+  const std::string pick = mx ? "x > a.v" : "x < a.v";
+  std::string s = "struct Acc { " + C + " v; bool nan; };\n";
+  s += "__device__ __forceinline__ Acc init() { return Acc{" + start + ", false}; }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { if (" + pick + ") a.v = x;" + (fl ? " a.nan |= (x != x);" : "") + " }\n";
+  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { const " + C + " x = b.v; if (" + pick + ") a.v = x; a.nan |= b.nan; }\n";
+  const std::string value = fl ? "(a.nan ? (" + C + ")" + nan_of(dtype) + " : a.v)" : "a.v";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) +
+       store_expression(out_dtype, value) + "; }\n";
+  return s;
+}
+
+std::string arg_extremum(DType dtype, DType out_dtype, bool mx) {
+  const std::string C = compute_type(dtype);
+  const bool fl = is_float(dtype);
+  const std::string cmp = mx ? ">" : "<";
+  // better(v, best): the first NaN wins, then strictly larger (smaller); ties keep the
+  // earlier index, also when partials of interleaved elements are combined.
+  std::string s = "struct Acc { " + C + " v; i64 idx; };\n";
+  s += "__device__ __forceinline__ bool better(" + C + " v, " + C + " best) { " +
+       (fl ? "if (v != v) return best == best; " : "") + "return v " + cmp + " best; }\n";
+  s += "__device__ __forceinline__ Acc init() { return Acc{(" + C + ")0, -1}; }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64 j) { if (a.idx < 0 || better(x, a.v)) { a.v = x; a.idx = j; } }\n";
+  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) {\n"
+       "  if (b.idx < 0) return;\n"
+       "  if (a.idx < 0 || better(b.v, a.v) || (!better(a.v, b.v) && b.idx < a.idx)) a = b;\n}\n";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) +
+       "(" + storage_type(out_dtype) + ")(a.idx < 0 ? 0 : a.idx); }\n";
+  return s;
+}
+
+std::string truth(DType dtype, DType out_dtype, bool any) {
+  const std::string C = compute_type(dtype);
+  std::string s = "struct Acc { bool v; };\n";
+  s += std::string("__device__ __forceinline__ Acc init() { return Acc{") + (any ? "false" : "true") + "}; }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v = a.v " + (any ? "||" : "&&") + " (x != (" + C + ")0); }\n";
+  s += std::string("__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v = a.v ") + (any ? "||" : "&&") + " b.v; }\n";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) + "(unsigned char)(a.v ? 1 : 0); }\n";
   return s;
 }
 
@@ -281,7 +286,17 @@ std::string entry(ReduceKernel k) {
 
 }  // namespace
 
-std::string reduce_kernel_source(ReduceKernel kernel, Reducer r, DType dtype, DType out_dtype) {
+const Reducer Reducer::Sum{"sum", [](DType d, DType o) { return sum_like(d, o, false, false); }};
+const Reducer Reducer::Mean{"mean", [](DType d, DType o) { return sum_like(d, o, false, true); }};
+const Reducer Reducer::Prod{"prod", [](DType d, DType o) { return sum_like(d, o, true, false); }};
+const Reducer Reducer::Max{"max", [](DType d, DType o) { return extremum(d, o, true); }};
+const Reducer Reducer::Min{"min", [](DType d, DType o) { return extremum(d, o, false); }};
+const Reducer Reducer::ArgMax{"argmax", [](DType d, DType o) { return arg_extremum(d, o, true); }, true};
+const Reducer Reducer::ArgMin{"argmin", [](DType d, DType o) { return arg_extremum(d, o, false); }, true};
+const Reducer Reducer::Any{"any", [](DType d, DType o) { return truth(d, o, true); }};
+const Reducer Reducer::All{"all", [](DType d, DType o) { return truth(d, o, false); }};
+
+std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& r, DType dtype, DType out_dtype) {
   const std::string S = storage_type(dtype);
   const int vector = static_cast<int>(std::min<std::size_t>(4, 16 / dtype_size(dtype)));
   std::string s = kernel_prelude() + kParams;
@@ -289,7 +304,7 @@ std::string reduce_kernel_source(ReduceKernel kernel, Reducer r, DType dtype, DT
   s += "constexpr int VECTOR = " + std::to_string(vector) + ";\n";
   s += "__device__ __forceinline__ " + std::string(compute_type(dtype)) + " ld(S v) { return " +
        load_expression(dtype, "v") + "; }\n";
-  s += reducer_source(r, dtype, out_dtype);
+  s += r.accumulator(dtype, out_dtype);
   s += kCommon;
   return s + entry(kernel);
 }

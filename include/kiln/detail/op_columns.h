@@ -1,0 +1,51 @@
+// Reading the columns of ops.def in the preprocessor, for the places that generate code from it.
+//
+//   KILN_IMPL_CPU(impl), KILN_IMPL_CUDA(impl), KILN_IMPL_GRAD(impl)   1 or 0 for a letter of impl
+//   KILN_WHEN(condition)(tokens)                                     tokens when condition is 1
+//   KILN_AND(a, b)                                                   1 when both are 1
+//   KILN_IS_PROBE(token)                                             1 when token expands to
+//                                                                    KILN_PROBE, else 0
+//
+// For example, the CPU backend declares the ops whose impl has a C by defining
+//   KILN_OP(name, group, kinds, result, params, args, availability, impl, form)
+// as KILN_WHEN(KILN_IMPL_CPU(impl))(result name params override;) around an include of ops.def.
+#pragma once
+
+// impl as three bits: the CPU backend, the CUDA backend, autodiff.
+#define KILN_IMPL_BITS_CGD 1, 1, 1
+#define KILN_IMPL_BITS_CG 1, 1, 0
+#define KILN_IMPL_BITS_CD 1, 0, 1
+#define KILN_IMPL_BITS_GD 0, 1, 1
+#define KILN_IMPL_BITS_C 1, 0, 0
+#define KILN_IMPL_BITS_G 0, 1, 0
+#define KILN_IMPL_BITS_D 0, 0, 1
+#define KILN_IMPL_BITS_NONE 0, 0, 0
+
+// The arguments are expanded before the call, so a column's token becomes its bits first.
+#define KILN_COLUMN_CALL(macro, arguments) macro arguments
+#define KILN_COLUMN_CPU_BIT(cpu, cuda, grad) cpu
+#define KILN_COLUMN_CUDA_BIT(cpu, cuda, grad) cuda
+#define KILN_COLUMN_GRAD_BIT(cpu, cuda, grad) grad
+#define KILN_IMPL_CPU(impl) KILN_COLUMN_CALL(KILN_COLUMN_CPU_BIT, (KILN_IMPL_BITS_##impl))
+#define KILN_IMPL_CUDA(impl) KILN_COLUMN_CALL(KILN_COLUMN_CUDA_BIT, (KILN_IMPL_BITS_##impl))
+#define KILN_IMPL_GRAD(impl) KILN_COLUMN_CALL(KILN_COLUMN_GRAD_BIT, (KILN_IMPL_BITS_##impl))
+
+#define KILN_WHEN(condition) KILN_WHEN_EXPANDED(condition)
+#define KILN_WHEN_EXPANDED(condition) KILN_WHEN_##condition
+#define KILN_WHEN_1(...) __VA_ARGS__
+#define KILN_WHEN_0(...)
+
+#define KILN_AND(a, b) KILN_AND_EXPANDED(a, b)
+#define KILN_AND_EXPANDED(a, b) KILN_AND_##a##b
+#define KILN_AND_11 1
+#define KILN_AND_10 0
+#define KILN_AND_01 0
+#define KILN_AND_00 0
+
+// A yes/no question about a pasted name: define the names that mean yes as KILN_PROBE; any other
+// name stays a single token and reads as 0. E.g. to pick the float ops of form UNARY:
+//   #define KILN_FLOAT_UNARY_UNARY_F KILN_PROBE
+//   KILN_IS_PROBE(KILN_FLOAT_UNARY_##form##_##kinds)
+#define KILN_PROBE ~, 1
+#define KILN_IS_PROBE(...) KILN_COLUMN_SECOND(__VA_ARGS__, 0, ~)
+#define KILN_COLUMN_SECOND(first, second, ...) second

@@ -1,0 +1,84 @@
+// The run-time checks of every op whose form column in ops.def names a Tensor method, generated
+// from the list: the kinds column is enforced, then the form's own checks, then the backend runs
+// the op. Ops of form MANUAL are checked by hand in the family files beside this one.
+#include "tensor/common.h"
+
+namespace kiln::detail {
+
+namespace {
+
+constexpr bool kAccepts_F[] = {true, false, false};
+constexpr bool kAccepts_I[] = {false, true, false};
+constexpr bool kAccepts_B[] = {false, false, true};
+constexpr bool kAccepts_FI[] = {true, true, false};
+constexpr bool kAccepts_FIB[] = {true, true, true};
+
+void check_kinds(const Primitive& p, const bool (&accepts)[3], const char* op) {
+  check_kind(p, accepts[0], accepts[1], accepts[2], op);
+}
+
+// Both operands of the accepted kinds and on one device, brought to one dtype, broadcastable.
+Backend& prepare_binary(Primitive& lhs, Primitive& rhs, const bool (&accepts)[3], const char* op) {
+  check_kinds(lhs, accepts, op);
+  check_kinds(rhs, accepts, op);
+  Backend& backend = backend_of(lhs, rhs, op);
+  promote(lhs, rhs, op);
+  if (lhs->shape() != rhs->shape()) broadcast_shape(lhs->shape(), rhs->shape(), op);
+  return backend;
+}
+
+}  // namespace
+
+#define KILN_CHECKED_UNARY(name, kinds)         \
+  Primitive name(Primitive x) {                 \
+    check_kinds(x, kAccepts_##kinds, #name);    \
+    return backend_of(x).name(std::move(x));    \
+  }
+#define KILN_CHECKED_BINARY(name, kinds)                                        \
+  Primitive name(Primitive lhs, Primitive rhs) {                                \
+    Backend& backend = prepare_binary(lhs, rhs, kAccepts_##kinds, #name);       \
+    return backend.name(std::move(lhs), std::move(rhs));                        \
+  }
+// A comparison's scalar may be of any kind (3 > 2.5 on integers is a question with an answer);
+// an arithmetic scalar must fit the tensor's kind.
+#define KILN_CHECKED_SCALAR(name, kinds)             \
+  Primitive name(Primitive x, Scalar value) {        \
+    check_kinds(x, kAccepts_##kinds, #name);         \
+    check_scalar_fits(x, value, #name);              \
+    return backend_of(x).name(std::move(x), value);  \
+  }
+#define KILN_CHECKED_COMPARE_SCALAR(name, kinds)     \
+  Primitive name(Primitive x, Scalar value) {        \
+    check_kinds(x, kAccepts_##kinds, #name);         \
+    return backend_of(x).name(std::move(x), value);  \
+  }
+#define KILN_CHECKED_REDUCE_NONEMPTY(name, kinds) \
+  Primitive name(Primitive x) {                   \
+    check_kinds(x, kAccepts_##kinds, #name);      \
+    check_not_empty(x, #name);                    \
+    return backend_of(x).name(std::move(x));      \
+  }
+#define KILN_CHECKED_DIM(name, kinds)                   \
+  Primitive name(Primitive x, std::int64_t dim) {       \
+    check_kinds(x, kAccepts_##kinds, #name);            \
+    dim = normalize_dim(dim, x->rank(), #name);         \
+    return backend_of(x).name(std::move(x), dim);       \
+  }
+#define KILN_CHECKED_DIM_NONEMPTY(name, kinds)                                                \
+  Primitive name(Primitive x, std::int64_t dim) {                                             \
+    check_kinds(x, kAccepts_##kinds, #name);                                                  \
+    dim = normalize_dim(dim, x->rank(), #name);                                               \
+    check_dim_not_empty(x, dim, #name);                                                       \
+    return backend_of(x).name(std::move(x), dim);                                             \
+  }
+#define KILN_CHECKED_COMPARE KILN_CHECKED_BINARY
+#define KILN_CHECKED_PREDICATE KILN_CHECKED_UNARY
+#define KILN_CHECKED_REDUCE KILN_CHECKED_UNARY
+#define KILN_CHECKED_MANUAL(name, kinds)
+
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_CHECKED_##form(name, kinds)
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+
+}  // namespace kiln::detail
