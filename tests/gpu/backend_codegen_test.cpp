@@ -20,6 +20,7 @@
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/reduce.h"
+#include "backends/cuda/scan.h"
 #include "backends/cuda/scatter.h"
 #include "backends/cuda/softmax.h"
 #include "backends/cuda/spatial.h"
@@ -406,4 +407,65 @@ TEST(GpuCodegen, TopkFamiliesCompile) {
   EXPECT_THROW((void)topk_kernel_source(TopkKernel::Select, DType::I64, 32), InvalidArgument);
   EXPECT_THROW((void)topk_kernel_source(TopkKernel::Select, DType::F32, 3), InvalidArgument);
   EXPECT_THROW((void)topk_kernel_key(TopkKernel::Select, DType::Bool, 1), UnsupportedDType);
+}
+
+TEST(GpuCodegen, ScanFamiliesCompile) {
+  // Every module the scans may load: each kernel of each op, per dtype (integer sums and products
+  // per width), 160 in all, to a cubin with an empty log. They take NVRTC a few tenths of a
+  // second each: CI compiles every fifth in (op, dtype, kernel) order, which meets every op,
+  // kernel and dtype; KILN_SCAN_CODEGEN=all compiles them all.
+  const char* which = std::getenv("KILN_SCAN_CODEGEN");
+  const bool every_instance = which != nullptr && std::string(which) == "all";
+  struct Instance {
+    ScanKernel kernel;
+    ScanOp op;
+    DType dtype;
+    std::string key;
+    Compiled result;
+  };
+  std::vector<Instance> instances;
+  std::vector<std::string> keys;
+  std::vector<DType> numeric = kFloats;
+  numeric.insert(numeric.end(), kInts.begin(), kInts.end());
+  for (ScanOp op : {ScanOp::Sum, ScanOp::Prod, ScanOp::Min, ScanOp::Max}) {
+    for (DType dtype : numeric) {
+      for (ScanKernel kernel : {ScanKernel::RowsThread, ScanKernel::RowsWarp, ScanKernel::Chunks,
+                                ScanKernel::ChunkTotals}) {
+        std::string key = scan_kernel_key(kernel, op, dtype);
+        if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+        keys.push_back(key);
+        if (every_instance || (keys.size() - 1) % 5 == 0) {
+          instances.push_back({kernel, op, dtype, std::move(key), {}});
+        }
+      }
+    }
+  }
+  ASSERT_EQ(keys.size(), 160u);
+  ASSERT_EQ(instances.size(), every_instance ? 160u : 32u);
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < instances.size(); i = next++) {
+      Instance& in = instances[i];
+      in.result = compile_to_cubin(scan_kernel_source(in.kernel, in.op, in.dtype));
+    }
+  };
+  std::vector<std::thread> threads(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  for (std::thread& t : threads) t = std::thread(work);
+  for (std::thread& t : threads) t.join();
+
+  double total = 0;
+  for (const Instance& in : instances) {
+    const Compiled& c = in.result;
+    EXPECT_TRUE(c.ok && c.cubin_bytes > 0) << in.key << ":\n" << c.log.substr(0, 4000);
+    EXPECT_TRUE(c.log.empty()) << in.key << " warns:\n" << c.log.substr(0, 4000);
+    total += c.cpu_seconds;
+    std::cout << "[ scan     ] " << in.key << ": " << c.cpu_seconds << " s of CPU, cubin "
+              << c.cubin_bytes << " bytes\n";
+  }
+  std::cout << "[ scan     ] " << instances.size() << " NVRTC compiles, " << total
+            << " s of CPU in all\n";
+  const std::string chunks = scan_kernel_source(ScanKernel::Chunks, ScanOp::Max, DType::F16);
+  EXPECT_NE(chunks.find("__global__ void __launch_bounds__(256) kiln_scan_chunks(const P p)"),
+            std::string::npos);
+  EXPECT_EQ(scan_kernel_name(ScanKernel::ChunkTotals), std::string("kiln_scan_chunk_totals"));
 }
