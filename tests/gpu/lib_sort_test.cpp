@@ -237,6 +237,34 @@ TEST(LibSort, LongRowsTakeTheDeviceWideAndPerRowPaths) {
   }
 }
 
+// 8- and 16-bit keys are sorted zero-extended to 32 bits: the radix sorts (one row, and a few
+// long rows) over their bit range only, the segmented sort (many rows) over whole keys. Ties,
+// +-0 and NaNs of both signs, both orders, topk, i32/i64 indices and values alone, on each path.
+TEST(LibSort, NarrowKeysOnEveryPath) {
+  KILN_REQUIRE_GPU();
+  std::uint64_t seed = 2000;
+  auto run = [&]<class T>(DType dtype, T) {
+    for (bool descending : {false, true}) {
+      for (const Case& c : {Case{1, 1 << 18, descending, -1, true, true, DType::I32},
+                            Case{1, 100003, descending, -1, true, false, DType::I64},
+                            Case{3, 140001, descending, -1, true, true, DType::I64},
+                            Case{2, 140000, descending, -1, true, false, DType::I64},
+                            Case{2, 1 << 17, descending, 10, true, true, DType::I32},
+                            Case{300, 1000, descending, -1, true, true, DType::I64},
+                            Case{200, 777, descending, -1, true, false, DType::I64},
+                            Case{1000, 40, descending, 5, false, true, DType::I32}}) {
+        check_sort<T>(dtype, c, seed++);
+      }
+    }
+  };
+  run(DType::U8, std::uint8_t{});
+  run(DType::I8, std::int8_t{});
+  run(DType::U16, std::uint16_t{});
+  run(DType::I16, std::int16_t{});
+  run(DType::F16, half{});
+  run(DType::BF16, bfloat16{});
+}
+
 TEST(LibSort, TopkIsTheFirstKOfTheStableOrder) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 100;
