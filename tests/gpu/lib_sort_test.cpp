@@ -48,10 +48,6 @@ T from_bits(std::uint64_t b) {
   return v;
 }
 
-template <class T>
-constexpr bool kFloat =
-    std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
-
 // A negative NaN with a payload: sign and payload must not change where NaNs sort.
 template <class T>
 T odd_nan() {
@@ -68,7 +64,7 @@ std::vector<T> random_values(std::int64_t count, std::uint64_t seed, bool narrow
   std::mt19937_64 rng(seed);
   std::vector<T> v(static_cast<std::size_t>(count));
   for (auto& x : v) {
-    if constexpr (kFloat<T>) {
+    if constexpr (gpu_test::kHostFloat<T>) {
       const int pick = static_cast<int>(rng() % 40);
       const float base = static_cast<float>(static_cast<int>(rng() % 41) - 20) * 0.5f;
       switch (pick) {
@@ -139,7 +135,7 @@ bool before(T a, T b, bool descending) {
   if (descending) std::swap(a, b);
   const double x = as_double(a);
   const double y = as_double(b);
-  if constexpr (kFloat<T>) return x < y || (std::isnan(y) && !std::isnan(x));
+  if constexpr (gpu_test::kHostFloat<T>) return x < y || (std::isnan(y) && !std::isnan(x));
   // Integers compare exactly (64-bit ones may not fit a double).
   return a < b;
 }
@@ -158,7 +154,7 @@ void check_sort(DType dtype, const Case& c, std::uint64_t seed, bool specials = 
                                     << (c.descending ? " desc" : " asc") << " keep " << c.keep
                                     << " values " << c.values << " indices " << c.indices);
   std::vector<T> input;
-  if constexpr (kFloat<T>) {
+  if constexpr (gpu_test::kHostFloat<T>) {
     input = specials ? special_values<T>(c.rows * c.n, seed)
                      : random_values<T>(c.rows * c.n, seed, seed % 2 == 0);
   } else {
