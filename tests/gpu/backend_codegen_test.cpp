@@ -25,18 +25,18 @@
 #include "backends/cuda/softmax.h"
 #include "backends/cuda/spatial.h"
 #include "backends/cuda/topk.h"
+#include "gpu/gpu_test_support.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
 
 namespace {
 
-const std::vector<DType> kFloats = {DType::F64, DType::F32, DType::F16, DType::BF16};
 const std::vector<DType> kInts = {DType::I64, DType::I32, DType::I16, DType::I8,
                                   DType::U64, DType::U32, DType::U16, DType::U8};
 
 std::vector<DType> every_dtype() {
-  std::vector<DType> all = kFloats;
+  std::vector<DType> all(std::begin(test::kFloatDTypes), std::end(test::kFloatDTypes));
   all.insert(all.end(), kInts.begin(), kInts.end());
   all.push_back(DType::Bool);
   return all;
@@ -113,7 +113,7 @@ TEST(GpuCodegen, ElementwiseFamiliesCompile) {
   const std::string ints =
       "(a & b, a | b, a ^ b, ~a, k_shl(a, b), k_shr(a, s0), k_pow_neg(a, true, err), " +
       numeric + ")";
-  for (DType d : kFloats) {
+  for (DType d : test::kFloatDTypes) {
     expect_compiles({"float", floats, {d, d}, d, d, {d, d}, "x"}, dtype_name(d));
     expect_compiles({"float_compare", "(a != a) || k_isinf(a) || a > b", {d, d}, DType::Bool, DType::Bool, {}},
                     dtype_name(d));
@@ -151,7 +151,8 @@ TEST(GpuCodegen, ElementwiseFamiliesCompile) {
 
 TEST(GpuCodegen, IndexKernelsCompile) {
   // arange writes every float and integer dtype; argwhere's coordinates every integer dtype.
-  for (DType d : kFloats) expect_compiles(arange_op(d), "arange " + std::string(dtype_name(d)));
+  for (DType d : test::kFloatDTypes)
+    expect_compiles(arange_op(d), "arange " + std::string(dtype_name(d)));
   for (DType d : kInts) {
     expect_compiles(arange_op(d), "arange " + std::string(dtype_name(d)));
     expect_compiles(unravel_op(d), "argwhere " + std::string(dtype_name(d)));
@@ -169,7 +170,7 @@ TEST(GpuCodegen, ReductionFamiliesCompile) {
     EXPECT_TRUE(log.empty()) << reducer_name(r) << " " << reduce_kernel_name(k) << " "
                              << dtype_name(d) << ":\n" << log.substr(0, 4000);
   };
-  std::vector<DType> numeric = kFloats;
+  std::vector<DType> numeric(std::begin(test::kFloatDTypes), std::end(test::kFloatDTypes));
   numeric.insert(numeric.end(), kInts.begin(), kInts.end());
   const Reducer reducers[] = {Reducer::Sum, Reducer::Prod, Reducer::Max, Reducer::Min,
                               Reducer::ArgMax, Reducer::ArgMin};
@@ -180,7 +181,7 @@ TEST(GpuCodegen, ReductionFamiliesCompile) {
       check(kernels[k], reducers[r], d, arg ? (k % 2 == 0 ? DType::I64 : DType::I32) : d);
     }
   }
-  for (DType d : kFloats) {
+  for (DType d : test::kFloatDTypes) {
     check(ReduceKernel::LinesBlock, Reducer::Mean, d, d);
     check(ReduceKernel::ColumnsVector, Reducer::Mean, d, d);
   }
@@ -302,7 +303,7 @@ TEST(GpuCodegen, SpatialFamiliesCompile) {
                                  SpatialKernel::MaxPool, SpatialKernel::MaxPoolBackward,
                                  SpatialKernel::AdaptiveAvgPool,
                                  SpatialKernel::AdaptiveAvgPoolBackward};
-  for (DType d : kFloats) {
+  for (DType d : test::kFloatDTypes) {
     for (SpatialKernel k : pools) {
       const std::string log = compile(spatial_source(k, d, DType::I64, InterpolateMode::Nearest));
       EXPECT_TRUE(log.empty()) << spatial_kernel_name(k) << " " << dtype_name(d) << ":\n"
@@ -327,14 +328,15 @@ TEST(GpuCodegen, SpatialFamiliesCompile) {
 }
 
 TEST(GpuCodegen, ConvFamiliesCompile) {
-  for (DType d : kFloats) {
+  for (DType d : test::kFloatDTypes) {
     std::string log = compile(im2col_source(d));
     EXPECT_TRUE(log.empty()) << "im2col " << dtype_name(d) << ":\n" << log.substr(0, 4000);
     log = compile(col2im_source(d));
     EXPECT_TRUE(log.empty()) << "col2im " << dtype_name(d) << ":\n" << log.substr(0, 4000);
   }
   // conv's bias: an elementwise add broadcast along the channels, in place.
-  for (DType d : kFloats) expect_compiles({"conv", "a + b", {d, d}, d, d, {}}, dtype_name(d));
+  for (DType d : test::kFloatDTypes)
+    expect_compiles({"conv", "a + b", {d, d}, d, d, {}}, dtype_name(d));
 }
 
 TEST(GpuCodegen, TopkFamiliesCompile) {

@@ -16,10 +16,14 @@ using namespace kiln;
 
 namespace {
 
-using Build = std::function<Primitive(Device)>;
+using test::Build;
+using test::kFloatDTypes;
+using test::on;
 
-void expect_near_all(const TensorData& got, const TensorData& want, double tolerance,
-                     const std::string& what) {
+// Conv results are finite: unlike test::expect_near_all, a NaN (or an infinity) fails even where
+// the CPU has one too.
+void expect_near_all_finite(const TensorData& got, const TensorData& want, double tolerance,
+                            const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   const auto g = got.to_f64_vec(), w = want.to_f64_vec();
@@ -31,11 +35,12 @@ void expect_near_all(const TensorData& got, const TensorData& want, double toler
   }
 }
 
-// build(device) on the GPU and on the CPU, results compared.
-void expect_same(const Device& gpu, const Build& build, double tolerance, const std::string& what) {
+// build(device) on the GPU and on the CPU, compared by expect_near_all_finite.
+void expect_same_finite(const Device& gpu, const Build& build, double tolerance,
+                        const std::string& what) {
   const TensorData got = detail::into_data(build(gpu));
   const TensorData want = detail::into_data(build(Device::cpu()));
-  expect_near_all(got, want, tolerance, what);
+  expect_near_all_finite(got, want, tolerance, what);
 }
 
 // Uniform in [-1, 1) on the CPU, as dtype (the same values on both devices once moved).
@@ -50,7 +55,7 @@ Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed) {
 // Relative to 1 + |expected|. Sums of up to a few hundred products of values in [-1, 1); the
 // 16-bit floats: the GPU rounds the product before adding the bias (conv) or the products
 // before col2im sums them (conv_transpose), the CPU once at the end.
-double tolerance_of(DType dtype) {
+double conv_tolerance(DType dtype) {
   switch (dtype) {
     case DType::F64: return 1e-10;
     case DType::F32: return 1e-4;
@@ -59,10 +64,6 @@ double tolerance_of(DType dtype) {
     default: return 0;
   }
 }
-
-const DType kFloats[] = {DType::F64, DType::F32, DType::F16, DType::BF16};
-
-Primitive on(const Primitive& p, Device d) { return detail::to_device(p, d); }
 
 struct ConvCase {
   std::string name;
@@ -124,13 +125,13 @@ std::vector<std::pair<std::string, View>> views(std::uint64_t& seed, DType dtype
 TEST(GpuConv, ConvMatchesCpu) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 1000;
-  for (DType dtype : kFloats) {
-    const double tol = tolerance_of(dtype);
+  for (DType dtype : kFloatDTypes) {
+    const double tol = conv_tolerance(dtype);
     for (const ConvCase& c : conv_cases()) {
       Primitive w = host_random(c.w, dtype, seed++);
       Primitive b = host_random(Shape{c.w[0]}, dtype, seed++);
       for (const auto& [view_name, x] : views(seed, dtype, c.x)) {
-        expect_same(
+        expect_same_finite(
             device,
             [&](Device d) {
               return backend_for(d).conv(x(d), on(w, d),
@@ -146,13 +147,13 @@ TEST(GpuConv, ConvMatchesCpu) {
 TEST(GpuConv, ConvWeightViewsAndBiasViews) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 2000;
-  for (DType dtype : kFloats) {
-    const double tol = tolerance_of(dtype);
+  for (DType dtype : kFloatDTypes) {
+    const double tol = conv_tolerance(dtype);
     Primitive x = host_random({2, 4, 8, 7}, dtype, seed++);
     Primitive wt = host_random({4, 6, 3, 3}, dtype, seed++);  // [in, out, k, k]: swapped below
     Primitive bias_source = host_random({13}, dtype, seed++);  // bias: stride 2, offset 1
     const ConvOptions options{{1, 2}, {1, 0}, {1, 1}, 1};
-    expect_same(
+    expect_same_finite(
         device,
         [&](Device d) {
           return backend_for(d).conv(on(x, d), detail::swap_dims(on(wt, d), 0, 1),
@@ -162,7 +163,7 @@ TEST(GpuConv, ConvWeightViewsAndBiasViews) {
         tol, std::string(dtype_name(dtype)) + " transposed weight, strided bias");
     // A weight at an odd offset (a slice of a bigger one), f16/bf16 pointers 2-byte aligned.
     Primitive big = host_random({7, 4, 3, 3}, dtype, seed++);
-    expect_same(
+    expect_same_finite(
         device,
         [&](Device d) {
           return backend_for(d).conv(on(x, d), detail::narrow(on(big, d), 0, 1, 5), std::nullopt,
@@ -194,13 +195,13 @@ TEST(GpuConv, ConvTransposeMatchesCpu) {
       {"64 channels 3x3", {2, 64, 14, 14}, {64, 64, 3, 3}, {{1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}},
   };
   std::uint64_t seed = 3000;
-  for (DType dtype : kFloats) {
-    const double tol = tolerance_of(dtype);
+  for (DType dtype : kFloatDTypes) {
+    const double tol = conv_tolerance(dtype);
     for (const TransposeCase& c : cases) {
       Primitive w = host_random(c.w, dtype, seed++);
       Primitive b = host_random(Shape{c.w[1] * c.options.groups}, dtype, seed++);
       for (const auto& [view_name, x] : views(seed, dtype, c.x)) {
-        expect_same(
+        expect_same_finite(
             device,
             [&](Device d) {
               return backend_for(d).conv_transpose(
@@ -218,9 +219,9 @@ TEST(GpuConv, ConvTransposeMatchesCpu) {
 TEST(GpuConv, GradientsMatchCpu) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 4000;
-  for (DType dtype : kFloats) {
+  for (DType dtype : kFloatDTypes) {
     // Weight gradients sum over images and positions: more terms than the forward.
-    const double tol = tolerance_of(dtype) * (dtype == DType::F64 ? 1 : 2);
+    const double tol = conv_tolerance(dtype) * (dtype == DType::F64 ? 1 : 2);
     for (const ConvCase& c : conv_cases()) {
       Primitive x = host_random(c.x, dtype, seed++);
       Primitive w = host_random(c.w, dtype, seed++);
@@ -229,11 +230,11 @@ TEST(GpuConv, GradientsMatchCpu) {
                                 .shape();
       Primitive g = host_random(y_shape, dtype, seed++);
       const std::string name = std::string(dtype_name(dtype)) + " " + c.name;
-      expect_same(
+      expect_same_finite(
           device,
           [&](Device d) { return backend_for(d).conv_x_backward(on(x, d), on(w, d), on(g, d), c.options); },
           tol, name + " dx");
-      expect_same(
+      expect_same_finite(
           device,
           [&](Device d) {
             return backend_for(d).conv_weight_backward(on(x, d), on(w, d), on(g, d), c.options);
@@ -242,7 +243,7 @@ TEST(GpuConv, GradientsMatchCpu) {
       // The output gradient as views (dy copied to [channels, images, positions]), x flipped
       // along the channels.
       for (const auto& [view_name, dy] : views(seed, dtype, y_shape)) {
-        expect_same(
+        expect_same_finite(
             device,
             [&](Device d) {
               return backend_for(d).conv_weight_backward(detail::flip(on(x, d), {1}), on(w, d),
@@ -250,7 +251,7 @@ TEST(GpuConv, GradientsMatchCpu) {
             },
             tol, name + " dw (dy " + view_name + ")");
       }
-      expect_same(
+      expect_same_finite(
           device, [&](Device d) { return backend_for(d).conv_bias_backward(on(g, d)); }, tol,
           name + " db");
     }
@@ -261,14 +262,14 @@ TEST(GpuConv, GradientsMatchCpu) {
 TEST(GpuConv, WeightGradientOfOneImage) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 5000;
-  for (DType dtype : kFloats) {
+  for (DType dtype : kFloatDTypes) {
     Primitive x = host_random({1, 4, 9, 9}, dtype, seed++);
     Primitive w = host_random({6, 2, 3, 3}, dtype, seed++);
     const ConvOptions options{{2, 1}, {1, 1}, {1, 2}, 2};
     Primitive g = host_random({1, 6, 5, 7}, dtype, seed++);
-    expect_same(
+    expect_same_finite(
         device,
         [&](Device d) { return backend_for(d).conv_weight_backward(on(x, d), on(w, d), on(g, d), options); },
-        tolerance_of(dtype) * 2, std::string(dtype_name(dtype)) + " one image");
+        conv_tolerance(dtype) * 2, std::string(dtype_name(dtype)) + " one image");
   }
 }

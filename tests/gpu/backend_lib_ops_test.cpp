@@ -21,34 +21,14 @@ using namespace kiln;
 
 namespace {
 
-using Build = std::function<Primitive(Device)>;
-
-void expect_near_all(const TensorData& got, const TensorData& want, double tolerance,
-                     const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const auto g = got.to_f64_vec(), w = want.to_f64_vec();
-  int reported = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-    if (!both_nan && !(std::fabs(g[i] - w[i]) <= tolerance * (1 + std::fabs(w[i]))) &&
-        reported++ < 5) {
-      ADD_FAILURE() << what << " element " << i << ": " << g[i] << " vs " << w[i];
-    }
-  }
-}
-
-// build(device) on the GPU and on the CPU, results compared.
-void expect_same(const Device& gpu, const Build& build, double tolerance, const std::string& what) {
-  const TensorData got = detail::into_data(build(gpu));
-  const TensorData want = detail::into_data(build(Device::cpu()));
-  expect_near_all(got, want, tolerance, what);
-}
-
+using test::Build;
+using test::expect_near_all;
+using test::expect_same;
 using test::host_random;
 using test::tolerance_of;
 
-std::string compile(const std::string& source) {
+// NVRTC's errors compiling source for sm_90; empty when it compiles.
+std::string compile_errors(const std::string& source) {
   nvrtcProgram program = nullptr;
   if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0, nullptr, nullptr) !=
       NVRTC_SUCCESS) {
@@ -75,7 +55,7 @@ const DType kIntTypes[] = {DType::I64, DType::I32, DType::I16, DType::I8,
 
 TEST(GpuCodegen, IntMatmulKernelCompiles) {
   for (DType dtype : kIntTypes) {
-    const std::string log = compile(cuda::int_matmul_source(dtype));
+    const std::string log = compile_errors(cuda::int_matmul_source(dtype));
     EXPECT_TRUE(log.empty()) << dtype_name(dtype) << ":\n" << log.substr(0, 4000);
   }
 }

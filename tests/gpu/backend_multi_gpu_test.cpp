@@ -21,12 +21,12 @@ int gpu_count(std::string& reason) {
 }
 
 // The views taken on the source GPU before moving: name and how.
-struct View {
+struct SourceView {
   const char* name;
   std::function<Primitive(Primitive)> take;
 };
 
-const View kViews[] = {
+const SourceView kViews[] = {
     {"contiguous", [](Primitive p) { return p; }},
     {"permuted",
      [](Primitive p) {
@@ -63,7 +63,7 @@ TEST(GpuMultiDevice, RoundTripsEveryDTypeAndView) {
   std::uint64_t seed = 1100;
   for (DType dtype : test::kEveryDType) {
     const TensorData data = test::random_data(Shape{37, 53}, dtype, seed++, Fill::Wide);
-    for (const View& view : kViews) {
+    for (const SourceView& view : kViews) {
       const std::string what = std::string(dtype_name(dtype)) + " " + view.name;
       const TensorData want = detail::into_data(view.take(test::on_cpu(data)));
       Primitive there =

@@ -16,28 +16,9 @@ using namespace kiln;
 
 namespace {
 
-void expect_near_all(const TensorData& got, const TensorData& want, double tolerance,
-                     const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const auto g = got.to_f64_vec(), w = want.to_f64_vec();
-  int reported = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-    if (!both_nan && !(std::fabs(g[i] - w[i]) <= tolerance * (1 + std::fabs(w[i]))) &&
-        reported++ < 5) {
-      ADD_FAILURE() << what << " element " << i << ": " << g[i] << " vs " << w[i];
-    }
-  }
-}
-
-// build(device) on the GPU and on the CPU, results compared.
-void expect_same(const Device& gpu, const std::function<Primitive(Device)>& build, double tolerance,
-                 const std::string& what) {
-  const TensorData got = detail::into_data(build(gpu));
-  const TensorData want = detail::into_data(build(Device::cpu()));
-  expect_near_all(got, want, tolerance, what);
-}
+using test::expect_near_all;
+using test::expect_same;
+using test::on;
 
 void expect_same_pair(const Device& gpu, const std::function<PrimitivePair(Device)>& build,
                       double tolerance, const std::string& what) {
@@ -56,8 +37,6 @@ const DType kFloatTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
 const DType kAllTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64,
                            DType::I32, DType::I16, DType::I8,  DType::U64,  DType::U32,
                            DType::U16, DType::U8,  DType::Bool};
-
-Primitive on(const Primitive& x, Device d) { return detail::to_device(x, d); }
 
 }  // namespace
 

@@ -19,7 +19,7 @@ namespace {
 const DType kFloats[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
 
 // exp in f32 (or f64) then one rounding to the dtype: a few ulp of the compute type.
-double tolerance_of(DType dtype) {
+double softmax_tolerance(DType dtype) {
   switch (dtype) {
     case DType::F64:
       return 1e-12;
@@ -32,61 +32,61 @@ double tolerance_of(DType dtype) {
   }
 }
 
-enum class Layout { Contiguous, Transposed, Sliced };
+enum class SoftmaxLayout { Contiguous, Transposed, Sliced };
 
-struct Case {
+struct SoftmaxCase {
   Shape shape;  // of the tensor after the layout's view
   std::int64_t dim;
-  Layout layout;
+  SoftmaxLayout layout;
   const char* path;
 };
 
-const Case kCases[] = {
-    {Shape{4, 1}, 1, Layout::Contiguous, "rows of one"},
-    {Shape{6, 10}, 1, Layout::Contiguous, "a thread per short row"},
-    {Shape{3, 33}, 1, Layout::Contiguous, "a warp per row, scalar"},
-    {Shape{3, 1000}, 1, Layout::Contiguous, "a warp per row, vector"},
-    {Shape{2, 4097}, 1, Layout::Contiguous, "a block of 256 per row"},
-    {Shape{2, 9000}, 1, Layout::Contiguous, "a block of 1024 per row"},
-    {Shape{3, 40000}, 1, Layout::Contiguous, "long rows in chunks"},
-    {Shape{1, 100000}, 1, Layout::Contiguous, "one long row in many chunks"},
-    {Shape{64, 1000}, 0, Layout::Contiguous, "strided lines in chunks"},
-    {Shape{20, 7}, 0, Layout::Contiguous, "short strided lines in registers"},
-    {Shape{4, 5, 6}, 0, Layout::Contiguous, "3-d, dim 0"},
-    {Shape{4, 5, 6}, 1, Layout::Contiguous, "3-d, dim 1"},
-    {Shape{4, 5, 6}, 2, Layout::Contiguous, "3-d, dim 2"},
-    {Shape{300, 50}, 1, Layout::Transposed, "transposed, along the strided dim"},
-    {Shape{300, 50}, 0, Layout::Transposed, "transposed, along the contiguous dim"},
-    {Shape{3, 1001}, 1, Layout::Sliced, "rows starting off 16-byte boundaries"},
+const SoftmaxCase kSoftmaxCases[] = {
+    {Shape{4, 1}, 1, SoftmaxLayout::Contiguous, "rows of one"},
+    {Shape{6, 10}, 1, SoftmaxLayout::Contiguous, "a thread per short row"},
+    {Shape{3, 33}, 1, SoftmaxLayout::Contiguous, "a warp per row, scalar"},
+    {Shape{3, 1000}, 1, SoftmaxLayout::Contiguous, "a warp per row, vector"},
+    {Shape{2, 4097}, 1, SoftmaxLayout::Contiguous, "a block of 256 per row"},
+    {Shape{2, 9000}, 1, SoftmaxLayout::Contiguous, "a block of 1024 per row"},
+    {Shape{3, 40000}, 1, SoftmaxLayout::Contiguous, "long rows in chunks"},
+    {Shape{1, 100000}, 1, SoftmaxLayout::Contiguous, "one long row in many chunks"},
+    {Shape{64, 1000}, 0, SoftmaxLayout::Contiguous, "strided lines in chunks"},
+    {Shape{20, 7}, 0, SoftmaxLayout::Contiguous, "short strided lines in registers"},
+    {Shape{4, 5, 6}, 0, SoftmaxLayout::Contiguous, "3-d, dim 0"},
+    {Shape{4, 5, 6}, 1, SoftmaxLayout::Contiguous, "3-d, dim 1"},
+    {Shape{4, 5, 6}, 2, SoftmaxLayout::Contiguous, "3-d, dim 2"},
+    {Shape{300, 50}, 1, SoftmaxLayout::Transposed, "transposed, along the strided dim"},
+    {Shape{300, 50}, 0, SoftmaxLayout::Transposed, "transposed, along the contiguous dim"},
+    {Shape{3, 1001}, 1, SoftmaxLayout::Sliced, "rows starting off 16-byte boundaries"},
 };
 
-Primitive view(const Primitive& stored, Layout layout) {
+Primitive view(const Primitive& stored, SoftmaxLayout layout) {
   switch (layout) {
-    case Layout::Contiguous:
+    case SoftmaxLayout::Contiguous:
       return stored;
-    case Layout::Transposed:
+    case SoftmaxLayout::Transposed:
       return detail::transpose(stored);
-    case Layout::Sliced:
+    case SoftmaxLayout::Sliced:
       return detail::narrow(stored, 1, 1, stored->shape()[1] - 2);
   }
   return stored;
 }
 
-Shape stored_shape(const Case& c) {
-  if (c.layout == Layout::Transposed) return Shape{c.shape[1], c.shape[0]};
-  if (c.layout == Layout::Sliced) return Shape{c.shape[0], c.shape[1] + 2};
+Shape stored_shape(const SoftmaxCase& c) {
+  if (c.layout == SoftmaxLayout::Transposed) return Shape{c.shape[1], c.shape[0]};
+  if (c.layout == SoftmaxLayout::Sliced) return Shape{c.shape[0], c.shape[1] + 2};
   return c.shape;
 }
 
 // Logits in [-8, 8]; in the stored row-major order: a NaN, a +inf and some -inf in the first
 // lines, and (for contiguous rows along the last dim) a second row of -inf only.
-Primitive logits(const Case& c, DType dtype, std::uint64_t seed) {
+Primitive logits(const SoftmaxCase& c, DType dtype, std::uint64_t seed) {
   const Shape shape = stored_shape(c);
   std::vector<std::pair<std::int64_t, double>> specials;
   if (shape.num_elements() >= 64)
     specials = {{3, NAN}, {40, INFINITY}, {0, -INFINITY}, {50, -INFINITY}};
-  if (c.layout == Layout::Contiguous && c.dim + 1 == static_cast<std::int64_t>(shape.rank()) &&
-      shape[0] > 2) {
+  if (c.layout == SoftmaxLayout::Contiguous &&
+      c.dim + 1 == static_cast<std::int64_t>(shape.rank()) && shape[0] > 2) {
     const std::int64_t n = shape[shape.rank() - 1];
     for (std::int64_t k = 0; k < n; ++k) specials.push_back({n + k, -INFINITY});
   }
@@ -99,7 +99,7 @@ TEST(GpuSoftmax, EveryDtypeDimAndPathMatchesTheCpu) {
   KILN_REQUIRE_GPU();
   std::uint64_t seed = 1;
   for (DType dtype : kFloats) {
-    for (const Case& c : kCases) {
+    for (const SoftmaxCase& c : kSoftmaxCases) {
       const Primitive stored = logits(c, dtype, seed++);
       for (bool log : {false, true}) {
         auto op = [&](const Primitive& x) {
@@ -111,7 +111,7 @@ TEST(GpuSoftmax, EveryDtypeDimAndPathMatchesTheCpu) {
         const TensorData got =
             detail::into_data(op(view(detail::to_device(stored, device), c.layout)));
         const TensorData want = detail::into_data(op(view(stored, c.layout)));
-        expect_close_to_cpu(got, want, tolerance_of(dtype), what);
+        expect_close_to_cpu(got, want, softmax_tolerance(dtype), what);
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -46,6 +47,39 @@ inline Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed
 inline Tensor<1> count_up(Tensor<1> x, int steps) {
   for (int i = 0; i < steps; ++i) x = x + 1.0;
   return x;
+}
+
+// The float dtypes, widest first.
+inline constexpr DType kFloatDTypes[] = {DType::F64, DType::F32, DType::F16, DType::BF16};
+
+// x on device d.
+inline Primitive on(const Primitive& x, Device d) { return detail::to_device(x, d); }
+
+// An op's result made on the device it is given.
+using Build = std::function<Primitive(Device)>;
+
+// |got - want| <= tolerance * (1 + |want|) for every element, or both NaN; same shape and dtype.
+inline void expect_near_all(const TensorData& got, const TensorData& want, double tolerance,
+                            const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const auto g = got.to_f64_vec(), w = want.to_f64_vec();
+  int reported = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
+    if (!both_nan && !(std::fabs(g[i] - w[i]) <= tolerance * (1 + std::fabs(w[i]))) &&
+        reported++ < 5) {
+      ADD_FAILURE() << what << " element " << i << ": " << g[i] << " vs " << w[i];
+    }
+  }
+}
+
+// build(device) on the GPU and on the CPU, compared by expect_near_all.
+inline void expect_same(const Device& gpu, const Build& build, double tolerance,
+                        const std::string& what) {
+  const TensorData got = detail::into_data(build(gpu));
+  const TensorData want = detail::into_data(build(Device::cpu()));
+  expect_near_all(got, want, tolerance, what);
 }
 
 // Relative tolerance of a result computed in the dtype's compute type and rounded once.

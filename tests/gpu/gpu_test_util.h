@@ -79,6 +79,11 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// T is the host type of a float dtype (half and bfloat16 included).
+template <class T>
+inline constexpr bool kHostFloat =
+    std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+
 // A host value as double (the 16-bit floats through float).
 template <class T>
 double as_double(T v) {

@@ -48,10 +48,6 @@ T from_bits(std::uint64_t b) {
   return v;
 }
 
-template <class T>
-constexpr bool kFloat =
-    std::is_floating_point_v<T> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
-
 // A negative NaN with a payload: sign and payload must not change where NaNs sort.
 template <class T>
 T odd_nan() {
@@ -68,7 +64,7 @@ std::vector<T> random_values(std::int64_t count, std::uint64_t seed, bool narrow
   std::mt19937_64 rng(seed);
   std::vector<T> v(static_cast<std::size_t>(count));
   for (auto& x : v) {
-    if constexpr (kFloat<T>) {
+    if constexpr (gpu_test::kHostFloat<T>) {
       const int pick = static_cast<int>(rng() % 40);
       const float base = static_cast<float>(static_cast<int>(rng() % 41) - 20) * 0.5f;
       switch (pick) {
@@ -139,7 +135,7 @@ bool before(T a, T b, bool descending) {
   if (descending) std::swap(a, b);
   const double x = as_double(a);
   const double y = as_double(b);
-  if constexpr (kFloat<T>) return x < y || (std::isnan(y) && !std::isnan(x));
+  if constexpr (gpu_test::kHostFloat<T>) return x < y || (std::isnan(y) && !std::isnan(x));
   // Integers compare exactly (64-bit ones may not fit a double).
   return a < b;
 }
@@ -158,7 +154,7 @@ void check_sort(DType dtype, const Case& c, std::uint64_t seed, bool specials = 
                                     << (c.descending ? " desc" : " asc") << " keep " << c.keep
                                     << " values " << c.values << " indices " << c.indices);
   std::vector<T> input;
-  if constexpr (kFloat<T>) {
+  if constexpr (gpu_test::kHostFloat<T>) {
     input = specials ? special_values<T>(c.rows * c.n, seed)
                      : random_values<T>(c.rows * c.n, seed, seed % 2 == 0);
   } else {
@@ -235,6 +231,34 @@ TEST(LibSort, LongRowsTakeTheDeviceWideAndPerRowPaths) {
     check_sort<double>(DType::F64, {2, 140000, descending, -1, true, true, DType::I64}, 15);
     check_sort<bfloat16>(DType::BF16, {100, 5000, descending, -1, true, true, DType::I64}, 16);
   }
+}
+
+// 8- and 16-bit keys are sorted zero-extended to 32 bits: the radix sorts (one row, and a few
+// long rows) over their bit range only, the segmented sort (many rows) over whole keys. Ties,
+// +-0 and NaNs of both signs, both orders, topk, i32/i64 indices and values alone, on each path.
+TEST(LibSort, NarrowKeysOnEveryPath) {
+  KILN_REQUIRE_GPU();
+  std::uint64_t seed = 2000;
+  auto run = [&]<class T>(DType dtype, T) {
+    for (bool descending : {false, true}) {
+      for (const Case& c : {Case{1, 1 << 18, descending, -1, true, true, DType::I32},
+                            Case{1, 100003, descending, -1, true, false, DType::I64},
+                            Case{3, 140001, descending, -1, true, true, DType::I64},
+                            Case{2, 140000, descending, -1, true, false, DType::I64},
+                            Case{2, 1 << 17, descending, 10, true, true, DType::I32},
+                            Case{300, 1000, descending, -1, true, true, DType::I64},
+                            Case{200, 777, descending, -1, true, false, DType::I64},
+                            Case{1000, 40, descending, 5, false, true, DType::I32}}) {
+        check_sort<T>(dtype, c, seed++);
+      }
+    }
+  };
+  run(DType::U8, std::uint8_t{});
+  run(DType::I8, std::int8_t{});
+  run(DType::U16, std::uint16_t{});
+  run(DType::I16, std::int16_t{});
+  run(DType::F16, half{});
+  run(DType::BF16, bfloat16{});
 }
 
 TEST(LibSort, TopkIsTheFirstKOfTheStableOrder) {

@@ -1,6 +1,6 @@
-// Internal to kiln_cuda_lib: the per-key-width sort entry points, defined in sort_kernels.cuh and
-// instantiated in sort_u8.cu ... sort_u64.cu (one translation unit per width, so nvcc compiles
-// the CUB instantiations in parallel).
+// Internal to kiln_cuda_lib: the per-dtype sort entry points, defined in sort_kernels.cuh and
+// instantiated by the width of the keys CUB sorts: sort_u32.cu (8-, 16- and 32-bit dtypes) and
+// sort_u64.cu, one translation unit per CUB key type so nvcc compiles them in parallel.
 #pragma once
 
 #include <cuda_runtime_api.h>

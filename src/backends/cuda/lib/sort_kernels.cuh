@@ -1,13 +1,13 @@
 // Row sort with CUB radix sorts (the kernels; sort.cpp validates and dispatches). Every dtype is
-// sorted as unsigned integers of its width: a prepare pass maps each element to an order-preserving
-// key (NaN -> the largest key, -0.0 -> +0.0's key, descending -> the complement, so CUB only ever
-// sorts ascending and stays stable), and a finish pass maps keys back and writes the outputs. Four
-// key widths instead of twelve dtypes (and no descending variants) keep nvcc's work to a few CUB
-// instantiations. Keys that several bit patterns share (+-0, NaNs) are written back from the input
-// itself, so the values are the input's own bits: through the positions carried by the sort when
-// indices are wanted, otherwise from stream-compacted lists of the input's zeros and NaNs (the sort
-// is stable, so a row's i-th zero key stands for its i-th zero), which lets the sort move keys
-// only.
+// sorted as unsigned integer keys: a prepare pass maps each element to an order-preserving key of
+// its width (NaN -> the largest key, -0.0 -> +0.0's key, descending -> the complement, so CUB only
+// ever sorts ascending and stays stable) and a finish pass maps keys back and writes the outputs.
+// 8- and 16-bit keys are zero-extended to 32 bits (SortKey), so CUB is compiled for two key types,
+// not for twelve dtypes (nor for descending): each key type costs nvcc minutes. Keys that several
+// bit patterns share (+-0, NaNs) are written back from the input itself, so the values are the
+// input's own bits: through the positions carried by the sort when indices are wanted, otherwise
+// from stream-compacted lists of the input's zeros and NaNs (the sort is stable, so a row's i-th
+// zero key stands for its i-th zero), which lets the sort move keys only.
 #pragma once
 
 #include <thrust/iterator/counting_iterator.h>
@@ -19,6 +19,7 @@
 #include <cub/device/device_segmented_sort.cuh>
 #include <cub/device/device_select.cuh>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/lib/key_codec.cuh"
@@ -26,6 +27,13 @@
 #include "backends/cuda/lib/workspace.h"
 
 namespace kiln::cuda::lib::sort_detail {
+
+// The key CUB sorts for dtype bits U. A widened key's high bits are zero: a radix sort given the
+// bit range [0, kKeyBits<U>) skips them, and a sort over all bits orders it the same.
+template <class U>
+using SortKey = std::conditional_t<(sizeof(U) < sizeof(std::uint32_t)), std::uint32_t, U>;
+template <class U>
+inline constexpr int kKeyBits = int(8 * sizeof(U));
 
 __device__ inline std::int64_t global_thread() {
   return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -35,12 +43,12 @@ __device__ inline std::int64_t grid_threads() {
 }
 
 template <class U, KeyKind K>
-__global__ void prepare_keys(const U* __restrict__ input, U* __restrict__ keys,
+__global__ void prepare_keys(const U* __restrict__ input, SortKey<U>* __restrict__ keys,
                              std::uint32_t* __restrict__ positions, std::int64_t total,
                              std::int64_t n, bool descending) {
   using Codec = KeyCodec<U, K>;
   for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
-    keys[i] = Codec::encode(input[i], descending);
+    keys[i] = SortKey<U>(Codec::encode(input[i], descending));
     if (positions != nullptr) positions[i] = static_cast<std::uint32_t>(total == n ? i : i % n);
   }
 }
@@ -54,10 +62,10 @@ struct SpecialLists {
 };
 
 // The input bits behind sorted entry `from`, whose key several bit patterns share.
-template <class U, KeyKind K>
-__device__ U restore_special(const U* __restrict__ keys, const U* __restrict__ input,
+template <class U>
+__device__ U restore_special(const SortKey<U>* __restrict__ keys, const U* __restrict__ input,
                              const SpecialLists& lists, std::int64_t from, std::int64_t row_start,
-                             std::int64_t n, U stored, bool nan) {
+                             std::int64_t n, SortKey<U> stored, bool nan) {
   // Start of the run of equal keys in this row (keys are ascending as stored).
   std::int64_t lo = row_start;
   std::int64_t hi = row_start + n;
@@ -84,8 +92,9 @@ __device__ U restore_special(const U* __restrict__ keys, const U* __restrict__ i
 }
 
 template <class U, KeyKind K>
-__global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __restrict__ positions,
-                            SpecialLists lists, const U* __restrict__ input, U* __restrict__ values,
+__global__ void finish_rows(const SortKey<U>* __restrict__ keys,
+                            const std::uint32_t* __restrict__ positions, SpecialLists lists,
+                            const U* __restrict__ input, U* __restrict__ values,
                             void* __restrict__ indices, bool wide_indices, std::int64_t rows,
                             std::int64_t n, std::int64_t keep, bool descending) {
   using Codec = KeyCodec<U, K>;
@@ -95,15 +104,16 @@ __global__ void finish_rows(const U* __restrict__ keys, const std::uint32_t* __r
     const std::int64_t row_start = row * n;
     const std::int64_t from = row_start + (o - row * keep);
     if (values != nullptr) {
-      const U stored = keys[from];
-      const U key = Codec::ascending_key(stored, descending);
+      const SortKey<U> stored = keys[from];
+      // A widened key narrows back exactly: its high bits are zero.
+      const U key = Codec::ascending_key(U(stored), descending);
       U value = Codec::decode(key);
       if (Codec::shared_key(key)) {
         if (positions != nullptr) {
           value = input[row_start + positions[from]];
         } else if (lists.zeros != nullptr) {
-          value = restore_special<U, K>(keys, input, lists, from, row_start, n, stored,
-                                        key == Codec::kNanKey);
+          value = restore_special<U>(keys, input, lists, from, row_start, n, stored,
+                                     key == Codec::kNanKey);
         }
       }
       values[o] = value;
@@ -124,14 +134,17 @@ struct RowStart {
   __host__ __device__ std::int64_t operator()(std::int64_t row) const { return row * n; }
 };
 
-// DeviceSelect's predicate: position i holds a zero (nan = false) or a NaN (nan = true).
-template <class U, KeyKind K>
+// DeviceSelect's predicate: position i holds a float zero (nan = false) or a NaN (nan = true),
+// the values KeyCodec encodes as kZeroKey and kNanKey. The format comes at run time as its
+// infinity's bits, so the float dtypes of one width (F16, BF16) share one compaction.
+template <class U>
 struct IsSpecial {
   const U* input;
+  U infinity_bits;
   bool nan;
   __device__ bool operator()(std::uint32_t i) const {
-    const U key = KeyCodec<U, K>::encode(input[i], false);
-    return key == (nan ? KeyCodec<U, K>::kNanKey : KeyCodec<U, K>::kZeroKey);
+    const U magnitude = U(input[i] & U(~KeyCodec<U, KeyKind::Unsigned>::kSign));
+    return nan ? magnitude > infinity_bits : magnitude == 0;
   }
 };
 
@@ -148,19 +161,19 @@ inline Strategy choose_strategy(const SortDesc& desc) {
   return Strategy::Segmented;
 }
 
-// One CUB call (a size query when temp is null). values == nullptr sorts keys only.
-template <class U>
-void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<U>& keys,
+// One CUB call (a size query when temp is null). values == nullptr sorts keys only. The radix
+// sort orders bits [0, key_bits); the segmented sort takes no range and orders all of them.
+template <class W>
+void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<W>& keys,
               cub::DoubleBuffer<std::uint32_t>* values, std::int64_t items, std::int64_t rows,
-              std::int64_t n, bool segmented, cudaStream_t stream) {
+              std::int64_t n, bool segmented, int key_bits, cudaStream_t stream) {
   if (!segmented) {
     if (values != nullptr) {
-      KILN_CUDA_CHECK("sort",
-                      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, *values, items, 0,
-                                                      int(8 * sizeof(U)), stream));
+      KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, *values,
+                                                              items, 0, key_bits, stream));
     } else {
       KILN_CUDA_CHECK("sort", cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, items, 0,
-                                                             int(8 * sizeof(U)), stream));
+                                                             key_bits, stream));
     }
     return;
   }
@@ -203,14 +216,14 @@ struct Layout {
   std::size_t total() const { return 2 * keys + 2 * positions + 2 * list + counts() + cub; }
 };
 
-template <class U, KeyKind K>
+template <class U>
 std::size_t select_bytes(std::int64_t items) {
   std::size_t bytes = 0;
   KILN_CUDA_CHECK("sort",
                   cub::DeviceSelect::If(nullptr, bytes, thrust::counting_iterator<std::uint32_t>(0),
                                         static_cast<std::uint32_t*>(nullptr),
                                         static_cast<std::int64_t*>(nullptr), items,
-                                        IsSpecial<U, K>{nullptr, false}, nullptr));
+                                        IsSpecial<U>{nullptr, U(0), false}, nullptr));
   return bytes;
 }
 
@@ -219,19 +232,22 @@ Layout plan_layout(const SortDesc& desc) {
   const std::int64_t items = desc.rows * desc.n;
   Layout layout{};
   layout.restore = restore_mode(desc);
-  layout.keys = align_up(static_cast<std::size_t>(items) * sizeof(U));
+  layout.keys = align_up(static_cast<std::size_t>(items) * sizeof(SortKey<U>));
   const std::size_t one_u32 = align_up(static_cast<std::size_t>(items) * sizeof(std::uint32_t));
   layout.positions = layout.restore == Restore::Positions ? one_u32 : 0;
   layout.list = layout.restore == Restore::Compaction ? one_u32 : 0;
   // A size query: CUB reads only sizes, never the (null) buffers.
-  cub::DoubleBuffer<U> keys(nullptr, nullptr);
+  cub::DoubleBuffer<SortKey<U>> keys(nullptr, nullptr);
   cub::DoubleBuffer<std::uint32_t> positions(nullptr, nullptr);
   const Strategy strategy = choose_strategy(desc);
   const std::int64_t per_call = strategy == Strategy::PerRow ? desc.n : items;
   std::size_t bytes = 0;
-  cub_sort<U>(nullptr, bytes, keys, layout.positions ? &positions : nullptr, per_call, desc.rows,
-              desc.n, strategy == Strategy::Segmented, nullptr);
-  if (layout.restore == Restore::Compaction) bytes = std::max(bytes, select_bytes<U, K>(items));
+  cub_sort(nullptr, bytes, keys, layout.positions ? &positions : nullptr, per_call, desc.rows,
+           desc.n, strategy == Strategy::Segmented, kKeyBits<U>, nullptr);
+  // Only floats compact (restore_mode): integer dtypes compile no DeviceSelect.
+  if constexpr (KeyCodec<U, K>::kFloat) {
+    if (layout.restore == Restore::Compaction) bytes = std::max(bytes, select_bytes<U>(items));
+  }
   layout.cub = align_up(bytes);
   return layout;
 }
@@ -249,10 +265,11 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
     detail::fail<InvalidArgument>("sort", "workspace of ", workspace_bytes, " bytes, need ",
                                   layout.total());
   }
+  using W = SortKey<U>;
   const std::int64_t items = desc.rows * desc.n;
   auto* base = static_cast<unsigned char*>(workspace);
-  U* keys0 = reinterpret_cast<U*>(base);
-  U* keys1 = reinterpret_cast<U*>(base + layout.keys);
+  W* keys0 = reinterpret_cast<W*>(base);
+  W* keys1 = reinterpret_cast<W*>(base + layout.keys);
   std::uint32_t* pos0 = nullptr;
   std::uint32_t* pos1 = nullptr;
   if (layout.positions) {
@@ -279,7 +296,7 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
   KILN_CUDA_CHECK("sort", cudaGetLastError());
 
   const Strategy strategy = choose_strategy(desc);
-  U* sorted_keys = nullptr;
+  W* sorted_keys = nullptr;
   std::uint32_t* sorted_positions = nullptr;
   if (strategy == Strategy::PerRow) {
     // Every row has the same length, so CUB takes the same number of passes and each row ends
@@ -287,15 +304,16 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
     int final_selector = -1;
     for (std::int64_t r = 0; r < desc.rows; ++r) {
       const std::int64_t at = r * desc.n;
-      cub::DoubleBuffer<U> keys(keys0 + at, keys1 + at);
+      cub::DoubleBuffer<W> keys(keys0 + at, keys1 + at);
       cub::DoubleBuffer<std::uint32_t> positions(pos0 ? pos0 + at : nullptr,
                                                  pos1 ? pos1 + at : nullptr);
       std::size_t bytes = layout.cub;
-      cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, desc.n, 1, desc.n, false, stream);
+      cub_sort(temp, bytes, keys, pos0 ? &positions : nullptr, desc.n, 1, desc.n, false,
+               kKeyBits<U>, stream);
       if (final_selector < 0) final_selector = keys.selector;
       if (keys.selector != final_selector) {
-        U* target = final_selector ? keys1 + at : keys0 + at;
-        KILN_CUDA_CHECK("sort", cudaMemcpyAsync(target, keys.Current(), desc.n * sizeof(U),
+        W* target = final_selector ? keys1 + at : keys0 + at;
+        KILN_CUDA_CHECK("sort", cudaMemcpyAsync(target, keys.Current(), desc.n * sizeof(W),
                                                 cudaMemcpyDeviceToDevice, stream));
         if (pos0) {
           std::uint32_t* target_pos = final_selector ? pos1 + at : pos0 + at;
@@ -308,22 +326,25 @@ void sort_typed(const SortDesc& desc, const void* input, void* values, void* ind
     sorted_keys = final_selector ? keys1 : keys0;
     if (pos0) sorted_positions = final_selector ? pos1 : pos0;
   } else {
-    cub::DoubleBuffer<U> keys(keys0, keys1);
+    cub::DoubleBuffer<W> keys(keys0, keys1);
     cub::DoubleBuffer<std::uint32_t> positions(pos0, pos1);
     std::size_t bytes = layout.cub;
-    cub_sort<U>(temp, bytes, keys, pos0 ? &positions : nullptr, items, desc.rows, desc.n,
-                strategy == Strategy::Segmented, stream);
+    cub_sort(temp, bytes, keys, pos0 ? &positions : nullptr, items, desc.rows, desc.n,
+             strategy == Strategy::Segmented, kKeyBits<U>, stream);
     sorted_keys = keys.Current();
     if (pos0) sorted_positions = positions.Current();
   }
 
-  if (layout.restore == Restore::Compaction && values != nullptr) {
-    for (bool nan : {false, true}) {
-      std::size_t bytes = layout.cub;
-      KILN_CUDA_CHECK(
-          "sort", cub::DeviceSelect::If(temp, bytes, thrust::counting_iterator<std::uint32_t>(0),
-                                        nan ? nans : zeros, counts + (nan ? 1 : 0), items,
-                                        IsSpecial<U, K>{in, nan}, stream));
+  if constexpr (KeyCodec<U, K>::kFloat) {
+    if (layout.restore == Restore::Compaction && values != nullptr) {
+      for (bool nan : {false, true}) {
+        std::size_t bytes = layout.cub;
+        const IsSpecial<U> is_special{in, KeyCodec<U, K>::infinity_bits(), nan};
+        KILN_CUDA_CHECK(
+            "sort", cub::DeviceSelect::If(temp, bytes, thrust::counting_iterator<std::uint32_t>(0),
+                                          nan ? nans : zeros, counts + (nan ? 1 : 0), items,
+                                          is_special, stream));
+      }
     }
   }
 
