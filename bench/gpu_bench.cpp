@@ -21,7 +21,6 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/lib/matmul.h"
-#include "backends/cuda/lib/scan.h"
 #include "backends/cuda/lib/sort.h"
 #include "backends/cuda/lib/sort_detail.h"
 #include "kiln/half.h"
@@ -211,24 +210,6 @@ void BM_topk_by_sort(benchmark::State& state) { run_rows(state, state.range(2));
 
 void BM_sort_keys(benchmark::State& state) { run_sort(state, false); }
 
-// cumsum/<n>: one row; cumsum/<rows>/<n>: along the last dim of [rows, n].
-void BM_cumsum(benchmark::State& state) {
-  if (!have_device()) return state.SkipWithError("no CUDA device");
-  const bool one_row = state.range(1) == 0;
-  const std::int64_t rows = one_row ? 1 : state.range(0);
-  const std::int64_t cols = one_row ? state.range(0) : state.range(1);
-  const std::int64_t n = rows * cols;
-  ScanDesc desc{DType::F32, rows, cols, ScanOp::Sum};
-  const Buffer& in = random_buffer(DType::F32, n, 4);
-  Buffer out(static_cast<std::size_t>(n) * 4);
-  const std::size_t bytes = scan_workspace_bytes(desc);
-  Buffer workspace(bytes);
-  cudaStream_t stream = bench_stream();
-  time_with_events(state, stream, 3,
-                   [&] { scan_rows(desc, in.data, out.data, workspace.data, bytes, stream); });
-  state.counters["bytes"] = static_cast<double>(n) * 8;
-}
-
 // launch_floor: the host cost of launching an empty kernel through the driver (cuLaunchKernel,
 // one block of 256 threads, an 88-byte parameter block like the flat elementwise kernel's), in
 // bursts of 200 timed by wall clock as gpu_ops_bench's small_add_host. The part of a small op's
@@ -355,14 +336,6 @@ BENCHMARK(BM_topk_by_sort)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(10);
-BENCHMARK(BM_cumsum)
-    ->Name("cumsum")
-    ->Args({1 << 24, 0})
-    ->Args({8192, 8192})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond)
-    ->Iterations(50);
-
 }  // namespace
 
 BENCHMARK_MAIN();

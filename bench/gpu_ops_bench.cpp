@@ -17,6 +17,7 @@
 //   small_add_host/16                             host time per 16-element add, bursts of 200
 //   conv2d/f32, conv2d/bf16                       x [32,64,56,56], w [64,64,3,3], stride 1, pad 1
 //   tensor_topk/4096/32768/8, tensor_sort/16777216   Tensor::topk_with_indices, sort_with_indices
+//   tensor_cumsum/16777216/0, tensor_cumsum/8192/8192   cumsum of one 16M row; along the last dim
 //   nvrtc_first_compile, disk_cache_load          NVRTC seconds per kernel in a fresh process with
 //                                                 an empty cache dir; disk-cache load per kernel
 //                                                 in a second process on that dir
@@ -374,6 +375,33 @@ void tensor_sort(benchmark::State& state) {
   });
 }
 
+// ---- cumsum of one long row and along the last dim of [8192, 8192] f32 ----
+// Checked against float64 prefix sums of a few rows (values in [0, 1): no cancellation).
+void tensor_cumsum(benchmark::State& state, std::int64_t rows, std::int64_t n) {
+  on_gpu(state, [&](const Device& device) {
+    device.seed(kSeed + 7);
+    const auto x = Tensor<2>::random({rows, n}, Distribution::uniform(0, 1), device);
+    auto op = [&] { return x.cumsum(1); };
+    auto check = [&](const Tensor<2>& got) {
+      for (const std::int64_t row : {std::int64_t{0}, rows - 1}) {
+        const std::vector<double> in = host(rows_of(x, row, 1));
+        const std::vector<double> out = host(rows_of(got, row, 1));
+        double sum = 0;
+        for (std::size_t i = 0; i < in.size(); ++i) {
+          sum += in[i];
+          if (std::abs(out[i] - sum) > 1e-5 * sum + 1e-5) {
+            throw std::runtime_error("cumsum: row " + std::to_string(row) + " wrong at " +
+                                     std::to_string(i));
+          }
+        }
+      }
+    };
+    check(op());
+    check(time_ops(state, device, 5, op));
+    state.counters["bytes"] = static_cast<double>(rows * n * 8);
+  });
+}
+
 // ---- NVRTC first compile and disk-cache load, each in a fresh process ----
 // The child (this binary with KILN_BENCH_CACHE_CHILD=<report>) runs chain8 and a sum on small
 // tensors in whatever XDG_CACHE_HOME it is given, checks the result, and writes its kernel-cache
@@ -517,6 +545,12 @@ void register_all() {
   timed(RegisterBenchmark("conv2d/bf16", [](benchmark::State& s) { conv2d(s, DType::BF16); }), 5);
   timed(RegisterBenchmark("tensor_topk/4096/32768/8", tensor_topk), 5);
   timed(RegisterBenchmark("tensor_sort/16777216", tensor_sort), 5);
+  timed(RegisterBenchmark("tensor_cumsum/16777216/0",
+                          [](benchmark::State& s) { tensor_cumsum(s, 1, std::int64_t{1} << 24); }),
+        5);
+  timed(RegisterBenchmark("tensor_cumsum/8192/8192",
+                          [](benchmark::State& s) { tensor_cumsum(s, 8192, 8192); }),
+        5);
   // A child process per iteration (a CUDA context and NVRTC each): few repetitions.
   timed(RegisterBenchmark("nvrtc_first_compile", nvrtc_first_compile)->Repetitions(3), 1);
   timed(RegisterBenchmark("disk_cache_load", disk_cache_load)->Repetitions(3), 1);

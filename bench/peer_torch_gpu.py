@@ -5,8 +5,7 @@ the same device, median of the repeats. Prints (and writes with --out) JSON:
 
 gpu_bench's rows (kiln_cuda_lib's raw functions), timed as gpu_bench times them: its warm-up
 calls, then each call between CUDA events, a repeat the mean of its iterations per repeat: matmul/<kind>/<n> (kind 0 bf16, 1 f16, 2 f32, 3 tf32), sort/<n> (torch.sort: values and
-int64 indices), sort_rows/<rows>/<n>, topk/<rows>/<n>/<k>, cumsum/<n>/0 (one row) and
-cumsum/<rows>/<n>, memcpy_d2d.
+int64 indices), sort_rows/<rows>/<n>, topk/<rows>/<n>/<k>, memcpy_d2d.
 
 gpu_ops_bench's rows (kiln's tensor API), timed as that program times kiln: a sample is wall
 clock (perf_counter) around OPS calls and one torch.cuda.synchronize(), divided by OPS; a repeat
@@ -133,7 +132,11 @@ def tensor_api_rows(results, dev, g, repeats):
     del m
     v = torch.rand(1 << 24, device=dev, generator=g) * 2 - 1
     record("tensor_sort/16777216", lambda: torch.sort(v), 3)
+    record("tensor_cumsum/16777216/0", lambda: torch.cumsum(v, 0), 5)
     del v
+    m = torch.rand(8192, 8192, device=dev, generator=g)
+    record("tensor_cumsum/8192/8192", lambda: torch.cumsum(m, -1), 5)
+    del m
 
 
 def main():
@@ -176,16 +179,12 @@ def main():
     n = 1 << 24
     x = torch.rand(n, device=dev, generator=g) * 2 - 1
     record("sort/16777216", lambda: torch.sort(x), 3, 20)
-    record("cumsum/16777216/0", lambda: torch.cumsum(x, 0), 3, 50)
     del x
     m = torch.rand(4096, 4096, device=dev, generator=g)
     record("sort_rows/4096/4096", lambda: torch.sort(m, dim=-1), 3, 20)
     del m
     m = torch.rand(4096, 32768, device=dev, generator=g)
     record("topk/4096/32768/8", lambda: torch.topk(m, 8, dim=-1), 3, 10)
-    del m
-    m = torch.rand(8192, 8192, device=dev, generator=g)
-    record("cumsum/8192/8192", lambda: torch.cumsum(m, -1), 3, 50)
     del m
     tensor_api_rows(results, dev, g, args.repeats)
 

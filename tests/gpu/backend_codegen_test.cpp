@@ -427,7 +427,7 @@ TEST(GpuCodegen, ScanFamiliesCompile) {
   };
   std::vector<Instance> instances;
   std::vector<std::string> keys;
-  std::vector<DType> numeric = kFloats;
+  std::vector<DType> numeric(std::begin(test::kFloatDTypes), std::end(test::kFloatDTypes));
   numeric.insert(numeric.end(), kInts.begin(), kInts.end());
   for (ScanOp op : {ScanOp::Sum, ScanOp::Prod, ScanOp::Min, ScanOp::Max}) {
     for (DType dtype : numeric) {
