@@ -8,9 +8,9 @@
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -262,8 +262,8 @@ CUfunction empty_kernel() {
     check_driver(driver<decltype(&cuModuleLoadData)>("cuModuleLoadData")(&module, cubin.data()),
                  "cuModuleLoadData");
     CUfunction f = nullptr;
-    check_driver(driver<decltype(&cuModuleGetFunction)>("cuModuleGetFunction")(
-                     &f, module, "kiln_bench_empty"),
+    check_driver(driver<decltype(&cuModuleGetFunction)>("cuModuleGetFunction")(&f, module,
+                                                                               "kiln_bench_empty"),
                  "cuModuleGetFunction");
     return f;
   }();
@@ -282,7 +282,8 @@ void BM_launch_floor(benchmark::State& state) {
     KILN_CUDA_CHECK("bench", cudaStreamSynchronize(stream));
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < kBurst; ++i) {
-      check_driver(launch(function, 1, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
+      check_driver(launch(function, 1, 1, 1, 256, 1, 1, 0, stream, args, nullptr),
+                   "cuLaunchKernel");
     }
     const auto queued = std::chrono::steady_clock::now();
     KILN_CUDA_CHECK("bench", cudaStreamSynchronize(stream));

@@ -43,8 +43,10 @@ int main(int argc, char** argv) {
   int repeats = 20;
   std::string out;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::max(1, std::atoi(argv[i + 1]));
-    else if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
+    if (std::strcmp(argv[i], "--repeats") == 0)
+      repeats = std::max(1, std::atoi(argv[i + 1]));
+    else if (std::strcmp(argv[i], "--out") == 0)
+      out = argv[i + 1];
   }
   at::manual_seed(7);
   const auto options = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
@@ -78,9 +80,10 @@ int main(int argc, char** argv) {
     samples.push_back(total / kBurstsPerRepeat);
   }
   std::ostringstream json;
-  json << "{\"small_add_host/16\": {\"median_s\": " << median(samples) << ", \"repeats\": "
-       << repeats << ", \"timing\": \"host wall clock per add, bursts of " << kBurst
-       << " without sync\"}, \"torch_version\": \"" << KILN_TORCH_VERSION << " (libtorch C++)\"}\n";
+  json << "{\"small_add_host/16\": {\"median_s\": " << median(samples)
+       << ", \"repeats\": " << repeats << ", \"timing\": \"host wall clock per add, bursts of "
+       << kBurst << " without sync\"}, \"torch_version\": \"" << KILN_TORCH_VERSION
+       << " (libtorch C++)\"}\n";
   std::cout << json.str();
   if (!out.empty()) std::ofstream(out) << json.str();
   return 0;

@@ -12,14 +12,14 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    const auto status_ = (call);                                                       \
-    if (static_cast<int>(status_) != 0) {                                              \
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    const auto status_ = (call);                                                            \
+    if (static_cast<int>(status_) != 0) {                                                   \
       std::fprintf(stderr, "%s failed (%d) at line %d\n", #call, static_cast<int>(status_), \
-                   __LINE__);                                                          \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+                   __LINE__);                                                               \
+      std::exit(1);                                                                         \
+    }                                                                                       \
   } while (0)
 
 // Uniform in [-1, 1) from 24 bits of a hash, as torch.rand * 2 - 1 draws it.
@@ -65,8 +65,7 @@ int main(int argc, char** argv) {
   const std::uint64_t n = std::strtoull(argv[2], nullptr, 10);
   const int wanted = argc > 3 ? std::atoi(argv[3]) : 32;
   const cudaDataType_t type = kind == 0 ? CUDA_R_16BF : kind == 1 ? CUDA_R_16F : CUDA_R_32F;
-  const cublasComputeType_t compute =
-      kind == 3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = kind == 3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   void *a = nullptr, *b = nullptr, *c = nullptr;
   if (kind == 0) {
     a = random_matrix<__nv_bfloat16>(n * n, 1);

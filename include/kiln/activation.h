@@ -6,16 +6,26 @@
 namespace kiln::activation {
 
 template <std::size_t D>
-Tensor<D> relu(const Tensor<D>& x) { return Tensor<D>::wrap(detail::relu(x.primitive())); }
+Tensor<D> relu(const Tensor<D>& x) {
+  return Tensor<D>::wrap(detail::relu(x.primitive()));
+}
 // Exact (erf) GELU.
 template <std::size_t D>
-Tensor<D> gelu(const Tensor<D>& x) { return Tensor<D>::wrap(detail::gelu(x.primitive())); }
+Tensor<D> gelu(const Tensor<D>& x) {
+  return Tensor<D>::wrap(detail::gelu(x.primitive()));
+}
 template <std::size_t D>
-Tensor<D> silu(const Tensor<D>& x) { return Tensor<D>::wrap(detail::silu(x.primitive())); }
+Tensor<D> silu(const Tensor<D>& x) {
+  return Tensor<D>::wrap(detail::silu(x.primitive()));
+}
 template <std::size_t D>
-Tensor<D> sigmoid(const Tensor<D>& x) { return x.sigmoid(); }
+Tensor<D> sigmoid(const Tensor<D>& x) {
+  return x.sigmoid();
+}
 template <std::size_t D>
-Tensor<D> tanh(const Tensor<D>& x) { return x.tanh(); }
+Tensor<D> tanh(const Tensor<D>& x) {
+  return x.tanh();
+}
 template <std::size_t D>
 Tensor<D> leaky_relu(const Tensor<D>& x, double negative_slope = 0.01) {
   return Tensor<D>::wrap(detail::leaky_relu(x.primitive(), negative_slope));

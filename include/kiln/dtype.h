@@ -27,19 +27,29 @@ enum class DType : std::uint8_t {
   QFloat,  // quantized float; the scheme travels with the tensor (quantization issue)
 };
 
-inline constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::F16, DType::BF16,
-                                       DType::I64, DType::I32, DType::I16, DType::I8,
-                                       DType::U64, DType::U32, DType::U16, DType::U8,
-                                       DType::Bool};
+inline constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64,
+                                       DType::I32, DType::I16, DType::I8,  DType::U64,  DType::U32,
+                                       DType::U16, DType::U8,  DType::Bool};
 
 std::string_view dtype_name(DType dtype) noexcept;
 // Bytes per element (QFloat: 1, the storage of its quantized values).
 constexpr std::size_t dtype_size(DType dtype) noexcept {
   switch (dtype) {
-    case DType::F64: case DType::I64: case DType::U64: return 8;
-    case DType::F32: case DType::I32: case DType::U32: return 4;
-    case DType::F16: case DType::BF16: case DType::I16: case DType::U16: return 2;
-    default: return 1;
+    case DType::F64:
+    case DType::I64:
+    case DType::U64:
+      return 8;
+    case DType::F32:
+    case DType::I32:
+    case DType::U32:
+      return 4;
+    case DType::F16:
+    case DType::BF16:
+    case DType::I16:
+    case DType::U16:
+      return 2;
+    default:
+      return 1;
   }
 }
 constexpr bool is_float(DType d) noexcept {
@@ -57,19 +67,58 @@ constexpr bool is_bool(DType d) noexcept { return d == DType::Bool; }
 // The C++ type stored for each dtype, and back.
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
-template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
-template <> struct dtype_of<half> { static constexpr DType value = DType::F16; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BF16; };
-template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::I64; };
-template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::I32; };
-template <> struct dtype_of<std::int16_t> { static constexpr DType value = DType::I16; };
-template <> struct dtype_of<std::int8_t> { static constexpr DType value = DType::I8; };
-template <> struct dtype_of<std::uint64_t> { static constexpr DType value = DType::U64; };
-template <> struct dtype_of<std::uint32_t> { static constexpr DType value = DType::U32; };
-template <> struct dtype_of<std::uint16_t> { static constexpr DType value = DType::U16; };
-template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::U8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_of<half> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::BF16;
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_of<std::int16_t> {
+  static constexpr DType value = DType::I16;
+};
+template <>
+struct dtype_of<std::int8_t> {
+  static constexpr DType value = DType::I8;
+};
+template <>
+struct dtype_of<std::uint64_t> {
+  static constexpr DType value = DType::U64;
+};
+template <>
+struct dtype_of<std::uint32_t> {
+  static constexpr DType value = DType::U32;
+};
+template <>
+struct dtype_of<std::uint16_t> {
+  static constexpr DType value = DType::U16;
+};
+template <>
+struct dtype_of<std::uint8_t> {
+  static constexpr DType value = DType::U8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<std::remove_cv_t<T>>::value;
 

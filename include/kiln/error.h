@@ -13,10 +13,10 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-#define KILN_DEFINE_ERROR(Name)          \
-  class Name : public Error {            \
-   public:                               \
-    using Error::Error;                  \
+#define KILN_DEFINE_ERROR(Name) \
+  class Name : public Error {   \
+   public:                      \
+    using Error::Error;         \
   };
 
 // Tensors on different devices were combined.

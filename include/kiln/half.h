@@ -70,7 +70,7 @@ inline std::uint16_t float_to_f16_bits(float value) noexcept {
                              : static_cast<std::uint16_t>(sign | 0x7c00u);
   }
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero
+  if (abs < 0x38800000u) {               // result is subnormal or zero
     if (abs < 0x33000000u) return sign;  // below half the smallest subnormal
     const std::uint32_t exponent = abs >> 23;
     const std::uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
@@ -82,7 +82,7 @@ inline std::uint16_t float_to_f16_bits(float value) noexcept {
     return static_cast<std::uint16_t>(sign | half_mantissa);
   }
   std::uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even
-  rounded -= 0x38000000u;                                      // rebias 127 -> 15
+  rounded -= 0x38000000u;                                     // rebias 127 -> 15
   return static_cast<std::uint16_t>(sign | (rounded >> 13));
 }
 

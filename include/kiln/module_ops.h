@@ -76,7 +76,7 @@ inline Tensor<5> max_pool3d(const Tensor<5>& x, PoolOptions o) { return max_pool
 // Values and the flat index (within each spatial plane, e.g. h * W + w) of each maximum.
 template <std::size_t D>
 std::pair<Tensor<D>, Tensor<D, Int>> max_pool_with_indices(const Tensor<D>& x,
-                                                          PoolOptions options) {
+                                                           PoolOptions options) {
   static_assert(D >= 3 && D <= 5, "max_pool_with_indices takes 1, 2 or 3 spatial dims");
   auto [values, indices] = detail::max_pool_with_indices(x.primitive(), std::move(options), D - 2);
   return {Tensor<D>::wrap(std::move(values)), Tensor<D, Int>::wrap(std::move(indices))};
@@ -129,8 +129,8 @@ inline Tensor<3> unfold4d(const Tensor<4>& x, UnfoldOptions options) {
 // col2im, the adjoint of unfold4d: [N, C * kh * kw, L] -> [N, C, H, W]
 inline Tensor<4> fold4d(const Tensor<3>& x, std::array<std::int64_t, 2> output_size,
                         UnfoldOptions options) {
-  return Tensor<4>::wrap(detail::fold_patches(x.primitive(), {output_size[0], output_size[1]},
-                                              std::move(options)));
+  return Tensor<4>::wrap(
+      detail::fold_patches(x.primitive(), {output_size[0], output_size[1]}, std::move(options)));
 }
 // x [..., in] @ weight [in, out] (+ bias [out])
 template <std::size_t D>
@@ -167,10 +167,10 @@ inline Tensor<4> attention(const Tensor<4>& q, const Tensor<4>& k, const Tensor<
                            const std::optional<Tensor<4, Bool>>& mask = std::nullopt,
                            const std::optional<Tensor<4>>& bias = std::nullopt,
                            AttentionOptions options = {}) {
-  return Tensor<4>::wrap(detail::attention(
-      q.primitive(), k.primitive(), v.primitive(),
-      mask ? std::optional(mask->primitive()) : std::nullopt,
-      bias ? std::optional(bias->primitive()) : std::nullopt, options));
+  return Tensor<4>::wrap(detail::attention(q.primitive(), k.primitive(), v.primitive(),
+                                           mask ? std::optional(mask->primitive()) : std::nullopt,
+                                           bias ? std::optional(bias->primitive()) : std::nullopt,
+                                           options));
 }
 
 }  // namespace kiln::module

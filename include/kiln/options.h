@@ -45,8 +45,8 @@ enum class IndexingUpdate : std::uint8_t { Assign, Add, Mul, Min, Max };
 // Vectors hold one entry per spatial dim; empty ones take their defaults. Members carry `{}`
 // initialisers so designated initialisers ({.padding = {1, 1}}) compile cleanly with -Wextra.
 struct ConvOptions {
-  std::vector<std::int64_t> stride{};    // one per spatial dim
-  std::vector<std::int64_t> padding{};   // symmetric zero padding
+  std::vector<std::int64_t> stride{};   // one per spatial dim
+  std::vector<std::int64_t> padding{};  // symmetric zero padding
   std::vector<std::int64_t> dilation{};
   std::int64_t groups = 1;
   bool operator==(const ConvOptions&) const = default;
@@ -67,7 +67,7 @@ struct PoolOptions {
   std::vector<std::int64_t> padding{};
   std::vector<std::int64_t> dilation{};  // max pooling only
   bool ceil_mode = false;
-  bool count_include_pad = true;       // average pooling only
+  bool count_include_pad = true;  // average pooling only
   bool operator==(const PoolOptions&) const = default;
 };
 

@@ -13,7 +13,7 @@ class Scalar {
 
   constexpr Scalar() = default;
   template <class T>
-    requires std::is_arithmetic_v<T>
+  requires std::is_arithmetic_v<T>
   constexpr Scalar(T value) noexcept {  // NOLINT: implicit so ops accept plain numbers
     if constexpr (std::is_same_v<T, bool>) {
       kind_ = Kind::Bool;

@@ -104,29 +104,24 @@ class Tensor {
   }
   static Tensor random(const Shape& shape, Distribution distribution,
                        Device device = Device::default_device(),
-                       std::optional<DType> dtype = std::nullopt)
-    requires NumericKind<K>
-  {
+                       std::optional<DType> dtype = std::nullopt) requires NumericKind<K> {
     check_shape_rank(shape, "random");
     return Tensor(detail::random(shape, distribution, dtype, device, K::kind));
   }
   // [start, end) with step; rank 1 only.
   static Tensor arange(std::int64_t start, std::int64_t end,
-                       Device device = Device::default_device(), std::int64_t step = 1)
-    requires(D == 1 && NumericKind<K>)
-  {
+                       Device device = Device::default_device(),
+                       std::int64_t step = 1) requires(D == 1 && NumericKind<K>) {
     return Tensor(detail::arange(start, end, step, std::nullopt, device, K::kind));
   }
   // count points from start to end inclusive.
-  static Tensor linspace(double start, double end, std::int64_t count,
-                         Device device = Device::default_device())
-    requires(D == 1 && std::is_same_v<K, Float>)
-  {
+  static Tensor linspace(
+      double start, double end, std::int64_t count,
+      Device device = Device::default_device()) requires(D == 1 && std::is_same_v<K, Float>) {
     return Tensor(detail::linspace(start, end, count, std::nullopt, device));
   }
-  static Tensor eye(std::int64_t n, Device device = Device::default_device())
-    requires(D == 2 && NumericKind<K>)
-  {
+  static Tensor eye(std::int64_t n,
+                    Device device = Device::default_device()) requires(D == 2 && NumericKind<K>) {
     return Tensor(detail::eye(n, n, std::nullopt, device, K::kind));
   }
   static Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.device(), t.dtype()); }
@@ -186,36 +181,40 @@ class Tensor {
 #define KILN_TENSOR_KINDS_B std::is_same_v<K, Bool>
 #define KILN_TENSOR_KINDS_FI NumericKind<K>
 #define KILN_TENSOR_KINDS_FIB true
-#define KILN_TENSOR_FORM_UNARY(name, allowed)                                          \
+#define KILN_TENSOR_FORM_UNARY(name, allowed)                                         \
   Tensor name() const& requires(allowed) { return Tensor(detail::name(primitive_)); } \
   Tensor name() && requires(allowed) { return Tensor(detail::name(std::move(primitive_))); }
-#define KILN_TENSOR_FORM_BINARY(name, allowed)                                     \
-  Tensor name(const Tensor& rhs) const& requires(allowed) {                      \
-    return Tensor(detail::name(primitive_, rhs.primitive_));                       \
-  }                                                                                \
-  Tensor name(const Tensor& rhs) && requires(allowed) {                          \
-    return Tensor(detail::name(std::move(primitive_), rhs.primitive_));            \
+#define KILN_TENSOR_FORM_BINARY(name, allowed)                          \
+  Tensor name(const Tensor& rhs) const& requires(allowed) {             \
+    return Tensor(detail::name(primitive_, rhs.primitive_));            \
+  }                                                                     \
+  Tensor name(const Tensor& rhs) && requires(allowed) {                 \
+    return Tensor(detail::name(std::move(primitive_), rhs.primitive_)); \
   }
-#define KILN_TENSOR_FORM_SCALAR(name, allowed)                                                \
+#define KILN_TENSOR_FORM_SCALAR(name, allowed)                                                   \
   Tensor name(Scalar v) const& requires(allowed) { return Tensor(detail::name(primitive_, v)); } \
-  Tensor name(Scalar v) && requires(allowed) {                                              \
-    return Tensor(detail::name(std::move(primitive_), v));                                    \
+  Tensor name(Scalar v) && requires(allowed) {                                                   \
+    return Tensor(detail::name(std::move(primitive_), v));                                       \
   }
-#define KILN_TENSOR_FORM_COMPARE(name, allowed)                               \
+#define KILN_TENSOR_FORM_COMPARE(name, allowed)                             \
   Tensor<D, Bool> name(const Tensor& rhs) const requires(allowed) {         \
-    return Tensor<D, Bool>::wrap(detail::name(primitive_, rhs.primitive_));   \
+    return Tensor<D, Bool>::wrap(detail::name(primitive_, rhs.primitive_)); \
   }
-#define KILN_TENSOR_FORM_COMPARE_SCALAR(name, allowed)          \
-  Tensor<D, Bool> name(Scalar v) const requires(allowed) {    \
-    return Tensor<D, Bool>::wrap(detail::name(primitive_, v));  \
+#define KILN_TENSOR_FORM_COMPARE_SCALAR(name, allowed)         \
+  Tensor<D, Bool> name(Scalar v) const requires(allowed) {     \
+    return Tensor<D, Bool>::wrap(detail::name(primitive_, v)); \
   }
-#define KILN_TENSOR_FORM_PREDICATE(name, allowed) \
-  Tensor<D, Bool> name() const requires(allowed) { return Tensor<D, Bool>::wrap(detail::name(primitive_)); }
-#define KILN_TENSOR_FORM_REDUCE(name, allowed) \
-  Tensor<1, K> name() const requires(allowed) { return Tensor<1, K>::wrap(detail::name(primitive_)); }
-#define KILN_TENSOR_FORM_DIM(name, allowed)                      \
-  Tensor name(std::int64_t dim) const requires(allowed) {      \
-    return Tensor(detail::name(primitive_, dim));                \
+#define KILN_TENSOR_FORM_PREDICATE(name, allowed)           \
+  Tensor<D, Bool> name() const requires(allowed) {          \
+    return Tensor<D, Bool>::wrap(detail::name(primitive_)); \
+  }
+#define KILN_TENSOR_FORM_REDUCE(name, allowed)           \
+  Tensor<1, K> name() const requires(allowed) {          \
+    return Tensor<1, K>::wrap(detail::name(primitive_)); \
+  }
+#define KILN_TENSOR_FORM_DIM(name, allowed)               \
+  Tensor name(std::int64_t dim) const requires(allowed) { \
+    return Tensor(detail::name(primitive_, dim));         \
   }
 #define KILN_TENSOR_FORM_REDUCE_NONEMPTY KILN_TENSOR_FORM_REDUCE
 #define KILN_TENSOR_FORM_DIM_NONEMPTY KILN_TENSOR_FORM_DIM
@@ -255,7 +254,7 @@ class Tensor {
     return Tensor(detail::clamp(primitive_, std::nullopt, max));
   }
   // Matrix product over the last two dims; leading dims broadcast.
-  Tensor matmul(const Tensor& rhs) const requires(NumericKind<K> && D >= 2) {
+  Tensor matmul(const Tensor& rhs) const requires(D >= 2 && NumericKind<K>) {
     return Tensor(detail::matmul(primitive_, rhs.primitive_));
   }
   Tensor cross(const Tensor& rhs, std::int64_t dim) const requires NumericKind<K> {
@@ -266,9 +265,8 @@ class Tensor {
 
   // ---- reductions: full ones give shape [1]; *_dim keep the dim with size 1 ----
   // Variance along dim with Bessel's correction (correction = 1) by default.
-  Tensor var(std::int64_t dim, std::int64_t correction = 1) const
-    requires std::is_same_v<K, Float>
-  {
+  Tensor var(std::int64_t dim,
+             std::int64_t correction = 1) const requires std::is_same_v<K, Float> {
     return Tensor(detail::var_dim(primitive_, dim, correction));
   }
   Tensor var_bias(std::int64_t dim) const requires std::is_same_v<K, Float> { return var(dim, 0); }
@@ -285,15 +283,13 @@ class Tensor {
   Tensor<D, Int> argmin(std::int64_t dim) const requires NumericKind<K> {
     return Tensor<D, Int>::wrap(detail::argmin(primitive_, dim));
   }
-  std::pair<Tensor, Tensor<D, Int>> max_dim_with_indices(std::int64_t dim) const
-    requires NumericKind<K>
-  {
+  std::pair<Tensor, Tensor<D, Int>> max_dim_with_indices(std::int64_t dim) const requires
+      NumericKind<K> {
     auto [values, indices] = detail::max_dim_with_indices(primitive_, dim);
     return {Tensor(std::move(values)), Tensor<D, Int>::wrap(std::move(indices))};
   }
-  std::pair<Tensor, Tensor<D, Int>> min_dim_with_indices(std::int64_t dim) const
-    requires NumericKind<K>
-  {
+  std::pair<Tensor, Tensor<D, Int>> min_dim_with_indices(std::int64_t dim) const requires
+      NumericKind<K> {
     auto [values, indices] = detail::min_dim_with_indices(primitive_, dim);
     return {Tensor(std::move(values)), Tensor<D, Int>::wrap(std::move(indices))};
   }
@@ -339,8 +335,7 @@ class Tensor {
   template <std::size_t DI, std::size_t DV>
   Tensor scatter_nd(const Tensor<DI, Int>& indices, const Tensor<DV, K>& values,
                     IndexingUpdate update = IndexingUpdate::Assign) const {
-    return Tensor(
-        detail::scatter_nd(primitive_, indices.primitive(), values.primitive(), update));
+    return Tensor(detail::scatter_nd(primitive_, indices.primitive(), values.primitive(), update));
   }
   // One Slice per leading dim (missing trailing dims are taken whole).
   Tensor slice(const std::vector<Slice>& slices) const {
@@ -454,26 +449,20 @@ class Tensor {
   Tensor sort_descending(std::int64_t dim) const requires NumericKind<K> {
     return Tensor(detail::sort(primitive_, dim, true));
   }
-  std::pair<Tensor, Tensor<D, Int>> sort_with_indices(std::int64_t dim,
-                                                      bool descending = false) const
-    requires NumericKind<K>
-  {
+  std::pair<Tensor, Tensor<D, Int>> sort_with_indices(
+      std::int64_t dim, bool descending = false) const requires NumericKind<K> {
     auto [values, indices] = detail::sort_with_indices(primitive_, dim, descending);
     return {Tensor(std::move(values)), Tensor<D, Int>::wrap(std::move(indices))};
   }
-  Tensor<D, Int> argsort(std::int64_t dim, bool descending = false) const
-    requires NumericKind<K>
-  {
+  Tensor<D, Int> argsort(std::int64_t dim, bool descending = false) const requires NumericKind<K> {
     return Tensor<D, Int>::wrap(detail::argsort(primitive_, dim, descending));
   }
   // The k largest values along dim, largest first.
   Tensor topk(std::int64_t k, std::int64_t dim) const requires NumericKind<K> {
     return topk_with_indices(k, dim).first;
   }
-  std::pair<Tensor, Tensor<D, Int>> topk_with_indices(std::int64_t k, std::int64_t dim,
-                                                      bool largest = true) const
-    requires NumericKind<K>
-  {
+  std::pair<Tensor, Tensor<D, Int>> topk_with_indices(
+      std::int64_t k, std::int64_t dim, bool largest = true) const requires NumericKind<K> {
     auto [values, indices] = detail::topk_with_indices(primitive_, k, dim, largest);
     return {Tensor(std::move(values)), Tensor<D, Int>::wrap(std::move(indices))};
   }
@@ -495,9 +484,8 @@ class Tensor {
     return detail::backward(primitive_, std::nullopt, options);
   }
   // The same for a tensor of any shape, given d(loss)/d(this) as seed.
-  Gradients backward(const Tensor& seed, BackwardOptions options = {}) const
-    requires std::is_same_v<K, Float>
-  {
+  Gradients backward(const Tensor& seed,
+                     BackwardOptions options = {}) const requires std::is_same_v<K, Float> {
     return detail::backward(primitive_, seed.primitive_, options);
   }
   // This leaf's gradient in grads (a tracked tensor under create_graph); nullopt when none.
@@ -507,9 +495,7 @@ class Tensor {
   std::optional<Tensor> grad_remove(Gradients& grads) const requires std::is_same_v<K, Float> {
     return wrap_optional(detail::grad_remove(primitive_, grads));
   }
-  void grad_replace(Gradients& grads, const Tensor& grad) const
-    requires std::is_same_v<K, Float>
-  {
+  void grad_replace(Gradients& grads, const Tensor& grad) const requires std::is_same_v<K, Float> {
     detail::grad_replace(primitive_, grads, grad.primitive_);
   }
   // The values on the device without autodiff (inner), or on its autodiff form (from_inner).
@@ -577,22 +563,22 @@ Tensor<D, Float> Tensor<D, K>::float_(DType dtype) const {
 }
 
 // ---- operators ----
-#define KILN_TENSOR_OPERATOR(op, name)                                                      \
-  template <std::size_t D, NumericKind K>                                                   \
-  Tensor<D, K> operator op(const Tensor<D, K>& lhs, const Tensor<D, K>& rhs) {              \
-    return lhs.name(rhs);                                                                   \
-  }                                                                                         \
-  template <std::size_t D, NumericKind K>                                                   \
-  Tensor<D, K> operator op(Tensor<D, K>&& lhs, const Tensor<D, K>& rhs) {                   \
-    return std::move(lhs).name(rhs);                                                        \
-  }                                                                                         \
-  template <std::size_t D, NumericKind K>                                                   \
-  Tensor<D, K> operator op(const Tensor<D, K>& lhs, Scalar rhs) {                           \
-    return lhs.name##_scalar(rhs);                                                          \
-  }                                                                                         \
-  template <std::size_t D, NumericKind K>                                                   \
-  Tensor<D, K> operator op(Tensor<D, K>&& lhs, Scalar rhs) {                                \
-    return std::move(lhs).name##_scalar(rhs);                                               \
+#define KILN_TENSOR_OPERATOR(op, name)                                         \
+  template <std::size_t D, NumericKind K>                                      \
+  Tensor<D, K> operator op(const Tensor<D, K>& lhs, const Tensor<D, K>& rhs) { \
+    return lhs.name(rhs);                                                      \
+  }                                                                            \
+  template <std::size_t D, NumericKind K>                                      \
+  Tensor<D, K> operator op(Tensor<D, K>&& lhs, const Tensor<D, K>& rhs) {      \
+    return std::move(lhs).name(rhs);                                           \
+  }                                                                            \
+  template <std::size_t D, NumericKind K>                                      \
+  Tensor<D, K> operator op(const Tensor<D, K>& lhs, Scalar rhs) {              \
+    return lhs.name##_scalar(rhs);                                             \
+  }                                                                            \
+  template <std::size_t D, NumericKind K>                                      \
+  Tensor<D, K> operator op(Tensor<D, K>&& lhs, Scalar rhs) {                   \
+    return std::move(lhs).name##_scalar(rhs);                                  \
   }
 KILN_TENSOR_OPERATOR(+, add)
 KILN_TENSOR_OPERATOR(-, sub)
@@ -603,22 +589,34 @@ KILN_TENSOR_OPERATOR(%, remainder)
 
 // scalar op tensor
 template <std::size_t D, NumericKind K>
-Tensor<D, K> operator+(Scalar lhs, const Tensor<D, K>& rhs) { return rhs.add_scalar(lhs); }
+Tensor<D, K> operator+(Scalar lhs, const Tensor<D, K>& rhs) {
+  return rhs.add_scalar(lhs);
+}
 template <std::size_t D, NumericKind K>
-Tensor<D, K> operator*(Scalar lhs, const Tensor<D, K>& rhs) { return rhs.mul_scalar(lhs); }
+Tensor<D, K> operator*(Scalar lhs, const Tensor<D, K>& rhs) {
+  return rhs.mul_scalar(lhs);
+}
 template <std::size_t D, NumericKind K>
-Tensor<D, K> operator-(Scalar lhs, const Tensor<D, K>& rhs) { return rhs.neg().add_scalar(lhs); }
+Tensor<D, K> operator-(Scalar lhs, const Tensor<D, K>& rhs) {
+  return rhs.neg().add_scalar(lhs);
+}
 template <std::size_t D, NumericKind K>
 Tensor<D, K> operator/(Scalar lhs, const Tensor<D, K>& rhs) {
   return Tensor<D, K>::full_like(rhs, lhs).div(rhs);
 }
 template <std::size_t D, NumericKind K>
-Tensor<D, K> operator-(const Tensor<D, K>& x) { return x.neg(); }
+Tensor<D, K> operator-(const Tensor<D, K>& x) {
+  return x.neg();
+}
 template <std::size_t D, NumericKind K>
-Tensor<D, K> operator-(Tensor<D, K>&& x) { return std::move(x).neg(); }
+Tensor<D, K> operator-(Tensor<D, K>&& x) {
+  return std::move(x).neg();
+}
 
 template <std::size_t D>
-Tensor<D, Bool> operator!(const Tensor<D, Bool>& x) { return x.logical_not(); }
+Tensor<D, Bool> operator!(const Tensor<D, Bool>& x) {
+  return x.logical_not();
+}
 template <std::size_t D>
 Tensor<D, Bool> operator&&(const Tensor<D, Bool>& a, const Tensor<D, Bool>& b) {
   return a.logical_and(b);
@@ -640,7 +638,9 @@ Tensor<D, Int> operator^(const Tensor<D, Int>& a, const Tensor<D, Int>& b) {
   return a.bitwise_xor(b);
 }
 template <std::size_t D>
-Tensor<D, Int> operator~(const Tensor<D, Int>& a) { return a.bitwise_not(); }
+Tensor<D, Int> operator~(const Tensor<D, Int>& a) {
+  return a.bitwise_not();
+}
 
 template <std::size_t D, TensorKind K>
 std::ostream& operator<<(std::ostream& out, const Tensor<D, K>& t) {

@@ -19,35 +19,26 @@
 #include "autodiff/autodiff_tensor.h"
 #include "autodiff/op_node.h"
 #include "backend/backend.h"
+#include "backend/forwarding.h"
 #include "kiln/autodiff.h"
 #include "kiln/detail/op_columns.h"
 
 namespace kiln::autodiff {
 
-class AutodiffPassthrough : public Backend {
+// The decorator's base: what is not an op (settings, sync, memory) forwards to the inner backend
+// as in every decorator (ForwardingBackend); every op is overridden here or in AutodiffBackend.
+class AutodiffPassthrough : public ForwardingBackend {
  public:
-  explicit AutodiffPassthrough(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
 
-  Backend& inner() const noexcept { return *inner_; }
-
-  std::string name() const override { return "autodiff<" + inner_->name() + ">"; }
-  Device device() const override { return inner_->device().autodiff(); }
-  DeviceSettings default_settings() const override { return inner_->default_settings(); }
-  DTypeUsageSet dtype_usage(DType dtype) const override { return inner_->dtype_usage(dtype); }
-  void seed(std::uint64_t seed) override { inner_->seed(seed); }
-  void sync() override { inner_->sync(); }
-  void flush() override { inner_->flush(); }
-  MemoryStats memory_stats() const override { return inner_->memory_stats(); }
-  void memory_cleanup() override { inner_->memory_cleanup(); }
-  void reset_peak_memory() override { inner_->reset_peak_memory(); }
+  std::string name() const override { return "autodiff<" + inner().name() + ">"; }
+  Device device() const override { return inner().device().autodiff(); }
   bool autodiff_enabled() const override { return true; }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) result name params override;
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  result name params override;
 #include "kiln/detail/ops.def"
 #undef KILN_OP
-
- private:
-  std::shared_ptr<Backend> inner_;
 };
 
 // How an op's output relates to memory traffic: elementwise outputs are cheap to recompute and
@@ -97,7 +88,8 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
   const Node* newest = nullptr;
   for (std::size_t i = 0; i < count; ++i) {
     const Node* parent = node_of(inputs[i]).get();
-    if (parent != nullptr && (newest == nullptr || parent->order() > newest->order())) newest = parent;
+    if (parent != nullptr && (newest == nullptr || parent->order() > newest->order()))
+      newest = parent;
   }
   Inputs<N> inner_inputs{};
   if constexpr (N == 0) inner_inputs.resize(count);
@@ -115,13 +107,14 @@ Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, K
     for (std::size_t i = 0; i < count; ++i) lend(i);
     return wrap(run_forward());
   }
-  bool recompute = checkpointing() == CheckpointStrategy::Balanced &&
-                   cost == Cost::Elementwise && !precomputed;
+  bool recompute =
+      checkpointing() == CheckpointStrategy::Balanced && cost == Cost::Elementwise && !precomputed;
   std::uint8_t depth = 0;
   if (recompute) {
     for (std::size_t i = 0; i < count; ++i) {
       const Node* parent = node_of(inputs[i]).get();
-      if (parent != nullptr && parent->recomputable()) depth = std::max(depth, parent->recompute_depth());
+      if (parent != nullptr && parent->recomputable())
+        depth = std::max(depth, parent->recompute_depth());
     }
     // Every kMaxRecomputeChain-th op of an elementwise chain is stored after all: backward then
     // recomputes (and holds) at most that many values at once, and recursion stays shallow.

@@ -1,10 +1,11 @@
 // The backward pass: walks the graph from the root, newest node first, so every node has
 // received the gradients of all its consumers before its own rule runs.
+#include "autodiff/backward.h"
+
 #include <functional>
 #include <map>
 
 #include "autodiff/autodiff_backend.h"
-#include "autodiff/backward.h"
 #include "backend/registry.h"
 #include "kiln/detail/format.h"
 
@@ -27,8 +28,7 @@ void accumulate(Primitive& total, Primitive grad) {
 
 }  // namespace
 
-Gradients run_backward(const NodeRef& root, Primitive seed,
-                       const BackwardOptions& options) {
+Gradients run_backward(const NodeRef& root, Primitive seed, const BackwardOptions& options) {
   const bool create_graph = options.create_graph;
   const bool retain = options.retain_graph || create_graph;
   Context context(create_graph);

@@ -29,8 +29,9 @@ std::uint64_t Node::next_order() noexcept {
 }
 
 Primitive Node::recompute(Context&) {
-  detail::fail<AutodiffError>(op_, "internal: the output of this op was neither stored nor "
-                                   "recomputable");
+  detail::fail<AutodiffError>(op_,
+                              "internal: the output of this op was neither stored nor "
+                              "recomputable");
 }
 
 void Node::drop_parents(std::span<NodeRef> parents) noexcept {
@@ -87,8 +88,8 @@ Primitive Context::output(const NodeRef& node, const Primitive& stored) {
 
 Primitive BackwardArgs::in(std::size_t i) const {
   if (i >= saved_.size()) {
-    detail::fail<AutodiffError>(node_->op(), "internal: the rule read input ", i,
-                                " of an op with ", saved_.size(), " inputs");
+    detail::fail<AutodiffError>(node_->op(), "internal: the rule read input ", i, " of an op with ",
+                                saved_.size(), " inputs");
   }
   return context_.value(saved_[i]);
 }

@@ -20,8 +20,8 @@ using InputArray = std::conditional_t<N == 0, std::vector<T>, std::array<T, N>>;
 // What a backward rule sees: the context's backend and the values its node saved.
 class BackwardArgs {
  public:
-  BackwardArgs(Backend& backend, Context& context, const NodeRef& node, std::span<const Saved> saved,
-               const Primitive& output) noexcept
+  BackwardArgs(Backend& backend, Context& context, const NodeRef& node,
+               std::span<const Saved> saved, const Primitive& output) noexcept
       : b(backend), context_(context), node_(node), saved_(saved), output_(output) {}
 
   Backend& b;  // where the rule's ops run (the inner backend, or autodiff under create_graph)
@@ -45,57 +45,34 @@ class BackwardArgs {
   const Primitive& output_;
 };
 
-template <std::size_t N, class Forward, class Rule>
-class OpNode final : public Node {
+// What a node of N inputs holds whatever its rule: the parents, the saved values, the output.
+// Made once per N (not per rule), so the teardown code exists a few times, not once per op.
+template <std::size_t N>
+class InputsNode : public Node {
  public:
   using Parents = InputArray<N, NodeRef>;
   using SavedValues = InputArray<N, Saved>;
 
-  // The record step fills the slots in place (no temporaries to move), so a tracked op costs
-  // as little as possible beyond the op itself.
-  OpNode(const char* op, std::uint64_t newest_parent, std::size_t inputs, Rule rule)
-      : Node(op, newest_parent), rule_(std::move(rule)) {
+  InputsNode(const char* op, std::uint64_t newest_parent, std::size_t inputs)
+      : Node(op, newest_parent) {
     if constexpr (N == 0) {
       parents_.resize(inputs);
       saved_.resize(inputs);
     }
   }
 
-  Parents& parent_slots() noexcept { return parents_; }
-  SavedValues& saved_slots() noexcept { return saved_; }
-  void set_output(Primitive output) noexcept { output_ = std::move(output); }
-  void set_forward(Forward forward) { forward_.emplace(std::move(forward)); }
-
-  ~OpNode() override {
+  ~InputsNode() override {
     // Saved values may hold parents too: they go first, so drop_parents sees which parents this
     // node alone still holds and tears those down without recursion.
     clear_saved();
     drop_parents(parents_);
   }
 
+  Parents& parent_slots() noexcept { return parents_; }
+  SavedValues& saved_slots() noexcept { return saved_; }
+  void set_output(Primitive output) noexcept { output_ = std::move(output); }
+
   std::span<const NodeRef> parents() const noexcept override { return parents_; }
-  bool recomputable() const noexcept override { return forward_.has_value(); }
-
-  Grads backward(Context& context, const NodeRef& self, Primitive grad) override {
-    BackwardArgs args(backend_for(grad->device()), context, self, saved_, output_);
-    return (*rule_)(args, std::move(grad));
-  }
-
-  Primitive recompute(Context& context) override {
-    InputArray<N, Primitive> inputs{};
-    if constexpr (N == 0) inputs.resize(saved_.size());
-    for (std::size_t i = 0; i < saved_.size(); ++i) inputs[i] = context.value(saved_[i]);
-    Backend& backend = backend_for(inputs[0]->device());
-    return (*forward_)(backend, std::move(inputs));
-  }
-
-  void release() noexcept override {
-    Node::release();
-    clear_saved();
-    output_.reset();
-    forward_.reset();
-    rule_.reset();
-  }
 
  protected:
   void take_parents(std::vector<NodeRef>& out) noexcept override {
@@ -104,7 +81,13 @@ class OpNode final : public Node {
     }
   }
 
- private:
+  // Node::release and the values held here; the rule's node drops its functions.
+  void release_inputs() noexcept {
+    Node::release();
+    clear_saved();
+    output_.reset();
+  }
+
   void clear_saved() noexcept {
     for (Saved& s : saved_) {
       s.value.reset();
@@ -115,6 +98,42 @@ class OpNode final : public Node {
   Parents parents_;
   SavedValues saved_;
   Primitive output_;
+};
+
+template <std::size_t N, class Forward, class Rule>
+class OpNode final : public InputsNode<N> {
+ public:
+  // The record step fills the slots in place (no temporaries to move), so a tracked op costs
+  // as little as possible beyond the op itself.
+  OpNode(const char* op, std::uint64_t newest_parent, std::size_t inputs, Rule rule)
+      : InputsNode<N>(op, newest_parent, inputs), rule_(std::move(rule)) {}
+
+  void set_forward(Forward forward) { forward_.emplace(std::move(forward)); }
+
+  bool recomputable() const noexcept override { return forward_.has_value(); }
+
+  Grads backward(Context& context, const NodeRef& self, Primitive grad) override {
+    BackwardArgs args(backend_for(grad->device()), context, self, this->saved_, this->output_);
+    return (*rule_)(args, std::move(grad));
+  }
+
+  Primitive recompute(Context& context) override {
+    InputArray<N, Primitive> inputs{};
+    if constexpr (N == 0) inputs.resize(this->saved_.size());
+    for (std::size_t i = 0; i < this->saved_.size(); ++i) {
+      inputs[i] = context.value(this->saved_[i]);
+    }
+    Backend& backend = backend_for(inputs[0]->device());
+    return (*forward_)(backend, std::move(inputs));
+  }
+
+  void release() noexcept override {
+    this->release_inputs();
+    forward_.reset();
+    rule_.reset();
+  }
+
+ private:
   std::optional<Forward> forward_;
   std::optional<Rule> rule_;
 };

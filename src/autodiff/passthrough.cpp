@@ -3,7 +3,6 @@
 #include <type_traits>
 
 #include "autodiff/autodiff_backend.h"
-#include "backend/forwarding.h"
 #include "kiln/detail/format.h"
 
 namespace kiln::autodiff {
@@ -63,8 +62,9 @@ T untracked(T value) {
 template <class T>
 T finish(const char* op, bool had_tracked_input, T result) {
   if (had_tracked_input && is_float_result(result)) {
-    detail::fail<AutodiffError>(op, "has no backward rule, so its result cannot carry a gradient; "
-                                    "detach() the tracked input to use the op on constants");
+    detail::fail<AutodiffError>(op,
+                                "has no backward rule, so its result cannot carry a gradient; "
+                                "detach() the tracked input to use the op on constants");
   }
   return untracked(std::move(result));
 }
@@ -72,10 +72,11 @@ T finish(const char* op, bool had_tracked_input, T result) {
 }  // namespace
 
 #define KILN_UNWRAP(x) unwrap(std::move(x))
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)                \
-  result AutodiffPassthrough::name params {                                             \
-    const bool had_tracked_input = any_tracked args;                                   \
-    return finish(#name, had_tracked_input, inner_->name(KILN_MAP_EACH(KILN_UNWRAP, KILN_UNPAREN args))); \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  result AutodiffPassthrough::name params {                                         \
+    const bool had_tracked_input = any_tracked args;                                \
+    return finish(#name, had_tracked_input,                                         \
+                  inner().name(KILN_MAP_EACH(KILN_UNWRAP, KILN_UNPAREN args)));     \
   }
 #define KILN_UNPAREN(...) __VA_ARGS__
 #include "kiln/detail/ops.def"

@@ -7,7 +7,7 @@ namespace kiln::autodiff {
 namespace {
 
 constexpr std::size_t kGranule = 64;
-constexpr std::size_t kClasses = 16;         // blocks up to 1 KiB
+constexpr std::size_t kClasses = 16;              // blocks up to 1 KiB
 constexpr std::size_t kMaxCachedPerClass = 4096;  // beyond this, blocks go back to malloc
 
 struct FreeBlock {

@@ -8,7 +8,8 @@ namespace kiln::autodiff {
 
 Primitive reduce_to(Backend& b, Primitive g, const Shape& shape) {
   for (std::size_t d = 0; d < shape.rank(); ++d) {
-    if (shape[d] == 1 && g->shape()[d] != 1) g = b.sum_dim(std::move(g), static_cast<std::int64_t>(d));
+    if (shape[d] == 1 && g->shape()[d] != 1)
+      g = b.sum_dim(std::move(g), static_cast<std::int64_t>(d));
   }
   return g;
 }
@@ -28,34 +29,35 @@ Primitive binary(AutodiffBackend& self, const char* op, Primitive lhs, Primitive
   // Read before the call: argument evaluation order is unspecified and the inputs are moved.
   Shape lhs_shape = lhs->shape();
   Shape rhs_shape = rhs->shape();
-  return self.record<2>(
-      op, Cost::Elementwise, {std::move(lhs), std::move(rhs)}, keep, forward,
-      [rule, lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](BackwardArgs& r,
-                                                                                  Primitive g) {
-        Grads grads = rule(r, std::move(g));
-        if (grads[0]) grads[0] = reduce_to(r.b, std::move(grads[0]), lhs_shape);
-        if (grads[1]) grads[1] = reduce_to(r.b, std::move(grads[1]), rhs_shape);
-        return grads;
-      });
+  return self.record<2>(op, Cost::Elementwise, {std::move(lhs), std::move(rhs)}, keep, forward,
+                        [rule, lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](
+                            BackwardArgs& r, Primitive g) {
+                          Grads grads = rule(r, std::move(g));
+                          if (grads[0]) grads[0] = reduce_to(r.b, std::move(grads[0]), lhs_shape);
+                          if (grads[1]) grads[1] = reduce_to(r.b, std::move(grads[1]), rhs_shape);
+                          return grads;
+                        });
 }
 
 }  // namespace
 
 // ---- binary ops: rule(r, g) gives {d lhs, d rhs} at the output shape ----
-#define KILN_BINARY_RULE(name, keep, ...)                                                   \
-  Primitive AutodiffBackend::name(Primitive lhs, Primitive rhs) {                           \
-    return binary(*this, #name, std::move(lhs), std::move(rhs), keep,                       \
-                  [](Backend& b, Inputs<2> in) { return b.name(std::move(in[0]), std::move(in[1])); }, \
-                  [](BackwardArgs& r, Primitive g) -> Grads {                                \
-                    [[maybe_unused]] Backend& b = r.b;                                       \
-                    return __VA_ARGS__;                                                      \
-                  });                                                                        \
+#define KILN_BINARY_RULE(name, keep, ...)                                                    \
+  Primitive AutodiffBackend::name(Primitive lhs, Primitive rhs) {                            \
+    return binary(                                                                           \
+        *this, #name, std::move(lhs), std::move(rhs), keep,                                  \
+        [](Backend& b, Inputs<2> in) { return b.name(std::move(in[0]), std::move(in[1])); }, \
+        [](BackwardArgs& r, Primitive g) -> Grads {                                          \
+          [[maybe_unused]] Backend& b = r.b;                                                 \
+          return __VA_ARGS__;                                                                \
+        });                                                                                  \
   }
 
 KILN_BINARY_RULE(add, kKeepNone, {r.needs(0) ? g : nullptr, r.needs(1) ? g : nullptr})
 KILN_BINARY_RULE(sub, kKeepNone, {r.needs(0) ? g : nullptr, r.needs(1) ? b.neg(g) : nullptr})
 KILN_BINARY_RULE(mul, kKeepIn0 | kKeepIn1,
-                 {r.needs(0) ? b.mul(g, r.in(1)) : nullptr, r.needs(1) ? b.mul(g, r.in(0)) : nullptr})
+                 {r.needs(0) ? b.mul(g, r.in(1)) : nullptr,
+                  r.needs(1) ? b.mul(g, r.in(0)) : nullptr})
 // d/db (a / b) = -(g / b) * a / b
 KILN_BINARY_RULE(div, kKeepIn0 | kKeepIn1, [&]() -> Grads {
   Primitive over_b = b.div(g, r.in(1));
@@ -95,15 +97,15 @@ KILN_BINARY_RULE(hypot, kKeepIn0 | kKeepIn1 | kKeepOut, [&]() -> Grads {
 }())
 
 // maximum / minimum: the gradient goes to the chosen operand, split evenly on ties (PyTorch).
-#define KILN_EXTREMUM_RULE(name, strictly)                                                  \
-  KILN_BINARY_RULE(name, kKeepIn0 | kKeepIn1, [&]() -> Grads {                              \
-    Primitive a = r.in(0);                                                                  \
-    Primitive c = r.in(1);                                                                  \
-    Primitive share = b.add(as_float(b, b.strictly(a, c), g),                               \
-                            scale(b, as_float(b, b.equal(a, c), g), 0.5));                  \
-    Primitive da = b.mul(g, share);                                                         \
-    Primitive dc = r.needs(1) ? b.sub(g, da) : nullptr;                                     \
-    return {r.needs(0) ? da : nullptr, dc};                                                 \
+#define KILN_EXTREMUM_RULE(name, strictly)                                                     \
+  KILN_BINARY_RULE(name, kKeepIn0 | kKeepIn1, [&]() -> Grads {                                 \
+    Primitive a = r.in(0);                                                                     \
+    Primitive c = r.in(1);                                                                     \
+    Primitive share =                                                                          \
+        b.add(as_float(b, b.strictly(a, c), g), scale(b, as_float(b, b.equal(a, c), g), 0.5)); \
+    Primitive da = b.mul(g, share);                                                            \
+    Primitive dc = r.needs(1) ? b.sub(g, da) : nullptr;                                        \
+    return {r.needs(0) ? da : nullptr, dc};                                                    \
   }())
 KILN_EXTREMUM_RULE(maximum, greater)
 KILN_EXTREMUM_RULE(minimum, lower)
@@ -111,16 +113,16 @@ KILN_EXTREMUM_RULE(minimum, lower)
 #undef KILN_BINARY_RULE
 
 // ---- scalar forms: rule(r, g, value) gives d x ----
-#define KILN_SCALAR_RULE(name, keep, ...)                                                      \
-  Primitive AutodiffBackend::name(Primitive x, Scalar value) {                                 \
-    return record<1>(                                                                          \
-        #name, Cost::Elementwise, {std::move(x)}, keep,                                        \
-        [value](Backend& b, Inputs<1> in) { return b.name(std::move(in[0]), value); },         \
-        [value](BackwardArgs& r, Primitive g) -> Grads {                                       \
-          [[maybe_unused]] Backend& b = r.b;                                                   \
-          [[maybe_unused]] const double s = value.to_double();                                    \
-          return {__VA_ARGS__};                                                                \
-        });                                                                                    \
+#define KILN_SCALAR_RULE(name, keep, ...)                                              \
+  Primitive AutodiffBackend::name(Primitive x, Scalar value) {                         \
+    return record<1>(                                                                  \
+        #name, Cost::Elementwise, {std::move(x)}, keep,                                \
+        [value](Backend& b, Inputs<1> in) { return b.name(std::move(in[0]), value); }, \
+        [value](BackwardArgs& r, Primitive g) -> Grads {                               \
+          [[maybe_unused]] Backend& b = r.b;                                           \
+          [[maybe_unused]] const double s = value.to_double();                         \
+          return {__VA_ARGS__};                                                        \
+        });                                                                            \
   }
 
 KILN_SCALAR_RULE(add_scalar, kKeepNone, g)
@@ -129,7 +131,8 @@ KILN_SCALAR_RULE(remainder_scalar, kKeepNone, g)
 KILN_SCALAR_RULE(mul_scalar, kKeepNone, scale(b, g, s))
 KILN_SCALAR_RULE(div_scalar, kKeepNone, scale(b, g, 1.0 / s))
 KILN_SCALAR_RULE(pow_scalar, kKeepIn0,
-                 s == 0.0 ? zeros_like(b, g) : b.mul(g, scale(b, b.pow_scalar(r.in(0), s - 1.0), s)))
+                 s == 0.0 ? zeros_like(b, g)
+                          : b.mul(g, scale(b, b.pow_scalar(r.in(0), s - 1.0), s)))
 // The gradient passes where min <= x <= max (PyTorch's convention at the bounds).
 KILN_SCALAR_RULE(clamp_min, kKeepIn0, b.mask_fill(g, b.lower_elem(r.in(0), value), 0))
 KILN_SCALAR_RULE(clamp_max, kKeepIn0, b.mask_fill(g, b.greater_elem(r.in(0), value), 0))
@@ -161,7 +164,8 @@ Primitive AutodiffBackend::matmul(Primitive lhs, Primitive rhs) {
   return record<2>(
       "matmul", Cost::Stored, {std::move(lhs), std::move(rhs)}, kKeepIn0 | kKeepIn1,
       [](Backend& b, Inputs<2> in) { return b.matmul(std::move(in[0]), std::move(in[1])); },
-      [lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](BackwardArgs& r, Primitive g) -> Grads {
+      [lhs_shape = std::move(lhs_shape), rhs_shape = std::move(rhs_shape)](BackwardArgs& r,
+                                                                           Primitive g) -> Grads {
         Backend& b = r.b;
         Primitive dl, dr;
         if (r.needs(0)) dl = reduce_to(b, b.matmul(g, transpose_last(b, r.in(1))), lhs_shape);

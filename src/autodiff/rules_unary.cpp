@@ -6,15 +6,15 @@
 
 namespace kiln::autodiff {
 
-#define KILN_UNARY_RULE(name, keep, ...)                                                    \
-  Primitive AutodiffBackend::name(Primitive x) {                                            \
-    return record<1>(                                                                       \
-        #name, Cost::Elementwise, {std::move(x)}, keep,                                     \
-        [](Backend& b, Inputs<1> in) { return b.name(std::move(in[0])); },                  \
-        [](BackwardArgs& r, Primitive g) -> Grads {                                         \
-          [[maybe_unused]] Backend& b = r.b;                                                \
-          return {__VA_ARGS__};                                                             \
-        });                                                                                 \
+#define KILN_UNARY_RULE(name, keep, ...)                                   \
+  Primitive AutodiffBackend::name(Primitive x) {                           \
+    return record<1>(                                                      \
+        #name, Cost::Elementwise, {std::move(x)}, keep,                    \
+        [](Backend& b, Inputs<1> in) { return b.name(std::move(in[0])); }, \
+        [](BackwardArgs& r, Primitive g) -> Grads {                        \
+          [[maybe_unused]] Backend& b = r.b;                               \
+          return {__VA_ARGS__};                                            \
+        });                                                                \
   }
 #define X r.in(0)
 #define OUT r.out()

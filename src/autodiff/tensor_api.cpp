@@ -82,9 +82,10 @@ Gradients backward(const Primitive& root, std::optional<Primitive> seed,
                    const BackwardOptions& options) {
   const autodiff::NodeRef& node = autodiff::node_of(root);
   if (!node) {
-    fail<AutodiffError>("backward", "the tensor is not tracked (no input of it required grad); "
-                                    "call require_grad() on the inputs, on a device made with "
-                                    ".autodiff(), before computing it");
+    fail<AutodiffError>("backward",
+                        "the tensor is not tracked (no input of it required grad); "
+                        "call require_grad() on the inputs, on a device made with "
+                        ".autodiff(), before computing it");
   }
   autodiff::AutodiffBackend& backend = autodiff_backend(root->device());
   Primitive start;
@@ -94,12 +95,12 @@ Gradients backward(const Primitive& root, std::optional<Primitive> seed,
                           " but the tensor has shape ", root->shape().to_string());
     }
     if (!(*seed)->device().same_hardware(root->device())) {
-      fail<DeviceMismatch>("backward", "the seed gradient is on ",
-                           (*seed)->device().to_string(), " but the tensor is on ",
-                           root->device().to_string());
+      fail<DeviceMismatch>("backward", "the seed gradient is on ", (*seed)->device().to_string(),
+                           " but the tensor is on ", root->device().to_string());
     }
     start = autodiff::inner_of(*seed);
-    if (start->dtype() != root->dtype()) start = backend.inner().cast(std::move(start), root->dtype());
+    if (start->dtype() != root->dtype())
+      start = backend.inner().cast(std::move(start), root->dtype());
     if (options.create_graph) {
       start = autodiff::is_autodiff(*seed) && (*seed)->dtype() == root->dtype()
                   ? *seed
@@ -132,8 +133,9 @@ std::optional<Primitive> grad_remove(const Primitive& x, Gradients& grads) {
 void grad_replace(const Primitive& x, Gradients& grads, Primitive grad) {
   const auto leaf = leaf_of(x);
   if (!leaf) {
-    fail<AutodiffError>("grad_replace", "the tensor does not require grad, so it has no "
-                                        "gradient to replace; call require_grad() first");
+    fail<AutodiffError>("grad_replace",
+                        "the tensor does not require grad, so it has no "
+                        "gradient to replace; call require_grad() first");
   }
   if (grad->shape() != x->shape()) {
     fail<ShapeMismatch>("grad_replace", "the gradient has shape ", grad->shape().to_string(),

@@ -24,11 +24,11 @@ struct GpuInfo {
 
 // NVRTC work done for one device (counted since the process started).
 struct KernelCacheStats {
-  std::int64_t compiles = 0;      // NVRTC compilations (neither cache had the kernel)
-  std::int64_t memory_hits = 0;   // found loaded in this process
-  std::int64_t disk_hits = 0;     // loaded from the disk cache
-  double compile_seconds = 0;     // NVRTC time, all compiles
-  double disk_load_seconds = 0;   // time to read and load cached cubins
+  std::int64_t compiles = 0;     // NVRTC compilations (neither cache had the kernel)
+  std::int64_t memory_hits = 0;  // found loaded in this process
+  std::int64_t disk_hits = 0;    // loaded from the disk cache
+  double compile_seconds = 0;    // NVRTC time, all compiles
+  double disk_load_seconds = 0;  // time to read and load cached cubins
 };
 
 struct CudaPluginApi {

@@ -6,10 +6,10 @@
 namespace kiln {
 
 #define KILN_OP_DEFINE_REQUIRED(op_name, result, params)
-#define KILN_OP_DEFINE_LATER(op_name, result, params)                                         \
-  result Backend::op_name params {                                                            \
-    detail::fail<UnsupportedOperation>(#op_name, "not available yet on ", this->name(),       \
-                                       " (its issue has not landed)");                     \
+#define KILN_OP_DEFINE_LATER(op_name, result, params)                                   \
+  result Backend::op_name params {                                                      \
+    detail::fail<UnsupportedOperation>(#op_name, "not available yet on ", this->name(), \
+                                       " (its issue has not landed)");                  \
   }
 #define KILN_OP_DEFINE_DEFAULT(op_name, result, params)
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \

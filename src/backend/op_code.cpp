@@ -17,16 +17,22 @@ constexpr OpAvailability kAvailability_LATER = OpAvailability::Later;
 
 constexpr OpInfo kOps[] = {
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  {OpCode::name, #name, #group, kKinds_##kinds, kAvailability_##availability,      \
-   KILN_IMPL_CPU(impl) == 1, KILN_IMPL_CUDA(impl) == 1, KILN_IMPL_GRAD(impl) == 1},
+  {OpCode::name,                                                                    \
+   #name,                                                                           \
+   #group,                                                                          \
+   kKinds_##kinds,                                                                  \
+   kAvailability_##availability,                                                    \
+   KILN_IMPL_CPU(impl) == 1,                                                        \
+   KILN_IMPL_CUDA(impl) == 1,                                                       \
+   KILN_IMPL_GRAD(impl) == 1},
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 };
 
 // A REQUIRED op is pure virtual in Backend: every real backend must have its kernel.
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)            \
-  static_assert(kAvailability_##availability != OpAvailability::Required ||                  \
-                    (KILN_IMPL_CPU(impl) == 1 && KILN_IMPL_CUDA(impl) == 1),                  \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  static_assert(kAvailability_##availability != OpAvailability::Required ||         \
+                    (KILN_IMPL_CPU(impl) == 1 && KILN_IMPL_CUDA(impl) == 1),        \
                 #name ": a REQUIRED op has impl C and G in ops.def");
 #include "kiln/detail/ops.def"
 #undef KILN_OP

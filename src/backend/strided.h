@@ -35,8 +35,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Strides that view the same memory with shape `to`, if the existing strides allow it (each
 // group of old dims that merges into new dims must be contiguous within itself); else nullopt
 // and the caller copies.
-std::optional<Strides> reshape_strides(const Shape& shape, const Strides& strides,
-                                       const Shape& to);
+std::optional<Strides> reshape_strides(const Shape& shape, const Strides& strides, const Shape& to);
 
 // Throws InvalidArgument naming op unless every element of the view (shape, strides, offset)
 // lies in [0, storage_elements): the invariant that makes a view safe to read and write. O(rank).

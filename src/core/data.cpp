@@ -10,14 +10,14 @@ namespace kiln {
 TensorData::TensorData(std::vector<std::byte> bytes, Shape shape, DType dtype)
     : bytes_(std::move(bytes)), shape_(std::move(shape)), dtype_(dtype) {
   for (std::int64_t d : shape_.dims()) {
-    if (d < 0) detail::fail<ShapeMismatch>("TensorData", "negative dimension in ", shape_.to_string());
+    if (d < 0)
+      detail::fail<ShapeMismatch>("TensorData", "negative dimension in ", shape_.to_string());
   }
   // Checked: [0] bytes must not pass for a shape like [2^32, 2^32] whose count wraps to 0.
   const std::size_t expected = checked::dense_bytes(shape_, dtype, "TensorData");
   if (bytes_.size() != expected) {
     detail::fail<ShapeMismatch>("TensorData", bytes_.size(), " bytes given but shape ",
-                                shape_.to_string(), " of ", dtype_name(dtype), " needs ",
-                                expected);
+                                shape_.to_string(), " of ", dtype_name(dtype), " needs ", expected);
   }
 }
 
@@ -26,8 +26,8 @@ void TensorData::check_count(const char* op, std::size_t count, const Shape& sha
     if (d < 0) detail::fail<ShapeMismatch>(op, "negative dimension in ", shape.to_string());
   }
   if (static_cast<std::int64_t>(count) != checked::num_elements(shape, op)) {
-    detail::fail<ShapeMismatch>(op, count, " values given but shape ", shape.to_string(),
-                                " holds ", shape.num_elements());
+    detail::fail<ShapeMismatch>(op, count, " values given but shape ", shape.to_string(), " holds ",
+                                shape.num_elements());
   }
 }
 
@@ -54,7 +54,8 @@ std::vector<double> TensorData::to_f64_vec() const {
   std::vector<double> out(n);
   visit_dtype(dtype_, "TensorData::to_f64_vec", [&]<class T>(type_tag<T>) {
     const T* in = reinterpret_cast<const T*>(bytes_.data());
-    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(static_cast<compute_t<T>>(in[i]));
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = static_cast<double>(static_cast<compute_t<T>>(in[i]));
   });
   return out;
 }

@@ -65,8 +65,8 @@ Device Device::cuda(int index) {
 
 Device Device::remote(const std::string& url) {
   if (url.empty()) detail::fail<InvalidArgument>("Device::remote", "empty url");
-  detail::fail<NotCompiled>("Device::remote", "kiln was built without the remote backend (",
-                            url, ")");
+  detail::fail<NotCompiled>("Device::remote", "kiln was built without the remote backend (", url,
+                            ")");
 }
 
 std::string Device::url() const {
@@ -100,9 +100,12 @@ Device Device::default_device() {
 
 int Device::count(DeviceKind kind) {
   switch (kind) {
-    case DeviceKind::Cpu: return 1;
-    case DeviceKind::Cuda: return cuda_device_count(nullptr);
-    case DeviceKind::Remote: return 0;
+    case DeviceKind::Cpu:
+      return 1;
+    case DeviceKind::Cuda:
+      return cuda_device_count(nullptr);
+    case DeviceKind::Remote:
+      return 0;
   }
   return 0;
 }
@@ -123,7 +126,9 @@ bool Device::allow_tf32() const {
   const auto found = flags.allowed.find({static_cast<int>(kind_), index_});
   return found != flags.allowed.end() && found->second;
 }
-DTypeUsageSet Device::dtype_usage(DType dtype) const { return backend_for(*this).dtype_usage(dtype); }
+DTypeUsageSet Device::dtype_usage(DType dtype) const {
+  return backend_for(*this).dtype_usage(dtype);
+}
 bool Device::supports_dtype(DType dtype) const { return backend_for(*this).supports_dtype(dtype); }
 void Device::seed(std::uint64_t seed) const { backend_for(*this).seed(seed); }
 void Device::sync() const { backend_for(*this).sync(); }
@@ -135,9 +140,15 @@ void Device::reset_peak_memory() const { backend_for(*this).reset_peak_memory();
 std::string Device::to_string() const {
   std::ostringstream out;
   switch (kind_) {
-    case DeviceKind::Cpu: out << "cpu"; break;
-    case DeviceKind::Cuda: out << "cuda:" << index_; break;
-    case DeviceKind::Remote: out << "remote:" << url(); break;
+    case DeviceKind::Cpu:
+      out << "cpu";
+      break;
+    case DeviceKind::Cuda:
+      out << "cuda:" << index_;
+      break;
+    case DeviceKind::Remote:
+      out << "remote:" << url();
+      break;
   }
   if (autodiff_) out << " (autodiff)";
   return out.str();

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 #include <string_view>
+#include <type_traits>
 
 #include "kiln/detail/format.h"
 #include "kiln/dtype.h"
@@ -21,20 +21,34 @@ struct type_tag {
 template <class F>
 decltype(auto) visit_dtype(DType dtype, std::string_view op, F&& f) {
   switch (dtype) {
-    case DType::F64: return f(type_tag<double>{});
-    case DType::F32: return f(type_tag<float>{});
-    case DType::F16: return f(type_tag<half>{});
-    case DType::BF16: return f(type_tag<bfloat16>{});
-    case DType::I64: return f(type_tag<std::int64_t>{});
-    case DType::I32: return f(type_tag<std::int32_t>{});
-    case DType::I16: return f(type_tag<std::int16_t>{});
-    case DType::I8: return f(type_tag<std::int8_t>{});
-    case DType::U64: return f(type_tag<std::uint64_t>{});
-    case DType::U32: return f(type_tag<std::uint32_t>{});
-    case DType::U16: return f(type_tag<std::uint16_t>{});
-    case DType::U8: return f(type_tag<std::uint8_t>{});
-    case DType::Bool: return f(type_tag<bool>{});
-    case DType::QFloat: break;
+    case DType::F64:
+      return f(type_tag<double>{});
+    case DType::F32:
+      return f(type_tag<float>{});
+    case DType::F16:
+      return f(type_tag<half>{});
+    case DType::BF16:
+      return f(type_tag<bfloat16>{});
+    case DType::I64:
+      return f(type_tag<std::int64_t>{});
+    case DType::I32:
+      return f(type_tag<std::int32_t>{});
+    case DType::I16:
+      return f(type_tag<std::int16_t>{});
+    case DType::I8:
+      return f(type_tag<std::int8_t>{});
+    case DType::U64:
+      return f(type_tag<std::uint64_t>{});
+    case DType::U32:
+      return f(type_tag<std::uint32_t>{});
+    case DType::U16:
+      return f(type_tag<std::uint16_t>{});
+    case DType::U8:
+      return f(type_tag<std::uint8_t>{});
+    case DType::Bool:
+      return f(type_tag<bool>{});
+    case DType::QFloat:
+      break;
   }
   detail::fail<UnsupportedDType>(op, "dtype ", dtype_name(dtype), " is not supported here");
 }
@@ -52,11 +66,16 @@ decltype(auto) visit_numeric_dtype(DType dtype, std::string_view op, F&& f) {
 template <class F>
 decltype(auto) visit_float_dtype(DType dtype, std::string_view op, F&& f) {
   switch (dtype) {
-    case DType::F64: return f(type_tag<double>{});
-    case DType::F32: return f(type_tag<float>{});
-    case DType::F16: return f(type_tag<half>{});
-    case DType::BF16: return f(type_tag<bfloat16>{});
-    default: break;
+    case DType::F64:
+      return f(type_tag<double>{});
+    case DType::F32:
+      return f(type_tag<float>{});
+    case DType::F16:
+      return f(type_tag<half>{});
+    case DType::BF16:
+      return f(type_tag<bfloat16>{});
+    default:
+      break;
   }
   detail::fail<UnsupportedDType>(op, "expected a float dtype, got ", dtype_name(dtype));
 }
@@ -65,15 +84,24 @@ decltype(auto) visit_float_dtype(DType dtype, std::string_view op, F&& f) {
 template <class F>
 decltype(auto) visit_int_dtype(DType dtype, std::string_view op, F&& f) {
   switch (dtype) {
-    case DType::I64: return f(type_tag<std::int64_t>{});
-    case DType::I32: return f(type_tag<std::int32_t>{});
-    case DType::I16: return f(type_tag<std::int16_t>{});
-    case DType::I8: return f(type_tag<std::int8_t>{});
-    case DType::U64: return f(type_tag<std::uint64_t>{});
-    case DType::U32: return f(type_tag<std::uint32_t>{});
-    case DType::U16: return f(type_tag<std::uint16_t>{});
-    case DType::U8: return f(type_tag<std::uint8_t>{});
-    default: break;
+    case DType::I64:
+      return f(type_tag<std::int64_t>{});
+    case DType::I32:
+      return f(type_tag<std::int32_t>{});
+    case DType::I16:
+      return f(type_tag<std::int16_t>{});
+    case DType::I8:
+      return f(type_tag<std::int8_t>{});
+    case DType::U64:
+      return f(type_tag<std::uint64_t>{});
+    case DType::U32:
+      return f(type_tag<std::uint32_t>{});
+    case DType::U16:
+      return f(type_tag<std::uint16_t>{});
+    case DType::U8:
+      return f(type_tag<std::uint8_t>{});
+    default:
+      break;
   }
   detail::fail<UnsupportedDType>(op, "expected an integer dtype, got ", dtype_name(dtype));
 }
@@ -83,8 +111,14 @@ template <class T>
 struct compute_type {
   using type = T;
 };
-template <> struct compute_type<half> { using type = float; };
-template <> struct compute_type<bfloat16> { using type = float; };
+template <>
+struct compute_type<half> {
+  using type = float;
+};
+template <>
+struct compute_type<bfloat16> {
+  using type = float;
+};
 template <class T>
 using compute_t = typename compute_type<T>::type;
 
@@ -96,8 +130,7 @@ inline To convert_element(From value) noexcept {
     return value;
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<compute_t<From>>(value) != compute_t<From>(0);
-  } else if constexpr (std::is_integral_v<To> &&
-                       (std::is_floating_point_v<compute_t<From>>)) {
+  } else if constexpr (std::is_integral_v<To> && (std::is_floating_point_v<compute_t<From>>)) {
     const double v = static_cast<double>(static_cast<compute_t<From>>(value));
     if (!(v == v)) return To(0);
     constexpr double lo = static_cast<double>(std::numeric_limits<To>::lowest());

@@ -27,7 +27,8 @@ Primitive prelu(Primitive x, Primitive alpha) {
   check_float(x, "prelu");
   check_float(alpha, "prelu");
   Backend& backend = backend_of(x, alpha, "prelu");
-  if (alpha->rank() != x->rank() || broadcast_shape(x->shape(), alpha->shape(), "prelu") != x->shape()) {
+  if (alpha->rank() != x->rank() ||
+      broadcast_shape(x->shape(), alpha->shape(), "prelu") != x->shape()) {
     fail<ShapeMismatch>("prelu", "alpha of shape ", alpha->shape().to_string(),
                         " does not broadcast to the input's shape ", x->shape().to_string());
   }

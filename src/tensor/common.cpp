@@ -6,9 +6,12 @@ namespace kiln {
 
 std::string_view kind_name(Kind kind) noexcept {
   switch (kind) {
-    case Kind::Float: return "float";
-    case Kind::Int: return "int";
-    case Kind::Bool: return "bool";
+    case Kind::Float:
+      return "float";
+    case Kind::Int:
+      return "int";
+    case Kind::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -52,24 +55,32 @@ namespace {
 
 int float_rank(DType d) {
   switch (d) {
-    case DType::F16: return 1;
-    case DType::BF16: return 1;
-    case DType::F32: return 2;
-    case DType::F64: return 3;
-    default: return 0;
+    case DType::F16:
+      return 1;
+    case DType::BF16:
+      return 1;
+    case DType::F32:
+      return 2;
+    case DType::F64:
+      return 3;
+    default:
+      return 0;
   }
 }
 
 DType wider_int(DType a, DType b) {
   const bool sa = is_signed_int(a), sb = is_signed_int(b);
   if (sa == sb) return dtype_size(a) >= dtype_size(b) ? a : b;
-  const DType s = sa ? a : b;   // signed one
-  const DType u = sa ? b : a;   // unsigned one
+  const DType s = sa ? a : b;  // signed one
+  const DType u = sa ? b : a;  // unsigned one
   if (dtype_size(s) > dtype_size(u)) return s;
   switch (dtype_size(u)) {
-    case 1: return DType::I16;
-    case 2: return DType::I32;
-    default: return DType::I64;
+    case 1:
+      return DType::I16;
+    case 2:
+      return DType::I32;
+    default:
+      return DType::I64;
   }
 }
 
@@ -121,9 +132,12 @@ void check_scalar_fits(const Primitive& p, const Scalar& s, const char* op) {
 DType default_dtype(const Device& device, Kind kind) {
   const DeviceSettings s = settings_for(device);
   switch (kind) {
-    case Kind::Float: return s.float_dtype;
-    case Kind::Int: return s.int_dtype;
-    case Kind::Bool: return s.bool_dtype;
+    case Kind::Float:
+      return s.float_dtype;
+    case Kind::Int:
+      return s.int_dtype;
+    case Kind::Bool:
+      return s.bool_dtype;
   }
   return s.float_dtype;
 }

@@ -18,10 +18,16 @@ Backend& backend_of(const Primitive& a, const Primitive& b, const char* op);
 
 // Throws DTypeMismatch unless p's dtype is of one of the allowed kinds.
 void check_kind(const Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op);
-inline void check_float(const Primitive& p, const char* op) { check_kind(p, true, false, false, op); }
-inline void check_numeric(const Primitive& p, const char* op) { check_kind(p, true, true, false, op); }
+inline void check_float(const Primitive& p, const char* op) {
+  check_kind(p, true, false, false, op);
+}
+inline void check_numeric(const Primitive& p, const char* op) {
+  check_kind(p, true, true, false, op);
+}
 inline void check_int(const Primitive& p, const char* op) { check_kind(p, false, true, false, op); }
-inline void check_bool(const Primitive& p, const char* op) { check_kind(p, false, false, true, op); }
+inline void check_bool(const Primitive& p, const char* op) {
+  check_kind(p, false, false, true, op);
+}
 
 // Brings a and b to one dtype: the wider of the two when they are of the same kind
 // (f16 with bf16 gives f32; signed with unsigned gives i64); DTypeMismatch across kinds.

@@ -31,8 +31,8 @@ Primitive from_data(TensorData data, Device device, Kind kind, std::size_t rank)
                         data.shape().rank(), " but the tensor type has rank ", rank);
   }
   if (kind_of(data.dtype()) != kind) {
-    fail<DTypeMismatch>("from_data", "data of dtype ", dtype_name(data.dtype()),
-                        " cannot make a ", kind_name(kind), " tensor");
+    fail<DTypeMismatch>("from_data", "data of dtype ", dtype_name(data.dtype()), " cannot make a ",
+                        kind_name(kind), " tensor");
   }
   settings_for(device);  // first use fixes the device settings
   return backend_for(device).from_data(std::move(data), device);
@@ -77,7 +77,8 @@ Primitive eye(std::int64_t rows, std::int64_t columns, std::optional<DType> dtyp
   check_dims(Shape{rows, columns}, d, "eye");
   Backend& backend = backend_for(device);
   Primitive r = backend.reshape(backend.arange(0, rows, 1, DType::I64, device), Shape{rows, 1});
-  Primitive c = backend.reshape(backend.arange(0, columns, 1, DType::I64, device), Shape{1, columns});
+  Primitive c =
+      backend.reshape(backend.arange(0, columns, 1, DType::I64, device), Shape{1, columns});
   return backend.cast(backend.equal(std::move(r), std::move(c)), d);
 }
 

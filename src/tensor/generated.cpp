@@ -29,28 +29,28 @@ Backend& prepare_binary(Primitive& lhs, Primitive& rhs, const bool (&accepts)[3]
 
 }  // namespace
 
-#define KILN_CHECKED_UNARY(name, kinds)         \
-  Primitive name(Primitive x) {                 \
-    check_kinds(x, kAccepts_##kinds, #name);    \
-    return backend_of(x).name(std::move(x));    \
+#define KILN_CHECKED_UNARY(name, kinds)      \
+  Primitive name(Primitive x) {              \
+    check_kinds(x, kAccepts_##kinds, #name); \
+    return backend_of(x).name(std::move(x)); \
   }
-#define KILN_CHECKED_BINARY(name, kinds)                                        \
-  Primitive name(Primitive lhs, Primitive rhs) {                                \
-    Backend& backend = prepare_binary(lhs, rhs, kAccepts_##kinds, #name);       \
-    return backend.name(std::move(lhs), std::move(rhs));                        \
+#define KILN_CHECKED_BINARY(name, kinds)                                  \
+  Primitive name(Primitive lhs, Primitive rhs) {                          \
+    Backend& backend = prepare_binary(lhs, rhs, kAccepts_##kinds, #name); \
+    return backend.name(std::move(lhs), std::move(rhs));                  \
   }
 // A comparison's scalar may be of any kind (3 > 2.5 on integers is a question with an answer);
 // an arithmetic scalar must fit the tensor's kind.
-#define KILN_CHECKED_SCALAR(name, kinds)             \
-  Primitive name(Primitive x, Scalar value) {        \
-    check_kinds(x, kAccepts_##kinds, #name);         \
-    check_scalar_fits(x, value, #name);              \
-    return backend_of(x).name(std::move(x), value);  \
+#define KILN_CHECKED_SCALAR(name, kinds)            \
+  Primitive name(Primitive x, Scalar value) {       \
+    check_kinds(x, kAccepts_##kinds, #name);        \
+    check_scalar_fits(x, value, #name);             \
+    return backend_of(x).name(std::move(x), value); \
   }
-#define KILN_CHECKED_COMPARE_SCALAR(name, kinds)     \
-  Primitive name(Primitive x, Scalar value) {        \
-    check_kinds(x, kAccepts_##kinds, #name);         \
-    return backend_of(x).name(std::move(x), value);  \
+#define KILN_CHECKED_COMPARE_SCALAR(name, kinds)    \
+  Primitive name(Primitive x, Scalar value) {       \
+    check_kinds(x, kAccepts_##kinds, #name);        \
+    return backend_of(x).name(std::move(x), value); \
   }
 #define KILN_CHECKED_REDUCE_NONEMPTY(name, kinds) \
   Primitive name(Primitive x) {                   \
@@ -58,18 +58,18 @@ Backend& prepare_binary(Primitive& lhs, Primitive& rhs, const bool (&accepts)[3]
     check_not_empty(x, #name);                    \
     return backend_of(x).name(std::move(x));      \
   }
-#define KILN_CHECKED_DIM(name, kinds)                   \
-  Primitive name(Primitive x, std::int64_t dim) {       \
-    check_kinds(x, kAccepts_##kinds, #name);            \
-    dim = normalize_dim(dim, x->rank(), #name);         \
-    return backend_of(x).name(std::move(x), dim);       \
+#define KILN_CHECKED_DIM(name, kinds)             \
+  Primitive name(Primitive x, std::int64_t dim) { \
+    check_kinds(x, kAccepts_##kinds, #name);      \
+    dim = normalize_dim(dim, x->rank(), #name);   \
+    return backend_of(x).name(std::move(x), dim); \
   }
-#define KILN_CHECKED_DIM_NONEMPTY(name, kinds)                                                \
-  Primitive name(Primitive x, std::int64_t dim) {                                             \
-    check_kinds(x, kAccepts_##kinds, #name);                                                  \
-    dim = normalize_dim(dim, x->rank(), #name);                                               \
-    check_dim_not_empty(x, dim, #name);                                                       \
-    return backend_of(x).name(std::move(x), dim);                                             \
+#define KILN_CHECKED_DIM_NONEMPTY(name, kinds)    \
+  Primitive name(Primitive x, std::int64_t dim) { \
+    check_kinds(x, kAccepts_##kinds, #name);      \
+    dim = normalize_dim(dim, x->rank(), #name);   \
+    check_dim_not_empty(x, dim, #name);           \
+    return backend_of(x).name(std::move(x), dim); \
   }
 #define KILN_CHECKED_COMPARE KILN_CHECKED_BINARY
 #define KILN_CHECKED_PREDICATE KILN_CHECKED_UNARY

@@ -9,12 +9,12 @@ namespace kiln::detail {
 void check_primitive(const Primitive& p, std::size_t rank, Kind kind, const char* op) {
   if (!p) fail<InvalidArgument>(op, "null primitive");
   if (p->rank() != rank) {
-    fail<ShapeMismatch>(op, "a tensor of shape ", p->shape().to_string(), " has rank ",
-                        p->rank(), ", expected rank ", rank);
+    fail<ShapeMismatch>(op, "a tensor of shape ", p->shape().to_string(), " has rank ", p->rank(),
+                        ", expected rank ", rank);
   }
   if (kind_of(p->dtype()) != kind) {
-    fail<DTypeMismatch>(op, "a ", dtype_name(p->dtype()), " tensor is not of the ",
-                        kind_name(kind), " kind");
+    fail<DTypeMismatch>(op, "a ", dtype_name(p->dtype()), " tensor is not of the ", kind_name(kind),
+                        " kind");
   }
 }
 
@@ -92,8 +92,8 @@ Primitive to_kind(Primitive x, Kind kind) {
 std::string to_string(const Primitive& x) {
   const TensorData data = into_data(x);
   std::ostringstream out;
-  out << "Tensor(" << dtype_name(data.dtype()) << ", shape " << data.shape().to_string()
-      << ", " << x->device().to_string() << ")\n";
+  out << "Tensor(" << dtype_name(data.dtype()) << ", shape " << data.shape().to_string() << ", "
+      << x->device().to_string() << ")\n";
   const std::vector<double> values = data.to_f64_vec();
   const Shape& shape = data.shape();
   const std::size_t limit = 64;
@@ -122,8 +122,10 @@ std::string to_string(const Primitive& x) {
     for (std::size_t k = 0; k < closed; ++k) out << ']';
     if (n + 1 < shown) {
       // A new row starts under the first element of its enclosing brackets, as PyTorch prints.
-      if (closed > 0) out << ",\n" << std::string(shape.rank() - closed, ' ');
-      else out << ", ";
+      if (closed > 0)
+        out << ",\n" << std::string(shape.rank() - closed, ' ');
+      else
+        out << ", ";
     }
   }
   if (shown < values.size()) out << " ... (" << values.size() << " elements)";

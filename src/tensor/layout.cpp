@@ -16,7 +16,8 @@ Primitive reshape(Primitive x, Shape shape, std::size_t expected_rank) {
   std::size_t inferred = shape.rank();
   for (std::size_t i = 0; i < shape.rank(); ++i) {
     if (shape[i] == -1) {
-      if (inferred != shape.rank()) fail<InvalidArgument>(op, "more than one -1 in ", shape.to_string());
+      if (inferred != shape.rank())
+        fail<InvalidArgument>(op, "more than one -1 in ", shape.to_string());
       inferred = i;
     } else if (shape[i] < 0) {
       fail<InvalidArgument>(op, "negative dimension in ", shape.to_string());
@@ -53,8 +54,8 @@ Primitive expand(Primitive x, Shape shape) {
     if (i >= lead && shape[i] == -1) shape[i] = from[i - lead];
     const std::int64_t f = i < lead ? 1 : from[i - lead];
     if (shape[i] < 0 || (f != 1 && f != shape[i])) {
-      fail<ShapeMismatch>("expand", "cannot expand ", from.to_string(), " to ",
-                          shape.to_string(), " (dim ", i, ")");
+      fail<ShapeMismatch>("expand", "cannot expand ", from.to_string(), " to ", shape.to_string(),
+                          " (dim ", i, ")");
     }
   }
   checked::check_shape(shape, "expand");
@@ -69,7 +70,8 @@ Primitive permute(Primitive x, std::vector<std::int64_t> axes) {
   std::vector<bool> seen(rank, false);
   for (std::int64_t& a : axes) {
     a = normalize_dim(a, rank, "permute");
-    if (seen[static_cast<std::size_t>(a)]) fail<InvalidArgument>("permute", "axis ", a, " repeated");
+    if (seen[static_cast<std::size_t>(a)])
+      fail<InvalidArgument>("permute", "axis ", a, " repeated");
     seen[static_cast<std::size_t>(a)] = true;
   }
   return backend_of(x).permute(std::move(x), std::move(axes));

@@ -60,7 +60,8 @@ std::string Progress::status_text() const {
   text << std::fixed << std::setprecision(4) << " loss " << loss_ << std::setprecision(0) << " "
        << rate << " samples/s";
   if (total_ > 0 && step_ > 0) {
-    const double remaining = seconds / static_cast<double>(step_) * static_cast<double>(total_ - step_);
+    const double remaining =
+        seconds / static_cast<double>(step_) * static_cast<double>(total_ - step_);
     text << " ETA " << format_duration(remaining);
   }
   return text.str();

@@ -30,8 +30,8 @@ std::vector<std::string> grad_unary_names() {
   return names;
 }
 
-void gradcheck_unary(const Device& device, const char* name, Primitive (*op)(Primitive),
-                     double lo, double hi) {
+void gradcheck_unary(const Device& device, const char* name, Primitive (*op)(Primitive), double lo,
+                     double hi) {
   for (Layout layout : kLayouts) {
     GradInput x{Shape{3, 4}, layout};
     x.lo = lo;

@@ -32,9 +32,9 @@ struct DimOpCase {
 };
 #define KILN_GRAD_DIM_FORM_DIM KILN_PROBE
 #define KILN_GRAD_DIM_FORM_DIM_NONEMPTY KILN_PROBE
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  KILN_WHEN(KILN_AND(KILN_IMPL_GRAD(impl), KILN_IS_PROBE(KILN_GRAD_DIM_FORM_##form)))( \
-      DimOpCase{#name, detail::name},)
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)   \
+  KILN_WHEN(KILN_AND(KILN_IMPL_GRAD(impl), KILN_IS_PROBE(KILN_GRAD_DIM_FORM_##form))) \
+  (DimOpCase{#name, detail::name}, )
 const DimOpCase kDimOps[] = {
 #include "kiln/detail/ops.def"
 };
@@ -55,8 +55,8 @@ KILN_CONFORMANCE_ROW(grad_dim_ops, (dim_op_names())) {
   for (const DimOpCase& c : kDimOps) {
     for (Layout layout : kLayouts) {
       for (std::int64_t dim : {0, 1, -1}) {
-        gradcheck(device, std::string(c.name) + " dim " + std::to_string(dim), {{Shape{3, 4}, layout}},
-                  [&](const Prims& in) { return c.op(in[0], dim); });
+        gradcheck(device, std::string(c.name) + " dim " + std::to_string(dim),
+                  {{Shape{3, 4}, layout}}, [&](const Prims& in) { return c.op(in[0], dim); });
       }
     }
     gradcheck(device, std::string(c.name) + " 3-d", {{Shape{2, 3, 2}}},

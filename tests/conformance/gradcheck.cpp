@@ -75,8 +75,9 @@ void gradcheck(const Device& device, const std::string& context, std::vector<Gra
           (loss_at(original + options.eps) - loss_at(original - options.eps)) / (2 * options.eps);
       in.values[j] = original;
       const double got = exact[i][j];
-      const bool ok = (std::isnan(numeric) && std::isnan(got)) ||
-                      std::abs(got - numeric) <= options.tolerance * std::max(1.0, std::abs(numeric));
+      const bool ok =
+          (std::isnan(numeric) && std::isnan(got)) ||
+          std::abs(got - numeric) <= options.tolerance * std::max(1.0, std::abs(numeric));
       if (!ok && reported++ < 5) {
         ADD_FAILURE() << context << " (" << layout_name(in.layout) << "): d/d input " << i
                       << " at element " << j << " (x = " << original << "): backward gave " << got
@@ -90,7 +91,8 @@ void gradcheck(const Device& device, const std::string& context, std::vector<Gra
     std::vector<GradInput> rounded = inputs;
     for (GradInput& in : rounded) in.values = representable(in.values, dtype);
     const auto reference = analytic(ad, rounded, representable(w, dtype), f, DType::F64, context);
-    const auto got = analytic(ad, rounded, w, f, dtype, context + " " + std::string(dtype_name(dtype)));
+    const auto got =
+        analytic(ad, rounded, w, f, dtype, context + " " + std::string(dtype_name(dtype)));
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       double scale = 1.0;
       for (double v : reference[i]) scale = std::max(scale, std::abs(v));
@@ -99,9 +101,9 @@ void gradcheck(const Device& device, const std::string& context, std::vector<Gra
         const double tol = tolerance(dtype) * 8 * scale;
         if (std::isnan(reference[i][j]) && std::isnan(got[i][j])) continue;
         if (std::abs(got[i][j] - reference[i][j]) > tol && reported++ < 5) {
-          ADD_FAILURE() << context << " " << dtype_name(dtype) << " (" << layout_name(inputs[i].layout)
-                        << "): d/d input " << i << " at element " << j << ": " << got[i][j]
-                        << ", f64 gives " << reference[i][j];
+          ADD_FAILURE() << context << " " << dtype_name(dtype) << " ("
+                        << layout_name(inputs[i].layout) << "): d/d input " << i << " at element "
+                        << j << ": " << got[i][j] << ", f64 gives " << reference[i][j];
         }
       }
     }

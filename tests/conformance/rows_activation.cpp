@@ -42,9 +42,8 @@ std::vector<double> with_specials(const Shape& shape, DType dtype, std::uint64_t
   return v;
 }
 
-KILN_CONFORMANCE_ROW(activations,
-                     ({"relu", "leaky_relu", "gelu", "sigmoid", "silu", "hard_sigmoid",
-                       "log_sigmoid"})) {
+KILN_CONFORMANCE_ROW(activations, ({"relu", "leaky_relu", "gelu", "sigmoid", "silu", "hard_sigmoid",
+                                    "log_sigmoid"})) {
   struct Case {
     const char* name;
     std::function<Primitive(Primitive)> op;
@@ -109,12 +108,13 @@ KILN_CONFORMANCE_ROW(prelu, ({"prelu"})) {
         Primitive pa = make_primitive(alpha, alpha_shape, dtype, Layout::Contiguous, device);
         std::vector<double> expected(x.size());
         for (std::size_t i = 0; i < x.size(); ++i) {
-          const double a = broadcast_at(alpha, alpha_shape, unravel(static_cast<std::int64_t>(i), shape));
+          const double a =
+              broadcast_at(alpha, alpha_shape, unravel(static_cast<std::int64_t>(i), shape));
           expected[i] = x[i] < 0 ? a * x[i] : x[i];
         }
-        expect_close(detail::into_data(detail::prelu(px, pa)), shape, dtype,
-                     representable(expected, dtype),
-                     "prelu " + context(device, dtype, layout, shape) + " alpha " + alpha_shape.to_string());
+        expect_close(
+            detail::into_data(detail::prelu(px, pa)), shape, dtype, representable(expected, dtype),
+            "prelu " + context(device, dtype, layout, shape) + " alpha " + alpha_shape.to_string());
       }
     }
   }
@@ -123,7 +123,8 @@ KILN_CONFORMANCE_ROW(prelu, ({"prelu"})) {
   EXPECT_THROW(detail::prelu(x, bad), ShapeMismatch);
 }
 
-KILN_CONFORMANCE_ROW(activation_backward, ({"relu_backward", "sigmoid_backward", "gelu_backward"})) {
+KILN_CONFORMANCE_ROW(activation_backward,
+                     ({"relu_backward", "sigmoid_backward", "gelu_backward"})) {
   Backend& backend = backend_for(device);
   std::uint64_t seed = 1200;
   for (DType dtype : kFloatDTypes) {
@@ -197,7 +198,8 @@ KILN_CONFORMANCE_ROW(softmax_family, ({"softmax", "log_softmax", "softmin"})) {
     const char* name;
     Primitive (*op)(Primitive, std::int64_t);
   };
-  const Case cases[] = {{"softmax", detail::softmax}, {"log_softmax", detail::log_softmax},
+  const Case cases[] = {{"softmax", detail::softmax},
+                        {"log_softmax", detail::log_softmax},
                         {"softmin", detail::softmin}};
   std::uint64_t seed = 1300;
   for (int which = 0; which < 3; ++which) {
@@ -216,10 +218,11 @@ KILN_CONFORMANCE_ROW(softmax_family, ({"softmax", "log_softmax", "softmin"})) {
           Primitive p = make_primitive(x, shape, dtype, layout, device);
           for (std::int64_t dim = 0; dim < static_cast<std::int64_t>(shape.rank()); ++dim) {
             const auto expected = ref_softmax(x, shape, static_cast<std::size_t>(dim), which);
-            const std::string ctx = std::string(c.name) + " " + context(device, dtype, layout, shape) +
-                                    " dim " + std::to_string(dim);
-            expect_close(detail::into_data(c.op(p, dim)), shape, dtype, representable(expected, dtype),
-                         ctx, 4.0);
+            const std::string ctx = std::string(c.name) + " " +
+                                    context(device, dtype, layout, shape) + " dim " +
+                                    std::to_string(dim);
+            expect_close(detail::into_data(c.op(p, dim)), shape, dtype,
+                         representable(expected, dtype), ctx, 4.0);
             // Negative dims count from the end.
             const std::int64_t negative = dim - static_cast<std::int64_t>(shape.rank());
             expect_close(detail::into_data(c.op(p, negative)), shape, dtype,
@@ -248,7 +251,8 @@ KILN_CONFORMANCE_ROW(softmax_family, ({"softmax", "log_softmax", "softmin"})) {
   const std::vector<double> probabilities = detail::into_data(detail::softmax(p, 1)).to_f64_vec();
   for (std::int64_t row = 0; row < long_rows[0]; ++row) {
     double sum = 0;
-    for (std::int64_t k = 0; k < long_rows[1]; ++k) sum += probabilities[static_cast<std::size_t>(row * long_rows[1] + k)];
+    for (std::int64_t k = 0; k < long_rows[1]; ++k)
+      sum += probabilities[static_cast<std::size_t>(row * long_rows[1] + k)];
     EXPECT_NEAR(sum, 1.0, 1e-4) << "row " << row;
   }
 }

@@ -46,11 +46,13 @@ KILN_CONFORMANCE_ROW(creation, ({"from_data", "empty", "full", "zeros", "ones", 
     for (const Shape& shape : {Shape{3, 5}, Shape{0, 4}, Shape{2, 1, 3}}) {
       const std::string ctx = std::string(dtype_name(dtype)) + " " + shape.to_string();
       // from_data keeps every byte.
-      const TensorData data = TensorData::from_vec(random_values(shape, dtype, seed++), shape).convert(dtype);
+      const TensorData data =
+          TensorData::from_vec(random_values(shape, dtype, seed++), shape).convert(dtype);
       const TensorData back = detail::into_data(upload(data, device));
       ASSERT_EQ(back.shape(), shape) << ctx;
       ASSERT_EQ(back.dtype(), dtype) << ctx;
-      EXPECT_TRUE(std::equal(back.bytes().begin(), back.bytes().end(), data.bytes().begin(), data.bytes().end()))
+      EXPECT_TRUE(std::equal(back.bytes().begin(), back.bytes().end(), data.bytes().begin(),
+                             data.bytes().end()))
           << "from_data " << ctx;
       // empty: the right shape and dtype (contents unspecified).
       Primitive e = detail::empty(shape, dtype, device, kind);
@@ -72,8 +74,8 @@ KILN_CONFORMANCE_ROW(creation, ({"from_data", "empty", "full", "zeros", "ones", 
   const auto filled = detail::into_data(detail::full(Shape{2}, big, DType::I64, device, Kind::Int));
   EXPECT_EQ(filled.to_vec<std::int64_t>(), std::vector<std::int64_t>(2, big));
   // A fractional scalar into an integer dtype truncates as a cast does.
-  expect_close(detail::into_data(detail::full(Shape{2}, 2.75, DType::I32, device, Kind::Int)), Shape{2},
-               DType::I32, {2, 2}, "full 2.75 as i32");
+  expect_close(detail::into_data(detail::full(Shape{2}, 2.75, DType::I32, device, Kind::Int)),
+               Shape{2}, DType::I32, {2, 2}, "full 2.75 as i32");
 
   // arange over dtypes, positive and negative steps, empty ranges.
   const std::int64_t ranges[][3] = {{0, 10, 1}, {-5, 7, 3}, {10, -4, -3}, {3, 3, 1},
@@ -83,12 +85,14 @@ KILN_CONFORMANCE_ROW(creation, ({"from_data", "empty", "full", "zeros", "ones", 
     for (const auto& r : ranges) {
       if (is_unsigned_int(dtype) && (r[0] < 0 || r[1] < 0)) continue;
       std::vector<double> expected;
-      for (std::int64_t v = r[0]; r[2] > 0 ? v < r[1] : v > r[1]; v += r[2]) expected.push_back(static_cast<double>(v));
+      for (std::int64_t v = r[0]; r[2] > 0 ? v < r[1] : v > r[1]; v += r[2])
+        expected.push_back(static_cast<double>(v));
       const Shape shape{static_cast<std::int64_t>(expected.size())};
-      expect_close(detail::into_data(detail::arange(r[0], r[1], r[2], dtype, device, kind)), shape, dtype,
-                   expected,
-                   std::string("arange ") + std::string(dtype_name(dtype)) + " " + std::to_string(r[0]) +
-                       ".." + std::to_string(r[1]) + " step " + std::to_string(r[2]));
+      expect_close(detail::into_data(detail::arange(r[0], r[1], r[2], dtype, device, kind)), shape,
+                   dtype, expected,
+                   std::string("arange ") + std::string(dtype_name(dtype)) + " " +
+                       std::to_string(r[0]) + ".." + std::to_string(r[1]) + " step " +
+                       std::to_string(r[2]));
     }
   }
   EXPECT_THROW(detail::arange(0, 5, 0, std::nullopt, device, Kind::Int), InvalidArgument);
@@ -150,10 +154,13 @@ KILN_CONFORMANCE_ROW(random, ({"random"})) {
   const auto again = draw(Distribution::normal(0, 1), DType::F32).to_f64_vec();
   EXPECT_EQ(first, again);
   EXPECT_NE(first, next);
-  EXPECT_TRUE(detail::into_data(detail::random(Shape{0, 3}, Distribution::standard(), DType::F32, device,
-                                               Kind::Float)).to_f64_vec().empty());
-  EXPECT_THROW(detail::random(shape, Distribution::bernoulli(1.5), std::nullopt, device, Kind::Float),
-               InvalidArgument);
+  EXPECT_TRUE(detail::into_data(detail::random(Shape{0, 3}, Distribution::standard(), DType::F32,
+                                               device, Kind::Float))
+                  .to_f64_vec()
+                  .empty());
+  EXPECT_THROW(
+      detail::random(shape, Distribution::bernoulli(1.5), std::nullopt, device, Kind::Float),
+      InvalidArgument);
 }
 
 KILN_CONFORMANCE_ROW(reads_and_moves, ({"into_data", "to_device", "read_many"})) {
@@ -195,18 +202,18 @@ KILN_CONFORMANCE_ROW(reads_and_moves, ({"into_data", "to_device", "read_many"}))
 // Source values for casts from dtype: zeros, fractions, both ends of every integer range and
 // past them, and (for floats) NaN and infinities; each exactly representable in dtype.
 TensorData cast_sources(DType dtype) {
-  std::vector<long double> candidates = {0, 1, -1, 2, 100, -100, 127, 128, -128, -129, 255, 256,
+  std::vector<long double> candidates = {0,     1,     -1,     2,      100,   -100,
+                                         127,   128,   -128,   -129,   255,   256,
                                          32767, 32768, -32768, -32769, 65535, 65536};
   for (int bits : {31, 32, 53, 63, 64}) {
     const long double p = std::ldexp(1.0L, bits);
     candidates.insert(candidates.end(), {p, p - 1, -p, -p - 1, p + 1});
   }
   if (is_float(dtype)) {
-    candidates.insert(candidates.end(), {-0.0L, 1.5L, -1.5L, -2.75L, 3.75L, 127.5L, 255.75L,
-                                         -128.5L, 65504, 70000, 1e10L, -1e19L, 1.9e19L,
-                                         std::ldexp(1.0L, 127), std::ldexp(1.0L, 1000),
-                                         std::numeric_limits<long double>::quiet_NaN(),
-                                         INFINITY, -INFINITY});
+    candidates.insert(candidates.end(),
+                      {-0.0L, 1.5L, -1.5L, -2.75L, 3.75L, 127.5L, 255.75L, -128.5L, 65504, 70000,
+                       1e10L, -1e19L, 1.9e19L, std::ldexp(1.0L, 127), std::ldexp(1.0L, 1000),
+                       std::numeric_limits<long double>::quiet_NaN(), INFINITY, -INFINITY});
   }
   std::vector<std::byte> bytes;
   std::int64_t count = 0;
@@ -262,12 +269,17 @@ long double expected_cast(long double v, DType from, DType to) {
     return static_cast<long double>(w);
   }
   switch (to) {
-    case DType::F64: return static_cast<double>(v);
-    case DType::F32: return static_cast<float>(v);
+    case DType::F64:
+      return static_cast<double>(v);
+    case DType::F32:
+      return static_cast<float>(v);
     // Through f32, then rounded to 16 bits.
-    case DType::F16: return static_cast<float>(half(static_cast<float>(v)));
-    case DType::BF16: return static_cast<float>(bfloat16(static_cast<float>(v)));
-    default: return 0;
+    case DType::F16:
+      return static_cast<float>(half(static_cast<float>(v)));
+    case DType::BF16:
+      return static_cast<float>(bfloat16(static_cast<float>(v)));
+    default:
+      return 0;
   }
 }
 
@@ -297,7 +309,8 @@ KILN_CONFORMANCE_ROW(cast, ({"cast"})) {
     const auto v = random_values(Shape{3, 4}, DType::F32, 7, -300, 300);
     Primitive p = make_primitive(v, Shape{3, 4}, DType::F32, layout, device);
     std::vector<double> expected(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) expected[i] = std::clamp(std::trunc(v[i]), -128.0, 127.0);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      expected[i] = std::clamp(std::trunc(v[i]), -128.0, 127.0);
     expect_close(detail::into_data(detail::cast(p, DType::I8)), Shape{3, 4}, DType::I8, expected,
                  "cast f32 -> i8 " + layout_name(layout));
   }

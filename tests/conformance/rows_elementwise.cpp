@@ -33,17 +33,26 @@ struct BinaryCase {
 
 const std::vector<BinaryCase>& binary_cases() {
   static const std::vector<BinaryCase> cases = {
-      {"add", detail::add, [](double a, double b, DType d) { return wrap_to(a + b, d); }, false, false},
-      {"sub", detail::sub, [](double a, double b, DType d) { return wrap_to(a - b, d); }, false, false},
-      {"mul", detail::mul, [](double a, double b, DType d) { return wrap_to(a * b, d); }, false, false},
+      {"add", detail::add, [](double a, double b, DType d) { return wrap_to(a + b, d); }, false,
+       false},
+      {"sub", detail::sub, [](double a, double b, DType d) { return wrap_to(a - b, d); }, false,
+       false},
+      {"mul", detail::mul, [](double a, double b, DType d) { return wrap_to(a * b, d); }, false,
+       false},
       {"div", detail::div,
-       [](double a, double b, DType d) { return is_int(d) ? std::floor(a / b) : a / b; }, false, true},
-      {"remainder", detail::remainder, [](double a, double b, DType) { return py_remainder(a, b); }, false, true},
+       [](double a, double b, DType d) { return is_int(d) ? std::floor(a / b) : a / b; }, false,
+       true},
+      {"remainder", detail::remainder, [](double a, double b, DType) { return py_remainder(a, b); },
+       false, true},
       {"pow", detail::pow, ref_pow, false, false},
-      {"maximum", detail::maximum, [](double a, double b, DType) { return std::max(a, b); }, false, false},
-      {"minimum", detail::minimum, [](double a, double b, DType) { return std::min(a, b); }, false, false},
-      {"atan2", detail::atan2, [](double a, double b, DType) { return std::atan2(a, b); }, true, false},
-      {"hypot", detail::hypot, [](double a, double b, DType) { return std::hypot(a, b); }, true, false},
+      {"maximum", detail::maximum, [](double a, double b, DType) { return std::max(a, b); }, false,
+       false},
+      {"minimum", detail::minimum, [](double a, double b, DType) { return std::min(a, b); }, false,
+       false},
+      {"atan2", detail::atan2, [](double a, double b, DType) { return std::atan2(a, b); }, true,
+       false},
+      {"hypot", detail::hypot, [](double a, double b, DType) { return std::hypot(a, b); }, true,
+       false},
   };
   return cases;
 }
@@ -85,27 +94,29 @@ void run_binary(const Device& device, const BinaryCase& c) {
 
 }  // namespace
 
-KILN_CONFORMANCE_ROW(binary_arithmetic,
-                     ({"add", "sub", "mul", "div", "remainder", "pow", "maximum", "minimum",
-                       "atan2", "hypot"})) {
+KILN_CONFORMANCE_ROW(binary_arithmetic, ({"add", "sub", "mul", "div", "remainder", "pow", "maximum",
+                                          "minimum", "atan2", "hypot"})) {
   for (const BinaryCase& c : binary_cases()) run_binary(device, c);
 }
 
-KILN_CONFORMANCE_ROW(scalar_arithmetic,
-                     ({"add_scalar", "sub_scalar", "mul_scalar", "div_scalar", "remainder_scalar",
-                       "pow_scalar"})) {
+KILN_CONFORMANCE_ROW(scalar_arithmetic, ({"add_scalar", "sub_scalar", "mul_scalar", "div_scalar",
+                                          "remainder_scalar", "pow_scalar"})) {
   struct Case {
     const char* name;
     std::function<Primitive(Primitive, Scalar)> op;
     std::function<double(double, double, DType)> ref;
   };
   const std::vector<Case> cases = {
-      {"add_scalar", detail::add_scalar, [](double a, double b, DType d) { return wrap_to(a + b, d); }},
-      {"sub_scalar", detail::sub_scalar, [](double a, double b, DType d) { return wrap_to(a - b, d); }},
-      {"mul_scalar", detail::mul_scalar, [](double a, double b, DType d) { return wrap_to(a * b, d); }},
+      {"add_scalar", detail::add_scalar,
+       [](double a, double b, DType d) { return wrap_to(a + b, d); }},
+      {"sub_scalar", detail::sub_scalar,
+       [](double a, double b, DType d) { return wrap_to(a - b, d); }},
+      {"mul_scalar", detail::mul_scalar,
+       [](double a, double b, DType d) { return wrap_to(a * b, d); }},
       {"div_scalar", detail::div_scalar,
        [](double a, double b, DType d) { return is_int(d) ? std::floor(a / b) : a / b; }},
-      {"remainder_scalar", detail::remainder_scalar, [](double a, double b, DType) { return py_remainder(a, b); }},
+      {"remainder_scalar", detail::remainder_scalar,
+       [](double a, double b, DType) { return py_remainder(a, b); }},
       {"pow_scalar", detail::pow_scalar, ref_pow},
   };
   const Shape shape{4, 6};
@@ -242,10 +253,9 @@ KILN_CONFORMANCE_ROW(unary_numeric, ({"abs", "sign", "square", "neg"})) {
   }
 }
 
-KILN_CONFORMANCE_ROW(comparisons,
-                     ({"equal", "not_equal", "greater", "greater_equal", "lower", "lower_equal",
-                       "equal_elem", "not_equal_elem", "greater_elem", "greater_equal_elem",
-                       "lower_elem", "lower_equal_elem"})) {
+KILN_CONFORMANCE_ROW(comparisons, ({"equal", "not_equal", "greater", "greater_equal", "lower",
+                                    "lower_equal", "equal_elem", "not_equal_elem", "greater_elem",
+                                    "greater_equal_elem", "lower_elem", "lower_equal_elem"})) {
   struct Case {
     const char* name;
     Primitive (*op)(Primitive, Primitive);
@@ -255,11 +265,15 @@ KILN_CONFORMANCE_ROW(comparisons,
   };
   const std::vector<Case> cases = {
       {"equal", detail::equal, detail::equal_elem, [](double a, double b) { return a == b; }, true},
-      {"not_equal", detail::not_equal, detail::not_equal_elem, [](double a, double b) { return a != b; }, true},
-      {"greater", detail::greater, detail::greater_elem, [](double a, double b) { return a > b; }, false},
-      {"greater_equal", detail::greater_equal, detail::greater_equal_elem, [](double a, double b) { return a >= b; }, false},
+      {"not_equal", detail::not_equal, detail::not_equal_elem,
+       [](double a, double b) { return a != b; }, true},
+      {"greater", detail::greater, detail::greater_elem, [](double a, double b) { return a > b; },
+       false},
+      {"greater_equal", detail::greater_equal, detail::greater_equal_elem,
+       [](double a, double b) { return a >= b; }, false},
       {"lower", detail::lower, detail::lower_elem, [](double a, double b) { return a < b; }, false},
-      {"lower_equal", detail::lower_equal, detail::lower_equal_elem, [](double a, double b) { return a <= b; }, false},
+      {"lower_equal", detail::lower_equal, detail::lower_equal_elem,
+       [](double a, double b) { return a <= b; }, false},
   };
   std::uint64_t seed = 400;
   std::vector<DType> dtypes(std::begin(kNumericDTypes), std::end(kNumericDTypes));
@@ -304,10 +318,10 @@ KILN_CONFORMANCE_ROW(nan_inf_tests, ({"is_nan", "is_inf"})) {
   const std::vector<double> values = {0, std::nan(""), INFINITY, -INFINITY, 1.5, -2};
   for (DType dtype : kFloatDTypes) {
     Primitive p = make_primitive(values, Shape{2, 3}, dtype, Layout::Contiguous, device);
-    expect_close(detail::into_data(detail::is_nan(p)), Shape{2, 3}, DType::Bool,
-                 {0, 1, 0, 0, 0, 0}, "is_nan");
-    expect_close(detail::into_data(detail::is_inf(p)), Shape{2, 3}, DType::Bool,
-                 {0, 0, 1, 1, 0, 0}, "is_inf");
+    expect_close(detail::into_data(detail::is_nan(p)), Shape{2, 3}, DType::Bool, {0, 1, 0, 0, 0, 0},
+                 "is_nan");
+    expect_close(detail::into_data(detail::is_inf(p)), Shape{2, 3}, DType::Bool, {0, 0, 1, 1, 0, 0},
+                 "is_inf");
   }
 }
 
@@ -328,18 +342,21 @@ KILN_CONFORMANCE_ROW(logic, ({"logical_not", "logical_and", "logical_or", "logic
       e_xor[i] = (a[i] != 0) != (bv != 0);
     }
     const std::string ctx = context(device, DType::Bool, layout, shape);
-    expect_close(detail::into_data(detail::logical_not(pa)), shape, DType::Bool, e_not, "not " + ctx);
-    expect_close(detail::into_data(detail::logical_and(pa, pb)), shape, DType::Bool, e_and, "and " + ctx);
-    expect_close(detail::into_data(detail::logical_or(pa, pb)), shape, DType::Bool, e_or, "or " + ctx);
-    expect_close(detail::into_data(detail::logical_xor(pa, pb)), shape, DType::Bool, e_xor, "xor " + ctx);
+    expect_close(detail::into_data(detail::logical_not(pa)), shape, DType::Bool, e_not,
+                 "not " + ctx);
+    expect_close(detail::into_data(detail::logical_and(pa, pb)), shape, DType::Bool, e_and,
+                 "and " + ctx);
+    expect_close(detail::into_data(detail::logical_or(pa, pb)), shape, DType::Bool, e_or,
+                 "or " + ctx);
+    expect_close(detail::into_data(detail::logical_xor(pa, pb)), shape, DType::Bool, e_xor,
+                 "xor " + ctx);
   }
 }
 
-KILN_CONFORMANCE_ROW(bitwise,
-                     ({"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-                       "bitwise_left_shift", "bitwise_right_shift", "bitwise_and_scalar",
-                       "bitwise_or_scalar", "bitwise_xor_scalar", "bitwise_left_shift_scalar",
-                       "bitwise_right_shift_scalar"})) {
+KILN_CONFORMANCE_ROW(bitwise, ({"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+                                "bitwise_left_shift", "bitwise_right_shift", "bitwise_and_scalar",
+                                "bitwise_or_scalar", "bitwise_xor_scalar",
+                                "bitwise_left_shift_scalar", "bitwise_right_shift_scalar"})) {
   std::uint64_t seed = 600;
   for (DType dtype : kIntDTypes) {
     for (Layout layout : kLayouts) {
@@ -362,13 +379,16 @@ KILN_CONFORMANCE_ROW(bitwise,
       check("or", detail::bitwise_or(pa, pb), [](auto x, auto y) { return x | y; });
       check("xor", detail::bitwise_xor(pa, pb), [](auto x, auto y) { return x ^ y; });
       check("not", detail::bitwise_not(pa), [](auto x, auto) { return ~x; });
-      check("shl", detail::bitwise_left_shift(pa, pb), [](auto x, auto y) { return x * (std::int64_t{1} << y); });
+      check("shl", detail::bitwise_left_shift(pa, pb),
+            [](auto x, auto y) { return x * (std::int64_t{1} << y); });
       check("shr", detail::bitwise_right_shift(pa, pb), [](auto x, auto y) { return x >> y; });
       check("and_scalar", detail::bitwise_and_scalar(pa, 6), [](auto x, auto) { return x & 6; });
       check("or_scalar", detail::bitwise_or_scalar(pa, 6), [](auto x, auto) { return x | 6; });
       check("xor_scalar", detail::bitwise_xor_scalar(pa, 6), [](auto x, auto) { return x ^ 6; });
-      check("shl_scalar", detail::bitwise_left_shift_scalar(pa, 2), [](auto x, auto) { return x * 4; });
-      check("shr_scalar", detail::bitwise_right_shift_scalar(pa, 2), [](auto x, auto) { return x >> 2; });
+      check("shl_scalar", detail::bitwise_left_shift_scalar(pa, 2),
+            [](auto x, auto) { return x * 4; });
+      check("shr_scalar", detail::bitwise_right_shift_scalar(pa, 2),
+            [](auto x, auto) { return x >> 2; });
     }
   }
 }
@@ -388,9 +408,12 @@ KILN_CONFORMANCE_ROW(clamp, ({"clamp", "clamp_min", "clamp_max"})) {
         high[i] = std::min(a[i], hi);
       }
       const std::string ctx = context(device, dtype, layout, shape);
-      expect_close(detail::into_data(detail::clamp(pa, Scalar(lo), Scalar(hi))), shape, dtype, both, "clamp " + ctx);
-      expect_close(detail::into_data(detail::clamp(pa, Scalar(lo), std::nullopt)), shape, dtype, low, "clamp_min " + ctx);
-      expect_close(detail::into_data(detail::clamp(pa, std::nullopt, Scalar(hi))), shape, dtype, high, "clamp_max " + ctx);
+      expect_close(detail::into_data(detail::clamp(pa, Scalar(lo), Scalar(hi))), shape, dtype, both,
+                   "clamp " + ctx);
+      expect_close(detail::into_data(detail::clamp(pa, Scalar(lo), std::nullopt)), shape, dtype,
+                   low, "clamp_min " + ctx);
+      expect_close(detail::into_data(detail::clamp(pa, std::nullopt, Scalar(hi))), shape, dtype,
+                   high, "clamp_max " + ctx);
     }
   }
 }

@@ -234,7 +234,8 @@ KILN_CONFORMANCE_ROW(logsumexp, ({"logsumexp_dim"})) {
           Primitive x = make_primitive(values, shape, dtype, layout, device);
           const auto rank = static_cast<std::int64_t>(shape.rank());
           for (std::int64_t dim = 0; dim < rank; ++dim) {
-            std::vector<double> expected = representable(reduce_lines(values, shape, dim, ref_logsumexp), dtype);
+            std::vector<double> expected =
+                representable(reduce_lines(values, shape, dim, ref_logsumexp), dtype);
             const std::int64_t api_dim = dim % 2 == 1 ? dim - rank : dim;
             expect_close(detail::into_data(detail::logsumexp_dim(x, api_dim)), keep_dim(shape, dim),
                          dtype, expected, ctx + " dim " + std::to_string(api_dim));

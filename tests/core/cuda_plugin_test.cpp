@@ -1,9 +1,10 @@
 // The CUDA plugin as seen from a program built with kiln, on any machine: typed errors when
 // there is no usable GPU, and a CPU-only program maps no CUDA library at all.
+#include "backend/cuda_plugin.h"
+
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
-#include "backend/cuda_plugin.h"
 #include "support/process_maps.h"
 
 using namespace kiln;

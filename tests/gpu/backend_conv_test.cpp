@@ -57,11 +57,16 @@ Primitive host_random(const Shape& shape, DType dtype, std::uint64_t seed) {
 // before col2im sums them (conv_transpose), the CPU once at the end.
 double conv_tolerance(DType dtype) {
   switch (dtype) {
-    case DType::F64: return 1e-10;
-    case DType::F32: return 1e-4;
-    case DType::F16: return 1e-2;
-    case DType::BF16: return 5e-2;
-    default: return 0;
+    case DType::F64:
+      return 1e-10;
+    case DType::F32:
+      return 1e-4;
+    case DType::F16:
+      return 1e-2;
+    case DType::BF16:
+      return 5e-2;
+    default:
+      return 0;
   }
 }
 
@@ -115,7 +120,10 @@ std::vector<std::pair<std::string, View>> views(std::uint64_t& seed, DType dtype
   return {
       {"contiguous", [=](Device d) { return on(plain, d); }},
       {"channels last", [=](Device d) { return detail::permute(on(channels_last, d), to_first); }},
-      {"flipped", [=](Device d) { return detail::flip(on(flipped, d), {0, 2}); }},
+      {"flipped",
+       [=](Device d) {
+         return detail::flip(on(flipped, d), {0, 2});
+       }},
       {"strided offset", [=](Device d) { return detail::slice(on(wider, d), odd); }},
   };
 }
@@ -134,9 +142,8 @@ TEST(GpuConv, ConvMatchesCpu) {
         expect_same_finite(
             device,
             [&](Device d) {
-              return backend_for(d).conv(x(d), on(w, d),
-                                         c.bias ? OptionalPrimitive(on(b, d)) : std::nullopt,
-                                         c.options);
+              return backend_for(d).conv(
+                  x(d), on(w, d), c.bias ? OptionalPrimitive(on(b, d)) : std::nullopt, c.options);
             },
             tol, std::string(dtype_name(dtype)) + " " + c.name + " (" + view_name + ")");
       }
@@ -150,7 +157,7 @@ TEST(GpuConv, ConvWeightViewsAndBiasViews) {
   for (DType dtype : kFloatDTypes) {
     const double tol = conv_tolerance(dtype);
     Primitive x = host_random({2, 4, 8, 7}, dtype, seed++);
-    Primitive wt = host_random({4, 6, 3, 3}, dtype, seed++);  // [in, out, k, k]: swapped below
+    Primitive wt = host_random({4, 6, 3, 3}, dtype, seed++);   // [in, out, k, k]: swapped below
     Primitive bias_source = host_random({13}, dtype, seed++);  // bias: stride 2, offset 1
     const ConvOptions options{{1, 2}, {1, 0}, {1, 1}, 1};
     expect_same_finite(
@@ -205,8 +212,7 @@ TEST(GpuConv, ConvTransposeMatchesCpu) {
             device,
             [&](Device d) {
               return backend_for(d).conv_transpose(
-                  x(d), on(w, d), c.bias ? OptionalPrimitive(on(b, d)) : std::nullopt,
-                  c.options);
+                  x(d), on(w, d), c.bias ? OptionalPrimitive(on(b, d)) : std::nullopt, c.options);
             },
             tol, std::string(dtype_name(dtype)) + " " + c.name + " (" + view_name + ")");
       }
@@ -225,14 +231,15 @@ TEST(GpuConv, GradientsMatchCpu) {
     for (const ConvCase& c : conv_cases()) {
       Primitive x = host_random(c.x, dtype, seed++);
       Primitive w = host_random(c.w, dtype, seed++);
-      const Shape y_shape = detail::into_data(
-                                backend_for(Device::cpu()).conv(x, w, std::nullopt, c.options))
-                                .shape();
+      const Shape y_shape =
+          detail::into_data(backend_for(Device::cpu()).conv(x, w, std::nullopt, c.options)).shape();
       Primitive g = host_random(y_shape, dtype, seed++);
       const std::string name = std::string(dtype_name(dtype)) + " " + c.name;
       expect_same_finite(
           device,
-          [&](Device d) { return backend_for(d).conv_x_backward(on(x, d), on(w, d), on(g, d), c.options); },
+          [&](Device d) {
+            return backend_for(d).conv_x_backward(on(x, d), on(w, d), on(g, d), c.options);
+          },
           tol, name + " dx");
       expect_same_finite(
           device,
@@ -269,7 +276,9 @@ TEST(GpuConv, WeightGradientOfOneImage) {
     Primitive g = host_random({1, 6, 5, 7}, dtype, seed++);
     expect_same_finite(
         device,
-        [&](Device d) { return backend_for(d).conv_weight_backward(on(x, d), on(w, d), on(g, d), options); },
+        [&](Device d) {
+          return backend_for(d).conv_weight_backward(on(x, d), on(w, d), on(g, d), options);
+        },
         conv_tolerance(dtype) * 2, std::string(dtype_name(dtype)) + " one image");
   }
 }

@@ -17,8 +17,8 @@ std::vector<double> values(const Primitive& p) { return detail::into_data(p).to_
 TEST(GpuElementwise, BothDirectionsMatchTheCpu) {
   KILN_REQUIRE_GPU();
   // Sizes around whole vectors (4 f32, 8 f16) and one past the 2^20 mark; 0 launches nothing.
-  for (const std::int64_t n : {std::int64_t{0}, std::int64_t{3}, std::int64_t{8}, std::int64_t{4099},
-                               (std::int64_t{1} << 20) + 5}) {
+  for (const std::int64_t n : {std::int64_t{0}, std::int64_t{3}, std::int64_t{8},
+                               std::int64_t{4099}, (std::int64_t{1} << 20) + 5}) {
     for (const DType dtype : {DType::F32, DType::F16, DType::F64, DType::I32, DType::U8}) {
       const Primitive a = test::host_random(Shape{n}, dtype, 3, -50, 50, !is_float(dtype));
       const Primitive b = test::host_random(Shape{n}, dtype, 4, -50, 50, !is_float(dtype));
@@ -45,7 +45,8 @@ TEST(GpuElementwise, IndexedOpsIgnoreTheDirection) {
   const std::int64_t n = (std::int64_t{1} << 18) + 3;
   for (std::int64_t launch = 0; launch < 4; ++launch) {
     const std::int64_t start = 5 + launch;
-    const auto got = Tensor<1, Int>::arange(start, start + 3 * n, device, 3).into_data().to_f64_vec();
+    const auto got =
+        Tensor<1, Int>::arange(start, start + 3 * n, device, 3).into_data().to_f64_vec();
     ASSERT_EQ(static_cast<std::int64_t>(got.size()), n);
     for (std::int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(got[static_cast<std::size_t>(i)], static_cast<double>(start + 3 * i)) << launch;
@@ -61,6 +62,7 @@ TEST(GpuElementwise, IndexedOpsIgnoreTheDirection) {
                          .into_data()
                          .to_f64_vec();
     ASSERT_EQ(gpu.size(), cpu.size());
-    for (std::size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 1e-12) << launch << " at " << i;
+    for (std::size_t i = 0; i < cpu.size(); ++i)
+      ASSERT_NEAR(gpu[i], cpu[i], 1e-12) << launch << " at " << i;
   }
 }

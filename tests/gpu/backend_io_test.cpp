@@ -8,10 +8,11 @@ using namespace kiln;
 
 TEST(GpuIo, RoundTripEveryDtype) {
   KILN_REQUIRE_GPU();
-  for (DType dt : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32,
-                   DType::I16, DType::I8, DType::U64, DType::U32, DType::U16, DType::U8,
-                   DType::Bool}) {
-    TensorData data = TensorData::from_vec(std::vector<double>{0, 1, 2, 3, 4, 5}, {2, 3}).convert(dt);
+  for (DType dt :
+       {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::I16,
+        DType::I8, DType::U64, DType::U32, DType::U16, DType::U8, DType::Bool}) {
+    TensorData data =
+        TensorData::from_vec(std::vector<double>{0, 1, 2, 3, 4, 5}, {2, 3}).convert(dt);
     const Kind kind = is_float(dt) ? Kind::Float : (is_int(dt) ? Kind::Int : Kind::Bool);
     Primitive p = detail::from_data(data, device, kind, 2);
     const TensorData back = detail::into_data_async(p).get();
@@ -26,7 +27,7 @@ TEST(GpuIo, AsyncReadAndOneSyncForMany) {
   KILN_REQUIRE_GPU();
   auto a = Tensor<2>::random({256, 256}, Distribution::normal(0, 1), device);
   auto future = (a * 2.0).into_data_async();  // queued; completes when the copy lands
-  auto b = a.transpose() + 1.0;              // more work queued meanwhile
+  auto b = a.transpose() + 1.0;               // more work queued meanwhile
   const auto twice = future.get().to_vec<float>();
   const auto plain = a.into_data().to_vec<float>();
   for (std::size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(twice[i], 2 * plain[i]);
@@ -38,7 +39,8 @@ TEST(GpuIo, AsyncReadAndOneSyncForMany) {
 
 TEST(GpuIo, MovesBetweenDevices) {
   KILN_REQUIRE_GPU();
-  auto host = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2, 3, 4}, {2, 2}), Device::cpu());
+  auto host = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2, 3, 4}, {2, 2}),
+                                   Device::cpu());
   auto gpu = host.to_device(device);
   EXPECT_EQ(gpu.device(), device);
   auto back = (gpu * 3.0).to_device(Device::cpu());
@@ -52,8 +54,8 @@ TEST(GpuIo, MovesBetweenDevices) {
 
 TEST(GpuIo, CastsRoundLikeTheCpu) {
   KILN_REQUIRE_GPU();
-  std::vector<float> values = {0.1f, 1.0f / 3, 65504.0f, 65520.0f, -1e-8f, 1e30f, NAN, -INFINITY,
-                               2.5f, -2.5f, 3.9999f, -7.7f, 300.0f, -300.0f};
+  std::vector<float> values = {0.1f,      1.0f / 3, 65504.0f, 65520.0f, -1e-8f, 1e30f,  NAN,
+                               -INFINITY, 2.5f,     -2.5f,    3.9999f,  -7.7f,  300.0f, -300.0f};
   auto cpu = Tensor<1>::from_data(TensorData::from_vec(values), Device::cpu());
   auto gpu = cpu.to_device(device);
   for (DType dt : {DType::F16, DType::BF16, DType::F64, DType::I8, DType::U8, DType::I32,
@@ -65,15 +67,18 @@ TEST(GpuIo, CastsRoundLikeTheCpu) {
         << dtype_name(dt);
     const auto e = expected.to_f64_vec(), g = got.to_f64_vec();
     for (std::size_t i = 0; i < e.size(); ++i) {
-      if (std::isnan(e[i])) EXPECT_TRUE(std::isnan(g[i])) << dtype_name(dt) << " " << i;
-      else EXPECT_EQ(g[i], e[i]) << dtype_name(dt) << " element " << i;
+      if (std::isnan(e[i]))
+        EXPECT_TRUE(std::isnan(g[i])) << dtype_name(dt) << " " << i;
+      else
+        EXPECT_EQ(g[i], e[i]) << dtype_name(dt) << " element " << i;
     }
   }
 }
 
 TEST(GpuIo, FailedKernelSurfacesAtTheNextRead) {
   KILN_REQUIRE_GPU();
-  auto x = Tensor<1, Int>::from_data(TensorData::from_vec(std::vector<std::int64_t>{1, 2, 3}), device);
+  auto x =
+      Tensor<1, Int>::from_data(TensorData::from_vec(std::vector<std::int64_t>{1, 2, 3}), device);
   auto zero = Tensor<1, Int>::zeros({3}, device);
   auto bad = x / zero;  // queued; the kernel reports the division at the read
   try {

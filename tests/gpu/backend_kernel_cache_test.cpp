@@ -32,8 +32,8 @@ TEST(GpuKernelCacheChild, Work) {
 
 TEST(GpuKernelCache, SecondProcessPaysNoCompile) {
   KILN_REQUIRE_GPU();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kiln-cache-test-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kiln-cache-test-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   struct Run {
@@ -41,7 +41,8 @@ TEST(GpuKernelCache, SecondProcessPaysNoCompile) {
   };
   auto run = [&](const char* name) {
     const auto report = dir / name;
-    const std::string env = "XDG_CACHE_HOME='" + dir.string() + "' KILN_CACHE_REPORT='" + report.string() + "'";
+    const std::string env =
+        "XDG_CACHE_HOME='" + dir.string() + "' KILN_CACHE_REPORT='" + report.string() + "'";
     EXPECT_EQ(test::run_self("GpuKernelCacheChild.Work", env), 0);
     Run r;
     std::ifstream(report) >> r.compiles >> r.disk_hits;

@@ -1,5 +1,5 @@
-// The ops wired to kiln_cuda_lib (matmul through cuBLASLt or the integer kernel, CUB sorts and
-// scans) on layouts the conformance table does not reach: batch dims that cannot be merged
+// The ops wired to kiln_cuda_lib (matmul through cuBLASLt or the integer kernel, CUB sorts) and the
+// generated scans on layouts the conformance table does not reach: batch dims that cannot be merged
 // (host loop around strided-batched calls), permuted and flipped operands, the folded shared-rhs
 // batch, sorts along a non-last dim of permuted views, index dtypes other than i32/i64, long scan
 // rows. Each result is compared with the CPU backend on the same data. The integer matmul kernel's

@@ -24,9 +24,9 @@ TEST(GpuPlugin, NameUsageAndErrors) {
   const std::string name = device.backend_name();
   EXPECT_EQ(name.rfind("cuda<sm_", 0), 0u) << name;
   EXPECT_EQ(device.autodiff().backend_name(), "autodiff<" + name + ">");
-  for (DType dt : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32,
-                   DType::I16, DType::I8, DType::U64, DType::U32, DType::U16, DType::U8,
-                   DType::Bool}) {
+  for (DType dt :
+       {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::I16,
+        DType::I8, DType::U64, DType::U32, DType::U16, DType::U8, DType::Bool}) {
     EXPECT_TRUE(device.supports_dtype(dt)) << dtype_name(dt);
   }
   EXPECT_TRUE(device.dtype_usage(DType::BF16).contains(DTypeUsage::Accelerated));

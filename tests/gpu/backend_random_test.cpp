@@ -9,11 +9,14 @@ TEST(GpuRandom, SeededAndEqualToTheCpu) {
                                    Distribution::normal(1, 3), Distribution::bernoulli(0.3)}) {
     device.seed(42);
     Device::cpu().seed(42);
-    const auto gpu = Tensor<1>::random({4096}, dist, device, DType::F64).into_data().to_vec<double>();
-    const auto cpu = Tensor<1>::random({4096}, dist, Device::cpu(), DType::F64).into_data().to_vec<double>();
+    const auto gpu =
+        Tensor<1>::random({4096}, dist, device, DType::F64).into_data().to_vec<double>();
+    const auto cpu =
+        Tensor<1>::random({4096}, dist, Device::cpu(), DType::F64).into_data().to_vec<double>();
     for (std::size_t i = 0; i < gpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 1e-12) << i;
     device.seed(42);
-    const auto again = Tensor<1>::random({4096}, dist, device, DType::F64).into_data().to_vec<double>();
+    const auto again =
+        Tensor<1>::random({4096}, dist, device, DType::F64).into_data().to_vec<double>();
     EXPECT_EQ(again, gpu);
   }
   auto ints = Tensor<1, Int>::random({1000}, Distribution::uniform(0, 10), device).into_data();

@@ -7,9 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda/check.h"

@@ -28,10 +28,10 @@ inline int run_self(const std::string& filter, const std::string& env_assignment
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return -1;
   // The child runs its one test whatever shard of a sharded run its parent was.
-  const std::string command = "env -u KILN_TEST_DEVICES -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX " +
-                              env_assignments + " '" +
-                              std::string(self, static_cast<std::size_t>(n)) +
-                              "' --gtest_filter='" + filter + "' > /dev/null 2>&1";
+  const std::string command =
+      "env -u KILN_TEST_DEVICES -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX " + env_assignments +
+      " '" + std::string(self, static_cast<std::size_t>(n)) + "' --gtest_filter='" + filter +
+      "' > /dev/null 2>&1";
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

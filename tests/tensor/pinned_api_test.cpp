@@ -25,7 +25,8 @@ TEST(PinnedApi, CreationArithmeticAndReads) {
   EXPECT_FLOAT_EQ(v[0], 65.0f);
   EXPECT_FLOAT_EQ(v[4095], 65.0f);
   auto i = Tensor<1, Int>::arange(0, 10, dev);
-  EXPECT_EQ(i.into_data().to_vec<std::int64_t>(), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(i.into_data().to_vec<std::int64_t>(),
+            (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   Tensor<2, Bool> m = b.greater_elem(2.5);
   EXPECT_EQ(m.into_data().to_vec<bool>(), (std::vector<bool>{false, false, true, true}));
 }
@@ -49,7 +50,8 @@ TEST(PinnedApi, LayoutOps) {
   EXPECT_EQ(flat.shape(), (Shape{4096}));
   Tensor<1> as_rank1 = a.reshape(Shape{4096});
   EXPECT_EQ(as_rank1.num_elements(), 4096);
-  auto b = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}), dev);
+  auto b =
+      Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}), dev);
   EXPECT_EQ(floats(b.transpose()), (std::vector<float>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(floats(b.swap_dims(0, 1)), (std::vector<float>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(floats(b.slice({{0, 2}, {0, 2}})), (std::vector<float>{1, 2, 4, 5}));
@@ -60,7 +62,8 @@ TEST(PinnedApi, LayoutOps) {
 
 TEST(PinnedApi, UnaryConversionsAndDevices) {
   Device dev = Device::cpu();
-  auto b = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{0.5f, 1, 2, 4}, {2, 2}), dev);
+  auto b =
+      Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{0.5f, 1, 2, 4}, {2, 2}), dev);
   EXPECT_NEAR(floats(b.exp())[1], std::exp(1.0), 1e-6);
   EXPECT_NEAR(floats(b.log())[3], std::log(4.0), 1e-6);
   EXPECT_NEAR(floats(b.tanh())[0], std::tanh(0.5), 1e-6);
@@ -76,10 +79,12 @@ TEST(PinnedApi, UnaryConversionsAndDevices) {
 
 TEST(PinnedApi, SortingAndMasks) {
   Device dev = Device::cpu();
-  auto x = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{3, 1, 2, 9, 7, 8}, {2, 3}), dev);
+  auto x =
+      Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{3, 1, 2, 9, 7, 8}, {2, 3}), dev);
   EXPECT_EQ(floats(x.sort(1)), (std::vector<float>{1, 2, 3, 7, 8, 9}));
   EXPECT_EQ(floats(x.sort_descending(1)), (std::vector<float>{3, 2, 1, 9, 8, 7}));
-  EXPECT_EQ(x.argsort(1).into_data().to_vec<std::int64_t>(), (std::vector<std::int64_t>{1, 2, 0, 1, 2, 0}));
+  EXPECT_EQ(x.argsort(1).into_data().to_vec<std::int64_t>(),
+            (std::vector<std::int64_t>{1, 2, 0, 1, 2, 0}));
   EXPECT_EQ(floats(x.topk(2, 1)), (std::vector<float>{3, 2, 9, 8}));
   auto mask = x.greater_elem(2.5);
   EXPECT_EQ(floats(x.mask_fill(mask, 0.0)), (std::vector<float>{0, 1, 2, 0, 0, 0}));
@@ -124,8 +129,10 @@ TEST(PinnedApi, ActivationAndModuleFunctions) {
   EXPECT_FLOAT_EQ(floats(y)[5], 9.0f);
   EXPECT_EQ(module::max_pool2d(img, {.kernel_size = {2, 2}}).shape(), (Shape{1, 1, 2, 2}));
   EXPECT_EQ(module::avg_pool2d(img, {.kernel_size = {2, 2}}).shape(), (Shape{1, 1, 2, 2}));
-  auto table = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{0, 1, 10, 11}, {2, 2}), dev);
-  auto ids = Tensor<2, Int>::from_data(TensorData::from_vec(std::vector<std::int64_t>{1, 0}, {1, 2}), dev);
+  auto table =
+      Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{0, 1, 10, 11}, {2, 2}), dev);
+  auto ids =
+      Tensor<2, Int>::from_data(TensorData::from_vec(std::vector<std::int64_t>{1, 0}, {1, 2}), dev);
   EXPECT_EQ(floats(module::embedding(table, ids)), (std::vector<float>{10, 11, 0, 1}));
   EXPECT_EQ(module::interpolate(img, {8, 8}).shape(), (Shape{1, 1, 8, 8}));
 }

@@ -20,7 +20,8 @@ struct DigitsNet {
     const std::int64_t n = pixels.dims()[0];
     auto x = activation::relu(conv1.forward(pixels.reshape<4>(Shape{n, 1, 8, 8})));
     x = pool.forward(activation::relu(conv2.forward(x)));  // [n, 32, 4, 4]
-    return out.forward(dropout.forward(activation::relu(hidden.forward(x.reshape<2>(Shape{n, 512})))));
+    return out.forward(
+        dropout.forward(activation::relu(hidden.forward(x.reshape<2>(Shape{n, 512})))));
   }
 };
 

@@ -12,7 +12,13 @@ namespace kiln::nn {
 class Initializer {
  public:
   enum class Kind : std::uint8_t {
-    Constant, Uniform, Normal, KaimingUniform, KaimingNormal, XavierUniform, XavierNormal
+    Constant,
+    Uniform,
+    Normal,
+    KaimingUniform,
+    KaimingNormal,
+    XavierUniform,
+    XavierNormal
   };
 
   static Initializer constant(double value) { return {Kind::Constant, value, 0}; }

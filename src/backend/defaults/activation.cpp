@@ -66,10 +66,10 @@ Primitive Backend::sigmoid(Primitive x) {
   Primitive negative = lower_elem(std::move(x), 0);
   Primitive positive_branch = recip(denominator);
   Primitive negative_branch = div(std::move(e), std::move(denominator));
-  return from_compute(*this,
-                      mask_where(std::move(positive_branch), std::move(negative),
-                                 std::move(negative_branch)),
-                      dtype);
+  return from_compute(
+      *this,
+      mask_where(std::move(positive_branch), std::move(negative), std::move(negative_branch)),
+      dtype);
 }
 
 Primitive Backend::sigmoid_backward(Primitive output, Primitive grad) {
@@ -122,6 +122,8 @@ Primitive Backend::log_softmax(Primitive x, std::int64_t dim) {
   return from_compute(*this, sub(std::move(s), std::move(log_total)), dtype);
 }
 
-Primitive Backend::softmin(Primitive x, std::int64_t dim) { return softmax(neg(std::move(x)), dim); }
+Primitive Backend::softmin(Primitive x, std::int64_t dim) {
+  return softmax(neg(std::move(x)), dim);
+}
 
 }  // namespace kiln

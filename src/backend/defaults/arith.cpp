@@ -68,7 +68,9 @@ Primitive Backend::cross(Primitive lhs, Primitive rhs, std::int64_t dim) {
   const Shape shape = broadcast(lhs->shape(), rhs->shape());
   lhs = expand_to(*this, std::move(lhs), shape);
   rhs = expand_to(*this, std::move(rhs), shape);
-  auto component = [&](const Primitive& t, std::int64_t i) { return slice_dim(*this, t, dim, i % 3, 1); };
+  auto component = [&](const Primitive& t, std::int64_t i) {
+    return slice_dim(*this, t, dim, i % 3, 1);
+  };
   PrimitiveList parts;
   for (std::int64_t i = 0; i < 3; ++i) {
     parts.push_back(sub(mul(component(lhs, i + 1), component(rhs, i + 2)),

@@ -24,10 +24,10 @@ Primitive Backend::logical_xor(Primitive lhs, Primitive rhs) {
 
 // The scalar becomes a broadcasting constant of x's dtype, so it converts exactly as the
 // tensor-tensor op would see it.
-#define KILN_DEFAULT_BITWISE_SCALAR(name)                          \
-  Primitive Backend::name##_scalar(Primitive x, Scalar value) {     \
-    Primitive constant = constant_like(*this, x, value);             \
-    return name(std::move(x), std::move(constant));                 \
+#define KILN_DEFAULT_BITWISE_SCALAR(name)                       \
+  Primitive Backend::name##_scalar(Primitive x, Scalar value) { \
+    Primitive constant = constant_like(*this, x, value);        \
+    return name(std::move(x), std::move(constant));             \
   }
 KILN_DEFAULT_BITWISE_SCALAR(bitwise_and)
 KILN_DEFAULT_BITWISE_SCALAR(bitwise_or)

@@ -29,7 +29,8 @@ Primitive Backend::conv_x_backward(Primitive x, Primitive weight, Primitive outp
     const std::int64_t in_size = x->shape()[i + 2];
     const std::int64_t out_size = output_grad->shape()[i + 2];
     // Rows of x that no window reached come back through output padding (always < stride).
-    const std::int64_t reached = (out_size - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1;
+    const std::int64_t reached =
+        (out_size - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1;
     transposed.stride.push_back(stride);
     transposed.padding.push_back(padding);
     transposed.padding_out.push_back(in_size - reached);
@@ -60,7 +61,8 @@ Primitive Backend::conv_weight_backward(Primitive x, Primitive weight, Primitive
   PrimitiveList per_group;
   for (std::int64_t g = 0; g < groups; ++g) {
     Primitive xg = swap_dims(slice_dim(*this, x, 1, g * in_per_group, in_per_group), 0, 1);
-    Primitive gg = swap_dims(slice_dim(*this, output_grad, 1, g * out_per_group, out_per_group), 0, 1);
+    Primitive gg =
+        swap_dims(slice_dim(*this, output_grad, 1, g * out_per_group, out_per_group), 0, 1);
     Primitive full_grad = conv(std::move(xg), std::move(gg), std::nullopt, swapped);
     ResolvedSlices kernel = full_slices(full_grad->shape());
     for (std::size_t i = 0; i < spatial; ++i) kernel[i + 2] = {0, weight_shape[i + 2], 1};
@@ -74,7 +76,8 @@ Primitive Backend::conv_bias_backward(Primitive output_grad) {
   const std::int64_t channels = output_grad->shape()[1];
   const std::size_t rank = output_grad->rank();
   Primitive total = sum_dim(std::move(output_grad), 0);
-  for (std::size_t d = 2; d < rank; ++d) total = sum_dim(std::move(total), static_cast<std::int64_t>(d));
+  for (std::size_t d = 2; d < rank; ++d)
+    total = sum_dim(std::move(total), static_cast<std::int64_t>(d));
   return reshape(std::move(total), Shape{channels});
 }
 

@@ -15,8 +15,9 @@ Primitive Backend::full(Shape shape, Scalar value, DType dtype, Device device) {
   const std::size_t n = static_cast<std::size_t>(shape.num_elements());
   std::vector<std::byte> bytes(n * dtype_size(dtype));
   visit_dtype(dtype, "full", [&]<class T>(type_tag<T>) {
-    const T v = std::is_integral_v<T> && value.is_float() ? convert_element<T>(value.to_double())
-                                                          : convert_element<T>(value.as<compute_t<T>>());
+    const T v = std::is_integral_v<T> && value.is_float()
+                    ? convert_element<T>(value.to_double())
+                    : convert_element<T>(value.as<compute_t<T>>());
     for (std::size_t i = 0; i < n; ++i) std::memcpy(bytes.data() + i * sizeof(T), &v, sizeof(T));
   });
   return from_data(TensorData(std::move(bytes), std::move(shape), dtype), device);

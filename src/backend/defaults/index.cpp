@@ -6,8 +6,8 @@ namespace kiln {
 
 using namespace defaults;
 
-Primitive Backend::select_assign(Primitive x, std::int64_t dim, Primitive indices,
-                                 Primitive values, IndexingUpdate update) {
+Primitive Backend::select_assign(Primitive x, std::int64_t dim, Primitive indices, Primitive values,
+                                 IndexingUpdate update) {
   // indices [k] become [1, .., k, .., 1] expanded to the shape of values, so scatter writes
   // values[..., j, ...] at x[..., indices[j], ...] for every update mode.
   const Shape& values_shape = values->shape();
@@ -56,7 +56,8 @@ Primitive Backend::gather_nd(Primitive x, Primitive indices) {
   const Shape index_shape = indices->shape();
   const std::size_t depth = static_cast<std::size_t>(index_shape[index_shape.rank() - 1]);
   Primitive flat = flat_indices(*this, std::move(indices), x_shape);
-  Primitive picked = select(reshape(std::move(x), merge_leading(x_shape, depth)), 0, std::move(flat));
+  Primitive picked =
+      select(reshape(std::move(x), merge_leading(x_shape, depth)), 0, std::move(flat));
   detail::DimVector out_dims;
   for (std::size_t d = 0; d + 1 < index_shape.rank(); ++d) out_dims.push_back(index_shape[d]);
   for (std::size_t d = depth; d < x_shape.rank(); ++d) out_dims.push_back(x_shape[d]);

@@ -138,7 +138,8 @@ Primitive Backend::linear(Primitive x, Primitive weight, OptionalPrimitive bias)
   return reshape(std::move(y), with_dim(shape, static_cast<std::int64_t>(shape.rank()) - 1, out));
 }
 
-Primitive Backend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitive beta, double epsilon) {
+Primitive Backend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitive beta,
+                              double epsilon) {
   // (x - mean) / sqrt(var + eps) * gamma + beta over the last dim, variance from the centred
   // values (two passes: no cancellation), 16-bit floats in f32.
   const DType dtype = x->dtype();
@@ -161,15 +162,16 @@ Primitive Backend::batch_norm(Primitive x, Primitive gamma, Primitive beta, Prim
   const std::size_t rank = x->rank();
   const Shape param_shape = along(rank, 1, x->shape()[1]);
   auto param = [&](Primitive p) { return reshape(to_compute(*this, std::move(p)), param_shape); };
-  Primitive scale = mul(param(std::move(gamma)),
-                        rsqrt(add_scalar(param(std::move(variance)), epsilon)));
+  Primitive scale =
+      mul(param(std::move(gamma)), rsqrt(add_scalar(param(std::move(variance)), epsilon)));
   Primitive y = mul(sub(to_compute(*this, std::move(x)), param(std::move(mean))), std::move(scale));
   y = add(std::move(y), param(std::move(beta)));
   return from_compute(*this, std::move(y), dtype);
 }
 
-Primitive Backend::attention(Primitive query, Primitive key, Primitive value, OptionalPrimitive mask,
-                             OptionalPrimitive bias, AttentionOptions options) {
+Primitive Backend::attention(Primitive query, Primitive key, Primitive value,
+                             OptionalPrimitive mask, OptionalPrimitive bias,
+                             AttentionOptions options) {
   // softmax(q k^T * scale + bias, excluded -> -inf) v on [batch, heads, seq, dim]. A row whose
   // every key is excluded gets all-zero weights, so its output is zeros, not NaN (as the CPU
   // backend and PyTorch's math path since 2.5); NaN scores still propagate.
@@ -190,10 +192,11 @@ Primitive Backend::attention(Primitive query, Primitive key, Primitive value, Op
     const Device device = scores->device();
     Primitive rows = reshape(arange(0, queries, 1, DType::I64, device), Shape{1, 1, queries, 1});
     Primitive cols = reshape(arange(0, keys, 1, DType::I64, device), Shape{1, 1, 1, keys});
-    Primitive future = expand_to(*this,
-                                 greater(expand_to(*this, std::move(cols), Shape{1, 1, queries, keys}),
-                                         expand_to(*this, std::move(rows), Shape{1, 1, queries, keys})),
-                                 score_shape);
+    Primitive future =
+        expand_to(*this,
+                  greater(expand_to(*this, std::move(cols), Shape{1, 1, queries, keys}),
+                          expand_to(*this, std::move(rows), Shape{1, 1, queries, keys})),
+                  score_shape);
     excluded = excluded ? logical_or(std::move(*excluded), std::move(future)) : std::move(future);
   }
   if (excluded) {

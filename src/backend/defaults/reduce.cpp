@@ -38,7 +38,8 @@ Primitive Backend::prod_dim(Primitive x, std::int64_t dim) {
   // Multiply the first half by the second; an odd element out is carried to the next round.
   while (size > 1) {
     const std::int64_t half = size / 2;
-    Primitive product = mul(slice_dim(*this, x, dim, 0, half), slice_dim(*this, x, dim, half, half));
+    Primitive product =
+        mul(slice_dim(*this, x, dim, 0, half), slice_dim(*this, x, dim, half, half));
     if (size % 2 == 1) {
       product = cat({std::move(product), slice_dim(*this, x, dim, size - 1, 1)}, dim);
     }

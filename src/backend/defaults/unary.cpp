@@ -37,9 +37,7 @@ Primitive Backend::exp2(Primitive x) {
   return pow(std::move(two), std::move(x));
 }
 
-Primitive Backend::log2(Primitive x) {
-  return mul_scalar(log(std::move(x)), std::numbers::log2e);
-}
+Primitive Backend::log2(Primitive x) { return mul_scalar(log(std::move(x)), std::numbers::log2e); }
 
 Primitive Backend::log10(Primitive x) {
   return mul_scalar(log(std::move(x)), std::numbers::log10e);

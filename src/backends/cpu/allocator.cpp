@@ -4,8 +4,8 @@
 #include <bit>
 #include <cstdlib>
 #include <mutex>
-#include <thread>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "kiln/detail/format.h"

@@ -37,7 +37,8 @@ C stable_sigmoid(C v) {
 }  // namespace
 
 Primitive CpuBackend::relu(Primitive x) {
-  return float_map(std::move(x), "relu", [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; });
+  return float_map(std::move(x), "relu",
+                   [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; });
 }
 
 Primitive CpuBackend::leaky_relu(Primitive x, Scalar negative_slope) {
@@ -183,13 +184,15 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
         // a row of -inf gives -inf - -inf = NaN, as the composed default does.
         for (std::int64_t k = 0; k < length; ++k) row[static_cast<std::size_t>(k)] -= top;
         // The exponentials through libmvec's vector exp where available.
-        if (!vector_math_available() || !vector_map(VectorFunction::Exp, row.data(), exps.data(), length)) {
+        if (!vector_math_available() ||
+            !vector_map(VectorFunction::Exp, row.data(), exps.data(), length)) {
           for (std::int64_t k = 0; k < length; ++k) {
             exps[static_cast<std::size_t>(k)] = std::exp(row[static_cast<std::size_t>(k)]);
           }
         }
         Acc sum = 0;
-        for (std::int64_t k = 0; k < length; ++k) sum += static_cast<Acc>(exps[static_cast<std::size_t>(k)]);
+        for (std::int64_t k = 0; k < length; ++k)
+          sum += static_cast<Acc>(exps[static_cast<std::size_t>(k)]);
         if constexpr (kLog) {
           const C log_sum = static_cast<C>(std::log(sum));
           for (std::int64_t k = 0; k < length; ++k) {

@@ -15,34 +15,53 @@ namespace {
 
 // The arithmetic ops, each a generic function on compute values plus the zero-division flag.
 struct AddOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return wrap_add(a, b); }
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>&) const {
+    return wrap_add(a, b);
+  }
 };
 struct SubOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return wrap_sub(a, b); }
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>&) const {
+    return wrap_sub(a, b);
+  }
 };
 struct MulOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return wrap_mul(a, b); }
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>&) const {
+    return wrap_mul(a, b);
+  }
 };
 struct DivOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>& zero) const {
-    if constexpr (std::is_integral_v<T>) return int_floor_div(a, b, zero);
-    else return a / b;
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>& zero) const {
+    if constexpr (std::is_integral_v<T>)
+      return int_floor_div(a, b, zero);
+    else
+      return a / b;
   }
 };
 struct RemainderOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>& zero) const {
-    if constexpr (std::is_integral_v<T>) return int_remainder(a, b, zero);
-    else return float_remainder(a, b);
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>& zero) const {
+    if constexpr (std::is_integral_v<T>)
+      return int_remainder(a, b, zero);
+    else
+      return float_remainder(a, b);
   }
 };
 struct PowOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>& zero) const {
-    if constexpr (std::is_integral_v<T>) return int_pow(a, b, zero);
-    else return std::pow(a, b);
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>& zero) const {
+    if constexpr (std::is_integral_v<T>)
+      return int_pow(a, b, zero);
+    else
+      return std::pow(a, b);
   }
 };
 struct MaximumOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const {
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>&) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();  // NaN propagates
     }
@@ -50,7 +69,8 @@ struct MaximumOp {
   }
 };
 struct MinimumOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const {
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>&) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
     }
@@ -58,10 +78,16 @@ struct MinimumOp {
   }
 };
 struct Atan2Op {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return std::atan2(a, b); }
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>&) const {
+    return std::atan2(a, b);
+  }
 };
 struct HypotOp {
-  template <class T> T operator()(T a, T b, std::atomic<bool>&) const { return std::hypot(a, b); }
+  template <class T>
+  T operator()(T a, T b, std::atomic<bool>&) const {
+    return std::hypot(a, b);
+  }
 };
 
 constexpr const char* kDivisionByZero = "integer division by zero";
@@ -150,10 +176,18 @@ Primitive int_pow_scalar(Primitive x, const Scalar& value) {
 
 }  // namespace
 
-Primitive CpuBackend::add(Primitive l, Primitive r) { return binary<AddOp>(std::move(l), std::move(r), "add"); }
-Primitive CpuBackend::sub(Primitive l, Primitive r) { return binary<SubOp>(std::move(l), std::move(r), "sub"); }
-Primitive CpuBackend::mul(Primitive l, Primitive r) { return binary<MulOp>(std::move(l), std::move(r), "mul"); }
-Primitive CpuBackend::div(Primitive l, Primitive r) { return binary<DivOp>(std::move(l), std::move(r), "div"); }
+Primitive CpuBackend::add(Primitive l, Primitive r) {
+  return binary<AddOp>(std::move(l), std::move(r), "add");
+}
+Primitive CpuBackend::sub(Primitive l, Primitive r) {
+  return binary<SubOp>(std::move(l), std::move(r), "sub");
+}
+Primitive CpuBackend::mul(Primitive l, Primitive r) {
+  return binary<MulOp>(std::move(l), std::move(r), "mul");
+}
+Primitive CpuBackend::div(Primitive l, Primitive r) {
+  return binary<DivOp>(std::move(l), std::move(r), "div");
+}
 Primitive CpuBackend::remainder(Primitive l, Primitive r) {
   return binary<RemainderOp>(std::move(l), std::move(r), "remainder");
 }
@@ -174,10 +208,18 @@ Primitive CpuBackend::hypot(Primitive l, Primitive r) {
   return binary<HypotOp>(std::move(l), std::move(r), "hypot", true);
 }
 
-Primitive CpuBackend::add_scalar(Primitive x, Scalar v) { return binary_scalar<AddOp>(std::move(x), v, "add_scalar"); }
-Primitive CpuBackend::sub_scalar(Primitive x, Scalar v) { return binary_scalar<SubOp>(std::move(x), v, "sub_scalar"); }
-Primitive CpuBackend::mul_scalar(Primitive x, Scalar v) { return binary_scalar<MulOp>(std::move(x), v, "mul_scalar"); }
-Primitive CpuBackend::div_scalar(Primitive x, Scalar v) { return binary_scalar<DivOp>(std::move(x), v, "div_scalar"); }
+Primitive CpuBackend::add_scalar(Primitive x, Scalar v) {
+  return binary_scalar<AddOp>(std::move(x), v, "add_scalar");
+}
+Primitive CpuBackend::sub_scalar(Primitive x, Scalar v) {
+  return binary_scalar<SubOp>(std::move(x), v, "sub_scalar");
+}
+Primitive CpuBackend::mul_scalar(Primitive x, Scalar v) {
+  return binary_scalar<MulOp>(std::move(x), v, "mul_scalar");
+}
+Primitive CpuBackend::div_scalar(Primitive x, Scalar v) {
+  return binary_scalar<DivOp>(std::move(x), v, "div_scalar");
+}
 Primitive CpuBackend::remainder_scalar(Primitive x, Scalar v) {
   return binary_scalar<RemainderOp>(std::move(x), v, "remainder_scalar");
 }

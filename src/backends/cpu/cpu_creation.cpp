@@ -80,7 +80,9 @@ Primitive CpuBackend::random(Shape shape, Distribution distribution, DType dtype
         const std::uint64_t c = first + static_cast<std::uint64_t>(i);
         double v = 0;
         switch (distribution.kind) {
-          case Distribution::Kind::Default: v = uniform01(seed, c); break;
+          case Distribution::Kind::Default:
+            v = uniform01(seed, c);
+            break;
           case Distribution::Kind::Uniform:
             v = distribution.a + (distribution.b - distribution.a) * uniform01(seed, c);
             if constexpr (std::is_integral_v<T>) v = std::floor(v);
@@ -88,7 +90,9 @@ Primitive CpuBackend::random(Shape shape, Distribution distribution, DType dtype
           case Distribution::Kind::Normal:
             v = distribution.a + distribution.b * standard_normal(seed, c);
             break;
-          case Distribution::Kind::Bernoulli: v = uniform01(seed, c) < distribution.a ? 1 : 0; break;
+          case Distribution::Kind::Bernoulli:
+            v = uniform01(seed, c) < distribution.a ? 1 : 0;
+            break;
         }
         o[i] = convert_element<T>(v);
       }

@@ -150,7 +150,7 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
     block(0, extent);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(parts)) schedule(static, 1)
+#pragma omp parallel for num_threads(static_cast <int>(parts)) schedule(static, 1)
   for (std::int64_t p = 0; p < parts; ++p) block(extent * p / parts, extent * (p + 1) / parts);
 }
 

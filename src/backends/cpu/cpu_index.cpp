@@ -28,11 +28,21 @@ using namespace cpu;
 
 namespace {
 
-// Index tensors of any integer dtype: i64 and i32 are used as they are, the others are widened
-// to i64 once (u64 values past the i64 range are reported before they could wrap).
+// Calls f with the index type of kernels: indices were made i64 by index_operand.
+template <class F>
+void with_index_type(DType dtype, F&& f) {
+  if (dtype != DType::I64) {
+    detail::fail<InvalidArgument>("index", "indices reach the kernel as ", dtype_name(dtype));
+  }
+  f(type_tag<std::int64_t>{});
+}
+
+// Index tensors of any integer dtype reach the kernels as i64, widened once here (u64 values past
+// the i64 range are reported before they could wrap): the kernels are made for one index type.
+// i64 is what PyTorch's gather and scatter take; other dtypes pay one cast.
 Primitive index_operand(CpuBackend& backend, Primitive indices, const char* op) {
   const DType dtype = indices->dtype();
-  if (dtype == DType::I64 || dtype == DType::I32) return indices;
+  if (dtype == DType::I64) return indices;
   if (dtype == DType::U64) {
     auto c = contiguous(indices);
     const std::uint64_t* p = c->data_as<std::uint64_t>();
@@ -59,7 +69,7 @@ Primitive gather_kernel(const char* op, std::int64_t dim, const CpuTensor& x,
   const std::int64_t dim_size = x.shape()[d];
   xs[d] = 0;  // the coordinate along dim comes from the index, not from the loop
   const LoopPlan plan = plan_loop(shape, {&out->strides(), &indices.strides(), &xs});
-  visit_index_dtype(indices.dtype(), [&]<class I>(type_tag<I>) {
+  with_index_type(indices.dtype(), [&]<class I>(type_tag<I>) {
     visit_element_size(x.dtype(), [&]<class T>(type_tag<T>) {
       T* o = out->data_as<T>();
       const I* ip = indices.data_as<I>();
@@ -130,7 +140,7 @@ Primitive scatter_kernel(const char* op, std::int64_t dim, Primitive x, const Cp
         },
         grain);
   };
-  visit_index_dtype(indices.dtype(), [&]<class I>(type_tag<I>) {
+  with_index_type(indices.dtype(), [&]<class I>(type_tag<I>) {
     if (update == IndexingUpdate::Assign) {
       visit_element_size(out->dtype(), [&]<class T>(type_tag<T>) {
         run.template operator()<T, I, IndexingUpdate::Assign>();
@@ -160,7 +170,7 @@ std::vector<std::int64_t> row_offsets(const char* op, const Primitive& indices,
                                       const CpuTensor& target, std::int64_t rows, std::int64_t k) {
   std::vector<std::int64_t> base(static_cast<std::size_t>(rows));
   auto c = contiguous(indices);
-  visit_index_dtype(c->dtype(), [&]<class I>(type_tag<I>) {
+  with_index_type(c->dtype(), [&]<class I>(type_tag<I>) {
     const I* ip = c->data_as<I>();
     parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(k, 1)),
                  [&](std::int64_t b, std::int64_t e) {

@@ -103,8 +103,8 @@ struct ColumnTaps {
 // (contiguous, vectorisable).
 template <int kTaps, class T>
 void interpolate_plane(const T* plane, std::int64_t in_w, const std::vector<Taps>& rows,
-                       const ColumnTaps<T>& cols, const detail::Buffer<char>& row_needed, T* resampled,
-                       T* result, std::int64_t out_w) {
+                       const ColumnTaps<T>& cols, const detail::Buffer<char>& row_needed,
+                       T* resampled, T* result, std::int64_t out_w) {
   for (std::size_t ih = 0; ih < row_needed.size(); ++ih) {
     if (!row_needed[ih]) continue;
     const T* row = plane + static_cast<std::int64_t>(ih) * in_w;

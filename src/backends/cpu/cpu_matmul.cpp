@@ -5,8 +5,8 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/loops.h"
 #include "backends/cpu/integer_math.h"
+#include "backends/cpu/loops.h"
 
 namespace kiln {
 

@@ -1,6 +1,6 @@
-// Reductions: sum, mean, prod, logsumexp, max/min (with or without indices), argmax/argmin, any/all, over
-// everything (result shape [1]) or along one dim (kept with size 1). Strided inputs are read in
-// place. Float sums accumulate in double, pairwise along contiguous lines and in blocks
+// Reductions: sum, mean, prod, logsumexp, max/min (with or without indices), argmax/argmin,
+// any/all, over everything (result shape [1]) or along one dim (kept with size 1). Strided inputs
+// are read in place. Float sums accumulate in double, pairwise along contiguous lines and in blocks
 // otherwise; integer sums and products wrap around in 64 bits, then to the dtype. The driver
 // (reduce.h) plans and threads; this file makes only the reducers' loops.
 #include <cmath>

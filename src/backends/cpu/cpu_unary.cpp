@@ -51,15 +51,15 @@ double inverse_erf(double y) {
   if (w < 5.0) {
     w -= 2.5;
     p = 2.81022636e-08;
-    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-                     -0.00125372503, -0.00417768164, 0.246640727, 1.50140941}) {
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                     -0.00417768164, 0.246640727, 1.50140941}) {
       p = c + p * w;
     }
   } else {
     w = std::sqrt(w) - 3.0;
     p = -0.000200214257;
-    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-                     -0.0076224613, 0.00943887047, 1.00167406, 2.83297682}) {
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                     0.00943887047, 1.00167406, 2.83297682}) {
       p = c + p * w;
     }
   }
@@ -84,14 +84,14 @@ Primitive numeric_unary(Primitive x, const char* op, F f) {
 
 }  // namespace
 
-#define KILN_CPU_FLOAT_UNARY(name, expression)                                     \
-  Primitive CpuBackend::name(Primitive x) {                                        \
-    return float_unary(std::move(x), #name, [](auto v) { return expression; });    \
+#define KILN_CPU_FLOAT_UNARY(name, expression)                                  \
+  Primitive CpuBackend::name(Primitive x) {                                     \
+    return float_unary(std::move(x), #name, [](auto v) { return expression; }); \
   }
-#define KILN_CPU_VECTOR_UNARY(name, Name)                                            \
-  Primitive CpuBackend::name(Primitive x) {                                          \
-    return float_unary(std::move(x), #name, [](auto v) { return std::name(v); },     \
-                       VectorFunction::Name);                                        \
+#define KILN_CPU_VECTOR_UNARY(name, Name)                                                \
+  Primitive CpuBackend::name(Primitive x) {                                              \
+    return float_unary(                                                                  \
+        std::move(x), #name, [](auto v) { return std::name(v); }, VectorFunction::Name); \
   }
 KILN_CPU_FLOAT_UNARY(recip, decltype(v)(1) / v)
 KILN_CPU_VECTOR_UNARY(exp, Exp)

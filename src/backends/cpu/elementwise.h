@@ -68,9 +68,9 @@ template <class T>
 using kernel_t = compute_t<T>;
 // For ops blind to signedness (wrapping add, bitwise logic, equality): one kernel per width.
 template <class T>
-using bits_t = typename std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool>,
-                                           std::make_unsigned<T>,
-                                           std::type_identity<kernel_t<T>>>::type;
+using bits_t =
+    typename std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool>,
+                                std::make_unsigned<T>, std::type_identity<kernel_t<T>>>::type;
 
 // visit_dtype and friends, calling f with the kernel type (kernel_t) of the dtype, so that f16
 // and bf16 share f32's kernels.

@@ -28,14 +28,6 @@ decltype(auto) visit_element_size(DType dtype, F&& f) {
   }
 }
 
-// Index tensors reach kernels as i64 or i32 (others are cast first, see index_operand), so the
-// kernels are instantiated for two index types only.
-template <class F>
-decltype(auto) visit_index_dtype(DType dtype, F&& f) {
-  if (dtype == DType::I32) return f(type_tag<std::int32_t>{});
-  return f(type_tag<std::int64_t>{});
-}
-
 [[noreturn]] void fail_index(const char* op, std::int64_t dim, std::int64_t size,
                              std::int64_t index);
 [[noreturn]] void fail_index_unsigned(const char* op, std::int64_t dim, std::int64_t size,

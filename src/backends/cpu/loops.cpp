@@ -61,12 +61,23 @@ void copy_strided(const CpuTensor& src, CpuTensor& dst) {
     }
   };
   switch (size) {
-    case 1: run_loop<2>(plan, [&](auto n, auto& o, auto& s) { segment.operator()<std::uint8_t>(n, o, s); }); break;
-    case 2: run_loop<2>(plan, [&](auto n, auto& o, auto& s) { segment.operator()<std::uint16_t>(n, o, s); }); break;
-    case 4: run_loop<2>(plan, [&](auto n, auto& o, auto& s) { segment.operator()<std::uint32_t>(n, o, s); }); break;
-    default: run_loop<2>(plan, [&](auto n, auto& o, auto& s) { segment.operator()<std::uint64_t>(n, o, s); }); break;
+    case 1:
+      run_loop<2>(plan,
+                  [&](auto n, auto& o, auto& s) { segment.operator()<std::uint8_t>(n, o, s); });
+      break;
+    case 2:
+      run_loop<2>(plan,
+                  [&](auto n, auto& o, auto& s) { segment.operator()<std::uint16_t>(n, o, s); });
+      break;
+    case 4:
+      run_loop<2>(plan,
+                  [&](auto n, auto& o, auto& s) { segment.operator()<std::uint32_t>(n, o, s); });
+      break;
+    default:
+      run_loop<2>(plan,
+                  [&](auto n, auto& o, auto& s) { segment.operator()<std::uint64_t>(n, o, s); });
+      break;
   }
 }
 
 }  // namespace kiln::cpu
-

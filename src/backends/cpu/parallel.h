@@ -25,8 +25,8 @@ inline int thread_count() noexcept { return omp_get_max_threads(); }
 template <class Body>
 void parallel_for(std::int64_t n, std::int64_t grain, Body&& body) {
   if (n <= 0) return;
-  const int threads = static_cast<int>(
-      std::min<std::int64_t>(thread_count(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1))));
+  const int threads = static_cast<int>(std::min<std::int64_t>(
+      thread_count(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1))));
   if (threads <= 1 || omp_in_parallel()) {
     body(std::int64_t{0}, n);
     return;

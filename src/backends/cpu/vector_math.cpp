@@ -28,13 +28,16 @@ inline void store(float* p, FloatVector v) { _mm256_storeu_ps(p, v); }
 inline void store(double* p, DoubleVector v) { _mm256_storeu_pd(p, v); }
 #endif
 
+// Lists of macro calls, laid out as tables.
+// clang-format off
 #define KILN_MVEC_FUNCTIONS(X) \
   X(exp) X(expm1) X(exp2) X(log) X(log1p) X(log2) X(log10) X(sin) X(cos) X(tan) X(asin) \
   X(acos) X(atan) X(sinh) X(cosh) X(tanh) X(asinh) X(acosh) X(atanh) X(erf)
+// clang-format on
 
 extern "C" {
-#define KILN_DECLARE_MVEC(name)                         \
-  FloatVector KILN_MVEC_F(name)(FloatVector) noexcept;  \
+#define KILN_DECLARE_MVEC(name)                        \
+  FloatVector KILN_MVEC_F(name)(FloatVector) noexcept; \
   DoubleVector KILN_MVEC_D(name)(DoubleVector) noexcept;
 KILN_MVEC_FUNCTIONS(KILN_DECLARE_MVEC)
 #undef KILN_DECLARE_MVEC
@@ -51,10 +54,11 @@ void apply(const T* in, T* out, std::int64_t n, std::int64_t lanes, VectorFn vf,
 
 }  // namespace
 
-#define KILN_CASE(name, Name)                                                              \
-  case VectorFunction::Name:                                                               \
-    apply<T, Vector>(in, out, n, lanes, [](Vector v) { return vector_##name(v); },         \
-                     [](T v) { return std::name(v); });                                    \
+#define KILN_CASE(name, Name)                                         \
+  case VectorFunction::Name:                                          \
+    apply<T, Vector>(                                                 \
+        in, out, n, lanes, [](Vector v) { return vector_##name(v); }, \
+        [](T v) { return std::name(v); });                            \
     return true;
 
 #define KILN_WRAP(name)                                                            \
@@ -66,11 +70,13 @@ KILN_MVEC_FUNCTIONS(KILN_WRAP)
 template <class T, class Vector>
 bool dispatch(VectorFunction function, const T* in, T* out, std::int64_t n, std::int64_t lanes) {
   switch (function) {
+    // clang-format off
     KILN_CASE(exp, Exp) KILN_CASE(expm1, Expm1) KILN_CASE(exp2, Exp2) KILN_CASE(log, Log)
     KILN_CASE(log1p, Log1p) KILN_CASE(log2, Log2) KILN_CASE(log10, Log10) KILN_CASE(sin, Sin)
     KILN_CASE(cos, Cos) KILN_CASE(tan, Tan) KILN_CASE(asin, Asin) KILN_CASE(acos, Acos)
     KILN_CASE(atan, Atan) KILN_CASE(sinh, Sinh) KILN_CASE(cosh, Cosh) KILN_CASE(tanh, Tanh)
     KILN_CASE(asinh, Asinh) KILN_CASE(acosh, Acosh) KILN_CASE(atanh, Atanh) KILN_CASE(erf, Erf)
+    // clang-format on
   }
   return false;
 }

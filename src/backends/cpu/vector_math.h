@@ -16,8 +16,26 @@ namespace kiln::cpu {
 // Applies the vector form of a function to contiguous arrays; returns false when no vector
 // form exists (the caller then runs the scalar loop).
 enum class VectorFunction : std::uint8_t {
-  Exp, Expm1, Exp2, Log, Log1p, Log2, Log10, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh,
-  Asinh, Acosh, Atanh, Erf,
+  Exp,
+  Expm1,
+  Exp2,
+  Log,
+  Log1p,
+  Log2,
+  Log10,
+  Sin,
+  Cos,
+  Tan,
+  Asin,
+  Acos,
+  Atan,
+  Sinh,
+  Cosh,
+  Tanh,
+  Asinh,
+  Acosh,
+  Atanh,
+  Erf,
 };
 
 // Whether this build has vector forms at all.

@@ -53,9 +53,9 @@ class Allocator {
 
   Context& context_;
   mutable std::mutex mutex_;
-  std::array<std::vector<CUdeviceptr>, kSmallClasses> small_;  // class index -> cached blocks
+  std::array<std::vector<CUdeviceptr>, kSmallClasses> small_;   // class index -> cached blocks
   std::array<std::uint64_t, kSmallClasses / 64> small_bits_{};  // bit set: that stack is not empty
-  std::multimap<std::size_t, CUdeviceptr> large_;                // size class -> cached block
+  std::multimap<std::size_t, CUdeviceptr> large_;               // size class -> cached block
   std::int64_t in_use_ = 0, reserved_ = 0, peak_ = 0;
 };
 

@@ -22,8 +22,8 @@ Compiler::Compiler(Context& context) : context_(context) {
   int major = 0, minor = 0, driver = 0;
   KILN_CUDA_CHECK("cuda", nvrtcVersion(&major, &minor));
   KILN_CUDA_CHECK("cuda", cuDriverGetVersion(&driver));
-  version_tag_ = context_.arch() + "/nvrtc" + std::to_string(major) + "." +
-                 std::to_string(minor) + "/driver" + std::to_string(driver);
+  version_tag_ = context_.arch() + "/nvrtc" + std::to_string(major) + "." + std::to_string(minor) +
+                 "/driver" + std::to_string(driver);
   tables_.push_back(std::make_unique<Table>(kInitialSlots));
   table_.store(tables_.back().get(), std::memory_order_release);
 }

@@ -113,8 +113,10 @@ inline std::string col2im_source(DType dtype) {
   s += kCol2imParams;
   s += "typedef " + std::string(storage_type(dtype)) + " T;\n";
   s += "typedef " + std::string(compute_type(dtype)) + " A;\n";
-  s += "__device__ __forceinline__ A k_load(const T* at) { return " + load_expression(dtype, "(*at)") + "; }\n";
-  s += "__device__ __forceinline__ T k_store(A value) { return " + store_expression(dtype, "value") + "; }\n";
+  s += "__device__ __forceinline__ A k_load(const T* at) { return " +
+       load_expression(dtype, "(*at)") + "; }\n";
+  s += "__device__ __forceinline__ T k_store(A value) { return " +
+       store_expression(dtype, "value") + "; }\n";
   s += R"CUDA(
 // The first tap of one dim that reaches pos (-1 when none), and its window position.
 __device__ __forceinline__ int k_first_tap(int pos, int padding, int stride, int dilation,

@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "backend/backend.h"
-#include "kiln/detail/op_columns.h"
 #include "backends/cuda/runtime.h"
+#include "kiln/detail/op_columns.h"
 
 namespace kiln::cuda {
 

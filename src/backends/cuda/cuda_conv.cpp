@@ -73,8 +73,8 @@ Window conv_window(const Shape& x, const Shape& weight, const ConvOptions& o) {
     w.stride[d] = option(o.stride, i, 1);
     w.padding[d] = option(o.padding, i, 0);
     w.dilation[d] = option(o.dilation, i, 1);
-    w.out[d] = spatial::conv_output_size(w.in[d], w.kernel[d], w.stride[d], w.padding[d],
-                                         w.dilation[d]);
+    w.out[d] =
+        spatial::conv_output_size(w.in[d], w.kernel[d], w.stride[d], w.padding[d], w.dilation[d]);
   }
   return w;
 }
@@ -91,9 +91,8 @@ Window transpose_window(const Shape& x, const Shape& weight, const ConvTranspose
     w.stride[d] = option(o.stride, i, 1);
     w.padding[d] = option(o.padding, i, 0);
     w.dilation[d] = option(o.dilation, i, 1);
-    w.in[d] = spatial::conv_transpose_output_size(w.out[d], w.kernel[d], w.stride[d],
-                                                  w.padding[d], w.dilation[d],
-                                                  option(o.padding_out, i, 0));
+    w.in[d] = spatial::conv_transpose_output_size(w.out[d], w.kernel[d], w.stride[d], w.padding[d],
+                                                  w.dilation[d], option(o.padding_out, i, 0));
   }
   return w;
 }
@@ -102,15 +101,16 @@ void check_window(const Window& w, const char* op) {
   bool fits = w.in_size() < kMaxCoordinate * 2 && w.out_size() < kMaxCoordinate * 2 &&
               w.taps() < kMaxCoordinate * 2;
   for (std::size_t d = 0; d < 3; ++d) {
-    for (std::int64_t v : {w.in[d], w.out[d], w.kernel[d], w.stride[d], w.padding[d],
-                           w.dilation[d], std::max<std::int64_t>(w.kernel[d] - 1, 0) * w.dilation[d]}) {
+    for (std::int64_t v : {w.in[d], w.out[d], w.kernel[d], w.stride[d], w.padding[d], w.dilation[d],
+                           std::max<std::int64_t>(w.kernel[d] - 1, 0) * w.dilation[d]}) {
       if (v < 0 || v > kMaxCoordinate) fits = false;
     }
     if (w.stride[d] < 1 || w.dilation[d] < 1) fits = false;
   }
   if (!fits) {
-    detail::fail<UnsupportedOperation>(op, "window sizes beyond 2^30 (or images and kernels of "
-                                           "2^31 elements or more) are not supported on cuda");
+    detail::fail<UnsupportedOperation>(op,
+                                       "window sizes beyond 2^30 (or images and kernels of "
+                                       "2^31 elements or more) are not supported on cuda");
   }
 }
 
@@ -327,8 +327,8 @@ void add_channel_bias(Runtime& runtime, const CudaTensor& y, const CudaTensor& b
 
 // Images per column workspace: at most kColumnBytes, at least one, at most `batch`.
 std::int64_t images_per_chunk(std::int64_t per_image, DType dtype, std::int64_t batch) {
-  const std::int64_t bytes = std::max<std::int64_t>(
-      1, per_image * static_cast<std::int64_t>(dtype_size(dtype)));
+  const std::int64_t bytes =
+      std::max<std::int64_t>(1, per_image * static_cast<std::int64_t>(dtype_size(dtype)));
   return std::clamp<std::int64_t>(kColumnBytes / bytes, 1, std::max<std::int64_t>(batch, 1));
 }
 
@@ -550,9 +550,8 @@ Primitive CudaBackend::conv_weight_backward(Primitive x, Primitive weight, Primi
   const std::int64_t rows = in_per_group * w.taps(), positions = w.out_size();
   const Shape expected = channels_first(batch, out_channels, w.out, xs.rank() - 2);
   if (output_grad->shape() != expected) {
-    detail::fail<InvalidArgument>(op, "output gradient of shape ",
-                                  output_grad->shape().to_string(), ", expected ",
-                                  expected.to_string());
+    detail::fail<InvalidArgument>(op, "output gradient of shape ", output_grad->shape().to_string(),
+                                  ", expected ", expected.to_string());
   }
   if (ws.num_elements() == 0 || batch == 0 || positions == 0) {
     TensorPtr dw = make_tensor(dtype, ws, op);
@@ -583,8 +582,7 @@ Primitive CudaBackend::conv_weight_backward(Primitive x, Primitive weight, Primi
   const std::int64_t chunk = images_per_chunk(per_image, dtype, batch);
   const std::int64_t chunks = (batch + chunk - 1) / chunk;
   const std::int64_t max_ld = round_up(chunk * positions);
-  TensorPtr target =
-      make_tensor(dtype, chunks == 1 ? ws : Shape{chunks, out_channels, rows}, op);
+  TensorPtr target = make_tensor(dtype, chunks == 1 ? ws : Shape{chunks, out_channels, rows}, op);
   Workspace columns(runtime_, workspace_bytes(in_channels * w.taps() * max_ld, dtype), op);
   const CUdeviceptr cols = pointer_of(columns);
   const std::size_t esize = dtype_size(dtype);
@@ -597,8 +595,8 @@ Primitive CudaBackend::conv_weight_backward(Primitive x, Primitive weight, Primi
       const std::int64_t first = c * chunk, images = std::min(chunk, batch - first);
       const std::int64_t k = images * positions, ld = round_up(k);
       im2col(runtime_, xt, first, images, w, cols, {positions, w.taps() * ld, ld}, op);
-      const Operand a{dyt.data() + static_cast<CUdeviceptr>(first * positions) * esize, dy_rows,
-                      1, out_per_group * dy_rows, 0};
+      const Operand a{dyt.data() + static_cast<CUdeviceptr>(first * positions) * esize, dy_rows, 1,
+                      out_per_group * dy_rows, 0};
       const Operand bc{cols, 1, ld, rows * ld, 0};
       const Operand out{out_base + static_cast<CUdeviceptr>(c * per_chunk) * esize, rows, 1,
                         per_group, 0};

@@ -71,8 +71,8 @@ void wait_event(Runtime& rt, CUevent event, const char* op) {
     const char* text = nullptr;
     cuGetErrorString(status, &text);
     detail::fail<ExecutionError>(op, "a kernel on cuda:", rt.context.index(),
-                                 " failed (ops in flight: ", rt.context.in_flight(), "): ",
-                                 text ? text : "unknown error");
+                                 " failed (ops in flight: ", rt.context.in_flight(),
+                                 "): ", text ? text : "unknown error");
   }
   rt.context.throw_pending(op);
 }
@@ -131,19 +131,24 @@ Primitive CudaBackend::random(Shape shape, Distribution distribution, DType dtyp
   // The CPU backend's formulas on the CPU backend's counter-based hash (kernel_source.cpp).
   std::string expression;
   switch (distribution.kind) {
-    case Distribution::Kind::Default: expression = "k_uniform01(s0, s1 + (u64)i)"; break;
+    case Distribution::Kind::Default:
+      expression = "k_uniform01(s0, s1 + (u64)i)";
+      break;
     case Distribution::Kind::Uniform:
       expression = "s2 + (s3 - s2) * k_uniform01(s0, s1 + (u64)i)";
       if (is_int(dtype) || is_bool(dtype)) expression = "floor(" + expression + ")";
       break;
-    case Distribution::Kind::Normal: expression = "s2 + s3 * k_normal(s0, s1 + (u64)i)"; break;
+    case Distribution::Kind::Normal:
+      expression = "s2 + s3 * k_normal(s0, s1 + (u64)i)";
+      break;
     case Distribution::Kind::Bernoulli:
       expression = "(k_uniform01(s0, s1 + (u64)i) < s2 ? 1.0 : 0.0)";
       break;
   }
   const std::uint64_t first = counter_.fetch_add(static_cast<std::uint64_t>(n));
-  ElementwiseOp spec{"random", expression, {}, DType::F64, dtype,
-                     {DType::U64, DType::U64, DType::F64, DType::F64}, nullptr};
+  ElementwiseOp spec{"random",   expression, {},
+                     DType::F64, dtype,      {DType::U64, DType::U64, DType::F64, DType::F64},
+                     nullptr};
   const std::uint64_t bits[] = {seed_.load(), first, scalar_bits(distribution.a, DType::F64),
                                 scalar_bits(distribution.b, DType::F64)};
   launch_elementwise(runtime_, spec, *out, {}, bits);
@@ -207,8 +212,8 @@ Primitive CudaBackend::to_device(Primitive x, Device device) {
   KILN_CUDA_CHECK("to_device", cuStreamWaitEvent(runtime_.context.stream(), dst_ready.get(), 0));
   if (bytes > 0) {
     KILN_CUDA_CHECK("to_device", cuMemcpyPeerAsync(dst->data(), there.context.context(),
-                                                   src->data(), runtime_.context.context(),
-                                                   bytes, runtime_.context.stream()));
+                                                   src->data(), runtime_.context.context(), bytes,
+                                                   runtime_.context.stream()));
   }
   auto copied = record_event(runtime_, "to_device");
   there.context.make_current();

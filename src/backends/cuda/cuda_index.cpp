@@ -8,11 +8,13 @@ namespace kiln::cuda {
 namespace {
 
 constexpr const char* kGatherExpression =
-    "[&]() { i64 j = (i64)b; if (j < 0 || j >= s1) { err = true; j = 0; } return GATHER(j * s0); }()";
+    "[&]() { i64 j = (i64)b; if (j < 0 || j >= s1) { err = true; j = 0; } return GATHER(j * s0); "
+    "}()";
 
 void check_index_dtype(DType dtype, const char* op) {
   if (!is_int(dtype)) {
-    detail::fail<UnsupportedDType>(op, "indices must have an integer dtype, got ", dtype_name(dtype));
+    detail::fail<UnsupportedDType>(op, "indices must have an integer dtype, got ",
+                                   dtype_name(dtype));
   }
 }
 
@@ -28,8 +30,8 @@ Primitive gather_along(CudaBackend& backend, const char* op, std::int64_t dim, c
   TensorPtr source = make_view(x, shape, std::move(strides), x.offset());
   TensorPtr out = backend.make_tensor(x.dtype(), shape, op);
   const DType raw = raw_dtype(x.dtype());
-  ElementwiseOp spec{op, kGatherExpression, {raw, indices.dtype()}, raw, raw,
-                     {DType::I64, DType::I64}, "index out of range"};
+  ElementwiseOp spec{op,  kGatherExpression,        {raw, indices.dtype()}, raw,
+                     raw, {DType::I64, DType::I64}, "index out of range"};
   spec.gathered_input = 0;
   const CudaTensor* inputs[] = {source.get(), &indices};
   const std::uint64_t bits[] = {scalar_bits_int(dim_stride), scalar_bits_int(dim_size)};

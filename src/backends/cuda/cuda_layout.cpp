@@ -26,7 +26,8 @@ TensorPtr CudaBackend::contiguous(const Primitive& x, const char* op) {
 Primitive CudaBackend::reshape(Primitive x, Shape shape) {
   const CudaTensor& t = as_cuda(x);
   if (t.shape() == shape) return x;
-  if (auto strides = strided::reshape_strides(t.shape(), t.strides(), shape)) return make_view(t, std::move(shape), std::move(*strides), t.offset());
+  if (auto strides = strided::reshape_strides(t.shape(), t.strides(), shape))
+    return make_view(t, std::move(shape), std::move(*strides), t.offset());
   TensorPtr c = make_tensor(t.dtype(), t.shape(), "reshape");
   copy_into(*c, t, "reshape");
   return make_view(*c, shape, contiguous_strides(shape), 0);

@@ -13,8 +13,8 @@ namespace kiln::cuda {
 
 namespace {
 
-Primitive run(CudaBackend& b, const Primitive& x, std::int64_t dim, const Reducer& r, Accepts accepts,
-              const char* op, std::optional<DType> out_dtype = std::nullopt) {
+Primitive run(CudaBackend& b, const Primitive& x, std::int64_t dim, const Reducer& r,
+              Accepts accepts, const char* op, std::optional<DType> out_dtype = std::nullopt) {
   check_accepts(x->dtype(), accepts, op);
   return reduce_dim(b.runtime(), as_cuda(x), dim, r, out_dtype.value_or(x->dtype()), op);
 }
@@ -30,7 +30,8 @@ void check_index_dtype(DType index_dtype, const char* op) {
 // or repeats, in any order of dims and directions; nullopt otherwise (the default copies).
 std::optional<Primitive> dense_line(const Primitive& x) {
   const CudaTensor& t = as_cuda(x);
-  if (t.is_contiguous() || t.shape().num_elements() == 0) return std::nullopt;  // the default is a view
+  if (t.is_contiguous() || t.shape().num_elements() == 0)
+    return std::nullopt;                                    // the default is a view
   std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (|stride|, size)
   std::int64_t offset = t.offset();
   for (std::size_t k = 0; k < t.rank(); ++k) {
@@ -65,26 +66,42 @@ __device__ __forceinline__ void merge(Acc& a, double max, double sum) {
 }
 __device__ __forceinline__ Acc init() { return Acc{-LSE_INF, 0.0}; }
 __device__ __forceinline__ void combine(Acc& a, const Acc& b) { merge(a, b.max, b.sum); }
-)CUDA") + "__device__ __forceinline__ void step(Acc& a, " + C +
-         " x, i64) { merge(a, (double)x, 1.0); }\n" +
+)CUDA") + "__device__ __forceinline__ void step(Acc& a, " +
+         C + " x, i64) { merge(a, (double)x, 1.0); }\n" +
          "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) {\n"
          "  const double r = a.max - a.max == 0.0 ? a.max + log(a.sum) : a.max;\n  ((" +
-         storage_type(out_dtype) + "*)p.out)[o] = " +
-         store_expression(out_dtype, "(" + C + ")r") + ";\n}\n";
+         storage_type(out_dtype) + "*)p.out)[o] = " + store_expression(out_dtype, "(" + C + ")r") +
+         ";\n}\n";
 }
 
 const Reducer kLogSumExp{"logsumexp", &logsumexp_accumulator};
 
 }  // namespace
 
-Primitive CudaBackend::sum_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Sum, Accepts::Numeric, "sum_dim"); }
-Primitive CudaBackend::mean_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Mean, Accepts::Float, "mean_dim"); }
-Primitive CudaBackend::prod_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Prod, Accepts::Numeric, "prod_dim"); }
-Primitive CudaBackend::max_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Max, Accepts::Numeric, "max_dim"); }
-Primitive CudaBackend::min_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Min, Accepts::Numeric, "min_dim"); }
-Primitive CudaBackend::logsumexp_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, kLogSumExp, Accepts::Float, "logsumexp_dim"); }
-Primitive CudaBackend::any_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::Any, Accepts::Any, "any_dim", DType::Bool); }
-Primitive CudaBackend::all_dim(Primitive x, std::int64_t dim) { return run(*this, x, dim, Reducer::All, Accepts::Any, "all_dim", DType::Bool); }
+Primitive CudaBackend::sum_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, Reducer::Sum, Accepts::Numeric, "sum_dim");
+}
+Primitive CudaBackend::mean_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, Reducer::Mean, Accepts::Float, "mean_dim");
+}
+Primitive CudaBackend::prod_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, Reducer::Prod, Accepts::Numeric, "prod_dim");
+}
+Primitive CudaBackend::max_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, Reducer::Max, Accepts::Numeric, "max_dim");
+}
+Primitive CudaBackend::min_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, Reducer::Min, Accepts::Numeric, "min_dim");
+}
+Primitive CudaBackend::logsumexp_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, kLogSumExp, Accepts::Float, "logsumexp_dim");
+}
+Primitive CudaBackend::any_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, Reducer::Any, Accepts::Any, "any_dim", DType::Bool);
+}
+Primitive CudaBackend::all_dim(Primitive x, std::int64_t dim) {
+  return run(*this, x, dim, Reducer::All, Accepts::Any, "all_dim", DType::Bool);
+}
 Primitive CudaBackend::argmax(Primitive x, std::int64_t dim, DType index_dtype) {
   check_index_dtype(index_dtype, "argmax");
   return run(*this, x, dim, Reducer::ArgMax, Accepts::Numeric, "argmax", index_dtype);

@@ -14,7 +14,9 @@ Storage::Storage(Allocator& allocator, std::size_t bytes, const char* op)
 
 Storage::~Storage() { allocator_.deallocate(pointer_, capacity_); }
 
-bool CudaTensor::compute_contiguous() const noexcept { return strided::is_contiguous(shape_, strides_); }
+bool CudaTensor::compute_contiguous() const noexcept {
+  return strided::is_contiguous(shape_, strides_);
+}
 
 Strides contiguous_strides(const Shape& shape) { return strided::contiguous_strides(shape); }
 
@@ -31,8 +33,8 @@ TensorPtr make_view(const CudaTensor& base, Shape shape, Strides strides, std::i
   strided::check_view_in_storage(
       shape, strides, offset,
       static_cast<std::int64_t>(base.storage()->bytes() / dtype_size(base.dtype())), "cuda view");
-  return std::make_shared<CudaTensor>(base.dtype(), std::move(shape), base.device(),
-                                      base.storage(), std::move(strides), offset);
+  return std::make_shared<CudaTensor>(base.dtype(), std::move(shape), base.device(), base.storage(),
+                                      std::move(strides), offset);
 }
 
 }  // namespace kiln::cuda

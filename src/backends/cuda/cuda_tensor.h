@@ -49,7 +49,8 @@ class CudaTensor final : public TensorPrimitive {
   std::int64_t offset() const noexcept { return offset_; }
   // Device address of element [0, 0, ...].
   CUdeviceptr data() const noexcept {
-    return storage_->pointer() + static_cast<CUdeviceptr>(offset_ * static_cast<std::int64_t>(dtype_size(dtype_)));
+    return storage_->pointer() +
+           static_cast<CUdeviceptr>(offset_ * static_cast<std::int64_t>(dtype_size(dtype_)));
   }
   // Row-major without gaps (size-1 dims may have any stride). Known from construction: every
   // op asks it of its operands.

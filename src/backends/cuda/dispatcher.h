@@ -1,9 +1,9 @@
 // Asynchronous dispatch of kernel launches. On the machines we measure, the driver's
-// cuLaunchKernel alone costs 3.4-4.1 us of host time (docs/cuda-backend-notes.md), several times kiln's own work
-// for a small op. So the calling thread copies a launch into a ring and returns, and a launcher
-// thread per GPU hands the ring to the driver in order: the caller's next op overlaps the
-// driver's work on the previous one (the pipelining burn's compute channels and JAX's async
-// dispatch do too).
+// cuLaunchKernel alone costs 3.4-4.1 us of host time (docs/cuda-backend-notes.md), several times
+// kiln's own work for a small op. So the calling thread copies a launch into a ring and returns,
+// and a launcher thread per GPU hands the ring to the driver in order: the caller's next op
+// overlaps the driver's work on the previous one (the pipelining burn's compute channels and JAX's
+// async dispatch do too).
 //
 // The stream still sees every op in program order. Anything else queued on it (copies, events,
 // library calls such as cuBLASLt and CUB, synchronisation) first drains the ring: Context::stream()

@@ -95,10 +95,9 @@ int collapse(const Shape& shape, const std::array<Strides, kMaxOperands>& stride
       }
     }
     if (rank == static_cast<int>(kMaxDims)) {
-      detail::fail<InvalidArgument>("cuda", "a view of shape ", shape.to_string(),
-                                    " has more than ", kMaxDims,
-                                    " dims that cannot be merged; at most ", kMaxDims,
-                                    " are supported on cuda");
+      detail::fail<InvalidArgument>(
+          "cuda", "a view of shape ", shape.to_string(), " has more than ", kMaxDims,
+          " dims that cannot be merged; at most ", kMaxDims, " are supported on cuda");
     }
     sizes[rank] = shape[d];
     for (std::size_t k = 0; k < count; ++k) out[k][rank] = strides[k][d];
@@ -131,8 +130,9 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
   if (inputs.size() + 1 > kMaxOperands || inputs.size() != op.inputs.size() ||
       scalar_bits.size() > kMaxScalars) {
     detail::fail<InvalidArgument>(op.name, "an elementwise kernel takes at most ", kMaxOperands - 1,
-                                  " inputs and ", kMaxScalars, " scalars, one per declared dtype; got ",
-                                  inputs.size(), " inputs and ", scalar_bits.size(), " scalars");
+                                  " inputs and ", kMaxScalars,
+                                  " scalars, one per declared dtype; got ", inputs.size(),
+                                  " inputs and ", scalar_bits.size(), " scalars");
   }
   const ModuleKey key(op);
   auto source = [&] { return elementwise_source(op); };
@@ -152,7 +152,8 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     params.n = n;
     std::array<Strides, kMaxOperands> strides;
     strides[0] = out.strides();
-    for (std::size_t k = 0; k < inputs.size(); ++k) strides[k + 1] = broadcast_strides(*inputs[k], shape);
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      strides[k + 1] = broadcast_strides(*inputs[k], shape);
     params.rank = collapse(shape, strides, count, params.sizes, params.strides);
     // Views that merge into one contiguous run (size-1 dims, broadcast rank) are flat too.
     flat = params.rank <= 1;
@@ -166,7 +167,8 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     p.pointers[0] = out.data();
     for (std::size_t k = 0; k < inputs.size(); ++k) p.pointers[k + 1] = inputs[k]->data();
     for (std::size_t k = count; k < kMaxOperands; ++k) p.pointers[k] = 0;
-    for (std::size_t k = 0; k < kMaxScalars; ++k) p.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
+    for (std::size_t k = 0; k < kMaxScalars; ++k)
+      p.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
     p.error_word = error_word;
     p.error_token = error_token;
     p.reverse = 0;
@@ -200,7 +202,8 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
   params.pointers[0] = out.data();
   for (std::size_t k = 0; k < inputs.size(); ++k) params.pointers[k + 1] = inputs[k]->data();
   for (std::size_t k = count; k < kMaxOperands; ++k) params.pointers[k] = 0;
-  for (std::size_t k = 0; k < kMaxScalars; ++k) params.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
+  for (std::size_t k = 0; k < kMaxScalars; ++k)
+    params.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
   params.error_word = error_word;
   params.error_token = error_token;
   CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise", source);

@@ -29,7 +29,8 @@ inline constexpr std::size_t kMaxScalars = 4;
 // How the wide-load kernel (kiln_elementwise_vec) is launched: threads per block, vectors per
 // thread and loop step (their loads are all in flight together), and a cap on blocks per
 // multiprocessor (0: no cap, one loop step per thread). The defaults were measured on the H200
-// (docs/cuda-backend-notes.md); KILN_CUDA_VECTOR_SHAPE="threads,unroll,cap" overrides them for tuning sweeps.
+// (docs/cuda-backend-notes.md); KILN_CUDA_VECTOR_SHAPE="threads,unroll,cap" overrides them for
+// tuning sweeps.
 struct VectorShape {
   unsigned threads = 0;
   int unroll = 0;

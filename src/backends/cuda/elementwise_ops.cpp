@@ -33,21 +33,35 @@ std::uint64_t to_bits(T value) {
 void check_accepts(DType dtype, Accepts accepts, const char* op) {
   bool ok = true;
   switch (accepts) {
-    case Accepts::Float: ok = is_float(dtype); break;
-    case Accepts::Int: ok = is_int(dtype); break;
-    case Accepts::Numeric: ok = is_float(dtype) || is_int(dtype); break;
-    case Accepts::Bool: ok = is_bool(dtype); break;
-    case Accepts::Any: ok = dtype != DType::QFloat; break;
+    case Accepts::Float:
+      ok = is_float(dtype);
+      break;
+    case Accepts::Int:
+      ok = is_int(dtype);
+      break;
+    case Accepts::Numeric:
+      ok = is_float(dtype) || is_int(dtype);
+      break;
+    case Accepts::Bool:
+      ok = is_bool(dtype);
+      break;
+    case Accepts::Any:
+      ok = dtype != DType::QFloat;
+      break;
   }
   if (!ok) detail::fail<UnsupportedDType>(op, "dtype ", dtype_name(dtype), " is not accepted");
 }
 
 DType raw_dtype(DType dtype) {
   switch (dtype_size(dtype)) {
-    case 8: return DType::U64;
-    case 4: return DType::U32;
-    case 2: return DType::U16;
-    default: return DType::U8;
+    case 8:
+      return DType::U64;
+    case 4:
+      return DType::U32;
+    case 2:
+      return DType::U16;
+    default:
+      return DType::U8;
   }
 }
 
@@ -57,16 +71,20 @@ std::uint64_t element_bits(const Scalar& value, DType dtype) {
     const T v = std::is_integral_v<T> && value.is_float()
                     ? convert_element<T>(value.to_double())
                     : convert_element<T>(value.as<compute_t<T>>());
-    if constexpr (std::is_same_v<T, bool>) return v ? 1 : 0;
-    else return to_bits(v);
+    if constexpr (std::is_same_v<T, bool>)
+      return v ? 1 : 0;
+    else
+      return to_bits(v);
   });
 }
 
 std::uint64_t compute_bits(const Scalar& value, DType dtype) {
   return visit_dtype(dtype, "scalar", [&]<class T>(type_tag<T>) -> std::uint64_t {
     using C = compute_t<T>;
-    if constexpr (std::is_same_v<C, bool>) return value.as<bool>() ? 1 : 0;
-    else return to_bits(value.as<C>());
+    if constexpr (std::is_same_v<C, bool>)
+      return value.as<bool>() ? 1 : 0;
+    else
+      return to_bits(value.as<C>());
   });
 }
 
@@ -95,7 +113,7 @@ Primitive map_binary(CudaBackend& backend, Primitive lhs, Primitive rhs, const c
     shape = &broadcast;
   }
   TensorPtr out = output_for(backend, {&lhs, &rhs}, *shape, out_dtype, op);
-  ElementwiseOp spec{op, std::move(expression), {dtype, rhs->dtype()}, out_dtype, out_dtype, {},
+  ElementwiseOp spec{op,     std::move(expression), {dtype, rhs->dtype()}, out_dtype, out_dtype, {},
                      failure};
   const CudaTensor* inputs[] = {&as_cuda(lhs), &as_cuda(rhs)};
   launch_elementwise(backend.runtime(), spec, *out, inputs);
@@ -115,8 +133,8 @@ Primitive map_scalar(CudaBackend& backend, Primitive x, const char* op, Accepts 
     scalar_types.push_back(dtype);
     bits[scalar_types.size() - 1] = compute_bits(s, dtype);
   }
-  ElementwiseOp spec{op, std::move(expression), {dtype}, out_dtype, out_dtype, scalar_types,
-                     failure};
+  ElementwiseOp spec{op,        std::move(expression), {dtype}, out_dtype,
+                     out_dtype, scalar_types,          failure};
   const CudaTensor* inputs[] = {&as_cuda(x)};
   launch_elementwise(backend.runtime(), spec, *out, inputs,
                      std::span<const std::uint64_t>(bits, scalar_types.size()));

@@ -35,7 +35,8 @@ std::string kernel_head(const ElementwiseOp& op, const char* name, const char* p
     s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
          std::to_string(k) + "]);\n";
   }
-  s += "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {\n";
+  s += "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
+       "blockDim.x) {\n";
   return s;
 }
 
@@ -69,9 +70,7 @@ std::string vector_kernel(const ElementwiseOp& op) {
   static const char* names[] = {"a", "b", "c"};
   const VectorShape& shape = vector_shape();
   const std::string width = std::to_string(vector_width(op));
-  auto vector_type = [&](DType d) {
-    return "V<" + std::string(storage_type(d)) + ">";
-  };
+  auto vector_type = [&](DType d) { return "V<" + std::string(storage_type(d)) + ">"; };
   std::string s = "template <class T> struct alignas(" + width + " * sizeof(T) < 16 ? " + width +
                   " * sizeof(T) : 16) V { T v[" + width + "]; };\n";
   s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.threads) +
@@ -155,9 +154,17 @@ std::uint64_t scalar_bits(double value, DType dtype) {
   std::uint64_t bits = 0;
   auto put = [&bits](auto v) { std::memcpy(&bits, &v, sizeof v); };
   switch (dtype) {
-    case DType::F64: put(value); break;
-    case DType::F32: case DType::F16: case DType::BF16: put(static_cast<float>(value)); break;
-    default: put(static_cast<std::int64_t>(value)); break;
+    case DType::F64:
+      put(value);
+      break;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+      put(static_cast<float>(value));
+      break;
+    default:
+      put(static_cast<std::int64_t>(value));
+      break;
   }
   return bits;
 }
@@ -193,7 +200,8 @@ std::string elementwise_source(const ElementwiseOp& op) {
   s += "    i64 rem = i;\n";
   for (std::size_t k = 0; k < count; ++k) s += "    i64 o" + std::to_string(k) + " = 0;\n";
   s += "    for (int d = p.rank - 1; d >= 0; --d) {\n";
-  s += "      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;\n";
+  s += "      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * "
+       "size; rem = q;\n";
   for (std::size_t k = 0; k < count; ++k) {
     s += "      o" + std::to_string(k) + " += idx * p.strides[" + std::to_string(k) + "][d];\n";
   }

@@ -181,15 +181,24 @@ std::string limit_literal(bool max) {
 
 std::string int_limits(DType dtype, bool max) {
   switch (dtype) {
-    case DType::I64: return limit_literal<std::int64_t>(max);
-    case DType::I32: return limit_literal<std::int32_t>(max);
-    case DType::I16: return limit_literal<std::int16_t>(max);
-    case DType::I8: return limit_literal<std::int8_t>(max);
-    case DType::U64: return limit_literal<std::uint64_t>(max);
-    case DType::U32: return limit_literal<std::uint32_t>(max);
-    case DType::U16: return limit_literal<std::uint16_t>(max);
-    case DType::U8: return limit_literal<std::uint8_t>(max);
-    default: return "0";
+    case DType::I64:
+      return limit_literal<std::int64_t>(max);
+    case DType::I32:
+      return limit_literal<std::int32_t>(max);
+    case DType::I16:
+      return limit_literal<std::int16_t>(max);
+    case DType::I8:
+      return limit_literal<std::int8_t>(max);
+    case DType::U64:
+      return limit_literal<std::uint64_t>(max);
+    case DType::U32:
+      return limit_literal<std::uint32_t>(max);
+    case DType::U16:
+      return limit_literal<std::uint16_t>(max);
+    case DType::U8:
+      return limit_literal<std::uint8_t>(max);
+    default:
+      return "0";
   }
 }
 
@@ -197,15 +206,32 @@ std::string int_limits(DType dtype, bool max) {
 std::string int_limit_as_double(DType dtype, bool max) {
   double v = 0;
   switch (dtype) {
-    case DType::I64: v = max ? 9223372036854775807.0 : -9223372036854775808.0; break;
-    case DType::I32: v = max ? 2147483647.0 : -2147483648.0; break;
-    case DType::I16: v = max ? 32767.0 : -32768.0; break;
-    case DType::I8: v = max ? 127.0 : -128.0; break;
-    case DType::U64: v = max ? 18446744073709551615.0 : 0.0; break;
-    case DType::U32: v = max ? 4294967295.0 : 0.0; break;
-    case DType::U16: v = max ? 65535.0 : 0.0; break;
-    case DType::U8: v = max ? 255.0 : 0.0; break;
-    default: break;
+    case DType::I64:
+      v = max ? 9223372036854775807.0 : -9223372036854775808.0;
+      break;
+    case DType::I32:
+      v = max ? 2147483647.0 : -2147483648.0;
+      break;
+    case DType::I16:
+      v = max ? 32767.0 : -32768.0;
+      break;
+    case DType::I8:
+      v = max ? 127.0 : -128.0;
+      break;
+    case DType::U64:
+      v = max ? 18446744073709551615.0 : 0.0;
+      break;
+    case DType::U32:
+      v = max ? 4294967295.0 : 0.0;
+      break;
+    case DType::U16:
+      v = max ? 65535.0 : 0.0;
+      break;
+    case DType::U8:
+      v = max ? 255.0 : 0.0;
+      break;
+    default:
+      break;
   }
   char text[64];
   std::snprintf(text, sizeof text, "%.17g", v);
@@ -222,27 +248,45 @@ const std::string& kernel_prelude() {
 
 const char* storage_type(DType dtype) {
   switch (dtype) {
-    case DType::F64: return "double";
-    case DType::F32: return "float";
-    case DType::F16: case DType::BF16: return "unsigned short";
-    case DType::I64: return "long long";
-    case DType::I32: return "int";
-    case DType::I16: return "short";
-    case DType::I8: return "signed char";
-    case DType::U64: return "unsigned long long";
-    case DType::U32: return "unsigned";
-    case DType::U16: return "unsigned short";
-    case DType::U8: case DType::Bool: return "unsigned char";
-    case DType::QFloat: break;
+    case DType::F64:
+      return "double";
+    case DType::F32:
+      return "float";
+    case DType::F16:
+    case DType::BF16:
+      return "unsigned short";
+    case DType::I64:
+      return "long long";
+    case DType::I32:
+      return "int";
+    case DType::I16:
+      return "short";
+    case DType::I8:
+      return "signed char";
+    case DType::U64:
+      return "unsigned long long";
+    case DType::U32:
+      return "unsigned";
+    case DType::U16:
+      return "unsigned short";
+    case DType::U8:
+    case DType::Bool:
+      return "unsigned char";
+    case DType::QFloat:
+      break;
   }
   detail::fail<UnsupportedDType>("cuda", "no CUDA storage for ", dtype_name(dtype));
 }
 
 const char* compute_type(DType dtype) {
   switch (dtype) {
-    case DType::F16: case DType::BF16: return "float";
-    case DType::Bool: return "bool";
-    default: return storage_type(dtype);
+    case DType::F16:
+    case DType::BF16:
+      return "float";
+    case DType::Bool:
+      return "bool";
+    default:
+      return storage_type(dtype);
   }
 }
 
@@ -251,19 +295,27 @@ const char* short_name(DType dtype) { return dtype_name(dtype).data(); }
 
 std::string load_expression(DType dtype, const std::string& at) {
   switch (dtype) {
-    case DType::F16: return "k_h2f(" + at + ")";
-    case DType::BF16: return "k_b2f(" + at + ")";
-    case DType::Bool: return "(" + at + " != 0)";
-    default: return at;
+    case DType::F16:
+      return "k_h2f(" + at + ")";
+    case DType::BF16:
+      return "k_b2f(" + at + ")";
+    case DType::Bool:
+      return "(" + at + " != 0)";
+    default:
+      return at;
   }
 }
 
 std::string store_expression(DType dtype, const std::string& value) {
   switch (dtype) {
-    case DType::F16: return "k_f2h(" + value + ")";
-    case DType::BF16: return "k_f2b(" + value + ")";
-    case DType::Bool: return "(unsigned char)((" + value + ") ? 1 : 0)";
-    default: return "(" + std::string(storage_type(dtype)) + ")(" + value + ")";
+    case DType::F16:
+      return "k_f2h(" + value + ")";
+    case DType::BF16:
+      return "k_f2b(" + value + ")";
+    case DType::Bool:
+      return "(unsigned char)((" + value + ") ? 1 : 0)";
+    default:
+      return "(" + std::string(storage_type(dtype)) + ")(" + value + ")";
   }
 }
 
@@ -277,8 +329,8 @@ std::string convert_expression(DType from, DType to, const std::string& value) {
     // NaN -> 0, saturate at the limits, else truncate toward zero (src/core/dtype_dispatch.h).
     return "([&]() -> " + type + " { const double v_ = " + v + "; if (!(v_ == v_)) return (" +
            type + ")0; if (v_ <= " + int_limit_as_double(to, false) + ") return (" + type + ")" +
-           int_limits(to, false) + "; if (v_ >= " + int_limit_as_double(to, true) +
-           ") return (" + type + ")" + int_limits(to, true) + "; return (" + type + ")v_; }())";
+           int_limits(to, false) + "; if (v_ >= " + int_limit_as_double(to, true) + ") return (" +
+           type + ")" + int_limits(to, true) + "; return (" + type + ")v_; }())";
   }
   if (to == DType::F16 || to == DType::BF16) return "(float)(" + value + ")";
   return "(" + std::string(compute_type(to)) + ")(" + value + ")";

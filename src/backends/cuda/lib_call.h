@@ -1,5 +1,5 @@
 // What the op files that call kiln_cuda_lib (src/backends/cuda/lib: cuBLASLt matmul, CUB sort and
-// scans) share: raw device addresses of tensors, the device's stream with its context current,
+// select) share: raw device addresses of tensors, the device's stream with its context current,
 // workspaces from the backend's caching allocator, moving a dim last and back, and the compute
 // mode of products.
 #pragma once
@@ -43,7 +43,9 @@ class Workspace : public Storage {
  public:
   Workspace(Runtime& runtime, std::size_t bytes, const char* op)
       : Storage(runtime.allocator, bytes, op) {}
-  void* get() const noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer())); }
+  void* get() const noexcept {
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer()));
+  }
 };
 
 // Axes that move dim last (the others keep their order), and the axes that move it back.

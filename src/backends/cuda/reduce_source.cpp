@@ -23,10 +23,12 @@ struct P {
 
 // The accumulators of the built-in reducers over dtype, written to out_dtype.
 const char* nan_of(DType dtype) {
-  return dtype == DType::F64 ? "__longlong_as_double(0x7ff8000000000000ll)" : "__int_as_float(0x7fc00000)";
+  return dtype == DType::F64 ? "__longlong_as_double(0x7ff8000000000000ll)"
+                             : "__int_as_float(0x7fc00000)";
 }
 const char* infinity_of(DType dtype) {
-  return dtype == DType::F64 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__int_as_float(0x7f800000)";
+  return dtype == DType::F64 ? "__longlong_as_double(0x7ff0000000000000ll)"
+                             : "__int_as_float(0x7f800000)";
 }
 std::string store_to(DType out_dtype) {
   return "((" + std::string(storage_type(out_dtype)) + "*)p.out)[o] = ";
@@ -39,12 +41,16 @@ std::string sum_like(DType dtype, DType out_dtype, bool prod, bool mean) {
   const std::string acc = fl ? "double" : "u64";
   const std::string widen = fl ? "(double)x" : (is_signed_int(dtype) ? "(u64)(i64)x" : "(u64)x");
   std::string s = "struct Acc { " + acc + " v; };\n";
-  s += "__device__ __forceinline__ Acc init() { return Acc{(" + acc + ")" + (prod ? "1" : "0") + "}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v " + (prod ? "*" : "+") + "= " + widen + "; }\n";
-  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v " + std::string(prod ? "*" : "+") + "= b.v; }\n";
-  std::string value = fl ? std::string("(") + C + ")(a.v" + (mean ? " / p.divisor" : "") + ")" : "(" + C + ")a.v";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) +
-       store_expression(out_dtype, value) + "; }\n";
+  s += "__device__ __forceinline__ Acc init() { return Acc{(" + acc + ")" + (prod ? "1" : "0") +
+       "}; }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v " +
+       (prod ? "*" : "+") + "= " + widen + "; }\n";
+  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v " +
+       std::string(prod ? "*" : "+") + "= b.v; }\n";
+  std::string value =
+      fl ? std::string("(") + C + ")(a.v" + (mean ? " / p.divisor" : "") + ")" : "(" + C + ")a.v";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
+       store_to(out_dtype) + store_expression(out_dtype, value) + "; }\n";
   return s;
 }
 
@@ -59,7 +65,8 @@ std::string extremum(DType dtype, DType out_dtype, bool mx) {
     const int bits = static_cast<int>(dtype_size(dtype) * 8);
     char text[96];
     if (is_signed_int(dtype)) {
-      const unsigned long long high = (bits == 64) ? 0x7fffffffffffffffull : ((1ull << (bits - 1)) - 1);
+      const unsigned long long high =
+          (bits == 64) ? 0x7fffffffffffffffull : ((1ull << (bits - 1)) - 1);
       const unsigned long long low = (bits == 64) ? 0x8000000000000000ull : (1ull << (bits - 1));
       std::snprintf(text, sizeof text, "(%s)0x%llxull", C.c_str(), mx ? low : high);
     } else {
@@ -71,11 +78,13 @@ std::string extremum(DType dtype, DType out_dtype, bool mx) {
   const std::string pick = mx ? "x > a.v" : "x < a.v";
   std::string s = "struct Acc { " + C + " v; bool nan; };\n";
   s += "__device__ __forceinline__ Acc init() { return Acc{" + start + ", false}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { if (" + pick + ") a.v = x;" + (fl ? " a.nan |= (x != x);" : "") + " }\n";
-  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { const " + C + " x = b.v; if (" + pick + ") a.v = x; a.nan |= b.nan; }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { if (" + pick +
+       ") a.v = x;" + (fl ? " a.nan |= (x != x);" : "") + " }\n";
+  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { const " + C +
+       " x = b.v; if (" + pick + ") a.v = x; a.nan |= b.nan; }\n";
   const std::string value = fl ? "(a.nan ? (" + C + ")" + nan_of(dtype) + " : a.v)" : "a.v";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) +
-       store_expression(out_dtype, value) + "; }\n";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
+       store_to(out_dtype) + store_expression(out_dtype, value) + "; }\n";
   return s;
 }
 
@@ -89,22 +98,27 @@ std::string arg_extremum(DType dtype, DType out_dtype, bool mx) {
   s += "__device__ __forceinline__ bool better(" + C + " v, " + C + " best) { " +
        (fl ? "if (v != v) return best == best; " : "") + "return v " + cmp + " best; }\n";
   s += "__device__ __forceinline__ Acc init() { return Acc{(" + C + ")0, -1}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64 j) { if (a.idx < 0 || better(x, a.v)) { a.v = x; a.idx = j; } }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C +
+       " x, i64 j) { if (a.idx < 0 || better(x, a.v)) { a.v = x; a.idx = j; } }\n";
   s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) {\n"
        "  if (b.idx < 0) return;\n"
        "  if (a.idx < 0 || better(b.v, a.v) || (!better(a.v, b.v) && b.idx < a.idx)) a = b;\n}\n";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) +
-       "(" + storage_type(out_dtype) + ")(a.idx < 0 ? 0 : a.idx); }\n";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
+       store_to(out_dtype) + "(" + storage_type(out_dtype) + ")(a.idx < 0 ? 0 : a.idx); }\n";
   return s;
 }
 
 std::string truth(DType dtype, DType out_dtype, bool any) {
   const std::string C = compute_type(dtype);
   std::string s = "struct Acc { bool v; };\n";
-  s += std::string("__device__ __forceinline__ Acc init() { return Acc{") + (any ? "false" : "true") + "}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v = a.v " + (any ? "||" : "&&") + " (x != (" + C + ")0); }\n";
-  s += std::string("__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v = a.v ") + (any ? "||" : "&&") + " b.v; }\n";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " + store_to(out_dtype) + "(unsigned char)(a.v ? 1 : 0); }\n";
+  s += std::string("__device__ __forceinline__ Acc init() { return Acc{") +
+       (any ? "false" : "true") + "}; }\n";
+  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v = a.v " +
+       (any ? "||" : "&&") + " (x != (" + C + ")0); }\n";
+  s += std::string("__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v = a.v ") +
+       (any ? "||" : "&&") + " b.v; }\n";
+  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
+       store_to(out_dtype) + "(unsigned char)(a.v ? 1 : 0); }\n";
   return s;
 }
 
@@ -274,12 +288,18 @@ std::string entry(ReduceKernel k) {
   const std::string head = std::string("extern \"C\" __global__ void __launch_bounds__(256, 4) ") +
                            reduce_kernel_name(k) + "(const P p) { ";
   switch (k) {
-    case ReduceKernel::LinesWarp: return kLines + head + "reduce_lines<32>(p); }\n";
-    case ReduceKernel::LinesBlock: return kLines + head + "reduce_lines<256>(p); }\n";
-    case ReduceKernel::Columns: return kColumns + head + "reduce_columns<1>(p); }\n";
-    case ReduceKernel::ColumnsVector: return kColumns + head + "reduce_columns<VECTOR>(p); }\n";
-    case ReduceKernel::FinishWarp: return kFinish + head + "reduce_finish<32>(p); }\n";
-    case ReduceKernel::FinishBlock: return kFinish + head + "reduce_finish<256>(p); }\n";
+    case ReduceKernel::LinesWarp:
+      return kLines + head + "reduce_lines<32>(p); }\n";
+    case ReduceKernel::LinesBlock:
+      return kLines + head + "reduce_lines<256>(p); }\n";
+    case ReduceKernel::Columns:
+      return kColumns + head + "reduce_columns<1>(p); }\n";
+    case ReduceKernel::ColumnsVector:
+      return kColumns + head + "reduce_columns<VECTOR>(p); }\n";
+    case ReduceKernel::FinishWarp:
+      return kFinish + head + "reduce_finish<32>(p); }\n";
+    case ReduceKernel::FinishBlock:
+      return kFinish + head + "reduce_finish<256>(p); }\n";
   }
   return {};
 }
@@ -291,12 +311,15 @@ const Reducer Reducer::Mean{"mean", [](DType d, DType o) { return sum_like(d, o,
 const Reducer Reducer::Prod{"prod", [](DType d, DType o) { return sum_like(d, o, true, false); }};
 const Reducer Reducer::Max{"max", [](DType d, DType o) { return extremum(d, o, true); }};
 const Reducer Reducer::Min{"min", [](DType d, DType o) { return extremum(d, o, false); }};
-const Reducer Reducer::ArgMax{"argmax", [](DType d, DType o) { return arg_extremum(d, o, true); }, true};
-const Reducer Reducer::ArgMin{"argmin", [](DType d, DType o) { return arg_extremum(d, o, false); }, true};
+const Reducer Reducer::ArgMax{"argmax", [](DType d, DType o) { return arg_extremum(d, o, true); },
+                              true};
+const Reducer Reducer::ArgMin{"argmin", [](DType d, DType o) { return arg_extremum(d, o, false); },
+                              true};
 const Reducer Reducer::Any{"any", [](DType d, DType o) { return truth(d, o, true); }};
 const Reducer Reducer::All{"all", [](DType d, DType o) { return truth(d, o, false); }};
 
-std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& r, DType dtype, DType out_dtype) {
+std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& r, DType dtype,
+                                 DType out_dtype) {
   const std::string S = storage_type(dtype);
   const int vector = static_cast<int>(std::min<std::size_t>(4, 16 / dtype_size(dtype)));
   std::string s = kernel_prelude() + kParams;

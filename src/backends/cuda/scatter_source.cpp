@@ -75,20 +75,38 @@ std::string combine_source(DType dtype, IndexingUpdate update) {
     body = (update == U::Add || update == U::Max) ? "return a || b;" : "return a && b;";
   } else if (is_int(dtype)) {
     switch (update) {
-      case U::Add: body = "return k_add(a, b);"; break;
-      case U::Mul: body = "return k_mul(a, b);"; break;
-      case U::Min: body = "return b < a ? b : a;"; break;
-      case U::Max: body = "return b > a ? b : a;"; break;
-      default: break;
+      case U::Add:
+        body = "return k_add(a, b);";
+        break;
+      case U::Mul:
+        body = "return k_mul(a, b);";
+        break;
+      case U::Min:
+        body = "return b < a ? b : a;";
+        break;
+      case U::Max:
+        body = "return b > a ? b : a;";
+        break;
+      default:
+        break;
     }
   } else {
     switch (update) {
-      case U::Add: body = "return a + b;"; break;
-      case U::Mul: body = "return a * b;"; break;
+      case U::Add:
+        body = "return a + b;";
+        break;
+      case U::Mul:
+        body = "return a * b;";
+        break;
       // A NaN already there stays; a NaN value replaces what is there.
-      case U::Min: body = "return !(a != a) && ((b != b) || b < a) ? b : a;"; break;
-      case U::Max: body = "return !(a != a) && ((b != b) || b > a) ? b : a;"; break;
-      default: break;
+      case U::Min:
+        body = "return !(a != a) && ((b != b) || b < a) ? b : a;";
+        break;
+      case U::Max:
+        body = "return !(a != a) && ((b != b) || b > a) ? b : a;";
+        break;
+      default:
+        break;
     }
   }
   return "__device__ __forceinline__ " + C + " k_combine(" + C + " a, " + C + " b) { " + body +
@@ -103,8 +121,12 @@ std::string atomic_source(DType dtype, IndexingUpdate update) {
   std::string native;
   const bool add = update == U::Add, min = update == U::Min, max = update == U::Max;
   switch (dtype) {
-    case DType::F32: if (add) native = "atomicAdd(dst, b);"; break;
-    case DType::F64: if (add) native = "atomicAdd(dst, b);"; break;
+    case DType::F32:
+      if (add) native = "atomicAdd(dst, b);";
+      break;
+    case DType::F64:
+      if (add) native = "atomicAdd(dst, b);";
+      break;
     case DType::I32:
       if (add) native = "atomicAdd((unsigned*)dst, (unsigned)b);";
       if (min) native = "atomicMin(dst, b);";
@@ -125,7 +147,8 @@ std::string atomic_source(DType dtype, IndexingUpdate update) {
       if (min) native = "atomicMin(dst, b);";
       if (max) native = "atomicMax(dst, b);";
       break;
-    default: break;
+    default:
+      break;
   }
   std::string s = "__device__ __forceinline__ void k_update(" + S + "* dst, " + C + " b) {\n";
   if (!native.empty()) {
@@ -154,14 +177,18 @@ std::string scatter_source(DType dtype, DType index_dtype, IndexingUpdate update
   // The line path: a thread per line along dim, in order (the CPU's exact result).
   s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_lines(const P p) {\n"
        "  bool err = false;\n"
-       "  for (i64 l = blockIdx.x * (i64)blockDim.x + threadIdx.x; l < p.n; l += (i64)gridDim.x * blockDim.x) {\n"
+       "  for (i64 l = blockIdx.x * (i64)blockDim.x + threadIdx.x; l < p.n; l += (i64)gridDim.x * "
+       "blockDim.x) {\n"
        "    i64 o, x, v, k;\n"
        "    k_locate(p, l, true, o, x, v, k);\n"
-       "    " + S + "* out = (" + S + "*)p.out + o;\n"
+       "    " +
+       S + "* out = (" + S +
+       "*)p.out + o;\n"
        "    for (k = 0; k < p.line; ++k) {\n"
        "      const i64 j = INDEX(x + k * p.index_step);\n"
        "      if (j < 0 || j >= p.dim_size) { err = true; continue; }\n"
-       "      " + S + "* dst = out + j * p.out_step;\n";
+       "      " +
+       S + "* dst = out + j * p.out_step;\n";
   if (assign) {
     s += "      *dst = ((const " + S + "*)p.values)[v + k * p.value_step];\n";
   } else {
@@ -174,7 +201,8 @@ std::string scatter_source(DType dtype, DType index_dtype, IndexingUpdate update
   // The element paths.
   const std::string head =
       "  bool err = false;\n"
-      "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {\n"
+      "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
+      "blockDim.x) {\n"
       "    i64 o, x, v, k;\n"
       "    k_locate(p, i, false, o, x, v, k);\n"
       "    const i64 j = INDEX(x);\n"

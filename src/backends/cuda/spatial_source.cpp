@@ -49,14 +49,19 @@ __device__ __forceinline__ i64 k_adaptive_end(i64 i, i64 in, i64 out) { return (
 // rounds as on the CPU.
 std::string taps_source(InterpolateMode mode) {
   std::string s =
-      "__device__ __forceinline__ double k_cubic_near(double x) { return ((-0.75 + 2) * x - (-0.75 + 3)) * x * x + 1; }\n"
-      "__device__ __forceinline__ double k_cubic_far(double x) { return ((-0.75 * x - 5 * -0.75) * x + 8 * -0.75) * x - 4 * -0.75; }\n"
+      "__device__ __forceinline__ double k_cubic_near(double x) { return ((-0.75 + 2) * x - (-0.75 "
+      "+ 3)) * x * x + 1; }\n"
+      "__device__ __forceinline__ double k_cubic_far(double x) { return ((-0.75 * x - 5 * -0.75) * "
+      "x + 8 * -0.75) * x - 4 * -0.75; }\n"
       "__device__ __forceinline__ double k_source(const P& p, i64 i, i64 in, i64 out) {\n"
-      "  const double scale = p.align_corners ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0)\n"
+      "  const double scale = p.align_corners ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : "
+      "0.0)\n"
       "                                       : (double)in / (double)out;\n"
-      "  return p.align_corners ? __dmul_rn(scale, (double)i) : __dsub_rn(__dmul_rn(scale, __dadd_rn((double)i, 0.5)), 0.5);\n"
+      "  return p.align_corners ? __dmul_rn(scale, (double)i) : __dsub_rn(__dmul_rn(scale, "
+      "__dadd_rn((double)i, 0.5)), 0.5);\n"
       "}\n"
-      "__device__ __forceinline__ void k_taps(const P& p, i64 i, i64 in, i64 out, i64* index, double* weight) {\n";
+      "__device__ __forceinline__ void k_taps(const P& p, i64 i, i64 in, i64 out, i64* index, "
+      "double* weight) {\n";
   switch (mode) {
     case InterpolateMode::Nearest:
       s += "  index[0] = min((i * in) / out, in - 1); weight[0] = 1.0;\n";
@@ -89,14 +94,22 @@ int tap_count(InterpolateMode mode) {
 
 const char* spatial_kernel_name(SpatialKernel kernel) {
   switch (kernel) {
-    case SpatialKernel::AvgPool: return "avg_pool";
-    case SpatialKernel::AvgPoolBackward: return "avg_pool_backward";
-    case SpatialKernel::MaxPool: return "max_pool_with_indices";
-    case SpatialKernel::MaxPoolBackward: return "max_pool_with_indices_backward";
-    case SpatialKernel::AdaptiveAvgPool: return "adaptive_avg_pool";
-    case SpatialKernel::AdaptiveAvgPoolBackward: return "adaptive_avg_pool_backward";
-    case SpatialKernel::Interpolate: return "interpolate";
-    case SpatialKernel::InterpolateBackward: return "interpolate_backward";
+    case SpatialKernel::AvgPool:
+      return "avg_pool";
+    case SpatialKernel::AvgPoolBackward:
+      return "avg_pool_backward";
+    case SpatialKernel::MaxPool:
+      return "max_pool_with_indices";
+    case SpatialKernel::MaxPoolBackward:
+      return "max_pool_with_indices_backward";
+    case SpatialKernel::AdaptiveAvgPool:
+      return "adaptive_avg_pool";
+    case SpatialKernel::AdaptiveAvgPoolBackward:
+      return "adaptive_avg_pool_backward";
+    case SpatialKernel::Interpolate:
+      return "interpolate";
+    case SpatialKernel::InterpolateBackward:
+      return "interpolate_backward";
   }
   return "?";
 }
@@ -112,13 +125,15 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
   s += "typedef " + T + " T;\n";
   s += "#define LOADX(at) (" + load_expression(dtype, "((const " + S + "*)p.x)[at]") + ")\n";
   s += "#define LOADG(at) (" + load_expression(dtype, "((const " + S + "*)p.g)[at]") + ")\n";
-  s += "#define STORE(at, value) (((" + S + "*)p.out_ptr)[at] = " + store_expression(dtype, "value") + ")\n";
+  s += "#define STORE(at, value) (((" + S +
+       "*)p.out_ptr)[at] = " + store_expression(dtype, "value") + ")\n";
   const bool interpolating =
       kernel == SpatialKernel::Interpolate || kernel == SpatialKernel::InterpolateBackward;
   if (interpolating) s += taps_source(mode);
   s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_spatial(const P p) {\n"
        "  bool err = false;\n"
-       "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {\n"
+       "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
+       "blockDim.x) {\n"
        "    i64 b, c, o[3];\n";
   switch (kernel) {
     case SpatialKernel::AvgPool:
@@ -187,7 +202,8 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
       s += R"CUDA(    k_split(p, i, p.out, b, c, o);
     const i64 plane_size = p.in[0] * p.in[1] * p.in[2];
 )CUDA";
-      s += "    const i64 at = (i64)((const " + I + "*)p.idx)[k_at(p.is, b, c, o[0], o[1], o[2])];\n";
+      s += "    const i64 at = (i64)((const " + I +
+           "*)p.idx)[k_at(p.is, b, c, o[0], o[1], o[2])];\n";
       s += R"CUDA(    if (at < 0 || at >= plane_size) { err = true; continue; }
     atomicAdd((T*)p.out_ptr + (b * p.channels + c) * plane_size + at, (T)LOADG(k_at(p.gs, b, c, o[0], o[1], o[2])));
 )CUDA";

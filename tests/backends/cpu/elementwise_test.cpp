@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "support/spread.h"
 #include "backend/registry.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "support/spread.h"
 
 namespace kiln {
 namespace {

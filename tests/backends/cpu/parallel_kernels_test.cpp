@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "support/spread.h"
 #include "backend/registry.h"
+#include "support/spread.h"
 
 namespace kiln {
 namespace {

@@ -1,4 +1,5 @@
-// A program outside the kiln tree, built against the installed package.
+// A program outside the kiln tree, built against the installed package: kiln::kiln brings the
+// tensor library, nn (kiln_nn) and data and train (kiln_train), each used here.
 #include <kiln/kiln.h>
 
 #include <cstdio>
@@ -8,6 +9,13 @@ int main() {
   auto a = Tensor<2>::ones({2, 2}, Device::cpu());
   const std::vector<float> v = (a + a).into_data().to_vec<float>();
   if (v != std::vector<float>{2, 2, 2, 2}) return 1;
+  const nn::Linear layer = nn::LinearConfig{2, 3}.init(Device::cpu());
+  if (layer.forward(a).shape() != Shape{2, 3}) return 2;
+  try {
+    data::load_digits("no/such/digits.csv");
+    return 3;
+  } catch (const Error&) {
+  }
   std::puts("consumer ok");
   return 0;
 }

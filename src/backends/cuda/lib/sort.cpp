@@ -14,7 +14,8 @@ namespace sort_detail {
 
 namespace {
 // Compacted lists by default: on the H200 a values-only sort of 16M f32 took 599 us that way
-// against 708 us carrying positions (docs/cuda-lib-notes.md); both paths pass LibSort's bit-exact tests.
+// against 708 us carrying positions (docs/cuda-lib-notes.md); both paths pass LibSort's bit-exact
+// tests.
 std::atomic<bool> values_by_positions{false};
 }  // namespace
 
