@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda_plugin.h"
 #include "bench_common.h"
+#include "runtime/cuda_plugin.h"
 
 namespace {
 

@@ -73,7 +73,7 @@ class CheckpointScope {
 
 namespace detail {
 
-// The functions behind Tensor's autodiff methods (src/autodiff/tensor_api.cpp).
+// The functions behind Tensor's autodiff methods (src/decorators/autodiff/tensor_api.cpp).
 Primitive require_grad(Primitive x, bool require);
 bool is_require_grad(const Primitive& x) noexcept;
 Primitive detach(Primitive x);

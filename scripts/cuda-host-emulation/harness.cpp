@@ -11,12 +11,12 @@
 #include <cstdlib>
 #include <functional>
 
-#include "backend/registry.h"
-#include "backend/spatial_shape.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cuda/scatter.h"
 #include "backends/cuda/spatial.h"
+#include "contract/spatial_shape.h"
 #include "kiln/detail/tensor_ops.h"
+#include "runtime/registry.h"
 namespace kiln::cuda {
 using CudaTensor = kiln::cpu::CpuTensor;
 #include "helpers.inc"  // the anonymous-namespace helpers of cuda_spatial.cpp

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/registry.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/softmax.h"
 #include "kiln/detail/tensor_ops.h"
+#include "runtime/registry.h"
 
 using namespace kiln;
 using namespace kiln::cuda;

@@ -1,10 +1,10 @@
 // Shared checks of the tensor layer: kinds, devices, dtype promotion, dims.
 #pragma once
 
-#include "backend/backend.h"
-#include "backend/registry.h"
+#include "contract/backend.h"
 #include "kiln/detail/format.h"
 #include "kiln/detail/tensor_ops.h"
+#include "runtime/registry.h"
 
 namespace kiln::detail {
 

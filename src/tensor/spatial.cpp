@@ -3,7 +3,7 @@
 // every shape rule is checked, so backends receive complete, valid options.
 #include <sstream>
 
-#include "backend/spatial_shape.h"
+#include "contract/spatial_shape.h"
 #include "core/checked.h"
 #include "tensor/common.h"
 

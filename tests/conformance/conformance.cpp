@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "backend/op_code.h"
+#include "contract/op_code.h"
 
 namespace kiln::conformance {
 

@@ -103,6 +103,7 @@ double broadcast_at(const std::vector<double>& values, const Shape& shape,
 std::string context(const Device& device, DType dtype, Layout layout, const Shape& shape);
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Contiguous i64 indices on like's device (gather, scatter, select arguments).
 inline Primitive ints(const std::vector<double>& values, const Shape& shape,

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <functional>
 
-#include "backend/registry.h"
 #include "conformance/grad_of.h"
 #include "conformance/gradcheck.h"
+#include "runtime/registry.h"
 
 namespace kiln::conformance {
 namespace {

@@ -1,7 +1,7 @@
 // Gradcheck rows: arithmetic, unary maths, conversions.
-#include "backend/op_code.h"
 #include "conformance/gradcheck.h"
 #include "conformance/unary_cases.h"
+#include "contract/op_code.h"
 
 namespace kiln::conformance {
 namespace {

@@ -7,9 +7,9 @@
 #include <random>
 #include <string>
 
-#include "backend/registry.h"
 #include "conformance/grad_of.h"
 #include "conformance/gradcheck.h"
+#include "runtime/registry.h"
 
 namespace kiln::conformance {
 namespace {

@@ -10,8 +10,6 @@
 namespace kiln::conformance {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 double ref_sigmoid(double v) {
   if (v >= 0) return 1 / (1 + std::exp(-v));
   const double e = std::exp(v);

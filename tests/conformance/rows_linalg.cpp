@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/registry.h"
 #include "conformance/conformance.h"
+#include "runtime/registry.h"
 #include "tensor/common.h"
 
 namespace kiln::conformance {

@@ -12,8 +12,6 @@
 namespace kiln::conformance {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 using LineRef = std::function<double(const std::vector<double>&)>;
 
 Shape keep_dim(const Shape& shape, std::int64_t dim) {

@@ -9,8 +9,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "backend/registry.h"
 #include "conformance/conformance.h"
+#include "runtime/registry.h"
 #include "tensor/common.h"
 
 namespace kiln::conformance {

@@ -1,5 +1,5 @@
 // The checked size arithmetic (src/core/checked.h), the view-in-storage invariant
-// (src/backend/strided.h) and the OutOfMemory scratch buffers (src/core/buffer.h), against
+// (src/contract/strided.h) and the OutOfMemory scratch buffers (src/core/buffer.h), against
 // 128-bit reference arithmetic written here.
 #include "core/checked.h"
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <random>
 
-#include "backend/strided.h"
+#include "contract/strided.h"
 #include "core/buffer.h"
 #include "support/error_message.h"
 

@@ -21,7 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using Batch = std::vector<int>;
 
-DatasetPtr<int> numbers(int n) {
+DatasetPtr<int> loader_numbers(int n) {
   std::vector<int> items(static_cast<std::size_t>(n));
   std::iota(items.begin(), items.end(), 0);
   return in_memory(std::move(items));
@@ -49,29 +49,30 @@ bool finishes_within(std::chrono::seconds limit, Fn fn) {
 }
 
 TEST(DataLoader, BatchesInOrderWithAPartialLastBatch) {
-  DataLoader<int, Batch> loader(numbers(10), identity, {.batch_size = 4});
+  DataLoader<int, Batch> loader(loader_numbers(10), identity, {.batch_size = 4});
   EXPECT_EQ(loader.num_batches(), 3u);
   EXPECT_EQ(collect(loader, 0), (std::vector<Batch>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}));
   // Without shuffling every epoch is the same.
   EXPECT_EQ(collect(loader, 5), collect(loader, 0));
 
-  DataLoader<int, Batch> dropping(numbers(10), identity, {.batch_size = 4, .drop_last = true});
+  DataLoader<int, Batch> dropping(loader_numbers(10), identity,
+                                  {.batch_size = 4, .drop_last = true});
   EXPECT_EQ(dropping.num_batches(), 2u);
   EXPECT_EQ(collect(dropping, 0), (std::vector<Batch>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
 
-  DataLoader<int, Batch> exact(numbers(8), identity, {.batch_size = 4, .drop_last = true});
+  DataLoader<int, Batch> exact(loader_numbers(8), identity, {.batch_size = 4, .drop_last = true});
   EXPECT_EQ(exact.num_batches(), 2u);
-  DataLoader<int, Batch> big(numbers(3), identity, {.batch_size = 5});
+  DataLoader<int, Batch> big(loader_numbers(3), identity, {.batch_size = 5});
   EXPECT_EQ(collect(big, 0), (std::vector<Batch>{{0, 1, 2}}));
-  DataLoader<int, Batch> none(numbers(3), identity, {.batch_size = 5, .drop_last = true});
+  DataLoader<int, Batch> none(loader_numbers(3), identity, {.batch_size = 5, .drop_last = true});
   EXPECT_EQ(none.num_batches(), 0u);
   EXPECT_TRUE(collect(none, 0).empty());
-  DataLoader<int, Batch> empty(numbers(0), identity, {.batch_size = 2, .num_workers = 2});
+  DataLoader<int, Batch> empty(loader_numbers(0), identity, {.batch_size = 2, .num_workers = 2});
   EXPECT_TRUE(collect(empty, 0).empty());
 }
 
 TEST(DataLoader, NextWalksTheSameBatches) {
-  DataLoader<int, Batch> loader(numbers(5), identity, {.batch_size = 2});
+  DataLoader<int, Batch> loader(loader_numbers(5), identity, {.batch_size = 2});
   auto epoch = loader.epoch(0);
   EXPECT_EQ(epoch.num_batches(), 3u);
   EXPECT_EQ(epoch.next(), (Batch{0, 1}));
@@ -83,7 +84,7 @@ TEST(DataLoader, NextWalksTheSameBatches) {
 
 TEST(DataLoader, ShufflesEachEpochFromSeedPlusEpoch) {
   const DataLoaderOptions options{.batch_size = 7, .shuffle = true, .seed = 100};
-  DataLoader<int, Batch> loader(numbers(50), identity, options);
+  DataLoader<int, Batch> loader(loader_numbers(50), identity, options);
   for (std::uint64_t e : {0u, 1u, 2u}) {
     std::vector<int> seen;
     for (const Batch& b : collect(loader, e)) seen.insert(seen.end(), b.begin(), b.end());
@@ -94,14 +95,15 @@ TEST(DataLoader, ShufflesEachEpochFromSeedPlusEpoch) {
   }
   EXPECT_NE(collect(loader, 0), collect(loader, 1));
   // Another loader with the same seed reproduces every epoch; seed 101's epoch 0 is epoch 1 here.
-  DataLoader<int, Batch> twin(numbers(50), identity, options);
+  DataLoader<int, Batch> twin(loader_numbers(50), identity, options);
   EXPECT_EQ(collect(twin, 2), collect(loader, 2));
-  DataLoader<int, Batch> shifted(numbers(50), identity,
+  DataLoader<int, Batch> shifted(loader_numbers(50), identity,
                                  {.batch_size = 7, .shuffle = true, .seed = 101});
   EXPECT_EQ(collect(shifted, 0), collect(loader, 1));
   // drop_last drops the tail of the shuffled order, not of the dataset.
   DataLoader<int, Batch> dropping(
-      numbers(50), identity, {.batch_size = 7, .shuffle = true, .seed = 100, .drop_last = true});
+      loader_numbers(50), identity,
+      {.batch_size = 7, .shuffle = true, .seed = 100, .drop_last = true});
   auto full = collect(loader, 3);
   full.pop_back();
   EXPECT_EQ(collect(dropping, 3), full);
@@ -115,14 +117,14 @@ Batch jittery(std::vector<int> items) {
 
 TEST(DataLoader, WorkersGiveTheSameBatchesInTheSameOrder) {
   const DataLoaderOptions base{.batch_size = 3, .shuffle = true, .seed = 9};
-  DataLoader<int, Batch> serial(numbers(100), jittery, base);
+  DataLoader<int, Batch> serial(loader_numbers(100), jittery, base);
   const auto expected = collect(serial, 4);
   for (std::size_t workers : {1u, 2u, 3u, 8u}) {
     for (std::size_t prefetch : {0u, 1u, 5u}) {
       DataLoaderOptions options = base;
       options.num_workers = workers;
       options.prefetch = prefetch;
-      DataLoader<int, Batch> parallel(numbers(100), jittery, options);
+      DataLoader<int, Batch> parallel(loader_numbers(100), jittery, options);
       EXPECT_EQ(collect(parallel, 4), expected) << workers << " workers, prefetch " << prefetch;
     }
   }
@@ -144,7 +146,7 @@ TEST(DataLoader, WorkersPrefetchAheadButNoFurtherThanTheBound) {
     }
     return items;
   };
-  DataLoader<int, Batch> loader(numbers(40), batcher,
+  DataLoader<int, Batch> loader(loader_numbers(40), batcher,
                                 {.batch_size = 2, .num_workers = 2, .prefetch = kPrefetch});
   auto epoch = loader.epoch(0);
   ASSERT_EQ(epoch.next(), (Batch{0, 1}));
@@ -173,7 +175,8 @@ TEST(DataLoader, BatcherExceptionsReachTheConsumerAtTheirBatch) {
     return items;
   };
   for (std::size_t workers : {0u, 1u, 3u}) {
-    DataLoader<int, Batch> loader(numbers(12), failing, {.batch_size = 2, .num_workers = workers});
+    DataLoader<int, Batch> loader(loader_numbers(12), failing,
+                                  {.batch_size = 2, .num_workers = workers});
     std::vector<Batch> before;
     try {
       for (Batch& b : loader.epoch(0)) before.push_back(b);
@@ -224,7 +227,7 @@ TEST(DataLoader, DroppingAnEpochMidwayStopsItsWorkers) {
   // workers stop (far fewer than 100 batches built).
   EXPECT_TRUE(finishes_within(20s, [slow] {
     auto loader = std::make_unique<DataLoader<int, Batch>>(
-        numbers(200), slow, DataLoaderOptions{.batch_size = 2, .num_workers = 4});
+        loader_numbers(200), slow, DataLoaderOptions{.batch_size = 2, .num_workers = 4});
     auto epoch = std::make_unique<DataLoader<int, Batch>::Epoch>(loader->epoch(0));
     epoch->next();
     epoch->next();
@@ -235,7 +238,7 @@ TEST(DataLoader, DroppingAnEpochMidwayStopsItsWorkers) {
 
   // Leaving a range-for early.
   EXPECT_TRUE(finishes_within(20s, [slow] {
-    DataLoader<int, Batch> loader(numbers(200), slow, {.batch_size = 2, .num_workers = 3});
+    DataLoader<int, Batch> loader(loader_numbers(200), slow, {.batch_size = 2, .num_workers = 3});
     for (Batch& b : loader.epoch(0)) {
       if (b.front() >= 4) break;
     }
@@ -246,7 +249,8 @@ TEST(DataLoader, DroppingAnEpochMidwayStopsItsWorkers) {
   {
     std::optional<DataLoader<int, Batch>::Epoch> epoch;
     {
-      DataLoader<int, Batch> loader(numbers(9), identity, {.batch_size = 4, .num_workers = 2});
+      DataLoader<int, Batch> loader(loader_numbers(9), identity,
+                                    {.batch_size = 4, .num_workers = 2});
       epoch.emplace(loader.epoch(0));
     }
     for (Batch& b : *epoch) seen.push_back(b);
@@ -256,15 +260,15 @@ TEST(DataLoader, DroppingAnEpochMidwayStopsItsWorkers) {
 
 TEST(DataLoader, RejectsBadArguments) {
   using Loader = DataLoader<int, Batch>;
-  EXPECT_THROW((Loader(numbers(3), identity, {.batch_size = 0})), InvalidArgument);
+  EXPECT_THROW((Loader(loader_numbers(3), identity, {.batch_size = 0})), InvalidArgument);
   EXPECT_THROW((Loader(nullptr, identity)), InvalidArgument);
-  EXPECT_THROW((Loader(numbers(3), Loader::Batcher{})), InvalidArgument);
-  EXPECT_THROW((Loader(numbers(3), identity, {.num_workers = 100000})), InvalidArgument);
+  EXPECT_THROW((Loader(loader_numbers(3), Loader::Batcher{})), InvalidArgument);
+  EXPECT_THROW((Loader(loader_numbers(3), identity, {.num_workers = 100000})), InvalidArgument);
 }
 
 TEST(DataLoader, MakeLoaderDeducesTheBatchType) {
   auto loader = make_loader(
-      numbers(6),
+      loader_numbers(6),
       [](const std::vector<int>& items) { return std::accumulate(items.begin(), items.end(), 0); },
       {.batch_size = 4});
   static_assert(std::is_same_v<decltype(loader), DataLoader<int, int>>);

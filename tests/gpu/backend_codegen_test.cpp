@@ -15,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "backend/strided.h"
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/index_kernels.h"
@@ -25,6 +24,7 @@
 #include "backends/cuda/softmax.h"
 #include "backends/cuda/spatial.h"
 #include "backends/cuda/topk.h"
+#include "contract/strided.h"
 #include "gpu/gpu_test_support.h"
 
 using namespace kiln;

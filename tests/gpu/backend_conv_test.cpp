@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/registry.h"
 #include "gpu/gpu_test_support.h"
 #include "kiln/detail/tensor_ops.h"
+#include "runtime/registry.h"
 
 using namespace kiln;
 

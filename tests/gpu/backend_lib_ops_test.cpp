@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/registry.h"
 #include "backends/cuda/int_matmul_source.h"
 #include "gpu/gpu_test_support.h"
 #include "kiln/detail/tensor_ops.h"
+#include "runtime/registry.h"
 
 using namespace kiln;
 

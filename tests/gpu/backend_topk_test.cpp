@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/registry.h"
 #include "gpu/gpu_exact.h"
 #include "gpu/gpu_test_support.h"
+#include "runtime/registry.h"
 
 using namespace kiln;
 using test::Fill;

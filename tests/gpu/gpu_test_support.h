@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "backend/cuda_plugin.h"
 #include "kiln/detail/tensor_ops.h"
+#include "runtime/cuda_plugin.h"
 
 namespace kiln::test {
 

@@ -130,14 +130,15 @@ TEST(OptimClip, ClampsByValue) {
   EXPECT_EQ(s.grad_of(s.other.primitive()), kGradOther);
 }
 
-struct Tied {
+struct ClipTied {
   nn::Param<1> first;
   nn::Param<1> second;
   KILN_MODULE(first, second)
 };
 
 TEST(OptimClip, CountsATiedParameterOnce) {
-  Tied tied = nn::train(Tied{nn::Param<1>(tensor_of<1>({3.0, 4.0}, Shape{2}, DType::F64)), {}});
+  ClipTied tied =
+      nn::train(ClipTied{nn::Param<1>(tensor_of<1>({3.0, 4.0}, Shape{2}, DType::F64)), {}});
   tied.second = tied.first.val();
   Gradients grads;
   kiln::detail::grad_replace(tied.first.primitive(), grads,

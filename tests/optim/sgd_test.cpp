@@ -91,14 +91,14 @@ TEST(OptimSgd, LeavesParametersWithoutGradientsAndTheirStateAlone) {
 }
 
 // Two slots holding one parameter (tied weights): one update, one state, both slots see it.
-struct Tied {
+struct SgdTied {
   nn::Param<1> first;
   nn::Param<1> second;
   KILN_MODULE(first, second)
 };
 
 TEST(OptimSgd, UpdatesATiedParameterOnce) {
-  Tied tied{nn::Param<1>(tensor_of<1>({1.0, -2.0}, Shape{2}, DType::F64)), {}};
+  SgdTied tied{nn::Param<1>(tensor_of<1>({1.0, -2.0}, Shape{2}, DType::F64)), {}};
   tied = nn::train(tied);
   tied.second = tied.first.val();
   Sgd opt({.momentum = 0.9});

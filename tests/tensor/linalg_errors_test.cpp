@@ -6,7 +6,7 @@
 #include <cmath>
 #include <string>
 
-#include "backend/registry.h"
+#include "runtime/registry.h"
 #include "support/error_message.h"
 #include "tensor/common.h"
 

@@ -2,7 +2,7 @@
 
 #include <iomanip>
 
-#include "backend/cuda_plugin.h"
+#include "runtime/cuda_plugin.h"
 #include "tools/kiln/commands.h"
 
 namespace kiln::tools {

@@ -2,10 +2,10 @@
 #include <atomic>
 #include <cmath>
 
-#include "backend/integer_power.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/integer_math.h"
+#include "contract/integer_power.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <memory>
 
-#include "backend/backend.h"
+#include "contract/backend.h"
 #include "kiln/detail/op_columns.h"
 
 namespace kiln {

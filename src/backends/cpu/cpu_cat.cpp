@@ -3,10 +3,10 @@
 // overwritten).
 #include <algorithm>
 
-#include "backend/strided.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/loops.h"
+#include "contract/strided.h"
 
 namespace kiln {
 

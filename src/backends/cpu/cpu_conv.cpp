@@ -8,10 +8,10 @@
 
 #include <mutex>
 
-#include "backend/spatial_shape.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/spatial.h"
+#include "contract/spatial_shape.h"
 
 namespace kiln {
 

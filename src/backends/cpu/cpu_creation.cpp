@@ -1,7 +1,6 @@
 // Creation, reads, device moves and casts.
 #include <cstring>
 
-#include "backend/registry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/elementwise.h"
@@ -10,6 +9,7 @@
 #include "core/buffer.h"
 #include "core/checked.h"
 #include "core/dtype_dispatch.h"
+#include "runtime/registry.h"
 
 namespace kiln {
 

@@ -2,10 +2,10 @@
 // unfold_patches and fold_patches.
 #include <cstring>
 
-#include "backend/spatial_shape.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/spatial.h"
+#include "contract/spatial_shape.h"
 
 namespace kiln {
 

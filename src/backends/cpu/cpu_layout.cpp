@@ -1,9 +1,9 @@
 // Layout ops as O(1) views: reshape (when strides allow), expand, permute, flip, unfold, slice.
 #include <optional>
 
-#include "backend/strided.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "contract/strided.h"
 
 namespace kiln {
 

@@ -5,10 +5,10 @@
 #include <functional>
 #include <limits>
 
-#include "backend/spatial_shape.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/spatial.h"
+#include "contract/spatial_shape.h"
 #include "core/buffer.h"
 
 namespace kiln {

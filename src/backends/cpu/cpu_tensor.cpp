@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "backend/strided.h"
 #include "backends/cpu/loops.h"
+#include "contract/strided.h"
 #include "core/checked.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"

@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/spatial_shape.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "contract/spatial_shape.h"
 #include "core/dtype_dispatch.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"

@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cuda_plugin.h"
+#include "runtime/cuda_plugin.h"
 
 namespace kiln::cuda {
 

@@ -1,7 +1,7 @@
 // Arithmetic and unary math as generated elementwise kernels. The expressions name prelude
 // functions (kernel_source.cpp) that carry the CPU backend's semantics.
-#include "backend/integer_power.h"
 #include "backends/cuda/elementwise_ops.h"
+#include "contract/integer_power.h"
 #include "kiln/detail/op_columns.h"
 
 namespace kiln::cuda {

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <memory>
 
-#include "backend/backend.h"
 #include "backends/cuda/runtime.h"
+#include "contract/backend.h"
 #include "kiln/detail/op_columns.h"
 
 namespace kiln::cuda {

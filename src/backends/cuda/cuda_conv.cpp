@@ -22,12 +22,12 @@
 #include <numeric>
 #include <optional>
 
-#include "backend/spatial_shape.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/lib/matmul.h"
 #include "backends/cuda/lib_call.h"
+#include "contract/spatial_shape.h"
 
 namespace kiln::cuda {
 

@@ -3,12 +3,12 @@
 // asked; deferred kernel failures surface there as ExecutionError naming the op.
 #include <cstring>
 
-#include "backend/registry.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/pinned.h"
 #include "core/checked.h"
+#include "runtime/registry.h"
 
 namespace kiln::cuda {
 

@@ -2,8 +2,8 @@
 // slice), the strided copy that makes a view contiguous, and slice_assign.
 #include <optional>
 
-#include "backend/strided.h"
 #include "backends/cuda/elementwise_ops.h"
+#include "contract/strided.h"
 
 namespace kiln::cuda {
 

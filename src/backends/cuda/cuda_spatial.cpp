@@ -2,11 +2,11 @@
 // backend (pool_window, adaptive bounds, interpolation taps) filled into one parameter block.
 #include <array>
 
-#include "backend/spatial_shape.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/spatial.h"
+#include "contract/spatial_shape.h"
 
 namespace kiln::cuda {
 

@@ -1,7 +1,7 @@
 #include "backends/cuda/cuda_tensor.h"
 
-#include "backend/strided.h"
 #include "backends/cuda/allocator.h"
+#include "contract/strided.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 

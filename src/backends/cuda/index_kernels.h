@@ -1,7 +1,7 @@
 // Elementwise descriptions of the ops that produce positions (header-only, so the codegen test
 // compiles exactly these):
 //   arange:   element i = start + i * step (s0, s1) in i64 with the wrap-around of the host
-//             default (src/backend/defaults/creation.cpp), converted to dtype as a cast converts
+//             default (src/contract/defaults/creation.cpp), converted to dtype as a cast converts
 //             (the CPU's convert_element);
 //   unravel:  argwhere's coordinate along one dim from a flat row-major position (a):
 //             (a / stride of the dim) % size of the dim (s0, s1), converted to the index dtype

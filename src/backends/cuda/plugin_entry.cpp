@@ -2,10 +2,10 @@
 #include <map>
 #include <mutex>
 
-#include "backend/cuda_plugin.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "kiln/version.h"
+#include "runtime/cuda_plugin.h"
 
 namespace kiln::cuda {
 namespace {

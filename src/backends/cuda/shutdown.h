@@ -32,7 +32,7 @@
 //    are leaked on purpose, so no destructor calls a driver that may be gone, and the memory goes
 //    with the process. Tensors freed by static destructors return their blocks to the allocator's
 //    cache without a driver call; the rare frees that would call the driver skip it once exiting().
-//  - The plugin is never unloaded (src/backend/cuda_plugin.cpp opens it RTLD_NODELETE): its code
+//  - The plugin is never unloaded (src/runtime/cuda_plugin.cpp opens it RTLD_NODELETE): its code
 //    stays mapped while any of the above runs.
 //  - A forked child has no launcher threads (fork copies only the calling thread): stopping there
 //    joins nothing, calls no driver, and leaves the parent's queue to the parent.

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "backend/registry.h"
+#include "runtime/registry.h"
 #include "tensor/common.h"
 
 namespace {

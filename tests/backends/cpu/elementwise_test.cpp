@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/registry.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "contract/backend.h"
+#include "runtime/registry.h"
 #include "support/spread.h"
 
-namespace kiln {
+namespace kiln::elementwise_test {
 namespace {
 
 using cpu::as_cpu;
@@ -411,4 +411,4 @@ TEST_F(CpuElementwise, NaNPropagatesThroughMaximumAndTiles) {
 }
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::elementwise_test

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/registry.h"
+#include "contract/backend.h"
+#include "runtime/registry.h"
 #include "support/spread.h"
 
-namespace kiln {
+namespace kiln::parallel_kernels_test {
 namespace {
 
 constexpr int kThreads = 4;  // four, so that sorts merge more than one pair of runs at once
@@ -240,4 +240,4 @@ TEST_F(CpuParallelKernels, CatOfFewLargeInputsCopiesInParallel) {
 }
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::parallel_kernels_test

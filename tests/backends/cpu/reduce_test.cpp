@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/registry.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "contract/backend.h"
+#include "runtime/registry.h"
 #include "support/spread.h"
 
-namespace kiln {
+namespace kiln::reduce_test {
 namespace {
 
 using cpu::as_cpu;
@@ -304,4 +304,4 @@ TEST_F(CpuReduce, KernelsOfAnotherTypeAreRefused) {
 }
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::reduce_test

@@ -1,0 +1,44 @@
+// ForwardingBackend: the base of decorators (autodiff, fusion, router). Every op forwards to the
+// inner backend, arguments moved so the inner backend still sees unique ownership; a decorator
+// overrides only what it changes, so an inner backend's fast override is never bypassed.
+#pragma once
+
+#include <memory>
+
+#include "contract/backend.h"
+#include "kiln/detail/map_macro.h"
+
+// KILN_MOVE_EACH(a, b) -> std::move(a), std::move(b)
+#define KILN_MOVE_EACH(...) KILN_MAP_EACH(std::move, __VA_ARGS__)
+#define KILN_MOVE_ARGS(args) KILN_MOVE_EACH args
+
+namespace kiln {
+
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+  Backend& inner() const noexcept { return *inner_; }
+
+  std::string name() const override { return inner_->name(); }
+  Device device() const override { return inner_->device(); }
+  DeviceSettings default_settings() const override { return inner_->default_settings(); }
+  DTypeUsageSet dtype_usage(DType dtype) const override { return inner_->dtype_usage(dtype); }
+  void seed(std::uint64_t seed) override { inner_->seed(seed); }
+  void sync() override { inner_->sync(); }
+  void flush() override { inner_->flush(); }
+  MemoryStats memory_stats() const override { return inner_->memory_stats(); }
+  void memory_cleanup() override { inner_->memory_cleanup(); }
+  void reset_peak_memory() override { inner_->reset_peak_memory(); }
+  bool autodiff_enabled() const override { return inner_->autodiff_enabled(); }
+
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  result name params override { return inner_->name(KILN_MOVE_ARGS(args)); }
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+
+ private:
+  std::shared_ptr<Backend> inner_;
+};
+
+}  // namespace kiln

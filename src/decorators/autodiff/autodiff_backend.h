@@ -1,0 +1,151 @@
+// The autodiff decorator: `dev.autodiff()` runs ops here. Each op runs on the inner backend; when
+// an input is tracked, the op also records a graph node holding its backward rule. Rules are
+// written in ops (on a Backend&), so they run on any backend and, under create_graph, on this
+// decorator itself, which makes gradients differentiable again.
+//
+// AutodiffPassthrough handles every op of ops.def without a rule: inputs are unwrapped, the inner
+// backend runs the op, and the result is untracked. That is right for ops whose results carry no
+// gradient (comparisons, argmax, integer and bool ops, creation); a float result computed from a
+// tracked input without a rule is refused rather than silently cut from the graph.
+// AutodiffBackend overrides the differentiable ops (impl D in ops.def); their rules live in
+// rules_<family>.cpp.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "contract/backend.h"
+#include "contract/forwarding.h"
+#include "decorators/autodiff/autodiff_tensor.h"
+#include "decorators/autodiff/op_node.h"
+#include "kiln/autodiff.h"
+#include "kiln/detail/op_columns.h"
+
+namespace kiln::autodiff {
+
+// The decorator's base: what is not an op (settings, sync, memory) forwards to the inner backend
+// as in every decorator (ForwardingBackend); every op is overridden here or in AutodiffBackend.
+class AutodiffPassthrough : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+
+  std::string name() const override { return "autodiff<" + inner().name() + ">"; }
+  Device device() const override { return inner().device().autodiff(); }
+  bool autodiff_enabled() const override { return true; }
+
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  result name params override;
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+};
+
+// How an op's output relates to memory traffic: elementwise outputs are cheap to recompute and
+// are not stored under balanced checkpointing; everything else keeps what its rule needs.
+enum class Cost : std::uint8_t { Elementwise, Stored };
+
+// Which values a rule reads: bit i for input i, kKeepOut for the output.
+using Keep = std::uint32_t;
+inline constexpr Keep kKeepNone = 0;
+inline constexpr Keep kKeepIn0 = 1u << 0;
+inline constexpr Keep kKeepIn1 = 1u << 1;
+inline constexpr Keep kKeepIn2 = 1u << 2;
+inline constexpr Keep kKeepIn3 = 1u << 3;
+inline constexpr Keep kKeepIn4 = 1u << 4;
+inline constexpr Keep kKeepAllIn = (1u << 30) - 1;
+inline constexpr Keep kKeepOut = 1u << 31;
+
+template <std::size_t N>
+using Inputs = InputArray<N, Primitive>;
+
+// The longest run of elementwise ops that balanced checkpointing recomputes in one go.
+inline constexpr std::uint8_t kMaxRecomputeChain = 8;
+
+class AutodiffBackend final : public AutodiffPassthrough {
+ public:
+  using AutodiffPassthrough::AutodiffPassthrough;
+
+  // Runs forward(inner backend, inner inputs) and, when an input is tracked, records a node whose
+  // rule(BackwardArgs&, output gradient) returns one gradient per input (null for none).
+  // `precomputed` supplies the output when the caller already has it (ops with two outputs).
+  template <std::size_t N, class Forward, class Rule>
+  Primitive record(const char* op, Cost cost, Inputs<N> inputs, Keep keep, Forward forward,
+                   Rule rule, Primitive precomputed = nullptr);
+
+  // ---- the ops with backward rules: impl D in ops.def (rules_<family>.cpp) ----
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_WHEN(KILN_IMPL_GRAD(impl))(result name params override;)
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+};
+
+template <std::size_t N, class Forward, class Rule>
+Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, Keep keep,
+                                  Forward forward, Rule rule, Primitive precomputed) {
+  using OpNodeType = OpNode<N, Forward, Rule>;
+  const std::size_t count = inputs.size();
+  const Node* newest = nullptr;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Node* parent = node_of(inputs[i]).get();
+    if (parent != nullptr && (newest == nullptr || parent->order() > newest->order()))
+      newest = parent;
+  }
+  Inputs<N> inner_inputs{};
+  if constexpr (N == 0) inner_inputs.resize(count);
+  InputArray<N, Lent> lent{};
+  if constexpr (N == 0) lent.resize(count);
+  // Lends input i to the inner op (see lend_inner), remembering the wrapper for reown.
+  auto lend = [&](std::size_t i) { inner_inputs[i] = lend_inner(std::move(inputs[i]), lent[i]); };
+  auto run_forward = [&] {
+    Primitive out = forward(inner(), std::move(inner_inputs));
+    for (const Lent& l : lent) out = reown(std::move(out), l);
+    return out;
+  };
+  if (newest == nullptr) {
+    if (precomputed) return wrap(std::move(precomputed));
+    for (std::size_t i = 0; i < count; ++i) lend(i);
+    return wrap(run_forward());
+  }
+  bool recompute =
+      checkpointing() == CheckpointStrategy::Balanced && cost == Cost::Elementwise && !precomputed;
+  std::uint8_t depth = 0;
+  if (recompute) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const Node* parent = node_of(inputs[i]).get();
+      if (parent != nullptr && parent->recomputable())
+        depth = std::max(depth, parent->recompute_depth());
+    }
+    // Every kMaxRecomputeChain-th op of an elementwise chain is stored after all: backward then
+    // recomputes (and holds) at most that many values at once, and recursion stays shallow.
+    if (++depth > kMaxRecomputeChain) recompute = false;
+  }
+  auto node = std::allocate_shared<OpNodeType>(PoolAllocator<OpNodeType>{}, op, newest->order(),
+                                               count, std::move(rule));
+  auto& parents = node->parent_slots();
+  auto& saved = node->saved_slots();
+  for (std::size_t i = 0; i < count; ++i) {
+    parents[i] = node_of(inputs[i]);
+    const bool keep_input = recompute || (keep & (1u << std::min<std::size_t>(i, 29))) != 0;
+    if (keep_input) {
+      // An input that is itself recomputed is saved as its producer, not as a value.
+      const bool lazy = parents[i] != nullptr && parents[i]->recomputable();
+      saved[i] = Saved{lazy ? nullptr : inner_of(inputs[i]), parents[i]};
+      inner_inputs[i] = inner_of(inputs[i]);
+    } else {
+      lend(i);
+    }
+  }
+  Primitive out = precomputed ? std::move(precomputed) : run_forward();
+  if ((keep & kKeepOut) != 0 && !recompute) node->set_output(out);
+  if (recompute) {
+    node->set_forward(std::move(forward));
+    node->set_recompute_depth(depth);
+  }
+  return wrap(std::move(out), std::move(node));
+}
+
+// The gradient of a broadcast operand: g summed over the dims where shape has size 1.
+Primitive reduce_to(Backend& b, Primitive g, const Shape& shape);
+
+}  // namespace kiln::autodiff

@@ -1,0 +1,72 @@
+// The backward pass: walks the graph from the root, newest node first, so every node has
+// received the gradients of all its consumers before its own rule runs.
+#include "decorators/autodiff/backward.h"
+
+#include <functional>
+#include <map>
+
+#include "decorators/autodiff/autodiff_backend.h"
+#include "kiln/detail/format.h"
+#include "runtime/registry.h"
+
+namespace kiln::autodiff {
+namespace {
+
+struct Pending {
+  NodeRef node;
+  Primitive grad;
+};
+
+void accumulate(Primitive& total, Primitive grad) {
+  if (!total) {
+    total = std::move(grad);
+    return;
+  }
+  Backend& b = backend_for(grad->device());
+  total = b.add(std::move(total), std::move(grad));
+}
+
+}  // namespace
+
+Gradients run_backward(const NodeRef& root, Primitive seed, const BackwardOptions& options) {
+  const bool create_graph = options.create_graph;
+  const bool retain = options.retain_graph || create_graph;
+  Context context(create_graph);
+
+  Gradients grads;
+  // Keyed by order, then identity: op nodes made on different threads may share an order, but
+  // such nodes never depend on each other, so either may go first.
+  using Key = std::pair<std::uint64_t, const Node*>;
+  std::map<Key, Pending, std::greater<>> pending;
+  pending.emplace(Key{root->order(), root.get()}, Pending{root, std::move(seed)});
+  while (!pending.empty()) {
+    auto first = pending.begin();
+    NodeRef node = std::move(first->second.node);
+    Primitive grad = std::move(first->second.grad);
+    pending.erase(first);
+
+    if (node->released()) {
+      detail::fail<AutodiffError>(
+          "backward", "the graph through '", node->op(),
+          "' was freed by an earlier backward; pass BackwardOptions{.retain_graph = true} to "
+          "the first backward to walk a graph twice");
+    }
+    if (node->is_leaf()) {
+      grads.put(node->order(), create_graph ? std::move(grad) : wrap(std::move(grad)));
+      continue;
+    }
+    Grads parent_grads = node->backward(context, node, std::move(grad));
+    const auto parents = node->parents();
+    for (std::size_t i = 0; i < parents.size() && i < parent_grads.size(); ++i) {
+      if (!parents[i] || !parent_grads[i]) continue;
+      Pending& slot = pending[Key{parents[i]->order(), parents[i].get()}];
+      if (!slot.node) slot.node = parents[i];
+      accumulate(slot.grad, std::move(parent_grads[i]));
+    }
+    if (!retain) node->release();
+    context.forget(node.get());
+  }
+  return grads;
+}
+
+}  // namespace kiln::autodiff

@@ -1,0 +1,161 @@
+#include "kiln/device.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "kiln/detail/format.h"
+#include "kiln/error.h"
+#include "runtime/cuda_plugin.h"
+#include "runtime/registry.h"
+
+namespace kiln {
+namespace {
+
+std::mutex& url_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::string>& urls() {
+  static std::vector<std::string> table;
+  return table;
+}
+
+// The tf32 switch of each hardware device (kind, index); absent means off.
+struct Tf32Flags {
+  std::mutex mutex;
+  std::map<std::pair<int, int>, bool> allowed;
+};
+Tf32Flags& tf32_flags() {
+  static Tf32Flags flags;
+  return flags;
+}
+
+constexpr const char* kAcceptedForms =
+    "accepted forms: \"cpu\", \"cuda\", \"cuda:N\", \"remote://HOST:PORT\"";
+
+bool parse_index(const std::string& text, int& out) {
+  if (text.empty() || text.size() > 6) return false;
+  int value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  out = value;
+  return true;
+}
+
+}  // namespace
+
+Device Device::cuda(int index) {
+  if (index < 0) detail::fail<InvalidArgument>("Device::cuda", "negative GPU index ", index);
+  std::string reason;
+  bool not_compiled = false;
+  const int count = cuda_device_count(&reason, &not_compiled);
+  if (not_compiled) detail::fail<NotCompiled>("Device::cuda", reason, " (cuda:", index, ")");
+  if (count == 0) detail::fail<BackendUnavailable>("Device::cuda", reason, " (cuda:", index, ")");
+  if (index >= count) {
+    detail::fail<BackendUnavailable>("Device::cuda", "no GPU cuda:", index, " (", count,
+                                     count == 1 ? " GPU" : " GPUs", " found)");
+  }
+  return Device(DeviceKind::Cuda, index);
+}
+
+Device Device::remote(const std::string& url) {
+  if (url.empty()) detail::fail<InvalidArgument>("Device::remote", "empty url");
+  detail::fail<NotCompiled>("Device::remote", "kiln was built without the remote backend (", url,
+                            ")");
+}
+
+std::string Device::url() const {
+  if (kind_ != DeviceKind::Remote) return {};
+  std::lock_guard lock(url_mutex());
+  return urls().at(static_cast<std::size_t>(index_));
+}
+
+Device Device::parse(const std::string& text) {
+  if (text == "cpu") return cpu();
+  if (text == "cuda") return cuda(0);
+  if (text.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (!parse_index(text.substr(5), index)) {
+      detail::fail<InvalidArgument>("KILN_DEVICE", "bad GPU index in \"", text, "\"; ",
+                                    kAcceptedForms);
+    }
+    return cuda(index);
+  }
+  if (text.rfind("remote://", 0) == 0 && text.size() > 9) return remote("tcp://" + text.substr(9));
+  detail::fail<InvalidArgument>("KILN_DEVICE", "unknown device \"", text, "\"; ", kAcceptedForms);
+}
+
+Device Device::default_device() {
+  if (const char* env = std::getenv("KILN_DEVICE"); env != nullptr && *env != '\0') {
+    return parse(env);
+  }
+  if (count(DeviceKind::Cuda) > 0) return cuda(0);
+  return cpu();
+}
+
+int Device::count(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::Cpu:
+      return 1;
+    case DeviceKind::Cuda:
+      return cuda_device_count(nullptr);
+    case DeviceKind::Remote:
+      return 0;
+  }
+  return 0;
+}
+
+std::string Device::backend_name() const { return backend_for(*this).name(); }
+DeviceSettings Device::settings() const { return settings_for(*this); }
+void Device::set_default_dtypes(DType float_dtype, DType int_dtype, DType bool_dtype) const {
+  set_default_dtypes_for(*this, float_dtype, int_dtype, bool_dtype);
+}
+void Device::set_allow_tf32(bool allow) const {
+  Tf32Flags& flags = tf32_flags();
+  std::lock_guard lock(flags.mutex);
+  flags.allowed[{static_cast<int>(kind_), index_}] = allow;
+}
+bool Device::allow_tf32() const {
+  Tf32Flags& flags = tf32_flags();
+  std::lock_guard lock(flags.mutex);
+  const auto found = flags.allowed.find({static_cast<int>(kind_), index_});
+  return found != flags.allowed.end() && found->second;
+}
+DTypeUsageSet Device::dtype_usage(DType dtype) const {
+  return backend_for(*this).dtype_usage(dtype);
+}
+bool Device::supports_dtype(DType dtype) const { return backend_for(*this).supports_dtype(dtype); }
+void Device::seed(std::uint64_t seed) const { backend_for(*this).seed(seed); }
+void Device::sync() const { backend_for(*this).sync(); }
+void Device::flush() const { backend_for(*this).flush(); }
+MemoryStats Device::memory_stats() const { return backend_for(*this).memory_stats(); }
+void Device::memory_cleanup() const { backend_for(*this).memory_cleanup(); }
+void Device::reset_peak_memory() const { backend_for(*this).reset_peak_memory(); }
+
+std::string Device::to_string() const {
+  std::ostringstream out;
+  switch (kind_) {
+    case DeviceKind::Cpu:
+      out << "cpu";
+      break;
+    case DeviceKind::Cuda:
+      out << "cuda:" << index_;
+      break;
+    case DeviceKind::Remote:
+      out << "remote:" << url();
+      break;
+  }
+  if (autodiff_) out << " (autodiff)";
+  return out.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const Device& device) {
+  return out << device.to_string();
+}
+
+}  // namespace kiln

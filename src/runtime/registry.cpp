@@ -1,0 +1,173 @@
+#include "runtime/registry.h"
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "backends/cpu/cpu_backend.h"
+#include "decorators/autodiff/autodiff_backend.h"
+#include "runtime/cuda_plugin.h"
+
+namespace kiln {
+namespace {
+
+// Every backend made on first use, found afterwards with one atomic load and no lock: a slot per
+// (device kind, decorator chain, index below kSlotIndices). Made backends are never destroyed:
+// tearing a CUDA context down during exit races the driver's own teardown. Indices past the
+// slots (no machine has that many devices of a kind) go through a locked map.
+class BackendCache {
+ public:
+  // The key of a backend: its device's kind and index, and which decorators wrap its hardware
+  // (bit 0: autodiff; the fusion decorator will take bit 1).
+  struct Key {
+    DeviceKind kind;
+    int index;
+    unsigned decorators;
+    auto operator<=>(const Key&) const = default;
+  };
+
+  template <class Make>
+  Backend& get(const Key& key, Make&& make) {
+    std::atomic<Backend*>* slot = slot_of(key);
+    if (slot != nullptr) {
+      if (Backend* backend = slot->load(std::memory_order_acquire)) return *backend;
+    }
+    std::lock_guard lock(mutex_);
+    std::shared_ptr<Backend>& owned = made_[key];
+    if (!owned) owned = make();  // throws if it cannot be made; nothing is cached then
+    if (slot != nullptr) slot->store(owned.get(), std::memory_order_release);
+    return *owned;
+  }
+
+ private:
+  static constexpr int kSlotIndices = 64;
+  static constexpr unsigned kDecoratorChains = 4;
+  static constexpr std::size_t kKinds = 3;  // DeviceKind: Cpu, Cuda, Remote
+
+  std::atomic<Backend*>* slot_of(const Key& key) {
+    const auto kind = static_cast<std::size_t>(key.kind);
+    if (key.index < 0 || key.index >= kSlotIndices || key.decorators >= kDecoratorChains ||
+        kind >= kKinds) {
+      return nullptr;
+    }
+    return &slots_[(kind * kDecoratorChains + key.decorators) * kSlotIndices +
+                   static_cast<std::size_t>(key.index)];
+  }
+
+  std::array<std::atomic<Backend*>, kKinds * kDecoratorChains * kSlotIndices> slots_{};
+  // Recursive: making one backend may ask for another (the plugin's, the CPU's).
+  std::recursive_mutex mutex_;
+  std::map<Key, std::shared_ptr<Backend>> made_;
+};
+
+BackendCache& backend_cache() {
+  static auto& cache = *new BackendCache();  // never destroyed (see BackendCache)
+  return cache;
+}
+
+constexpr unsigned kAutodiffBit = 1;
+
+Backend& cpu_backend() {
+  static Backend& backend =
+      backend_cache().get({DeviceKind::Cpu, 0, 0}, [] { return make_cpu_backend(); });
+  return backend;
+}
+
+// The plugin's backend for GPU index (Device::cuda has checked the index).
+std::shared_ptr<Backend> make_cuda_backend(int index) {
+  std::string reason;
+  bool not_compiled = false;
+  const CudaPluginApi* api = cuda_plugin(&reason, &not_compiled);
+  if (api == nullptr && not_compiled) detail::fail<NotCompiled>("device", reason);
+  if (api == nullptr) detail::fail<BackendUnavailable>("device", reason);
+  return api->make_backend(index);
+}
+
+struct SettingsEntry {
+  std::optional<DeviceSettings> settings;
+};
+
+std::mutex& settings_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<std::pair<int, int>, SettingsEntry>& settings_table() {
+  static std::map<std::pair<int, int>, SettingsEntry> table;
+  return table;
+}
+
+std::pair<int, int> hardware_key(const Device& device) {
+  return {static_cast<int>(device.kind()), device.index()};
+}
+
+Backend& hardware_backend(const Device& device) {
+  switch (device.kind()) {
+    case DeviceKind::Cpu:
+      return cpu_backend();
+    case DeviceKind::Cuda:
+      return backend_cache().get({DeviceKind::Cuda, device.index(), 0},
+                                 [&] { return make_cuda_backend(device.index()); });
+    case DeviceKind::Remote:
+      detail::fail<NotCompiled>("device", "kiln was built without the remote backend (",
+                                device.to_string(), ")");
+  }
+  detail::fail<InvalidArgument>("device", "unknown device kind");
+}
+
+// The autodiff decorator over device's hardware backend, made on first use.
+Backend& autodiff_backend(const Device& device) {
+  Backend& hardware = hardware_backend(device);
+  return backend_cache().get({device.kind(), device.index(), kAutodiffBit}, [&] {
+    // The hardware backend lives as long as the cache: a non-owning pointer.
+    return std::make_shared<autodiff::AutodiffBackend>(
+        std::shared_ptr<Backend>(std::shared_ptr<Backend>{}, &hardware));
+  });
+}
+
+}  // namespace
+
+Backend& backend_for(const Device& device) {
+  if (device.kind() == DeviceKind::Cpu && !device.is_autodiff()) return cpu_backend();
+  if (device.is_autodiff()) return autodiff_backend(device);
+  return hardware_backend(device);
+}
+
+DeviceSettings settings_for(const Device& device) {
+  Backend& backend = hardware_backend(device.without_autodiff());
+  std::lock_guard lock(settings_mutex());
+  SettingsEntry& entry = settings_table()[hardware_key(device)];
+  if (!entry.settings) entry.settings = backend.default_settings();
+  return *entry.settings;
+}
+
+void set_default_dtypes_for(const Device& device, DType float_dtype, DType int_dtype,
+                            DType bool_dtype) {
+  Backend& backend = hardware_backend(device.without_autodiff());
+  const char* op = "Device::set_default_dtypes";
+  auto check = [&](DType dtype, bool kind_ok, const char* role) {
+    if (!kind_ok) {
+      detail::fail<UnsupportedDType>(op, dtype_name(dtype), " cannot be the default ", role,
+                                     " dtype");
+    }
+    if (!backend.supports_dtype(dtype)) {
+      detail::fail<UnsupportedDType>(op, backend.name(), " cannot compute in ", dtype_name(dtype),
+                                     " on ", device.to_string());
+    }
+  };
+  check(float_dtype, is_float(float_dtype), "float");
+  check(int_dtype, is_int(int_dtype), "int");
+  check(bool_dtype, is_bool(bool_dtype), "bool");
+  std::lock_guard lock(settings_mutex());
+  SettingsEntry& entry = settings_table()[hardware_key(device)];
+  if (entry.settings) {
+    detail::fail<AlreadyInitialized>(op, "the settings of ", device.to_string(),
+                                     " are fixed already (the device was used, or they were set)");
+  }
+  entry.settings = DeviceSettings{float_dtype, int_dtype, bool_dtype};
+}
+
+}  // namespace kiln

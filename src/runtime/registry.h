@@ -1,0 +1,16 @@
+// Finds the Backend that serves a device, creating it on first use.
+#pragma once
+
+#include "contract/backend.h"
+
+namespace kiln {
+
+// The backend for device (the autodiff flag selects the autodiff chain).
+Backend& backend_for(const Device& device);
+// The settings of device's hardware, fixed (from the backend's defaults) on the first call.
+DeviceSettings settings_for(const Device& device);
+// Fixes the settings of device's hardware; see Device::set_default_dtypes.
+void set_default_dtypes_for(const Device& device, DType float_dtype, DType int_dtype,
+                            DType bool_dtype);
+
+}  // namespace kiln
