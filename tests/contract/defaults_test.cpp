@@ -813,6 +813,23 @@ std::vector<Case> sort_cases() {
          each(env, [&](Primitive x, std::int64_t dim, bool desc, const std::string& ctx) {
            expect_same(KILN_BOTH(sort_with_indices, x, dim, desc, DType::I64), ctx);
          });
+         // Values only: the backend need not order equal keys' indices as the default does.
+         auto check_values = [&](const Primitive& x, std::int64_t dim, bool desc,
+                                 const std::string& ctx) {
+           expect_same(env.defaults.Backend::sort_with_indices(x, dim, desc, DType::I64).first,
+                       env.backend.sort_with_indices(x, dim, desc, DType::I64).first, ctx);
+         };
+         // Several NaNs, zeros of both signs and repeated infinities in one line.
+         const std::vector<double> special{0.0,       -0.0, NAN,  1.5, -INFINITY, NAN, INFINITY,
+                                           -INFINITY, -1.5, -0.0, 0.0, NAN,       2.0, -2.0};
+         for (DType dtype : kFloatDTypes) {
+           Primitive x = conformance::make_primitive(special, Shape{2, 7}, dtype,
+                                                     Layout::Transposed, env.device);
+           for (bool desc : {false, true}) {
+             check_values(x, 0, desc, std::string(dtype_name(dtype)) + " special");
+             check_values(x, 1, desc, std::string(dtype_name(dtype)) + " special");
+           }
+         }
        }});
   cases.push_back(
       {"topk_with_indices", [each](const Env& env) {

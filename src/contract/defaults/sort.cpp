@@ -15,12 +15,24 @@ using namespace defaults;
 
 namespace {
 
-template <class C>
-bool is_nan_value(C v) {
+// An unsigned key per element whose order is the sort's: NaN above everything (every NaN one
+// key, so NaNs keep their order), -0 equal to +0, signed integers shifted to unsigned. The
+// comparison and the stable sort are then made once, not once per dtype.
+template <class T>
+std::uint64_t sort_key(T value) {
+  using C = compute_t<T>;
+  const C v = static_cast<C>(value);
   if constexpr (std::is_floating_point_v<C>) {
-    return v != v;
+    if (v != v) return ~std::uint64_t{0};
+    const double d = v == 0 ? 0.0 : static_cast<double>(v);  // f32 and below are exact in f64
+    std::uint64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    // Negative numbers: flip every bit (more negative, smaller); positive: set the sign bit.
+    return (bits >> 63) != 0 ? ~bits : bits | (std::uint64_t{1} << 63);
+  } else if constexpr (std::is_signed_v<C>) {
+    return static_cast<std::uint64_t>(static_cast<std::int64_t>(v)) ^ (std::uint64_t{1} << 63);
   } else {
-    return false;
+    return static_cast<std::uint64_t>(v);
   }
 }
 
@@ -36,36 +48,39 @@ PrimitivePair Backend::sort_with_indices(Primitive x, std::int64_t dim, bool des
   const std::int64_t length = shape[d];
   std::int64_t inner = 1;
   for (std::size_t k = d + 1; k < shape.rank(); ++k) inner *= shape[k];
-  const std::int64_t outer = length * inner == 0 ? 0 : shape.num_elements() / (length * inner);
-  std::vector<std::byte> sorted(data.bytes().size());
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(shape.num_elements()));
+  const std::int64_t count = shape.num_elements();
+  const std::int64_t outer = length * inner == 0 ? 0 : count / (length * inner);
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(count));
   visit_numeric_dtype(dtype, "sort", [&]<class T>(type_tag<T>) {
-    using C = compute_t<T>;
     const T* in = reinterpret_cast<const T*>(data.bytes().data());
-    T* out = reinterpret_cast<T*>(sorted.data());
-    // a before b: a < b with NaN above everything, reversed for descending.
-    auto less = [](C a, C b) { return !is_nan_value(a) && (is_nan_value(b) || a < b); };
-    std::vector<std::int64_t> order(static_cast<std::size_t>(length));
-    std::vector<C> line(static_cast<std::size_t>(length));
-    for (std::int64_t o = 0; o < outer; ++o) {
-      for (std::int64_t i = 0; i < inner; ++i) {
-        const std::int64_t base = o * length * inner + i;
-        for (std::int64_t k = 0; k < length; ++k) line[k] = static_cast<C>(in[base + k * inner]);
-        std::iota(order.begin(), order.end(), std::int64_t{0});
-        if (descending) {
-          std::stable_sort(order.begin(), order.end(),
-                           [&](std::int64_t a, std::int64_t b) { return less(line[b], line[a]); });
-        } else {
-          std::stable_sort(order.begin(), order.end(),
-                           [&](std::int64_t a, std::int64_t b) { return less(line[a], line[b]); });
-        }
-        for (std::int64_t k = 0; k < length; ++k) {
-          out[base + k * inner] = in[base + order[k] * inner];
-          positions[static_cast<std::size_t>(base + k * inner)] = order[k];
-        }
+    for (std::int64_t i = 0; i < count; ++i) keys[static_cast<std::size_t>(i)] = sort_key(in[i]);
+  });
+  const std::size_t element = dtype_size(dtype);
+  const std::byte* in = data.bytes().data();
+  std::vector<std::byte> sorted(data.bytes().size());
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(count));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(length));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t i = 0; i < inner; ++i) {
+      const std::int64_t base = o * length * inner + i;
+      const auto key = [&](std::int64_t k) {
+        return keys[static_cast<std::size_t>(base + k * inner)];
+      };
+      std::iota(order.begin(), order.end(), std::int64_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+        return descending ? key(b) < key(a) : key(a) < key(b);
+      });
+      for (std::int64_t k = 0; k < length; ++k) {
+        const std::int64_t to = base + k * inner;
+        std::memcpy(
+            sorted.data() + static_cast<std::size_t>(to) * element,
+            in + static_cast<std::size_t>(base + order[static_cast<std::size_t>(k)] * inner) *
+                     element,
+            element);
+        positions[static_cast<std::size_t>(to)] = order[static_cast<std::size_t>(k)];
       }
     }
-  });
+  }
   TensorData indices = TensorData::from_vec(positions, shape);
   if (index_dtype != DType::I64) indices = indices.convert(index_dtype);
   return {from_data(TensorData(std::move(sorted), shape, dtype), device),
