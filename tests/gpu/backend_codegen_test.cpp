@@ -18,6 +18,7 @@
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/index_kernels.h"
+#include "backends/cuda/kernel_source.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/scan.h"
 #include "backends/cuda/scatter.h"
@@ -193,6 +194,28 @@ TEST(GpuCodegen, ElementwiseFamiliesCompile) {
          {DType::U64, DType::U64, DType::F64, DType::F64}},
         dtype_name(all[i]));
   }
+}
+
+// Float-to-integer casts saturate at the target's limits, compared as the CPU does (as doubles,
+// src/core/dtype_dispatch.h). NVRTC accepts any bounds, and only a GPU run would see wrong ones:
+// the text is pinned here, 64-bit limits (hex bits and 17 significant digits) included.
+TEST(GpuCodegen, FloatToIntCastsSaturateAtTheLimits) {
+  EXPECT_EQ(convert_expression(DType::F32, DType::I8, "x"),
+            "([&]() -> signed char { const double v_ = (double)(x); if (!(v_ == v_)) return "
+            "(signed char)0; if (v_ <= -128) return (signed char)0x80ull; if (v_ >= 127) return "
+            "(signed char)0x7full; return (signed char)v_; }())");
+  EXPECT_EQ(convert_expression(DType::F64, DType::I64, "x"),
+            "([&]() -> long long { const double v_ = (double)(x); if (!(v_ == v_)) return (long "
+            "long)0; if (v_ <= -9.2233720368547758e+18) return (long long)0x8000000000000000ull; "
+            "if (v_ >= 9.2233720368547758e+18) return (long long)0x7fffffffffffffffull; return "
+            "(long long)v_; }())");
+  EXPECT_EQ(convert_expression(DType::F16, DType::U64, "x"),
+            "([&]() -> unsigned long long { const double v_ = (double)(x); if (!(v_ == v_)) "
+            "return (unsigned long long)0; if (v_ <= 0) return (unsigned long long)0x0ull; if (v_ "
+            ">= 1.8446744073709552e+19) return (unsigned long long)0xffffffffffffffffull; return "
+            "(unsigned long long)v_; }())");
+  EXPECT_EQ(convert_expression(DType::I32, DType::F16, "x"), "(float)(x)");
+  EXPECT_EQ(convert_expression(DType::F64, DType::Bool, "x"), "((x) != 0)");
 }
 
 TEST(GpuCodegen, IndexKernelsCompile) {

@@ -7,6 +7,8 @@
 // GPU.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "backends/cuda/kernel_source.h"
@@ -46,11 +48,7 @@ struct P {
 // One thread per (image, channel, window position): the position's coordinates are decoded once
 // (32-bit divisions when the item count allows), then every tap is copied. Adjacent threads take
 // adjacent positions: the stores are coalesced and the loads walk the image row.
-inline std::string im2col_source(DType dtype) {
-  std::string s = kernel_prelude();
-  s += kIm2colParams;
-  s += "typedef " + std::string(storage_type(dtype)) + " T;\n";
-  s += R"CUDA(
+inline constexpr const char* kIm2col = R"CUDA(
 extern "C" __global__ void __launch_bounds__(256) kiln_im2col(const P p) {
   const T* x = (const T*)p.x;
   T* col = (T*)p.col;
@@ -98,7 +96,11 @@ extern "C" __global__ void __launch_bounds__(256) kiln_im2col(const P p) {
   }
 }
 )CUDA";
-  return s;
+
+inline std::string im2col_source(DType dtype) {
+  using namespace fmt::literals;
+  return fmt::format("{prelude}{params}typedef {T} T;\n{kernel}", "prelude"_a = kernel_prelude(),
+                     "params"_a = kIm2colParams, "T"_a = storage_type(dtype), "kernel"_a = kIm2col);
 }
 
 // One thread per element of y. Along each dim, the taps j whose window position lands on the
@@ -108,16 +110,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_im2col(const P p) {
 // kstep * dilation / stride, from the host), so the tap loops divide nothing. Contributions are
 // summed in tap order in the compute type, plus the bias, rounded once. Spatial coordinates are
 // 32-bit (the host checks the sizes), column offsets 64-bit.
-inline std::string col2im_source(DType dtype) {
-  std::string s = kernel_prelude();
-  s += kCol2imParams;
-  s += "typedef " + std::string(storage_type(dtype)) + " T;\n";
-  s += "typedef " + std::string(compute_type(dtype)) + " A;\n";
-  s += "__device__ __forceinline__ A k_load(const T* at) { return " +
-       load_expression(dtype, "(*at)") + "; }\n";
-  s += "__device__ __forceinline__ T k_store(A value) { return " +
-       store_expression(dtype, "value") + "; }\n";
-  s += R"CUDA(
+inline constexpr const char* kCol2im = R"CUDA(
 // The first tap of one dim that reaches pos (-1 when none), and its window position.
 __device__ __forceinline__ int k_first_tap(int pos, int padding, int stride, int dilation,
                                            int kernel, int kstep, int& first_l) {
@@ -186,7 +179,18 @@ extern "C" __global__ void __launch_bounds__(256) kiln_col2im(const P p) {
   }
 }
 )CUDA";
-  return s;
+
+inline std::string col2im_source(DType dtype) {
+  using namespace fmt::literals;
+  return fmt::format(R"CUDA({prelude}{params}typedef {T} T;
+typedef {A} A;
+__device__ __forceinline__ A k_load(const T* at) {{ return {load}; }}
+__device__ __forceinline__ T k_store(A value) {{ return {store}; }}
+{kernel})CUDA",
+                     "prelude"_a = kernel_prelude(), "params"_a = kCol2imParams,
+                     "T"_a = storage_type(dtype), "A"_a = compute_type(dtype),
+                     "load"_a = load_expression(dtype, "(*at)"),
+                     "store"_a = store_expression(dtype, "value"), "kernel"_a = kCol2im);
 }
 
 }  // namespace kiln::cuda

@@ -135,8 +135,9 @@ Primitive CudaBackend::random(Shape shape, Distribution distribution, DType dtyp
       expression = "k_uniform01(s0, s1 + (u64)i)";
       break;
     case Distribution::Kind::Uniform:
-      expression = "s2 + (s3 - s2) * k_uniform01(s0, s1 + (u64)i)";
-      if (is_int(dtype) || is_bool(dtype)) expression = "floor(" + expression + ")";
+      expression = is_int(dtype) || is_bool(dtype)
+                       ? "floor(s2 + (s3 - s2) * k_uniform01(s0, s1 + (u64)i))"
+                       : "s2 + (s3 - s2) * k_uniform01(s0, s1 + (u64)i)";
       break;
     case Distribution::Kind::Normal:
       expression = "s2 + s3 * k_normal(s0, s1 + (u64)i)";

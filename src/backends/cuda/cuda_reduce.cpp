@@ -1,6 +1,8 @@
 // Reductions along a dim as generated kernels (reduce.cpp). Full reductions are one line of
 // every element: a contiguous tensor through the defaults (flatten is a view, then the dim
 // form), a permuted or flipped one read in place as the block of memory it covers.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -53,9 +55,7 @@ std::optional<Primitive> dense_line(const Primitive& x) {
 // logsumexp's accumulator: the running maximum and the sum of exp(x - max) in double, rescaled
 // when the maximum grows (the CPU backend's formulas: a NaN gives NaN, a +inf +inf, nothing or
 // only -inf gives -inf).
-std::string logsumexp_accumulator(DType dtype, DType out_dtype) {
-  const std::string C = compute_type(dtype);
-  return std::string(R"CUDA(
+constexpr const char* kLogSumExpMerge = R"CUDA(
 #define LSE_INF __longlong_as_double(0x7ff0000000000000ll)
 struct Acc { double max, sum; };
 __device__ __forceinline__ void merge(Acc& a, double max, double sum) {
@@ -66,12 +66,20 @@ __device__ __forceinline__ void merge(Acc& a, double max, double sum) {
 }
 __device__ __forceinline__ Acc init() { return Acc{-LSE_INF, 0.0}; }
 __device__ __forceinline__ void combine(Acc& a, const Acc& b) { merge(a, b.max, b.sum); }
-)CUDA") + "__device__ __forceinline__ void step(Acc& a, " +
-         C + " x, i64) { merge(a, (double)x, 1.0); }\n" +
-         "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) {\n"
-         "  const double r = a.max - a.max == 0.0 ? a.max + log(a.sum) : a.max;\n  ((" +
-         storage_type(out_dtype) + "*)p.out)[o] = " + store_expression(out_dtype, "(" + C + ")r") +
-         ";\n}\n";
+)CUDA";
+
+std::string logsumexp_accumulator(DType dtype, DType out_dtype) {
+  using namespace fmt::literals;
+  const char* C = compute_type(dtype);
+  return fmt::format(
+      R"CUDA({merge}__device__ __forceinline__ void step(Acc& a, {C} x, i64) {{ merge(a, (double)x, 1.0); }}
+__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) {{
+  const double r = a.max - a.max == 0.0 ? a.max + log(a.sum) : a.max;
+  (({out}*)p.out)[o] = {store};
+}}
+)CUDA",
+      "merge"_a = kLogSumExpMerge, "C"_a = C, "out"_a = storage_type(out_dtype),
+      "store"_a = store_expression(out_dtype, fmt::format("({})r", C)));
 }
 
 const Reducer kLogSumExp{"logsumexp", &logsumexp_accumulator};

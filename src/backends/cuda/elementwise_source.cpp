@@ -1,5 +1,7 @@
 // Source generation of the elementwise family (no driver calls: also compiled into the tests
 // that check every generated kernel with NVRTC on machines without a GPU).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +11,8 @@
 #include "backends/cuda/kernel_source.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -26,103 +30,119 @@ struct PF {
 };
 )CUDA";
 
+constexpr const char* kOperandNames[] = {"a", "b", "c"};
+
+// One line per operand index 0 .. count - 1 ({0} in line): the output is 0, input k is k + 1.
+std::string per_operand(std::size_t count, fmt::format_string<std::size_t> line) {
+  std::string s;
+  for (std::size_t k = 0; k < count; ++k) s += fmt::vformat(line, fmt::make_format_args(k));
+  return s;
+}
+
+// The scalars s0, s1, ... in their compute types, from their raw 64-bit words.
+std::string scalar_declarations(const ElementwiseOp& op) {
+  std::string s;
+  for (std::size_t k = 0; k < op.scalars.size(); ++k) {
+    s += fmt::format("  const {type} s{k} = k_bits<{type}>(p.s[{k}]);\n",
+                     "type"_a = compute_type(op.scalars[k]), "k"_a = k);
+  }
+  return s;
+}
+
+// The line computing the element's value and storing it at `to` (the output's storage type).
+std::string value_and_store(const ElementwiseOp& op, std::string_view indent, std::string_view to) {
+  return fmt::format(
+      "{indent}const {type} value = ({expression});\n"
+      "{indent}{to} = {store};\n",
+      "indent"_a = indent, "type"_a = compute_type(op.value_dtype),
+      "expression"_a = op.expression.view(), "to"_a = to,
+      "store"_a =
+          store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")));
+}
+
 // The kernel's head up to the loop: the error flag and the scalars in their compute types.
 std::string kernel_head(const ElementwiseOp& op, const char* name, const char* params) {
-  std::string s = std::string("extern \"C\" __global__ void __launch_bounds__(256) ") + name +
-                  "(const " + params + " p) {\n  bool err = false;\n";
-  for (std::size_t k = 0; k < op.scalars.size(); ++k) {
-    const std::string type = compute_type(op.scalars[k]);
-    s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
-         std::to_string(k) + "]);\n";
-  }
-  s += "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
-       "blockDim.x) {\n";
-  return s;
+  return fmt::format(
+      R"CUDA(extern "C" __global__ void __launch_bounds__(256) {name}(const {params} p) {{
+  bool err = false;
+{scalars}  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {{
+)CUDA",
+      "name"_a = name, "params"_a = params, "scalars"_a = scalar_declarations(op));
 }
 
 // The loop body once the element offsets o0 (output), o1.. (inputs) are known, and the end.
 std::string kernel_tail(const ElementwiseOp& op) {
-  static const char* names[] = {"a", "b", "c"};
-  std::string s;
+  std::string loads;
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
     if (static_cast<int>(k) == op.gathered_input) continue;
     const DType d = op.inputs[k];
-    const std::string at = "((const " + std::string(storage_type(d)) + "*)p.ptr[" +
-                           std::to_string(k + 1) + "])[o" + std::to_string(k + 1) + "]";
-    s += "    const " + std::string(compute_type(d)) + " " + names[k] + " = " +
-         load_expression(d, at) + ";\n";
+    const std::string at =
+        fmt::format("((const {}*)p.ptr[{}])[o{}]", storage_type(d), k + 1, k + 1);
+    loads += fmt::format("    const {} {} = {};\n", compute_type(d), kOperandNames[k],
+                         load_expression(d, at));
   }
-  s += "    const " + std::string(compute_type(op.value_dtype)) + " value = (" +
-       std::string(op.expression.view()) + ");\n";
-  s += "    ((" + std::string(storage_type(op.output)) + "*)p.ptr[0])[o0] = " +
-       store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")) +
-       ";\n  }\n";
-  s += "  if (err) *p.err_word = p.err_token;\n}\n";
-  return s;
+  const std::string to = fmt::format("(({}*)p.ptr[0])[o0]", storage_type(op.output));
+  return fmt::format(R"CUDA({loads}{value_and_store}  }}
+  if (err) *p.err_word = p.err_token;
+}}
+)CUDA",
+                     "loads"_a = loads, "value_and_store"_a = value_and_store(op, "    ", to));
 }
 
 // The flat case with every pointer aligned to a whole vector (vector_width elements, 16 bytes of
 // the widest operand): each thread moves one vector of every operand with one wide load or
 // store, vector_shape().unroll vectors per loop step, so a 4096^2 map issues a quarter of the
 // memory instructions with more of them in flight. The n % width elements past the last whole
-// vector take the scalar loop.
+// vector take the scalar loop. The unroll vectors of a thread and step are a block's width apart
+// (loads stay coalesced): every load of a step is issued before the first result is needed.
+// p.reverse walks the vectors from the last: launches alternate, so an op starts on the part of
+// its input that the op before wrote last, which is still in L2 (see launch_elementwise).
 std::string vector_kernel(const ElementwiseOp& op) {
-  static const char* names[] = {"a", "b", "c"};
-  const VectorShape& shape = vector_shape();
-  const std::string width = std::to_string(vector_width(op));
-  auto vector_type = [&](DType d) { return "V<" + std::string(storage_type(d)) + ">"; };
-  std::string s = "template <class T> struct alignas(" + width + " * sizeof(T) < 16 ? " + width +
-                  " * sizeof(T) : 16) V { T v[" + width + "]; };\n";
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(shape.threads) +
-       ") kiln_elementwise_vec(const PF p) {\n";
-  s += "  bool err = false;\n";
-  for (std::size_t k = 0; k < op.scalars.size(); ++k) {
-    const std::string type = compute_type(op.scalars[k]);
-    s += "  const " + type + " s" + std::to_string(k) + " = k_bits<" + type + ">(p.s[" +
-         std::to_string(k) + "]);\n";
-  }
-  const std::string unroll = std::to_string(shape.unroll);
-  s += "  const i64 threads = (i64)gridDim.x * blockDim.x;\n";
-  s += "  const i64 vectors = p.n / " + width + ";\n";
-  // unroll vectors per thread and step, a block's width apart (loads stay coalesced): every load
-  // of a step is issued before the first result is needed.
-  s += "  for (i64 c0 = blockIdx.x * (i64)blockDim.x * " + unroll +
-       " + threadIdx.x; c0 < vectors; c0 += threads * " + unroll + ") {\n";
+  std::string registers, loads, lanes;
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-    s += "    " + vector_type(op.inputs[k]) + " v" + std::to_string(k + 1) + "[" + unroll + "];\n";
+    const DType d = op.inputs[k];
+    registers += fmt::format("    V<{}> v{}[{}];\n", storage_type(d), k + 1, vector_shape().unroll);
+    loads +=
+        fmt::format("      v{0}[u] = ((const V<{1}>*)p.ptr[{0}])[at];\n", k + 1, storage_type(d));
+    lanes += fmt::format("        const {} {} = {};\n", compute_type(d), kOperandNames[k],
+                         load_expression(d, fmt::format("v{}[u].v[j]", k + 1)));
   }
-  // p.reverse walks the vectors from the last: launches alternate, so an op starts on the part
-  // of its input that the op before wrote last, which is still in L2 (see launch_elementwise).
-  const std::string at = "(p.reverse ? vectors - 1 - c : c)";
-  s += "#pragma unroll\n    for (int u = 0; u < " + unroll + "; ++u) {\n";
-  s += "      const i64 c = c0 + u * (i64)blockDim.x;\n      if (c >= vectors) break;\n";
-  s += "      const i64 at = " + at + ";\n";
-  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-    s += "      v" + std::to_string(k + 1) + "[u] = ((const " + vector_type(op.inputs[k]) +
-         "*)p.ptr[" + std::to_string(k + 1) + "])[at];\n";
-  }
-  s += "    }\n#pragma unroll\n    for (int u = 0; u < " + unroll + "; ++u) {\n";
-  s += "      const i64 c = c0 + u * (i64)blockDim.x;\n      if (c >= vectors) break;\n";
-  s += "      const i64 at = " + at + ";\n";
-  s += "      " + vector_type(op.output) + " v0;\n";
-  s += "#pragma unroll\n      for (int j = 0; j < " + width + "; ++j) {\n";
-  s += "        const i64 i = at * " + width + " + j;\n        (void)i;\n";
-  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-    const std::string lane = std::string("v").append(std::to_string(k + 1)).append("[u].v[j]");
-    s += "        const " + std::string(compute_type(op.inputs[k])) + " " + names[k] + " = " +
-         load_expression(op.inputs[k], lane) + ";\n";
-  }
-  s += "        const " + std::string(compute_type(op.value_dtype)) + " value = (" +
-       std::string(op.expression.view()) + ");\n";
-  s += "        v0.v[j] = " +
-       store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")) +
-       ";\n      }\n";
-  s += "      ((" + vector_type(op.output) + "*)p.ptr[0])[at] = v0;\n    }\n  }\n";
-  s += "  for (i64 i = vectors * " + width +
-       " + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += threads) {\n";
-  const std::size_t count = op.inputs.size() + 1;
-  for (std::size_t k = 0; k < count; ++k) s += "    const i64 o" + std::to_string(k) + " = i;\n";
-  return s + kernel_tail(op);
+  return fmt::format(
+      R"CUDA(template <class T> struct alignas({width} * sizeof(T) < 16 ? {width} * sizeof(T) : 16) V {{ T v[{width}]; }};
+extern "C" __global__ void __launch_bounds__({threads}) kiln_elementwise_vec(const PF p) {{
+  bool err = false;
+{scalars}  const i64 threads = (i64)gridDim.x * blockDim.x;
+  const i64 vectors = p.n / {width};
+  for (i64 c0 = blockIdx.x * (i64)blockDim.x * {unroll} + threadIdx.x; c0 < vectors; c0 += threads * {unroll}) {{
+{registers}#pragma unroll
+    for (int u = 0; u < {unroll}; ++u) {{
+      const i64 c = c0 + u * (i64)blockDim.x;
+      if (c >= vectors) break;
+      const i64 at = (p.reverse ? vectors - 1 - c : c);
+{loads}    }}
+#pragma unroll
+    for (int u = 0; u < {unroll}; ++u) {{
+      const i64 c = c0 + u * (i64)blockDim.x;
+      if (c >= vectors) break;
+      const i64 at = (p.reverse ? vectors - 1 - c : c);
+      V<{output}> v0;
+#pragma unroll
+      for (int j = 0; j < {width}; ++j) {{
+        const i64 i = at * {width} + j;
+        (void)i;
+{lanes}{value_and_store}      }}
+      ((V<{output}>*)p.ptr[0])[at] = v0;
+    }}
+  }}
+  for (i64 i = vectors * {width} + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += threads) {{
+{offsets}{tail})CUDA",
+      "width"_a = vector_width(op), "threads"_a = vector_shape().threads,
+      "unroll"_a = vector_shape().unroll, "scalars"_a = scalar_declarations(op),
+      "registers"_a = registers, "loads"_a = loads, "lanes"_a = lanes,
+      "output"_a = storage_type(op.output),
+      "value_and_store"_a = value_and_store(op, "        ", "v0.v[j]"),
+      "offsets"_a = per_operand(op.inputs.size() + 1, "    const i64 o{0} = i;\n"),
+      "tail"_a = kernel_tail(op));
 }
 
 VectorShape read_vector_shape() {
@@ -183,35 +203,32 @@ std::int64_t vector_width(const ElementwiseOp& op) noexcept {
 }
 
 std::string elementwise_source(const ElementwiseOp& op) {
-  std::string s = kernel_prelude() + kParamsStructs;
+  std::string gather;
   if (op.gathered_input >= 0) {
     const std::size_t k = static_cast<std::size_t>(op.gathered_input);
     const DType d = op.inputs[k];
-    s += "#define GATHER(extra) " +
-         load_expression(d, "((const " + std::string(storage_type(d)) + "*)p.ptr[" +
-                                std::to_string(k + 1) + "])[o" + std::to_string(k + 1) +
-                                " + (extra)]") +
-         "\n";
+    const std::string at =
+        fmt::format("((const {}*)p.ptr[{}])[o{} + (extra)]", storage_type(d), k + 1, k + 1);
+    gather = fmt::format("#define GATHER(extra) {}\n", load_expression(d, at));
   }
-  const std::size_t count = op.inputs.size() + 1;
+  const std::size_t operands = op.inputs.size() + 1;
   const std::string tail = kernel_tail(op);
   // Any strides: the flat index is split into coordinates of the merged dims.
-  s += kernel_head(op, "kiln_elementwise", "P");
-  s += "    i64 rem = i;\n";
-  for (std::size_t k = 0; k < count; ++k) s += "    i64 o" + std::to_string(k) + " = 0;\n";
-  s += "    for (int d = p.rank - 1; d >= 0; --d) {\n";
-  s += "      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * "
-       "size; rem = q;\n";
-  for (std::size_t k = 0; k < count; ++k) {
-    s += "      o" + std::to_string(k) + " += idx * p.strides[" + std::to_string(k) + "][d];\n";
-  }
-  s += "    }\n" + tail;
+  const std::string strided =
+      fmt::format(R"CUDA({head}    i64 rem = i;
+{offsets}    for (int d = p.rank - 1; d >= 0; --d) {{
+      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;
+{steps}    }}
+{tail})CUDA",
+                  "head"_a = kernel_head(op, "kiln_elementwise", "P"),
+                  "offsets"_a = per_operand(operands, "    i64 o{0} = 0;\n"),
+                  "steps"_a = per_operand(operands, "      o{0} += idx * p.strides[{0}][d];\n"),
+                  "tail"_a = tail);
   // Every operand contiguous and of the output's shape: each is read at the flat index.
-  s += kernel_head(op, "kiln_elementwise_flat", "PF");
-  for (std::size_t k = 0; k < count; ++k) s += "    const i64 o" + std::to_string(k) + " = i;\n";
-  s += tail;
-  if (op.gathered_input < 0) s += vector_kernel(op);
-  return s;
+  const std::string flat = fmt::format("{}{}{}", kernel_head(op, "kiln_elementwise_flat", "PF"),
+                                       per_operand(operands, "    const i64 o{0} = i;\n"), tail);
+  return fmt::format("{}{}{}{}{}{}", kernel_prelude(), kParamsStructs, gather, strided, flat,
+                     op.gathered_input < 0 ? vector_kernel(op) : std::string());
 }
 
 }  // namespace kiln::cuda

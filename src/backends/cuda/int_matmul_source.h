@@ -6,6 +6,8 @@
 // compiles it with NVRTC without a GPU.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "backends/cuda/kernel_source.h"
@@ -23,13 +25,7 @@ struct P {
 };
 )CUDA";
 
-inline std::string int_matmul_source(DType dtype) {
-  const std::string t = storage_type(dtype);
-  const std::string u = dtype_size(dtype) <= 4 ? "unsigned" : "u64";
-  std::string s = kernel_prelude();
-  s += kIntMatmulParams;
-  s += "typedef " + t + " T;\ntypedef " + u + " U;\n";
-  s += R"CUDA(
+inline constexpr const char* kIntMatmul = R"CUDA(
 extern "C" __global__ void kiln_int_matmul(P p) {
   const i64 step = (i64)gridDim.x * blockDim.x;
   for (i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x; o < p.total; o += step) {
@@ -52,7 +48,14 @@ extern "C" __global__ void kiln_int_matmul(P p) {
   }
 }
 )CUDA";
-  return s;
+
+// T is the dtype's storage, U the unsigned type the products and sums wrap in.
+inline std::string int_matmul_source(DType dtype) {
+  using namespace fmt::literals;
+  return fmt::format("{prelude}{params}typedef {T} T;\ntypedef {U} U;\n{kernel}",
+                     "prelude"_a = kernel_prelude(), "params"_a = kIntMatmulParams,
+                     "T"_a = storage_type(dtype),
+                     "U"_a = dtype_size(dtype) <= 4 ? "unsigned" : "u64", "kernel"_a = kIntMatmul);
 }
 
 }  // namespace kiln::cuda

@@ -1,11 +1,15 @@
 #include "backends/cuda/kernel_source.h"
 
+#include <fmt/format.h>
+
 #include <limits>
 
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -173,10 +177,7 @@ template <class T>
 std::string limit_literal(bool max) {
   const T v = max ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest();
   // Hex bit patterns cast to the type: no literal-overflow rules to trip over (INT64_MIN).
-  char text[64];
-  std::snprintf(text, sizeof text, "0x%llxull",
-                static_cast<unsigned long long>(static_cast<std::make_unsigned_t<T>>(v)));
-  return text;
+  return fmt::format("0x{:x}ull", static_cast<std::make_unsigned_t<T>>(v));
 }
 
 std::string int_limits(DType dtype, bool max) {
@@ -233,9 +234,7 @@ std::string int_limit_as_double(DType dtype, bool max) {
     default:
       break;
   }
-  char text[64];
-  std::snprintf(text, sizeof text, "%.17g", v);
-  return text;
+  return fmt::format("{:.17g}", v);
 }
 
 }  // namespace
@@ -296,11 +295,11 @@ const char* short_name(DType dtype) { return dtype_name(dtype).data(); }
 std::string load_expression(DType dtype, const std::string& at) {
   switch (dtype) {
     case DType::F16:
-      return "k_h2f(" + at + ")";
+      return fmt::format("k_h2f({})", at);
     case DType::BF16:
-      return "k_b2f(" + at + ")";
+      return fmt::format("k_b2f({})", at);
     case DType::Bool:
-      return "(" + at + " != 0)";
+      return fmt::format("({} != 0)", at);
     default:
       return at;
   }
@@ -309,31 +308,33 @@ std::string load_expression(DType dtype, const std::string& at) {
 std::string store_expression(DType dtype, const std::string& value) {
   switch (dtype) {
     case DType::F16:
-      return "k_f2h(" + value + ")";
+      return fmt::format("k_f2h({})", value);
     case DType::BF16:
-      return "k_f2b(" + value + ")";
+      return fmt::format("k_f2b({})", value);
     case DType::Bool:
-      return "(unsigned char)((" + value + ") ? 1 : 0)";
+      return fmt::format("(unsigned char)(({}) ? 1 : 0)", value);
     default:
-      return "(" + std::string(storage_type(dtype)) + ")(" + value + ")";
+      return fmt::format("({})({})", storage_type(dtype), value);
   }
 }
 
 std::string convert_expression(DType from, DType to, const std::string& value) {
   if (from == to) return value;
-  if (to == DType::Bool) return "((" + value + ") != 0)";
-  const bool from_float = is_float(from);
-  if (is_int(to) && from_float) {
-    const std::string type = compute_type(to);
-    const std::string v = "(double)(" + value + ")";
+  if (to == DType::Bool) return fmt::format("(({}) != 0)", value);
+  if (is_int(to) && is_float(from)) {
     // NaN -> 0, saturate at the limits, else truncate toward zero (src/core/dtype_dispatch.h).
-    return "([&]() -> " + type + " { const double v_ = " + v + "; if (!(v_ == v_)) return (" +
-           type + ")0; if (v_ <= " + int_limit_as_double(to, false) + ") return (" + type + ")" +
-           int_limits(to, false) + "; if (v_ >= " + int_limit_as_double(to, true) + ") return (" +
-           type + ")" + int_limits(to, true) + "; return (" + type + ")v_; }())";
+    return fmt::format(
+        "([&]() -> {type} {{ const double v_ = (double)({value}); "
+        "if (!(v_ == v_)) return ({type})0; "
+        "if (v_ <= {lowest_double}) return ({type}){lowest}; "
+        "if (v_ >= {highest_double}) return ({type}){highest}; "
+        "return ({type})v_; }}())",
+        "type"_a = compute_type(to), "value"_a = value,
+        "lowest_double"_a = int_limit_as_double(to, false), "lowest"_a = int_limits(to, false),
+        "highest_double"_a = int_limit_as_double(to, true), "highest"_a = int_limits(to, true));
   }
-  if (to == DType::F16 || to == DType::BF16) return "(float)(" + value + ")";
-  return "(" + std::string(compute_type(to)) + ")(" + value + ")";
+  if (to == DType::F16 || to == DType::BF16) return fmt::format("(float)({})", value);
+  return fmt::format("({})({})", compute_type(to), value);
 }
 
 }  // namespace kiln::cuda

@@ -2,6 +2,11 @@
 // conversions, integer arithmetic with the CPU backend's semantics, float math overloads), the
 // C types of each dtype in memory ("storage") and in arithmetic ("compute"), and the code that
 // loads, stores and converts elements the way kiln's casts do.
+//
+// The generators write each kernel as a raw-string template for fmt (header-only): named fields
+// `{name}` filled by `"name"_a = value` (fmt::literals), which fmt checks at compile time (a
+// field without its argument, or a stray brace, does not compile); CUDA's own braces are doubled
+// as `{{` `}}`. Blocks with many braces and nothing to fill stay plain raw strings, joined in.
 #pragma once
 
 #include <string>

@@ -1,12 +1,15 @@
 // Source generation of the reduction family (no driver calls; see elementwise_source.cpp).
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/reduce.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -30,96 +33,88 @@ const char* infinity_of(DType dtype) {
   return dtype == DType::F64 ? "__longlong_as_double(0x7ff0000000000000ll)"
                              : "__int_as_float(0x7f800000)";
 }
-std::string store_to(DType out_dtype) {
-  return "((" + std::string(storage_type(out_dtype)) + "*)p.out)[o] = ";
+// write(): output o is `stored`, an expression of out_dtype's storage type.
+std::string write_function(DType out_dtype, const std::string& stored) {
+  return fmt::format(
+      "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) {{ "
+      "(({}*)p.out)[o] = {}; }}\n",
+      storage_type(out_dtype), stored);
 }
 
 // Sums and products in double (floats) or wrapping 64-bit arithmetic (integers).
 std::string sum_like(DType dtype, DType out_dtype, bool prod, bool mean) {
-  const std::string C = compute_type(dtype);
+  const char* C = compute_type(dtype);
   const bool fl = is_float(dtype);
-  const std::string acc = fl ? "double" : "u64";
-  const std::string widen = fl ? "(double)x" : (is_signed_int(dtype) ? "(u64)(i64)x" : "(u64)x");
-  std::string s = "struct Acc { " + acc + " v; };\n";
-  s += "__device__ __forceinline__ Acc init() { return Acc{(" + acc + ")" + (prod ? "1" : "0") +
-       "}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v " +
-       (prod ? "*" : "+") + "= " + widen + "; }\n";
-  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v " +
-       std::string(prod ? "*" : "+") + "= b.v; }\n";
-  std::string value =
-      fl ? std::string("(") + C + ")(a.v" + (mean ? " / p.divisor" : "") + ")" : "(" + C + ")a.v";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
-       store_to(out_dtype) + store_expression(out_dtype, value) + "; }\n";
-  return s;
+  const std::string value =
+      fl ? fmt::format("({})(a.v{})", C, mean ? " / p.divisor" : "") : fmt::format("({})a.v", C);
+  return fmt::format(
+      R"CUDA(struct Acc {{ {acc} v; }};
+__device__ __forceinline__ Acc init() {{ return Acc{{({acc}){identity}}}; }}
+__device__ __forceinline__ void step(Acc& a, {C} x, i64) {{ a.v {op}= {widen}; }}
+__device__ __forceinline__ void combine(Acc& a, const Acc& b) {{ a.v {op}= b.v; }}
+{write})CUDA",
+      "acc"_a = fl ? "double" : "u64", "identity"_a = prod ? "1" : "0", "C"_a = C,
+      "op"_a = prod ? "*" : "+",
+      "widen"_a = fl ? "(double)x" : (is_signed_int(dtype) ? "(u64)(i64)x" : "(u64)x"),
+      "write"_a = write_function(out_dtype, store_expression(out_dtype, value)));
 }
 
 std::string extremum(DType dtype, DType out_dtype, bool mx) {
-  const std::string C = compute_type(dtype);
+  const char* C = compute_type(dtype);
   const bool fl = is_float(dtype);
   std::string start;
   if (fl) {
-    start = mx ? std::string("-") + infinity_of(dtype) : std::string(infinity_of(dtype));
+    start = fmt::format("{}{}", mx ? "-" : "", infinity_of(dtype));
   } else {
     // Lowest / highest of the integer type from its bit pattern.
     const int bits = static_cast<int>(dtype_size(dtype) * 8);
-    char text[96];
+    unsigned long long low = 0, high = 0;
     if (is_signed_int(dtype)) {
-      const unsigned long long high =
-          (bits == 64) ? 0x7fffffffffffffffull : ((1ull << (bits - 1)) - 1);
-      const unsigned long long low = (bits == 64) ? 0x8000000000000000ull : (1ull << (bits - 1));
-      std::snprintf(text, sizeof text, "(%s)0x%llxull", C.c_str(), mx ? low : high);
+      high = (bits == 64) ? 0x7fffffffffffffffull : ((1ull << (bits - 1)) - 1);
+      low = (bits == 64) ? 0x8000000000000000ull : (1ull << (bits - 1));
     } else {
-      const unsigned long long high = (bits == 64) ? ~0ull : ((1ull << bits) - 1);
-      std::snprintf(text, sizeof text, "(%s)0x%llxull", C.c_str(), mx ? 0ull : high);
+      high = (bits == 64) ? ~0ull : ((1ull << bits) - 1);
     }
-    start = text;
+    start = fmt::format("({})0x{:x}ull", C, mx ? low : high);
   }
-  const std::string pick = mx ? "x > a.v" : "x < a.v";
-  std::string s = "struct Acc { " + C + " v; bool nan; };\n";
-  s += "__device__ __forceinline__ Acc init() { return Acc{" + start + ", false}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { if (" + pick +
-       ") a.v = x;" + (fl ? " a.nan |= (x != x);" : "") + " }\n";
-  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) { const " + C +
-       " x = b.v; if (" + pick + ") a.v = x; a.nan |= b.nan; }\n";
-  const std::string value = fl ? "(a.nan ? (" + C + ")" + nan_of(dtype) + " : a.v)" : "a.v";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
-       store_to(out_dtype) + store_expression(out_dtype, value) + "; }\n";
-  return s;
+  const std::string value = fl ? fmt::format("(a.nan ? ({}){} : a.v)", C, nan_of(dtype)) : "a.v";
+  return fmt::format(R"CUDA(struct Acc {{ {C} v; bool nan; }};
+__device__ __forceinline__ Acc init() {{ return Acc{{{start}, false}}; }}
+__device__ __forceinline__ void step(Acc& a, {C} x, i64) {{ if ({pick}) a.v = x;{note_nan} }}
+__device__ __forceinline__ void combine(Acc& a, const Acc& b) {{ const {C} x = b.v; if ({pick}) a.v = x; a.nan |= b.nan; }}
+{write})CUDA",
+                     "C"_a = C, "start"_a = start, "pick"_a = mx ? "x > a.v" : "x < a.v",
+                     "note_nan"_a = fl ? " a.nan |= (x != x);" : "",
+                     "write"_a = write_function(out_dtype, store_expression(out_dtype, value)));
 }
 
+// better(v, best): the first NaN wins, then strictly larger (smaller); ties keep the earlier
+// index, also when partials of interleaved elements are combined.
 std::string arg_extremum(DType dtype, DType out_dtype, bool mx) {
-  const std::string C = compute_type(dtype);
-  const bool fl = is_float(dtype);
-  const std::string cmp = mx ? ">" : "<";
-  // better(v, best): the first NaN wins, then strictly larger (smaller); ties keep the
-  // earlier index, also when partials of interleaved elements are combined.
-  std::string s = "struct Acc { " + C + " v; i64 idx; };\n";
-  s += "__device__ __forceinline__ bool better(" + C + " v, " + C + " best) { " +
-       (fl ? "if (v != v) return best == best; " : "") + "return v " + cmp + " best; }\n";
-  s += "__device__ __forceinline__ Acc init() { return Acc{(" + C + ")0, -1}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C +
-       " x, i64 j) { if (a.idx < 0 || better(x, a.v)) { a.v = x; a.idx = j; } }\n";
-  s += "__device__ __forceinline__ void combine(Acc& a, const Acc& b) {\n"
-       "  if (b.idx < 0) return;\n"
-       "  if (a.idx < 0 || better(b.v, a.v) || (!better(a.v, b.v) && b.idx < a.idx)) a = b;\n}\n";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
-       store_to(out_dtype) + "(" + storage_type(out_dtype) + ")(a.idx < 0 ? 0 : a.idx); }\n";
-  return s;
+  const std::string index = fmt::format("({})(a.idx < 0 ? 0 : a.idx)", storage_type(out_dtype));
+  return fmt::format(R"CUDA(struct Acc {{ {C} v; i64 idx; }};
+__device__ __forceinline__ bool better({C} v, {C} best) {{ {nan_first}return v {cmp} best; }}
+__device__ __forceinline__ Acc init() {{ return Acc{{({C})0, -1}}; }}
+__device__ __forceinline__ void step(Acc& a, {C} x, i64 j) {{ if (a.idx < 0 || better(x, a.v)) {{ a.v = x; a.idx = j; }} }}
+__device__ __forceinline__ void combine(Acc& a, const Acc& b) {{
+  if (b.idx < 0) return;
+  if (a.idx < 0 || better(b.v, a.v) || (!better(a.v, b.v) && b.idx < a.idx)) a = b;
+}}
+{write})CUDA",
+                     "C"_a = compute_type(dtype),
+                     "nan_first"_a = is_float(dtype) ? "if (v != v) return best == best; " : "",
+                     "cmp"_a = mx ? ">" : "<", "write"_a = write_function(out_dtype, index));
 }
 
 std::string truth(DType dtype, DType out_dtype, bool any) {
-  const std::string C = compute_type(dtype);
-  std::string s = "struct Acc { bool v; };\n";
-  s += std::string("__device__ __forceinline__ Acc init() { return Acc{") +
-       (any ? "false" : "true") + "}; }\n";
-  s += "__device__ __forceinline__ void step(Acc& a, " + C + " x, i64) { a.v = a.v " +
-       (any ? "||" : "&&") + " (x != (" + C + ")0); }\n";
-  s += std::string("__device__ __forceinline__ void combine(Acc& a, const Acc& b) { a.v = a.v ") +
-       (any ? "||" : "&&") + " b.v; }\n";
-  s += "__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) { " +
-       store_to(out_dtype) + "(unsigned char)(a.v ? 1 : 0); }\n";
-  return s;
+  return fmt::format(R"CUDA(struct Acc {{ bool v; }};
+__device__ __forceinline__ Acc init() {{ return Acc{{{identity}}}; }}
+__device__ __forceinline__ void step(Acc& a, {C} x, i64) {{ a.v = a.v {op} (x != ({C})0); }}
+__device__ __forceinline__ void combine(Acc& a, const Acc& b) {{ a.v = a.v {op} b.v; }}
+{write})CUDA",
+                     "identity"_a = any ? "false" : "true", "C"_a = compute_type(dtype),
+                     "op"_a = any ? "||" : "&&",
+                     "write"_a = write_function(out_dtype, "(unsigned char)(a.v ? 1 : 0)"));
 }
 
 // Shared by every entry point: the element type, line addressing, and the warp / block
@@ -284,24 +279,27 @@ template <int GROUP> __device__ __forceinline__ void reduce_finish(const P& p) {
 }
 )CUDA";
 
-std::string entry(ReduceKernel k) {
-  const std::string head = std::string("extern \"C\" __global__ void __launch_bounds__(256, 4) ") +
-                           reduce_kernel_name(k) + "(const P p) { ";
+// The kernel's body text and the call its entry point makes.
+struct Entry {
+  const char* body;
+  const char* call;
+};
+Entry entry_of(ReduceKernel k) {
   switch (k) {
     case ReduceKernel::LinesWarp:
-      return kLines + head + "reduce_lines<32>(p); }\n";
+      return {kLines, "reduce_lines<32>"};
     case ReduceKernel::LinesBlock:
-      return kLines + head + "reduce_lines<256>(p); }\n";
+      return {kLines, "reduce_lines<256>"};
     case ReduceKernel::Columns:
-      return kColumns + head + "reduce_columns<1>(p); }\n";
+      return {kColumns, "reduce_columns<1>"};
     case ReduceKernel::ColumnsVector:
-      return kColumns + head + "reduce_columns<VECTOR>(p); }\n";
+      return {kColumns, "reduce_columns<VECTOR>"};
     case ReduceKernel::FinishWarp:
-      return kFinish + head + "reduce_finish<32>(p); }\n";
+      return {kFinish, "reduce_finish<32>"};
     case ReduceKernel::FinishBlock:
-      return kFinish + head + "reduce_finish<256>(p); }\n";
+      return {kFinish, "reduce_finish<256>"};
   }
-  return {};
+  return {"", ""};
 }
 
 }  // namespace
@@ -320,16 +318,18 @@ const Reducer Reducer::All{"all", [](DType d, DType o) { return truth(d, o, fals
 
 std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& r, DType dtype,
                                  DType out_dtype) {
-  const std::string S = storage_type(dtype);
-  const int vector = static_cast<int>(std::min<std::size_t>(4, 16 / dtype_size(dtype)));
-  std::string s = kernel_prelude() + kParams;
-  s += "typedef " + S + " S;\n";
-  s += "constexpr int VECTOR = " + std::to_string(vector) + ";\n";
-  s += "__device__ __forceinline__ " + std::string(compute_type(dtype)) + " ld(S v) { return " +
-       load_expression(dtype, "v") + "; }\n";
-  s += r.accumulator(dtype, out_dtype);
-  s += kCommon;
-  return s + entry(kernel);
+  const Entry entry = entry_of(kernel);
+  return fmt::format(
+      R"CUDA({prelude}{params}typedef {S} S;
+constexpr int VECTOR = {vector};
+__device__ __forceinline__ {C} ld(S v) {{ return {load}; }}
+{accumulator}{common}{body}extern "C" __global__ void __launch_bounds__(256, 4) {name}(const P p) {{ {call}(p); }}
+)CUDA",
+      "prelude"_a = kernel_prelude(), "params"_a = kParams, "S"_a = storage_type(dtype),
+      "vector"_a = std::min<std::size_t>(4, 16 / dtype_size(dtype)), "C"_a = compute_type(dtype),
+      "load"_a = load_expression(dtype, "v"), "accumulator"_a = r.accumulator(dtype, out_dtype),
+      "common"_a = kCommon, "body"_a = entry.body, "name"_a = reduce_kernel_name(kernel),
+      "call"_a = entry.call);
 }
 
 }  // namespace kiln::cuda

@@ -3,7 +3,8 @@
 // calls; every combination keeps the row's order (combine(a, b) with a before b), so cummin and
 // cummax keep the earlier of equal values and the first NaN, and float sums and products are
 // combined in an order that depends on the shape only.
-#include <cstdio>
+#include <fmt/format.h>
+
 #include <string>
 
 #include "backends/cuda/kernel_source.h"
@@ -12,6 +13,8 @@
 #include "kiln/error.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -264,9 +267,7 @@ std::string integer_limit(DType dtype, bool largest) {
   } else {
     value = largest ? all : 0;
   }
-  char text[48];
-  std::snprintf(text, sizeof text, "(A)(S)0x%llxull", value);
-  return text;
+  return fmt::format("(A)(S)0x{:x}ull", value);
 }
 
 std::string infinity(DType dtype, bool negative) {
@@ -289,8 +290,9 @@ Operation operation(ScanOp op, DType dtype) {
     const bool sum = op == ScanOp::Sum;
     if (is_float(dtype)) {
       o.accumulator = "double";
-      o.widen = "(double)" + load_expression(dtype, "v");
-      o.narrow = store_expression(dtype, "(" + compute + ")a");  // double -> compute -> dtype
+      o.widen = fmt::format("(double){}", load_expression(dtype, "v"));
+      // double -> compute -> dtype
+      o.narrow = store_expression(dtype, fmt::format("({})a", compute));
     } else {
       o.accumulator = dtype_size(dtype) == 8 ? "u64" : "unsigned";
       o.widen = "(A)v";
@@ -308,14 +310,14 @@ Operation operation(ScanOp op, DType dtype) {
     o.widen = load_expression(dtype, "v");
     o.narrow = store_expression(dtype, "a");
     o.combine =
-        detail::concat("if (a != a) return a; if (b != b) return b; return ", better, " ? b : a;");
+        fmt::format("if (a != a) return a; if (b != b) return b; return {} ? b : a;", better);
   } else {
     // Narrow integers widen to int: shuffles move 32-bit words.
     o.accumulator = dtype_size(dtype) >= 4 ? storage_type(dtype) : "int";
     o.identity = integer_limit(dtype, !largest);
     o.widen = "(A)v";
     o.narrow = "(S)a";
-    o.combine = detail::concat("return ", better, " ? b : a;");
+    o.combine = fmt::format("return {} ? b : a;", better);
   }
   return o;
 }
@@ -360,25 +362,30 @@ std::string scan_kernel_source(ScanKernel kernel, ScanOp op, DType dtype) {
   validate(ScanDesc{.dtype = dtype, .rows = 0, .n = 0, .op = op});
   const DType d = kernel_dtype(op, dtype);
   const Operation o = operation(op, d);
-  std::string s = kernel_prelude() + kParams;
-  s += detail::concat("typedef ", storage_type(d), " S;\n",  //
-                      "typedef ", o.accumulator, " A;\n",    //
-                      "__device__ __forceinline__ A identity() { return ", o.identity, "; }\n",
-                      "__device__ __forceinline__ A widen(S v) { return ", o.widen, "; }\n",
-                      "__device__ __forceinline__ S narrow(A a) { return ", o.narrow, "; }\n",
-                      "// a comes before b in the row.\n",
-                      "__device__ __forceinline__ A combine(A a, A b) { ", o.combine, " }\n");
-  if (kernel == ScanKernel::RowsThread) return s + kRowsThread;
-  s += detail::concat("constexpr int ITEMS = ", scan_items_per_thread(d), ";\n");
+  const std::string head =
+      fmt::format(R"CUDA({prelude}{params}typedef {S} S;
+typedef {A} A;
+__device__ __forceinline__ A identity() {{ return {identity}; }}
+__device__ __forceinline__ A widen(S v) {{ return {widen}; }}
+__device__ __forceinline__ S narrow(A a) {{ return {narrow}; }}
+// a comes before b in the row.
+__device__ __forceinline__ A combine(A a, A b) {{ {combine} }}
+)CUDA",
+                  "prelude"_a = kernel_prelude(), "params"_a = kParams, "S"_a = storage_type(d),
+                  "A"_a = o.accumulator, "identity"_a = o.identity, "widen"_a = o.widen,
+                  "narrow"_a = o.narrow, "combine"_a = o.combine);
+  // The kernels that scan tiles of ITEMS per lane share kCommon; the thread per row does not.
+  const std::string tiles =
+      fmt::format("constexpr int ITEMS = {};\n{}", scan_items_per_thread(d), kCommon);
   switch (kernel) {
-    case ScanKernel::RowsWarp:
-      return s + kCommon + kRowsWarp;
-    case ScanKernel::Chunks:
-      return s + kCommon + kChunkWalk + kChunks;
-    case ScanKernel::ChunkTotals:
-      return s + kCommon + kChunkWalk + kChunkTotals;
     case ScanKernel::RowsThread:
-      break;
+      return fmt::format("{}{}", head, kRowsThread);
+    case ScanKernel::RowsWarp:
+      return fmt::format("{}{}{}", head, tiles, kRowsWarp);
+    case ScanKernel::Chunks:
+      return fmt::format("{}{}{}{}", head, tiles, kChunkWalk, kChunks);
+    case ScanKernel::ChunkTotals:
+      return fmt::format("{}{}{}{}", head, tiles, kChunkWalk, kChunkTotals);
   }
   detail::fail<InvalidArgument>("scan", "unknown scan kernel ", static_cast<int>(kernel));
 }

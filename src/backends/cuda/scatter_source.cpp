@@ -1,8 +1,12 @@
 // Source generation of the scatter family (no driver calls; see elementwise_source.cpp).
+#include <fmt/format.h>
+
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/scatter.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -66,7 +70,6 @@ template <class S, class F> __device__ __forceinline__ void k_atomic_apply(S* ad
 
 // k_combine(a, b) in the compute type C: the value already there (a) and the new one (b).
 std::string combine_source(DType dtype, IndexingUpdate update) {
-  const std::string C = compute_type(dtype);
   std::string body;
   using U = IndexingUpdate;
   if (update == U::Assign) {
@@ -109,8 +112,8 @@ std::string combine_source(DType dtype, IndexingUpdate update) {
         break;
     }
   }
-  return "__device__ __forceinline__ " + C + " k_combine(" + C + " a, " + C + " b) { " + body +
-         " }\n";
+  return fmt::format("__device__ __forceinline__ {C} k_combine({C} a, {C} b) {{ {body} }}\n",
+                     "C"_a = compute_type(dtype), "body"_a = body);
 }
 
 // k_update(dst, b): *dst = combine(*dst, b) atomically; a native atomic where one exists.
@@ -150,78 +153,82 @@ std::string atomic_source(DType dtype, IndexingUpdate update) {
     default:
       break;
   }
-  std::string s = "__device__ __forceinline__ void k_update(" + S + "* dst, " + C + " b) {\n";
-  if (!native.empty()) {
-    s += "  " + native + "\n";
-  } else {
-    s += "  k_atomic_apply(dst, [b](" + S + " current) -> " + S + " { return " +
-         store_expression(dtype, "k_combine(" + load_expression(dtype, "current") + ", b)") +
-         "; });\n";
+  if (native.empty()) {
+    const std::string combined =
+        store_expression(dtype, fmt::format("k_combine({}, b)", load_expression(dtype, "current")));
+    native = fmt::format("k_atomic_apply(dst, [b]({S} current) -> {S} {{ return {combined}; }});",
+                         "S"_a = S, "combined"_a = combined);
   }
-  return s + "}\n";
+  return fmt::format(
+      "__device__ __forceinline__ void k_update({S}* dst, {C} b) {{\n  {update}\n}}\n", "S"_a = S,
+      "C"_a = C, "update"_a = native);
 }
 
 }  // namespace
 
+// The element paths' loop head: item i's offsets and its index, checked.
+constexpr const char* kElementHead = R"CUDA(  bool err = false;
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {
+    i64 o, x, v, k;
+    k_locate(p, i, false, o, x, v, k);
+    const i64 j = INDEX(x);
+    if (j < 0 || j >= p.dim_size) { err = true; continue; }
+    const i64 at = o + j * p.out_step;
+)CUDA";
+constexpr const char* kTail = "  }\n  if (err) *p.err_word = p.err_token;\n}\n";
+
 std::string scatter_source(DType dtype, DType index_dtype, IndexingUpdate update) {
   const std::string S = storage_type(dtype);
-  const std::string C = compute_type(dtype);
-  const std::string I = storage_type(index_dtype);
-  std::string s = kernel_prelude() + kParams + combine_source(dtype, update);
   const bool assign = update == IndexingUpdate::Assign;
-  if (!assign) s += atomic_source(dtype, update);
-  // INDEX(at): the index at offset `at` of indices, as i64 (u64 past the i64 range turns
-  // negative, so it is out of range like any other bad index).
-  s += "#define INDEX(at) ((i64)((const " + I + "*)p.index)[at])\n";
-  s += "#define VALUE(at) (" + load_expression(dtype, "((const " + S + "*)p.values)[at]") + ")\n";
   // The line path: a thread per line along dim, in order (the CPU's exact result).
-  s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_lines(const P p) {\n"
-       "  bool err = false;\n"
-       "  for (i64 l = blockIdx.x * (i64)blockDim.x + threadIdx.x; l < p.n; l += (i64)gridDim.x * "
-       "blockDim.x) {\n"
-       "    i64 o, x, v, k;\n"
-       "    k_locate(p, l, true, o, x, v, k);\n"
-       "    " +
-       S + "* out = (" + S +
-       "*)p.out + o;\n"
-       "    for (k = 0; k < p.line; ++k) {\n"
-       "      const i64 j = INDEX(x + k * p.index_step);\n"
-       "      if (j < 0 || j >= p.dim_size) { err = true; continue; }\n"
-       "      " +
-       S + "* dst = out + j * p.out_step;\n";
-  if (assign) {
-    s += "      *dst = ((const " + S + "*)p.values)[v + k * p.value_step];\n";
-  } else {
-    s += "      *dst = " +
-         store_expression(dtype, "k_combine(" + load_expression(dtype, "*dst") +
-                                     ", VALUE(v + k * p.value_step))") +
-         ";\n";
-  }
-  s += "    }\n  }\n  if (err) *p.err_word = p.err_token;\n}\n";
-  // The element paths.
-  const std::string head =
-      "  bool err = false;\n"
-      "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
-      "blockDim.x) {\n"
-      "    i64 o, x, v, k;\n"
-      "    k_locate(p, i, false, o, x, v, k);\n"
-      "    const i64 j = INDEX(x);\n"
-      "    if (j < 0 || j >= p.dim_size) { err = true; continue; }\n"
-      "    const i64 at = o + j * p.out_step;\n";
-  const std::string tail = "  }\n  if (err) *p.err_word = p.err_token;\n}\n";
+  const std::string line_update =
+      assign ? fmt::format("*dst = ((const {}*)p.values)[v + k * p.value_step]", S)
+             : fmt::format(
+                   "*dst = {}",
+                   store_expression(dtype, fmt::format("k_combine({}, VALUE(v + k * p.value_step))",
+                                                       load_expression(dtype, "*dst"))));
+  std::string kernels;
   if (assign) {
     // Pass 1: the last position along dim (k + 1; 0 = none) that writes each element wins.
-    s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_claim(const P p) {\n" +
-         head + "    atomicMax((u64*)p.winner + at, (u64)(k + 1));\n" + tail;
     // Pass 2: only the winner writes (bad indices were reported by pass 1).
-    s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_assign(const P p) {\n" +
-         head + "    if (((const u64*)p.winner)[at] == (u64)(k + 1)) ((" + S +
-         "*)p.out)[at] = ((const " + S + "*)p.values)[v];\n" + tail;
+    kernels = fmt::format(
+        R"CUDA(extern "C" __global__ void __launch_bounds__(256) kiln_scatter_claim(const P p) {{
+{head}    atomicMax((u64*)p.winner + at, (u64)(k + 1));
+{tail}extern "C" __global__ void __launch_bounds__(256) kiln_scatter_assign(const P p) {{
+{head}    if (((const u64*)p.winner)[at] == (u64)(k + 1)) (({S}*)p.out)[at] = ((const {S}*)p.values)[v];
+{tail})CUDA",
+        "head"_a = kElementHead, "tail"_a = kTail, "S"_a = S);
   } else {
-    s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_scatter_atomic(const P p) {\n" +
-         head + "    k_update((" + S + "*)p.out + at, VALUE(v));\n" + tail;
+    kernels = fmt::format(
+        R"CUDA(extern "C" __global__ void __launch_bounds__(256) kiln_scatter_atomic(const P p) {{
+{head}    k_update(({S}*)p.out + at, VALUE(v));
+{tail})CUDA",
+        "head"_a = kElementHead, "tail"_a = kTail, "S"_a = S);
   }
-  return s;
+  // INDEX(at): the index at offset `at` of indices, as i64 (u64 past the i64 range turns
+  // negative, so it is out of range like any other bad index).
+  return fmt::format(
+      R"CUDA({prelude}{params}{combine}{update}#define INDEX(at) ((i64)((const {I}*)p.index)[at])
+#define VALUE(at) ({value})
+extern "C" __global__ void __launch_bounds__(256) kiln_scatter_lines(const P p) {{
+  bool err = false;
+  for (i64 l = blockIdx.x * (i64)blockDim.x + threadIdx.x; l < p.n; l += (i64)gridDim.x * blockDim.x) {{
+    i64 o, x, v, k;
+    k_locate(p, l, true, o, x, v, k);
+    {S}* out = ({S}*)p.out + o;
+    for (k = 0; k < p.line; ++k) {{
+      const i64 j = INDEX(x + k * p.index_step);
+      if (j < 0 || j >= p.dim_size) {{ err = true; continue; }}
+      {S}* dst = out + j * p.out_step;
+      {line_update};
+    }}
+{tail}{kernels})CUDA",
+      "prelude"_a = kernel_prelude(), "params"_a = kParams,
+      "combine"_a = combine_source(dtype, update),
+      "update"_a = assign ? std::string() : atomic_source(dtype, update),
+      "I"_a = storage_type(index_dtype),
+      "value"_a = load_expression(dtype, fmt::format("((const {}*)p.values)[at]", S)), "S"_a = S,
+      "line_update"_a = line_update, "tail"_a = kTail, "kernels"_a = kernels);
 }
 
 }  // namespace kiln::cuda

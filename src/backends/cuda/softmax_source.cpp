@@ -1,10 +1,14 @@
 // Source generation of softmax and log_softmax (softmax.h), one module per entry point.
+#include <fmt/format.h>
+
 #include <string>
 
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/softmax.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -338,61 +342,70 @@ __device__ __forceinline__ void softmax_combine(const P& p) {
 }
 )CUDA";
 
-std::string entry(SoftmaxKernel k, int vector) {
-  auto kernel = [&](const char* bounds, const std::string& body) {
-    return std::string("extern \"C\" __global__ void __launch_bounds__(") + bounds + ") " +
-           softmax_kernel_name(k) + "(const P p) { " + body + "; }\n";
-  };
-  const std::string v = std::to_string(vector);
+// The kernel's body text, its launch bounds and the call its entry point makes (`{}` in the
+// call: the elements of a 16-byte access).
+struct Entry {
+  const char* body;
+  const char* bounds;
+  fmt::format_string<int> call;
+};
+Entry entry_of(SoftmaxKernel k) {
   switch (k) {
     case SoftmaxKernel::Lines:
-      return kLines + kernel("256, 4", "softmax_lines(p)");
+      return {kLines, "256, 4", "softmax_lines(p)"};
     case SoftmaxKernel::RowsWarp:
-      return kRows + kernel("256, 4", "softmax_rows<32, 1>(p)");
+      return {kRows, "256, 4", "softmax_rows<32, 1>(p)"};
     case SoftmaxKernel::RowsWarpVector:
-      return kRows + kernel("256, 4", "softmax_rows<32, " + v + ">(p)");
+      return {kRows, "256, 4", "softmax_rows<32, {}>(p)"};
     case SoftmaxKernel::RowsBlock:
-      return kRows + kernel("256, 4", "softmax_rows<256, 1>(p)");
+      return {kRows, "256, 4", "softmax_rows<256, 1>(p)"};
     case SoftmaxKernel::RowsBlockVector:
-      return kRows + kernel("256, 4", "softmax_rows<256, " + v + ">(p)");
+      return {kRows, "256, 4", "softmax_rows<256, {}>(p)"};
     case SoftmaxKernel::RowsWide:
-      return kRows + kernel("1024, 1", "softmax_rows<1024, 1>(p)");
+      return {kRows, "1024, 1", "softmax_rows<1024, 1>(p)"};
     case SoftmaxKernel::RowsWideVector:
-      return kRows + kernel("1024, 1", "softmax_rows<1024, " + v + ">(p)");
+      return {kRows, "1024, 1", "softmax_rows<1024, {}>(p)"};
     case SoftmaxKernel::RowStats:
-      return kRowChunks + kernel("256, 4", "softmax_row_stats<1>(p)");
+      return {kRowChunks, "256, 4", "softmax_row_stats<1>(p)"};
     case SoftmaxKernel::RowStatsVector:
-      return kRowChunks + kernel("256, 4", "softmax_row_stats<" + v + ">(p)");
+      return {kRowChunks, "256, 4", "softmax_row_stats<{}>(p)"};
     case SoftmaxKernel::RowWrite:
-      return kRowChunks + kernel("256, 4", "softmax_row_write<1>(p)");
+      return {kRowChunks, "256, 4", "softmax_row_write<1>(p)"};
     case SoftmaxKernel::RowWriteVector:
-      return kRowChunks + kernel("256, 4", "softmax_row_write<" + v + ">(p)");
+      return {kRowChunks, "256, 4", "softmax_row_write<{}>(p)"};
     case SoftmaxKernel::LineStats:
-      return kLineChunks + kernel("256, 4", "softmax_line_stats(p)");
+      return {kLineChunks, "256, 4", "softmax_line_stats(p)"};
     case SoftmaxKernel::LineWrite:
-      return kLineChunks + kernel("256, 4", "softmax_line_write(p)");
+      return {kLineChunks, "256, 4", "softmax_line_write(p)"};
     case SoftmaxKernel::Combine:
-      return kCombine + kernel("256, 4", "softmax_combine(p)");
+      return {kCombine, "256, 4", "softmax_combine(p)"};
   }
-  return {};
+  return {"", "", ""};
 }
 
 }  // namespace
 
 std::string softmax_kernel_source(SoftmaxKernel kernel, DType dtype, bool log) {
-  const bool f64 = dtype == DType::F64;
-  const std::string C = compute_type(dtype);
-  std::string s = kernel_prelude() + kParams;
-  s += "typedef " + std::string(storage_type(dtype)) + " S;\ntypedef " + C + " C;\n";
-  s += std::string("constexpr bool kLog = ") + (log ? "true" : "false") + ";\n";
-  s += "constexpr int KEPT = " + std::to_string(softmax_kept_per_thread(dtype)) + ";\n";
-  s += std::string("#define kNegInf ") +
-       (f64 ? "__longlong_as_double(0xfff0000000000000ll)" : "__int_as_float((int)0xff800000u)") +
-       "\n";
-  s += "__device__ __forceinline__ C ld(S v) { return " + load_expression(dtype, "v") + "; }\n";
-  s += "__device__ __forceinline__ S st(C v) { return " + store_expression(dtype, "v") + "; }\n";
-  s += kCommon;
-  return s + entry(kernel, static_cast<int>(16 / dtype_size(dtype)));
+  const Entry entry = entry_of(kernel);
+  const int vector = static_cast<int>(16 / dtype_size(dtype));
+  return fmt::format(
+      R"CUDA({prelude}{params}typedef {S} S;
+typedef {C} C;
+constexpr bool kLog = {log};
+constexpr int KEPT = {kept};
+#define kNegInf {negative_infinity}
+__device__ __forceinline__ C ld(S v) {{ return {load}; }}
+__device__ __forceinline__ S st(C v) {{ return {store}; }}
+{common}{body}extern "C" __global__ void __launch_bounds__({bounds}) {name}(const P p) {{ {call}; }}
+)CUDA",
+      "prelude"_a = kernel_prelude(), "params"_a = kParams, "S"_a = storage_type(dtype),
+      "C"_a = compute_type(dtype), "log"_a = log, "kept"_a = softmax_kept_per_thread(dtype),
+      "negative_infinity"_a = dtype == DType::F64 ? "__longlong_as_double(0xfff0000000000000ll)"
+                                                  : "__int_as_float((int)0xff800000u)",
+      "load"_a = load_expression(dtype, "v"), "store"_a = store_expression(dtype, "v"),
+      "common"_a = kCommon, "body"_a = entry.body, "bounds"_a = entry.bounds,
+      "name"_a = softmax_kernel_name(kernel),
+      "call"_a = fmt::vformat(entry.call, fmt::make_format_args(vector)));
 }
 
 }  // namespace kiln::cuda

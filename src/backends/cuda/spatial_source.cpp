@@ -1,8 +1,12 @@
 // Source generation of the spatial family (no driver calls; see elementwise_source.cpp).
+#include <fmt/format.h>
+
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/spatial.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -47,97 +51,48 @@ __device__ __forceinline__ i64 k_adaptive_end(i64 i, i64 in, i64 out) { return (
 // The taps of output position i along an axis (index, weight), PyTorch's coordinate rules as
 // in cpu_interpolate.cpp; the source coordinate is computed without fused multiply-adds so it
 // rounds as on the CPU.
+constexpr const char* kTapsNearest =
+    R"CUDA(  index[0] = min((i * in) / out, in - 1); weight[0] = 1.0;
+)CUDA";
+constexpr const char* kTapsBilinear =
+    R"CUDA(  const double src = fmax(k_source(p, i, in, out), 0.0);
+  const i64 i0 = k_clampi((i64)src, 0, in - 1);
+  const double lambda = fmin(fmax(src - (double)i0, 0.0), 1.0);
+  index[0] = i0; index[1] = i0 < in - 1 ? i0 + 1 : i0;
+  weight[0] = 1.0 - lambda; weight[1] = lambda;
+)CUDA";
+constexpr const char* kTapsBicubic = R"CUDA(  const double src = k_source(p, i, in, out);
+  const double base = floor(src);
+  const double f = src - base;
+  const i64 i0 = (i64)base;
+  for (int t = 0; t < 4; ++t) index[t] = k_clampi(i0 - 1 + t, 0, in - 1);
+  weight[0] = k_cubic_far(f + 1); weight[1] = k_cubic_near(f);
+  weight[2] = k_cubic_near(1 - f); weight[3] = k_cubic_far(2 - f);
+)CUDA";
+
 std::string taps_source(InterpolateMode mode) {
-  std::string s =
-      "__device__ __forceinline__ double k_cubic_near(double x) { return ((-0.75 + 2) * x - (-0.75 "
-      "+ 3)) * x * x + 1; }\n"
-      "__device__ __forceinline__ double k_cubic_far(double x) { return ((-0.75 * x - 5 * -0.75) * "
-      "x + 8 * -0.75) * x - 4 * -0.75; }\n"
-      "__device__ __forceinline__ double k_source(const P& p, i64 i, i64 in, i64 out) {\n"
-      "  const double scale = p.align_corners ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : "
-      "0.0)\n"
-      "                                       : (double)in / (double)out;\n"
-      "  return p.align_corners ? __dmul_rn(scale, (double)i) : __dsub_rn(__dmul_rn(scale, "
-      "__dadd_rn((double)i, 0.5)), 0.5);\n"
-      "}\n"
-      "__device__ __forceinline__ void k_taps(const P& p, i64 i, i64 in, i64 out, i64* index, "
-      "double* weight) {\n";
-  switch (mode) {
-    case InterpolateMode::Nearest:
-      s += "  index[0] = min((i * in) / out, in - 1); weight[0] = 1.0;\n";
-      break;
-    case InterpolateMode::Bilinear:
-      s += "  const double src = fmax(k_source(p, i, in, out), 0.0);\n"
-           "  const i64 i0 = k_clampi((i64)src, 0, in - 1);\n"
-           "  const double lambda = fmin(fmax(src - (double)i0, 0.0), 1.0);\n"
-           "  index[0] = i0; index[1] = i0 < in - 1 ? i0 + 1 : i0;\n"
-           "  weight[0] = 1.0 - lambda; weight[1] = lambda;\n";
-      break;
-    case InterpolateMode::Bicubic:
-      s += "  const double src = k_source(p, i, in, out);\n"
-           "  const double base = floor(src);\n"
-           "  const double f = src - base;\n"
-           "  const i64 i0 = (i64)base;\n"
-           "  for (int t = 0; t < 4; ++t) index[t] = k_clampi(i0 - 1 + t, 0, in - 1);\n"
-           "  weight[0] = k_cubic_far(f + 1); weight[1] = k_cubic_near(f);\n"
-           "  weight[2] = k_cubic_near(1 - f); weight[3] = k_cubic_far(2 - f);\n";
-      break;
-  }
-  return s + "}\n";
+  const char* taps = mode == InterpolateMode::Nearest    ? kTapsNearest
+                     : mode == InterpolateMode::Bilinear ? kTapsBilinear
+                                                         : kTapsBicubic;
+  return fmt::format(
+      R"CUDA(__device__ __forceinline__ double k_cubic_near(double x) {{ return ((-0.75 + 2) * x - (-0.75 + 3)) * x * x + 1; }}
+__device__ __forceinline__ double k_cubic_far(double x) {{ return ((-0.75 * x - 5 * -0.75) * x + 8 * -0.75) * x - 4 * -0.75; }}
+__device__ __forceinline__ double k_source(const P& p, i64 i, i64 in, i64 out) {{
+  const double scale = p.align_corners ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0)
+                                       : (double)in / (double)out;
+  return p.align_corners ? __dmul_rn(scale, (double)i) : __dsub_rn(__dmul_rn(scale, __dadd_rn((double)i, 0.5)), 0.5);
+}}
+__device__ __forceinline__ void k_taps(const P& p, i64 i, i64 in, i64 out, i64* index, double* weight) {{
+{taps}}}
+)CUDA",
+      "taps"_a = taps);
 }
 
 int tap_count(InterpolateMode mode) {
   return mode == InterpolateMode::Nearest ? 1 : (mode == InterpolateMode::Bilinear ? 2 : 4);
 }
 
-}  // namespace
-
-const char* spatial_kernel_name(SpatialKernel kernel) {
-  switch (kernel) {
-    case SpatialKernel::AvgPool:
-      return "avg_pool";
-    case SpatialKernel::AvgPoolBackward:
-      return "avg_pool_backward";
-    case SpatialKernel::MaxPool:
-      return "max_pool_with_indices";
-    case SpatialKernel::MaxPoolBackward:
-      return "max_pool_with_indices_backward";
-    case SpatialKernel::AdaptiveAvgPool:
-      return "adaptive_avg_pool";
-    case SpatialKernel::AdaptiveAvgPoolBackward:
-      return "adaptive_avg_pool_backward";
-    case SpatialKernel::Interpolate:
-      return "interpolate";
-    case SpatialKernel::InterpolateBackward:
-      return "interpolate_backward";
-  }
-  return "?";
-}
-
-std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
-                           InterpolateMode mode) {
-  const std::string S = storage_type(dtype);
-  const std::string T = compute_type(dtype);  // float for f16/bf16/f32, double for f64
-  const std::string I = storage_type(index_dtype);
-  const std::string inf = dtype == DType::F64 ? "__longlong_as_double(0x7ff0000000000000ll)"
-                                              : "__int_as_float(0x7f800000)";
-  std::string s = kernel_prelude() + kCommon;
-  s += "typedef " + T + " T;\n";
-  s += "#define LOADX(at) (" + load_expression(dtype, "((const " + S + "*)p.x)[at]") + ")\n";
-  s += "#define LOADG(at) (" + load_expression(dtype, "((const " + S + "*)p.g)[at]") + ")\n";
-  s += "#define STORE(at, value) (((" + S +
-       "*)p.out_ptr)[at] = " + store_expression(dtype, "value") + ")\n";
-  const bool interpolating =
-      kernel == SpatialKernel::Interpolate || kernel == SpatialKernel::InterpolateBackward;
-  if (interpolating) s += taps_source(mode);
-  s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_spatial(const P p) {\n"
-       "  bool err = false;\n"
-       "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
-       "blockDim.x) {\n"
-       "    i64 b, c, o[3];\n";
-  switch (kernel) {
-    case SpatialKernel::AvgPool:
-      s += R"CUDA(    k_split(p, i, p.out, b, c, o);
+constexpr const char* kAvgPool = R"CUDA(    k_split(p, i, p.out, b, c, o);
     i64 lo[3], hi[3], padded[3];
     for (int d = 0; d < 3; ++d) k_avg_span(p, d, o[d], lo[d], hi[d], padded[d]);
     T total = 0;
@@ -147,10 +102,8 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
     const T value = total * ((T)1 / (T)k_avg_divisor(p, o));
     STORE(i, value);
 )CUDA";
-      break;
-    case SpatialKernel::AvgPoolBackward:
-      // Output w covers input position x along a dim iff w*stride - padding <= x < that + kernel.
-      s += R"CUDA(    k_split(p, i, p.in, b, c, o);
+// Output w covers input position x along a dim iff w*stride - padding <= x < that + kernel.
+constexpr const char* kAvgPoolBackward = R"CUDA(    k_split(p, i, p.in, b, c, o);
     i64 lo[3], hi[3];
     for (int d = 0; d < 3; ++d) {
       lo[d] = max(k_fdiv(o[d] + p.padding[d] - p.kernel[d], p.stride[d]) + 1, (i64)0);
@@ -164,10 +117,7 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
           total += LOADG(k_at(p.gs, b, c, w[0], w[1], w[2])) * ((T)1 / (T)k_avg_divisor(p, w));
     STORE(i, total);
 )CUDA";
-      break;
-    case SpatialKernel::MaxPool:
-      s += "    const T lowest = -" + inf + ";\n";
-      s += R"CUDA(    k_split(p, i, p.out, b, c, o);
+constexpr const char* kMaxPool = R"CUDA(    k_split(p, i, p.out, b, c, o);
     i64 start[3], first[3], last[3];
     bool inside = true;
     for (int d = 0; d < 3; ++d) {
@@ -196,20 +146,7 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
     }
     STORE(i, best);
 )CUDA";
-      s += "    ((" + I + "*)p.idx)[i] = (" + I + ")index;\n";
-      break;
-    case SpatialKernel::MaxPoolBackward:
-      s += R"CUDA(    k_split(p, i, p.out, b, c, o);
-    const i64 plane_size = p.in[0] * p.in[1] * p.in[2];
-)CUDA";
-      s += "    const i64 at = (i64)((const " + I +
-           "*)p.idx)[k_at(p.is, b, c, o[0], o[1], o[2])];\n";
-      s += R"CUDA(    if (at < 0 || at >= plane_size) { err = true; continue; }
-    atomicAdd((T*)p.out_ptr + (b * p.channels + c) * plane_size + at, (T)LOADG(k_at(p.gs, b, c, o[0], o[1], o[2])));
-)CUDA";
-      break;
-    case SpatialKernel::AdaptiveAvgPool:
-      s += R"CUDA(    k_split(p, i, p.out, b, c, o);
+constexpr const char* kAdaptiveAvgPool = R"CUDA(    k_split(p, i, p.out, b, c, o);
     i64 lo[3], hi[3];
     for (int d = 0; d < 3; ++d) { lo[d] = k_adaptive_start(o[d], p.in[d], p.out[d]); hi[d] = k_adaptive_end(o[d], p.in[d], p.out[d]); }
     double total = 0;
@@ -219,11 +156,9 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
     const T value = (T)(total / (double)((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2])));
     STORE(i, value);
 )CUDA";
-      break;
-    case SpatialKernel::AdaptiveAvgPoolBackward:
-      // Output w's window [start, end) holds x iff floor(x * out / in) <= w <= ceil((x + 1) *
-      // out / in) - 1; the range is widened by one and every candidate tested exactly.
-      s += R"CUDA(    k_split(p, i, p.in, b, c, o);
+// Output w's window [start, end) holds x iff floor(x * out / in) <= w <= ceil((x + 1) *
+// out / in) - 1; the range is widened by one and every candidate tested exactly.
+constexpr const char* kAdaptiveAvgPoolBackward = R"CUDA(    k_split(p, i, p.in, b, c, o);
     i64 lo[3], hi[3];
     for (int d = 0; d < 3; ++d) {
       lo[d] = max((o[d] * p.out[d]) / p.in[d] - 1, (i64)0);
@@ -245,10 +180,7 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
     }
     STORE(i, total);
 )CUDA";
-      break;
-    case SpatialKernel::Interpolate:
-      s += "    constexpr int kTaps = " + std::to_string(tap_count(mode)) + ";\n";
-      s += R"CUDA(    k_split(p, i, p.out, b, c, o);
+constexpr const char* kInterpolate = R"CUDA(    k_split(p, i, p.out, b, c, o);
     i64 ri[4], ci[4]; double rw[4], cw[4];
     k_taps(p, o[1], p.in[1], p.out[1], ri, rw);
     k_taps(p, o[2], p.in[2], p.out[2], ci, cw);
@@ -261,10 +193,7 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
     }
     STORE(i, total);
 )CUDA";
-      break;
-    case SpatialKernel::InterpolateBackward:
-      s += "    constexpr int kTaps = " + std::to_string(tap_count(mode)) + ";\n";
-      s += R"CUDA(    k_split(p, i, p.out, b, c, o);
+constexpr const char* kInterpolateBackward = R"CUDA(    k_split(p, i, p.out, b, c, o);
     i64 ri[4], ci[4]; double rw[4], cw[4];
     k_taps(p, o[1], p.in[1], p.out[1], ri, rw);
     k_taps(p, o[2], p.in[2], p.out[2], ci, cw);
@@ -275,10 +204,93 @@ std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
       for (int t = 0; t < kTaps; ++t) atomicAdd(plane + ri[a] * p.in[2] + ci[t], (T)cw[t] * row);
     }
 )CUDA";
-      break;
+
+// The loop body of kernel for item i (the output's or, backward, the input's element).
+std::string kernel_body(SpatialKernel kernel, const char* index_type, const char* infinity,
+                        InterpolateMode mode) {
+  switch (kernel) {
+    case SpatialKernel::AvgPool:
+      return kAvgPool;
+    case SpatialKernel::AvgPoolBackward:
+      return kAvgPoolBackward;
+    case SpatialKernel::MaxPool:
+      return fmt::format(
+          "    const T lowest = -{infinity};\n{body}    (({I}*)p.idx)[i] = ({I})index;\n",
+          "infinity"_a = infinity, "body"_a = kMaxPool, "I"_a = index_type);
+    case SpatialKernel::MaxPoolBackward:
+      return fmt::format(R"CUDA(    k_split(p, i, p.out, b, c, o);
+    const i64 plane_size = p.in[0] * p.in[1] * p.in[2];
+    const i64 at = (i64)((const {I}*)p.idx)[k_at(p.is, b, c, o[0], o[1], o[2])];
+    if (at < 0 || at >= plane_size) {{ err = true; continue; }}
+    atomicAdd((T*)p.out_ptr + (b * p.channels + c) * plane_size + at, (T)LOADG(k_at(p.gs, b, c, o[0], o[1], o[2])));
+)CUDA",
+                         "I"_a = index_type);
+    case SpatialKernel::AdaptiveAvgPool:
+      return kAdaptiveAvgPool;
+    case SpatialKernel::AdaptiveAvgPoolBackward:
+      return kAdaptiveAvgPoolBackward;
+    case SpatialKernel::Interpolate:
+      return fmt::format("    constexpr int kTaps = {};\n{}", tap_count(mode), kInterpolate);
+    case SpatialKernel::InterpolateBackward:
+      return fmt::format("    constexpr int kTaps = {};\n{}", tap_count(mode),
+                         kInterpolateBackward);
   }
-  s += "  }\n  if (err) *p.err_word = p.err_token;\n}\n";
-  return s;
+  return {};
+}
+
+}  // namespace
+
+const char* spatial_kernel_name(SpatialKernel kernel) {
+  switch (kernel) {
+    case SpatialKernel::AvgPool:
+      return "avg_pool";
+    case SpatialKernel::AvgPoolBackward:
+      return "avg_pool_backward";
+    case SpatialKernel::MaxPool:
+      return "max_pool_with_indices";
+    case SpatialKernel::MaxPoolBackward:
+      return "max_pool_with_indices_backward";
+    case SpatialKernel::AdaptiveAvgPool:
+      return "adaptive_avg_pool";
+    case SpatialKernel::AdaptiveAvgPoolBackward:
+      return "adaptive_avg_pool_backward";
+    case SpatialKernel::Interpolate:
+      return "interpolate";
+    case SpatialKernel::InterpolateBackward:
+      return "interpolate_backward";
+  }
+  return "?";
+}
+
+std::string spatial_source(SpatialKernel kernel, DType dtype, DType index_dtype,
+                           InterpolateMode mode) {
+  const char* S = storage_type(dtype);
+  const bool interpolating =
+      kernel == SpatialKernel::Interpolate || kernel == SpatialKernel::InterpolateBackward;
+  return fmt::format(
+      R"CUDA({prelude}{common}typedef {T} T;
+#define LOADX(at) ({load_x})
+#define LOADG(at) ({load_g})
+#define STORE(at, value) ((({S}*)p.out_ptr)[at] = {store})
+{taps}extern "C" __global__ void __launch_bounds__(256) kiln_spatial(const P p) {{
+  bool err = false;
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {{
+    i64 b, c, o[3];
+{body}  }}
+  if (err) *p.err_word = p.err_token;
+}}
+)CUDA",
+      "prelude"_a = kernel_prelude(), "common"_a = kCommon,
+      // float for f16/bf16/f32, double for f64
+      "T"_a = compute_type(dtype),
+      "load_x"_a = load_expression(dtype, fmt::format("((const {}*)p.x)[at]", S)),
+      "load_g"_a = load_expression(dtype, fmt::format("((const {}*)p.g)[at]", S)), "S"_a = S,
+      "store"_a = store_expression(dtype, "value"),
+      "taps"_a = interpolating ? taps_source(mode) : std::string(),
+      "body"_a = kernel_body(kernel, storage_type(index_dtype),
+                             dtype == DType::F64 ? "__longlong_as_double(0x7ff0000000000000ll)"
+                                                 : "__int_as_float(0x7f800000)",
+                             mode));
 }
 
 }  // namespace kiln::cuda

@@ -1,5 +1,7 @@
 // Source generation of the selection topk (topk.h): one module per (kernel, key width, key kind
 // for the select kernel, list length K). The lists come from topk_lists.h, embedded by CMake.
+#include <fmt/format.h>
+
 #include <string>
 
 #include "backends/cuda/topk.h"
@@ -8,6 +10,8 @@
 #include "kiln/error.h"
 
 namespace kiln::cuda {
+
+using namespace fmt::literals;
 
 namespace {
 
@@ -302,17 +306,21 @@ std::string topk_kernel_source(TopkKernel kernel, int bits, lib::KeyKind kind, i
     detail::fail<InvalidArgument>("topk", "no list length ", list, " for ", bits, "-bit keys");
   }
   const bool is_float = kind != lib::KeyKind::Signed && kind != lib::KeyKind::Unsigned;
-  std::string s = kTopkListsSource;
-  s += detail::concat("typedef ", key_type(bits), " U;\n", "typedef ",
-                      key_type(bits < 32 ? 32 : bits), " W;  // U as shuffled\n",
-                      "constexpr int K = ", list, ";\n");
-  s += kCommon;
-  if (kernel == TopkKernel::Merge) return s + kMerge;
-  auto text = [](bool b) { return b ? "true" : "false"; };
-  s += detail::concat("constexpr bool kSignedKey = ", text(kind == lib::KeyKind::Signed), ";\n",
-                      "constexpr bool kFloatKey = ", text(is_float), ";\n",
-                      "constexpr U kInfinityBits = ", kind_text(kind).infinity_bits, ";\n");
-  return s + kSelect;
+  const std::string head =
+      fmt::format(R"CUDA({lists}typedef {U} U;
+typedef {W} W;  // U as shuffled
+constexpr int K = {K};
+{common})CUDA",
+                  "lists"_a = kTopkListsSource, "U"_a = key_type(bits),
+                  "W"_a = key_type(bits < 32 ? 32 : bits), "K"_a = list, "common"_a = kCommon);
+  if (kernel == TopkKernel::Merge) return fmt::format("{}{}", head, kMerge);
+  return fmt::format(R"CUDA({head}constexpr bool kSignedKey = {signed_key};
+constexpr bool kFloatKey = {float_key};
+constexpr U kInfinityBits = {infinity_bits};
+{select})CUDA",
+                     "head"_a = head, "signed_key"_a = kind == lib::KeyKind::Signed,
+                     "float_key"_a = is_float, "infinity_bits"_a = kind_text(kind).infinity_bits,
+                     "select"_a = kSelect);
 }
 
 std::string topk_kernel_source(TopkKernel kernel, DType dtype, int list) {
