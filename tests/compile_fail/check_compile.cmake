@@ -1,9 +1,14 @@
 # Compiles CASE (syntax and semantics only) and checks the outcome against EXPECT. A case that
 # must fail marks its offending line with `// error: REGEX`: the compiler must report an error on
 # that line and its diagnostics must match REGEX, so a typo or an unrelated error elsewhere in
-# the case does not count as kiln rejecting it.
+# the case does not count as kiln rejecting it. PCH_DIR (optional, GCC): where precompile.cmake put
+# kiln/kiln.h.gch, searched before INCLUDE.
+set(pch_include "")
+if(PCH_DIR)
+  set(pch_include -I${PCH_DIR})
+endif()
 execute_process(
-  COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${CASE}
+  COMMAND ${CXX} -std=c++20 -fsyntax-only ${pch_include} -I${INCLUDE} ${CASE}
   RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(EXPECT STREQUAL "PASS")
   if(NOT result EQUAL 0)
