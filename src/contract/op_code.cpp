@@ -22,18 +22,21 @@ constexpr OpInfo kOps[] = {
    #group,                                                                          \
    kKinds_##kinds,                                                                  \
    kAvailability_##availability,                                                    \
-   KILN_IMPL_CPU(impl) == 1,                                                        \
-   KILN_IMPL_CUDA(impl) == 1,                                                       \
-   KILN_IMPL_GRAD(impl) == 1},
+   KILN_IMPL_CPU(impl) == 1 || KILN_IMPL_STRIDED(impl) == 1,                        \
+   KILN_IMPL_CUDA(impl) == 1 || KILN_IMPL_STRIDED(impl) == 1,                       \
+   KILN_IMPL_GRAD(impl) == 1,                                                       \
+   KILN_IMPL_STRIDED(impl) == 1},
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 };
 
-// A REQUIRED op is pure virtual in Backend: every real backend must have its kernel.
+// A REQUIRED op is pure virtual in Backend: every real backend must have its kernel, its own or
+// its strided base's.
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   static_assert(kAvailability_##availability != OpAvailability::Required ||         \
-                    (KILN_IMPL_CPU(impl) == 1 && KILN_IMPL_CUDA(impl) == 1),        \
-                #name ": a REQUIRED op has impl C and G in ops.def");
+                    (KILN_IMPL_CPU(impl) == 1 && KILN_IMPL_CUDA(impl) == 1) ||      \
+                    KILN_IMPL_STRIDED(impl) == 1,                                   \
+                #name ": a REQUIRED op has impl C and G, or S, in ops.def");
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 

@@ -24,9 +24,10 @@ struct OpInfo {
   std::string_view group;
   std::uint8_t kinds;
   OpAvailability availability;
-  bool cpu_kernel;      // impl C: the CPU backend overrides it
-  bool cuda_kernel;     // impl G: the CUDA backend overrides it
+  bool cpu_kernel;      // impl C or S: the CPU backend (or its strided base) overrides it
+  bool cuda_kernel;     // impl G or S: the CUDA backend (or its strided base) overrides it
   bool differentiable;  // impl D: autodiff has a backward rule
+  bool strided_view;    // impl S: StridedBackend has it, once for the CPU and CUDA backends
 };
 
 std::span<const OpInfo> all_ops() noexcept;

@@ -1,17 +1,17 @@
 // The CPU backend: single-pass, multi-threaded kernels on strided views for the ops ops.def marks
-// C (the rest run their default). Definitions are spread over one file per op family
-// (cpu_<family>.cpp).
+// C (the layout ops marked S are StridedBackend's; the rest run their default). Definitions are
+// spread over one file per op family (cpu_<family>.cpp).
 #pragma once
 
 #include <atomic>
 #include <memory>
 
-#include "contract/backend.h"
+#include "contract/strided_backend.h"
 #include "kiln/detail/op_columns.h"
 
 namespace kiln {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public StridedBackend {
  public:
   // ---- device-level (cpu_backend.cpp) ----
   std::string name() const override { return "cpu"; }
@@ -33,6 +33,11 @@ class CpuBackend final : public Backend {
 #undef KILN_OP
 
  private:
+  // ---- StridedBackend's hooks (cpu_layout.cpp) ----
+  Primitive view_on(const StridedTensor& base, strided::View view) override;
+  Primitive contiguous_copy(const StridedTensor& x, const char* op) override;
+  void copy_elements(StridedTensor& dst, const StridedTensor& src, const char* op) override;
+
   std::atomic<std::uint64_t> seed_{0x5eed'0000'0000'0001ull};
   std::atomic<std::uint64_t> counter_{0};
 };

@@ -1,12 +1,10 @@
-// Copy kernels: cat (each input copied once into its region of the output), repeat_dim (one
-// strided copy from a broadcast view) and slice_assign (a copy of x with a strided region
-// overwritten).
+// Copy kernels: cat (each input copied once into its region of the output) and repeat_dim (one
+// strided copy from a broadcast view). slice_assign is StridedBackend's (strided_backend.cpp).
 #include <algorithm>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/loops.h"
-#include "contract/strided.h"
 
 namespace kiln {
 
@@ -63,22 +61,6 @@ Primitive CpuBackend::repeat_dim(Primitive x, std::int64_t dim, std::int64_t tim
   auto from = make_view(t, split_shape, std::move(source), t.offset());
   auto to = make_view(*out, split_shape, contiguous_strides(split_shape), 0);
   copy_strided(*from, *to);
-  return out;
-}
-
-Primitive CpuBackend::slice_assign(Primitive x, ResolvedSlices slices, Primitive values) {
-  std::shared_ptr<CpuTensor> out;
-  if (reusable_as_output(x, x->shape(), x->dtype())) {
-    out = std::static_pointer_cast<CpuTensor>(x);
-  } else {
-    out = copy(as_cpu(x));
-  }
-  x.reset();
-  // The same window arithmetic as the slice view (a step is only taken between two visited
-  // indices, so one as large as int64 allows never multiplies a stride).
-  strided::View v = strided::slice(out->shape(), out->strides(), out->offset(), slices);
-  auto region = make_view(*out, std::move(v.shape), std::move(v.strides), v.offset);
-  copy_strided(as_cpu(values), *region);
   return out;
 }
 

@@ -1,18 +1,19 @@
-// The CUDA backend of one GPU. It declares the ops ops.def marks G (generated from the list; every
-// REQUIRED op is among them, so the class is concrete by construction); each has a GPU kernel
-// (cuda_*.cpp). A DEFAULT op gets a G where a generated kernel beats the composition of other ops.
+// The CUDA backend of one GPU. It declares the ops ops.def marks G (generated from the list; with
+// the layout ops marked S, which StridedBackend has, every REQUIRED op is among them, so the class
+// is concrete by construction); each has a GPU kernel (cuda_*.cpp). A DEFAULT op gets a G where a
+// generated kernel beats the composition of other ops.
 #pragma once
 
 #include <atomic>
 #include <memory>
 
 #include "backends/cuda/runtime.h"
-#include "contract/backend.h"
+#include "contract/strided_backend.h"
 #include "kiln/detail/op_columns.h"
 
 namespace kiln::cuda {
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public StridedBackend {
  public:
   explicit CudaBackend(int index);
 
@@ -46,6 +47,11 @@ class CudaBackend final : public Backend {
   void copy_into(const CudaTensor& dst, const CudaTensor& src, const char* op);
 
  private:
+  // ---- StridedBackend's hooks (cuda_layout.cpp) ----
+  Primitive view_on(const StridedTensor& base, strided::View view) override;
+  Primitive contiguous_copy(const StridedTensor& x, const char* op) override;
+  void copy_elements(StridedTensor& dst, const StridedTensor& src, const char* op) override;
+
   Runtime runtime_;
   std::atomic<std::uint64_t> seed_{0x5eed'0000'0000'0001ull};  // the CPU backend's default
   std::atomic<std::uint64_t> counter_{0};

@@ -12,8 +12,7 @@ TensorPtr Runtime::make_tensor(DType dtype, const Shape& shape, const char* op) 
   // wrapping shape is OutOfMemory / InvalidArgument, never a short buffer).
   const std::size_t bytes = checked::dense_bytes(shape, dtype, op);
   auto storage = std::make_shared<Storage>(allocator, bytes, op);
-  return std::make_shared<CudaTensor>(dtype, shape, device_, std::move(storage),
-                                      contiguous_strides(shape), 0);
+  return std::make_shared<CudaTensor>(dtype, shape, device_, std::move(storage));
 }
 
 void Runtime::launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,

@@ -1,0 +1,72 @@
+// The layout ops of the strided backends, in terms of their hooks; the window arithmetic itself is
+// strided.cpp's.
+#include "contract/strided_backend.h"
+
+#include <optional>
+
+namespace kiln {
+
+Primitive StridedBackend::reshape(Primitive x, Shape shape) {
+  const StridedTensor& t = as_strided(x);
+  if (t.shape() == shape) return x;
+  if (auto strides = strided::reshape_strides(t.shape(), t.strides(), shape))
+    return view_on(t, {std::move(shape), std::move(*strides), t.offset()});
+  // No strides express the new shape over x's window: a contiguous copy does. The strides are
+  // computed first: the braced list below moves shape before any later element would read it.
+  Primitive dense = contiguous_copy(t, "reshape");
+  strided::Strides strides = contiguous_strides(shape);
+  return view_on(as_strided(dense), {std::move(shape), std::move(strides), 0});
+}
+
+Primitive StridedBackend::expand(Primitive x, Shape shape) {
+  const StridedTensor& t = as_strided(x);
+  if (t.shape() == shape) return x;
+  strided::Strides strides = broadcast_strides(t, shape);
+  return view_on(t, {std::move(shape), std::move(strides), t.offset()});
+}
+
+Primitive StridedBackend::permute(Primitive x, Axes axes) {
+  const StridedTensor& t = as_strided(x);
+  return view_on(t, strided::permute(t.shape(), t.strides(), t.offset(), axes));
+}
+
+Primitive StridedBackend::swap_dims(Primitive x, std::int64_t dim1, std::int64_t dim2) {
+  Axes axes(x->rank());
+  for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<std::int64_t>(i);
+  std::swap(axes[static_cast<std::size_t>(dim1)], axes[static_cast<std::size_t>(dim2)]);
+  return StridedBackend::permute(std::move(x), std::move(axes));
+}
+
+Primitive StridedBackend::flip(Primitive x, Axes axes) {
+  const StridedTensor& t = as_strided(x);
+  return view_on(t, strided::flip(t.shape(), t.strides(), t.offset(), axes));
+}
+
+Primitive StridedBackend::unfold(Primitive x, std::int64_t dim, std::int64_t size,
+                                 std::int64_t step) {
+  const StridedTensor& t = as_strided(x);
+  return view_on(t, strided::unfold(t.shape(), t.strides(), t.offset(), dim, size, step));
+}
+
+Primitive StridedBackend::slice(Primitive x, ResolvedSlices slices) {
+  const StridedTensor& t = as_strided(x);
+  return view_on(t, strided::slice(t.shape(), t.strides(), t.offset(), slices));
+}
+
+Primitive StridedBackend::slice_assign(Primitive x, ResolvedSlices slices, Primitive values) {
+  const char* op = "slice_assign";
+  // Written in place when nobody else sees x (and it is laid out plainly), else into a copy.
+  Primitive out;
+  if (can_mut(x) && as_strided(x).is_contiguous()) {
+    out = std::move(x);
+  } else {
+    out = contiguous_copy(as_strided(x), op);
+    x.reset();
+  }
+  const StridedTensor& t = as_strided(out);
+  Primitive region = view_on(t, strided::slice(t.shape(), t.strides(), t.offset(), slices));
+  if (region->shape().num_elements() > 0) copy_elements(as_strided(region), as_strided(values), op);
+  return out;
+}
+
+}  // namespace kiln

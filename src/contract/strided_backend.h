@@ -1,0 +1,36 @@
+// StridedBackend: the base of the backends whose tensors are StridedTensor views on shared storage
+// (the CPU and CUDA backends). It has the ops ops.def marks S, written once: the layout ops that
+// are O(1) views (reshape when the strides allow, expand, permute, swap_dims, flip, unfold, slice)
+// and slice_assign. A backend derives it instead of Backend and gives three hooks: a view of a
+// tensor's storage, a contiguous copy, and an elementwise copy between two views.
+//
+// A base class with virtual hooks rather than a template over the backend: the layout code is
+// compiled once, in libkiln, for both backends (the CUDA plugin included), and costs one indirect
+// call per op next to the allocation of the view itself.
+#pragma once
+
+#include "contract/backend.h"
+#include "contract/strided_tensor.h"
+#include "kiln/detail/op_columns.h"
+
+namespace kiln {
+
+class StridedBackend : public Backend {
+ public:
+  // ---- every op whose impl column in ops.def has an S (strided_backend.cpp) ----
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_WHEN(KILN_IMPL_STRIDED(impl))(result name params override;)
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+
+ protected:
+  // ---- the backend's hooks; every tensor passed in is the backend's own ----
+  // A tensor viewing base's storage through `view`, refused unless it lies inside that storage.
+  virtual Primitive view_on(const StridedTensor& base, strided::View view) = 0;
+  // A contiguous copy of x at offset 0, on storage of its own.
+  virtual Primitive contiguous_copy(const StridedTensor& x, const char* op) = 0;
+  // dst[...] = src[...] for two views of the same shape and dtype, any strides.
+  virtual void copy_elements(StridedTensor& dst, const StridedTensor& src, const char* op) = 0;
+};
+
+}  // namespace kiln
