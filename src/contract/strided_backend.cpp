@@ -63,8 +63,7 @@ Primitive StridedBackend::slice_assign(Primitive x, ResolvedSlices slices, Primi
     out = contiguous_copy(as_strided(x), op);
     x.reset();
   }
-  const StridedTensor& t = as_strided(out);
-  Primitive region = view_on(t, strided::slice(t.shape(), t.strides(), t.offset(), slices));
+  Primitive region = StridedBackend::slice(out, std::move(slices));
   if (region->shape().num_elements() > 0) copy_elements(as_strided(region), as_strided(values), op);
   return out;
 }
