@@ -19,8 +19,9 @@ std::size_t workspace_bytes(const SortDesc& desc);
 
 // Float sorts without indices restore the bits of +-0 and NaNs by carrying positions through the
 // sort (set: the way indices are made), or from compacted lists of where they are (unset, the
-// default: a keys-only sort, 15% faster on the H200). For tests, which check both, and
-// benchmarks; change it only when no sort is being planned.
+// default: a keys-only sort, 15% faster on the H200). Segmented sorts (many rows) always carry
+// positions. For tests, which check both, and benchmarks; change it only when no sort is being
+// planned.
 void set_float_values_by_positions(bool enabled);
 bool float_values_by_positions();
 

@@ -161,8 +161,10 @@ inline Strategy choose_strategy(const SortDesc& desc) {
   return Strategy::Segmented;
 }
 
-// One CUB call (a size query when temp is null). values == nullptr sorts keys only. The radix
-// sort orders bits [0, key_bits); the segmented sort takes no range and orders all of them.
+// One CUB call (a size query when temp is null). values == nullptr sorts keys only, which only the
+// device-wide radix sort does: a keys-only segmented sort would be a second segmented sort for nvcc
+// to compile (a third of these files' build time), so segmented sorts always carry positions. The
+// radix sort orders bits [0, key_bits); the segmented sort takes no range and orders all of them.
 template <class W>
 void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<W>& keys,
               cub::DoubleBuffer<std::uint32_t>* values, std::int64_t items, std::int64_t rows,
@@ -179,25 +181,21 @@ void cub_sort(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<W>& keys,
   }
   const thrust::counting_iterator<std::int64_t> row{0};
   const auto begin = thrust::make_transform_iterator(row, RowStart{n});
-  if (values != nullptr) {
-    KILN_CUDA_CHECK(
-        "sort", cub::DeviceSegmentedSort::StableSortPairs(temp, temp_bytes, keys, *values, items,
-                                                          rows, begin, begin + 1, stream));
-  } else {
-    KILN_CUDA_CHECK("sort", cub::DeviceSegmentedSort::StableSortKeys(
-                                temp, temp_bytes, keys, items, rows, begin, begin + 1, stream));
-  }
+  KILN_CUDA_CHECK("sort",
+                  cub::DeviceSegmentedSort::StableSortPairs(temp, temp_bytes, keys, *values, items,
+                                                            rows, begin, begin + 1, stream));
 }
 
 // How the values of keys that several bit patterns share (+-0, NaNs) get their input bits back.
 enum class Restore {
   None,        // integers: every key is one value
   Positions,   // positions travel with the keys (they are the indices when indices are wanted)
-  Compaction,  // float values only: lists of the input's zeros and NaNs (keys-only sort)
+  Compaction,  // float values only, not segmented: lists of the input's zeros and NaNs (keys only)
 };
 
 inline Restore restore_mode(const SortDesc& desc) {
-  if (desc.with_indices) return Restore::Positions;
+  // Segmented sorts always carry positions (cub_sort).
+  if (desc.with_indices || choose_strategy(desc) == Strategy::Segmented) return Restore::Positions;
   if (!is_float(desc.dtype)) return Restore::None;
   // The lists hold 32-bit global positions.
   const bool fits = desc.rows * desc.n < (std::int64_t{1} << 32);
