@@ -28,6 +28,9 @@ using namespace kiln;
 using namespace kiln::bench;
 
 const Device kDevice = Device::cpu();
+// The fusion decorator over the same CPU: the *_fused rows run the same workloads recorded and
+// run as one group (the read forces it).
+const Device kFused = Device::cpu().fused();
 constexpr std::int64_t kLarge = 4096;  // side of the elementwise and softmax workloads
 
 // The public API, as a user calls it.
@@ -37,16 +40,16 @@ Tensor<4> conv2d_op(const Tensor<4>& x, const Tensor<4>& weight, const ConvOptio
 }
 Tensor<2> softmax_op(const Tensor<2>& x, std::int64_t dim) { return activation::softmax(x, dim); }
 
-Tensor<2> random_matrix(std::int64_t rows, std::int64_t cols) {
-  return Tensor<2>::random({rows, cols}, Distribution::uniform(-1, 1), kDevice);
+Tensor<2> random_matrix(std::int64_t rows, std::int64_t cols, Device device = kDevice) {
+  return Tensor<2>::random({rows, cols}, Distribution::uniform(-1, 1), device);
 }
 
 // ---- small_add: per-op overhead on 16 elements ----
-void small_add(benchmark::State& state) {
+void run_small_add(benchmark::State& state, Device device) {
   guarded(state, [&] {
     const std::vector<float> a = host_values(16, 1), b = host_values(16, 2);
-    auto x = Tensor<1>::from_data(TensorData::from_vec(a, {16}), kDevice);
-    auto y = Tensor<1>::from_data(TensorData::from_vec(b, {16}), kDevice);
+    auto x = Tensor<1>::from_data(TensorData::from_vec(a, {16}), device);
+    auto y = Tensor<1>::from_data(TensorData::from_vec(b, {16}), device);
     const std::vector<float> got = (x + y).into_data().to_vec<float>();
     for (std::size_t i = 0; i < got.size(); ++i) expect_near(got[i], a[i] + b[i], 0, "small_add");
     for (auto _ : state) {
@@ -55,7 +58,11 @@ void small_add(benchmark::State& state) {
     }
   });
 }
+void small_add(benchmark::State& state) { run_small_add(state, kDevice); }
 BENCHMARK(small_add)->MinTime(0.2);
+// On the fused device the add is recorded, not run: the host cost of recording one op.
+void small_add_fused(benchmark::State& state) { run_small_add(state, kFused); }
+BENCHMARK(small_add_fused)->MinTime(0.2);
 
 // ---- matmul vs cblas_sgemm ----
 void matmul(benchmark::State& state) {
@@ -155,28 +162,37 @@ Tensor<2> fma_exp(const Tensor<2>& a, const Tensor<2>& b, const Tensor<2>& c) {
 
 // A three-input elementwise workload: 3 inputs read, 1 output written.
 template <class Op, class Reference>
-void three_input(benchmark::State& state, Op op, Reference reference, const char* name) {
+void three_input(benchmark::State& state, Op op, Reference reference, const char* name,
+                 Device device = kDevice) {
   state.counters["bytes"] = 4.0 * kLarge * kLarge * sizeof(float);
   guarded(state, [&] {
-    auto x = random_matrix(kLarge, kLarge), y = random_matrix(kLarge, kLarge);
-    auto z = random_matrix(kLarge, kLarge);
+    auto x = random_matrix(kLarge, kLarge, device), y = random_matrix(kLarge, kLarge, device);
+    auto z = random_matrix(kLarge, kLarge, device);
     expect_near(read_one(op(x, y, z)), reference(read_one(x), read_one(y), read_one(z)), 1e-5,
                 name);
     for (auto _ : state) benchmark::DoNotOptimize(read_one(op(x, y, z)));
   });
 }
+double chain8_reference(double x, double y, double z) {
+  return std::tanh(std::exp(-(x * y + z)) * 2 + 1) * x;
+}
+double fma_exp_reference(double a, double b, double c) { return std::exp(a * b + c); }
 void chain8_large(benchmark::State& state) {
-  three_input(
-      state, chain8,
-      [](double x, double y, double z) { return std::tanh(std::exp(-(x * y + z)) * 2 + 1) * x; },
-      "chain8");
+  three_input(state, chain8, chain8_reference, "chain8");
 }
 BENCHMARK(chain8_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void chain8_fused_large(benchmark::State& state) {
+  three_input(state, chain8, chain8_reference, "chain8 fused", kFused);
+}
+BENCHMARK(chain8_fused_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 void fma_exp_large(benchmark::State& state) {
-  three_input(
-      state, fma_exp, [](double a, double b, double c) { return std::exp(a * b + c); }, "fma_exp");
+  three_input(state, fma_exp, fma_exp_reference, "fma_exp");
 }
 BENCHMARK(fma_exp_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void fma_exp_fused_large(benchmark::State& state) {
+  three_input(state, fma_exp, fma_exp_reference, "fma_exp fused", kFused);
+}
+BENCHMARK(fma_exp_fused_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
 // ---- the elementwise layer's other paths: broadcast, strided, 16-bit floats, compare ----
 // Each reads two 4096² operands (or one and a row) and writes one; the spot check is element
@@ -291,10 +307,10 @@ void conv2d(benchmark::State& state) {
 BENCHMARK(conv2d)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
 // ---- softmax along the last dim of 4096² ----
-void softmax_large(benchmark::State& state) {
+void run_softmax(benchmark::State& state, Device device) {
   state.counters["bytes"] = 2.0 * kLarge * kLarge * sizeof(float);
   guarded(state, [&] {
-    auto x = random_matrix(kLarge, kLarge);
+    auto x = random_matrix(kLarge, kLarge, device);
     const auto row = x.slice({{0, 1}}).into_data().to_f64_vec();
     double total = 0;
     for (double v : row) total += std::exp(v);
@@ -302,7 +318,10 @@ void softmax_large(benchmark::State& state) {
     for (auto _ : state) benchmark::DoNotOptimize(read_one(softmax_op(x, 1)));
   });
 }
+void softmax_large(benchmark::State& state) { run_softmax(state, kDevice); }
 BENCHMARK(softmax_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void softmax_fused_large(benchmark::State& state) { run_softmax(state, kFused); }
+BENCHMARK(softmax_fused_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
 }  // namespace
 

@@ -147,9 +147,15 @@ def main():
             rate=(add_bytes, memcpy.get("bytes")) if add_bytes and memcpy.get("bytes") else None)
     add_row("add 4096^2 f32", "add_large", "torch", torch_time("add_large"))
     add_row("chain8 4096^2 f32", "chain8_large", "torch", torch_time("chain8_large"))
+    add_row("chain8 4096^2 f32, fused", "chain8_fused_large", "torch", torch_time("chain8_large"),
+            "kiln <= 6 ms")
     add_row("fma_exp 4096^2 f32", "fma_exp_large", "torch", torch_time("fma_exp_large"))
+    add_row("fma_exp 4096^2 f32, fused", "fma_exp_fused_large", "torch",
+            torch_time("fma_exp_large"), "kiln <= 6 ms")
     add_row("conv2d 3x3 16x64x56x56", "conv2d", "torch", torch_time("conv2d"))
     add_row("softmax 4096^2 dim -1", "softmax_large", "torch", torch_time("softmax_large"))
+    add_row("softmax 4096^2 dim -1, fused", "softmax_fused_large", "torch",
+            torch_time("softmax_large"), "kiln <= 3.5 ms")
     # autodiff_bench: the cost of recording a node, against the same add untracked.
     add_row("small_add tracked 16 f32", "small_add_tracked", "plain",
             median("small_add_plain"), "ratio >= 0.5 (<= 2x plain)")

@@ -1,11 +1,13 @@
 // Device: a small value naming where tensors live. The backend that runs ops is chosen at run
-// time from the device; autodiff is a flag on the device, not a type.
+// time from the device; autodiff and fusion are flags on the device, not types.
 //
 //   Device dev = Device::cpu();
 //   Device tracked = dev.autodiff();               // same hardware, gradients recorded
-//   std::cout << dev.backend_name();               // "cpu"
-//   dev.set_default_dtypes(DType::F64, DType::I32, DType::Bool);  // once, before first use
-//   Device::cuda(0).set_allow_tf32(true);        // any time: f32 products on tf32 tensor cores
+//   Device lazy = dev.fused();                     // ops recorded, run as fused kernels when read
+//   std::cout << dev.backend_name();               // "cpu"; lazy.autodiff():
+//   "autodiff<fusion<cpu>>" dev.set_default_dtypes(DType::F64, DType::I32, DType::Bool);  // once,
+//   before first use Device::cuda(0).set_allow_tf32(true);        // any time: f32 products on tf32
+//   tensor cores
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,7 @@ class Device {
   static Device remote(const std::string& url);
   // The first available device in the order cuda:0, cpu; the environment variable KILN_DEVICE
   // overrides it ("cpu", "cuda", "cuda:N", "remote://host:port"); a bad value -> InvalidArgument.
+  // Fused (see fused()) unless the environment sets KILN_FUSION=0.
   static Device default_device();
   // Parses the KILN_DEVICE forms above.
   static Device parse(const std::string& text);
@@ -50,12 +53,20 @@ class Device {
   DeviceKind kind() const noexcept { return kind_; }
   int index() const noexcept { return index_; }
   bool is_autodiff() const noexcept { return autodiff_; }
-  Device autodiff() const noexcept { return Device(kind_, index_, true); }
-  Device without_autodiff() const noexcept { return Device(kind_, index_, false); }
+  Device autodiff() const noexcept { return Device(kind_, index_, true, fused_); }
+  Device without_autodiff() const noexcept { return Device(kind_, index_, false, fused_); }
+  // The fusion decorator: ops on a fused device are checked at the call and recorded; they run
+  // when a value is needed (a read, a sync, an op that does not fuse, a full queue), elementwise
+  // chains and a trailing op along a dim as one kernel, so intermediates nobody holds are never
+  // written to memory. Results equal the unfused device's. autodiff() and fused() combine:
+  // Device::cpu().fused().autodiff() runs autodiff<fusion<cpu>>.
+  bool is_fused() const noexcept { return fused_; }
+  Device fused() const noexcept { return Device(kind_, index_, autodiff_, true); }
+  Device without_fusion() const noexcept { return Device(kind_, index_, autodiff_, false); }
   // The remote url (empty for other kinds).
   std::string url() const;
 
-  // The backend chain that runs ops here, e.g. "cpu" or "autodiff<cpu>".
+  // The backend chain that runs ops here, e.g. "cpu", "autodiff<cpu>" or "fusion<cpu>".
   std::string backend_name() const;
   // The settings in force; the first call (or the first op) fixes them.
   DeviceSettings settings() const;
@@ -86,20 +97,22 @@ class Device {
 
   std::string to_string() const;
   bool operator==(const Device& other) const noexcept {
-    return kind_ == other.kind_ && index_ == other.index_ && autodiff_ == other.autodiff_;
+    return kind_ == other.kind_ && index_ == other.index_ && autodiff_ == other.autodiff_ &&
+           fused_ == other.fused_;
   }
-  // Same hardware, ignoring the autodiff flag.
+  // Same hardware, ignoring the autodiff and fusion flags.
   bool same_hardware(const Device& other) const noexcept {
     return kind_ == other.kind_ && index_ == other.index_;
   }
 
  private:
-  Device(DeviceKind kind, int index, bool autodiff = false) noexcept
-      : kind_(kind), index_(index), autodiff_(autodiff) {}
+  Device(DeviceKind kind, int index, bool autodiff = false, bool fused = false) noexcept
+      : kind_(kind), index_(index), autodiff_(autodiff), fused_(fused) {}
 
   DeviceKind kind_ = DeviceKind::Cpu;
   int index_ = 0;  // GPU ordinal, or the id of an interned remote url
   bool autodiff_ = false;
+  bool fused_ = false;
 };
 
 std::ostream& operator<<(std::ostream& out, const Device& device);

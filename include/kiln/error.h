@@ -37,6 +37,9 @@ KILN_DEFINE_ERROR(BackendUnavailable)
 KILN_DEFINE_ERROR(OutOfMemory)
 // A deferred device failure, surfaced when a result is read; names the op that failed.
 KILN_DEFINE_ERROR(ExecutionError)
+// KILN_FUSION_CHECK=1: a fused group's result differs from the same ops run one by one; the
+// message names the group's ops and prints it.
+KILN_DEFINE_ERROR(FusionMismatch)
 // Misuse of automatic differentiation.
 KILN_DEFINE_ERROR(AutodiffError)
 // An argument value is out of its valid range (dims, sizes, options, ...).

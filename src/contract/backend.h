@@ -27,6 +27,8 @@ using PrimitiveList = std::vector<Primitive>;
 using ResolvedSlices = std::vector<ResolvedSlice>;
 using Axes = std::vector<std::int64_t>;
 
+struct FusedProgram;  // contract/fused_program.h
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -51,6 +53,10 @@ class Backend {
   virtual void reset_peak_memory() {}
   // Whether this backend records gradients (the autodiff decorator says yes).
   virtual bool autodiff_enabled() const { return false; }
+  // Runs a group of ops the fusion decorator recorded and returns the values program.outputs
+  // names (contract/fused_program.h). The default runs the steps one by one (run_steps); a
+  // backend overrides it to run the group as one kernel.
+  virtual std::vector<Primitive> run_fused(const FusedProgram& program);
 
   // ---- ops ----
 #define KILN_OP_BODY_REQUIRED = 0;

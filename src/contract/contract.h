@@ -11,8 +11,9 @@
 
 namespace kiln {
 
-// Bumped when CudaPluginApi (cuda_plugin.h) gains, loses or reorders a member.
-inline constexpr int kPluginTableRevision = 2;
+// Bumped when CudaPluginApi (cuda_plugin.h) gains, loses or reorders a member, or Backend's
+// device-level virtual methods change (3: run_fused).
+inline constexpr int kPluginTableRevision = 3;
 
 namespace detail {
 

@@ -31,6 +31,9 @@ class ForwardingBackend : public Backend {
   void memory_cleanup() override { inner_->memory_cleanup(); }
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   bool autodiff_enabled() const override { return inner_->autodiff_enabled(); }
+  std::vector<Primitive> run_fused(const FusedProgram& program) override {
+    return inner_->run_fused(program);
+  }
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   result name params override { return inner_->name(KILN_MOVE_ARGS(args)); }

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "kiln/detail/format.h"
@@ -91,11 +92,15 @@ Device Device::parse(const std::string& text) {
 }
 
 Device Device::default_device() {
+  Device device = cpu();
   if (const char* env = std::getenv("KILN_DEVICE"); env != nullptr && *env != '\0') {
-    return parse(env);
+    device = parse(env);
+  } else if (count(DeviceKind::Cuda) > 0) {
+    device = cuda(0);
   }
-  if (count(DeviceKind::Cuda) > 0) return cuda(0);
-  return cpu();
+  const char* fusion = std::getenv("KILN_FUSION");
+  const bool unfused = fusion != nullptr && std::string_view(fusion) == "0";
+  return unfused ? device : device.fused();
 }
 
 int Device::count(DeviceKind kind) {
@@ -150,7 +155,13 @@ std::string Device::to_string() const {
       out << "remote:" << url();
       break;
   }
-  if (autodiff_) out << " (autodiff)";
+  if (fused_ && autodiff_) {
+    out << " (fused, autodiff)";
+  } else if (fused_) {
+    out << " (fused)";
+  } else if (autodiff_) {
+    out << " (autodiff)";
+  }
   return out.str();
 }
 

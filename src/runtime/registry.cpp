@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "decorators/autodiff/autodiff_backend.h"
+#include "decorators/fusion/fusion_backend.h"
 #include "runtime/cuda_plugin.h"
 
 namespace kiln {
@@ -21,7 +22,7 @@ namespace {
 class BackendCache {
  public:
   // The key of a backend: its device's kind and index, and which decorators wrap its hardware
-  // (bit 0: autodiff; the fusion decorator will take bit 1).
+  // (bit 0: autodiff, bit 1: fusion; autodiff wraps fusion: autodiff<fusion<cuda>>).
   struct Key {
     DeviceKind kind;
     int index;
@@ -69,6 +70,7 @@ BackendCache& backend_cache() {
 }
 
 constexpr unsigned kAutodiffBit = 1;
+constexpr unsigned kFusionBit = 2;
 
 Backend& cpu_backend() {
   static Backend& backend =
@@ -118,26 +120,35 @@ Backend& hardware_backend(const Device& device) {
   detail::fail<InvalidArgument>("device", "unknown device kind");
 }
 
-// The autodiff decorator over device's hardware backend, made on first use.
-Backend& autodiff_backend(const Device& device) {
-  Backend& hardware = hardware_backend(device);
-  return backend_cache().get({device.kind(), device.index(), kAutodiffBit}, [&] {
-    // The hardware backend lives as long as the cache: a non-owning pointer.
-    return std::make_shared<autodiff::AutodiffBackend>(
-        std::shared_ptr<Backend>(std::shared_ptr<Backend>{}, &hardware));
-  });
+// The decorators device's flags ask for over its hardware backend, made on first use: fusion
+// over the hardware, autodiff over that.
+Backend& decorated_backend(const Device& device) {
+  if (!device.is_autodiff() && !device.is_fused()) return hardware_backend(device);
+  const unsigned bits =
+      (device.is_autodiff() ? kAutodiffBit : 0) | (device.is_fused() ? kFusionBit : 0);
+  const Device below = device.is_autodiff() ? device.without_autodiff() : device.without_fusion();
+  Backend& inner = decorated_backend(below);
+  return backend_cache().get(
+      {device.kind(), device.index(), bits}, [&]() -> std::shared_ptr<Backend> {
+        // The inner backend lives as long as the cache: a non-owning pointer.
+        std::shared_ptr<Backend> borrowed(std::shared_ptr<Backend>{}, &inner);
+        if (device.is_autodiff())
+          return std::make_shared<autodiff::AutodiffBackend>(std::move(borrowed));
+        return std::make_shared<fusion::FusionBackend>(std::move(borrowed));
+      });
 }
 
 }  // namespace
 
 Backend& backend_for(const Device& device) {
-  if (device.kind() == DeviceKind::Cpu && !device.is_autodiff()) return cpu_backend();
-  if (device.is_autodiff()) return autodiff_backend(device);
-  return hardware_backend(device);
+  if (device.kind() == DeviceKind::Cpu && !device.is_autodiff() && !device.is_fused()) {
+    return cpu_backend();
+  }
+  return decorated_backend(device);
 }
 
 DeviceSettings settings_for(const Device& device) {
-  Backend& backend = hardware_backend(device.without_autodiff());
+  Backend& backend = hardware_backend(device);
   std::lock_guard lock(settings_mutex());
   SettingsEntry& entry = settings_table()[hardware_key(device)];
   if (!entry.settings) entry.settings = backend.default_settings();
@@ -146,7 +157,7 @@ DeviceSettings settings_for(const Device& device) {
 
 void set_default_dtypes_for(const Device& device, DType float_dtype, DType int_dtype,
                             DType bool_dtype) {
-  Backend& backend = hardware_backend(device.without_autodiff());
+  Backend& backend = hardware_backend(device);
   const char* op = "Device::set_default_dtypes";
   auto check = [&](DType dtype, bool kind_ok, const char* role) {
     if (!kind_ok) {

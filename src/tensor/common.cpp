@@ -31,7 +31,7 @@ Backend& backend_of(const Primitive& a, const Primitive& b, const char* op) {
     fail<DeviceMismatch>(op, "operands are on different devices: ", da.to_string(), " and ",
                          db.to_string(), "; move one with to_device()");
   }
-  return backend_for(db.is_autodiff() ? db : da);
+  return backend_for(joined(da, db));
 }
 
 void check_kind(const Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op) {

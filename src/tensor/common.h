@@ -12,8 +12,18 @@ Kind kind_of(DType dtype) noexcept;
 
 inline Backend& backend_of(const Primitive& p) { return backend_for(p->device()); }
 
+// The device whose backend chain serves operands on a and b (the same hardware): autodiff when
+// either is (a tracked operand makes the op tracked), fused when either is. The chain accepts
+// the other operand's plainer primitives as constants.
+inline Device joined(const Device& a, const Device& b) noexcept {
+  Device d = a;
+  if (b.is_autodiff()) d = d.autodiff();
+  if (b.is_fused()) d = d.fused();
+  return d;
+}
+
 // The backend that runs a binary op: both operands on the same hardware (DeviceMismatch
-// otherwise); a tracked operand makes the op tracked.
+// otherwise); the chain of joined().
 Backend& backend_of(const Primitive& a, const Primitive& b, const char* op);
 
 // Throws DTypeMismatch unless p's dtype is of one of the allowed kinds.

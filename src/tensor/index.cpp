@@ -16,7 +16,7 @@ Backend& backend_of_all(std::initializer_list<const Primitive*> operands, const 
   Device chosen = first->device();
   for (const Primitive* p : operands) {
     backend_of(first, *p, op);
-    if ((*p)->device().is_autodiff()) chosen = (*p)->device();
+    chosen = joined(chosen, (*p)->device());
   }
   return backend_for(chosen);
 }

@@ -63,9 +63,18 @@ std::vector<TensorData> read_many(Prims xs) {
 Primitive to_device(Primitive x, Device device) {
   if (x->device() == device) return x;
   if (x->device().same_hardware(device)) {
-    // Only the autodiff flag changes: the autodiff backend wraps (as a constant) or unwraps.
-    const Device decorated = x->device().is_autodiff() ? x->device() : device;
-    return backend_for(decorated).to_device(std::move(x), device);
+    // Only decorator flags change; each decorator's to_device wraps (as a constant) or unwraps.
+    // Autodiff comes off first and goes on last, fusion in between (autodiff<fusion<hw>>).
+    const Device from = x->device();
+    if (from.is_autodiff() && (!device.is_autodiff() || from.is_fused() != device.is_fused())) {
+      x = backend_for(from).to_device(std::move(x), from.without_autodiff());
+    }
+    if (x->device().is_fused() != device.is_fused()) {
+      const Device plain = device.without_autodiff();
+      x = backend_for(plain.fused()).to_device(std::move(x), plain);
+    }
+    if (x->device() != device) x = backend_for(device).to_device(std::move(x), device);
+    return x;
   }
   settings_for(device);
   Backend& backend = backend_of(x);

@@ -25,7 +25,7 @@ Backend& prepare_join(Prims& xs, const char* op) {
                           "; they must be of one kind");
     }
     backend_of(first, x, op);
-    if (x->device().is_autodiff()) chosen = x->device();
+    chosen = joined(chosen, x->device());
     if (x->rank() != first->rank()) {
       fail<ShapeMismatch>(op, "tensor ", i, " has shape ", x->shape().to_string(),
                           " but tensor 0 has shape ", first->shape().to_string(),

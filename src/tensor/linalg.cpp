@@ -17,7 +17,7 @@ Backend& backend_of_all(const std::vector<const Primitive*>& operands, const cha
   Device device = first->device();
   for (const Primitive* p : operands) {
     backend_of(first, *p, op);
-    if ((*p)->device().is_autodiff()) device = (*p)->device();
+    device = joined(device, (*p)->device());
   }
   return backend_for(device);
 }

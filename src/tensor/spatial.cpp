@@ -60,19 +60,19 @@ Sizes option(Sizes values, std::size_t dims, std::int64_t fallback, std::int64_t
 Backend& check_operands(const Primitive& x, const Primitive* weight, const Primitive* bias,
                         const char* op) {
   check_float(x, op);
-  Backend* backend = &backend_of(x);
+  Device device = x->device();
   for (const Primitive* p : {weight, bias}) {
     if (p == nullptr) continue;
     check_float(*p, op);
-    Backend& b = backend_of(x, *p, op);
-    if ((*p)->device().is_autodiff()) backend = &b;
+    backend_of(x, *p, op);
+    device = joined(device, (*p)->device());
     if ((*p)->dtype() != x->dtype()) {
       fail<DTypeMismatch>(op, "input is ", dtype_name(x->dtype()), " but ",
                           p == weight ? "weight" : "bias", " is ", dtype_name((*p)->dtype()),
                           "; convert one first");
     }
   }
-  return *backend;
+  return backend_for(device);
 }
 
 void check_bias(const std::optional<Primitive>& bias, std::int64_t channels, const char* op) {

@@ -22,11 +22,21 @@ std::vector<Device> devices_under_test() {
   std::string item;
   while (std::getline(in, item, ',')) {
     try {
-      if (item == "cpu-autodiff") {
-        devices.push_back(Device::cpu().autodiff());
-      } else {
-        devices.push_back(Device::parse(item));
+      // A device and its decorators: "cpu", "cpu-autodiff", "cuda:0-fused", "cpu-fused-autodiff".
+      std::stringstream parts(item);
+      std::string part;
+      std::getline(parts, part, '-');
+      Device device = Device::parse(part);
+      while (std::getline(parts, part, '-')) {
+        if (part == "autodiff") {
+          device = device.autodiff();
+        } else if (part == "fused") {
+          device = device.fused();
+        } else {
+          detail::fail<InvalidArgument>("KILN_TEST_DEVICES", "unknown decorator ", part);
+        }
       }
+      devices.push_back(device);
     } catch (const Error& e) {
       std::cerr << "conformance: skipping device " << item << ": " << e.what() << "\n";
     }

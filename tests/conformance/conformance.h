@@ -8,7 +8,7 @@
 //     for (DType dt : kFloatDTypes) for (Layout layout : kLayouts) { ... EXPECT_... }
 //   }
 // The body sees `const Device& device`. Later backends and decorators run the same rows by
-// listing their device in KILN_TEST_DEVICES (e.g. "cpu,cuda:0,cpu-autodiff").
+// listing their device in KILN_TEST_DEVICES (e.g. "cpu,cuda:0,cpu-autodiff,cpu-fused-autodiff").
 #pragma once
 
 #include <gtest/gtest.h>

@@ -28,24 +28,33 @@ std::string expect_error(F&& f) {
 }
 
 // Sets KILN_DEVICE for one scope, restoring what was there.
-class ScopedDeviceEnv {
+// Sets (or, given null, unsets) an environment variable for one scope.
+class ScopedEnv {
  public:
-  explicit ScopedDeviceEnv(const char* value) {
-    if (const char* old = std::getenv("KILN_DEVICE")) old_ = old;
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
     if (value)
-      setenv("KILN_DEVICE", value, 1);
+      setenv(name, value, 1);
     else
-      unsetenv("KILN_DEVICE");
+      unsetenv(name);
   }
-  ~ScopedDeviceEnv() {
+  ~ScopedEnv() {
     if (old_)
-      setenv("KILN_DEVICE", old_->c_str(), 1);
+      setenv(name_, old_->c_str(), 1);
     else
-      unsetenv("KILN_DEVICE");
+      unsetenv(name_);
   }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
+  const char* name_;
   std::optional<std::string> old_;
+};
+
+class ScopedDeviceEnv : public ScopedEnv {
+ public:
+  explicit ScopedDeviceEnv(const char* value) : ScopedEnv("KILN_DEVICE", value) {}
 };
 
 TEST(Device, CpuValue) {
@@ -63,17 +72,47 @@ TEST(Device, CpuValue) {
 
 TEST(Device, DefaultIsTheFirstGpuElseCpuWithoutEnv) {
   const Device expected = cuda_device_count(nullptr) > 0 ? Device::cuda(0) : Device::cpu();
+  ScopedEnv fusion("KILN_FUSION", nullptr);
   ScopedDeviceEnv env(nullptr);
-  EXPECT_EQ(Device::default_device(), expected);
+  EXPECT_EQ(Device::default_device(), expected.fused());
   ScopedDeviceEnv empty("");
-  EXPECT_EQ(Device::default_device(), expected);
+  EXPECT_EQ(Device::default_device(), expected.fused());
 }
 
 TEST(Device, KilnDeviceCpu) {
+  ScopedEnv fusion("KILN_FUSION", nullptr);
   ScopedDeviceEnv env("cpu");
-  EXPECT_EQ(Device::default_device(), Device::cpu());
+  EXPECT_EQ(Device::default_device(), Device::cpu().fused());
   // Creation without a device argument uses the default device.
-  EXPECT_EQ(Tensor<1>::zeros({2}).device(), Device::cpu());
+  EXPECT_EQ(Tensor<1>::zeros({2}).device(), Device::cpu().fused());
+}
+
+TEST(Device, KilnFusionZeroLeavesTheDefaultUnfused) {
+  ScopedDeviceEnv env("cpu");
+  {
+    ScopedEnv fusion("KILN_FUSION", "0");
+    EXPECT_EQ(Device::default_device(), Device::cpu());
+    EXPECT_EQ(Device::default_device().backend_name(), "cpu");
+  }
+  ScopedEnv fusion("KILN_FUSION", "1");
+  EXPECT_EQ(Device::default_device().backend_name(), "fusion<cpu>");
+}
+
+TEST(Device, FusionIsAFlagThatCombinesWithAutodiff) {
+  const Device cpu = Device::cpu();
+  const Device fused = cpu.fused();
+  EXPECT_TRUE(fused.is_fused());
+  EXPECT_FALSE(cpu.is_fused());
+  EXPECT_NE(fused, cpu);
+  EXPECT_TRUE(fused.same_hardware(cpu));
+  EXPECT_EQ(fused.without_fusion(), cpu);
+  EXPECT_EQ(fused.autodiff(), cpu.autodiff().fused());
+  EXPECT_TRUE(fused.autodiff().is_fused());
+  EXPECT_EQ(fused.autodiff().without_autodiff(), fused);
+  EXPECT_EQ(fused.to_string(), "cpu (fused)");
+  EXPECT_EQ(fused.autodiff().to_string(), "cpu (fused, autodiff)");
+  EXPECT_EQ(fused.backend_name(), "fusion<cpu>");
+  EXPECT_EQ(fused.autodiff().backend_name(), "autodiff<fusion<cpu>>");
 }
 
 TEST(Device, KilnDeviceBadValuesListTheAcceptedForms) {

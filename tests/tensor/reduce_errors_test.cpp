@@ -12,13 +12,12 @@
 
 using namespace kiln;
 
+namespace kiln::reduce_errors_test {
 namespace {
 
 using kiln::test::expect_error;
 
 Tensor<2> floats() { return Tensor<2>::ones({2, 3}, Device::cpu()); }
-
-}  // namespace
 
 TEST(ReduceErrors, DimOutOfRange) {
   const auto a = floats();
@@ -119,3 +118,6 @@ TEST(ReduceErrors, BackendRejectsFloatIndexDType) {
   expect_error<UnsupportedDType>([&] { cpu.topk_with_indices(x, 1, 0, true, DType::F64); },
                                  "topk_with_indices");
 }
+
+}  // namespace
+}  // namespace kiln::reduce_errors_test

@@ -25,6 +25,8 @@ class CpuBackend final : public StridedBackend {
   // Reserves count random values: returns the counter of the first (thread-safe).
   std::uint64_t take_random_counter(std::uint64_t count) noexcept;
   std::uint64_t random_seed() const noexcept { return seed_.load(); }
+  // A fused group tile by tile, its intermediates in cache (cpu_fused.cpp).
+  std::vector<Primitive> run_fused(const FusedProgram& program) override;
 
   // ---- every op whose impl column in ops.def has a C: a kernel in cpu_<family>.cpp ----
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \

@@ -1,0 +1,111 @@
+#include "contract/fused_program.h"
+
+#include <limits>
+
+#include "contract/backend.h"
+
+namespace kiln {
+
+std::vector<std::int32_t> last_uses(const FusedProgram& program) {
+  const std::int32_t leaves = program.leaf_count();
+  const auto steps = static_cast<std::int32_t>(program.steps.size());
+  std::vector<std::int32_t> last_use(static_cast<std::size_t>(leaves + steps), -1);
+  for (std::int32_t i = 0; i < steps; ++i) {
+    const FusedStep& step = program.steps[static_cast<std::size_t>(i)];
+    for (std::uint8_t k = 0; k < step.arity; ++k) {
+      last_use[static_cast<std::size_t>(step.inputs[k])] = i;
+    }
+  }
+  for (std::int32_t out : program.outputs) {
+    last_use[static_cast<std::size_t>(leaves + out)] = std::numeric_limits<std::int32_t>::max();
+  }
+  return last_use;
+}
+
+void run_steps_on(Backend& backend, const FusedProgram& program,
+                  std::span<const std::int32_t> last_use, std::vector<Primitive>& values) {
+  const std::size_t leaves = program.leaves.size();
+  values.resize(leaves + program.steps.size());
+  std::array<Primitive, 3> inputs;
+  for (std::size_t i = 0; i < program.steps.size(); ++i) {
+    const FusedStep& step = program.steps[i];
+    for (std::uint8_t k = 0; k < step.arity; ++k) {
+      const auto v = static_cast<std::size_t>(step.inputs[k]);
+      bool again = false;  // read again by this step (x * x): hand over at the last reading only
+      for (std::uint8_t j = k + 1; j < step.arity; ++j)
+        again = again || step.inputs[j] == step.inputs[k];
+      const bool last = last_use[v] == static_cast<std::int32_t>(i) && !again;
+      inputs[k] = last ? std::move(values[v]) : values[v];
+    }
+    values[leaves + i] = (*step.run)(backend, std::span<Primitive>(inputs.data(), step.arity));
+  }
+}
+
+std::vector<Primitive> run_steps(Backend& backend, const FusedProgram& program) {
+  const std::vector<std::int32_t> last_use = last_uses(program);
+  std::vector<Primitive> values(program.leaves);
+  run_steps_on(backend, program, last_use, values);
+  std::vector<Primitive> outputs;
+  outputs.reserve(program.outputs.size());
+  for (std::int32_t out : program.outputs) {
+    outputs.push_back(std::move(values[program.leaves.size() + static_cast<std::size_t>(out)]));
+  }
+  return outputs;
+}
+
+std::string describe(const FusedProgram& program) {
+  std::string text;
+  std::int32_t v = 0;
+  for (const Primitive& leaf : program.leaves) {
+    text += "v" + std::to_string(v++) + " = leaf " + std::string(dtype_name(leaf->dtype())) + " " +
+            leaf->shape().to_string() + "\n";
+  }
+  for (std::size_t i = 0; i < program.steps.size(); ++i) {
+    const FusedStep& step = program.steps[i];
+    text += "v" + std::to_string(v++) + " = " + std::string(op_info(step.op).name) + "(";
+    for (std::uint8_t k = 0; k < step.arity; ++k) {
+      text += (k ? ", v" : "v") + std::to_string(step.inputs[k]);
+    }
+    if (step.dim >= 0) text += ", dim " + std::to_string(step.dim);
+    text += ") " + std::string(dtype_name(step.dtype)) + " " + step.shape.to_string();
+    for (std::int32_t out : program.outputs) {
+      if (out == static_cast<std::int32_t>(i)) text += " (written)";
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+std::uint64_t structure_hash(const FusedProgram& program) {
+  std::uint64_t hash = 14695981039346656037ull;
+  auto mix = [&](std::uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (value >> (8 * byte)) & 0xff;
+      hash *= 1099511628211ull;
+    }
+  };
+  mix(program.shape.rank());
+  for (const Primitive& leaf : program.leaves) {
+    mix(static_cast<std::uint64_t>(leaf->dtype()));
+    mix(leaf->rank());
+    std::uint64_t broadcast = 0;
+    for (std::size_t d = 0; d < leaf->rank() && d < 64; ++d) {
+      if (leaf->shape()[d] == 1) broadcast |= std::uint64_t{1} << d;
+    }
+    mix(broadcast);
+  }
+  for (const FusedStep& step : program.steps) {
+    mix(static_cast<std::uint64_t>(step.op));
+    mix(static_cast<std::uint64_t>(step.dtype));
+    mix(static_cast<std::uint64_t>(step.dim + 1));
+    for (std::uint8_t k = 0; k < step.arity; ++k) mix(static_cast<std::uint64_t>(step.inputs[k]));
+  }
+  for (std::int32_t out : program.outputs) mix(static_cast<std::uint64_t>(out));
+  return hash;
+}
+
+std::vector<Primitive> Backend::run_fused(const FusedProgram& program) {
+  return run_steps(*this, program);
+}
+
+}  // namespace kiln

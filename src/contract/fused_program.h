@@ -1,0 +1,70 @@
+// FusedProgram: a group of recorded ops that the fusion decorator (src/decorators/fusion/) hands
+// to its inner backend to run at once. Leaves are the inner backend's own tensors; each step is
+// one op of ops.def applied to earlier values, so a backend that cannot fuse still runs the group
+// correctly step by step (run_steps, the default of Backend::run_fused), and one that can (the
+// CPU over cache-sized tiles, cpu_fused.cpp) runs the same steps on pieces of the iteration space.
+//
+//   values: [leaf 0, ..., leaf L-1, step 0, ..., step S-1]; step i reads values before L + i.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "contract/op_code.h"
+#include "kiln/primitive.h"
+
+namespace kiln {
+
+class Backend;
+
+// Runs one recorded op on a backend, its inputs moved in (a step's captured scalars and dims
+// live in the closure).
+using StepRun = std::function<Primitive(Backend&, std::span<Primitive>)>;
+
+struct FusedStep {
+  OpCode op{};
+  DType dtype = DType::F32;
+  Shape shape;
+  // For an op along a dim (impl F of form DIM, softmax...): the dim whose lines it reads whole;
+  // -1 for an elementwise op.
+  std::int64_t dim = -1;
+  std::uint8_t arity = 0;
+  std::array<std::int32_t, 3> inputs{};  // value indices
+  const StepRun* run = nullptr;          // owned by the recording decorator, alive during the run
+};
+
+struct FusedProgram {
+  std::vector<Primitive> leaves;
+  std::vector<FusedStep> steps;
+  // The steps whose values run_fused returns, in this order (the last step always among them).
+  std::vector<std::int32_t> outputs;
+  // The iteration shape: every step's shape is this one, or this one with the dims an op along
+  // a dim reduced set to 1; a leaf's shape broadcasts to it.
+  Shape shape;
+
+  std::int32_t leaf_count() const noexcept { return static_cast<std::int32_t>(leaves.size()); }
+};
+
+// The program run step by step on backend: each step's inputs handed over at their last use,
+// so an intermediate is freed (or its memory reused by the next op) as soon as nothing needs it.
+std::vector<Primitive> run_steps(Backend& backend, const FusedProgram& program);
+
+// The program as text, one value per line ("v3 = add(v0, v2) f32 [64, 300]"), for messages.
+std::string describe(const FusedProgram& program);
+// A hash of the program's structure: its ops, their dtypes, dims and wiring, the leaves' dtypes
+// and which of their dims broadcast. Shapes' sizes and scalars are not part of it, so one
+// kernel compiled for the key serves every size (the CUDA backend's cache key).
+std::uint64_t structure_hash(const FusedProgram& program);
+
+// For each value, the last step that reads it (the outputs: past every step; -1: never read).
+std::vector<std::int32_t> last_uses(const FusedProgram& program);
+// The steps on values, whose first leaf_count() entries hold the leaves (or pieces of them):
+// fills the rest. A backend that runs the program piece by piece calls this once per piece.
+void run_steps_on(Backend& backend, const FusedProgram& program,
+                  std::span<const std::int32_t> last_use, std::vector<Primitive>& values);
+
+}  // namespace kiln

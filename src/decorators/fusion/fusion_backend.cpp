@@ -1,0 +1,255 @@
+// Recording and computing pending values: how a group is chosen and handed to the inner backend.
+#include "decorators/fusion/fusion_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include "kiln/detail/format.h"
+#include "kiln/error.h"
+
+namespace kiln::fusion {
+// A group under construction: its steps in order of dependence and the leaves they read.
+struct Group {
+  FusedProgram program;
+  std::vector<const LazyNode*> leaf_nodes;
+  std::vector<LazyNode*> step_nodes;
+
+  // Groups stay small (kMaxGroupOps), so a linear search finds a node.
+  std::int32_t find_step(const LazyNode* node) const {
+    const auto at = std::find(step_nodes.begin(), step_nodes.end(), node);
+    return at == step_nodes.end() ? -1 : static_cast<std::int32_t>(at - step_nodes.begin());
+  }
+  std::int32_t leaf(const LazyNode& node) {
+    const auto at = std::find(leaf_nodes.begin(), leaf_nodes.end(), &node);
+    if (at != leaf_nodes.end()) return static_cast<std::int32_t>(at - leaf_nodes.begin());
+    leaf_nodes.push_back(&node);
+    program.leaves.push_back(node.value);
+    return static_cast<std::int32_t>(leaf_nodes.size() - 1);
+  }
+};
+
+NodeRef FusionPassthrough::node_of(const Primitive& p) const {
+  if (p->device().is_fused()) return static_cast<const FusionTensor&>(*p).node();
+  // A tensor of the unfused device, used as a constant: a computed node.
+  auto node = std::make_shared<LazyNode>();
+  node->dtype = p->dtype();
+  node->shape = p->shape();
+  node->value = p;
+  return node;
+}
+
+Primitive FusionPassthrough::wrap_computed(Primitive inner) const {
+  auto node = std::make_shared<LazyNode>();
+  node->dtype = inner->dtype();
+  node->shape = inner->shape();
+  const Device device = inner->device().fused();
+  node->value = std::move(inner);
+  return std::make_shared<FusionTensor>(std::move(node), device);
+}
+
+Primitive FusionPassthrough::computed(const Primitive& p) {
+  if (!p->device().is_fused()) return p;
+  const NodeRef& node = static_cast<const FusionTensor&>(*p).node();
+  std::lock_guard lock(mutex_);
+  compute_locked(node);
+  return node->value;
+}
+
+Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, std::int64_t dim,
+                                    std::initializer_list<Primitive> inputs, StepRun run) {
+  auto node = std::make_shared<LazyNode>();
+  node->dtype = dtype;
+  node->shape = std::move(shape);
+  node->op = op;
+  node->dim = dim;
+  node->run = std::move(run);
+  node->arity = static_cast<std::uint8_t>(inputs.size());
+  std::size_t k = 0;
+  for (const Primitive& p : inputs) node->inputs[k++] = node_of(p);
+  std::lock_guard lock(mutex_);
+  std::uint32_t pending = 1;
+  for (k = 0; k < node->arity; ++k) {
+    if (!node->inputs[k]->computed()) pending += node->inputs[k]->pending_ops;
+  }
+  if (pending > kMaxGroupOps) {
+    for (k = 0; k < node->arity; ++k) compute_locked(node->inputs[k]);
+    pending = 1;
+  }
+  node->pending_ops = pending;
+  queued_.push_back(node);
+  if (queued_.size() > 2 * kMaxQueued) {
+    // Forget what was computed or dropped; if as many held values still wait, compute them.
+    std::erase_if(queued_, [](const std::weak_ptr<LazyNode>& weak) {
+      const NodeRef n = weak.lock();
+      return n == nullptr || n->computed() || n->handles.load(std::memory_order_relaxed) == 0;
+    });
+    if (queued_.size() > kMaxQueued) flush_locked();
+  }
+  return std::make_shared<FusionTensor>(std::move(node), device());
+}
+
+bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape& space) {
+  group = Group{};
+  group.program.shape = space;
+  // Depth-first, inputs before the node: an input joins the group when it is pending and
+  // iterates over the same shape; a pending input over another shape (a broadcast operand made
+  // lazily) is computed first, as its own group, and read as a leaf. While the leaves are not
+  // all known, a step is referred to as -1 - its index.
+  auto add = [&](auto& self, LazyNode* node) -> std::int32_t {
+    if (node->computed()) return group.leaf(*node);
+    const std::int32_t found = group.find_step(node);
+    if (found >= 0) return -1 - found;
+    FusedStep step;
+    step.op = node->op;
+    step.dtype = node->dtype;
+    step.shape = node->shape;
+    step.dim = node->dim;
+    step.arity = node->arity;
+    std::array<std::int32_t, 3> inputs{};
+    for (std::uint8_t k = 0; k < node->arity; ++k) {
+      LazyNode* in = node->inputs[k].get();
+      if (!in->computed() && in->space() != space) compute_locked(node->inputs[k]);
+      inputs[k] = self(self, in);
+    }
+    step.inputs = inputs;
+    step.run = &node->run;
+    group.program.steps.push_back(std::move(step));
+    group.step_nodes.push_back(node);
+    return -static_cast<std::int32_t>(group.step_nodes.size());
+  };
+  add(add, target.get());
+  for (const LazyNode* node : group.step_nodes) {
+    if (node->computed()) return false;
+  }
+  const std::int32_t leaves = group.program.leaf_count();
+  for (FusedStep& step : group.program.steps) {
+    for (std::uint8_t k = 0; k < step.arity; ++k) {
+      if (step.inputs[k] < 0) step.inputs[k] = leaves - 1 - step.inputs[k];
+    }
+  }
+  return true;
+}
+
+void FusionPassthrough::compute_locked(const NodeRef& target) {
+  if (target->computed()) return;
+  const Shape space = target->space();
+  Group group;
+  // Computing an input outside the group may compute steps already taken into it (a node of
+  // this space that the outside input depends on): then the group is gathered again.
+  while (!gather(group, target, space)) {
+    if (target->computed()) return;
+  }
+  // The values to write: the target, and every other step a user still holds.
+  const auto steps = static_cast<std::int32_t>(group.step_nodes.size());
+  for (std::int32_t i = 0; i < steps; ++i) {
+    const LazyNode* node = group.step_nodes[static_cast<std::size_t>(i)];
+    if (node == target.get() || node->handles.load(std::memory_order_relaxed) > 0) {
+      group.program.outputs.push_back(i);
+    }
+  }
+  std::vector<Primitive> values = inner().run_fused(group.program);
+  if (result_hook_) result_hook_(group.program, values);
+  if (check()) check_group(group.program, values);
+  groups_run_.fetch_add(1, std::memory_order_relaxed);
+  steps_run_.fetch_add(group.step_nodes.size(), std::memory_order_relaxed);
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    LazyNode* node = group.step_nodes[static_cast<std::size_t>(group.program.outputs[k])];
+    if (values[k]->dtype() != node->dtype || values[k]->shape() != node->shape) {
+      // The dtype and shape users saw at the call must be what ran: a recording rule is wrong.
+      detail::fail<ExecutionError>(op_info(node->op).name, "recorded as ", dtype_name(node->dtype),
+                                   " ", node->shape.to_string(), " but computed ",
+                                   dtype_name(values[k]->dtype()), " ",
+                                   values[k]->shape().to_string());
+    }
+    node->value = std::move(values[k]);
+    node->run = nullptr;
+    for (auto& in : node->inputs) in.reset();
+    node->arity = 0;
+    node->pending_ops = 0;
+  }
+}
+
+bool FusionPassthrough::check_from_environment() noexcept {
+  const char* value = std::getenv("KILN_FUSION_CHECK");
+  return value != nullptr && *value != '\0' && std::string_view(value) != "0";
+}
+
+namespace {
+
+// How far a fused value may be from the step-by-step one: the same kernels run on pieces, so
+// only a reduction split differently or a vector math path taken on a piece rounds otherwise.
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::F64:
+      return 1e-12;
+    case DType::F32:
+      return 1e-5;
+    case DType::F16:
+    case DType::BF16:
+      return 1e-2;
+    default:
+      return 0;  // integers and bools: exact
+  }
+}
+
+bool same_value(double fused, double reference, double tol) {
+  if (std::isnan(fused) || std::isnan(reference)) return std::isnan(fused) && std::isnan(reference);
+  if (fused == reference) return true;
+  return std::abs(fused - reference) <= tol * std::max(1.0, std::abs(reference));
+}
+
+}  // namespace
+
+void FusionPassthrough::check_group(const FusedProgram& program,
+                                    const std::vector<Primitive>& fused) {
+  const std::vector<Primitive> reference = run_steps(inner(), program);
+  for (std::size_t k = 0; k < fused.size(); ++k) {
+    const FusedStep& step = program.steps[static_cast<std::size_t>(program.outputs[k])];
+    const std::string label = "v" + std::to_string(program.leaf_count() + program.outputs[k]) +
+                              " (" + std::string(op_info(step.op).name) + ")";
+    if (fused[k]->shape() != reference[k]->shape() || fused[k]->dtype() != reference[k]->dtype()) {
+      detail::fail<FusionMismatch>(
+          "fusion", label, " is ", dtype_name(fused[k]->dtype()), " ",
+          fused[k]->shape().to_string(), " fused but ", dtype_name(reference[k]->dtype()), " ",
+          reference[k]->shape().to_string(), " op by op; the group:\n", describe(program));
+    }
+    const std::vector<double> got = inner().into_data(fused[k]).get().to_f64_vec();
+    const std::vector<double> want = inner().into_data(reference[k]).get().to_f64_vec();
+    const double tol = tolerance(step.dtype);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (!same_value(got[i], want[i], tol)) {
+        detail::fail<FusionMismatch>("fusion", label, " differs at element ", i, ": fused ", got[i],
+                                     ", op by op ", want[i], "; the group:\n", describe(program));
+      }
+    }
+  }
+}
+
+void FusionPassthrough::flush_locked() {
+  std::vector<std::weak_ptr<LazyNode>> queued;
+  queued.swap(queued_);
+  for (const std::weak_ptr<LazyNode>& weak : queued) {
+    const NodeRef node = weak.lock();
+    if (node != nullptr && node->handles.load(std::memory_order_relaxed) > 0) compute_locked(node);
+  }
+}
+
+void FusionPassthrough::flush() {
+  {
+    std::lock_guard lock(mutex_);
+    flush_locked();
+  }
+  inner().flush();
+}
+
+void FusionPassthrough::sync() {
+  {
+    std::lock_guard lock(mutex_);
+    flush_locked();
+  }
+  inner().sync();
+}
+
+}  // namespace kiln::fusion

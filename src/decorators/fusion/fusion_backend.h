@@ -1,0 +1,108 @@
+// The fusion decorator: `dev.fused()` runs ops here. An op whose impl in ops.def has an F (an
+// elementwise op, or one along a dim that reads whole lines) is recorded, not run: it returns a
+// FusionTensor of a pending node at once (the tensor layer has checked shapes, dtypes and devices
+// before the call, so errors still come at the call). A pending value is computed when it is
+// needed: read, synced, given to an op without F, or when a new op would make its group too big.
+// Then the pending ops it depends on that iterate over the same shape run as one group through
+// the inner backend's run_fused (one kernel where the backend can fuse, step by step otherwise);
+// intermediates nobody holds are never written out, held ones once.
+//
+// FusionPassthrough has every op of ops.def: inputs computed, the inner backend runs the op, the
+// result is a computed node. FusionBackend overrides the ops with F (fusion_ops.cpp).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "contract/forwarding.h"
+#include "decorators/fusion/lazy_node.h"
+#include "kiln/detail/op_columns.h"
+
+namespace kiln::fusion {
+
+// Most ops one group runs: a new op over inputs whose pending ops would pass it computes them
+// first. Bounds the work a read can trigger and the time a group holds its inputs.
+inline constexpr std::uint32_t kMaxGroupOps = 64;
+// Held pending values the decorator lets accumulate before it computes them all (the bounded
+// queue: a loop that records without reading cannot grow memory without end).
+inline constexpr std::size_t kMaxQueued = 1024;
+
+struct Group;  // fusion_backend.cpp
+
+class FusionPassthrough : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+
+  std::string name() const override { return "fusion<" + inner().name() + ">"; }
+  Device device() const override { return inner().device().fused(); }
+  // Computes every held pending value, then the inner backend's.
+  void sync() override;
+  void flush() override;
+
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  result name params override;
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+
+  // The inner backend's tensor for p: a FusionTensor's value (its pending ops run first), or p
+  // itself when it is the inner backend's already (a constant from the unfused device).
+  Primitive computed(const Primitive& p);
+  // A computed node showing inner, the inner backend's tensor.
+  Primitive wrap_computed(Primitive inner) const;
+  // The fusion checker (KILN_FUSION_CHECK=1 in the environment when the backend is made): every
+  // group also runs step by step, and a difference beyond the dtype's tolerance throws
+  // FusionMismatch naming the group's ops.
+  void set_check(bool check) noexcept { check_.store(check, std::memory_order_relaxed); }
+  bool check() const noexcept { return check_.load(std::memory_order_relaxed); }
+  // Tests only: called on each group's fused results before they are checked and kept (a fault
+  // injected here is what the checker must catch). Null: none.
+  using ResultHook = std::function<void(const FusedProgram&, std::vector<Primitive>&)>;
+  void set_result_hook_for_tests(ResultHook hook) {
+    std::lock_guard lock(mutex_);
+    result_hook_ = std::move(hook);
+  }
+
+  // Groups handed to the inner backend so far, and the steps they ran (tests, kiln info).
+  std::uint64_t groups_run() const noexcept { return groups_run_.load(std::memory_order_relaxed); }
+  std::uint64_t steps_run() const noexcept { return steps_run_.load(std::memory_order_relaxed); }
+
+ protected:
+  // A pending node: op over inputs gives dtype and shape; run does it on a backend.
+  Primitive record(OpCode op, DType dtype, Shape shape, std::int64_t dim,
+                   std::initializer_list<Primitive> inputs, StepRun run);
+
+ private:
+  NodeRef node_of(const Primitive& p) const;
+  // Runs target's group (and, first, any input outside it). The caller holds mutex_.
+  void compute_locked(const NodeRef& target);
+  // Gathers target's group over space; false when gathering computed one of its steps.
+  bool gather(Group& group, const NodeRef& target, const Shape& space);
+  void flush_locked();
+
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<LazyNode>> queued_;  // pending nodes recorded, for flush
+  std::atomic<std::uint64_t> groups_run_{0};
+  std::atomic<bool> check_{check_from_environment()};
+  ResultHook result_hook_;
+  static bool check_from_environment() noexcept;
+  void check_group(const FusedProgram& program, const std::vector<Primitive>& fused);
+  std::atomic<std::uint64_t> steps_run_{0};
+};
+
+class FusionBackend final : public FusionPassthrough {
+ public:
+  using FusionPassthrough::FusionPassthrough;
+
+  // ---- the ops recorded lazily: impl F in ops.def (fusion_ops.cpp) ----
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_WHEN(KILN_IMPL_FUSE(impl))(result name params override;)
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+};
+
+}  // namespace kiln::fusion

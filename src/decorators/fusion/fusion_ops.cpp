@@ -1,0 +1,130 @@
+// The ops the fusion decorator records (impl F in ops.def): each gives the dtype and shape of its
+// result and how to run it; the common forms are generated from ops.def, the MANUAL ones written
+// out below.
+#include <span>
+#include <utility>
+
+#include "contract/strided.h"
+#include "decorators/fusion/fusion_backend.h"
+
+namespace kiln::fusion {
+namespace {
+
+using Inputs = std::span<Primitive>;
+
+Shape broadcast(const Primitive& a, const Primitive& b, const char* op) {
+  return a->shape() == b->shape() ? a->shape()
+                                  : strided::broadcast_shapes(a->shape(), b->shape(), op);
+}
+
+// An op along dim of x: a reduction keeps the dim with size 1, the others keep x's shape.
+Shape along(const Primitive& x, std::int64_t dim, OpCode op) {
+  Shape shape = x->shape();
+  if (op_info(op).group == "reduce") shape[static_cast<std::size_t>(dim)] = 1;
+  return shape;
+}
+
+}  // namespace
+
+#define KILN_FUSE_ELEMENTWISE_1(name, result_dtype)                                \
+  Primitive FusionBackend::name(Primitive x) {                                     \
+    const DType dtype = result_dtype;                                              \
+    Shape shape = x->shape();                                                      \
+    return record(OpCode::name, dtype, std::move(shape), -1, {std::move(x)},       \
+                  [](Backend& b, Inputs in) { return b.name(std::move(in[0])); }); \
+  }
+#define KILN_FUSE_ELEMENTWISE_2(name, result_dtype)                                        \
+  Primitive FusionBackend::name(Primitive lhs, Primitive rhs) {                            \
+    const DType dtype = result_dtype;                                                      \
+    Shape shape = broadcast(lhs, rhs, #name);                                              \
+    return record(                                                                         \
+        OpCode::name, dtype, std::move(shape), -1, {std::move(lhs), std::move(rhs)},       \
+        [](Backend& b, Inputs in) { return b.name(std::move(in[0]), std::move(in[1])); }); \
+  }
+#define KILN_FUSE_ELEMENTWISE_SCALAR(name, result_dtype)                                       \
+  Primitive FusionBackend::name(Primitive x, Scalar value) {                                   \
+    const DType dtype = result_dtype;                                                          \
+    Shape shape = x->shape();                                                                  \
+    return record(OpCode::name, dtype, std::move(shape), -1, {std::move(x)},                   \
+                  [value](Backend& b, Inputs in) { return b.name(std::move(in[0]), value); }); \
+  }
+#define KILN_FUSE_FORM_UNARY(name) KILN_FUSE_ELEMENTWISE_1(name, x->dtype())
+#define KILN_FUSE_FORM_PREDICATE(name) KILN_FUSE_ELEMENTWISE_1(name, DType::Bool)
+#define KILN_FUSE_FORM_BINARY(name) KILN_FUSE_ELEMENTWISE_2(name, lhs->dtype())
+#define KILN_FUSE_FORM_COMPARE(name) KILN_FUSE_ELEMENTWISE_2(name, DType::Bool)
+#define KILN_FUSE_FORM_SCALAR(name) KILN_FUSE_ELEMENTWISE_SCALAR(name, x->dtype())
+#define KILN_FUSE_FORM_COMPARE_SCALAR(name) KILN_FUSE_ELEMENTWISE_SCALAR(name, DType::Bool)
+#define KILN_FUSE_FORM_DIM(name)                                                           \
+  Primitive FusionBackend::name(Primitive x, std::int64_t dim) {                           \
+    const DType dtype = x->dtype();                                                        \
+    Shape shape = along(x, dim, OpCode::name);                                             \
+    return record(OpCode::name, dtype, std::move(shape), dim, {std::move(x)},              \
+                  [dim](Backend& b, Inputs in) { return b.name(std::move(in[0]), dim); }); \
+  }
+#define KILN_FUSE_FORM_DIM_NONEMPTY(name) KILN_FUSE_FORM_DIM(name)
+#define KILN_FUSE_FORM_REDUCE(name)
+#define KILN_FUSE_FORM_REDUCE_NONEMPTY(name)
+#define KILN_FUSE_FORM_MANUAL(name)  // written out below
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  KILN_WHEN(KILN_IMPL_FUSE(impl))(KILN_FUSE_FORM_##form(name))
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+
+// ---- MANUAL ops with F ----
+
+Primitive FusionBackend::cast(Primitive x, DType dtype) {
+  Shape shape = x->shape();
+  return record(OpCode::cast, dtype, std::move(shape), -1, {std::move(x)},
+                [dtype](Backend& b, Inputs in) { return b.cast(std::move(in[0]), dtype); });
+}
+
+Primitive FusionBackend::clamp(Primitive x, Scalar min, Scalar max) {
+  const DType dtype = x->dtype();
+  Shape shape = x->shape();
+  return record(OpCode::clamp, dtype, std::move(shape), -1, {std::move(x)},
+                [min, max](Backend& b, Inputs in) { return b.clamp(std::move(in[0]), min, max); });
+}
+KILN_FUSE_ELEMENTWISE_SCALAR(clamp_min, x->dtype())
+KILN_FUSE_ELEMENTWISE_SCALAR(clamp_max, x->dtype())
+KILN_FUSE_ELEMENTWISE_SCALAR(leaky_relu, x->dtype())
+
+Primitive FusionBackend::hard_sigmoid(Primitive x, Scalar alpha, Scalar beta) {
+  const DType dtype = x->dtype();
+  Shape shape = x->shape();
+  return record(OpCode::hard_sigmoid, dtype, std::move(shape), -1, {std::move(x)},
+                [alpha, beta](Backend& b, Inputs in) {
+                  return b.hard_sigmoid(std::move(in[0]), alpha, beta);
+                });
+}
+
+Primitive FusionBackend::mask_where(Primitive x, Primitive mask, Primitive values) {
+  const DType dtype = x->dtype();
+  Shape shape =
+      strided::broadcast_shapes(broadcast(x, mask, "mask_where"), values->shape(), "mask_where");
+  return record(OpCode::mask_where, dtype, std::move(shape), -1,
+                {std::move(x), std::move(mask), std::move(values)}, [](Backend& b, Inputs in) {
+                  return b.mask_where(std::move(in[0]), std::move(in[1]), std::move(in[2]));
+                });
+}
+
+Primitive FusionBackend::mask_fill(Primitive x, Primitive mask, Scalar value) {
+  const DType dtype = x->dtype();
+  Shape shape = broadcast(x, mask, "mask_fill");
+  return record(OpCode::mask_fill, dtype, std::move(shape), -1, {std::move(x), std::move(mask)},
+                [value](Backend& b, Inputs in) {
+                  return b.mask_fill(std::move(in[0]), std::move(in[1]), value);
+                });
+}
+
+KILN_FUSE_ELEMENTWISE_1(relu, x->dtype())
+KILN_FUSE_ELEMENTWISE_1(gelu, x->dtype())
+KILN_FUSE_ELEMENTWISE_1(silu, x->dtype())
+KILN_FUSE_ELEMENTWISE_1(log_sigmoid, x->dtype())
+KILN_FUSE_ELEMENTWISE_2(relu_backward, lhs->dtype())
+KILN_FUSE_ELEMENTWISE_2(gelu_backward, lhs->dtype())
+KILN_FUSE_ELEMENTWISE_2(sigmoid_backward, lhs->dtype())
+KILN_FUSE_FORM_DIM(softmax)
+KILN_FUSE_FORM_DIM(log_softmax)
+KILN_FUSE_FORM_DIM(softmin)
+
+}  // namespace kiln::fusion

@@ -1,0 +1,71 @@
+// Every op of ops.def as the fusion decorator runs an op that it does not record: inputs computed
+// (their pending groups run), the inner backend runs the op, the result is a computed node.
+// Derived mechanically from ops.def; to_device, which changes devices, is written out below.
+#include "decorators/fusion/fusion_backend.h"
+#include "runtime/registry.h"
+
+namespace kiln::fusion {
+namespace {
+
+// ---- arguments for the inner backend ----
+Primitive unwrap(FusionPassthrough& self, Primitive p) { return self.computed(p); }
+OptionalPrimitive unwrap(FusionPassthrough& self, OptionalPrimitive p) {
+  if (!p) return p;
+  return self.computed(*p);
+}
+PrimitiveList unwrap(FusionPassthrough& self, PrimitiveList xs) {
+  for (Primitive& x : xs) x = self.computed(x);
+  return xs;
+}
+Device unwrap(FusionPassthrough&, Device device) { return device.without_fusion(); }
+template <class T>
+T&& unwrap(FusionPassthrough&, T&& value) {
+  return std::forward<T>(value);
+}
+
+// ---- results, computed nodes ----
+Primitive finish(const FusionPassthrough& self, Primitive p) {
+  return self.wrap_computed(std::move(p));
+}
+PrimitivePair finish(const FusionPassthrough& self, PrimitivePair p) {
+  return {self.wrap_computed(std::move(p.first)), self.wrap_computed(std::move(p.second))};
+}
+template <class T>
+T finish(const FusionPassthrough&, T value) {
+  return value;
+}
+
+}  // namespace
+
+#define KILN_FUSION_WRITTEN_OUT_to_device KILN_PROBE
+#define KILN_FUSION_NOT_0 1
+#define KILN_FUSION_NOT_1 0
+#define KILN_FUSION_NOT(x) KILN_FUSION_NOT_EXPANDED(x)
+#define KILN_FUSION_NOT_EXPANDED(x) KILN_FUSION_NOT_##x
+#define KILN_UNWRAP(x) unwrap(*this, std::move(x))
+#define KILN_UNPAREN(...) __VA_ARGS__
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)    \
+  KILN_WHEN(KILN_FUSION_NOT(KILN_IS_PROBE(KILN_FUSION_WRITTEN_OUT_##name)))            \
+  (result FusionPassthrough::name params {                                             \
+    return finish(*this, inner().name(KILN_MAP_EACH(KILN_UNWRAP, KILN_UNPAREN args))); \
+  })
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+#undef KILN_UNWRAP
+#undef KILN_UNPAREN
+
+// The fusion flag changes (the tensor layer comes here for either direction on one device's
+// hardware), or the hardware does (the tensor is computed, then moved by its plain backend).
+Primitive FusionPassthrough::to_device(Primitive x, Device device) {
+  const Device own = this->device();
+  if (device == own) return x->device().is_fused() ? x : wrap_computed(std::move(x));
+  Primitive plain = computed(x);
+  x.reset();
+  if (plain->device() == device) return plain;
+  const Device target = device.without_fusion();
+  if (plain->device() != target)
+    plain = backend_for(plain->device()).to_device(std::move(plain), target);
+  return device.is_fused() ? wrap_computed(std::move(plain)) : plain;
+}
+
+}  // namespace kiln::fusion

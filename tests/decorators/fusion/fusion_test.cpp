@@ -1,0 +1,258 @@
+// The fusion decorator's behaviour: ops are recorded and run when a value is needed, as few
+// groups as the rules allow; errors still come at the call; held intermediates are written once;
+// groups and the queue are bounded; memory stays flat and below the eager peak; devices and
+// flags convert; autodiff over fusion gives the unfused gradients.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "contract/fused_program.h"
+#include "decorators/fusion/fusion_backend.h"
+#include "runtime/registry.h"
+#include "support/error_message.h"
+#include "support/spread.h"
+
+namespace kiln::fusion_test {
+namespace {
+
+const Device kFused = Device::cpu().fused();
+const Device kPlain = Device::cpu();
+
+fusion::FusionPassthrough& fusion_backend() {
+  return static_cast<fusion::FusionPassthrough&>(backend_for(kFused));
+}
+std::uint64_t groups() { return fusion_backend().groups_run(); }
+
+Tensor<2> matrix(std::int64_t rows, std::int64_t cols, Device device, std::uint32_t seed = 1) {
+  return Tensor<2>::from_data(
+      TensorData::from_vec(test::spread(rows * cols, seed, -2.0, 2.0), Shape{rows, cols}), device);
+}
+
+std::vector<double> values(const Tensor<2>& t) { return t.into_data().to_f64_vec(); }
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "element " << i;
+  }
+}
+
+// chain8 of the benchmarks: eight elementwise ops over three inputs.
+Tensor<2> chain8(const Tensor<2>& x, const Tensor<2>& y, const Tensor<2>& z) {
+  return ((((x * y + z).tanh() * 0.5 + x).exp() - y).abs() + 1.0).log();
+}
+
+TEST(Fusion, NamesItsChainAndDevice) {
+  EXPECT_EQ(kFused.backend_name(), "fusion<cpu>");
+  EXPECT_EQ(kFused.autodiff().backend_name(), "autodiff<fusion<cpu>>");
+  const Tensor<2> x = matrix(2, 3, kFused);
+  EXPECT_EQ(x.device(), kFused);
+  EXPECT_EQ((x + x).device(), kFused);
+}
+
+TEST(Fusion, RecordsUntilAValueIsNeededThenRunsOneGroup) {
+  const Tensor<2> x = matrix(300, 200, kFused, 1), y = matrix(300, 200, kFused, 2);
+  const Tensor<2> z = matrix(300, 200, kFused, 3);
+  const std::uint64_t before = groups();
+  const Tensor<2> out = chain8(x, y, z);
+  EXPECT_EQ(groups(), before) << "recording runs nothing";
+  EXPECT_EQ(out.shape(), (Shape{300, 200})) << "shape known at the call";
+  const std::vector<double> got = values(out);
+  EXPECT_EQ(groups(), before + 1) << "the chain ran as one group";
+  const std::vector<double> want = values(chain8(
+      matrix(300, 200, kPlain, 1), matrix(300, 200, kPlain, 2), matrix(300, 200, kPlain, 3)));
+  expect_near(got, want, 1e-6);
+  values(out);
+  EXPECT_EQ(groups(), before + 1) << "a computed value is not computed again";
+}
+
+TEST(Fusion, AHeldIntermediateIsWrittenByTheSameGroup) {
+  const Tensor<2> x = matrix(100, 400, kFused);
+  const std::uint64_t before = groups();
+  const Tensor<2> a = x.exp();
+  const Tensor<2> b = (a * 2.0).tanh();
+  const std::vector<double> vb = values(b);
+  const std::vector<double> va = values(a);
+  EXPECT_EQ(groups(), before + 1) << "a was an output of b's group";
+  expect_near(va, values(matrix(100, 400, kPlain).exp()), 1e-6);
+  expect_near(vb, values((matrix(100, 400, kPlain).exp() * 2.0).tanh()), 1e-6);
+}
+
+TEST(Fusion, ABroadcastOperandMadeLazilyIsItsOwnGroup) {
+  const Tensor<2> x = matrix(64, 1000, kFused, 4);
+  const Tensor<2> bias = matrix(1, 1000, kFused, 5).sigmoid();
+  const Tensor<2> out = activation::relu(x + bias);
+  expect_near(
+      values(out),
+      values(activation::relu(matrix(64, 1000, kPlain, 4) + matrix(1, 1000, kPlain, 5).sigmoid())),
+      1e-6);
+}
+
+TEST(Fusion, ReductionsAndSoftmaxAlongAnyDim) {
+  for (std::int64_t dim : {0, 1}) {
+    const Tensor<2> x = matrix(257, 300, kFused, 6);
+    const Tensor<2> p = matrix(257, 300, kPlain, 6);
+    expect_near(values(activation::softmax(x * 3.0, dim)),
+                values(activation::softmax(p * 3.0, dim)), 1e-6);
+    expect_near(values((x.exp() - 1.0).sum_dim(dim)), values((p.exp() - 1.0).sum_dim(dim)), 1e-5);
+    expect_near(values((x * x).max_dim(dim)), values((p * p).max_dim(dim)), 0);
+    // A reduction inside the group: the lines of a row tile are whole.
+    expect_near(values(x - x.max_dim(dim)), values(p - p.max_dim(dim)), 0);
+  }
+}
+
+TEST(Fusion, ErrorsComeAtTheCall) {
+  const Tensor<2> a = matrix(2, 3, kFused), b = matrix(4, 5, kFused);
+  const std::uint64_t before = groups();
+  test::expect_error<ShapeMismatch>([&] { (void)(a.exp() + b); }, "add");
+  EXPECT_EQ(groups(), before);
+  test::expect_error<InvalidArgument>([&] { (void)a.exp().sum_dim(2); }, "sum_dim");
+  EXPECT_EQ(groups(), before);
+}
+
+TEST(Fusion, GroupsAreBounded) {
+  Tensor<2> x = matrix(16, 16, kFused);
+  Tensor<2> p = matrix(16, 16, kPlain);
+  const std::uint64_t before = groups();
+  for (int i = 0; i < 200; ++i) {
+    x = (x * 0.999 + 0.001).tanh();
+    p = (p * 0.999 + 0.001).tanh();
+  }
+  EXPECT_GE(groups() - before, 400u / fusion::kMaxGroupOps - 1) << "long chains run in pieces";
+  expect_near(values(x), values(p), 1e-6);
+}
+
+TEST(Fusion, TheQueueIsBounded) {
+  const Tensor<2> x = matrix(4, 4, kFused);
+  std::vector<Tensor<2>> held;
+  const std::uint64_t before = groups();
+  for (std::size_t i = 0; i < 3 * fusion::kMaxQueued; ++i)
+    held.push_back(x * static_cast<double>(i));
+  EXPECT_GT(groups(), before) << "held values were computed before any read";
+  EXPECT_EQ(values(held.back()),
+            values(matrix(4, 4, kPlain) * static_cast<double>(held.size() - 1)));
+}
+
+TEST(Fusion, ForwardLoopsStayFlatAndBelowTheEagerPeak) {
+  const Tensor<2> x = matrix(512, 512, kFused, 7), y = matrix(512, 512, kFused, 8);
+  const Tensor<2> z = matrix(512, 512, kFused, 9);
+  const Tensor<2> px = matrix(512, 512, kPlain, 7), py = matrix(512, 512, kPlain, 8);
+  const Tensor<2> pz = matrix(512, 512, kPlain, 9);
+  // The CPU device's allocator is shared by both chains: peaks are measured one after the other.
+  values(chain8(px, py, pz));
+  kPlain.reset_peak_memory();
+  const std::int64_t base = kPlain.memory_stats().bytes_in_use;
+  values(chain8(px, py, pz));
+  const std::int64_t eager_peak = kPlain.memory_stats().peak_bytes_in_use - base;
+  kPlain.reset_peak_memory();
+  values(chain8(x, y, z));
+  const std::int64_t fused_peak = kPlain.memory_stats().peak_bytes_in_use - base;
+  // No intermediate of the chain is written out; each thread holds a few tiles' values
+  // (8192 elements) in the allocator while it runs: at most 64 KiB per thread per live value.
+  const std::int64_t scratch = std::int64_t{omp_get_max_threads()} * 8 * 65536;
+  EXPECT_LE(fused_peak, eager_peak + scratch);
+  const Device ad = kFused.autodiff();
+  const Tensor<2> w = matrix(512, 512, ad, 10).require_grad();
+  std::int64_t first = 0;
+  for (int i = 0; i < 50; ++i) {
+    Tensor<1> loss = ((w * 2.0 + 1.0).tanh() * w).sum();
+    (void)loss.into_data();
+    if (i == 5) first = kPlain.memory_stats().bytes_in_use;
+  }
+  EXPECT_LE(kPlain.memory_stats().bytes_in_use, first);
+}
+
+TEST(Fusion, ConvertsBetweenFlagsAndMixesWithPlainTensors) {
+  const Tensor<2> p = matrix(3, 4, kPlain);
+  const Tensor<2> f = p.to_device(kFused);
+  EXPECT_EQ(f.device(), kFused);
+  EXPECT_EQ(values(f), values(p));
+  const Tensor<2> back = (f * 2.0).to_device(kPlain);
+  EXPECT_EQ(back.device(), kPlain);
+  EXPECT_EQ(values(back), values(p * 2.0));
+  const Tensor<2> tracked = (f + 1.0).to_device(kFused.autodiff());
+  EXPECT_EQ(tracked.device(), kFused.autodiff());
+  EXPECT_EQ(tracked.to_device(kPlain).device(), kPlain);
+  EXPECT_EQ(values(tracked.to_device(kPlain.autodiff())), values(p + 1.0));
+  // A plain operand joins a fused one as a constant.
+  const Tensor<2> mixed = f + p;
+  EXPECT_EQ(mixed.device(), kFused);
+  EXPECT_EQ(values(mixed), values(p + p));
+}
+
+TEST(Fusion, AutodiffOverFusionGivesTheUnfusedGradients) {
+  auto grad = [](Device device) {
+    const Tensor<2> w = matrix(64, 300, device, 11).require_grad();
+    const Tensor<2> x = matrix(64, 300, device, 12);
+    const Tensor<1> loss = activation::log_softmax((w * x).tanh() + w, 1).mean();
+    return values(*w.grad(loss.backward()));
+  };
+  expect_near(grad(kFused.autodiff()), grad(kPlain.autodiff()), 1e-6);
+}
+
+// Turns the checker on for one test, with a hook on the fused results; both off again after.
+class Checked {
+ public:
+  explicit Checked(fusion::FusionPassthrough::ResultHook hook = nullptr) {
+    fusion_backend().set_check(true);
+    fusion_backend().set_result_hook_for_tests(std::move(hook));
+  }
+  ~Checked() {
+    fusion_backend().set_check(false);
+    fusion_backend().set_result_hook_for_tests(nullptr);
+  }
+  Checked(const Checked&) = delete;
+  Checked& operator=(const Checked&) = delete;
+};
+
+TEST(FusionCheck, PassesWhenTheGroupIsRight) {
+  const Checked checked;
+  const Tensor<2> x = matrix(300, 200, kFused, 1), y = matrix(300, 200, kFused, 2);
+  expect_near(values(chain8(x, y, x)),
+              values(chain8(matrix(300, 200, kPlain, 1), matrix(300, 200, kPlain, 2),
+                            matrix(300, 200, kPlain, 1))),
+              1e-6);
+  expect_near(
+      values(activation::softmax(x * y, 1)),
+      values(activation::softmax(matrix(300, 200, kPlain, 1) * matrix(300, 200, kPlain, 2), 1)),
+      1e-6);
+}
+
+TEST(FusionCheck, NamesTheGroupWhoseResultIsWrong) {
+  // The fault: one element of the group's last output off by one.
+  const Checked checked([](const FusedProgram&, std::vector<Primitive>& results) {
+    Backend& cpu = backend_for(kPlain);
+    TensorData data = cpu.into_data(results[0]).get();
+    std::vector<double> v = data.to_f64_vec();
+    v[7] += 1.0;
+    results[0] = cpu.from_data(TensorData::from_vec(v, data.shape()).convert(data.dtype()), kPlain);
+  });
+  const Tensor<2> x = matrix(300, 200, kFused, 1);
+  const Tensor<2> out = (x.exp() * 3.0).tanh();
+  const std::string message = test::message_of<FusionMismatch>([&] { (void)out.into_data(); });
+  for (const char* part :
+       {"[fusion]", "differs at element 7", "exp(v0)", "mul_scalar(v1)", "tanh(v2)", "(written)"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  }
+}
+
+TEST(FusionCheck, TheStructureHashIgnoresSizesButNotOps) {
+  std::vector<std::uint64_t> hashes;
+  fusion_backend().set_result_hook_for_tests(
+      [&](const FusedProgram& program, std::vector<Primitive>&) {
+        hashes.push_back(structure_hash(program));
+      });
+  values((matrix(300, 200, kFused).exp() * 2.0).tanh());
+  values((matrix(70, 900, kFused).exp() * 5.0).tanh());
+  values((matrix(70, 900, kFused).exp() * 5.0).sin());
+  fusion_backend().set_result_hook_for_tests(nullptr);
+  ASSERT_EQ(hashes.size(), 3u);
+  EXPECT_EQ(hashes[0], hashes[1]);
+  EXPECT_NE(hashes[1], hashes[2]);
+}
+
+}  // namespace
+}  // namespace kiln::fusion_test
