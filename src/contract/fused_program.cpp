@@ -37,7 +37,8 @@ void run_steps_on(Backend& backend, const FusedProgram& program,
       const bool last = last_use[v] == static_cast<std::int32_t>(i) && !again;
       inputs[k] = last ? std::move(values[v]) : values[v];
     }
-    values[leaves + i] = (*step.run)(backend, std::span<Primitive>(inputs.data(), step.arity));
+    values[leaves + i] =
+        step.run(backend, std::span<Primitive>(inputs.data(), step.arity), step.params);
   }
 }
 
@@ -66,7 +67,7 @@ std::string describe(const FusedProgram& program) {
     for (std::uint8_t k = 0; k < step.arity; ++k) {
       text += (k ? ", v" : "v") + std::to_string(step.inputs[k]);
     }
-    if (step.dim >= 0) text += ", dim " + std::to_string(step.dim);
+    if (step.dim() >= 0) text += ", dim " + std::to_string(step.dim());
     text += ") " + std::string(dtype_name(step.dtype)) + " " + step.shape.to_string();
     for (std::int32_t out : program.outputs) {
       if (out == static_cast<std::int32_t>(i)) text += " (written)";
@@ -97,7 +98,8 @@ std::uint64_t structure_hash(const FusedProgram& program) {
   for (const FusedStep& step : program.steps) {
     mix(static_cast<std::uint64_t>(step.op));
     mix(static_cast<std::uint64_t>(step.dtype));
-    mix(static_cast<std::uint64_t>(step.dim + 1));
+    mix(static_cast<std::uint64_t>(step.dim() + 1));
+    if (step.op == OpCode::cast) mix(static_cast<std::uint64_t>(step.params.dtype));
     for (std::uint8_t k = 0; k < step.arity; ++k) mix(static_cast<std::uint64_t>(step.inputs[k]));
   }
   for (std::int32_t out : program.outputs) mix(static_cast<std::uint64_t>(out));

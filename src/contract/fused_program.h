@@ -9,32 +9,41 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "contract/op_code.h"
 #include "kiln/primitive.h"
+#include "kiln/scalar.h"
 
 namespace kiln {
 
 class Backend;
 
-// Runs one recorded op on a backend, its inputs moved in (a step's captured scalars and dims
-// live in the closure).
-using StepRun = std::function<Primitive(Backend&, std::span<Primitive>)>;
+// The arguments of a recorded op that are not tensors: its scalars (add_scalar's value, clamp's
+// bounds), its dim, its target dtype (cast). Values, not part of a program's structure.
+struct StepParams {
+  std::array<Scalar, 2> scalars{};
+  // For an op along a dim (impl F of form DIM, softmax...): the dim whose lines it reads whole;
+  // -1 for an elementwise op.
+  std::int64_t dim = -1;
+  DType dtype = DType::F32;
+};
+
+// Runs one recorded op on a backend, its inputs moved in.
+using StepRun = Primitive (*)(Backend&, std::span<Primitive>, const StepParams&);
 
 struct FusedStep {
   OpCode op{};
   DType dtype = DType::F32;
   Shape shape;
-  // For an op along a dim (impl F of form DIM, softmax...): the dim whose lines it reads whole;
-  // -1 for an elementwise op.
-  std::int64_t dim = -1;
+  StepParams params;
   std::uint8_t arity = 0;
   std::array<std::int32_t, 3> inputs{};  // value indices
-  const StepRun* run = nullptr;          // owned by the recording decorator, alive during the run
+  StepRun run = nullptr;
+
+  std::int64_t dim() const noexcept { return params.dim; }
 };
 
 struct FusedProgram {

@@ -46,7 +46,7 @@ Tiling plan_tiles(const FusedProgram& program) {
   if (rank == 0 || program.steps.size() < 2 || elements < 2 * kTileElements) return {};
   std::size_t first_line = rank;
   for (const FusedStep& step : program.steps) {
-    if (step.dim >= 0) first_line = std::min(first_line, static_cast<std::size_t>(step.dim));
+    if (step.dim() >= 0) first_line = std::min(first_line, static_cast<std::size_t>(step.dim()));
   }
   if (first_line == 0) return {};
   Tiling t;

@@ -2,8 +2,10 @@
 #include "decorators/fusion/fusion_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <span>
 #include <string_view>
 
 #include "kiln/detail/format.h"
@@ -57,14 +59,37 @@ Primitive FusionPassthrough::computed(const Primitive& p) {
   return node->value;
 }
 
-Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, std::int64_t dim,
+Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const StepParams& params,
                                     std::initializer_list<Primitive> inputs, StepRun run) {
+  const std::int64_t space =
+      params.dim >= 0 ? inputs.begin()->get()->shape().num_elements() : shape.num_elements();
+  if (space < kEagerBelow) {
+    // Small work over computed inputs runs now: a group this small would run its ops one by one
+    // anyway, and recording them would only add the cost of the record.
+    std::array<Primitive, 3> values;
+    std::size_t k = 0;
+    bool computed = true;
+    {
+      std::lock_guard lock(mutex_);
+      for (const Primitive& p : inputs) {
+        if (!p->device().is_fused()) {
+          values[k++] = p;
+          continue;
+        }
+        const NodeRef& node = static_cast<const FusionTensor&>(*p).node();
+        computed = computed && node->computed();
+        values[k++] = node->value;
+      }
+    }
+    if (computed)
+      return wrap_computed(run(inner(), std::span<Primitive>(values.data(), k), params));
+  }
   auto node = std::make_shared<LazyNode>();
   node->dtype = dtype;
   node->shape = std::move(shape);
   node->op = op;
-  node->dim = dim;
-  node->run = std::move(run);
+  node->params = params;
+  node->run = run;
   node->arity = static_cast<std::uint8_t>(inputs.size());
   std::size_t k = 0;
   for (const Primitive& p : inputs) node->inputs[k++] = node_of(p);
@@ -105,7 +130,7 @@ bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape&
     step.op = node->op;
     step.dtype = node->dtype;
     step.shape = node->shape;
-    step.dim = node->dim;
+    step.params = node->params;
     step.arity = node->arity;
     std::array<std::int32_t, 3> inputs{};
     for (std::uint8_t k = 0; k < node->arity; ++k) {
@@ -114,7 +139,7 @@ bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape&
       inputs[k] = self(self, in);
     }
     step.inputs = inputs;
-    step.run = &node->run;
+    step.run = node->run;
     group.program.steps.push_back(std::move(step));
     group.step_nodes.push_back(node);
     return -static_cast<std::int32_t>(group.step_nodes.size());

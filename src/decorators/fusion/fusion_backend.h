@@ -28,6 +28,11 @@ namespace kiln::fusion {
 // Most ops one group runs: a new op over inputs whose pending ops would pass it computes them
 // first. Bounds the work a read can trigger and the time a group holds its inputs.
 inline constexpr std::uint32_t kMaxGroupOps = 64;
+// An op over computed inputs that iterates over fewer elements runs at once instead of being
+// recorded: its group could only run op by op (the CPU tiles groups of two tiles and more), so
+// recording would add the record's cost and nothing else. To be revisited where the inner
+// backend fuses small groups (CUDA kernels generated per group: there fusing saves launches).
+inline constexpr std::int64_t kEagerBelow = 4096;
 // Held pending values the decorator lets accumulate before it computes them all (the bounded
 // queue: a loop that records without reading cannot grow memory without end).
 inline constexpr std::size_t kMaxQueued = 1024;
@@ -72,8 +77,8 @@ class FusionPassthrough : public ForwardingBackend {
   std::uint64_t steps_run() const noexcept { return steps_run_.load(std::memory_order_relaxed); }
 
  protected:
-  // A pending node: op over inputs gives dtype and shape; run does it on a backend.
-  Primitive record(OpCode op, DType dtype, Shape shape, std::int64_t dim,
+  // A pending node: op over inputs with params gives dtype and shape; run does it on a backend.
+  Primitive record(OpCode op, DType dtype, Shape shape, const StepParams& params,
                    std::initializer_list<Primitive> inputs, StepRun run);
 
  private:

@@ -1,6 +1,6 @@
 // The ops the fusion decorator records (impl F in ops.def): each gives the dtype and shape of its
-// result and how to run it; the common forms are generated from ops.def, the MANUAL ones written
-// out below.
+// result, its parameters (scalars, dim, dtype) and how to run it; the common forms are generated
+// from ops.def, the MANUAL ones written out below.
 #include <span>
 #include <utility>
 
@@ -11,6 +11,7 @@ namespace kiln::fusion {
 namespace {
 
 using Inputs = std::span<Primitive>;
+using Params = const StepParams&;
 
 Shape broadcast(const Primitive& a, const Primitive& b, const char* op) {
   return a->shape() == b->shape() ? a->shape()
@@ -24,29 +25,41 @@ Shape along(const Primitive& x, std::int64_t dim, OpCode op) {
   return shape;
 }
 
+StepParams scalars(Scalar a, Scalar b = Scalar()) {
+  StepParams p;
+  p.scalars = {a, b};
+  return p;
+}
+StepParams along_dim(std::int64_t dim) {
+  StepParams p;
+  p.dim = dim;
+  return p;
+}
+
 }  // namespace
 
-#define KILN_FUSE_ELEMENTWISE_1(name, result_dtype)                                \
-  Primitive FusionBackend::name(Primitive x) {                                     \
-    const DType dtype = result_dtype;                                              \
-    Shape shape = x->shape();                                                      \
-    return record(OpCode::name, dtype, std::move(shape), -1, {std::move(x)},       \
-                  [](Backend& b, Inputs in) { return b.name(std::move(in[0])); }); \
-  }
-#define KILN_FUSE_ELEMENTWISE_2(name, result_dtype)                                        \
-  Primitive FusionBackend::name(Primitive lhs, Primitive rhs) {                            \
+#define KILN_FUSE_ELEMENTWISE_1(name, result_dtype)                                        \
+  Primitive FusionBackend::name(Primitive x) {                                             \
     const DType dtype = result_dtype;                                                      \
-    Shape shape = broadcast(lhs, rhs, #name);                                              \
-    return record(                                                                         \
-        OpCode::name, dtype, std::move(shape), -1, {std::move(lhs), std::move(rhs)},       \
-        [](Backend& b, Inputs in) { return b.name(std::move(in[0]), std::move(in[1])); }); \
+    Shape shape = x->shape();                                                              \
+    return record(OpCode::name, dtype, std::move(shape), {}, {std::move(x)},               \
+                  [](Backend& b, Inputs in, Params) { return b.name(std::move(in[0])); }); \
   }
-#define KILN_FUSE_ELEMENTWISE_SCALAR(name, result_dtype)                                       \
-  Primitive FusionBackend::name(Primitive x, Scalar value) {                                   \
-    const DType dtype = result_dtype;                                                          \
-    Shape shape = x->shape();                                                                  \
-    return record(OpCode::name, dtype, std::move(shape), -1, {std::move(x)},                   \
-                  [value](Backend& b, Inputs in) { return b.name(std::move(in[0]), value); }); \
+#define KILN_FUSE_ELEMENTWISE_2(name, result_dtype)                                                \
+  Primitive FusionBackend::name(Primitive lhs, Primitive rhs) {                                    \
+    const DType dtype = result_dtype;                                                              \
+    Shape shape = broadcast(lhs, rhs, #name);                                                      \
+    return record(                                                                                 \
+        OpCode::name, dtype, std::move(shape), {}, {std::move(lhs), std::move(rhs)},               \
+        [](Backend& b, Inputs in, Params) { return b.name(std::move(in[0]), std::move(in[1])); }); \
+  }
+#define KILN_FUSE_ELEMENTWISE_SCALAR(name, result_dtype)                                         \
+  Primitive FusionBackend::name(Primitive x, Scalar value) {                                     \
+    const DType dtype = result_dtype;                                                            \
+    Shape shape = x->shape();                                                                    \
+    return record(                                                                               \
+        OpCode::name, dtype, std::move(shape), scalars(value), {std::move(x)},                   \
+        [](Backend& b, Inputs in, Params p) { return b.name(std::move(in[0]), p.scalars[0]); }); \
   }
 #define KILN_FUSE_FORM_UNARY(name) KILN_FUSE_ELEMENTWISE_1(name, x->dtype())
 #define KILN_FUSE_FORM_PREDICATE(name) KILN_FUSE_ELEMENTWISE_1(name, DType::Bool)
@@ -54,12 +67,13 @@ Shape along(const Primitive& x, std::int64_t dim, OpCode op) {
 #define KILN_FUSE_FORM_COMPARE(name) KILN_FUSE_ELEMENTWISE_2(name, DType::Bool)
 #define KILN_FUSE_FORM_SCALAR(name) KILN_FUSE_ELEMENTWISE_SCALAR(name, x->dtype())
 #define KILN_FUSE_FORM_COMPARE_SCALAR(name) KILN_FUSE_ELEMENTWISE_SCALAR(name, DType::Bool)
-#define KILN_FUSE_FORM_DIM(name)                                                           \
-  Primitive FusionBackend::name(Primitive x, std::int64_t dim) {                           \
-    const DType dtype = x->dtype();                                                        \
-    Shape shape = along(x, dim, OpCode::name);                                             \
-    return record(OpCode::name, dtype, std::move(shape), dim, {std::move(x)},              \
-                  [dim](Backend& b, Inputs in) { return b.name(std::move(in[0]), dim); }); \
+#define KILN_FUSE_FORM_DIM(name)                                                          \
+  Primitive FusionBackend::name(Primitive x, std::int64_t dim) {                          \
+    const DType dtype = x->dtype();                                                       \
+    Shape shape = along(x, dim, OpCode::name);                                            \
+    return record(                                                                        \
+        OpCode::name, dtype, std::move(shape), along_dim(dim), {std::move(x)},            \
+        [](Backend& b, Inputs in, Params p) { return b.name(std::move(in[0]), p.dim); }); \
   }
 #define KILN_FUSE_FORM_DIM_NONEMPTY(name) KILN_FUSE_FORM_DIM(name)
 #define KILN_FUSE_FORM_REDUCE(name)
@@ -74,15 +88,19 @@ Shape along(const Primitive& x, std::int64_t dim, OpCode op) {
 
 Primitive FusionBackend::cast(Primitive x, DType dtype) {
   Shape shape = x->shape();
-  return record(OpCode::cast, dtype, std::move(shape), -1, {std::move(x)},
-                [dtype](Backend& b, Inputs in) { return b.cast(std::move(in[0]), dtype); });
+  StepParams params;
+  params.dtype = dtype;
+  return record(OpCode::cast, dtype, std::move(shape), params, {std::move(x)},
+                [](Backend& b, Inputs in, Params p) { return b.cast(std::move(in[0]), p.dtype); });
 }
 
 Primitive FusionBackend::clamp(Primitive x, Scalar min, Scalar max) {
   const DType dtype = x->dtype();
   Shape shape = x->shape();
-  return record(OpCode::clamp, dtype, std::move(shape), -1, {std::move(x)},
-                [min, max](Backend& b, Inputs in) { return b.clamp(std::move(in[0]), min, max); });
+  return record(OpCode::clamp, dtype, std::move(shape), scalars(min, max), {std::move(x)},
+                [](Backend& b, Inputs in, Params p) {
+                  return b.clamp(std::move(in[0]), p.scalars[0], p.scalars[1]);
+                });
 }
 KILN_FUSE_ELEMENTWISE_SCALAR(clamp_min, x->dtype())
 KILN_FUSE_ELEMENTWISE_SCALAR(clamp_max, x->dtype())
@@ -91,9 +109,9 @@ KILN_FUSE_ELEMENTWISE_SCALAR(leaky_relu, x->dtype())
 Primitive FusionBackend::hard_sigmoid(Primitive x, Scalar alpha, Scalar beta) {
   const DType dtype = x->dtype();
   Shape shape = x->shape();
-  return record(OpCode::hard_sigmoid, dtype, std::move(shape), -1, {std::move(x)},
-                [alpha, beta](Backend& b, Inputs in) {
-                  return b.hard_sigmoid(std::move(in[0]), alpha, beta);
+  return record(OpCode::hard_sigmoid, dtype, std::move(shape), scalars(alpha, beta), {std::move(x)},
+                [](Backend& b, Inputs in, Params p) {
+                  return b.hard_sigmoid(std::move(in[0]), p.scalars[0], p.scalars[1]);
                 });
 }
 
@@ -101,8 +119,9 @@ Primitive FusionBackend::mask_where(Primitive x, Primitive mask, Primitive value
   const DType dtype = x->dtype();
   Shape shape =
       strided::broadcast_shapes(broadcast(x, mask, "mask_where"), values->shape(), "mask_where");
-  return record(OpCode::mask_where, dtype, std::move(shape), -1,
-                {std::move(x), std::move(mask), std::move(values)}, [](Backend& b, Inputs in) {
+  return record(OpCode::mask_where, dtype, std::move(shape), {},
+                {std::move(x), std::move(mask), std::move(values)},
+                [](Backend& b, Inputs in, Params) {
                   return b.mask_where(std::move(in[0]), std::move(in[1]), std::move(in[2]));
                 });
 }
@@ -110,9 +129,9 @@ Primitive FusionBackend::mask_where(Primitive x, Primitive mask, Primitive value
 Primitive FusionBackend::mask_fill(Primitive x, Primitive mask, Scalar value) {
   const DType dtype = x->dtype();
   Shape shape = broadcast(x, mask, "mask_fill");
-  return record(OpCode::mask_fill, dtype, std::move(shape), -1, {std::move(x), std::move(mask)},
-                [value](Backend& b, Inputs in) {
-                  return b.mask_fill(std::move(in[0]), std::move(in[1]), value);
+  return record(OpCode::mask_fill, dtype, std::move(shape), scalars(value),
+                {std::move(x), std::move(mask)}, [](Backend& b, Inputs in, Params p) {
+                  return b.mask_fill(std::move(in[0]), std::move(in[1]), p.scalars[0]);
                 });
 }
 

@@ -17,12 +17,13 @@ namespace kiln::fusion {
 struct LazyNode {
   DType dtype = DType::F32;
   Shape shape;
-  // Pending: the op, its dim (-1 unless it works along one) and inputs, and how to run it.
+  // Pending: the op, its parameters (a dim >= 0: it works along that dim), inputs, and how to
+  // run it.
   OpCode op{};
-  std::int64_t dim = -1;
+  StepParams params;
   std::uint8_t arity = 0;
   std::array<std::shared_ptr<LazyNode>, 3> inputs;
-  StepRun run;
+  StepRun run = nullptr;
   // Ops that computing this node would run (an upper bound: shared inputs count twice); a new
   // op over inputs with too many computes them first, which bounds every group.
   std::uint32_t pending_ops = 0;
@@ -34,7 +35,7 @@ struct LazyNode {
   bool computed() const noexcept { return value != nullptr; }
   // The shape this node's op iterates over: its input's for an op along a dim (a reduction
   // iterates over what it reduces), else its own.
-  const Shape& space() const noexcept { return dim >= 0 ? inputs[0]->shape : shape; }
+  const Shape& space() const noexcept { return params.dim >= 0 ? inputs[0]->shape : shape; }
 };
 
 using NodeRef = std::shared_ptr<LazyNode>;

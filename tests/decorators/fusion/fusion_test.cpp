@@ -114,8 +114,8 @@ TEST(Fusion, ErrorsComeAtTheCall) {
 }
 
 TEST(Fusion, GroupsAreBounded) {
-  Tensor<2> x = matrix(16, 16, kFused);
-  Tensor<2> p = matrix(16, 16, kPlain);
+  Tensor<2> x = matrix(64, 64, kFused);
+  Tensor<2> p = matrix(64, 64, kPlain);
   const std::uint64_t before = groups();
   for (int i = 0; i < 200; ++i) {
     x = (x * 0.999 + 0.001).tanh();
@@ -126,14 +126,30 @@ TEST(Fusion, GroupsAreBounded) {
 }
 
 TEST(Fusion, TheQueueIsBounded) {
-  const Tensor<2> x = matrix(4, 4, kFused);
+  // Pending values over a pending input (not computed, so recorded whatever their size).
+  const Tensor<2> x = matrix(64, 64, kFused).exp();
   std::vector<Tensor<2>> held;
   const std::uint64_t before = groups();
   for (std::size_t i = 0; i < 3 * fusion::kMaxQueued; ++i)
     held.push_back(x * static_cast<double>(i));
   EXPECT_GT(groups(), before) << "held values were computed before any read";
-  EXPECT_EQ(values(held.back()),
-            values(matrix(4, 4, kPlain) * static_cast<double>(held.size() - 1)));
+  expect_near(values(held.back()),
+              values(matrix(64, 64, kPlain).exp() * static_cast<double>(held.size() - 1)), 1e-6);
+}
+
+TEST(Fusion, SmallOpsOverComputedInputsRunAtOnce) {
+  const Tensor<2> x = matrix(8, 8, kFused);
+  const std::uint64_t before = groups();
+  const Tensor<2> y = (x * 2.0).exp();
+  EXPECT_EQ(groups(), before) << "nothing was recorded, so no group ran";
+  EXPECT_EQ(y.device(), kFused);
+  EXPECT_EQ(values(y), values((matrix(8, 8, kPlain) * 2.0).exp()));
+  // A large input's pending chain still fuses with a small result of it.
+  const Tensor<2> big = matrix(300, 200, kFused);
+  const Tensor<2> rows = big.exp().sum_dim(1);
+  EXPECT_EQ(groups(), before);
+  expect_near(values(rows), values(matrix(300, 200, kPlain).exp().sum_dim(1)), 1e-6);
+  EXPECT_EQ(groups(), before + 1);
 }
 
 TEST(Fusion, ForwardLoopsStayFlatAndBelowTheEagerPeak) {
