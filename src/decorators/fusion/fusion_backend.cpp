@@ -174,7 +174,18 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
       group.program.outputs.push_back(i);
     }
   }
-  std::vector<Primitive> values = inner().run_fused(group.program);
+  std::vector<Primitive> values;
+  try {
+    values = inner().run_fused(group.program);
+  } catch (const OutOfMemory&) {
+    throw;
+  } catch (const Error& error) {
+    // An op of the group failed (integer division by zero, an index out of range): the failure
+    // comes at the read, so say which group it came from; the op's own message names the op.
+    detail::fail<ExecutionError>("fusion",
+                                 "a recorded op failed when its group ran: ", error.what(),
+                                 "; the group:\n", describe(group.program));
+  }
   if (result_hook_) result_hook_(group.program, values);
   if (check()) check_group(group.program, values);
   groups_run_.fetch_add(1, std::memory_order_relaxed);

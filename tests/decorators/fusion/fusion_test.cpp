@@ -113,6 +113,17 @@ TEST(Fusion, ErrorsComeAtTheCall) {
   EXPECT_EQ(groups(), before);
 }
 
+TEST(Fusion, AnOpThatFailsInAGroupIsAnExecutionErrorAtTheRead) {
+  const Tensor<2, Int> a = Tensor<2, Int>::full({100, 100}, 7, kFused);
+  Tensor<2, Int> b = Tensor<2, Int>::ones({100, 100}, kFused);
+  b = (b * 2 - 2);                 // zeros, recorded
+  const Tensor<2, Int> q = a / b;  // recorded: the division by zero is found when the group runs
+  const std::string message = test::message_of<ExecutionError>([&] { (void)q.into_data(); });
+  for (const char* part : {"[fusion]", "[div]", "integer division by zero", "div(v"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  }
+}
+
 TEST(Fusion, GroupsAreBounded) {
   Tensor<2> x = matrix(64, 64, kFused);
   Tensor<2> p = matrix(64, 64, kPlain);
