@@ -14,6 +14,7 @@
 #include "runtime/registry.h"
 #include "support/error_message.h"
 #include "support/spread.h"
+#include "support/threads.h"
 
 namespace kiln::fusion_test {
 namespace {
@@ -122,6 +123,25 @@ TEST(Fusion, AnOpThatFailsInAGroupIsAnExecutionErrorAtTheRead) {
   for (const char* part : {"[fusion]", "[div]", "integer division by zero", "div(v"}) {
     EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
   }
+}
+
+TEST(Fusion, ThreadsRecordAndReadAtOnce) {
+  // A pending value shared by every thread, and each thread's own chain over it.
+  const Tensor<2> shared = matrix(128, 256, kFused, 20).exp();
+  const std::vector<double> want_shared = values(matrix(128, 256, kPlain, 20).exp());
+  std::vector<std::vector<double>> got(4);
+  test::run_together(4, [&](int id) {
+    Tensor<2> x = matrix(128, 256, kFused, 21 + static_cast<std::uint32_t>(id));
+    for (int step = 0; step < 20; ++step) x = (x * 0.5 + shared).tanh();
+    got[static_cast<std::size_t>(id)] = values(x);
+  });
+  for (int id = 0; id < 4; ++id) {
+    Tensor<2> p = matrix(128, 256, kPlain, 21 + static_cast<std::uint32_t>(id));
+    const Tensor<2> s = matrix(128, 256, kPlain, 20).exp();
+    for (int step = 0; step < 20; ++step) p = (p * 0.5 + s).tanh();
+    expect_near(got[static_cast<std::size_t>(id)], values(p), 1e-6);
+  }
+  expect_near(values(shared), want_shared, 1e-6);
 }
 
 TEST(Fusion, GroupsAreBounded) {
