@@ -78,7 +78,10 @@ Primitive to_device(Primitive x, Device device) {
   }
   settings_for(device);
   Backend& backend = backend_of(x);
-  return backend.to_device(std::move(x), device);
+  Primitive moved = backend.to_device(std::move(x), device);
+  // A backend that copies between its own devices directly may hand back the plain tensor: the
+  // decorator flags are then put on, on the new hardware.
+  return moved->device() == device ? moved : to_device(std::move(moved), device);
 }
 
 Primitive cast(Primitive x, DType dtype) {

@@ -199,7 +199,8 @@ ReadManyFuture CudaBackend::read_many(PrimitiveList xs) {
 Primitive CudaBackend::to_device(Primitive x, Device device) {
   if (x->device().same_hardware(device)) return x;
   if (device.kind() != DeviceKind::Cuda) return Backend::to_device(std::move(x), device);
-  auto* other = dynamic_cast<CudaBackend*>(&backend_for(device.without_autodiff()));
+  auto* other =
+      dynamic_cast<CudaBackend*>(&backend_for(device.without_autodiff().without_fusion()));
   if (other == nullptr) return Backend::to_device(std::move(x), device);
   // GPU to GPU without the host: each stream waits for the other so neither the source nor the
   // destination block is still in use by earlier work when the copy runs.
