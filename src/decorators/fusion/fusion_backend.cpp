@@ -32,23 +32,27 @@ struct Group {
   }
 };
 
-NodeRef FusionPassthrough::node_of(const Primitive& p) const {
-  if (p->device().is_fused()) return static_cast<const FusionTensor&>(*p).node();
-  // A tensor of the unfused device, used as a constant: a computed node.
-  auto node = std::make_shared<LazyNode>();
-  node->dtype = p->dtype();
-  node->shape = p->shape();
-  node->value = p;
-  return node;
-}
+namespace {
 
-Primitive FusionPassthrough::wrap_computed(Primitive inner) const {
+// A computed node holding inner, the inner backend's tensor.
+NodeRef computed_node(Primitive inner) {
   auto node = std::make_shared<LazyNode>();
   node->dtype = inner->dtype();
   node->shape = inner->shape();
-  const Device device = inner->device().fused();
   node->value = std::move(inner);
-  return std::make_shared<FusionTensor>(std::move(node), device);
+  return node;
+}
+
+}  // namespace
+
+NodeRef FusionPassthrough::node_of(const Primitive& p) const {
+  if (p->device().is_fused()) return static_cast<const FusionTensor&>(*p).node();
+  return computed_node(p);  // a tensor of the unfused device, used as a constant
+}
+
+Primitive FusionPassthrough::wrap_computed(Primitive inner) const {
+  const Device device = inner->device().fused();
+  return std::make_shared<FusionTensor>(computed_node(std::move(inner)), device);
 }
 
 Primitive FusionPassthrough::computed(const Primitive& p) {
@@ -189,7 +193,6 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
   if (result_hook_) result_hook_(group.program, values);
   if (check()) check_group(group.program, values);
   groups_run_.fetch_add(1, std::memory_order_relaxed);
-  steps_run_.fetch_add(group.step_nodes.size(), std::memory_order_relaxed);
   for (std::size_t k = 0; k < values.size(); ++k) {
     LazyNode* node = group.step_nodes[static_cast<std::size_t>(group.program.outputs[k])];
     if (values[k]->dtype() != node->dtype || values[k]->shape() != node->shape) {

@@ -72,9 +72,8 @@ class FusionPassthrough : public ForwardingBackend {
     result_hook_ = std::move(hook);
   }
 
-  // Groups handed to the inner backend so far, and the steps they ran (tests, kiln info).
+  // Groups handed to the inner backend so far (tests).
   std::uint64_t groups_run() const noexcept { return groups_run_.load(std::memory_order_relaxed); }
-  std::uint64_t steps_run() const noexcept { return steps_run_.load(std::memory_order_relaxed); }
 
  protected:
   // A pending node: op over inputs with params gives dtype and shape; run does it on a backend.
@@ -96,7 +95,6 @@ class FusionPassthrough : public ForwardingBackend {
   ResultHook result_hook_;
   static bool check_from_environment() noexcept;
   void check_group(const FusedProgram& program, const std::vector<Primitive>& fused);
-  std::atomic<std::uint64_t> steps_run_{0};
 };
 
 class FusionBackend final : public FusionPassthrough {
