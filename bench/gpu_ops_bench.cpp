@@ -13,7 +13,9 @@
 // Rows (counters per op: "bytes" read + written for memory-bound work, "flops" for conv):
 //   sum/8192/all, sum/8192/dim1, sum/8192/dim0   sum(), sum_dim(1) (last), sum_dim(0) (first)
 //   softmax/8192, log_softmax/8192                along the last dim of [8192, 8192] f32
-//   chain8/4096                                   ((((-(x*y+z)).exp()*2)+1).tanh())*x, eager
+//   chain8/4096, chain8/8192                      ((((-(x*y+z)).exp()*2)+1).tanh())*x, eager
+//   chain8_fused/4096, chain8_fused/8192          the same on cuda:0.fused(): one fused kernel
+//   fma_exp/8192, fma_exp_fused/8192              (x*y+z).exp(), eager and fused
 //   small_add_host/16                             host time per 16-element add, bursts of 200
 //   conv2d/f32, conv2d/bf16                       x [32,64,56,56], w [64,64,3,3], stride 1, pad 1
 //   tensor_topk/4096/32768/8, tensor_sort/16777216   Tensor::topk_with_indices, sort_with_indices
@@ -198,31 +200,46 @@ void softmax_bench(benchmark::State& state, bool log) {
   });
 }
 
-// ---- chain8 4096^2 f32, eager: one kernel per op ----
-void chain8(benchmark::State& state) {
-  on_gpu(state, [&](const Device& device) {
-    const std::int64_t n = 4096;
+// ---- elementwise chains of three [n, n] f32 inputs, eager (one kernel per op) or fused ----
+// chain8: ((((-(x*y+z)).exp()*2)+1).tanh())*x, 8 ops; fma_exp: (x*y+z).exp(), 3 ops. On the fused
+// device the chain is one generated kernel: 3 reads and 1 write per element, the "bytes" counted
+// (and the floor report_gpu.py derives from them). "compiles_timed" counts kernels compiled inside
+// the timed loop: 0 once the first call has compiled the group's kernel.
+enum class Chain { Chain8, FmaExp };
+
+void chain_bench(benchmark::State& state, Chain which, std::int64_t n, bool fused) {
+  on_gpu(state, [&](const Device& gpu) {
+    const Device device = fused ? gpu.fused() : gpu;
     device.seed(kSeed + 2);
     const auto dist = Distribution::uniform(-1, 1);
     const auto x = Tensor<2>::random({n, n}, dist, device);
     const auto y = Tensor<2>::random({n, n}, dist, device);
     const auto z = Tensor<2>::random({n, n}, dist, device);
-    auto op = [&] { return ((((-(x * y + z)).exp() * 2.0) + 1.0).tanh()) * x; };
+    auto op = [&] {
+      if (which == Chain::FmaExp) return (x * y + z).exp();
+      return ((((-(x * y + z)).exp() * 2.0) + 1.0).tanh()) * x;
+    };
     auto check = [&](const Tensor<2>& got) {
       const std::int64_t rows = 8;
       const std::vector<double> a = host(rows_of(x, 0, rows)), b = host(rows_of(y, 0, rows)),
                                 c = host(rows_of(z, 0, rows));
       std::vector<double> want(a.size());
       for (std::size_t i = 0; i < a.size(); ++i) {
-        want[i] = std::tanh(std::exp(-(a[i] * b[i] + c[i])) * 2 + 1) * a[i];
+        want[i] = which == Chain::FmaExp
+                      ? std::exp(a[i] * b[i] + c[i])
+                      : std::tanh(std::exp(-(a[i] * b[i] + c[i])) * 2 + 1) * a[i];
       }
-      expect_all_near(host(rows_of(got, 0, rows)), want, 1e-6, 1e-5, "chain8");
+      expect_all_near(host(rows_of(got, 0, rows)), want, 1e-6, 1e-5, "chain");
     };
     check(op());
+    const std::int64_t compiles = device.kernel_stats().compiles;
     check(time_ops(state, device, 5, op));
-    // Each op reads its tensor operands and writes one result: x*y 2+1, +z 2+1, neg, exp, *2,
-    // +1 and tanh 1+1 each, *x 2+1 = 11 reads + 8 writes of n*n f32 (scalars not counted).
-    state.counters["bytes"] = 19.0 * static_cast<double>(n * n) * 4;
+    state.counters["compiles_timed"] =
+        static_cast<double>(device.kernel_stats().compiles - compiles);
+    // Eager: each op reads its tensor operands and writes one result (chain8: 11 reads + 8
+    // writes; fma_exp: 4 + 3), scalars not counted. Fused: x, y, z read and the result written.
+    const double tensors = fused ? 4.0 : which == Chain::Chain8 ? 19.0 : 7.0;
+    state.counters["bytes"] = tensors * static_cast<double>(n * n) * 4;
   });
 }
 
@@ -539,7 +556,21 @@ void register_all() {
   timed(RegisterBenchmark("softmax/8192", [](benchmark::State& s) { softmax_bench(s, false); }), 5);
   timed(RegisterBenchmark("log_softmax/8192", [](benchmark::State& s) { softmax_bench(s, true); }),
         5);
-  timed(RegisterBenchmark("chain8/4096", chain8), 5);
+  for (const std::int64_t n : {4096, 8192}) {
+    for (const bool fused : {false, true}) {
+      const std::string suffix = (fused ? "_fused/" : "/") + std::to_string(n);
+      timed(
+          RegisterBenchmark(("chain8" + suffix).c_str(),
+                            [=](benchmark::State& s) { chain_bench(s, Chain::Chain8, n, fused); }),
+          5);
+      if (n == 8192) {
+        timed(RegisterBenchmark(
+                  ("fma_exp" + suffix).c_str(),
+                  [=](benchmark::State& s) { chain_bench(s, Chain::FmaExp, n, fused); }),
+              5);
+      }
+    }
+  }
   timed(RegisterBenchmark("small_add_host/16", small_add_host), 50);
   timed(RegisterBenchmark("conv2d/f32", [](benchmark::State& s) { conv2d(s, DType::F32); }), 5);
   timed(RegisterBenchmark("conv2d/bf16", [](benchmark::State& s) { conv2d(s, DType::BF16); }), 5);

@@ -107,10 +107,30 @@ def tensor_api_rows(results, dev, g, repeats):
     record("log_softmax/8192", lambda: torch.log_softmax(x, -1), 10)
     del x
 
-    n = 4096
-    x, y, z = (torch.rand(n, n, device=dev, generator=g) * 2 - 1 for _ in range(3))
-    record("chain8/4096", lambda: ((((-(x * y + z)).exp() * 2) + 1).tanh()) * x, 5)
-    del x, y, z
+    def chain8(x, y, z):
+        return ((((-(x * y + z)).exp() * 2) + 1).tanh()) * x
+
+    def fma_exp(x, y, z):
+        return (x * y + z).exp()
+
+    # torch.compile (default mode) is the fused peer of kiln's fused rows: one Triton kernel.
+    compiled = {}
+    try:
+        compiled = {"chain8": torch.compile(chain8), "fma_exp": torch.compile(fma_exp)}
+    except Exception as error:  # no Triton or no compiler: the compiled rows are left out
+        print(f"peer_torch_gpu: torch.compile unavailable: {error}")
+    for n in (4096, 8192):
+        x, y, z = (torch.rand(n, n, device=dev, generator=g) * 2 - 1 for _ in range(3))
+        for name, fn in (("chain8", chain8), ("fma_exp", fma_exp)):
+            if name == "fma_exp" and n != 8192:
+                continue
+            record(f"{name}/{n}", lambda fn=fn: fn(x, y, z), 5)
+            if name in compiled and ROWS.search(f"{name}_compiled/{n}"):
+                try:
+                    record(f"{name}_compiled/{n}", lambda fn=compiled[name]: fn(x, y, z), 5)
+                except Exception as error:
+                    print(f"peer_torch_gpu: torch.compile of {name} failed: {error}")
+        del x, y, z
 
     a = torch.rand(16, device=dev, generator=g) - 0.5
     b = torch.rand(16, device=dev, generator=g) - 0.5

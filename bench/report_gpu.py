@@ -98,6 +98,15 @@ def main():
     add("softmax 8192^2 f32, last dim", "softmax/8192", FLOOR_TARGET)
     add("log_softmax 8192^2 f32", "log_softmax/8192", FLOOR_TARGET)
     add("chain8 4096^2 f32 eager", "chain8/4096", "ratio >= 1")
+    add("chain8 4096^2 f32 fused (torch.compile)", "chain8_fused/4096", "<= 74 us", None,
+        "chain8_compiled/4096")
+    add("chain8 4096^2 f32 fused (torch eager)", "chain8_fused/4096", "", None, "chain8/4096")
+    add("chain8 8192^2 f32 eager", "chain8/8192", "ratio >= 1")
+    add("chain8 8192^2 f32 fused (torch.compile)", "chain8_fused/8192", "<= 280 us", None,
+        "chain8_compiled/8192")
+    add("fma_exp 8192^2 f32 eager", "fma_exp/8192", "ratio >= 1")
+    add("fma_exp 8192^2 f32 fused (torch.compile)", "fma_exp_fused/8192", "<= 280 us", None,
+        "fma_exp_compiled/8192")
     add("small add 16 f32 host/op (torch: Python)", "small_add_host/16", "<= 3 us")
     if cpp_peer:
         add("small add 16 f32 host/op (torch: C++)", "small_add_host/16", "<= 3 us", peer=cpp_peer)

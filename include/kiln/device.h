@@ -34,6 +34,18 @@ struct MemoryStats {
   std::int64_t peak_bytes_in_use = 0;  // high-water mark of bytes_in_use
 };
 
+// Kernels compiled at run time for a device (cuda: NVRTC, with an in-process and an on-disk
+// cache). The CPU compiles nothing at run time: all zero there. A training loop's compiles all
+// happen in its first steps; a count that still grows later means kernels keyed by something
+// that changes per step.
+struct KernelStats {
+  std::int64_t compiles = 0;     // compiled from source (neither cache had the kernel)
+  std::int64_t memory_hits = 0;  // found loaded in this process
+  std::int64_t disk_hits = 0;    // loaded from the disk cache
+  double compile_seconds = 0;    // total time compiling
+  double disk_load_seconds = 0;  // total time loading from disk
+};
+
 class Device {
  public:
   static Device cpu() noexcept { return Device(DeviceKind::Cpu, 0); }
@@ -94,6 +106,8 @@ class Device {
   void memory_cleanup() const;
   // Starts a new high-water mark: peak_bytes_in_use becomes the current bytes_in_use.
   void reset_peak_memory() const;
+  // This device's run-time kernel compiles so far (shared by its autodiff and fused views).
+  KernelStats kernel_stats() const;
 
   std::string to_string() const;
   bool operator==(const Device& other) const noexcept {

@@ -57,6 +57,11 @@ class Backend {
   // names (contract/fused_program.h). The default runs the steps one by one (run_steps); a
   // backend overrides it to run the group as one kernel.
   virtual std::vector<Primitive> run_fused(const FusedProgram& program);
+  // The fusion decorator runs an op over fewer elements than this at once, unrecorded (when its
+  // inputs are computed): where run_fused would run so small a group step by step anyway,
+  // recording only adds the record's cost. 4096 by default (the CPU's tiles); a backend whose
+  // run_fused saves launches at any size says 1.
+  virtual std::int64_t min_fused_elements() const { return 4096; }
 
   // ---- ops ----
 #define KILN_OP_BODY_REQUIRED = 0;

@@ -12,8 +12,8 @@
 namespace kiln {
 
 // Bumped when CudaPluginApi (cuda_plugin.h) gains, loses or reorders a member, or Backend's
-// device-level virtual methods change (3: run_fused).
-inline constexpr int kPluginTableRevision = 3;
+// device-level virtual methods change (3: run_fused; 4: min_fused_elements).
+inline constexpr int kPluginTableRevision = 4;
 
 namespace detail {
 

@@ -31,6 +31,7 @@ class ForwardingBackend : public Backend {
   void memory_cleanup() override { inner_->memory_cleanup(); }
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   bool autodiff_enabled() const override { return inner_->autodiff_enabled(); }
+  std::int64_t min_fused_elements() const override { return inner_->min_fused_elements(); }
   std::vector<Primitive> run_fused(const FusedProgram& program) override {
     return inner_->run_fused(program);
   }

@@ -139,6 +139,14 @@ void Device::seed(std::uint64_t seed) const { backend_for(*this).seed(seed); }
 void Device::sync() const { backend_for(*this).sync(); }
 void Device::flush() const { backend_for(*this).flush(); }
 MemoryStats Device::memory_stats() const { return backend_for(*this).memory_stats(); }
+
+KernelStats Device::kernel_stats() const {
+  if (kind_ != DeviceKind::Cuda) return {};
+  backend_for(*this);  // the device exists (and the plugin is loaded), or this throws
+  const CudaPluginApi* api = cuda_plugin(nullptr);
+  const KernelCacheStats s = api->kernel_cache_stats(index_);
+  return {s.compiles, s.memory_hits, s.disk_hits, s.compile_seconds, s.disk_load_seconds};
+}
 void Device::memory_cleanup() const { backend_for(*this).memory_cleanup(); }
 void Device::reset_peak_memory() const { backend_for(*this).reset_peak_memory(); }
 

@@ -17,6 +17,7 @@
 
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
+#include "backends/cuda/fused_kernel.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/reduce.h"
@@ -202,6 +203,87 @@ TEST(GpuCodegen, ElementwiseFamiliesCompile) {
 // Float-to-integer casts saturate at the target's limits, compared as the CPU does (as doubles,
 // src/core/dtype_dispatch.h). NVRTC accepts any bounds, and only a GPU run would see wrong ones:
 // the text is pinned here, 64-bit limits (hex bits and 17 significant digits) included.
+namespace fused_codegen {
+
+FusedKernelOp fused_op(ElementwiseOp op, std::array<std::int32_t, 3> operands,
+                       std::int32_t first_scalar = 0, std::int32_t failure = -1) {
+  return FusedKernelOp{std::move(op), operands, first_scalar, failure};
+}
+
+// chain8's ops on three f32 inputs, as the capture records them (cuda_arith.cpp's expressions).
+FusedKernel chain8() {
+  const DType f = DType::F32;
+  FusedKernel k;
+  k.inputs = {f, f, f};
+  k.ops.push_back(fused_op({"mul", "k_mul(a, b)", {f, f}, f, f, {}}, {0, 1}));
+  k.ops.push_back(fused_op({"add", "k_add(a, b)", {f, f}, f, f, {}}, {3, 2}));
+  k.ops.push_back(fused_op({"neg", "k_neg(a)", {f}, f, f, {}}, {4}));
+  k.ops.push_back(fused_op({"exp", "k_exp(a)", {f}, f, f, {}}, {5}));
+  k.ops.push_back(fused_op({"mul_scalar", "k_mul(a, s0)", {f}, f, f, {f}}, {6}, 0));
+  k.ops.push_back(fused_op({"add_scalar", "k_add(a, s0)", {f}, f, f, {f}}, {7}, 1));
+  k.ops.push_back(fused_op({"tanh", "k_tanh(a)", {f}, f, f, {}}, {8}));
+  k.ops.push_back(fused_op({"mul", "k_mul(a, b)", {f, f}, f, f, {}}, {9, 0}));
+  k.outputs = {{10, f}};
+  return k;
+}
+
+// Every storage form at once: f16 and bf16 words, an integer op that can fail, a comparison to
+// bool, mask_where moving raw bits (an f32 value read as u32), two outputs.
+FusedKernel mixed() {
+  FusedKernel k;
+  k.inputs = {DType::F16, DType::BF16, DType::I32, DType::Bool, DType::F32};
+  k.ops.push_back(fused_op({"cast", "a", {DType::F16}, DType::F16, DType::F32, {}}, {0}));    // 5
+  k.ops.push_back(fused_op({"cast", "a", {DType::BF16}, DType::BF16, DType::F32, {}}, {1}));  // 6
+  k.ops.push_back(
+      fused_op({"mul", "k_mul(a, b)", {DType::F32, DType::F32}, DType::F32, DType::F16, {}},
+               {5, 6}));  // 7: f16 result
+  k.ops.push_back(fused_op({"div_scalar",
+                            "k_div(a, s0, err)",
+                            {DType::I32},
+                            DType::I32,
+                            DType::I32,
+                            {DType::I32},
+                            "integer division by zero"},
+                           {2}, 0, 0));  // 8
+  k.ops.push_back(fused_op(
+      {"lower", "a < b", {DType::F16, DType::F16}, DType::Bool, DType::Bool, {}}, {7, 0}));  // 9
+  k.ops.push_back(fused_op({"mask_where",
+                            "b ? c : a",
+                            {DType::U32, DType::Bool, DType::U32},
+                            DType::U32,
+                            DType::U32,
+                            {}},
+                           {4, 9, 6}));  // 10: f32 words moved as u32
+  k.outputs = {{7, DType::F16}, {8, DType::I32}, {10, DType::F32}};
+  return k;
+}
+
+}  // namespace fused_codegen
+
+// The fused kernel of a group (cuda_fused.cpp) in its three launch forms, compiled every time:
+// there are only two, and every fused group of the GPU goes through this generator.
+TEST(GpuCodegen, FusedKernelsCompile) {
+  for (const FusedKernel& kernel : {fused_codegen::chain8(), fused_codegen::mixed()}) {
+    const std::string source = fused_kernel_source(kernel);
+    const std::string key = fused_kernel_key(kernel);
+    for (const char* name :
+         {"kiln_fused(const FP p)", "kiln_fused_flat(const FF p)", "kiln_fused_vec(const FF p)"}) {
+      EXPECT_NE(source.find(name), std::string::npos) << key << ": " << name;
+    }
+    const Compiled c = compile_to_cubin(source);
+    EXPECT_TRUE(c.ok) << key << ":\n" << c.log.substr(0, 4000);
+  }
+  // The key tells apart what the source depends on: wiring, dtypes, outputs.
+  FusedKernel rewired = fused_codegen::chain8();
+  rewired.ops[7].operands = {9, 1};
+  FusedKernel more = fused_codegen::chain8();
+  more.outputs.push_back({5, DType::F32});
+  EXPECT_NE(fused_kernel_key(rewired), fused_kernel_key(fused_codegen::chain8()));
+  EXPECT_NE(fused_kernel_key(more), fused_kernel_key(fused_codegen::chain8()));
+  EXPECT_EQ(fused_vector_width(fused_codegen::chain8()), 4);
+  EXPECT_EQ(fused_vector_width(fused_codegen::mixed()), 4);
+}
+
 TEST(GpuCodegen, FloatToIntCastsSaturateAtTheLimits) {
   EXPECT_EQ(convert_expression(DType::F32, DType::I8, "x"),
             "([&]() -> signed char { const double v_ = (double)(x); if (!(v_ == v_)) return "

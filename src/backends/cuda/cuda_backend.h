@@ -30,6 +30,11 @@ class CudaBackend final : public StridedBackend {
 
   Runtime& runtime() noexcept { return runtime_; }
 
+  // A fused group: its runs of elementwise steps as one generated kernel each (cuda_fused.cpp).
+  std::vector<Primitive> run_fused(const FusedProgram& program) override;
+  // Any group saves launches: every op with F is recorded, however small.
+  std::int64_t min_fused_elements() const override { return 1; }
+
   // ---- every op whose impl column in ops.def has a G (every REQUIRED op among them) ----
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   KILN_WHEN(KILN_IMPL_CUDA(impl))(result name params override;)

@@ -46,8 +46,10 @@ class CudaTensor final : public StridedTensor {
 
   bool storage_unique() const noexcept override { return storage_.use_count() == 1; }
   const std::shared_ptr<Storage>& storage() const noexcept { return storage_; }
-  // Device address of element [0, 0, ...].
+  // Device address of element [0, 0, ...]; 0 for a kernel capture's placeholder, which has no
+  // storage yet (kernel_capture.h).
   CUdeviceptr data() const noexcept {
+    if (!storage_) return 0;
     return storage_->pointer() +
            static_cast<CUdeviceptr>(offset() * static_cast<std::int64_t>(dtype_size(dtype_)));
   }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cuda/kernel_capture.h"
 #include "backends/cuda/kernel_source.h"
 
 namespace kiln::cuda {
@@ -75,37 +76,6 @@ class ModuleKey {
   std::string_view view_;
 };
 
-// Merges dims that every operand walks contiguously together and drops size-1 dims: fewer
-// divisions per element, and most views become rank 1 or 2. Writes straight into the launch
-// parameters; returns the merged rank.
-int collapse(const Shape& shape, const std::array<Strides, kMaxOperands>& strides,
-             std::size_t count, std::int64_t* sizes, std::int64_t (*out)[kMaxDims]) {
-  int rank = 0;
-  for (std::size_t d = 0; d < shape.rank(); ++d) {
-    if (shape[d] == 1) continue;
-    if (rank > 0) {
-      bool mergeable = true;
-      for (std::size_t k = 0; k < count; ++k) {
-        if (out[k][rank - 1] != strides[k][d] * shape[d]) mergeable = false;
-      }
-      if (mergeable) {
-        sizes[rank - 1] *= shape[d];
-        for (std::size_t k = 0; k < count; ++k) out[k][rank - 1] = strides[k][d];
-        continue;
-      }
-    }
-    if (rank == static_cast<int>(kMaxDims)) {
-      detail::fail<InvalidArgument>(
-          "cuda", "a view of shape ", shape.to_string(), " has more than ", kMaxDims,
-          " dims that cannot be merged; at most ", kMaxDims, " are supported on cuda");
-    }
-    sizes[rank] = shape[d];
-    for (std::size_t k = 0; k < count; ++k) out[k][rank] = strides[k][d];
-    ++rank;
-  }
-  return rank;
-}
-
 // Successive wide-load launches walk their vectors in alternating directions. An eager chain's
 // op then starts on the end of its input that the op before wrote last, and those lines are
 // still in L2 (a 4096^2 f32 tensor is 64 MiB, the H200's L2 60 MB). Elementwise results do not
@@ -121,9 +91,38 @@ std::uint32_t next_direction() {
 
 }  // namespace
 
+int merge_dims(const Shape& shape, std::span<const Strides> strides, std::int64_t* sizes,
+               std::int64_t* merged, std::size_t row, std::size_t max_dims) {
+  const std::size_t count = strides.size();
+  int rank = 0;
+  for (std::size_t d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    if (rank > 0) {
+      bool mergeable = true;
+      for (std::size_t k = 0; k < count; ++k) {
+        if (merged[k * row + rank - 1] != strides[k][d] * shape[d]) mergeable = false;
+      }
+      if (mergeable) {
+        sizes[rank - 1] *= shape[d];
+        for (std::size_t k = 0; k < count; ++k) merged[k * row + rank - 1] = strides[k][d];
+        continue;
+      }
+    }
+    if (rank == static_cast<int>(max_dims)) return -1;
+    sizes[rank] = shape[d];
+    for (std::size_t k = 0; k < count; ++k) merged[k * row + rank] = strides[k][d];
+    ++rank;
+  }
+  return rank;
+}
+
 void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTensor& out,
                         std::span<const CudaTensor* const> inputs,
                         std::span<const std::uint64_t> scalar_bits) {
+  if (KernelCapture* capture = KernelCapture::active()) {
+    capture->record(op, out, inputs, scalar_bits);
+    return;
+  }
   const Shape& shape = out.shape();
   const std::int64_t n = shape.num_elements();
   if (n == 0) return;
@@ -154,7 +153,13 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     strides[0] = out.strides();
     for (std::size_t k = 0; k < inputs.size(); ++k)
       strides[k + 1] = broadcast_strides(*inputs[k], shape);
-    params.rank = collapse(shape, strides, count, params.sizes, params.strides);
+    params.rank = merge_dims(shape, std::span<const Strides>(strides.data(), count), params.sizes,
+                             &params.strides[0][0], kMaxDims, kMaxDims);
+    if (params.rank < 0) {
+      detail::fail<InvalidArgument>(
+          "cuda", "a view of shape ", shape.to_string(), " has more than ", kMaxDims,
+          " dims that cannot be merged; at most ", kMaxDims, " are supported on cuda");
+    }
     // Views that merge into one contiguous run (size-1 dims, broadcast rank) are flat too.
     flat = params.rank <= 1;
     for (std::size_t k = 0; k < count && params.rank == 1; ++k) {

@@ -106,6 +106,12 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
                         std::span<const CudaTensor* const> inputs,
                         std::span<const std::uint64_t> scalar_bits = {});
 
+// Merges dims that every operand walks contiguously together and drops size-1 dims: fewer
+// divisions per element, and most views become rank 1 or 2. Operand k's merged strides go to
+// merged[k * row + d]. Returns the merged rank, or -1 when more than max_dims remain.
+int merge_dims(const Shape& shape, std::span<const Strides> strides, std::int64_t* sizes,
+               std::int64_t* merged, std::size_t row, std::size_t max_dims);
+
 // A scalar in the raw 64-bit form launch_elementwise takes, as the compute type of dtype.
 std::uint64_t scalar_bits(double value, DType dtype);
 std::uint64_t scalar_bits_int(std::int64_t value);

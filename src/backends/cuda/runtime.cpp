@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/kernel_capture.h"
 #include "core/checked.h"
 
 namespace kiln::cuda {
@@ -11,12 +12,17 @@ TensorPtr Runtime::make_tensor(DType dtype, const Shape& shape, const char* op) 
   // Every CUDA allocation passes here: the byte count is checked arithmetic (an absurd or
   // wrapping shape is OutOfMemory / InvalidArgument, never a short buffer).
   const std::size_t bytes = checked::dense_bytes(shape, dtype, op);
+  // Under a kernel capture (cuda_fused.cpp) an op's result is a placeholder until the fused
+  // kernel writes it.
+  if (KernelCapture* capture = KernelCapture::active())
+    return capture->placeholder(dtype, shape, device_);
   auto storage = std::make_shared<Storage>(allocator, bytes, op);
   return std::make_shared<CudaTensor>(dtype, shape, device_, std::move(storage));
 }
 
 void Runtime::launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                            const void* params, std::size_t bytes, unsigned shared_bytes) {
+  KernelCapture::refuse_if_active();  // only elementwise kernels are captured
   // Module loads and allocations around a launch expect the context current on this thread.
   context.make_current();
   context.launch(op, function, blocks, threads, shared_bytes, params, bytes);

@@ -67,7 +67,7 @@ Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const S
                                     std::initializer_list<Primitive> inputs, StepRun run) {
   const std::int64_t space =
       params.dim >= 0 ? inputs.begin()->get()->shape().num_elements() : shape.num_elements();
-  if (space < kEagerBelow) {
+  if (space < min_fused_) {
     // Small work over computed inputs runs now: a group this small would run its ops one by one
     // anyway, and recording them would only add the cost of the record.
     std::array<Primitive, 3> values;

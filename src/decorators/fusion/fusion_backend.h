@@ -28,11 +28,6 @@ namespace kiln::fusion {
 // Most ops one group runs: a new op over inputs whose pending ops would pass it computes them
 // first. Bounds the work a read can trigger and the time a group holds its inputs.
 inline constexpr std::uint32_t kMaxGroupOps = 64;
-// An op over computed inputs that iterates over fewer elements runs at once instead of being
-// recorded: its group could only run op by op (the CPU tiles groups of two tiles and more), so
-// recording would add the record's cost and nothing else. To be revisited where the inner
-// backend fuses small groups (CUDA kernels generated per group: there fusing saves launches).
-inline constexpr std::int64_t kEagerBelow = 4096;
 // Held pending values the decorator lets accumulate before it computes them all (the bounded
 // queue: a loop that records without reading cannot grow memory without end).
 inline constexpr std::size_t kMaxQueued = 1024;
@@ -92,6 +87,8 @@ class FusionPassthrough : public ForwardingBackend {
   std::vector<std::weak_ptr<LazyNode>> queued_;  // pending nodes recorded, for flush
   std::atomic<std::uint64_t> groups_run_{0};
   std::atomic<bool> check_{check_from_environment()};
+  // The inner backend's min_fused_elements(), asked once.
+  const std::int64_t min_fused_ = inner().min_fused_elements();
   ResultHook result_hook_;
   static bool check_from_environment() noexcept;
   void check_group(const FusedProgram& program, const std::vector<Primitive>& fused);

@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -440,9 +441,16 @@ std::string describe(const Program& p) {
   return s;
 }
 
+// KILN_RANDOM_GRAPHS_DEVICE=cuda:0 (scripts/gpu-check) runs the graphs on that device instead of
+// the CPU: fused there against that device's op-by-op results.
+Device graphs_device() {
+  const char* text = std::getenv("KILN_RANDOM_GRAPHS_DEVICE");
+  return text != nullptr && *text != '\0' ? Device::parse(text) : Device::cpu();
+}
+
 TEST(FusionRandomGraphs, FusedMatchesOpByOpAndTheFloat64Reference) {
-  const Device fused = Device::cpu().fused();
-  const Device eager = Device::cpu();
+  const Device eager = graphs_device().without_fusion();
+  const Device fused = eager.fused();
   constexpr int kGraphs = 1000;
   int failures = 0;
   for (std::uint64_t seed = 0; seed < kGraphs && failures < 5; ++seed) {

@@ -1,0 +1,78 @@
+// One generated kernel for a run of elementwise ops of a fused group (cuda_fused.cpp captures
+// them). The ops are the elementwise family's own descriptions (ElementwiseOp: expression,
+// dtypes, scalars), chained: an op reads input tensors (loaded once per element) and the values
+// of ops before it, which stay in registers. Only the values named as outputs are stored.
+//
+// A value in registers is kept in its dtype's storage form (f16 as its 16-bit word), so an op
+// that reads it sees exactly what it would have loaded from the eager op's output: fused and
+// eager results agree bit for bit. An op that reads an operand as another dtype of the same
+// width (mask_where moves raw bits) reinterprets the word.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/elementwise.h"
+
+namespace kiln::cuda {
+
+inline constexpr std::size_t kMaxFusedInputs = 8;
+inline constexpr std::size_t kMaxFusedOutputs = 6;
+inline constexpr std::size_t kMaxFusedScalars = 12;
+inline constexpr std::size_t kMaxFusedFailures = 8;  // ops that can set the error flag
+inline constexpr std::size_t kMaxFusedDims = 6;      // after merging dims (else op by op)
+
+// Values are numbered inputs first (0 .. inputs.size() - 1), then one per op.
+struct FusedKernelOp {
+  ElementwiseOp op;                        // its expression, the dtypes it reads and yields
+  std::array<std::int32_t, 3> operands{};  // value ids, op.inputs.size() of them
+  std::int32_t first_scalar = 0;           // its scalars are s[first_scalar ...]
+  std::int32_t failure = -1;               // its error flag's index, -1 when it cannot fail
+};
+
+struct FusedKernel {
+  std::vector<DType> inputs;  // dtype of each input tensor
+  std::vector<FusedKernelOp> ops;
+  struct Output {
+    std::int32_t value;
+    DType dtype;  // the tensor written (the op's declared output, or a dtype of its width)
+  };
+  std::vector<Output> outputs;
+
+  std::int32_t value_of_op(std::size_t k) const noexcept {
+    return static_cast<std::int32_t>(inputs.size() + k);
+  }
+};
+
+// Elements per vector of the wide-load kernel: 16 bytes of the widest tensor, 4 to 16.
+std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept;
+// What the source depends on: the cache key of the module.
+std::string fused_kernel_key(const FusedKernel& kernel);
+// A module with kiln_fused (any strides), kiln_fused_flat (every input contiguous and of the
+// iteration shape) and kiln_fused_vec (flat, every pointer on a 16-byte vector).
+std::string fused_kernel_source(const FusedKernel& kernel);
+
+// The launch parameters (structs FP and FF of the generated source mirror them).
+struct FusedParams {
+  std::int64_t n;
+  std::int32_t rank;
+  std::int64_t sizes[kMaxFusedDims];
+  std::int64_t strides[kMaxFusedInputs][kMaxFusedDims];
+  std::uint64_t in[kMaxFusedInputs];
+  std::uint64_t out[kMaxFusedOutputs];
+  std::uint64_t s[kMaxFusedScalars];
+  std::uint64_t error_word;
+  std::uint32_t tokens[kMaxFusedFailures];
+};
+struct FusedFlatParams {
+  std::int64_t n;
+  std::uint64_t in[kMaxFusedInputs];
+  std::uint64_t out[kMaxFusedOutputs];
+  std::uint64_t s[kMaxFusedScalars];
+  std::uint64_t error_word;
+  std::uint32_t tokens[kMaxFusedFailures];
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,257 @@
+// Source generation of fused elementwise kernels (no driver calls: the tests compile it with
+// NVRTC on machines without a GPU).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "backends/cuda/fused_kernel.h"
+#include "backends/cuda/kernel_source.h"
+
+namespace kiln::cuda {
+
+using namespace fmt::literals;
+
+namespace {
+
+constexpr const char* kOperandNames[] = {"a", "b", "c"};
+
+// Structs FusedParams and FusedFlatParams (fused_kernel.h) mirror these; k_as reinterprets a
+// value's word as another type of its width.
+constexpr const char* kParamsStructs = R"CUDA(
+struct FP {
+  i64 n; int rank;
+  i64 sizes[6]; i64 strides[8][6];
+  u64 in[8]; u64 out[6]; u64 s[12];
+  unsigned* err_word; unsigned tok[8];
+};
+struct FF {
+  i64 n; u64 in[8]; u64 out[6]; u64 s[12];
+  unsigned* err_word; unsigned tok[8];
+};
+template <class To, class From> __device__ __forceinline__ To k_as(From f) {
+  static_assert(sizeof(To) == sizeof(From), "k_as keeps the width");
+  union { From f; To t; } x; x.f = f; return x.t;
+}
+)CUDA";
+
+static_assert(kMaxFusedDims == 6 && kMaxFusedInputs == 8 && kMaxFusedOutputs == 6 &&
+                  kMaxFusedScalars == 12 && kMaxFusedFailures == 8,
+              "kParamsStructs spells these sizes out");
+
+char letter(DType d) noexcept { return static_cast<char>('A' + static_cast<int>(d)); }
+
+// The dtype a value's register holds (its storage form).
+DType slot_dtype(const FusedKernel& kernel, std::int32_t value) {
+  const auto v = static_cast<std::size_t>(value);
+  return v < kernel.inputs.size() ? kernel.inputs[v]
+                                  : kernel.ops[v - kernel.inputs.size()].op.output;
+}
+
+// value's register as dtype's storage type.
+std::string word_as(const FusedKernel& kernel, std::int32_t value, DType dtype) {
+  const DType held = slot_dtype(kernel, value);
+  if (std::string_view(storage_type(held)) == storage_type(dtype)) return fmt::format("v{}", value);
+  return fmt::format("k_as<{}>(v{})", storage_type(dtype), value);
+}
+
+// Every op of the kernel on the element whose inputs' words are v0 .. v(inputs - 1) and whose
+// flat index is i: each op's word lands in its own register v<value>.
+std::string element_body(const FusedKernel& kernel, std::string_view indent) {
+  std::string body;
+  for (std::size_t k = 0; k < kernel.ops.size(); ++k) {
+    const FusedKernelOp& f = kernel.ops[k];
+    const ElementwiseOp& op = f.op;
+    std::string reads;
+    for (std::size_t j = 0; j < op.inputs.size(); ++j) {
+      const DType d = op.inputs[j];
+      reads += fmt::format("{}  const {} {} = {};\n", indent, compute_type(d), kOperandNames[j],
+                           load_expression(d, word_as(kernel, f.operands[j], d)));
+    }
+    for (std::size_t j = 0; j < op.scalars.size(); ++j) {
+      reads += fmt::format("{}  const {} s{} = S{};\n", indent, compute_type(op.scalars[j]), j,
+                           f.first_scalar + static_cast<std::int32_t>(j));
+    }
+    body += fmt::format(
+        "{indent}{storage} v{value};\n"
+        "{indent}{{  // {name}\n"
+        "{reads}"
+        "{indent}  bool err = false;\n"
+        "{indent}  const {type} value = ({expression});\n"
+        "{indent}  v{value} = {store};\n"
+        "{indent}  {flag};\n"
+        "{indent}}}\n",
+        "indent"_a = indent, "storage"_a = storage_type(op.output),
+        "value"_a = kernel.value_of_op(k), "name"_a = op.name, "reads"_a = reads,
+        "type"_a = compute_type(op.value_dtype), "expression"_a = op.expression.view(),
+        "store"_a =
+            store_expression(op.output, convert_expression(op.value_dtype, op.output, "value")),
+        "flag"_a = f.failure >= 0 ? fmt::format("e{0} = e{0} || err", f.failure) : "(void)err");
+  }
+  return body;
+}
+
+// The loads of every input at offsets o<k>, the body, the stores at the flat index i.
+std::string element_step(const FusedKernel& kernel, std::string_view indent) {
+  std::string s;
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+    s += fmt::format("{0}const {1} v{2} = ((const {1}*)p.in[{2}])[o{2}];\n", indent,
+                     storage_type(kernel.inputs[k]), k);
+  }
+  s += element_body(kernel, indent);
+  for (std::size_t j = 0; j < kernel.outputs.size(); ++j) {
+    const FusedKernel::Output& out = kernel.outputs[j];
+    s += fmt::format("{}(({}*)p.out[{}])[i] = {};\n", indent, storage_type(out.dtype), j,
+                     word_as(kernel, out.value, out.dtype));
+  }
+  return s;
+}
+
+// The error flags and scalars, declared before the element loop; and the flags' report after it.
+std::string kernel_head(const FusedKernel& kernel) {
+  std::string s;
+  std::int32_t failures = 0;
+  for (const FusedKernelOp& f : kernel.ops) failures = std::max(failures, f.failure + 1);
+  for (std::int32_t k = 0; k < failures; ++k) s += fmt::format("  bool e{} = false;\n", k);
+  for (const FusedKernelOp& f : kernel.ops) {
+    for (std::size_t j = 0; j < f.op.scalars.size(); ++j) {
+      const char* type = compute_type(f.op.scalars[j]);
+      s += fmt::format("  const {0} S{1} = k_bits<{0}>(p.s[{1}]);\n", type,
+                       f.first_scalar + static_cast<std::int32_t>(j));
+    }
+  }
+  return s;
+}
+
+std::string kernel_end(const FusedKernel& kernel) {
+  std::string s;
+  std::int32_t failures = 0;
+  for (const FusedKernelOp& f : kernel.ops) failures = std::max(failures, f.failure + 1);
+  for (std::int32_t k = 0; k < failures; ++k)
+    s += fmt::format("  if (e{0}) *p.err_word = p.tok[{0}];\n", k);
+  return s + "}\n";
+}
+
+std::string offsets(const FusedKernel& kernel, std::string_view init) {
+  std::string s;
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k)
+    s += fmt::format("    {}i64 o{} = {};\n", init == "i" ? "const " : "", k, init);
+  return s;
+}
+
+constexpr const char* kGridLoop =
+    "for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
+    "blockDim.x)";
+
+std::string strided_kernel(const FusedKernel& kernel) {
+  std::string steps;
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k)
+    steps += fmt::format("      o{0} += idx * p.strides[{0}][d];\n", k);
+  return fmt::format(
+      R"CUDA(extern "C" __global__ void __launch_bounds__(256) kiln_fused(const FP p) {{
+{head}  {loop} {{
+    i64 rem = i;
+{offsets}    for (int d = p.rank - 1; d >= 0; --d) {{
+      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;
+{steps}    }}
+{step}  }}
+{end})CUDA",
+      "head"_a = kernel_head(kernel), "loop"_a = kGridLoop, "offsets"_a = offsets(kernel, "0"),
+      "steps"_a = steps, "step"_a = element_step(kernel, "    "), "end"_a = kernel_end(kernel));
+}
+
+std::string flat_kernel(const FusedKernel& kernel) {
+  return fmt::format(
+      R"CUDA(extern "C" __global__ void __launch_bounds__(256) kiln_fused_flat(const FF p) {{
+{head}  {loop} {{
+{offsets}{step}  }}
+{end})CUDA",
+      "head"_a = kernel_head(kernel), "loop"_a = kGridLoop, "offsets"_a = offsets(kernel, "i"),
+      "step"_a = element_step(kernel, "    "), "end"_a = kernel_end(kernel));
+}
+
+// Each thread moves one vector (16 bytes of the widest tensor) of every input and output per
+// step; the elements past the last whole vector take the scalar loop.
+std::string vector_kernel(const FusedKernel& kernel) {
+  std::string loads, stores, outputs;
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+    loads += fmt::format("    const V<{0}> w{1} = ((const V<{0}>*)p.in[{1}])[vec];\n",
+                         storage_type(kernel.inputs[k]), k);
+  }
+  for (std::size_t j = 0; j < kernel.outputs.size(); ++j) {
+    const char* type = storage_type(kernel.outputs[j].dtype);
+    outputs += fmt::format("    V<{}> y{};\n", type, j);
+    stores += fmt::format("    ((V<{}>*)p.out[{}])[vec] = y{};\n", type, j, j);
+  }
+  return fmt::format(
+      R"CUDA(template <class T> struct alignas({width} * sizeof(T) < 16 ? {width} * sizeof(T) : 16) V {{ T v[{width}]; }};
+extern "C" __global__ void __launch_bounds__(1024) kiln_fused_vec(const FF p) {{
+{head}  const i64 threads = (i64)gridDim.x * blockDim.x;
+  const i64 vectors = p.n / {width};
+  for (i64 vec = blockIdx.x * (i64)blockDim.x + threadIdx.x; vec < vectors; vec += threads) {{
+{loads}{outputs}#pragma unroll
+    for (int lane = 0; lane < {width}; ++lane) {{
+      const i64 i = vec * {width} + lane;
+      (void)i;
+{lanes_body}    }}
+{stores}  }}
+  for (i64 i = vectors * {width} + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += threads) {{
+{offsets}{step}  }}
+{end})CUDA",
+      "width"_a = fused_vector_width(kernel), "head"_a = kernel_head(kernel), "loads"_a = loads,
+      "outputs"_a = outputs,
+      "lanes_body"_a =
+          [&] {
+            // The input words of this lane, every op, then the outputs' lanes.
+            std::string s;
+            for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+              s += fmt::format("      const {0} v{1} = w{1}.v[lane];\n",
+                               storage_type(kernel.inputs[k]), k);
+            }
+            s += element_body(kernel, "      ");
+            for (std::size_t j = 0; j < kernel.outputs.size(); ++j) {
+              const FusedKernel::Output& out = kernel.outputs[j];
+              s += fmt::format("      y{}.v[lane] = {};\n", j,
+                               word_as(kernel, out.value, out.dtype));
+            }
+            return s;
+          }(),
+      "stores"_a = stores, "offsets"_a = offsets(kernel, "i"),
+      "step"_a = element_step(kernel, "    "), "end"_a = kernel_end(kernel));
+}
+
+}  // namespace
+
+std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept {
+  std::size_t widest = 1;
+  for (DType d : kernel.inputs) widest = std::max(widest, dtype_size(d));
+  for (const FusedKernel::Output& out : kernel.outputs)
+    widest = std::max(widest, dtype_size(out.dtype));
+  return std::clamp<std::int64_t>(16 / static_cast<std::int64_t>(widest), 4, 16);
+}
+
+std::string fused_kernel_key(const FusedKernel& kernel) {
+  std::string key = "fused:";
+  for (DType d : kernel.inputs) key += letter(d);
+  for (const FusedKernelOp& f : kernel.ops) {
+    const std::string_view expression = f.op.expression.view();
+    key += fmt::format("|{}:{}", expression.size(), expression);
+    for (DType d : f.op.inputs) key += letter(d);
+    key += letter(f.op.value_dtype);
+    key += letter(f.op.output);
+    key += '/';
+    for (DType d : f.op.scalars) key += letter(d);
+    for (std::size_t j = 0; j < f.op.inputs.size(); ++j) key += fmt::format(",{}", f.operands[j]);
+    key += fmt::format(";{};{}", f.first_scalar, f.failure);
+  }
+  key += "|>";
+  for (const FusedKernel::Output& out : kernel.outputs)
+    key += fmt::format("{}{},", letter(out.dtype), out.value);
+  return key;
+}
+
+std::string fused_kernel_source(const FusedKernel& kernel) {
+  return fmt::format("{}{}{}{}{}", kernel_prelude(), kParamsStructs, strided_kernel(kernel),
+                     flat_kernel(kernel), vector_kernel(kernel));
+}
+
+}  // namespace kiln::cuda

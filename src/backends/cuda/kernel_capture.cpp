@@ -1,0 +1,227 @@
+#include "backends/cuda/kernel_capture.h"
+
+#include <algorithm>
+
+namespace kiln::cuda {
+
+namespace {
+
+thread_local KernelCapture* active_capture = nullptr;
+
+// More ops than a fused group holds (64) only arise from ops made of several kernels.
+constexpr std::size_t kMaxCapturedOps = 96;
+
+}  // namespace
+
+KernelCapture* KernelCapture::active() noexcept { return active_capture; }
+
+KernelCapture::Scope::Scope(KernelCapture& capture) : previous_(active_capture) {
+  active_capture = &capture;
+}
+KernelCapture::Scope::~Scope() { active_capture = previous_; }
+
+TensorPtr KernelCapture::placeholder(DType dtype, const Shape& shape, Device device) {
+  auto p = std::make_shared<CudaTensor>(dtype, shape, device, nullptr);
+  placeholders_.push_back(p);
+  return p;
+}
+
+bool KernelCapture::is_placeholder(const CudaTensor* p) const noexcept {
+  return std::any_of(placeholders_.begin(), placeholders_.end(),
+                     [p](const TensorPtr& q) { return q.get() == p; });
+}
+
+std::int32_t KernelCapture::op_of(const CudaTensor* p) const noexcept {
+  for (std::size_t k = ops_.size(); k-- > 0;) {
+    if (ops_[k].result == p) return static_cast<std::int32_t>(k);
+  }
+  return -1;
+}
+
+std::int32_t KernelCapture::operand_of(const CudaTensor* tensor) {
+  if (is_placeholder(tensor)) {
+    const std::int32_t op = op_of(tensor);
+    if (op < 0) throw NotCapturable{};  // a placeholder no kernel wrote
+    return op;
+  }
+  for (std::size_t k = 0; k < inputs_.size(); ++k) {
+    if (inputs_[k].tensor == tensor) return -1 - static_cast<std::int32_t>(k);
+  }
+  if (inputs_.size() == kMaxFusedInputs) throw NotCapturable{.full = true};
+  inputs_.push_back({tensor});
+  return -static_cast<std::int32_t>(inputs_.size());
+}
+
+void KernelCapture::record(const ElementwiseOp& op, const CudaTensor& out,
+                           std::span<const CudaTensor* const> inputs,
+                           std::span<const std::uint64_t> scalars) {
+  // Gathering ops read other elements than their own; an output that is no fresh placeholder
+  // (an op writing into a tensor it was given) or of another shape is not an element of this
+  // kernel's iteration.
+  if (op.gathered_input >= 0 || !is_placeholder(&out) || op_of(&out) >= 0 ||
+      !(out.shape() == shape_) || inputs.size() != op.inputs.size() || inputs.size() > 3 ||
+      dtype_size(out.dtype()) != dtype_size(op.output)) {
+    throw NotCapturable{};
+  }
+  if (ops_.size() == kMaxCapturedOps) throw NotCapturable{.full = true};
+  Op rec{.spec = op, .dtype = out.dtype(), .result = &out};
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (dtype_size(inputs[k]->dtype()) != dtype_size(op.inputs[k])) throw NotCapturable{};
+    rec.operands[k] = operand_of(inputs[k]);
+  }
+  if (scalars_.size() + scalars.size() > kMaxFusedScalars) throw NotCapturable{.full = true};
+  rec.first_scalar = static_cast<std::int32_t>(scalars_.size());
+  scalars_.insert(scalars_.end(), scalars.begin(), scalars.end());
+  if (op.failure != nullptr) {
+    if (failures_ == kMaxFusedFailures) throw NotCapturable{.full = true};
+    rec.failure = static_cast<std::int32_t>(failures_++);
+  }
+  ops_.push_back(std::move(rec));
+}
+
+void KernelCapture::roll_back(const Mark& mark) {
+  ops_.resize(mark.ops);
+  inputs_.resize(mark.inputs);
+  scalars_.resize(mark.scalars);
+  failures_ = mark.failures;
+  placeholders_.resize(mark.placeholders);
+}
+
+std::vector<TensorPtr> KernelCapture::run_one_by_one(Runtime& runtime,
+                                                     const std::vector<bool>& wanted) {
+  // Each op's result is dropped after the last op that reads it, as eager execution would.
+  std::vector<std::size_t> last_read(ops_.size(), 0);
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    for (std::size_t j = 0; j < ops_[k].spec.inputs.size(); ++j) {
+      if (ops_[k].operands[j] >= 0) last_read[static_cast<std::size_t>(ops_[k].operands[j])] = k;
+    }
+  }
+  std::vector<TensorPtr> results(ops_.size());
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const Op& op = ops_[k];
+    const CudaTensor* inputs[3] = {};
+    for (std::size_t j = 0; j < op.spec.inputs.size(); ++j) {
+      const std::int32_t operand = op.operands[j];
+      inputs[j] = operand >= 0 ? results[static_cast<std::size_t>(operand)].get()
+                               : inputs_[static_cast<std::size_t>(-1 - operand)].tensor;
+    }
+    results[k] = runtime.make_tensor(op.dtype, shape_, op.spec.name);
+    launch_elementwise(
+        runtime, op.spec, *results[k],
+        std::span<const CudaTensor* const>(inputs, op.spec.inputs.size()),
+        std::span<const std::uint64_t>(scalars_.data() + op.first_scalar, op.spec.scalars.size()));
+    for (std::size_t j = 0; j < op.spec.inputs.size(); ++j) {
+      const std::int32_t operand = op.operands[j];
+      if (operand >= 0 && last_read[static_cast<std::size_t>(operand)] == k &&
+          !wanted[static_cast<std::size_t>(operand)]) {
+        results[static_cast<std::size_t>(operand)].reset();
+      }
+    }
+  }
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    if (!wanted[k]) results[k].reset();
+  }
+  return results;
+}
+
+std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bool>& wanted) {
+  std::vector<std::int32_t> outputs;
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    if (wanted[k]) outputs.push_back(static_cast<std::int32_t>(k));
+  }
+  if (outputs.empty()) return std::vector<TensorPtr>(ops_.size());
+  if (ops_.size() == 1 || outputs.size() > kMaxFusedOutputs) return run_one_by_one(runtime, wanted);
+
+  FusedParams params;
+  std::memset(&params, 0, sizeof params);
+  std::vector<Strides> strides;
+  strides.reserve(inputs_.size());
+  bool flat = true;
+  for (const Input& in : inputs_) {
+    strides.push_back(broadcast_strides(*in.tensor, shape_));
+    flat = flat && in.tensor->is_contiguous() && in.tensor->shape() == shape_;
+  }
+  if (!flat) {
+    params.rank = merge_dims(shape_, strides, params.sizes, &params.strides[0][0], kMaxFusedDims,
+                             kMaxFusedDims);
+    if (params.rank < 0) return run_one_by_one(runtime, wanted);
+    // Views that merge into one contiguous run (size-1 dims, broadcast rank) are flat too.
+    flat = params.rank <= 1;
+    for (std::size_t k = 0; k < inputs_.size() && params.rank == 1; ++k) {
+      if (params.strides[k][0] != 1) flat = false;
+    }
+  }
+
+  FusedKernel kernel;
+  for (const Input& in : inputs_) kernel.inputs.push_back(in.tensor->dtype());
+  const auto value_of = [&](std::int32_t operand) {
+    return operand >= 0 ? kernel.value_of_op(static_cast<std::size_t>(operand)) : -1 - operand;
+  };
+  for (const Op& op : ops_) {
+    FusedKernelOp f{.op = op.spec, .first_scalar = op.first_scalar, .failure = op.failure};
+    for (std::size_t j = 0; j < op.spec.inputs.size(); ++j)
+      f.operands[j] = value_of(op.operands[j]);
+    kernel.ops.push_back(std::move(f));
+  }
+  std::vector<TensorPtr> results(ops_.size());
+  for (std::int32_t k : outputs) {
+    const Op& op = ops_[static_cast<std::size_t>(k)];
+    kernel.outputs.push_back({kernel.value_of_op(static_cast<std::size_t>(k)), op.dtype});
+    results[static_cast<std::size_t>(k)] = runtime.make_tensor(op.dtype, shape_, op.spec.name);
+  }
+  const std::int64_t n = shape_.num_elements();
+  if (n == 0) return results;
+
+  params.n = n;
+  for (std::size_t k = 0; k < inputs_.size(); ++k) params.in[k] = inputs_[k].tensor->data();
+  for (std::size_t j = 0; j < outputs.size(); ++j)
+    params.out[j] = results[static_cast<std::size_t>(outputs[j])]->data();
+  std::copy(scalars_.begin(), scalars_.end(), params.s);
+  params.error_word = runtime.context.error_word();
+  for (const Op& op : ops_) {
+    if (op.failure >= 0) {
+      params.tokens[op.failure] = runtime.context.error_token(op.spec.name, op.spec.failure);
+    }
+  }
+  const std::string key = fused_kernel_key(kernel);
+  auto source = [&] { return fused_kernel_source(kernel); };
+  const char* name = ops_.back().spec.name;
+  if (!flat) {
+    CUfunction function = runtime.compiler.function(key, "kiln_fused", source);
+    runtime.launch(name, function, runtime.blocks_for(n, 256), 256, params);
+    return results;
+  }
+  FusedFlatParams p;
+  std::memset(&p, 0, sizeof p);
+  p.n = n;
+  std::copy(std::begin(params.in), std::end(params.in), p.in);
+  std::copy(std::begin(params.out), std::end(params.out), p.out);
+  std::copy(std::begin(params.s), std::end(params.s), p.s);
+  p.error_word = params.error_word;
+  std::copy(std::begin(params.tokens), std::end(params.tokens), p.tokens);
+  // Every pointer on a whole vector of its dtype: the wide-load kernel.
+  const std::int64_t width = fused_vector_width(kernel);
+  bool aligned = n >= width;
+  auto on_vector = [&](std::uint64_t pointer, DType dtype) {
+    const auto bytes = std::min<std::uint64_t>(16, std::uint64_t(width) * dtype_size(dtype));
+    return pointer % bytes == 0;
+  };
+  for (std::size_t k = 0; k < inputs_.size() && aligned; ++k)
+    aligned = on_vector(p.in[k], kernel.inputs[k]);
+  for (std::size_t j = 0; j < outputs.size() && aligned; ++j)
+    aligned = on_vector(p.out[j], kernel.outputs[j].dtype);
+  if (aligned) {
+    const unsigned threads = vector_shape().threads;
+    const std::int64_t vectors = n / width;
+    const auto blocks = static_cast<unsigned>(
+        std::clamp<std::int64_t>((vectors + threads - 1) / threads, 1, std::int64_t{1} << 30));
+    CUfunction function = runtime.compiler.function(key, "kiln_fused_vec", source);
+    runtime.launch(name, function, blocks, threads, p);
+    return results;
+  }
+  CUfunction function = runtime.compiler.function(key, "kiln_fused_flat", source);
+  runtime.launch(name, function, runtime.blocks_for(n, 256), 256, p);
+  return results;
+}
+
+}  // namespace kiln::cuda
