@@ -79,18 +79,20 @@ void on_gpu(benchmark::State& state, Body&& body) {
 }
 
 // Per iteration: ops calls of op, then Device::sync; the manual time is that wall time / ops.
+// Every result is held until the sync: on a fused device an unheld result is never computed.
 // Returns the last result, for the caller to check.
 template <class Op>
 auto time_ops(benchmark::State& state, const Device& device, int ops, Op&& op) {
-  auto last = op();
+  std::vector<decltype(op())> results(static_cast<std::size_t>(ops));
+  results.back() = op();
   device.sync();
   for (auto _ : state) {
     const auto start = Clock::now();
-    for (int i = 0; i < ops; ++i) last = op();
+    for (auto& result : results) result = op();
     device.sync();
     state.SetIterationTime(seconds_since(start) / ops);
   }
-  return last;
+  return results.back();
 }
 
 template <std::size_t D>
