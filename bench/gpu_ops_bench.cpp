@@ -83,12 +83,14 @@ void on_gpu(benchmark::State& state, Body&& body) {
 // Returns the last result, for the caller to check.
 template <class Op>
 auto time_ops(benchmark::State& state, const Device& device, int ops, Op&& op) {
-  std::vector<decltype(op())> results(static_cast<std::size_t>(ops));
-  results.back() = op();
+  std::vector<decltype(op())> results;
+  results.reserve(static_cast<std::size_t>(ops));
+  results.push_back(op());
   device.sync();
   for (auto _ : state) {
+    results.clear();
     const auto start = Clock::now();
-    for (auto& result : results) result = op();
+    for (int i = 0; i < ops; ++i) results.push_back(op());
     device.sync();
     state.SetIterationTime(seconds_since(start) / ops);
   }
