@@ -124,8 +124,8 @@ Outcome run(const std::vector<std::string>& command, const Settings& settings) {
   Outcome outcome;
   pollfd fds[2] = {{out_pipe.read.get(), POLLIN, 0}, {err_pipe.read.get(), POLLIN, 0}};
   std::string* sinks[2] = {&outcome.out, &outcome.err};
-  int open = 2;
-  while (open > 0) {
+  int open_pipes = 2;
+  while (open_pipes > 0) {
     if (::poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       detail::fail<ExecutionError>(kOp, "poll: ", std::strerror(errno));
@@ -138,7 +138,7 @@ Outcome run(const std::vector<std::string>& command, const Settings& settings) {
         sinks[k]->append(buffer, static_cast<std::size_t>(got));
       } else if (got == 0 || errno != EINTR) {
         fds[k].fd = -1;  // poll skips negative descriptors
-        --open;
+        --open_pipes;
       }
     }
   }
