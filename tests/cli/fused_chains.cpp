@@ -25,6 +25,9 @@ int main() {
   try {
     using kiln::Tensor;
     const kiln::Device device = kiln::Device::default_device();
+    // As programs do: the name differs between the fused and the unfused device, so the
+    // bisection's reference must be fused too.
+    std::printf("device: %s\n", device.backend_name().c_str());
     constexpr std::int64_t kRows = 64, kCols = 128;  // above the fuser's eager size: recorded
     std::vector<float> start(kRows * kCols);
     for (std::size_t i = 0; i < start.size(); ++i)
