@@ -128,6 +128,15 @@ case "$scenario" in
     KILN_FUSION_FAULT_FOR_TESTS=8 bisect 0 "no fused group changes the output" -- "$chains"
     KILN_FUSION_FAULT_FOR_TESTS=3 bisect 0 "no fused group changes the output" \
       --tolerance 10 -- "$chains"
+    # Numbers compare within the tolerance, the rest of the text exactly. A shell stands in for a
+    # program whose fused groups change its output; it writes no group count, so bisect searches
+    # upwards first.
+    numbers='[ "$KILN_FUSION_LIMIT" = 0 ] && echo "loss 1.00000, v1.2" || echo "loss 1.00001, v1.2"'
+    bisect 0 "no fused group changes the output" -- bash -c "$numbers"
+    bisect 1 "first fused group that changes the output: #0" --tolerance 1e-6 -- bash -c "$numbers"
+    grep -qF "wrote no group count" "$work/out" || fail "no upward search: $(cat "$work/out")"
+    text='[ "$KILN_FUSION_LIMIT" = 0 ] && echo "x 1 v1.2" || echo "x 1 v1.3"'
+    bisect 1 "first fused group that changes the output: #0" --tolerance 1 -- bash -c "$text"
     # The fusion checker catches the same fault in the program itself.
     KILN_FUSION_CHECK=1 KILN_FUSION_FAULT_FOR_TESTS=3 "$chains" >"$work/out" 2>"$work/err" &&
       fail "the checker let the fault in group 3 through"

@@ -186,9 +186,11 @@ std::vector<Token> tokens(std::string_view text) {
   std::vector<Token> result;
   std::size_t plain = 0;  // start of the text run being gathered
   for (std::size_t i = 0; i < text.size();) {
-    // A sign or digit glued to a word ("v3", "x-1") is text: only free-standing numbers count.
+    // A sign or digit glued to a word or a dot ("v3", "x-1", "v1.2") is text: only free-standing
+    // numbers count.
+    const char before = i > 0 ? text[i - 1] : ' ';
     const bool after_word =
-        i > 0 && (std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_');
+        std::isalnum(static_cast<unsigned char>(before)) || before == '_' || before == '.';
     const std::size_t length = after_word ? 0 : number_length(text.substr(i));
     if (length == 0) {
       ++i;
@@ -337,7 +339,8 @@ int run_fusion_bisect(const FusionBisectOptions& options, std::ostream& out) {
     bad = *count;
   } else {
     // No count (the run ended without exit: a crash, _exit): limits that double find a bad one.
-    out << "the fused run wrote no group count (it ended without exit); searching upwards\n";
+    out << "the fused run wrote no group count (it made no fused device, or ended without exit); "
+           "searching upwards\n";
     for (std::uint64_t limit = 1;; limit *= 2) {
       if (limit > (std::uint64_t{1} << 40))
         detail::fail<ExecutionError>(kOp, "no limit on fused groups reproduces the change");
