@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The kiln command's error exit, run as a user would: every failure is one line "kiln: ..." on
-# stderr and exit status 1, never an abort. Usage: cli_test.sh KILN_BINARY SCENARIO
+# stderr and exit status 1, never an abort. Usage: cli_test.sh KILN_BINARY SCENARIO [PROGRAM]
+# (fusion_bisect: PROGRAM is the fused program to bisect, tests/cli/fused_chains.cpp).
 set -uo pipefail
 kiln=$1
 scenario=$2
@@ -45,9 +46,9 @@ flip_last_byte() {
 
 case "$scenario" in
   commands)
-    expect 1 "kiln: unknown command 'foo'; commands: info, train" -- foo
+    expect 1 "kiln: unknown command 'foo'; commands: info, train, fusion-bisect" -- foo
     expect 1 "kiln: unknown command 'train foo'; train commands: digits, charlm" -- train foo
-    expect 1 "kiln: a command is required; commands: info, train" --
+    expect 1 "kiln: a command is required; commands: info, train, fusion-bisect" --
     expect 1 "kiln: 'train' needs a command; train commands: digits, charlm" -- train
     expect 1 "kiln: " -- info unexpected
     expect 1 "kiln: " -- train digits --no-such-option
@@ -96,6 +97,84 @@ case "$scenario" in
     expect 0 "warning: the checkpoint of epoch 2 is unusable" -- \
       train digits --epochs 2 --seed 2 --out "$run"
     grep -qF "resuming from epoch 1" "$work/out" || fail "no fallback to epoch 1: $(cat "$work/out")"
+    ;;
+  fusion_bisect)
+    chains=$3
+    # bisect STATUS TEXT ARGS...: kiln fusion-bisect ARGS; checks the status and TEXT in stdout.
+    bisect() {
+      local status=$1 text=$2
+      shift 2
+      "$kiln" fusion-bisect "$@" >"$work/out" 2>"$work/err"
+      local got=$?
+      if [ "$got" -ne "$status" ]; then
+        fail "fusion-bisect $* exited $got, expected $status; stdout: $(cat "$work/out"); stderr: $(cat "$work/err")"
+      elif ! grep -qF -- "$text" "$work/out"; then
+        fail "fusion-bisect $*: stdout lacks '$text': $(cat "$work/out")"
+      fi
+    }
+    # The program's 8 reads run 8 groups, all fused, and none changes the output.
+    bisect 0 "no fused group changes the output (8 groups ran fused)" -- "$chains"
+    # A fault in one group: bisect names it and prints it, for the first, a middle and the last.
+    for group in 0 3 7; do
+      KILN_FUSION_FAULT_FOR_TESTS=$group bisect 1 \
+        "first fused group that changes the output: #$group" -- "$chains"
+      grep -qF "kiln fusion: group #$group (structure hash " "$work/out" ||
+        fail "group $group is not described: $(cat "$work/out")"
+      grep -qF "fused alone (KILN_FUSION_ONLY=$group), it changes the output" "$work/out" ||
+        fail "group $group alone is not confirmed: $(cat "$work/out")"
+    done
+    grep -qF "= sum_dim(" "$work/out" || fail "group 7 is not the reduction: $(cat "$work/out")"
+    # A fault past the last group changes nothing; a tolerance wider than the fault hides it.
+    KILN_FUSION_FAULT_FOR_TESTS=8 bisect 0 "no fused group changes the output" -- "$chains"
+    KILN_FUSION_FAULT_FOR_TESTS=3 bisect 0 "no fused group changes the output" \
+      --tolerance 10 -- "$chains"
+    # Numbers compare within the tolerance, the rest of the text exactly. A shell stands in for a
+    # program whose fused groups change its output; it writes no group count, so bisect searches
+    # upwards first.
+    numbers='[ "$KILN_FUSION_LIMIT" = 0 ] && echo "loss 1.00000, v1.2" || echo "loss 1.00001, v1.2"'
+    bisect 0 "no fused group changes the output" -- bash -c "$numbers"
+    bisect 1 "first fused group that changes the output: #0" --tolerance 1e-6 -- bash -c "$numbers"
+    grep -qF "wrote no group count" "$work/out" || fail "no upward search: $(cat "$work/out")"
+    text='[ "$KILN_FUSION_LIMIT" = 0 ] && echo "x 1 v1.2" || echo "x 1 v1.3"'
+    bisect 1 "first fused group that changes the output: #0" --tolerance 1 -- bash -c "$text"
+    # The fusion checker catches the same fault in the program itself.
+    KILN_FUSION_CHECK=1 KILN_FUSION_FAULT_FOR_TESTS=3 "$chains" >"$work/out" 2>"$work/err" &&
+      fail "the checker let the fault in group 3 through"
+    grep -qF "[fusion] v" "$work/err" && grep -qF "differs at element 0" "$work/err" ||
+      fail "the checker's message: $(cat "$work/err")"
+    KILN_FUSION_CHECK=1 "$chains" >"$work/out" 2>"$work/err" ||
+      fail "the checker failed without a fault: $(cat "$work/err")"
+    # The group controls alone: every group step by step, or one group described.
+    KILN_FUSION_LIMIT=0 KILN_FUSION_FAULT_FOR_TESTS=2 "$chains" >"$work/limited" 2>&1 ||
+      fail "KILN_FUSION_LIMIT=0 run failed: $(cat "$work/limited")"
+    KILN_FUSION=0 "$chains" >"$work/unfused" 2>&1
+    # The first line names the device: fusion<cpu> against cpu.
+    cmp -s <(tail -n +2 "$work/limited") <(tail -n +2 "$work/unfused") ||
+      fail "KILN_FUSION_LIMIT=0 still ran group 2 fused: $(cat "$work/limited")"
+    KILN_FUSION_DESCRIBE=1 "$chains" >/dev/null 2>"$work/err"
+    grep -qF "kiln fusion: group #1 (structure hash " "$work/err" &&
+      grep -qF "kiln fusion: end of group #1" "$work/err" ||
+      fail "KILN_FUSION_DESCRIBE=1 printed: $(cat "$work/err")"
+    KILN_FUSION_LIMIT=x "$chains" >/dev/null 2>"$work/err" && fail "KILN_FUSION_LIMIT=x accepted"
+    grep -qF "[KILN_FUSION_LIMIT] expected a group number" "$work/err" ||
+      fail "KILN_FUSION_LIMIT=x: $(cat "$work/err")"
+    # Errors exit 2 with one line: no command, one that fails, one that is not there, one whose
+    # output varies.
+    bisect_error() {
+      local text=$1
+      shift
+      "$kiln" fusion-bisect "$@" >"$work/out" 2>"$work/err"
+      local got=$?
+      [ "$got" -eq 2 ] || fail "fusion-bisect $* exited $got, expected 2: $(cat "$work/err")"
+      [ "$(wc -l <"$work/err")" -eq 1 ] || fail "fusion-bisect $*: stderr not one line: $(cat "$work/err")"
+      grep -qF -- "$text" "$work/err" || fail "fusion-bisect $*: stderr lacks '$text': $(cat "$work/err")"
+    }
+    bisect_error "kiln: " --
+    bisect_error "kiln: " --tolerance abc -- "$chains"
+    bisect_error "--tolerance must be at least 0, got -1" --tolerance -1 -- "$chains"
+    bisect_error "[fusion-bisect] false failed with every group step by step (exit status 1)" -- false
+    bisect_error "[fusion-bisect] cannot run $work/none: No such file or directory" -- "$work/none"
+    bisect_error "is not deterministic" -- bash -c 'echo $RANDOM$RANDOM'
     ;;
   *)
     fail "unknown scenario $scenario"

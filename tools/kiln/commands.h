@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <ostream>
+#include <string>
+#include <vector>
 
 namespace kiln::tools {
 
@@ -34,5 +36,16 @@ struct TrainCharlmOptions {
 };
 // `kiln train charlm`: a small character-level transformer on a text file, printing samples.
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out);
+
+struct FusionBisectOptions {
+  double tolerance = 1e-4;           // relative, for numbers in the output
+  std::vector<std::string> command;  // CMD ARGS..., run without a shell
+};
+// `kiln fusion-bisect -- CMD ARGS...`: runs CMD with every fusion group step by step, fused, and
+// with fewer groups fused until it finds the first fused group whose result changes CMD's output
+// (stdout and exit status). Returns 0 when no group changes it, 1 when one does (named and
+// described on out); a command that fails step by step or whose output varies between runs is an
+// error (main exits 2).
+int run_fusion_bisect(const FusionBisectOptions& options, std::ostream& out);
 
 }  // namespace kiln::tools

@@ -1,11 +1,14 @@
-// The kiln command line: `kiln info`, `kiln train digits`, `kiln train charlm [FILE]`.
+// The kiln command line: `kiln info`, `kiln train digits`, `kiln train charlm [FILE]`,
+// `kiln fusion-bisect -- CMD ARGS...`.
 // One error exit: whatever goes wrong (a bad option, kiln's errors, the file system's, memory)
-// ends as one line "kiln: ..." on stderr and exit status 1.
+// ends as one line "kiln: ..." on stderr and exit status 1 (2 for fusion-bisect, whose 1 means
+// "found a group", as for diff and git bisect run).
 #include <kiln/kiln.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <new>
+#include <string_view>
 
 #include "tools/kiln/commands.h"
 
@@ -101,6 +104,14 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   charlm_cmd->add_option("--seed", charlm.seed, "seed")->check(kNonNegative)->capture_default_str();
 
+  FusionBisectOptions bisect;
+  CLI::App* bisect_cmd = app.add_subcommand(
+      "fusion-bisect", "find the first fused group whose result changes CMD's output");
+  bisect_cmd->add_option("--tolerance", bisect.tolerance, "relative tolerance for numbers")
+      ->capture_default_str();
+  bisect_cmd->add_option("command", bisect.command, "-- CMD ARGS...: the program to run")
+      ->required();
+
   check_commands(app, argc, argv);
   try {
     app.parse(argc, argv);
@@ -112,6 +123,7 @@ int run(int argc, char** argv) {
   if (app.got_subcommand("info")) return run_info(std::cout);
   if (digits_cmd->parsed()) return run_train_digits(digits, std::cout);
   if (charlm_cmd->parsed()) return run_train_charlm(charlm, std::cout);
+  if (bisect_cmd->parsed()) return run_fusion_bisect(bisect, std::cout);
   return 0;
 }
 
@@ -123,15 +135,18 @@ std::string one_line(std::string text) {
   return text;
 }
 
+int error_status = 1;
+
 int report(const std::string& message) {
   std::cout.flush();
   std::cerr << "kiln: " << one_line(message) << "\n";
-  return 1;
+  return error_status;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "fusion-bisect") error_status = 2;
   try {
     return run(argc, argv);
   } catch (const std::bad_alloc&) {

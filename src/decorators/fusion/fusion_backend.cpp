@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <span>
 #include <string_view>
@@ -178,9 +179,16 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
       group.program.outputs.push_back(i);
     }
   }
+  // Groups outside the controls' choice run step by step: how fusion-bisect tells which fused
+  // group changes a program's output.
+  const std::uint64_t number = take_group_number();
+  const bool fused = controls_.runs_fused(number);
+  if (controls_.describe == number) {
+    std::fputs(describe_group(number, fused, group.program).c_str(), stderr);
+  }
   std::vector<Primitive> values;
   try {
-    values = inner().run_fused(group.program);
+    values = fused ? inner().run_fused(group.program) : run_steps(inner(), group.program);
   } catch (const OutOfMemory&) {
     throw;
   } catch (const Error& error) {
@@ -190,8 +198,11 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
                                  "a recorded op failed when its group ran: ", error.what(),
                                  "; the group:\n", describe(group.program));
   }
-  if (result_hook_) result_hook_(group.program, values);
-  if (check()) check_group(group.program, values);
+  if (fused) {
+    if (controls_.fault == number) inject_fault_for_tests(inner(), values);
+    if (result_hook_) result_hook_(group.program, values);
+    if (check()) check_group(group.program, values);
+  }
   groups_run_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t k = 0; k < values.size(); ++k) {
     LazyNode* node = group.step_nodes[static_cast<std::size_t>(group.program.outputs[k])];

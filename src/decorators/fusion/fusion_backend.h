@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "contract/forwarding.h"
+#include "decorators/fusion/group_controls.h"
 #include "decorators/fusion/lazy_node.h"
 #include "kiln/detail/op_columns.h"
 
@@ -55,16 +56,23 @@ class FusionPassthrough : public ForwardingBackend {
   // A computed node showing inner, the inner backend's tensor.
   Primitive wrap_computed(Primitive inner) const;
   // The fusion checker (KILN_FUSION_CHECK=1 in the environment when the backend is made): every
-  // group also runs step by step, and a difference beyond the dtype's tolerance throws
-  // FusionMismatch naming the group's ops.
+  // group that runs fused also runs step by step, and a difference beyond the dtype's tolerance
+  // throws FusionMismatch naming the group's ops.
   void set_check(bool check) noexcept { check_.store(check, std::memory_order_relaxed); }
   bool check() const noexcept { return check_.load(std::memory_order_relaxed); }
-  // Tests only: called on each group's fused results before they are checked and kept (a fault
-  // injected here is what the checker must catch). Null: none.
+  // Tests only: called on the results of each group that runs fused, before they are checked and
+  // kept (a fault injected here is what the checker must catch). Null: none.
   using ResultHook = std::function<void(const FusedProgram&, std::vector<Primitive>&)>;
   void set_result_hook_for_tests(ResultHook hook) {
     std::lock_guard lock(mutex_);
     result_hook_ = std::move(hook);
+  }
+
+  // Which groups run fused, which are printed or made wrong (group_controls.h: read from the
+  // environment when the backend is made; tests set them here).
+  void set_group_controls_for_tests(const GroupControls& controls) {
+    std::lock_guard lock(mutex_);
+    controls_ = controls;
   }
 
   // Groups handed to the inner backend so far (tests).
@@ -90,6 +98,7 @@ class FusionPassthrough : public ForwardingBackend {
   // The inner backend's min_fused_elements(), asked once.
   const std::int64_t min_fused_ = inner().min_fused_elements();
   ResultHook result_hook_;
+  GroupControls controls_ = GroupControls::from_environment();  // guarded by mutex_
   static bool check_from_environment() noexcept;
   void check_group(const FusedProgram& program, const std::vector<Primitive>& fused);
 };

@@ -301,5 +301,90 @@ TEST(FusionCheck, TheStructureHashIgnoresSizesButNotOps) {
   EXPECT_NE(hashes[1], hashes[2]);
 }
 
+// Sets the group controls for one test, counting the groups that run fused (the result hook sees
+// only those); the environment's controls and no hook again after.
+class Controlled {
+ public:
+  explicit Controlled(const fusion::GroupControls& controls) {
+    fusion_backend().set_group_controls_for_tests(controls);
+    fusion_backend().set_result_hook_for_tests(
+        [this](const FusedProgram&, std::vector<Primitive>&) { ++fused; });
+  }
+  ~Controlled() {
+    fusion_backend().set_group_controls_for_tests(fusion::GroupControls::from_environment());
+    fusion_backend().set_result_hook_for_tests(nullptr);
+  }
+  Controlled(const Controlled&) = delete;
+  Controlled& operator=(const Controlled&) = delete;
+  int fused = 0;
+};
+
+// Four groups, one per read, each checked against the plain device's result.
+void four_groups() {
+  Tensor<2> x = matrix(100, 300, kFused, 7);
+  Tensor<2> p = matrix(100, 300, kPlain, 7);
+  for (int step = 0; step < 4; ++step) {
+    x = (x * 0.5).tanh() + 0.25;
+    p = (p * 0.5).tanh() + 0.25;
+    expect_near(values(x), values(p), 1e-6);
+  }
+}
+
+TEST(FusionControls, GroupsFromTheLimitOnRunStepByStep) {
+  const std::uint64_t first = fusion::groups_numbered();
+  fusion::GroupControls controls;
+  controls.limit = first + 2;
+  const Controlled controlled(controls);
+  four_groups();
+  EXPECT_EQ(fusion::groups_numbered(), first + 4) << "every group is numbered";
+  EXPECT_EQ(controlled.fused, 2) << "groups " << first << " and " << first + 1 << " only";
+}
+
+TEST(FusionControls, OnlyOneGroupRunsFused) {
+  const std::uint64_t first = fusion::groups_numbered();
+  fusion::GroupControls controls;
+  controls.only = first + 2;
+  const Controlled controlled(controls);
+  four_groups();
+  EXPECT_EQ(controlled.fused, 1);
+}
+
+TEST(FusionControls, TheFaultForTestsChangesItsGroupWhenFused) {
+  fusion::GroupControls controls;
+  controls.fault = fusion::groups_numbered();
+  {
+    const Controlled controlled(controls);
+    const std::vector<double> got = values((matrix(100, 300, kFused).exp() * 3.0).tanh());
+    std::vector<double> want = values((matrix(100, 300, kPlain).exp() * 3.0).tanh());
+    want[0] += 1.0;
+    expect_near(got, want, 1e-6);
+  }
+  // Step by step (past the limit), the group is not a fused kernel: no fault.
+  controls.fault = fusion::groups_numbered();
+  controls.limit = *controls.fault;
+  const Controlled controlled(controls);
+  expect_near(values((matrix(100, 300, kFused).exp() * 3.0).tanh()),
+              values((matrix(100, 300, kPlain).exp() * 3.0).tanh()), 1e-6);
+  EXPECT_EQ(controlled.fused, 0);
+}
+
+TEST(FusionControls, DescribesItsGroupOnStderr) {
+  fusion::GroupControls controls;
+  controls.describe = fusion::groups_numbered() + 1;
+  const Controlled controlled(controls);
+  testing::internal::CaptureStderr();
+  four_groups();
+  const std::string printed = testing::internal::GetCapturedStderr();
+  const std::string header =
+      "kiln fusion: group #" + std::to_string(*controls.describe) + " (structure hash ";
+  for (const std::string& part :
+       {header, std::string("run fused):\nv0 = leaf f64 [100, 300]\n"), std::string("tanh(v"),
+        "kiln fusion: end of group #" + std::to_string(*controls.describe) + "\n"}) {
+    EXPECT_NE(printed.find(part), std::string::npos) << part << " in: " << printed;
+  }
+  EXPECT_EQ(printed.find("group #" + std::to_string(*controls.describe + 1)), std::string::npos)
+      << "one group only: " << printed;
+}
+
 }  // namespace
 }  // namespace kiln::fusion_test
