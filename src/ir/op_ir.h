@@ -186,6 +186,11 @@ class IdSource {
 
 using ReadResult = std::variant<ReadFuture, ReadManyFuture>;
 
+// Replay checks structure (each op against ops.def, every value it reads present, the inputs'
+// and results' types in run), not values: dims in range, shapes that broadcast and the other
+// checks of the tensor layer are assumed done when the op was recorded. A server replaying
+// programs from the network must check those before handing them to a backend (the remote issue).
+//
 // Runs op on backend: its tensor arguments taken from values by id (moved out where take[k] is
 // true for input k, so the backend may reuse the memory; empty take copies all), its attributes
 // converted back, its results stored at its output ids (values grows as needed). A read op

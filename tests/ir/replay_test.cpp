@@ -211,4 +211,32 @@ TEST(IrReplay, RunRefusesInputsOfAnotherType) {
   EXPECT_THROW((void)ir::run(cpu, recorded.program, inputs), InvalidArgument);
 }
 
+TEST(IrReplay, ReplayRefusesAnOpThatReadsNothing) {
+  Backend& cpu = backend_for(Device::cpu());
+  RandomProgram recorded = random_program(cpu, 9, 3);
+  std::vector<Primitive> values(recorded.program.value_count());  // no inputs filled in
+  std::vector<ir::ReadResult> reads;
+  EXPECT_THROW(ir::replay(cpu, recorded.program.ops[0], values, reads), InvalidArgument);
+  ir::Op op = recorded.program.ops[0];
+  op.attributes.emplace_back(1.5);
+  for (std::size_t i = 0; i < recorded.inputs.size(); ++i) {
+    values[recorded.program.inputs[i].id.index] = recorded.inputs[i];
+  }
+  EXPECT_THROW(ir::replay(cpu, op, values, reads), InvalidArgument);
+}
+
+TEST(IrReplay, DevicesTravelAsPortableValues) {
+  const ir::DeviceAttr cpu = ir::DeviceAttr::of(Device::cpu().autodiff().fused());
+  EXPECT_EQ(cpu.kind, DeviceKind::Cpu);
+  EXPECT_TRUE(cpu.autodiff);
+  EXPECT_TRUE(cpu.fused);
+  EXPECT_EQ(cpu.to_device(), Device::cpu().autodiff().fused());
+  EXPECT_EQ(ir::DeviceAttr::of(Device::cpu()).to_device(), Device::cpu());
+  // A device this machine lacks is an error when the op is replayed, not when it is read.
+  ir::DeviceAttr gpu;
+  gpu.kind = DeviceKind::Cuda;
+  gpu.index = 4000;
+  EXPECT_THROW((void)gpu.to_device(), Error);
+}
+
 }  // namespace kiln::ir_test
