@@ -454,8 +454,8 @@ Device graphs_device() {
 std::pair<std::uint64_t, std::uint64_t> graphs_shard() {
   const char* text = std::getenv("KILN_RANDOM_GRAPHS_SHARD");
   unsigned long index = 0, count = 1;
-  if (text != nullptr && (std::sscanf(text, "%lu/%lu", &index, &count) != 2 || count == 0 ||
-                          index >= count)) {
+  if (text != nullptr &&
+      (std::sscanf(text, "%lu/%lu", &index, &count) != 2 || count == 0 || index >= count)) {
     ADD_FAILURE() << "KILN_RANDOM_GRAPHS_SHARD is '" << text << "'; want i/n with i < n";
     return {0, 1};
   }
