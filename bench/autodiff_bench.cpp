@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "bench_common.h"
@@ -21,6 +23,15 @@ using namespace kiln::bench;
 
 const Device kCpu = Device::cpu();
 const Device kAd = Device::cpu().autodiff();
+// mlp_step's device: KILN_BENCH_DEVICE (Device::parse's forms; default cpu), fused when
+// KILN_BENCH_FUSED=1 (scripts/gpu-check times it on cuda:0 with and without fusion).
+const Device kMlp = [] {
+  const char* text = std::getenv("KILN_BENCH_DEVICE");
+  const char* fused = std::getenv("KILN_BENCH_FUSED");
+  const Device device = text != nullptr && *text != '\0' ? Device::parse(text) : Device::cpu();
+  const bool fuse = fused != nullptr && std::string_view(fused) == "1";
+  return (fuse ? device.fused() : device.without_fusion()).autodiff();
+}();
 
 // ---- small_add: per-op overhead on 16 elements (read-free, as in cpu_bench) ----
 void small_add_on(benchmark::State& state, Device device, bool track) {
@@ -62,7 +73,7 @@ struct Mlp {
         std::vector<float> v =
             host_values(shape.num_elements(), static_cast<std::uint32_t>(10 + host.size()));
         for (float& e : v) e *= scale;
-        params.push_back(Tensor<2>::from_data(TensorData::from_vec(v, shape), kAd).require_grad());
+        params.push_back(Tensor<2>::from_data(TensorData::from_vec(v, shape), kMlp).require_grad());
         host.push_back(std::move(v));
       }
     }
@@ -136,8 +147,8 @@ void mlp_step(benchmark::State& state) {
       labels[r] = static_cast<int>((r * 7 + r / 3) % 10);
       one_hot[r * 10 + labels[r]] = 1.0f;
     }
-    const auto x = Tensor<2>::from_data(TensorData::from_vec(xv, {batch, kSizes[0]}), kAd);
-    const auto y = Tensor<2>::from_data(TensorData::from_vec(one_hot, {batch, 10}), kAd);
+    const auto x = Tensor<2>::from_data(TensorData::from_vec(xv, {batch, kSizes[0]}), kMlp);
+    const auto y = Tensor<2>::from_data(TensorData::from_vec(one_hot, {batch, 10}), kMlp);
 
     // Spot check on the first 64 rows: the loss and the gradient of the last bias.
     constexpr std::int64_t kChecked = 64;

@@ -84,6 +84,13 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
   out << "chart: " << (options.directory / "chart.svg").string() << "\n";
   out << "test loss: " << std::setprecision(4) << result.valid_loss << "\n";
   out << "test accuracy: " << std::setprecision(4) << result.valid_accuracy << "\n";
+  if (device.kind() == DeviceKind::Cuda) {
+    // Every kernel this run needed, compiled or found on disk: a count that grows with the
+    // epochs would mean kernels keyed by something that changes per step.
+    const KernelStats kernels = device.kernel_stats();
+    out << "kernels: " << kernels.compiles << " compiled (" << std::setprecision(2)
+        << kernels.compile_seconds << " s), " << kernels.disk_hits << " from the disk cache\n";
+  }
   return 0;
 }
 
