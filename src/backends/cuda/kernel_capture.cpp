@@ -44,6 +44,9 @@ std::int32_t KernelCapture::operand_of(const CudaTensor* tensor) {
     if (op < 0) throw NotCapturable{};  // a placeholder no kernel wrote
     return op;
   }
+  // A view of a placeholder (an op that reshapes or expands its operand first) has no storage
+  // either, and no value the kernel computes at its positions.
+  if (tensor->storage() == nullptr) throw NotCapturable{};
   for (std::size_t k = 0; k < inputs_.size(); ++k) {
     if (inputs_[k].tensor == tensor) return -1 - static_cast<std::int32_t>(k);
   }
