@@ -5,11 +5,13 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/stream_store.h"
 #include "backends/cpu/vector_math.h"
 #include "core/buffer.h"
 
@@ -78,6 +80,40 @@ Primitive CpuBackend::log_sigmoid(Primitive x) {
 }
 
 namespace {
+
+// The largest of v[0 .. n) (NaN never replaces a value, as `if (v > top) top = v`), over 16
+// independent lanes so that the compiler keeps them in one vector register: a single running
+// maximum is a chain of dependent compares, the slowest part of a row's softmax.
+template <class C>
+C lanes_max(const C* v, std::int64_t n) {
+  constexpr int kLanes = 16;
+  C lanes[kLanes];
+  std::fill_n(lanes, kLanes, -std::numeric_limits<C>::infinity());
+  std::int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lanes[j] = v[k + j] > lanes[j] ? v[k + j] : lanes[j];
+  }
+  C top = -std::numeric_limits<C>::infinity();
+  for (int j = 0; j < kLanes; ++j) top = lanes[j] > top ? lanes[j] : top;
+  for (; k < n; ++k) top = v[k] > top ? v[k] : top;
+  return top;
+}
+
+// The sum of v[0 .. n) in Acc, over 8 independent partial sums (as lanes_max, for the adds'
+// latency), added in a fixed order: the same row always gives the same sum.
+template <class Acc, class C>
+Acc lanes_sum(const C* v, std::int64_t n) {
+  constexpr int kLanes = 8;
+  Acc lanes[kLanes] = {};
+  std::int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lanes[j] += static_cast<Acc>(v[k + j]);
+  }
+  Acc sum = 0;
+  for (int j = 0; j < kLanes; ++j) sum += lanes[j];
+  for (; k < n; ++k) sum += static_cast<Acc>(v[k]);
+  return sum;
+}
 
 // Softmax (or log_softmax) of every line of x along dim into a new contiguous tensor.
 template <bool kLog>
@@ -161,6 +197,8 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
       return;
     }
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / length);
+    // An output larger than the caches is streamed past them (stream_store.h).
+    const bool stream = total * static_cast<std::int64_t>(sizeof(T)) >= kStreamOutputBytes;
     parallel_for(lines, grain, [&](std::int64_t begin, std::int64_t end) {
       detail::Buffer<C> row(static_cast<std::size_t>(length));
       detail::Buffer<C> exps(static_cast<std::size_t>(length));
@@ -174,12 +212,10 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
         }
         const T* a = src + in_offset;
         T* o = dst + out_offset;
-        C top = -std::numeric_limits<C>::infinity();
         for (std::int64_t k = 0; k < length; ++k) {
-          const C v = static_cast<C>(a[k * in_step]);
-          row[static_cast<std::size_t>(k)] = v;
-          if (v > top) top = v;
+          row[static_cast<std::size_t>(k)] = static_cast<C>(a[k * in_step]);
         }
+        const C top = lanes_max(row.data(), length);
         // NaN is never > top, but exp(NaN - top) makes the sum NaN, so the row becomes NaN;
         // a row of -inf gives -inf - -inf = NaN, as the composed default does.
         for (std::int64_t k = 0; k < length; ++k) row[static_cast<std::size_t>(k)] -= top;
@@ -190,13 +226,20 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
             exps[static_cast<std::size_t>(k)] = std::exp(row[static_cast<std::size_t>(k)]);
           }
         }
-        Acc sum = 0;
-        for (std::int64_t k = 0; k < length; ++k)
-          sum += static_cast<Acc>(exps[static_cast<std::size_t>(k)]);
+        const Acc sum = lanes_sum<Acc>(exps.data(), length);
         if constexpr (kLog) {
           const C log_sum = static_cast<C>(std::log(sum));
           for (std::int64_t k = 0; k < length; ++k) {
             o[k * out_step] = static_cast<T>(row[static_cast<std::size_t>(k)] - log_sum);
+          }
+        } else if constexpr (std::is_same_v<T, C>) {
+          const C inverse = static_cast<C>(Acc(1) / sum);
+          C* e = exps.data();
+          for (std::int64_t k = 0; k < length; ++k) e[k] *= inverse;
+          if (stream && out_step == 1) {
+            stream_bytes(o, e, length * static_cast<std::int64_t>(sizeof(T)));
+          } else {
+            for (std::int64_t k = 0; k < length; ++k) o[k * out_step] = e[k];
           }
         } else {
           const C inverse = static_cast<C>(Acc(1) / sum);

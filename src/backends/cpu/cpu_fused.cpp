@@ -9,14 +9,12 @@
 // range of rows in p, and every dim after p whole, so that an op along a dim (softmax, sum_dim)
 // finds whole lines in each tile. p is the outermost dim whose inner part fits in kTileElements,
 // and lies before every such op's dim; a group that reduces along dim 0 runs step by step.
-#include <immintrin.h>
-
 #include <algorithm>
-#include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/stream_store.h"
 #include "contract/fused_program.h"
 
 namespace kiln {
@@ -109,31 +107,17 @@ Primitive tile_view(const CpuTensor& x, const Tiling& t, const Box& box, std::si
   return std::make_shared<CpuTensor>(x, Shape(std::move(dims)), std::move(strides), offset);
 }
 
-// dst = src for two contiguous views of the same bytes, with stores that bypass the cache where
-// the build has AVX-512: an output is not read again by this group, and a plain store would
-// first read each line of it from memory.
+// dst = src; for two contiguous views of the same bytes, with stores that bypass the cache
+// (stream_store.h): an output is not read again by this group.
 void write_out(const Primitive& src, const Primitive& dst) {
   const CpuTensor& from = as_cpu(src);
   CpuTensor& to = as_cpu(dst);
-#if defined(__AVX512F__)
   if (from.is_contiguous() && to.is_contiguous() && from.dtype() == to.dtype() &&
       from.shape() == to.shape()) {
-    const std::int64_t bytes =
-        to.shape().num_elements() * static_cast<std::int64_t>(dtype_size(to.dtype()));
-    auto* out = reinterpret_cast<char*>(to.data());
-    const auto* in = reinterpret_cast<const char*>(from.data());
-    std::int64_t at = 0;
-    const std::int64_t head =
-        std::min<std::int64_t>(bytes, (64 - reinterpret_cast<std::uintptr_t>(out) % 64) % 64);
-    std::memcpy(out, in, static_cast<std::size_t>(head));
-    for (at = head; at + 64 <= bytes; at += 64) {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + at),
-                          _mm512_loadu_si512(reinterpret_cast<const void*>(in + at)));
-    }
-    std::memcpy(out + at, in + at, static_cast<std::size_t>(bytes - at));
+    stream_bytes(to.data(), from.data(),
+                 to.shape().num_elements() * static_cast<std::int64_t>(dtype_size(to.dtype())));
     return;
   }
-#endif
   copy_strided(from, to);
 }
 
