@@ -13,6 +13,7 @@
 // Rows (counters per op: "bytes" read + written for memory-bound work, "flops" for conv):
 //   sum/8192/all, sum/8192/dim1, sum/8192/dim0   sum(), sum_dim(1) (last), sum_dim(0) (first)
 //   softmax/8192, log_softmax/8192                along the last dim of [8192, 8192] f32
+//   layer_norm/8192                               over the last dim of [8192, 8192] f32
 //   chain8/4096, chain8/8192                      ((((-(x*y+z)).exp()*2)+1).tanh())*x, eager
 //   chain8_fused/4096, chain8_fused/8192          the same on cuda:0.fused(): one fused kernel
 //   fma_exp/8192, fma_exp_fused/8192              (x*y+z).exp(), eager and fused
@@ -101,6 +102,7 @@ template <std::size_t D>
 std::vector<double> host(const Tensor<D>& t) {
   return t.into_data().to_f64_vec();
 }
+std::vector<double> host_1d(const Tensor<1>& t) { return t.into_data().to_f64_vec(); }
 
 void expect_all_near(const std::vector<double>& got, const std::vector<double>& want,
                      double absolute, double relative, const char* what) {
@@ -201,6 +203,35 @@ void softmax_bench(benchmark::State& state, bool log) {
     check(op());
     check(time_ops(state, device, 10, op));
     state.counters["bytes"] = static_cast<double>(2 * n * n * 4);
+  });
+}
+
+// ---- layer_norm over the last dim of [8192, 8192] f32, gamma and beta ----
+void layer_norm_bench(benchmark::State& state) {
+  on_gpu(state, [&](const Device& device) {
+    const std::int64_t n = kSumN;
+    device.seed(kSeed + 3);
+    const auto x = Tensor<2>::random({n, n}, Distribution::uniform(-4, 4), device);
+    const auto gamma = Tensor<1>::random({n}, Distribution::uniform(0.5, 1.5), device);
+    const auto beta = Tensor<1>::random({n}, Distribution::uniform(-1, 1), device);
+    auto op = [&] { return module::layer_norm(x, gamma, beta, 1e-5); };
+    auto check = [&](const Tensor<2>& y) {
+      const std::vector<double> in = host(rows_of(x, 0, 4)), g = host_1d(gamma), b = host_1d(beta);
+      std::vector<double> want(in.size());
+      for (std::size_t r = 0; r < 4; ++r) {
+        const double* row = in.data() + r * n;
+        double mean = 0, var = 0;
+        for (std::int64_t j = 0; j < n; ++j) mean += row[j] / n;
+        for (std::int64_t j = 0; j < n; ++j) var += (row[j] - mean) * (row[j] - mean) / n;
+        for (std::int64_t j = 0; j < n; ++j) {
+          want[r * n + j] = (row[j] - mean) / std::sqrt(var + 1e-5) * g[j] + b[j];
+        }
+      }
+      expect_all_near(host(rows_of(y, 0, 4)), want, 1e-5, 1e-5, "layer_norm");
+    };
+    check(op());
+    check(time_ops(state, device, 10, op));
+    state.counters["bytes"] = static_cast<double>(2 * n * n * 4);  // x read, y written
   });
 }
 
@@ -560,6 +591,7 @@ void register_all() {
   timed(RegisterBenchmark("softmax/8192", [](benchmark::State& s) { softmax_bench(s, false); }), 5);
   timed(RegisterBenchmark("log_softmax/8192", [](benchmark::State& s) { softmax_bench(s, true); }),
         5);
+  timed(RegisterBenchmark("layer_norm/8192", layer_norm_bench), 5);
   for (const std::int64_t n : {4096, 8192}) {
     for (const bool fused : {false, true}) {
       const std::string suffix = (fused ? "_fused/" : "/") + std::to_string(n);

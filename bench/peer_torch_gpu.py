@@ -105,6 +105,10 @@ def tensor_api_rows(results, dev, g, repeats):
     x = torch.rand(n, n, device=dev, generator=g) * 8 - 4
     record("softmax/8192", lambda: torch.softmax(x, -1), 10)
     record("log_softmax/8192", lambda: torch.log_softmax(x, -1), 10)
+    w = torch.rand(n, device=dev, generator=g) + 0.5
+    b = torch.rand(n, device=dev, generator=g) * 2 - 1
+    record("layer_norm/8192", lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5), 10)
+    del w, b
     del x
 
     def chain8(x, y, z):

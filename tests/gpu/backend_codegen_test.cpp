@@ -20,6 +20,7 @@
 #include "backends/cuda/fused_kernel.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/kernel_source.h"
+#include "backends/cuda/norm.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/scan.h"
 #include "backends/cuda/scatter.h"
@@ -282,6 +283,13 @@ TEST(GpuCodegen, FusedKernelsCompile) {
   EXPECT_NE(fused_kernel_key(more), fused_kernel_key(fused_codegen::chain8()));
   EXPECT_EQ(fused_vector_width(fused_codegen::chain8()), 4);
   EXPECT_EQ(fused_vector_width(fused_codegen::mixed()), 4);
+}
+
+TEST(GpuCodegen, LayerNormCompiles) {
+  for (DType dtype : test::kFloatDTypes) {
+    const std::string log = compile(layer_norm_source(dtype, dtype, dtype));
+    EXPECT_TRUE(log.empty()) << dtype_name(dtype) << ":\n" << log.substr(0, 4000);
+  }
 }
 
 TEST(GpuCodegen, FloatToIntCastsSaturateAtTheLimits) {
