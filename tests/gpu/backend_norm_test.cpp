@@ -54,7 +54,7 @@ TEST(GpuLayerNorm, MatchesTheCpuInEveryFloatDType) {
 TEST(GpuLayerNorm, TransposedInputsLargeMeansAndEmptyTensors) {
   KILN_REQUIRE_GPU();
   using namespace gpu_norm_test;
-  const Tensor<2> xt = random_cpu({300, 40}, DType::F32, 4, 1e4, 1e4 + 1);  // mean 1e4, spread 1
+  const Tensor<2> xt = random_cpu({40, 300}, DType::F32, 4, 1e4, 1e4 + 1);  // mean 1e4, spread 1
   const Tensor<1> gamma = random_row(40, DType::F32, 5);
   const Tensor<2> want = module::layer_norm(xt.transpose(), gamma, std::nullopt, 1e-5);
   expect_close(module::layer_norm(xt.to_device(device).transpose(), gamma.to_device(device),

@@ -4,8 +4,9 @@
 // of ops before it, which stay in registers. Only the values named as outputs are stored.
 //
 // A value in registers is kept in its dtype's storage form (f16 as its 16-bit word), so an op
-// that reads it sees exactly what it would have loaded from the eager op's output: fused and
-// eager results agree bit for bit. An op that reads an operand as another dtype of the same
+// that reads it sees what it would have loaded from the eager op's output: f16 and bf16 results
+// agree bit for bit; in f32 and f64 NVRTC may contract a multiply and the next op's add into one
+// FMA (one rounding fewer). An op that reads an operand as another dtype of the same
 // width (mask_where moves raw bits) reinterprets the word.
 #pragma once
 
