@@ -72,8 +72,7 @@ class Device {
   // chains and a trailing op along a dim as one kernel, so intermediates nobody holds are never
   // written to memory. Results equal the unfused device's (on cuda, f32 and f64 values may differ
   // by the rounding of a multiply and an add contracted into one FMA). autodiff() and fused()
-  // combine:
-  // Device::cpu().fused().autodiff() runs autodiff<fusion<cpu>>.
+  // combine: Device::cpu().fused().autodiff() runs autodiff<fusion<cpu>>.
   bool is_fused() const noexcept { return fused_; }
   Device fused() const noexcept { return Device(kind_, index_, autodiff_, true); }
   Device without_fusion() const noexcept { return Device(kind_, index_, autodiff_, false); }
