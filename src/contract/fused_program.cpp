@@ -22,24 +22,27 @@ std::vector<std::int32_t> last_uses(const FusedProgram& program) {
   return last_use;
 }
 
+void run_step(Backend& backend, const FusedProgram& program, std::size_t i,
+              std::span<const std::int32_t> last_use, std::vector<Primitive>& values) {
+  const FusedStep& step = program.steps[i];
+  std::array<Primitive, 3> inputs;
+  for (std::uint8_t k = 0; k < step.arity; ++k) {
+    const auto v = static_cast<std::size_t>(step.inputs[k]);
+    bool again = false;  // read again by this step (x * x): hand over at the last reading only
+    for (std::uint8_t j = k + 1; j < step.arity; ++j)
+      again = again || step.inputs[j] == step.inputs[k];
+    const bool last = last_use[v] == static_cast<std::int32_t>(i) && !again;
+    inputs[k] = last ? std::move(values[v]) : values[v];
+  }
+  values[program.leaves.size() + i] =
+      step.run(backend, std::span<Primitive>(inputs.data(), step.arity), step.params);
+}
+
 void run_steps_on(Backend& backend, const FusedProgram& program,
                   std::span<const std::int32_t> last_use, std::vector<Primitive>& values) {
-  const std::size_t leaves = program.leaves.size();
-  values.resize(leaves + program.steps.size());
-  std::array<Primitive, 3> inputs;
-  for (std::size_t i = 0; i < program.steps.size(); ++i) {
-    const FusedStep& step = program.steps[i];
-    for (std::uint8_t k = 0; k < step.arity; ++k) {
-      const auto v = static_cast<std::size_t>(step.inputs[k]);
-      bool again = false;  // read again by this step (x * x): hand over at the last reading only
-      for (std::uint8_t j = k + 1; j < step.arity; ++j)
-        again = again || step.inputs[j] == step.inputs[k];
-      const bool last = last_use[v] == static_cast<std::int32_t>(i) && !again;
-      inputs[k] = last ? std::move(values[v]) : values[v];
-    }
-    values[leaves + i] =
-        step.run(backend, std::span<Primitive>(inputs.data(), step.arity), step.params);
-  }
+  values.resize(program.leaves.size() + program.steps.size());
+  for (std::size_t i = 0; i < program.steps.size(); ++i)
+    run_step(backend, program, i, last_use, values);
 }
 
 std::vector<Primitive> run_steps(Backend& backend, const FusedProgram& program) {

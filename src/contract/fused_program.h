@@ -71,6 +71,10 @@ std::uint64_t structure_hash(const FusedProgram& program);
 
 // For each value, the last step that reads it (the outputs: past every step; -1: never read).
 std::vector<std::int32_t> last_uses(const FusedProgram& program);
+// Runs step i on values (which holds every value before it), each input handed over at its last
+// use (last_use: last_uses(program)), and stores its result in values.
+void run_step(Backend& backend, const FusedProgram& program, std::size_t i,
+              std::span<const std::int32_t> last_use, std::vector<Primitive>& values);
 // The steps on values, whose first leaf_count() entries hold the leaves (or pieces of them):
 // fills the rest. A backend that runs the program piece by piece calls this once per piece.
 void run_steps_on(Backend& backend, const FusedProgram& program,

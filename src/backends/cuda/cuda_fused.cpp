@@ -107,17 +107,7 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
       if (outcome == Outcome::Captured) continue;
     }
     close(i);
-    std::array<Primitive, 3> inputs;
-    for (std::uint8_t k = 0; k < step.arity; ++k) {
-      const auto v = static_cast<std::size_t>(step.inputs[k]);
-      bool again = false;  // read again by this step: hand over at the last reading only
-      for (std::uint8_t j = k + 1; j < step.arity; ++j)
-        again = again || step.inputs[j] == step.inputs[k];
-      const bool last = last_use[v] == static_cast<std::int32_t>(i) && !again;
-      inputs[k] = last ? std::move(values[v]) : values[v];
-    }
-    values[leaves + i] =
-        step.run(*this, std::span<Primitive>(inputs.data(), step.arity), step.params);
+    run_step(*this, program, i, last_use, values);
   }
   close(program.steps.size());
 

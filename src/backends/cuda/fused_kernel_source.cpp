@@ -106,12 +106,18 @@ std::string element_step(const FusedKernel& kernel, std::string_view indent) {
   return s;
 }
 
+// Error flags of the kernel: one per op that can fail.
+std::int32_t failure_count(const FusedKernel& kernel) {
+  std::int32_t failures = 0;
+  for (const FusedKernelOp& f : kernel.ops) failures = std::max(failures, f.failure + 1);
+  return failures;
+}
+
 // The error flags and scalars, declared before the element loop; and the flags' report after it.
 std::string kernel_head(const FusedKernel& kernel) {
   std::string s;
-  std::int32_t failures = 0;
-  for (const FusedKernelOp& f : kernel.ops) failures = std::max(failures, f.failure + 1);
-  for (std::int32_t k = 0; k < failures; ++k) s += fmt::format("  bool e{} = false;\n", k);
+  for (std::int32_t k = 0; k < failure_count(kernel); ++k)
+    s += fmt::format("  bool e{} = false;\n", k);
   for (const FusedKernelOp& f : kernel.ops) {
     for (std::size_t j = 0; j < f.op.scalars.size(); ++j) {
       const char* type = compute_type(f.op.scalars[j]);
@@ -124,9 +130,7 @@ std::string kernel_head(const FusedKernel& kernel) {
 
 std::string kernel_end(const FusedKernel& kernel) {
   std::string s;
-  std::int32_t failures = 0;
-  for (const FusedKernelOp& f : kernel.ops) failures = std::max(failures, f.failure + 1);
-  for (std::int32_t k = 0; k < failures; ++k)
+  for (std::int32_t k = 0; k < failure_count(kernel); ++k)
     s += fmt::format("  if (e{0}) *p.err_word = p.tok[{0}];\n", k);
   return s + "}\n";
 }
