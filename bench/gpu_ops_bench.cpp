@@ -14,6 +14,7 @@
 //   sum/8192/all, sum/8192/dim1, sum/8192/dim0   sum(), sum_dim(1) (last), sum_dim(0) (first)
 //   softmax/8192, log_softmax/8192                along the last dim of [8192, 8192] f32
 //   layer_norm/8192                               over the last dim of [8192, 8192] f32
+//   layer_norm/65536x768                          over the last dim of [65536, 768] f32
 //   chain8/4096, chain8/8192                      ((((-(x*y+z)).exp()*2)+1).tanh())*x, eager
 //   chain8_fused/4096, chain8_fused/8192          the same on cuda:0.fused(): one fused kernel
 //   fma_exp/8192, fma_exp_fused/8192              (x*y+z).exp(), eager and fused
@@ -206,12 +207,11 @@ void softmax_bench(benchmark::State& state, bool log) {
   });
 }
 
-// ---- layer_norm over the last dim of [8192, 8192] f32, gamma and beta ----
-void layer_norm_bench(benchmark::State& state) {
+// ---- layer_norm over the last dim of [rows, n] f32, gamma and beta ----
+void layer_norm_bench(benchmark::State& state, std::int64_t rows, std::int64_t n) {
   on_gpu(state, [&](const Device& device) {
-    const std::int64_t n = kSumN;
     device.seed(kSeed + 3);
-    const auto x = Tensor<2>::random({n, n}, Distribution::uniform(-4, 4), device);
+    const auto x = Tensor<2>::random({rows, n}, Distribution::uniform(-4, 4), device);
     const auto gamma = Tensor<1>::random({n}, Distribution::uniform(0.5, 1.5), device);
     const auto beta = Tensor<1>::random({n}, Distribution::uniform(-1, 1), device);
     auto op = [&] { return module::layer_norm(x, gamma, beta, 1e-5); };
@@ -231,7 +231,7 @@ void layer_norm_bench(benchmark::State& state) {
     };
     check(op());
     check(time_ops(state, device, 10, op));
-    state.counters["bytes"] = static_cast<double>(2 * n * n * 4);  // x read, y written
+    state.counters["bytes"] = static_cast<double>(2 * rows * n * 4);  // x read, y written
   });
 }
 
@@ -591,7 +591,9 @@ void register_all() {
   timed(RegisterBenchmark("softmax/8192", [](benchmark::State& s) { softmax_bench(s, false); }), 5);
   timed(RegisterBenchmark("log_softmax/8192", [](benchmark::State& s) { softmax_bench(s, true); }),
         5);
-  timed(RegisterBenchmark("layer_norm/8192", layer_norm_bench), 5);
+  timed(RegisterBenchmark("layer_norm/8192", layer_norm_bench, kSumN, kSumN), 5);
+  // A transformer's rows (BERT-base's width): a warp per row, several rows per block.
+  timed(RegisterBenchmark("layer_norm/65536x768", layer_norm_bench, 65536, 768), 5);
   for (const std::int64_t n : {4096, 8192}) {
     for (const bool fused : {false, true}) {
       const std::string suffix = (fused ? "_fused/" : "/") + std::to_string(n);

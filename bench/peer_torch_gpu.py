@@ -109,6 +109,13 @@ def tensor_api_rows(results, dev, g, repeats):
     b = torch.rand(n, device=dev, generator=g) * 2 - 1
     record("layer_norm/8192", lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5), 10)
     del w, b
+    rows, width = 65536, 768
+    xs = torch.rand(rows, width, device=dev, generator=g) * 8 - 4
+    w = torch.rand(width, device=dev, generator=g) + 0.5
+    b = torch.rand(width, device=dev, generator=g) * 2 - 1
+    record("layer_norm/65536x768",
+           lambda: torch.nn.functional.layer_norm(xs, (width,), w, b, 1e-5), 10)
+    del xs, w, b
     del x
 
     def chain8(x, y, z):

@@ -98,6 +98,7 @@ def main():
     add("softmax 8192^2 f32, last dim", "softmax/8192", FLOOR_TARGET)
     add("log_softmax 8192^2 f32", "log_softmax/8192", FLOOR_TARGET)
     add("layer_norm 8192^2 f32", "layer_norm/8192", "<= 1.2x floor")
+    add("layer_norm 65536x768 f32", "layer_norm/65536x768", "<= 1.2x floor")
     add("chain8 4096^2 f32 eager", "chain8/4096", "ratio >= 1")
     add("chain8 4096^2 f32 fused (torch.compile)", "chain8_fused/4096", "<= 74 us", None,
         "chain8_compiled/4096")

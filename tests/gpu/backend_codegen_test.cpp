@@ -112,21 +112,24 @@ std::string compile(const std::string& source) {
   return c.ok ? std::string() : c.log;
 }
 
-// Every kernel of the module: the strided one, the flat one and, unless an input is gathered,
-// the wide-load one the aligned flat path launches.
+// Every kernel of op, each a module of its own: the strided one, the flat one and, unless an input
+// is gathered, the wide-load one the aligned flat path launches.
 void expect_compiles(const ElementwiseOp& op, std::string_view what) {
-  const std::string source = elementwise_source(op);
-  EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise(const P p)"),
-            std::string::npos)
-      << what;
-  EXPECT_NE(source.find("void __launch_bounds__(256) kiln_elementwise_flat(const PF p)"),
-            std::string::npos)
-      << what;
   const std::string vec = "void __launch_bounds__(" + std::to_string(vector_shape().threads) +
                           ") kiln_elementwise_vec(const PF p)";
-  EXPECT_EQ(source.find(vec) != std::string::npos, op.gathered_input < 0) << what;
-  const std::string log = compile(source);
-  EXPECT_TRUE(log.empty()) << what << ":\n" << log.substr(0, 4000);
+  const std::pair<KernelLayout, std::string> layouts[] = {
+      {KernelLayout::Strided, "void __launch_bounds__(256) kiln_elementwise(const P p)"},
+      {KernelLayout::Flat, "void __launch_bounds__(256) kiln_elementwise_flat(const PF p)"},
+      {KernelLayout::Wide, vec}};
+  for (const auto& [layout, signature] : layouts) {
+    if (layout == KernelLayout::Wide && op.gathered_input >= 0) continue;
+    const std::string source = elementwise_source(op, layout);
+    EXPECT_NE(source.find(signature), std::string::npos) << what;
+    // One kernel per module.
+    EXPECT_EQ(source.find("__global__"), source.rfind("__global__")) << what;
+    const std::string log = compile(source);
+    EXPECT_TRUE(log.empty()) << what << ":\n" << log.substr(0, 4000);
+  }
 }
 
 }  // namespace
@@ -289,7 +292,30 @@ TEST(GpuCodegen, LayerNormCompiles) {
   for (DType dtype : test::kFloatDTypes) {
     const std::string log = compile(layer_norm_source(dtype, dtype, dtype));
     EXPECT_TRUE(log.empty()) << dtype_name(dtype) << ":\n" << log.substr(0, 4000);
+    // Register plans: a warp per row with scalar loads, wide loads with wide parameters, 1,024
+    // threads per row.
+    for (const auto& [width, aligned] : {std::pair<std::int64_t, bool>{7, true},
+                                         {768, true},
+                                         {8192, true},
+                                         {8192, false},
+                                         {16384, true}}) {
+      const LayerNormRows rows = layer_norm_rows(dtype, width, aligned, aligned);
+      ASSERT_TRUE(rows.fits()) << dtype_name(dtype) << " width " << width;
+      const std::string rows_log = compile(layer_norm_rows_source(dtype, dtype, dtype, rows));
+      EXPECT_TRUE(rows_log.empty()) << dtype_name(dtype) << " width " << width << ":\n"
+                                    << rows_log.substr(0, 4000);
+    }
   }
+  // The plan: as many threads per row as keep a thread's values in registers.
+  const LayerNormRows f32 = layer_norm_rows(DType::F32, 8192, true, true);
+  EXPECT_EQ(f32.vector, 4);
+  EXPECT_EQ(f32.threads_per_row, 256);
+  EXPECT_EQ(f32.chunks, 8);
+  EXPECT_EQ(layer_norm_rows(DType::F32, 8192, false, false).vector, 1);
+  EXPECT_EQ(layer_norm_rows(DType::F16, 768, true, true).block, 256);
+  EXPECT_EQ(layer_norm_rows(DType::F16, 768, true, true).threads_per_row, 32);
+  EXPECT_FALSE(layer_norm_rows(DType::F32, 40000, true, true).fits());
+  EXPECT_FALSE(layer_norm_rows(DType::F64, 20000, true, true).fits());
 }
 
 TEST(GpuCodegen, FloatToIntCastsSaturateAtTheLimits) {

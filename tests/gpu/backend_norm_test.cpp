@@ -1,6 +1,8 @@
-// layer_norm's generated kernel (src/backends/cuda/cuda_norm.cpp) against the CPU backend: every
-// float dtype, rows shorter and longer than a block, a transposed input, no beta, a large mean
-// (the shifted sums keep the variance), an empty tensor.
+// layer_norm's generated kernels (src/backends/cuda/cuda_norm.cpp) against the CPU backend: every
+// float dtype; rows held in registers (several rows per block, a warp per row, up to 1,024
+// threads per row; 16-byte and scalar loads) and rows that stream (wider than the registers
+// hold); a transposed input, strided and unaligned parameters, no beta, a large mean, an empty
+// tensor.
 #include <cstdint>
 #include <vector>
 
@@ -36,7 +38,7 @@ TEST(GpuLayerNorm, MatchesTheCpuInEveryFloatDType) {
                              : dtype == DType::F32 ? 1e-5
                              : dtype == DType::F16 ? 2e-3
                                                    : 1.6e-2;
-    for (const std::int64_t width : {1, 7, 300, 4096, 5000}) {
+    for (const std::int64_t width : {1, 7, 300, 1030, 4096, 5000, 32768, 40000}) {
       const Tensor<2> x = random_cpu({33, width}, dtype, 1, -3, 5);
       const Tensor<1> gamma = random_row(width, dtype, 2), beta = random_row(width, dtype, 3);
       const Tensor<2> want = module::layer_norm(x, gamma, beta, 1e-5);
@@ -60,6 +62,14 @@ TEST(GpuLayerNorm, TransposedInputsLargeMeansAndEmptyTensors) {
   expect_close(module::layer_norm(xt.to_device(device).transpose(), gamma.to_device(device),
                                   std::nullopt, 1e-5),
                want, 1e-3, "transposed, mean 1e4");
+  // gamma every other element of a row (stride 2: scalar loads) and beta from an odd offset (not
+  // 16-byte aligned), on rows that take wide loads.
+  const Tensor<2> x = random_cpu({9, 512}, DType::F32, 6, -2, 2);
+  const Tensor<1> gamma2 = random_row(1024, DType::F32, 7).slice({Slice(0, std::nullopt, 2)});
+  const Tensor<1> beta1 = random_row(513, DType::F32, 8).slice({Slice(1, std::nullopt)});
+  expect_close(module::layer_norm(x.to_device(device), gamma2.to_device(device),
+                                  beta1.to_device(device), 1e-5),
+               module::layer_norm(x, gamma2, beta1, 1e-5), 1e-5, "strided gamma, offset beta");
   const Tensor<2> empty = Tensor<2>::zeros({0, 40}, device);
   EXPECT_EQ(module::layer_norm(empty, gamma.to_device(device), std::nullopt, 1e-5).shape(),
             (Shape{0, 40}));

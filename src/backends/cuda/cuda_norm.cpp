@@ -1,4 +1,8 @@
 // layer_norm (a DEFAULT op) as one generated kernel (norm.h). Its gradient stays autodiff's rule.
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/norm.h"
@@ -30,12 +34,32 @@ Primitive CudaBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitiv
   p.gamma = g.data();
   p.beta = beta ? as_cuda(*beta).data() : 0;
   p.epsilon = epsilon;
-  const std::string key = std::string("layer_norm:") + short_name(x->dtype()) + ":" +
-                          short_name(g.dtype()) + ":" + short_name(beta_dtype);
-  CUfunction function = runtime().compiler.function(
-      key, "kiln_layer_norm", [&] { return layer_norm_source(x->dtype(), g.dtype(), beta_dtype); });
-  const auto blocks = static_cast<unsigned>(
-      std::min<std::int64_t>(p.rows, std::int64_t(runtime().context.sm_count()) * 16));
+  const std::string dtypes = std::string(short_name(x->dtype())) + ":" + short_name(g.dtype()) +
+                             ":" + short_name(beta_dtype);
+  const auto aligned16 = [](std::uint64_t address) { return address % 16 == 0; };
+  const bool params_aligned = dtype_size(g.dtype()) == dtype_size(x->dtype()) &&
+                              p.gamma_stride == 1 && aligned16(p.gamma) &&
+                              (!beta || (dtype_size(beta_dtype) == dtype_size(x->dtype()) &&
+                                         p.beta_stride == 1 && aligned16(p.beta)));
+  const LayerNormRows rows =
+      layer_norm_rows(x->dtype(), width, aligned16(p.x) && aligned16(p.out), params_aligned);
+  const std::int64_t sms = runtime().context.sm_count();
+  if (rows.fits()) {
+    const std::string key = fmt::format("layer_norm_rows:{}:{}:{}:{}:{}", dtypes, rows.vector,
+                                        rows.chunks, rows.threads_per_row, rows.vector_params);
+    CUfunction function = runtime().compiler.function(key, "kiln_layer_norm_rows", [&] {
+      return layer_norm_rows_source(x->dtype(), g.dtype(), beta_dtype, rows);
+    });
+    const std::int64_t rows_per_block = rows.block / rows.threads_per_row;
+    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(
+        (p.rows + rows_per_block - 1) / rows_per_block, sms * std::max(1, 2048 / rows.block)));
+    runtime().launch(op, function, blocks, static_cast<unsigned>(rows.block), p);
+    return out;
+  }
+  CUfunction function = runtime().compiler.function("layer_norm:" + dtypes, "kiln_layer_norm", [&] {
+    return layer_norm_source(x->dtype(), g.dtype(), beta_dtype);
+  });
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(p.rows, sms * 16));
   runtime().launch(op, function, blocks, 256, p);
   return out;
 }

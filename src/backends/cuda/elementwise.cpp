@@ -41,12 +41,12 @@ struct FlatParams {
 // input, the expression), built in a stack buffer; a heap string only for long expressions.
 class ModuleKey {
  public:
-  explicit ModuleKey(const ElementwiseOp& op) {
+  ModuleKey(const ElementwiseOp& op, KernelLayout layout) {
     const std::string_view expression = op.expression.view();
     char header[kHeader];
     std::size_t h = 0;
     header[h++] = 'e';
-    header[h++] = 'w';
+    header[h++] = static_cast<char>(layout);
     header[h++] = static_cast<char>('0' + op.gathered_input + 1);
     header[h++] = letter(op.value_dtype);
     header[h++] = letter(op.output);
@@ -133,8 +133,12 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
                                   " scalars, one per declared dtype; got ", inputs.size(),
                                   " inputs and ", scalar_bits.size(), " scalars");
   }
-  const ModuleKey key(op);
-  auto source = [&] { return elementwise_source(op); };
+  // The module of one kernel layout, compiled on its first launch.
+  auto function = [&](KernelLayout layout, const char* name) {
+    const ModuleKey key(op, layout);
+    return runtime.compiler.function(key.view(), name,
+                                     [&] { return elementwise_source(op, layout); });
+  };
   const std::uint64_t error_word = runtime.context.error_word();
   const std::uint32_t error_token =
       op.failure != nullptr ? runtime.context.error_token(op.name, op.failure) : 0;
@@ -195,13 +199,13 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
       }
       const auto vector_blocks =
           static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, std::int64_t{1} << 30));
-      CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_vec", source);
+      CUfunction wide = function(KernelLayout::Wide, "kiln_elementwise_vec");
       p.reverse = next_direction();
-      runtime.launch(op.name, function, vector_blocks, vector.threads, p);
+      runtime.launch(op.name, wide, vector_blocks, vector.threads, p);
       return;
     }
-    CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise_flat", source);
-    runtime.launch(op.name, function, blocks, kThreads, p);
+    runtime.launch(op.name, function(KernelLayout::Flat, "kiln_elementwise_flat"), blocks, kThreads,
+                   p);
     return;
   }
   params.pointers[0] = out.data();
@@ -211,8 +215,8 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     params.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
   params.error_word = error_word;
   params.error_token = error_token;
-  CUfunction function = runtime.compiler.function(key.view(), "kiln_elementwise", source);
-  runtime.launch(op.name, function, blocks, kThreads, params);
+  runtime.launch(op.name, function(KernelLayout::Strided, "kiln_elementwise"), blocks, kThreads,
+                 params);
 }
 
 }  // namespace kiln::cuda

@@ -97,9 +97,18 @@ struct ElementwiseOp {
 // Elements per vector of op's wide-load kernel: 16 bytes of its widest operand, at least 4.
 std::int64_t vector_width(const ElementwiseOp& op) noexcept;
 
-// Generated source of op (exposed for tests that compile every kernel without a GPU): a module
-// with the kernels kiln_elementwise (strided) and kiln_elementwise_flat.
-std::string elementwise_source(const ElementwiseOp& op);
+// The kernel a launch takes, each compiled as a module of its own when first launched: a program
+// whose tensors are contiguous never waits for the strided kernel's compile (NVRTC's time grows
+// with the kernels of a module, and a first launch waits for all of them).
+enum class KernelLayout : char {
+  Strided = 's',  // any strides: kiln_elementwise
+  Flat = 'f',     // every operand contiguous and of the output's shape: kiln_elementwise_flat
+  Wide = 'w',     // flat and aligned, 16-byte loads: kiln_elementwise_vec (no gathered input)
+};
+
+// Generated source of op's kernel for layout (exposed for tests that compile every kernel
+// without a GPU).
+std::string elementwise_source(const ElementwiseOp& op, KernelLayout layout);
 
 // Runs op writing out (any strides; its shape is the iteration shape); inputs broadcast to it.
 void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTensor& out,

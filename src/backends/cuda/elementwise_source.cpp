@@ -202,7 +202,7 @@ std::int64_t vector_width(const ElementwiseOp& op) noexcept {
   return std::clamp<std::int64_t>(16 / static_cast<std::int64_t>(widest), 4, 16);
 }
 
-std::string elementwise_source(const ElementwiseOp& op) {
+std::string elementwise_source(const ElementwiseOp& op, KernelLayout layout) {
   std::string gather;
   if (op.gathered_input >= 0) {
     const std::size_t k = static_cast<std::size_t>(op.gathered_input);
@@ -212,23 +212,30 @@ std::string elementwise_source(const ElementwiseOp& op) {
     gather = fmt::format("#define GATHER(extra) {}\n", load_expression(d, at));
   }
   const std::size_t operands = op.inputs.size() + 1;
-  const std::string tail = kernel_tail(op);
-  // Any strides: the flat index is split into coordinates of the merged dims.
-  const std::string strided =
-      fmt::format(R"CUDA({head}    i64 rem = i;
+  std::string kernel;
+  switch (layout) {
+    case KernelLayout::Strided:
+      // The flat index is split into coordinates of the merged dims.
+      kernel =
+          fmt::format(R"CUDA({head}    i64 rem = i;
 {offsets}    for (int d = p.rank - 1; d >= 0; --d) {{
       const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;
 {steps}    }}
 {tail})CUDA",
-                  "head"_a = kernel_head(op, "kiln_elementwise", "P"),
-                  "offsets"_a = per_operand(operands, "    i64 o{0} = 0;\n"),
-                  "steps"_a = per_operand(operands, "      o{0} += idx * p.strides[{0}][d];\n"),
-                  "tail"_a = tail);
-  // Every operand contiguous and of the output's shape: each is read at the flat index.
-  const std::string flat = fmt::format("{}{}{}", kernel_head(op, "kiln_elementwise_flat", "PF"),
-                                       per_operand(operands, "    const i64 o{0} = i;\n"), tail);
-  return fmt::format("{}{}{}{}{}{}", kernel_prelude(), kParamsStructs, gather, strided, flat,
-                     op.gathered_input < 0 ? vector_kernel(op) : std::string());
+                      "head"_a = kernel_head(op, "kiln_elementwise", "P"),
+                      "offsets"_a = per_operand(operands, "    i64 o{0} = 0;\n"),
+                      "steps"_a = per_operand(operands, "      o{0} += idx * p.strides[{0}][d];\n"),
+                      "tail"_a = kernel_tail(op));
+      break;
+    case KernelLayout::Flat:  // each operand is read at the flat index
+      kernel = fmt::format("{}{}{}", kernel_head(op, "kiln_elementwise_flat", "PF"),
+                           per_operand(operands, "    const i64 o{0} = i;\n"), kernel_tail(op));
+      break;
+    case KernelLayout::Wide:
+      kernel = vector_kernel(op);
+      break;
+  }
+  return fmt::format("{}{}{}{}", kernel_prelude(), kParamsStructs, gather, kernel);
 }
 
 }  // namespace kiln::cuda
