@@ -19,6 +19,7 @@
 //   chain8_fused/4096, chain8_fused/8192          the same on cuda:0.fused(): one fused kernel
 //   fma_exp/8192, fma_exp_fused/8192              (x*y+z).exp(), eager and fused
 //   small_add_host/16                             host time per 16-element add, bursts of 200
+//   chain8_host{,_fused}/64                       host time per op of chain8 on [64, 64], flushed
 //   conv2d/f32, conv2d/bf16                       x [32,64,56,56], w [64,64,3,3], stride 1, pad 1
 //   tensor_topk/4096/32768/8, tensor_sort/16777216   Tensor::topk_with_indices, sort_with_indices
 //   tensor_cumsum/16777216/0, tensor_cumsum/8192/8192   cumsum of one 16M row; along the last dim
@@ -318,6 +319,44 @@ void small_add_host(benchmark::State& state) {
   });
 }
 
+// ---- host cost per op of a small chain, eager or fused ----
+// chain8 on [64, 64] f32, each chain flushed (on the fused device: recorded, grouped, captured and
+// launched as one kernel), in bursts of 25 chains timed on the host with no sync inside, as
+// small_add_host. The figure is host time per op of the chain (8 ops): the fused device's cost of
+// recording an op and its share of running the group, against eager's launch of each op.
+void chain8_host(benchmark::State& state, bool fused) {
+  on_gpu(state, [&](const Device& gpu) {
+    const Device device = fused ? gpu.fused() : gpu;
+    device.seed(kSeed + 4);
+    const auto dist = Distribution::uniform(-1, 1);
+    const auto x = Tensor<2>::random({64, 64}, dist, device);
+    const auto y = Tensor<2>::random({64, 64}, dist, device);
+    const auto z = Tensor<2>::random({64, 64}, dist, device);
+    auto op = [&] { return ((((-(x * y + z)).exp() * 2.0) + 1.0).tanh()) * x; };
+    const std::vector<double> a = host(x), b = host(y), c = host(z);
+    std::vector<double> want(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      want[i] = std::tanh(std::exp(-(a[i] * b[i] + c[i])) * 2 + 1) * a[i];
+    }
+    expect_all_near(host(op()), want, 1e-6, 1e-5, "chain8_host");
+    constexpr int kChains = 25;
+    std::vector<Tensor<2>> results;
+    results.reserve(kChains);
+    for (auto _ : state) {
+      results.clear();
+      device.sync();
+      const auto start = Clock::now();
+      for (int i = 0; i < kChains; ++i) {
+        results.push_back(op());
+        device.flush();
+      }
+      state.SetIterationTime(seconds_since(start) / (8 * kChains));
+      device.sync();
+    }
+    expect_all_near(host(results.back()), want, 1e-6, 1e-5, "chain8_host");
+  });
+}
+
 // ---- conv2d, a ResNet 3x3 layer ----
 void conv2d(benchmark::State& state, DType dtype) {
   on_gpu(state, [&](const Device& device) {
@@ -610,6 +649,8 @@ void register_all() {
     }
   }
   timed(RegisterBenchmark("small_add_host/16", small_add_host), 50);
+  timed(RegisterBenchmark("chain8_host/64", chain8_host, false), 20);
+  timed(RegisterBenchmark("chain8_host_fused/64", chain8_host, true), 20);
   timed(RegisterBenchmark("conv2d/f32", [](benchmark::State& s) { conv2d(s, DType::F32); }), 5);
   timed(RegisterBenchmark("conv2d/bf16", [](benchmark::State& s) { conv2d(s, DType::BF16); }), 5);
   timed(RegisterBenchmark("tensor_topk/4096/32768/8", tensor_topk), 5);

@@ -115,6 +115,8 @@ def main():
     add("small add, launched on the caller's thread", "small_add_host/16/inline", "", None,
         "small_add_host/16")
     add("empty kernel launch host/op (driver floor)", "launch_floor")
+    add("chain8 64^2 host/op eager", "chain8_host/64")
+    add("chain8 64^2 host/op fused", "chain8_host_fused/64", "<= 0.5 us")
     add("conv2d 32x64x56x56 3x3 f32", "conv2d/f32", "", PEAK["f32"])
     add("conv2d 32x64x56x56 3x3 bf16", "conv2d/bf16", "", PEAK["bf16"])
     add("topk 8 of 4096x32768 f32", "tensor_topk/4096/32768/8")
