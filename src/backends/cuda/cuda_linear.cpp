@@ -1,0 +1,83 @@
+// linear: x [..., in] @ weight [in, out] + bias [out] as one cuBLASLt call whose epilogue adds the
+// bias (lib/matmul.h), where the default composes a product and a broadcast add: one launch and
+// one pass over the result fewer for every nn::Linear layer. Without a bias, for integer dtypes,
+// or where cuBLASLt does not take the layouts, the default's composition runs.
+#include "backends/cuda/lib_call.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// x's rows as one [rows, in] matrix without a copy: its strides, or nothing when the leading dims
+// do not walk as one.
+struct Rows {
+  std::int64_t row_stride = 0, col_stride = 1;
+  bool ok = false;
+};
+
+Rows rows_of(const CudaTensor& x) {
+  const std::size_t rank = x.rank();
+  const Strides& s = x.strides();
+  if (rank == 1) return {0, s[0], true};
+  // Leading dims collapse when each steps over the whole of the ones after it.
+  for (std::size_t d = 0; d + 2 < rank; ++d) {
+    if (x.shape()[d] != 1 && s[d] != s[d + 1] * x.shape()[d + 1]) return {};
+  }
+  return {s[rank - 2], s[rank - 1], true};
+}
+
+}  // namespace
+
+Primitive CudaBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bias) {
+  const char* op = "linear";
+  const DType dtype = x->dtype();
+  const bool float_product =
+      dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F64;
+  if (!bias || !float_product || weight->dtype() != dtype || (*bias)->dtype() != dtype) {
+    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
+  }
+  const Shape& shape = x->shape();
+  const std::int64_t in = weight->shape()[0], out = weight->shape()[1];
+  detail::DimVector dims(shape.vector());
+  dims.back() = out;
+  const Shape out_shape(std::move(dims));
+  const std::int64_t rows = out_shape.num_elements() / std::max<std::int64_t>(out, 1);
+  if (out_shape.num_elements() == 0 || in == 0) {
+    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
+  }
+  TensorPtr xs = std::static_pointer_cast<CudaTensor>(x);
+  Rows r = rows_of(*xs);
+  if (!r.ok) {
+    xs = contiguous(x, op);
+    r = rows_of(*xs);
+  }
+  if (rows == 1) r.row_stride = in;  // any stride serves one row; cuBLASLt wants it >= in
+  TensorPtr b = contiguous(*bias, op);
+  const CudaTensor& w = as_cuda(weight);
+  lib::MatmulDesc desc;
+  desc.dtype = dtype;
+  desc.m = rows;
+  desc.n = out;
+  desc.k = in;
+  desc.a = {r.row_stride, r.col_stride, 0};
+  desc.b = {w.strides()[0], w.strides()[1], 0};
+  desc.c = {out, 1, 0};
+  desc.epilogue = lib::Epilogue::Bias;
+  if (!lib::matmul_supported(desc)) {
+    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
+  }
+  desc.compute = product_compute(runtime_, dtype);
+  TensorPtr result = make_tensor(dtype, out_shape, op);
+  try {
+    lib::matmul(
+        desc, {device_address(*xs), device_address(w), device_address(*result), device_address(*b)},
+        lib_stream(runtime_));
+  } catch (const UnsupportedOperation&) {
+    // No algorithm for these alignments (views at odd offsets): the default's composition.
+    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
+  }
+  runtime_.context.note_launch(op);
+  return result;
+}
+
+}  // namespace kiln::cuda
