@@ -262,6 +262,31 @@ FusedKernel mixed() {
   return k;
 }
 
+// A chain of three d inputs as the capture records it, read by a reduction or softmax (the
+// capture's tail): floats exp((x * y + z) * s0), integers (x * y + z) / s0 + s1 (which can
+// fail). Its first op's value is written too (a value held after the group).
+FusedLoad tail_load(DType d, bool flat) {
+  FusedLoad load;
+  load.dtype = d;
+  load.flat = flat;
+  FusedKernel& k = load.kernel;
+  k.inputs = {d, d, d};
+  k.ops.push_back(fused_op({"mul", "k_mul(a, b)", {d, d}, d, d, {}}, {0, 1}));  // 3
+  k.ops.push_back(fused_op({"add", "k_add(a, b)", {d, d}, d, d, {}}, {3, 2}));  // 4
+  if (is_float(d)) {
+    k.ops.push_back(fused_op({"mul_scalar", "k_mul(a, s0)", {d}, d, d, {d}}, {4}, 0));  // 5
+    k.ops.push_back(fused_op({"exp", "k_exp(a)", {d}, d, d, {}}, {5}));                 // 6
+  } else {
+    k.ops.push_back(fused_op(
+        {"div_scalar", "k_div(a, s0, err)", {d}, d, d, {d}, "integer division by zero"}, {4}, 0,
+        0));                                                                            // 5
+    k.ops.push_back(fused_op({"add_scalar", "k_add(a, s0)", {d}, d, d, {d}}, {5}, 1));  // 6
+  }
+  k.outputs = {{3, d}};
+  load.value = 6;
+  return load;
+}
+
 }  // namespace fused_codegen
 
 // The fused kernel of a group (cuda_fused.cpp) in its three launch forms, compiled every time:
@@ -286,6 +311,119 @@ TEST(GpuCodegen, FusedKernelsCompile) {
   EXPECT_NE(fused_kernel_key(more), fused_kernel_key(fused_codegen::chain8()));
   EXPECT_EQ(fused_vector_width(fused_codegen::chain8()), 4);
   EXPECT_EQ(fused_vector_width(fused_codegen::mixed()), 4);
+}
+
+// A reduction as the tail of a fused chain: every kernel that reads the input, with the chain
+// as its load, flat and strided, over floats of each width and integers. These compile every
+// time (the first list); the other reducers and dtypes are sampled.
+TEST(GpuCodegen, FusedReductionsCompile) {
+  using fused_codegen::tail_load;
+  struct Case {
+    ReduceKernel kernel;
+    Reducer reducer;
+    DType dtype, out;
+    bool flat;
+  };
+  const Case always[] = {
+      {ReduceKernel::LinesWarp, Reducer::Sum, DType::F32, DType::F32, true},
+      {ReduceKernel::LinesBlock, Reducer::Mean, DType::F16, DType::F16, false},
+      {ReduceKernel::Columns, Reducer::Max, DType::BF16, DType::BF16, true},
+      {ReduceKernel::ColumnsVector, Reducer::Sum, DType::F64, DType::F64, false},
+      {ReduceKernel::LinesWarp, Reducer::ArgMax, DType::F16, DType::I64, false},
+      {ReduceKernel::ColumnsVector, Reducer::Min, DType::I32, DType::I32, true},
+      {ReduceKernel::LinesBlock, Reducer::Sum, DType::U8, DType::U8, true},
+  };
+  for (const Case& c : always) {
+    const FusedLoad load = tail_load(c.dtype, c.flat);
+    const std::string source = reduce_kernel_source(c.kernel, c.reducer, c.dtype, c.out, &load);
+    const std::string what = std::string(reducer_name(c.reducer)) + " " +
+                             reduce_kernel_name(c.kernel) + " " + std::string(dtype_name(c.dtype)) +
+                             (c.flat ? " flat" : " strided");
+    EXPECT_NE(source.find("chain_line(p.t, base)"), std::string::npos) << what;
+    EXPECT_EQ(source.find("(const S*)p.in"), std::string::npos) << what;  // x is never read
+    const Compiled compiled = compile_to_cubin(source);
+    EXPECT_TRUE(compiled.ok) << what << ":\n" << compiled.log.substr(0, 4000);
+  }
+  const ReduceKernel readers[] = {ReduceKernel::LinesWarp, ReduceKernel::LinesBlock,
+                                  ReduceKernel::Columns, ReduceKernel::ColumnsVector};
+  const Reducer reducers[] = {Reducer::Sum, Reducer::Mean,   Reducer::Prod,  Reducer::Max,
+                              Reducer::Min, Reducer::ArgMax, Reducer::ArgMin};
+  std::vector<DType> numeric(std::begin(test::kFloatDTypes), std::end(test::kFloatDTypes));
+  numeric.insert(numeric.end(), kInts.begin(), kInts.end());
+  std::size_t i = 0;
+  for (const Reducer& r : reducers) {
+    for (ReduceKernel k : readers) {
+      const bool mean = r == Reducer::Mean;
+      const DType d = mean ? test::kFloatDTypes[i % 4] : numeric[i % numeric.size()];
+      const bool arg = r == Reducer::ArgMax || r == Reducer::ArgMin;
+      const FusedLoad load = tail_load(d, i % 3 == 0);
+      const std::string log = compile(reduce_kernel_source(k, r, d, arg ? DType::I64 : d, &load));
+      EXPECT_TRUE(log.empty()) << reducer_name(r) << " " << reduce_kernel_name(k) << " "
+                               << dtype_name(d) << ":\n"
+                               << log.substr(0, 4000);
+      ++i;
+    }
+  }
+}
+
+// Softmax as the tail of a fused chain: every kernel that reads the input (Combine reads only
+// partials); the write passes of long rows and lines recompute the chain without storing.
+TEST(GpuCodegen, FusedSoftmaxCompiles) {
+  using fused_codegen::tail_load;
+  const SoftmaxKernel readers[] = {
+      SoftmaxKernel::Lines,          SoftmaxKernel::RowsWarp,        SoftmaxKernel::RowsWarpVector,
+      SoftmaxKernel::RowsBlock,      SoftmaxKernel::RowsBlockVector, SoftmaxKernel::RowsWide,
+      SoftmaxKernel::RowsWideVector, SoftmaxKernel::RowStats,        SoftmaxKernel::RowStatsVector,
+      SoftmaxKernel::RowWrite,       SoftmaxKernel::RowWriteVector,  SoftmaxKernel::LineStats,
+      SoftmaxKernel::LineWrite};
+  for (std::size_t i = 0; i < std::size(readers); ++i) {
+    const SoftmaxKernel k = readers[i];
+    const DType d = test::kFloatDTypes[i % 4];
+    const bool log = i % 2 == 1;
+    const FusedLoad load = tail_load(d, i % 3 != 0);
+    const std::string source = softmax_kernel_source(k, d, log, &load);
+    const std::string what = std::string(softmax_kernel_name(k)) + " " + std::string(dtype_name(d));
+    EXPECT_EQ(source.find("(const S*)p.in"), std::string::npos) << what;
+    EXPECT_NE(source.find("chain_at(p.t, l, j, p.in_step, first)"), std::string::npos) << what;
+    // Three kernels always compile (a row kept in registers, a long row's first and second
+    // reads); the others are sampled.
+    const bool always = k == SoftmaxKernel::RowsWarpVector || k == SoftmaxKernel::RowStats ||
+                        k == SoftmaxKernel::LineWrite;
+    std::string failure;
+    if (always) {
+      const Compiled compiled = compile_to_cubin(source);
+      if (!compiled.ok) failure = compiled.log;
+    } else {
+      failure = compile(source);
+    }
+    EXPECT_TRUE(failure.empty()) << what << (log ? " log" : "") << ":\n" << failure.substr(0, 4000);
+  }
+}
+
+// The tail kernels' keys tell apart what their source depends on besides the chain's own key.
+TEST(GpuCodegen, FusedLoadKeysCoverTheLoad) {
+  using fused_codegen::tail_load;
+  const FusedLoad flat = tail_load(DType::F32, true);
+  const FusedLoad strided = tail_load(DType::F32, false);
+  FusedLoad other_value = flat;
+  other_value.value = 5;
+  FusedLoad as_u32 = flat;
+  as_u32.dtype = DType::U32;
+  FusedLoad fewer_outputs = flat;
+  fewer_outputs.kernel.outputs.clear();
+  const std::string key = fused_load_key(flat);
+  const FusedLoad* others[] = {&strided, &other_value, &as_u32, &fewer_outputs};
+  for (const FusedLoad* load : others) EXPECT_NE(fused_load_key(*load), key);
+  EXPECT_EQ(fused_load_key(tail_load(DType::F32, true)), key);
+  // The element function: stores of the held value only on a first read, the chain's error
+  // flag reported on every read.
+  const std::string ints = fused_load_source(tail_load(DType::I32, true));
+  const std::size_t first = ints.find("if (first) {");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_NE(ints.find("p.out[0])[i] =", first), std::string::npos);
+  EXPECT_NE(ints.find("if (e0) *p.err_word = p.tok[0];"), std::string::npos);
+  EXPECT_NE(fused_load_source(strided).find("p.strides[2][d]"), std::string::npos);
+  EXPECT_EQ(fused_load_source(flat).find("p.strides"), std::string::npos);
 }
 
 TEST(GpuCodegen, LayerNormCompiles) {

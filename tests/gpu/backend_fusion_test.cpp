@@ -7,12 +7,17 @@
 // integer op inside a fused kernel is an ExecutionError at the read naming that op; a training
 // loop's groups compile once whatever their scalars and sizes.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "contract/fused_program.h"
+#include "decorators/fusion/fusion_backend.h"
 #include "gpu/gpu_test_support.h"
+#include "runtime/registry.h"
 
 using namespace kiln;
 
@@ -121,4 +126,378 @@ TEST(GpuFusion, AnElementwisePrologueThenSoftmaxEqualsTheUnfusedDevice) {
     return s * 3.0 - 1.0;  // an elementwise epilogue after the op along a dim
   };
   expect_equal_values(f(x.to_device(fused), b.to_device(fused)), f(x, b), "softmax");
+}
+
+// ---- a reduction or softmax along a dim as the last step of a fused kernel ----------------------
+// The chain runs in registers inside the reduction's (or softmax's) own kernels: the same
+// launches as the reduction alone; its accumulation is the unfused one's, on the same values in
+// the same order, so results agree as the chains' do (maxima, minima and their indices exactly),
+// against the unfused device and a float64 CPU run.
+
+namespace gpu_fusion_test {
+
+// The op along a dim that ends a chain.
+struct Tail {
+  const char* name;
+  Primitive (*run)(Primitive, std::int64_t);
+  bool exact;  // maxima and minima pick an element: equal bit for bit in every dtype
+};
+const Tail kSum{"sum_dim", detail::sum_dim, false}, kMean{"mean_dim", detail::mean_dim, false},
+    kProd{"prod_dim", detail::prod_dim, false}, kMax{"max_dim", detail::max_dim, true},
+    kMin{"min_dim", detail::min_dim, true},
+    kLogSumExp{"logsumexp_dim", detail::logsumexp_dim, false},
+    kSoftmax{"softmax", detail::softmax, false},
+    kLogSoftmax{"log_softmax", detail::log_softmax, false},
+    kSoftmin{"softmin", detail::softmin, false};
+const Tail* const kTails[] = {&kSum,       &kMean,    &kProd,       &kMax,    &kMin,
+                              &kLogSumExp, &kSoftmax, &kLogSoftmax, &kSoftmin};
+
+// The chain's inputs on the CPU: x of the iteration shape, y and b; strided: y stored
+// transposed (read through a permuted view) and b broadcast along dim 0, else both of the
+// iteration shape (the chain's flat form).
+struct Inputs {
+  Primitive x, y, b;
+  bool strided;
+};
+Inputs inputs_of(const Shape& shape, DType dtype, std::uint64_t seed, bool strided = true) {
+  Shape y_shape = shape, b_shape = shape;
+  if (strided) {
+    for (std::size_t k = 0; k < shape.rank(); ++k) y_shape[k] = shape[shape.rank() - 1 - k];
+    b_shape[0] = 1;
+  }
+  const bool ints = !is_float(dtype);
+  return {test::host_random(shape, dtype, seed, -2, 2, ints),
+          test::host_random(y_shape, dtype, seed + 1, -2, 2, ints),
+          test::host_random(b_shape, dtype, seed + 2, -2, 2, ints), strided};
+}
+
+Primitive as(const Primitive& p, DType dtype) {
+  return p->dtype() == dtype ? p : detail::cast(p, dtype);
+}
+
+// The chain on device d in dtype (F64 for the CPU reference): floats exp((x - b) * y * 0.05),
+// which no multiply-add contraction changes, so extrema compare exactly; integers
+// (x - b) * y + 3.
+Primitive chain(const Inputs& in, Device d, DType dtype) {
+  const Primitive x = as(test::on(in.x, d), dtype);
+  Primitive y = as(test::on(in.y, d), dtype);
+  if (in.strided) {
+    std::vector<std::int64_t> axes(y->shape().rank());
+    for (std::size_t k = 0; k < axes.size(); ++k)
+      axes[k] = static_cast<std::int64_t>(axes.size() - 1 - k);
+    y = detail::permute(y, axes);
+  }
+  const Primitive b = as(test::on(in.b, d), dtype);
+  const Primitive t = detail::mul(detail::sub(x, b), y);
+  if (!is_float(dtype)) return detail::add_scalar(t, Scalar(3));
+  return detail::exp(detail::mul_scalar(t, Scalar(0.05)));
+}
+
+std::vector<double> values_of(const Primitive& p) { return detail::into_data(p).to_f64_vec(); }
+
+// got equals want (the unfused device's): bit for bit where exact or in f16, bf16 and integers;
+// else within the fusion checker's tolerance (1e-5 and 1e-12 of the magnitude, of 1 near zero).
+void expect_same_as_unfused(const Primitive& got, const Primitive& want, bool exact,
+                            const std::string& what) {
+  ASSERT_EQ(got->shape(), want->shape()) << what;
+  ASSERT_EQ(got->dtype(), want->dtype()) << what;
+  const DType dtype = want->dtype();
+  const bool bits = exact || !(dtype == DType::F32 || dtype == DType::F64);
+  const double tolerance = bits ? 0 : dtype == DType::F64 ? 1e-12 : 1e-5;
+  const std::vector<double> g = values_of(got), w = values_of(want);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
+    ASSERT_LE(std::abs(g[i] - w[i]), tolerance * std::max(1.0, std::abs(w[i])))
+        << what << " at " << i << ": " << g[i] << " vs " << w[i];
+  }
+}
+
+// got near the float64 CPU run: a few roundings of the dtype per element, summed.
+void expect_near_reference(const Primitive& got, const Primitive& reference,
+                           const std::string& what) {
+  const double tolerance = 10 * test::tolerance_of(got->dtype());
+  const std::vector<double> g = values_of(got), w = values_of(reference);
+  ASSERT_EQ(g.size(), w.size()) << what;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    ASSERT_LE(std::abs(g[i] - w[i]), tolerance * (1 + std::abs(w[i])))
+        << what << " against the CPU at " << i << ": " << g[i] << " vs " << w[i];
+  }
+}
+
+// Kernels asked of the GPU's compiler: one per launch (found loaded, on disk or compiled).
+std::int64_t kernel_requests(const Device& device) {
+  const KernelStats s = device.kernel_stats();
+  return s.compiles + s.memory_hits + s.disk_hits;
+}
+
+// The launches of tail over the chain's value written out (a fresh contiguous tensor, which
+// the fused kernel plans its reads as): all that the fused group may launch.
+std::int64_t launches_of_tail_alone(const Inputs& in, const Tail& tail, std::int64_t dim,
+                                    const Device& device) {
+  const Primitive written = chain(in, device, DType::F32);
+  const std::int64_t before = kernel_requests(device);
+  (void)values_of(tail.run(written, dim));
+  return kernel_requests(device) - before;
+}
+
+}  // namespace gpu_fusion_test
+
+TEST(GpuFusion, ChainsEndingInAReductionOrSoftmaxEqualTheUnfusedDeviceAndTheCpu) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  // Along the first, a middle and the last dim of 2-D and 3-D shapes, strided and broadcast
+  // inputs; the dtypes rotate so that every op meets several and every (shape, dim) all four.
+  struct Along {
+    Shape shape;
+    std::int64_t dim;
+  };
+  const Along alongs[] = {
+      {{64, 300}, 0}, {{64, 300}, 1}, {{6, 40, 50}, 0}, {{6, 40, 50}, 1}, {{6, 40, 50}, 2}};
+  std::size_t i = 0;
+  for (const Tail* tail : kTails) {
+    for (const Along& a : alongs) {
+      const DType dtype = test::kFloatDTypes[i++ % 4];
+      const std::string what = std::string(tail->name) + " " + std::string(dtype_name(dtype)) +
+                               " " + a.shape.to_string() + " dim " + std::to_string(a.dim);
+      const Inputs in = inputs_of(a.shape, dtype, i, i % 3 != 0);
+      const Primitive fused = tail->run(chain(in, device.fused(), dtype), a.dim);
+      expect_same_as_unfused(fused, tail->run(chain(in, device, dtype), a.dim), tail->exact, what);
+      expect_near_reference(fused, tail->run(chain(in, Device::cpu(), DType::F64), a.dim), what);
+    }
+  }
+}
+
+TEST(GpuFusion, IntegerChainsEndingInAReductionEqualTheUnfusedDeviceAndTheCpu) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  // Integer sums and products wrap in 64 bits as on the CPU: equal exactly.
+  std::uint64_t seed = 0;
+  for (const Tail* tail : {&kSum, &kProd, &kMax, &kMin}) {
+    for (DType dtype : {DType::I32, DType::I64, DType::I16}) {
+      for (std::int64_t dim : {0, 1}) {
+        const std::string what = std::string(tail->name) + " " + std::string(dtype_name(dtype)) +
+                                 " dim " + std::to_string(dim);
+        const Inputs in = inputs_of(Shape{64, 300}, dtype, ++seed);
+        const Primitive fused = tail->run(chain(in, device.fused(), dtype), dim);
+        expect_same_as_unfused(fused, tail->run(chain(in, device, dtype), dim), true, what);
+        expect_same_as_unfused(fused, tail->run(chain(in, Device::cpu(), dtype), dim), true,
+                               what + " (cpu)");
+      }
+    }
+  }
+}
+
+TEST(GpuFusion, AChainAndItsReductionAreOneGroupLaunchingOnlyTheReductionsKernels) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  auto& fusion = static_cast<fusion::FusionPassthrough&>(backend_for(device.fused()));
+  // Lines, columns, softmax rows and long strided lines (read twice), flat and strided chains.
+  struct Case {
+    const Tail* tail;
+    std::int64_t dim;
+    bool strided;
+  };
+  const Case cases[] = {{&kSum, 1, false},    {&kSum, 0, true},         {&kMax, 0, false},
+                        {&kSoftmax, 1, true}, {&kLogSoftmax, 0, false}, {&kMean, 1, true},
+                        {&kSoftmin, 1, false}};
+  for (const Case& c : cases) {
+    const std::string what = std::string(c.tail->name) + " dim " + std::to_string(c.dim) +
+                             (c.strided ? " strided" : " flat");
+    const Inputs in = inputs_of(Shape{128, 400}, DType::F32, 40, c.strided);
+    const std::int64_t alone = launches_of_tail_alone(in, *c.tail, c.dim, device);
+
+    std::vector<std::size_t> group_steps;
+    fusion.set_result_hook_for_tests([&](const FusedProgram& program, std::vector<Primitive>&) {
+      group_steps.push_back(program.steps.size());
+    });
+    const Primitive result = c.tail->run(chain(in, device.fused(), DType::F32), c.dim);
+    const std::int64_t before = kernel_requests(device);
+    (void)values_of(result);
+    const std::int64_t launches = kernel_requests(device) - before;
+    fusion.set_result_hook_for_tests(nullptr);
+
+    // softmin alone is neg, then softmax: the fused group runs neg inside softmax's kernel.
+    EXPECT_EQ(launches, alone - (c.tail == &kSoftmin ? 1 : 0)) << what;
+    // One group of sub, mul, mul_scalar, exp and the op along the dim.
+    ASSERT_EQ(group_steps.size(), 1u) << what;
+    EXPECT_EQ(group_steps[0], 5u) << what;
+    expect_same_as_unfused(result, c.tail->run(chain(in, device, DType::F32), c.dim), c.tail->exact,
+                           what);
+  }
+}
+
+TEST(GpuFusion, AHeldIntermediateIsWrittenOnceByTheReductionsKernel) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  // Rows kept in registers, columns, and long rows and lines that softmax reads twice (the
+  // held value is stored on the first read only).
+  struct Case {
+    const Tail* tail;
+    Shape shape;
+    std::int64_t dim;
+  };
+  const Case cases[] = {{&kSum, {64, 300}, 1},
+                        {&kMax, {64, 300}, 0},
+                        {&kSoftmax, {4, 100000}, 1},
+                        {&kLogSoftmax, {300, 64}, 0}};
+  for (const Case& c : cases) {
+    const std::string what = std::string(c.tail->name) + " " + c.shape.to_string();
+    const Inputs in = inputs_of(c.shape, DType::F32, 50);
+    const std::int64_t alone = launches_of_tail_alone(in, *c.tail, c.dim, device);
+    const Primitive held = chain(in, device.fused(), DType::F32);
+    const Primitive result = c.tail->run(held, c.dim);
+    const std::int64_t before = kernel_requests(device);
+    (void)values_of(result);
+    (void)values_of(held);
+    EXPECT_EQ(kernel_requests(device) - before, alone) << what;
+    const Primitive written = chain(in, device, DType::F32);
+    expect_same_as_unfused(held, written, false, what + " (held)");
+    expect_same_as_unfused(result, c.tail->run(written, c.dim), c.tail->exact, what);
+  }
+}
+
+TEST(GpuFusion, OpsAfterAReductionReadingTheChainAgainRunAfterIt) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  // A hand-written softmax: x - max(x) reads the chain's value after the reduction, which
+  // then writes it.
+  auto manual = [](const Primitive& v) {
+    const Primitive e = detail::exp(detail::sub(v, detail::max_dim(v, 1)));
+    return detail::div(e, detail::sum_dim(e, 1));
+  };
+  const Inputs in = inputs_of(Shape{64, 300}, DType::F32, 60);
+  const Primitive fused = manual(chain(in, device.fused(), DType::F32));
+  expect_same_as_unfused(fused, manual(chain(in, device, DType::F32)), false, "manual softmax");
+  expect_near_reference(fused, manual(chain(in, Device::cpu(), DType::F64)), "manual softmax");
+}
+
+TEST(GpuFusion, AnIntegerDivisionByZeroBeforeAReductionIsAnExecutionErrorNamingTheOp) {
+  KILN_REQUIRE_GPU();
+  const Device fused = device.fused();
+  const auto x = Tensor<1, Int>::arange(0, 6000, fused).reshape({60, 100});
+  const auto zero = x - x;
+  const auto s = ((x * 3).div(zero) + 1).sum_dim(1);  // the chain runs inside the sum's kernel
+  try {
+    (void)s.into_data();
+    FAIL() << "no error";
+  } catch (const ExecutionError& error) {
+    EXPECT_NE(std::string(error.what()).find("div"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("division by zero"), std::string::npos)
+        << error.what();
+  }
+  // The device keeps working after the error.
+  const auto ok = (x * 2 + 1).sum_dim(1).into_data().to_f64_vec();
+  EXPECT_EQ(ok[59], (5900.0 + 5999.0) * 100 + 100);
+}
+
+TEST(GpuFusion, AChainAndItsReductionCompileOnceWhateverTheirScalarsAndSizes) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  auto run = [&](std::int64_t rows, double scale) {
+    const Inputs in = inputs_of(Shape{rows, 300}, DType::F32, 70);
+    auto f = [&](Device d) {
+      return detail::sum_dim(detail::mul_scalar(chain(in, d, DType::F32), Scalar(scale)), 1);
+    };
+    expect_same_as_unfused(f(device.fused()), f(device), false, std::to_string(rows) + " rows");
+  };
+  run(64, 0.5);
+  const std::int64_t compiles = device.kernel_stats().compiles;
+  run(64, 0.25);
+  run(96, 3.0);
+  run(1000, -1.0);
+  EXPECT_EQ(device.kernel_stats().compiles, compiles);
+}
+
+namespace gpu_fusion_test {
+
+// Reductions the fusion decorator does not record (no F in ops.def) end a program built here.
+Primitive argmax_i64(Backend& b, Primitive x, std::int64_t dim) {
+  return b.argmax(std::move(x), dim, DType::I64);
+}
+Primitive argmin_i32(Backend& b, Primitive x, std::int64_t dim) {
+  return b.argmin(std::move(x), dim, DType::I32);
+}
+Primitive any_dim(Backend& b, Primitive x, std::int64_t dim) {
+  return b.any_dim(std::move(x), dim);
+}
+Primitive all_dim(Backend& b, Primitive x, std::int64_t dim) {
+  return b.all_dim(std::move(x), dim);
+}
+template <Primitive (*Reduce)(Backend&, Primitive, std::int64_t)>
+Primitive run_reduce(Backend& b, std::span<Primitive> v, const StepParams& p) {
+  return Reduce(b, std::move(v[0]), p.dim);
+}
+
+FusedStep step_of(OpCode op, DType dtype, Shape shape, std::array<std::int32_t, 3> inputs,
+                  std::uint8_t arity, StepRun run) {
+  FusedStep step;
+  step.op = op;
+  step.dtype = dtype;
+  step.shape = std::move(shape);
+  step.inputs = inputs;
+  step.arity = arity;
+  step.run = run;
+  return step;
+}
+
+}  // namespace gpu_fusion_test
+
+TEST(GpuFusion, ProgramsEndingInArgmaxArgminAnyOrAllRunAsTheReductionsKernels) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  Backend& cuda = backend_for(device);
+  const Shape shape{64, 300};
+  const Inputs in = inputs_of(shape, DType::F16, 80);
+  struct Case {
+    const char* name;
+    OpCode op;
+    DType dtype;
+    Primitive (*reduce)(Backend&, Primitive, std::int64_t);
+    StepRun run;
+    bool compare;  // a comparison to Bool first
+  };
+  const Case cases[] = {
+      {"argmax", OpCode::argmax, DType::I64, argmax_i64, run_reduce<argmax_i64>, false},
+      {"argmin", OpCode::argmin, DType::I32, argmin_i32, run_reduce<argmin_i32>, false},
+      {"any_dim", OpCode::any_dim, DType::Bool, any_dim, run_reduce<any_dim>, true},
+      {"all_dim", OpCode::all_dim, DType::Bool, all_dim, run_reduce<all_dim>, true},
+  };
+  const StepRun mul = [](Backend& b, std::span<Primitive> v, const StepParams&) {
+    return b.mul(std::move(v[0]), std::move(v[1]));
+  };
+  const StepRun greater = [](Backend& b, std::span<Primitive> v, const StepParams&) {
+    return b.greater_elem(std::move(v[0]), Scalar(-0.5));
+  };
+  for (const Case& c : cases) {
+    for (std::int64_t dim : {0, 1}) {
+      const std::string what = std::string(c.name) + " dim " + std::to_string(dim);
+      FusedProgram program;
+      program.shape = shape;
+      program.leaves = {test::on(in.x, device), detail::permute(test::on(in.y, device), {1, 0})};
+      program.steps.push_back(step_of(OpCode::mul, DType::F16, shape, {0, 1, 0}, 2, mul));
+      if (c.compare) {
+        program.steps.push_back(
+            step_of(OpCode::greater_elem, DType::Bool, shape, {2, 0, 0}, 1, greater));
+      }
+      Shape reduced = shape;
+      reduced[static_cast<std::size_t>(dim)] = 1;
+      const auto last = static_cast<std::int32_t>(program.leaves.size() + program.steps.size());
+      program.steps.push_back(step_of(c.op, c.dtype, reduced, {last - 1, 0, 0}, 1, c.run));
+      program.steps.back().params.dim = dim;
+      program.outputs = {static_cast<std::int32_t>(program.steps.size() - 1)};
+
+      // The reduction alone over its input written out: all the fused program may launch.
+      Primitive written = cuda.mul(program.leaves[0], program.leaves[1]);
+      if (c.compare) written = cuda.greater_elem(written, Scalar(-0.5));
+      const std::int64_t before_alone = kernel_requests(device);
+      (void)values_of(c.reduce(cuda, written, dim));
+      const std::int64_t alone = kernel_requests(device) - before_alone;
+
+      const std::int64_t before = kernel_requests(device);
+      const std::vector<Primitive> got = cuda.run_fused(program);
+      (void)values_of(got[0]);
+      EXPECT_EQ(kernel_requests(device) - before, alone) << what;
+      expect_same_as_unfused(got[0], run_steps(cuda, program)[0], true, what);
+    }
+  }
 }

@@ -1,10 +1,11 @@
 // A fused group on the GPU: runs of elementwise steps become one generated kernel each.
 //
 // Each elementwise step runs its ordinary op method under a KernelCapture (kernel_capture.h), so
-// the kernel holds the same expressions the eager kernels run. A step that does other device
-// work (a reduction, softmax) ends the run: the captured ops whose values are read later are
-// written by one kernel (compiled once per structure, kept by the kernel caches), then the step
-// runs eagerly on real tensors, and a new run begins after it.
+// the kernel holds the same expressions the eager kernels run. A reduction or softmax along a
+// dim over a value of the run ends the run as its tail: its own kernels evaluate the chain at
+// each element they read. Any other step that does device work ends the run: the captured ops
+// whose values are read later are written by one kernel (compiled once per structure, kept by
+// the kernel caches), then the step runs eagerly on real tensors, and a new run begins after it.
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -49,7 +50,7 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
   // and puts the real tensors in place of the placeholders.
   auto close = [&](std::size_t next) {
     if (!capture) return;
-    std::vector<bool> wanted(capture->mark().ops, false);
+    std::vector<bool> wanted(capture->results(), false);
     for (std::size_t s = capture_start; s < next; ++s) {
       const std::size_t v = leaves + s;
       const std::int32_t op = capture->op_of(static_cast<const CudaTensor*>(values[v].get()));
@@ -93,11 +94,18 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
     }
   };
 
+  // Whether step (along a dim) reads a value the captured run computes: then it may be its tail.
+  auto reads_capture = [&](const FusedStep& step) {
+    if (!capture) return false;
+    const auto* x =
+        static_cast<const CudaTensor*>(values[static_cast<std::size_t>(step.inputs[0])].get());
+    return capture->is_placeholder(x) && capture->op_of(x) >= 0;
+  };
+
   for (std::size_t i = 0; i < program.steps.size(); ++i) {
     const FusedStep& step = program.steps[i];
-    const bool elementwise = step.dim() < 0 && !refused[static_cast<std::size_t>(step.op)].load(
-                                                   std::memory_order_relaxed);
-    if (elementwise) {
+    const bool tried = !refused[static_cast<std::size_t>(step.op)].load(std::memory_order_relaxed);
+    if (tried && step.dim() < 0) {
       if (capture && !(capture->shape() == step.shape)) close(i);
       Outcome outcome = try_capture(i, step);
       if (outcome == Outcome::Full && !capture->empty()) {  // it may fit a kernel of its own
@@ -105,6 +113,11 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
         outcome = try_capture(i, step);
       }
       if (outcome == Outcome::Captured) continue;
+    } else if (tried && step.arity == 1 && reads_capture(step)) {
+      if (try_capture(i, step) == Outcome::Captured) {
+        close(i + 1);  // nothing follows a tail in its kernel
+        continue;
+      }
     }
     close(i);
     run_step(*this, program, i, last_use, values);

@@ -32,8 +32,9 @@ namespace kiln::cuda {
 
 class Dispatcher {
  public:
-  // Largest parameter block a kernel of kiln takes (the strided elementwise kernel's is ~590).
-  static constexpr std::size_t kMaxParamBytes = 768;
+  // Largest parameter block a kernel of kiln takes (a softmax over a fused chain's is 1136: its
+  // own parameters, then the chain's).
+  static constexpr std::size_t kMaxParamBytes = 1152;
 
   Dispatcher(CUcontext context, CUstream stream, int device_index);
   ~Dispatcher();  // stops the launcher (stop)

@@ -55,6 +55,27 @@ std::string fused_kernel_key(const FusedKernel& kernel);
 // iteration shape) and kiln_fused_vec (flat, every pointer on a 16-byte vector).
 std::string fused_kernel_source(const FusedKernel& kernel);
 
+// A captured chain as the input of a reduction or softmax along a dim (the capture's tail,
+// kernel_capture.h). Their kernels read that input by lines along the dim: chain_line(t, base)
+// finds, once per line, the offsets in every input of the line's element 0 (flat index base in
+// the iteration shape); chain_at(t, line, j, step, first) evaluates the chain at element j, whose
+// offsets are those plus j times each input's stride along the dim (t.along) and whose flat index
+// is base + j * step. So the input is never written; kernel.outputs (values still needed after
+// the group) are stored at that flat index when first is set (the first read of the element;
+// softmax's long rows read it twice), and errors are reported on every read.
+struct FusedLoad {
+  FusedKernel kernel;
+  std::int32_t value = 0;    // the value the tail reads
+  DType dtype = DType::F32;  // the tail's input dtype (the value's, or one of its width)
+  bool flat = false;         // every input contiguous of the iteration shape: offsets = base
+};
+
+// What fused_load_source depends on (part of the tail kernels' cache keys).
+std::string fused_load_key(const FusedLoad& load);
+// Device code: structs FP and FT (FusedParams, FusedTailParams), struct Line, chain_line and
+// chain_at, which returns the value's word as load.dtype's storage type.
+std::string fused_load_source(const FusedLoad& load);
+
 // The launch parameters (structs FP and FF of the generated source mirror them).
 struct FusedParams {
   std::int64_t n;
@@ -74,6 +95,13 @@ struct FusedFlatParams {
   std::uint64_t s[kMaxFusedScalars];
   std::uint64_t error_word;
   std::uint32_t tokens[kMaxFusedFailures];
+};
+
+// A chain read along a dim by a tail (struct FT of fused_load_source mirrors it): the chain's
+// parameters, then each input's stride along that dim (0 where it broadcasts).
+struct FusedTailParams {
+  FusedParams chain;
+  std::int64_t along[kMaxFusedInputs];
 };
 
 }  // namespace kiln::cuda

@@ -90,20 +90,30 @@ std::string element_body(const FusedKernel& kernel, std::string_view indent) {
   return body;
 }
 
-// The loads of every input at offsets o<k>, the body, the stores at the flat index i.
-std::string element_step(const FusedKernel& kernel, std::string_view indent) {
+// The loads of every input at offsets o<k>.
+std::string input_loads(const FusedKernel& kernel, std::string_view indent) {
   std::string s;
   for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
     s += fmt::format("{0}const {1} v{2} = ((const {1}*)p.in[{2}])[o{2}];\n", indent,
                      storage_type(kernel.inputs[k]), k);
   }
-  s += element_body(kernel, indent);
+  return s;
+}
+
+// The stores of every output at the flat index i.
+std::string output_stores(const FusedKernel& kernel, std::string_view indent) {
+  std::string s;
   for (std::size_t j = 0; j < kernel.outputs.size(); ++j) {
     const FusedKernel::Output& out = kernel.outputs[j];
     s += fmt::format("{}(({}*)p.out[{}])[i] = {};\n", indent, storage_type(out.dtype), j,
                      word_as(kernel, out.value, out.dtype));
   }
   return s;
+}
+
+// The loads, the body, the stores.
+std::string element_step(const FusedKernel& kernel, std::string_view indent) {
+  return input_loads(kernel, indent) + element_body(kernel, indent) + output_stores(kernel, indent);
 }
 
 // Error flags of the kernel: one per op that can fail.
@@ -128,12 +138,14 @@ std::string kernel_head(const FusedKernel& kernel) {
   return s;
 }
 
-std::string kernel_end(const FusedKernel& kernel) {
+std::string error_reports(const FusedKernel& kernel) {
   std::string s;
   for (std::int32_t k = 0; k < failure_count(kernel); ++k)
     s += fmt::format("  if (e{0}) *p.err_word = p.tok[{0}];\n", k);
-  return s + "}\n";
+  return s;
 }
+
+std::string kernel_end(const FusedKernel& kernel) { return error_reports(kernel) + "}\n"; }
 
 std::string offsets(const FusedKernel& kernel, std::string_view init) {
   std::string s;
@@ -223,6 +235,58 @@ extern "C" __global__ void __launch_bounds__(1024) kiln_fused_vec(const FF p) {{
       "step"_a = element_step(kernel, "    "), "end"_a = kernel_end(kernel));
 }
 
+// fused_offsets(p, i, o): the offsets o[k] in every input of the element of flat index i: i
+// itself when every input is flat, else i's coordinates in the merged dims of FP times each
+// input's strides.
+std::string offsets_function(const FusedKernel& kernel, bool flat) {
+  std::string body;
+  if (flat) {
+    for (std::size_t k = 0; k < kernel.inputs.size(); ++k) body += fmt::format("  o[{}] = i;\n", k);
+  } else {
+    std::string steps;
+    for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+      body += fmt::format("  o[{}] = 0;\n", k);
+      steps += fmt::format("    o[{0}] += idx * p.strides[{0}][d];\n", k);
+    }
+    body += fmt::format(R"CUDA(  i64 rem = i;
+  for (int d = p.rank - 1; d >= 0; --d) {{
+    const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;
+{steps}  }}
+)CUDA",
+                        "steps"_a = steps);
+  }
+  return fmt::format(
+      "__device__ __forceinline__ void fused_offsets(const FP& p, i64 i, i64* o) {{\n{}}}\n", body);
+}
+
+// The loads of every input at offsets o[k].
+std::string loads_at(const FusedKernel& kernel) {
+  std::string s;
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+    s += fmt::format("  const {0} v{1} = ((const {0}*)p.in[{1}])[o[{1}]];\n",
+                     storage_type(kernel.inputs[k]), k);
+  }
+  return s;
+}
+
+// A line's element 0 and stepping along it; the chain at an element (see fused_kernel.h).
+constexpr const char* kLines = R"CUDA(
+struct FT { FP f; i64 along[8]; };
+struct Line { i64 base; i64 o[KIN]; };
+__device__ __forceinline__ Line chain_line(const FT& t, i64 base) {
+  Line l;
+  l.base = base;
+  fused_offsets(t.f, base, l.o);
+  return l;
+}
+__device__ __forceinline__ SV chain_at(const FT& t, const Line& l, i64 j, i64 step, bool first) {
+  i64 o[KIN];
+#pragma unroll
+  for (int k = 0; k < KIN; ++k) o[k] = l.o[k] + j * t.along[k];
+  return fused_value(t.f, o, l.base + j * step, first);
+}
+)CUDA";
+
 }  // namespace
 
 std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept {
@@ -256,6 +320,30 @@ std::string fused_kernel_key(const FusedKernel& kernel) {
 std::string fused_kernel_source(const FusedKernel& kernel) {
   return fmt::format("{}{}{}{}{}", kernel_prelude(), kParamsStructs, strided_kernel(kernel),
                      flat_kernel(kernel), vector_kernel(kernel));
+}
+
+std::string fused_load_key(const FusedLoad& load) {
+  return fmt::format("{}@{}{}{}", fused_kernel_key(load.kernel), load.value, letter(load.dtype),
+                     load.flat ? 'f' : 's');
+}
+
+std::string fused_load_source(const FusedLoad& load) {
+  const FusedKernel& kernel = load.kernel;
+  return fmt::format(
+      R"CUDA({structs}typedef {S} SV;
+constexpr int KIN = {inputs};
+{offsets}__device__ __forceinline__ SV fused_value(const FP& p, const i64* o, const i64 i, const bool first) {{
+{head}{loads}{body}  if (first) {{
+{stores}  }}
+{reports}  return {value};
+}}
+{lines})CUDA",
+      "structs"_a = kParamsStructs, "S"_a = storage_type(load.dtype),
+      "inputs"_a = std::max<std::size_t>(1, kernel.inputs.size()),
+      "offsets"_a = offsets_function(kernel, load.flat), "head"_a = kernel_head(kernel),
+      "loads"_a = loads_at(kernel), "body"_a = element_body(kernel, "  "),
+      "stores"_a = output_stores(kernel, "    "), "reports"_a = error_reports(kernel),
+      "value"_a = word_as(kernel, load.value, load.dtype), "lines"_a = kLines);
 }
 
 }  // namespace kiln::cuda

@@ -32,6 +32,7 @@ bool KernelCapture::is_placeholder(const CudaTensor* p) const noexcept {
 }
 
 std::int32_t KernelCapture::op_of(const CudaTensor* p) const noexcept {
+  if (tail_ && tail_->result == p) return static_cast<std::int32_t>(ops_.size());
   for (std::size_t k = ops_.size(); k-- > 0;) {
     if (ops_[k].result == p) return static_cast<std::int32_t>(k);
   }
@@ -61,7 +62,7 @@ void KernelCapture::record(const ElementwiseOp& op, const CudaTensor& out,
   // Gathering ops read other elements than their own; an output that is no fresh placeholder
   // (an op writing into a tensor it was given) or of another shape is not an element of this
   // kernel's iteration.
-  if (op.gathered_input >= 0 || !is_placeholder(&out) || op_of(&out) >= 0 ||
+  if (tail_ || op.gathered_input >= 0 || !is_placeholder(&out) || op_of(&out) >= 0 ||
       !(out.shape() == shape_) || inputs.size() != op.inputs.size() || inputs.size() > 3 ||
       dtype_size(out.dtype()) != dtype_size(op.output)) {
     throw NotCapturable{};
@@ -82,7 +83,17 @@ void KernelCapture::record(const ElementwiseOp& op, const CudaTensor& out,
   ops_.push_back(std::move(rec));
 }
 
+TensorPtr KernelCapture::record_tail(const CudaTensor& x, DType dtype, const Shape& shape,
+                                     CaptureTail tail) {
+  const std::int32_t operand = is_placeholder(&x) ? op_of(&x) : -1;
+  if (tail_ || operand < 0) throw NotCapturable{};
+  TensorPtr out = placeholder(dtype, shape, x.device());
+  tail_ = Tail{.run = std::move(tail), .operand = operand, .dtype = x.dtype(), .result = out.get()};
+  return out;
+}
+
 void KernelCapture::roll_back(const Mark& mark) {
+  if (!mark.tail) tail_.reset();
   ops_.resize(mark.ops);
   inputs_.resize(mark.inputs);
   scalars_.resize(mark.scalars);
@@ -127,34 +138,15 @@ std::vector<TensorPtr> KernelCapture::run_one_by_one(Runtime& runtime,
   return results;
 }
 
-std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bool>& wanted) {
+std::vector<std::int32_t> KernelCapture::wanted_ops(const std::vector<bool>& wanted) const {
   std::vector<std::int32_t> outputs;
   for (std::size_t k = 0; k < ops_.size(); ++k) {
     if (wanted[k]) outputs.push_back(static_cast<std::int32_t>(k));
   }
-  if (outputs.empty()) return std::vector<TensorPtr>(ops_.size());
-  if (ops_.size() == 1 || outputs.size() > kMaxFusedOutputs) return run_one_by_one(runtime, wanted);
+  return outputs;
+}
 
-  FusedParams params;
-  std::memset(&params, 0, sizeof params);
-  std::vector<Strides> strides;
-  strides.reserve(inputs_.size());
-  bool flat = true;
-  for (const Input& in : inputs_) {
-    strides.push_back(broadcast_strides(*in.tensor, shape_));
-    flat = flat && in.tensor->is_contiguous() && in.tensor->shape() == shape_;
-  }
-  if (!flat) {
-    params.rank = merge_dims(shape_, strides, params.sizes, &params.strides[0][0], kMaxFusedDims,
-                             kMaxFusedDims);
-    if (params.rank < 0) return run_one_by_one(runtime, wanted);
-    // Views that merge into one contiguous run (size-1 dims, broadcast rank) are flat too.
-    flat = params.rank <= 1;
-    for (std::size_t k = 0; k < inputs_.size() && params.rank == 1; ++k) {
-      if (params.strides[k][0] != 1) flat = false;
-    }
-  }
-
+FusedKernel KernelCapture::kernel_of(const std::vector<std::int32_t>& outputs) const {
   FusedKernel kernel;
   for (const Input& in : inputs_) kernel.inputs.push_back(in.tensor->dtype());
   const auto value_of = [&](std::int32_t operand) {
@@ -166,19 +158,43 @@ std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bo
       f.operands[j] = value_of(op.operands[j]);
     kernel.ops.push_back(std::move(f));
   }
-  std::vector<TensorPtr> results(ops_.size());
   for (std::int32_t k : outputs) {
-    const Op& op = ops_[static_cast<std::size_t>(k)];
-    kernel.outputs.push_back({kernel.value_of_op(static_cast<std::size_t>(k)), op.dtype});
-    results[static_cast<std::size_t>(k)] = runtime.make_tensor(op.dtype, shape_, op.spec.name);
+    kernel.outputs.push_back(
+        {kernel.value_of_op(static_cast<std::size_t>(k)), ops_[static_cast<std::size_t>(k)].dtype});
   }
-  const std::int64_t n = shape_.num_elements();
-  if (n == 0) return results;
+  return kernel;
+}
 
-  params.n = n;
+KernelCapture::Layout KernelCapture::layout(FusedParams& params) const {
+  std::vector<Strides> strides;
+  strides.reserve(inputs_.size());
+  bool flat = true;
+  for (const Input& in : inputs_) {
+    strides.push_back(broadcast_strides(*in.tensor, shape_));
+    flat = flat && in.tensor->is_contiguous() && in.tensor->shape() == shape_;
+  }
+  if (flat) return Layout::Flat;
+  params.rank = merge_dims(shape_, strides, params.sizes, &params.strides[0][0], kMaxFusedDims,
+                           kMaxFusedDims);
+  if (params.rank < 0) return Layout::TooManyDims;
+  // Views that merge into one contiguous run (size-1 dims, broadcast rank) are flat too.
+  flat = params.rank <= 1;
+  for (std::size_t k = 0; k < inputs_.size() && params.rank == 1; ++k) {
+    if (params.strides[k][0] != 1) flat = false;
+  }
+  return flat ? Layout::Flat : Layout::Strided;
+}
+
+void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
+                         std::vector<TensorPtr>& results, FusedParams& params) const {
+  params.n = shape_.num_elements();
   for (std::size_t k = 0; k < inputs_.size(); ++k) params.in[k] = inputs_[k].tensor->data();
-  for (std::size_t j = 0; j < outputs.size(); ++j)
-    params.out[j] = results[static_cast<std::size_t>(outputs[j])]->data();
+  for (std::size_t j = 0; j < outputs.size(); ++j) {
+    const Op& op = ops_[static_cast<std::size_t>(outputs[j])];
+    TensorPtr& result = results[static_cast<std::size_t>(outputs[j])];
+    result = runtime.make_tensor(op.dtype, shape_, op.spec.name);
+    params.out[j] = result->data();
+  }
   std::copy(scalars_.begin(), scalars_.end(), params.s);
   params.error_word = runtime.context.error_word();
   for (const Op& op : ops_) {
@@ -186,10 +202,67 @@ std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bo
       params.tokens[op.failure] = runtime.context.error_token(op.spec.name, op.spec.failure);
     }
   }
+}
+
+std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bool>& wanted) {
+  std::vector<TensorPtr> results =
+      tail_ && wanted[ops_.size()] ? run_with_tail(runtime, wanted) : run_ops(runtime, wanted);
+  results.resize(this->results());
+  return results;
+}
+
+std::vector<TensorPtr> KernelCapture::run_with_tail(Runtime& runtime,
+                                                    const std::vector<bool>& wanted) {
+  const std::vector<std::int32_t> outputs = wanted_ops(wanted);
+  FusedTailParams params;
+  std::memset(&params, 0, sizeof params);
+  const Layout inputs = layout(params.chain);
+  if (outputs.size() > kMaxFusedOutputs || inputs == Layout::TooManyDims)
+    return run_tail_alone(runtime, wanted);
+  const auto dim = static_cast<std::size_t>(tail_->run.dim);
+  for (std::size_t k = 0; k < inputs_.size(); ++k)
+    params.along[k] = broadcast_strides(*inputs_[k].tensor, shape_)[dim];
+  FusedLoad load{
+      .kernel = kernel_of(outputs), .dtype = tail_->dtype, .flat = inputs == Layout::Flat};
+  load.value = load.kernel.value_of_op(static_cast<std::size_t>(tail_->operand));
+  std::vector<TensorPtr> results(ops_.size());
+  bind(runtime, outputs, results, params.chain);
+  results.push_back(tail_->run.fused(runtime, load, params));
+  return results;
+}
+
+std::vector<TensorPtr> KernelCapture::run_tail_alone(Runtime& runtime,
+                                                     const std::vector<bool>& wanted) {
+  const auto operand = static_cast<std::size_t>(tail_->operand);
+  std::vector<bool> needed(wanted.begin(),
+                           wanted.begin() + static_cast<std::ptrdiff_t>(ops_.size()));
+  needed[operand] = true;
+  std::vector<TensorPtr> results = run_ops(runtime, needed);
+  TensorPtr out = tail_->run.eager(runtime, *results[operand]);
+  if (!wanted[operand]) results[operand].reset();
+  results.push_back(std::move(out));
+  return results;
+}
+
+std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vector<bool>& wanted) {
+  const std::vector<std::int32_t> outputs = wanted_ops(wanted);
+  if (outputs.empty()) return std::vector<TensorPtr>(ops_.size());
+  if (ops_.size() == 1 || outputs.size() > kMaxFusedOutputs) return run_one_by_one(runtime, wanted);
+
+  FusedParams params;
+  std::memset(&params, 0, sizeof params);
+  const Layout inputs = layout(params);
+  if (inputs == Layout::TooManyDims) return run_one_by_one(runtime, wanted);
+  const FusedKernel kernel = kernel_of(outputs);
+  std::vector<TensorPtr> results(ops_.size());
+  bind(runtime, outputs, results, params);
+  const std::int64_t n = params.n;
+  if (n == 0) return results;
+
   const std::string key = fused_kernel_key(kernel);
   auto source = [&] { return fused_kernel_source(kernel); };
   const char* name = ops_.back().spec.name;
-  if (!flat) {
+  if (inputs == Layout::Strided) {
     CUfunction function = runtime.compiler.function(key, "kiln_fused", source);
     runtime.launch(name, function, runtime.blocks_for(n, 256), 256, params);
     return results;

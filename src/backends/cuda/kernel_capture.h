@@ -6,9 +6,16 @@
 // eager kernel runs, and nothing is written twice. Anything else an op does on the device (another
 // kernel family, a library call, a read) throws NotCapturable from the capture check, and the
 // caller rolls the capture back to before that op and runs it eagerly.
+//
+// A reduction or softmax along a dim whose input is a value of the capture ends it as its tail:
+// reduce_dim and softmax record what they would launch (CaptureTail), and run() launches their
+// kernels with the chain evaluated at each element they read, so that value is never written
+// unless something else still needs it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -21,6 +28,16 @@ namespace kiln::cuda {
 // this kernel has no room left for it).
 struct NotCapturable {
   bool full = false;
+};
+
+// The last step of a capture: an op along a dim over one captured value.
+struct CaptureTail {
+  std::int64_t dim = 0;
+  // Launches the op's kernels reading the value through load (the chain's parameters: chain);
+  // returns the op's result.
+  std::function<TensorPtr(Runtime&, const FusedLoad& load, const FusedTailParams& chain)> fused;
+  // The op on the value written out, where the chain and the op cannot be one kernel.
+  std::function<TensorPtr(Runtime&, const CudaTensor& x)> eager;
 };
 
 class KernelCapture {
@@ -52,25 +69,34 @@ class KernelCapture {
   TensorPtr placeholder(DType dtype, const Shape& shape, Device device);
   void record(const ElementwiseOp& op, const CudaTensor& out,
               std::span<const CudaTensor* const> inputs, std::span<const std::uint64_t> scalars);
+  // Records the op along a dim over x, a result of this capture, as its tail; returns the op's
+  // result placeholder (dtype, shape). Nothing is captured after a tail.
+  TensorPtr record_tail(const CudaTensor& x, DType dtype, const Shape& shape, CaptureTail tail);
 
   // ---- the fused group's runner ----
   const Shape& shape() const noexcept { return shape_; }
   bool empty() const noexcept { return ops_.empty(); }
+  // The captured results: one per op, then the tail's.
+  std::size_t results() const noexcept { return ops_.size() + (tail_ ? 1 : 0); }
   struct Mark {
     std::size_t ops, inputs, scalars, failures, placeholders;
+    bool tail;
   };
   Mark mark() const noexcept {
-    return {ops_.size(), inputs_.size(), scalars_.size(), failures_, placeholders_.size()};
+    return {ops_.size(), inputs_.size(),       scalars_.size(),
+            failures_,   placeholders_.size(), tail_.has_value()};
   }
   void roll_back(const Mark& mark);
-  // The op whose result placeholder p is (-1: p is not a result of this capture).
+  // The result whose placeholder p is: an op's index, or ops for the tail's (-1: p is not a
+  // result of this capture).
   std::int32_t op_of(const CudaTensor* p) const noexcept;
   // Whether p is a placeholder handed out by this capture (recorded or not).
   bool is_placeholder(const CudaTensor* p) const noexcept;
 
-  // Runs the captured ops, writing the results of the ops flagged in wanted (one flag per op);
-  // returns one tensor per op (null where not wanted). One kernel for the run, or the ops one by
-  // one where a single op or the views' layout makes a fused kernel pointless.
+  // Runs the captured ops, writing the results flagged in wanted (one flag per result); returns
+  // one tensor per result (null where not wanted). One kernel for the run (with its tail: the
+  // tail's kernels), or the ops one by one where a single op or the views' layout makes a fused
+  // kernel pointless (then the tail reads the value written out).
   std::vector<TensorPtr> run(Runtime& runtime, const std::vector<bool>& wanted);
 
  private:
@@ -85,14 +111,36 @@ class KernelCapture {
     DType dtype = DType::F32;  // the result tensor's dtype (spec.output, or one of its width)
     const CudaTensor* result = nullptr;
   };
+  struct Tail {
+    CaptureTail run;
+    std::int32_t operand;  // the op whose value it reads
+    DType dtype;           // that value's dtype as the tail reads it
+    const CudaTensor* result;
+  };
+  enum class Layout { Flat, Strided, TooManyDims };
+
   std::int32_t operand_of(const CudaTensor* tensor);
+  std::vector<TensorPtr> run_ops(Runtime& runtime, const std::vector<bool>& wanted);
   std::vector<TensorPtr> run_one_by_one(Runtime& runtime, const std::vector<bool>& wanted);
+  std::vector<TensorPtr> run_with_tail(Runtime& runtime, const std::vector<bool>& wanted);
+  std::vector<TensorPtr> run_tail_alone(Runtime& runtime, const std::vector<bool>& wanted);
+  // The ops flagged in wanted, in order.
+  std::vector<std::int32_t> wanted_ops(const std::vector<bool>& wanted) const;
+  // The generated kernel of the ops, writing the values of outputs.
+  FusedKernel kernel_of(const std::vector<std::int32_t>& outputs) const;
+  // The inputs' layout; for Strided, the merged dims and strides in params.
+  Layout layout(FusedParams& params) const;
+  // The tensors of outputs (in results), their addresses, the inputs', the scalars and the
+  // error tokens in params.
+  void bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
+            std::vector<TensorPtr>& results, FusedParams& params) const;
 
   Shape shape_;
   std::vector<Op> ops_;
   std::vector<Input> inputs_;
   std::vector<std::uint64_t> scalars_;
   std::size_t failures_ = 0;
+  std::optional<Tail> tail_;
   std::vector<TensorPtr> placeholders_;  // kept so that no address is reused during the capture
 };
 

@@ -1,6 +1,10 @@
 // Launches the plan of plan_reduce (reduce_plan.cpp) with the kernels of reduce_source.cpp.
 #include "backends/cuda/reduce.h"
 
+#include <cstddef>
+
+#include "backends/cuda/fused_kernel.h"
+#include "backends/cuda/kernel_capture.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/runtime.h"
 #include "kiln/detail/format.h"
@@ -8,34 +12,88 @@
 
 namespace kiln::cuda {
 
-TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim,
-                     const Reducer& reducer, DType out_dtype, const char* op) {
-  Shape out_shape = x.shape();
-  out_shape[static_cast<std::size_t>(dim)] = 1;
-  TensorPtr out = runtime.make_tensor(out_dtype, out_shape, op);
-  ReducePlan plan = plan_reduce(x.shape(), x.strides().span(), x.data(), dim, x.dtype(),
-                                runtime.context.sm_count(), op);
+namespace {
+
+// Mirrors struct P of a reduction over a fused chain: the reduction's parameters, the chain's.
+struct FusedReduceParams {
+  ReduceParams reduce;
+  FusedTailParams chain;
+};
+static_assert(offsetof(FusedReduceParams, chain) == sizeof(ReduceParams));
+
+bool reads_input(ReduceKernel kernel) {
+  return kernel != ReduceKernel::FinishWarp && kernel != ReduceKernel::FinishBlock;
+}
+
+// Writes the reduction of plan into out. Its input: at address `in`, or with fused (chain: its
+// parameters) the chain's value; the finish kernels are the same either way.
+void launch_plan(Runtime& runtime, ReducePlan plan, const CudaTensor& out, const Reducer& reducer,
+                 DType dtype, const char* op, std::uint64_t in, const FusedLoad* fused = nullptr,
+                 const FusedTailParams* chain = nullptr) {
   ReduceParams& p = plan.params;
-  if (p.outputs == 0) return out;
+  if (p.outputs == 0) return;
   if (p.length == 0 && reducer.needs_elements) {
     detail::fail<InvalidArgument>(op, "cannot take ", reducer_name(reducer), " of an empty dim");
   }
-  p.in = x.data();
-  p.out = out->data();
+  p.in = in;
+  p.out = out.data();
   TensorPtr scratch;
   if (plan.scratch_bytes > 0) {
     scratch = runtime.make_tensor(DType::U8, Shape{plan.scratch_bytes}, op);
     p.scratch = scratch->data();
   }
-  const std::string suffix = std::string(":") + reducer_name(reducer) + ":" +
-                             short_name(x.dtype()) + ":" + short_name(out_dtype);
+  FusedReduceParams both{};
+  if (fused != nullptr) both = {p, *chain};
+  const std::string suffix = std::string(":") + reducer_name(reducer) + ":" + short_name(dtype) +
+                             ":" + short_name(out.dtype());
   for (const ReduceLaunch& launch : plan.launches) {
     const char* name = reduce_kernel_name(launch.kernel);
-    CUfunction function = runtime.compiler.function(
-        std::string("reduce:") + name + suffix, name,
-        [&] { return reduce_kernel_source(launch.kernel, reducer, x.dtype(), out_dtype); });
-    runtime.launch(op, function, launch.blocks, launch.threads, p);
+    const FusedLoad* load = reads_input(launch.kernel) ? fused : nullptr;
+    std::string key = std::string("reduce:") + name + suffix;
+    if (load != nullptr) key += "|" + fused_load_key(*load);
+    CUfunction function = runtime.compiler.function(key, name, [&] {
+      return reduce_kernel_source(launch.kernel, reducer, dtype, out.dtype(), load);
+    });
+    if (load != nullptr)
+      runtime.launch(op, function, launch.blocks, launch.threads, both);
+    else
+      runtime.launch(op, function, launch.blocks, launch.threads, p);
   }
+}
+
+// The reduction of x, a placeholder of the active capture, as that capture's tail. x is
+// contiguous at address 0: the plan is the one of the fresh tensor the chain would write.
+TensorPtr record_tail(KernelCapture& capture, ReducePlan plan, const CudaTensor& x,
+                      std::int64_t dim, const Reducer& reducer, DType out_dtype, const char* op) {
+  Shape out_shape = x.shape();
+  out_shape[static_cast<std::size_t>(dim)] = 1;
+  const DType dtype = x.dtype();
+  CaptureTail tail;
+  tail.dim = dim;
+  tail.fused = [=, &reducer](Runtime& runtime, const FusedLoad& load,
+                             const FusedTailParams& chain) {
+    TensorPtr out = runtime.make_tensor(out_dtype, out_shape, op);
+    launch_plan(runtime, plan, *out, reducer, dtype, op, 0, &load, &chain);
+    return out;
+  };
+  tail.eager = [=, &reducer](Runtime& runtime, const CudaTensor& in) {
+    return reduce_dim(runtime, in, dim, reducer, out_dtype, op);
+  };
+  return capture.record_tail(x, out_dtype, out_shape, std::move(tail));
+}
+
+}  // namespace
+
+TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim,
+                     const Reducer& reducer, DType out_dtype, const char* op) {
+  ReducePlan plan = plan_reduce(x.shape(), x.strides().span(), x.data(), dim, x.dtype(),
+                                runtime.context.sm_count(), op);
+  if (KernelCapture* capture = KernelCapture::active())
+    return record_tail(*capture, std::move(plan), x, dim, reducer, out_dtype, op);
+  Shape out_shape = x.shape();
+  out_shape[static_cast<std::size_t>(dim)] = 1;
+  TensorPtr out = runtime.make_tensor(out_dtype, out_shape, op);
+  launch_plan(runtime, std::move(plan), *out, reducer, x.dtype(), op, x.data());
   return out;
 }
 

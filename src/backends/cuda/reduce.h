@@ -66,10 +66,12 @@ ReducePlan plan_reduce(const Shape& shape, std::span<const std::int64_t> strides
                        std::uint64_t address, std::int64_t dim, DType dtype, int sm_count,
                        const char* op);
 
+struct FusedLoad;
 // Generated source of one kernel of a reducer (exposed for tests that compile every kernel
-// without a GPU).
+// without a GPU); with fused, its input is the value of a fused chain (fused_kernel.h) instead
+// of x in memory.
 std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& reducer, DType dtype,
-                                 DType out_dtype);
+                                 DType out_dtype, const FusedLoad* fused = nullptr);
 const char* reduce_kernel_name(ReduceKernel kernel);
 inline const char* reducer_name(const Reducer& reducer) { return reducer.name; }
 
@@ -78,7 +80,8 @@ struct Runtime;
 using TensorPtr = std::shared_ptr<CudaTensor>;
 
 // Reduces x along dim into a new tensor of out_dtype (the index dtype for ArgMax/ArgMin, Bool
-// for Any/All, x's dtype otherwise).
+// for Any/All, x's dtype otherwise). Under a kernel capture, where x is a value of the captured
+// chain, the reduction becomes the capture's tail (kernel_capture.h): one kernel with the chain.
 TensorPtr reduce_dim(Runtime& runtime, const CudaTensor& x, std::int64_t dim,
                      const Reducer& reducer, DType out_dtype, const char* op);
 

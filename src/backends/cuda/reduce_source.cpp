@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backends/cuda/fused_kernel.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/reduce.h"
 
@@ -13,16 +14,19 @@ using namespace fmt::literals;
 
 namespace {
 
-// The launch parameters (ReduceParams in reduce.h mirrors it).
-constexpr const char* kParams = R"CUDA(
-struct P {
+// The launch parameters (ReduceParams in reduce.h mirrors them; a reduction over a fused chain
+// has the chain's FT after them).
+constexpr const char* kParamMembers = R"CUDA(
   i64 outputs, length, reduce_stride, chunks, chunk_length;
   int rank, lanes;
   i64 sizes[12]; i64 strides[12];
   u64 in, out, scratch;
   double divisor;
-};
 )CUDA";
+
+std::string params_struct(bool fused) {
+  return fmt::format("\nstruct P {{{}{}}};\n", kParamMembers, fused ? "  FT t;\n" : "");
+}
 
 // The accumulators of the built-in reducers over dtype, written to out_dtype.
 const char* nan_of(DType dtype) {
@@ -171,20 +175,19 @@ template <int GROUP> __device__ __forceinline__ void reduce_lines(const P& p) {
   const i64 per_block = blockDim.x / GROUP;
   for (i64 item = blockIdx.x * per_block + threadIdx.x / GROUP; item < p.outputs * p.chunks; item += (i64)gridDim.x * per_block) {
     const i64 o = item / p.chunks, chunk = item - o * p.chunks;
-    const S* line = (const S*)p.in + base_of(p, o);
+    const Line line = line_at(p, base_of(p, o));
     const i64 first = chunk * p.chunk_length;
     const i64 last = min(p.length, first + p.chunk_length);
     Acc a = init();
-    const i64 head = min(last - first, (i64)((16 - ((u64)(line + first) & 15)) & 15) / (i64)sizeof(S));
-    if (lane < head) step(a, ld(line[first + lane]), first + lane);
+    const i64 head = min(last - first, (i64)((16 - (address_of(line, first) & 15)) & 15) / (i64)sizeof(S));
+    if (lane < head) step(a, ld(element(p, line, first + lane)), first + lane);
     const i64 start = first + head;
     const i64 vectors = (last - start) / VEC;
-    const V* v = (const V*)(line + start);
     i64 k = lane;
     for (; k + 3 * GROUP < vectors; k += 4 * GROUP) {
       V x[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) x[u] = v[k + u * GROUP];
+      for (int u = 0; u < 4; ++u) x[u] = elements<VEC>(p, line, start + (k + u * GROUP) * VEC);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
 #pragma unroll
@@ -192,12 +195,12 @@ template <int GROUP> __device__ __forceinline__ void reduce_lines(const P& p) {
       }
     }
     for (; k < vectors; k += GROUP) {
-      const V x = v[k];
+      const V x = elements<VEC>(p, line, start + k * VEC);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) step(a, ld(x.s[e]), start + k * VEC + e);
     }
     const i64 tail = start + vectors * VEC + lane;
-    if (tail < last) step(a, ld(line[tail]), tail);
+    if (tail < last) step(a, ld(element(p, line, tail)), tail);
     a = group_reduce<GROUP>(a);
     if (lane == 0) finish_or_keep(p, o, chunk, a);
   }
@@ -226,12 +229,12 @@ template <int N> __device__ __forceinline__ void reduce_columns(const P& p) {
 #pragma unroll
     for (int e = 0; e < N; ++e) a[e] = init();
     if (valid) {
-      const S* at = (const S*)p.in + base_of(p, g * N);
+      const Lines<N> at = lines_at<N>(p, g * N);
       i64 j = first + row_lane;
       for (; j + 3 * lanes < last; j += 4 * lanes) {
         Pack<N> x[4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) x[u] = *(const Pack<N>*)(at + (j + u * lanes) * p.reduce_stride);
+        for (int u = 0; u < 4; ++u) x[u] = across<N>(p, at, j + u * lanes);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
 #pragma unroll
@@ -239,7 +242,7 @@ template <int N> __device__ __forceinline__ void reduce_columns(const P& p) {
         }
       }
       for (; j < last; j += lanes) {
-        const Pack<N> x = *(const Pack<N>*)(at + j * p.reduce_stride);
+        const Pack<N> x = across<N>(p, at, j);
 #pragma unroll
         for (int e = 0; e < N; ++e) step(a[e], ld(x.s[e]), j);
       }
@@ -276,6 +279,47 @@ template <int GROUP> __device__ __forceinline__ void reduce_finish(const P& p) {
     a = group_reduce<GROUP>(a);
     if (lane == 0) write(p, o, a);
   }
+}
+)CUDA";
+
+// How the kernels read x by lines along the dim: a line's element j (lines of stride 1: j..j+N-1,
+// aligned); element j of N adjacent lines (adjacent in memory, read with one N-wide load).
+constexpr const char* kLoads = R"CUDA(
+struct Line { const S* at; };
+__device__ __forceinline__ Line line_at(const P& p, i64 base) { return Line{(const S*)p.in + base}; }
+__device__ __forceinline__ u64 address_of(const Line& l, i64 j) { return (u64)(l.at + j); }
+__device__ __forceinline__ S element(const P&, const Line& l, i64 j) { return l.at[j]; }
+template <int N> __device__ __forceinline__ Pack<N> elements(const P&, const Line& l, i64 j) { return *(const Pack<N>*)(l.at + j); }
+template <int N> struct Lines { Line first; };
+template <int N> __device__ __forceinline__ Lines<N> lines_at(const P& p, i64 o) { return Lines<N>{line_at(p, base_of(p, o))}; }
+template <int N> __device__ __forceinline__ Pack<N> across(const P& p, const Lines<N>& l, i64 j) { return *(const Pack<N>*)(l.first.at + j * p.reduce_stride); }
+)CUDA";
+
+// From a fused chain instead (fused_kernel.h): bases are flat indices in the iteration shape.
+// Addresses are those of the fresh (256-byte aligned) tensor the unfused chain would have
+// written: the same heads, vectors and order of accumulation.
+constexpr const char* kFusedLoads = R"CUDA(
+__device__ __forceinline__ Line line_at(const P& p, i64 base) { return chain_line(p.t, base); }
+__device__ __forceinline__ u64 address_of(const Line& l, i64 j) { return (u64)(l.base + j) * sizeof(S); }
+__device__ __forceinline__ S element(const P& p, const Line& l, i64 j) { return chain_at(p.t, l, j, 1, true); }
+template <int N> __device__ __forceinline__ Pack<N> elements(const P& p, const Line& l, i64 j) {
+  Pack<N> x;
+#pragma unroll
+  for (int e = 0; e < N; ++e) x.s[e] = chain_at(p.t, l, j + e, 1, true);
+  return x;
+}
+template <int N> struct Lines { Line l[N]; };
+template <int N> __device__ __forceinline__ Lines<N> lines_at(const P& p, i64 o) {
+  Lines<N> ls;
+#pragma unroll
+  for (int e = 0; e < N; ++e) ls.l[e] = line_at(p, base_of(p, o + e));
+  return ls;
+}
+template <int N> __device__ __forceinline__ Pack<N> across(const P& p, const Lines<N>& ls, i64 j) {
+  Pack<N> x;
+#pragma unroll
+  for (int e = 0; e < N; ++e) x.s[e] = chain_at(p.t, ls.l[e], j, p.reduce_stride, true);
+  return x;
 }
 )CUDA";
 
@@ -317,19 +361,21 @@ const Reducer Reducer::Any{"any", [](DType d, DType o) { return truth(d, o, true
 const Reducer Reducer::All{"all", [](DType d, DType o) { return truth(d, o, false); }};
 
 std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& r, DType dtype,
-                                 DType out_dtype) {
+                                 DType out_dtype, const FusedLoad* fused) {
   const Entry entry = entry_of(kernel);
   return fmt::format(
-      R"CUDA({prelude}{params}typedef {S} S;
+      R"CUDA({prelude}{fused_value}{params}typedef {S} S;
 constexpr int VECTOR = {vector};
 __device__ __forceinline__ {C} ld(S v) {{ return {load}; }}
-{accumulator}{common}{body}extern "C" __global__ void __launch_bounds__(256, 4) {name}(const P p) {{ {call}(p); }}
+{accumulator}{common}{loads}{body}extern "C" __global__ void __launch_bounds__(256, 4) {name}(const P p) {{ {call}(p); }}
 )CUDA",
-      "prelude"_a = kernel_prelude(), "params"_a = kParams, "S"_a = storage_type(dtype),
+      "prelude"_a = kernel_prelude(),
+      "fused_value"_a = fused != nullptr ? fused_load_source(*fused) : std::string(),
+      "params"_a = params_struct(fused != nullptr), "S"_a = storage_type(dtype),
       "vector"_a = std::min<std::size_t>(4, 16 / dtype_size(dtype)), "C"_a = compute_type(dtype),
       "load"_a = load_expression(dtype, "v"), "accumulator"_a = r.accumulator(dtype, out_dtype),
-      "common"_a = kCommon, "body"_a = entry.body, "name"_a = reduce_kernel_name(kernel),
-      "call"_a = entry.call);
+      "common"_a = kCommon, "loads"_a = fused != nullptr ? kFusedLoads : kLoads,
+      "body"_a = entry.body, "name"_a = reduce_kernel_name(kernel), "call"_a = entry.call);
 }
 
 }  // namespace kiln::cuda

@@ -71,7 +71,10 @@ SoftmaxPlan plan_softmax(const Shape& shape, std::span<const std::int64_t> strid
 // Elements one thread keeps in registers: 32 in f32 arithmetic, 16 in f64.
 int softmax_kept_per_thread(DType dtype);
 const char* softmax_kernel_name(SoftmaxKernel kernel);
-// Generated source of one kernel (log: log_softmax's outputs).
-std::string softmax_kernel_source(SoftmaxKernel kernel, DType dtype, bool log);
+struct FusedLoad;
+// Generated source of one kernel (log: log_softmax's outputs); with fused, its input is the
+// value of a fused chain (fused_kernel.h) instead of x in memory.
+std::string softmax_kernel_source(SoftmaxKernel kernel, DType dtype, bool log,
+                                  const FusedLoad* fused = nullptr);
 
 }  // namespace kiln::cuda

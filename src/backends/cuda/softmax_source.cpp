@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "backends/cuda/fused_kernel.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/softmax.h"
 
@@ -12,15 +13,18 @@ using namespace fmt::literals;
 
 namespace {
 
-// The launch parameters (SoftmaxParams in softmax.h mirrors it).
-constexpr const char* kParams = R"CUDA(
-struct P {
+// The launch parameters (SoftmaxParams in softmax.h mirrors them; a softmax over a fused chain
+// has the chain's FT after them).
+constexpr const char* kParamMembers = R"CUDA(
   i64 rows, length, in_step, out_step, chunks, chunk_length;
   int rank, pad;
   i64 sizes[12]; i64 in_strides[12]; i64 out_strides[12];
   u64 in, out, partials, totals;
-};
 )CUDA";
+
+std::string params_struct(bool fused) {
+  return fmt::format("\nstruct P {{{}{}}};\n", kParamMembers, fused ? "  FT t;\n" : "");
+}
 
 // Row addressing, the output formula, the running (max, sum) and the warp / block
 // combinations. Maxima never hold NaN (they start at -inf and only take x > max), so a NaN
@@ -116,13 +120,13 @@ __device__ __forceinline__ void softmax_lines(const P& p) {
   for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < p.rows; row += (i64)gridDim.x * blockDim.x) {
     i64 ib, ob;
     row_bases(p, row, ib, ob);
-    const S* in = (const S*)p.in + ib;
+    const Line line = line_at(p, ib);
     S* out = (S*)p.out + ob;
     C v[KEPT];
     C m = kNegInf;
 #pragma unroll
     for (int k = 0; k < KEPT; ++k) {
-      if (k < p.length) { v[k] = ld(*in); in += p.in_step; if (v[k] > m) m = v[k]; }
+      if (k < p.length) { v[k] = ld(element_stepped(p, line, k)); if (v[k] > m) m = v[k]; }
     }
     double s = 0;
 #pragma unroll
@@ -151,7 +155,7 @@ template <int GROUP, int VEC> __device__ __forceinline__ void softmax_rows(const
   for (i64 row = blockIdx.x * per_block + threadIdx.x / GROUP; row < p.rows; row += (i64)gridDim.x * per_block) {
     i64 ib, ob;
     row_bases(p, row, ib, ob);
-    const S* in = (const S*)p.in + ib;
+    const Line line = line_at(p, ib);
     S* out = (S*)p.out + ob;
     C v[KEPT];
     C m = kNegInf;
@@ -159,12 +163,12 @@ template <int GROUP, int VEC> __device__ __forceinline__ void softmax_rows(const
     for (int k = 0; k < SLOTS; ++k) {
       const i64 at = ((i64)k * GROUP + lane) * VEC;
       if (at + VEC <= n) {
-        const V x = *(const V*)(in + at);
+        const V x = elements<VEC>(p, line, at);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) v[k * VEC + e] = ld(x.s[e]);
       } else {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) v[k * VEC + e] = at + e < n ? ld(in[at + e]) : kNegInf;
+        for (int e = 0; e < VEC; ++e) v[k * VEC + e] = at + e < n ? ld(element(p, line, at + e)) : kNegInf;
       }
 #pragma unroll
       for (int e = 0; e < VEC; ++e) m = v[k * VEC + e] > m ? v[k * VEC + e] : m;
@@ -215,7 +219,7 @@ template <int VEC> __device__ __forceinline__ void softmax_row_stats(const P& p)
     i64 ib, ob;
     row_bases(p, row, ib, ob);
     const i64 first = chunk * p.chunk_length, last = min(p.length, first + p.chunk_length);
-    const S* in = (const S*)p.in + ib + first;
+    const Line line = line_at(p, ib);
     const i64 vectors = (last - first) / VEC;
     C m = kNegInf;
     double s = 0;
@@ -223,7 +227,7 @@ template <int VEC> __device__ __forceinline__ void softmax_row_stats(const P& p)
     for (; k + 3 * 256 < vectors; k += 4 * 256) {
       V x[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) x[u] = ((const V*)in)[k + u * 256];
+      for (int u = 0; u < 4; ++u) x[u] = elements<VEC>(p, line, first + (k + u * 256) * VEC);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
 #pragma unroll
@@ -231,12 +235,12 @@ template <int VEC> __device__ __forceinline__ void softmax_row_stats(const P& p)
       }
     }
     for (; k < vectors; k += 256) {
-      const V x = ((const V*)in)[k];
+      const V x = elements<VEC>(p, line, first + k * VEC);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) absorb(m, s, ld(x.s[e]));
     }
     const i64 tail = vectors * VEC + threadIdx.x;
-    if (tail < last - first) absorb(m, s, ld(in[tail]));
+    if (tail < last - first) absorb(m, s, ld(element(p, line, first + tail)));
     double dm = (double)m;
     block_merge(dm, s);
     if (threadIdx.x == 0) *stat_slot(p, row, chunk) = Stat{dm, s};
@@ -249,13 +253,13 @@ template <int VEC> __device__ __forceinline__ void softmax_row_write(const P& p)
     i64 ib, ob;
     row_bases(p, row, ib, ob);
     const i64 first = chunk * p.chunk_length, last = min(p.length, first + p.chunk_length);
-    const S* in = (const S*)p.in + ib + first;
+    const Line line = line_at(p, ib);
     S* out = (S*)p.out + ob + first;
     const Stat total = ((const Stat*)p.totals)[row];
     const C m = (C)total.max, scale = scale_of(total.sum);
     const i64 vectors = (last - first) / VEC;
     for (i64 k = threadIdx.x; k < vectors; k += 256) {
-      const V x = ((const V*)in)[k];
+      const V x = elements<VEC>(p, line, first + k * VEC, false);
       V y;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -266,7 +270,7 @@ template <int VEC> __device__ __forceinline__ void softmax_row_write(const P& p)
     }
     const i64 tail = vectors * VEC + threadIdx.x;
     if (tail < last - first) {
-      const C t = ld(in[tail]) - m;
+      const C t = ld(element(p, line, first + tail, false)) - m;
       out[tail] = finish(kLog ? t : k_exp(t), scale);
     }
   }
@@ -281,7 +285,7 @@ __device__ __forceinline__ void softmax_line_stats(const P& p) {
     const i64 chunk = item / p.rows, row = item - chunk * p.rows;
     i64 ib, ob;
     row_bases(p, row, ib, ob);
-    const S* in = (const S*)p.in + ib;
+    const Line line = line_at(p, ib);
     const i64 first = chunk * p.chunk_length, last = min(p.length, first + p.chunk_length);
     C m = kNegInf;
     double s = 0;
@@ -289,11 +293,11 @@ __device__ __forceinline__ void softmax_line_stats(const P& p) {
     for (; j + 3 < last; j += 4) {
       C x[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) x[u] = ld(in[(j + u) * p.in_step]);
+      for (int u = 0; u < 4; ++u) x[u] = ld(element_stepped(p, line, j + u));
 #pragma unroll
       for (int u = 0; u < 4; ++u) absorb(m, s, x[u]);
     }
-    for (; j < last; ++j) absorb(m, s, ld(in[j * p.in_step]));
+    for (; j < last; ++j) absorb(m, s, ld(element_stepped(p, line, j)));
     *stat_slot(p, row, chunk) = Stat{(double)m, s};
   }
 }
@@ -302,7 +306,7 @@ __device__ __forceinline__ void softmax_line_write(const P& p) {
     const i64 chunk = item / p.rows, row = item - chunk * p.rows;
     i64 ib, ob;
     row_bases(p, row, ib, ob);
-    const S* in = (const S*)p.in + ib;
+    const Line line = line_at(p, ib);
     S* out = (S*)p.out + ob;
     const Stat total = ((const Stat*)p.totals)[row];
     const C m = (C)total.max, scale = scale_of(total.sum);
@@ -311,7 +315,7 @@ __device__ __forceinline__ void softmax_line_write(const P& p) {
     for (; j + 3 < last; j += 4) {
       C x[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) x[u] = ld(in[(j + u) * p.in_step]);
+      for (int u = 0; u < 4; ++u) x[u] = ld(element_stepped(p, line, j + u, false));
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const C t = x[u] - m;
@@ -319,7 +323,7 @@ __device__ __forceinline__ void softmax_line_write(const P& p) {
       }
     }
     for (; j < last; ++j) {
-      const C t = ld(in[j * p.in_step]) - m;
+      const C t = ld(element_stepped(p, line, j, false)) - m;
       out[j * p.out_step] = finish(kLog ? t : k_exp(t), scale);
     }
   }
@@ -340,6 +344,32 @@ __device__ __forceinline__ void softmax_combine(const P& p) {
     if (threadIdx.x == 0) ((Stat*)p.totals)[row] = Stat{m, s};
   }
 }
+)CUDA";
+
+// How the kernels read x by lines (rows) along the dim: element j of a line of stride 1 (rows;
+// j..j+N-1 from an aligned j) or of stride in_step. The write passes of long rows and lines read
+// their elements a second time (first = false).
+constexpr const char* kLoads = R"CUDA(
+struct Line { const S* at; };
+__device__ __forceinline__ Line line_at(const P& p, i64 base) { return Line{(const S*)p.in + base}; }
+__device__ __forceinline__ S element(const P&, const Line& l, i64 j, bool = true) { return l.at[j]; }
+template <int N> __device__ __forceinline__ Pack<N> elements(const P&, const Line& l, i64 j, bool = true) { return *(const Pack<N>*)(l.at + j); }
+__device__ __forceinline__ S element_stepped(const P& p, const Line& l, i64 j, bool = true) { return l.at[j * p.in_step]; }
+)CUDA";
+
+// From a fused chain instead (fused_kernel.h): bases are flat indices in the iteration shape (x
+// is the contiguous tensor the unfused chain would have written). A second read recomputes the
+// element without storing the chain's outputs again.
+constexpr const char* kFusedLoads = R"CUDA(
+__device__ __forceinline__ Line line_at(const P& p, i64 base) { return chain_line(p.t, base); }
+__device__ __forceinline__ S element(const P& p, const Line& l, i64 j, bool first = true) { return chain_at(p.t, l, j, 1, first); }
+template <int N> __device__ __forceinline__ Pack<N> elements(const P& p, const Line& l, i64 j, bool first = true) {
+  Pack<N> x;
+#pragma unroll
+  for (int e = 0; e < N; ++e) x.s[e] = chain_at(p.t, l, j + e, 1, first);
+  return x;
+}
+__device__ __forceinline__ S element_stepped(const P& p, const Line& l, i64 j, bool first = true) { return chain_at(p.t, l, j, p.in_step, first); }
 )CUDA";
 
 // The kernel's body text, its launch bounds and the call its entry point makes (`{}` in the
@@ -385,26 +415,29 @@ Entry entry_of(SoftmaxKernel k) {
 
 }  // namespace
 
-std::string softmax_kernel_source(SoftmaxKernel kernel, DType dtype, bool log) {
+std::string softmax_kernel_source(SoftmaxKernel kernel, DType dtype, bool log,
+                                  const FusedLoad* fused) {
   const Entry entry = entry_of(kernel);
   const int vector = static_cast<int>(16 / dtype_size(dtype));
   return fmt::format(
-      R"CUDA({prelude}{params}typedef {S} S;
+      R"CUDA({prelude}{fused_value}{params}typedef {S} S;
 typedef {C} C;
 constexpr bool kLog = {log};
 constexpr int KEPT = {kept};
 #define kNegInf {negative_infinity}
 __device__ __forceinline__ C ld(S v) {{ return {load}; }}
 __device__ __forceinline__ S st(C v) {{ return {store}; }}
-{common}{body}extern "C" __global__ void __launch_bounds__({bounds}) {name}(const P p) {{ {call}; }}
+{common}{loads}{body}extern "C" __global__ void __launch_bounds__({bounds}) {name}(const P p) {{ {call}; }}
 )CUDA",
-      "prelude"_a = kernel_prelude(), "params"_a = kParams, "S"_a = storage_type(dtype),
+      "prelude"_a = kernel_prelude(),
+      "fused_value"_a = fused != nullptr ? fused_load_source(*fused) : std::string(),
+      "params"_a = params_struct(fused != nullptr), "S"_a = storage_type(dtype),
       "C"_a = compute_type(dtype), "log"_a = log, "kept"_a = softmax_kept_per_thread(dtype),
       "negative_infinity"_a = dtype == DType::F64 ? "__longlong_as_double(0xfff0000000000000ll)"
                                                   : "__int_as_float((int)0xff800000u)",
       "load"_a = load_expression(dtype, "v"), "store"_a = store_expression(dtype, "v"),
-      "common"_a = kCommon, "body"_a = entry.body, "bounds"_a = entry.bounds,
-      "name"_a = softmax_kernel_name(kernel),
+      "common"_a = kCommon, "loads"_a = fused != nullptr ? kFusedLoads : kLoads,
+      "body"_a = entry.body, "bounds"_a = entry.bounds, "name"_a = softmax_kernel_name(kernel),
       "call"_a = fmt::vformat(entry.call, fmt::make_format_args(vector)));
 }
 
