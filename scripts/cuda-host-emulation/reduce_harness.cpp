@@ -4,6 +4,9 @@
 // grids cut to a few blocks (the grid-stride loops take the rest). Every result is compared
 // with the CPU backend: index math, vector heads and tails, chunk boundaries, the partials'
 // combination and the NaN / inf rules, without a GPU. Not checked: NVRTC's rounding, speed.
+// "fused": the same kernels as the tail of a fused chain (fused_kernel.h), planned as the capture
+// plans them, its inputs strided and broadcast or flat; the result and the chain's held value
+// compared with the CPU running the chain, then the op.
 #include <dlfcn.h>
 
 #include <cmath>
@@ -16,6 +19,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_tensor.h"
+#include "backends/cuda/elementwise.h"
+#include "backends/cuda/fused_kernel.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/softmax.h"
 #include "kiln/detail/tensor_ops.h"
@@ -127,28 +132,16 @@ DType out_dtype_of(Reducer r, DType d) {
   return d;
 }
 
-Primitive cpu_reduce(Reducer r, const Primitive& x, std::int64_t dim) {
-  switch (r) {
-    case Reducer::Sum:
-      return cpub().sum_dim(x, dim);
-    case Reducer::Mean:
-      return cpub().mean_dim(x, dim);
-    case Reducer::Prod:
-      return cpub().prod_dim(x, dim);
-    case Reducer::Max:
-      return cpub().max_dim(x, dim);
-    case Reducer::Min:
-      return cpub().min_dim(x, dim);
-    case Reducer::ArgMax:
-      return cpub().argmax(x, dim, DType::I64);
-    case Reducer::ArgMin:
-      return cpub().argmin(x, dim, DType::I64);
-    case Reducer::Any:
-      return cpub().any_dim(x, dim);
-    case Reducer::All:
-      return cpub().all_dim(x, dim);
-  }
-  return nullptr;
+Primitive cpu_reduce(const Reducer& r, const Primitive& x, std::int64_t dim) {
+  if (r == Reducer::Sum) return cpub().sum_dim(x, dim);
+  if (r == Reducer::Mean) return cpub().mean_dim(x, dim);
+  if (r == Reducer::Prod) return cpub().prod_dim(x, dim);
+  if (r == Reducer::Max) return cpub().max_dim(x, dim);
+  if (r == Reducer::Min) return cpub().min_dim(x, dim);
+  if (r == Reducer::ArgMax) return cpub().argmax(x, dim, DType::I64);
+  if (r == Reducer::ArgMin) return cpub().argmin(x, dim, DType::I64);
+  if (r == Reducer::Any) return cpub().any_dim(x, dim);
+  return cpub().all_dim(x, dim);
 }
 
 void check_reduce(Reducer r, const Primitive& x, std::int64_t dim, int sm_count = 3) {
@@ -254,8 +247,8 @@ void check_softmax(const Primitive& x, std::int64_t dim, bool log, int sm_count 
   Shape stored = x->shape();
   for (std::size_t i = 0; i < x->rank(); ++i) stored[i] = x->shape()[plan.out_order[i]];
   auto storage = cpu::make_tensor(dtype, stored);
-  auto out = cpu::make_view(*storage, x->shape(),
-                            cpu::Strides(std::span<const std::int64_t>(plan.out_strides)), 0);
+  auto out = make_view(*storage, x->shape(),
+                       cpu::Strides(std::span<const std::int64_t>(plan.out_strides)), 0);
   std::vector<unsigned char> partials(static_cast<std::size_t>(plan.partial_bytes) + 64),
       totals(static_cast<std::size_t>(plan.total_bytes) + 64);
   SoftmaxParams p = plan.params;
@@ -324,6 +317,232 @@ void softmaxes() {
   check_softmax(values(Shape{200, 2}, DType::F32, seed++, -3, 3), 0, true, 4);
 }
 
+// ---- a reduction or softmax as the tail of a fused chain ----
+
+// A chain over x, y and b as the capture records it (cuda_arith.cpp's expressions): exp((x - b) *
+// y * 0.05) for sums and softmax; (x - b) * y for extrema (exact on both sides), + 3 on integers.
+struct Chain {
+  FusedLoad load;
+  std::vector<std::uint64_t> scalars;
+};
+Chain chain_of(DType d, bool exp) {
+  Chain c;
+  FusedKernel& k = c.load.kernel;
+  auto op = [&](ElementwiseOp e, std::array<std::int32_t, 3> operands, std::int32_t scalar = 0) {
+    k.ops.push_back(FusedKernelOp{std::move(e), operands, scalar, -1});
+  };
+  k.inputs = {d, d, d};
+  op({"sub", "k_sub(a, b)", {d, d}, d, d, {}}, {0, 2});  // 3
+  op({"mul", "k_mul(a, b)", {d, d}, d, d, {}}, {3, 1});  // 4
+  if (!is_float(d)) {
+    op({"add_scalar", "k_add(a, s0)", {d}, d, d, {d}}, {4});
+    c.scalars = {scalar_bits(3, d)};
+  } else if (exp) {
+    op({"mul_scalar", "k_mul(a, s0)", {d}, d, d, {d}}, {4});  // 5
+    op({"exp", "k_exp(a)", {d}, d, d, {}}, {5});              // 6
+    c.scalars = {scalar_bits(0.05, d)};
+  }
+  k.outputs = {{k.value_of_op(k.ops.size() - 1), d}};  // the value the tail reads, held too
+  c.load.value = k.value_of_op(k.ops.size() - 1);
+  c.load.dtype = d;
+  return c;
+}
+
+Primitive cpu_chain(const Chain& c, const Primitive& x, const Primitive& y, const Primitive& b) {
+  Primitive t = cpub().mul(cpub().sub(x, b), y);
+  if (!is_float(x->dtype())) return cpub().add_scalar(t, Scalar(3));
+  if (c.load.kernel.ops.size() == 2) return t;
+  return cpub().exp(cpub().mul_scalar(t, Scalar(0.05)));
+}
+
+struct Tail {
+  Shape shape;
+  std::int64_t dim;
+  bool strided;  // y transposed and b broadcast along dim 0; else both of x's shape (flat)
+};
+
+// The inputs and the chain's parameters as KernelCapture::run_with_tail fills them (dims not
+// merged: merging only saves divisions); held receives the chain's value.
+struct FusedInputs {
+  Primitive x, y, b, held;
+  FusedTailParams params;
+  unsigned error = 0;
+};
+void fill(FusedInputs& in, const Chain& c, const Tail& t, DType d, std::uint64_t seed) {
+  Shape y_shape = t.shape, b_shape = t.shape;
+  if (t.strided) {
+    for (std::size_t k = 0; k < t.shape.rank(); ++k) y_shape[k] = t.shape[t.shape.rank() - 1 - k];
+    b_shape[0] = 1;
+  }
+  const bool fl = is_float(d);
+  in.x = values(t.shape, d, seed, fl ? -2 : -3, fl ? 2 : 3);
+  in.y = values(y_shape, d, seed + 1, fl ? -2 : -3, fl ? 2 : 3);
+  if (t.strided) {
+    std::vector<std::int64_t> axes(t.shape.rank());
+    for (std::size_t k = 0; k < axes.size(); ++k)
+      axes[k] = static_cast<std::int64_t>(axes.size() - 1 - k);
+    in.y = detail::permute(in.y, axes);
+  }
+  in.b = values(b_shape, d, seed + 2, fl ? -2 : -3, fl ? 2 : 3);
+  in.held = cpu::make_tensor(d, t.shape);
+  std::memset(&in.params, 0, sizeof in.params);
+  FusedParams& f = in.params.chain;
+  f.n = t.shape.num_elements();
+  f.rank = static_cast<std::int32_t>(t.shape.rank());
+  const Primitive* inputs[] = {&in.x, &in.y, &in.b};
+  for (std::size_t k = 0; k < 3; ++k) {
+    const auto& tensor = as_cpu(*inputs[k]);
+    for (std::size_t dim = 0; dim < t.shape.rank(); ++dim) {
+      const bool broadcast = tensor.shape()[dim] == 1 && t.shape[dim] != 1;
+      f.strides[k][dim] = broadcast ? 0 : tensor.strides()[dim];
+    }
+    f.in[k] = address(*inputs[k]);
+    in.params.along[k] = f.strides[k][static_cast<std::size_t>(t.dim)];
+  }
+  for (std::size_t dim = 0; dim < t.shape.rank(); ++dim) f.sizes[dim] = t.shape[dim];
+  f.out[0] = address(in.held);
+  std::copy(c.scalars.begin(), c.scalars.end(), f.s);
+  f.error_word = reinterpret_cast<std::uint64_t>(&in.error);
+}
+
+std::string describe_tail(const char* op, DType d, const Tail& t) {
+  return std::string(op) + " fused " + std::string(dtype_name(d)) + " " + t.shape.to_string() +
+         " dim " + std::to_string(t.dim) + (t.strided ? " strided" : " flat");
+}
+
+void check_fused_reduce(const Reducer& r, DType d, const Tail& t, std::uint64_t seed) {
+  const std::string what = describe_tail(reducer_name(r), d, t);
+  if (skipped(what)) return;
+  const bool extremum =
+      r == Reducer::Max || r == Reducer::Min || r == Reducer::ArgMax || r == Reducer::ArgMin;
+  Chain c = chain_of(d, !extremum);
+  FusedInputs in;
+  fill(in, c, t, d, seed);
+  c.load.flat = !t.strided;
+  const DType out_dtype = out_dtype_of(r, d);
+  Shape out_shape = t.shape;
+  out_shape[static_cast<std::size_t>(t.dim)] = 1;
+  auto out = cpu::make_tensor(out_dtype, out_shape);
+  // As reduce_dim plans x under a capture: a placeholder, contiguous at address 0.
+  const auto contiguous = strided::contiguous_strides(t.shape);
+  ReducePlan plan = plan_reduce(t.shape, contiguous.span(), 0, t.dim, d, 3, "emu");
+  std::vector<unsigned char> scratch(static_cast<std::size_t>(plan.scratch_bytes) + 64);
+  struct {
+    ReduceParams reduce;
+    FusedTailParams chain;
+  } p{plan.params, in.params};
+  p.reduce.out = address(out);
+  p.reduce.scratch = (reinterpret_cast<std::uint64_t>(scratch.data()) + 31) / 32 * 32;
+  std::string kernels;
+  for (const ReduceLaunch& launch : plan.launches) {
+    const char* name = reduce_kernel_name(launch.kernel);
+    kernels += std::string(name) + " ";
+    const bool finish =
+        launch.kernel == ReduceKernel::FinishWarp || launch.kernel == ReduceKernel::FinishBlock;
+    const std::string key = std::string(name) + "_" + reducer_name(r) + "_" +
+                            std::string(dtype_name(d)) +
+                            (finish ? ""
+                                    : std::string("_fused_") + (c.load.flat ? "f" : "s") +
+                                          std::to_string(c.load.kernel.ops.size()));
+    Launcher run = module(key, name, [&] {
+      return reduce_kernel_source(launch.kernel, r, d, out_dtype, finish ? nullptr : &c.load);
+    });
+    const void* params = finish ? static_cast<const void*>(&p.reduce) : &p;
+    run(params, std::min(launch.blocks, kMaxEmulatedBlocks), launch.threads);
+  }
+  const Primitive value = cpu_chain(c, in.x, in.y, in.b);
+  const double tolerance = !is_float(d) || extremum ? 0
+                           : d == DType::BF16       ? 1e-2
+                           : d == DType::F32        ? 1e-5
+                                                    : 1e-12;
+  const std::string how = " [" + kernels + "chunks " + std::to_string(p.reduce.chunks) + "]";
+  compare(out, cpu_reduce(r, value, t.dim), tolerance, what + how);
+  compare(in.held, value, tolerance, what + " (held)" + how);
+}
+
+void check_fused_softmax(DType d, const Tail& t, bool log, std::uint64_t seed) {
+  const std::string what = describe_tail(log ? "log_softmax" : "softmax", d, t);
+  if (skipped(what)) return;
+  Chain c = chain_of(d, true);
+  FusedInputs in;
+  fill(in, c, t, d, seed);
+  c.load.flat = !t.strided;
+  const auto contiguous = strided::contiguous_strides(t.shape);
+  SoftmaxPlan plan = plan_softmax(t.shape, contiguous.span(), 0, t.dim, d, 3, "emu");
+  Shape stored = t.shape;
+  for (std::size_t i = 0; i < t.shape.rank(); ++i) stored[i] = t.shape[plan.out_order[i]];
+  auto storage = cpu::make_tensor(d, stored);
+  auto out = make_view(*storage, t.shape,
+                       cpu::Strides(std::span<const std::int64_t>(plan.out_strides)), 0);
+  std::vector<unsigned char> partials(static_cast<std::size_t>(plan.partial_bytes) + 64),
+      totals(static_cast<std::size_t>(plan.total_bytes) + 64);
+  struct {
+    SoftmaxParams softmax;
+    FusedTailParams chain;
+  } p{plan.params, in.params};
+  p.softmax.out = address(out);
+  p.softmax.partials = (reinterpret_cast<std::uint64_t>(partials.data()) + 31) / 32 * 32;
+  p.softmax.totals = (reinterpret_cast<std::uint64_t>(totals.data()) + 31) / 32 * 32;
+  std::string kernels;
+  for (const SoftmaxLaunch& launch : plan.launches) {
+    const char* name = softmax_kernel_name(launch.kernel);
+    kernels += std::string(name) + " ";
+    const bool combine = launch.kernel == SoftmaxKernel::Combine;
+    const std::string key = std::string(name) + "_" + std::string(dtype_name(d)) +
+                            (log ? "_log" : "") +
+                            (combine ? "" : std::string("_fused_") + (c.load.flat ? "f" : "s"));
+    Launcher run = module(key, name, [&] {
+      return softmax_kernel_source(launch.kernel, d, log, combine ? nullptr : &c.load);
+    });
+    const void* params = combine ? static_cast<const void*>(&p.softmax) : &p;
+    run(params, std::min(launch.blocks, kMaxEmulatedBlocks), launch.threads);
+  }
+  const Primitive value = cpu_chain(c, in.x, in.y, in.b);
+  const Primitive want = log ? cpub().log_softmax(value, t.dim) : cpub().softmax(value, t.dim);
+  const double tolerance = d == DType::BF16 ? 1e-2 : d == DType::F32 ? 1e-5 : 1e-12;
+  const std::string how = " [" + kernels + "chunks " + std::to_string(p.softmax.chunks) + "]";
+  compare(out, want, tolerance, what + how);
+  compare(in.held, value, tolerance, what + " (held)" + how);
+}
+
+void fused_tails() {
+  std::uint64_t seed = 900;
+  const std::vector<Tail> reduce_tails = {
+      {Shape{7, 1000}, 1, false},  // a warp per row
+      {Shape{3, 4097}, 1, true},   // a block per chunk of each row
+      {Shape{300, 33}, 0, true},   // columns, one output per thread
+      {Shape{200, 64}, 0, false},  // columns, vector loads of adjacent outputs
+      {Shape{200, 64}, 0, true},
+      {Shape{4, 50, 6}, 1, true},  // a middle dim
+      {Shape{6, 40, 50}, 2, true},
+      {Shape{6, 40, 52}, 0, true},  // columns over lines of the two inner dims
+      {Shape{6, 1}, 1, true},       // size-1 dim
+  };
+  for (const Tail& t : reduce_tails) {
+    for (DType d : {DType::F32, DType::BF16, DType::F64}) {
+      for (const Reducer& r : {Reducer::Sum, Reducer::Mean, Reducer::Max, Reducer::ArgMax})
+        check_fused_reduce(r, d, t, seed++);
+    }
+    for (const Reducer& r : {Reducer::Sum, Reducer::Min, Reducer::ArgMin})
+      check_fused_reduce(r, DType::I32, t, seed++);
+  }
+  const std::vector<Tail> softmax_tails = {
+      {Shape{5, 10}, 1, true},      // a thread per short row
+      {Shape{3, 40}, 1, false},     // a warp per row, vector
+      {Shape{3, 33}, 1, true},      // a warp per row, scalar
+      {Shape{2, 1500}, 1, true},    // a block per row
+      {Shape{2, 40000}, 1, false},  // long rows: stats, combine, a second read to write
+      {Shape{2, 40001}, 1, true},  {Shape{40, 3}, 0, true},  // strided lines in chunks
+      {Shape{20, 7}, 0, false},                              // short strided lines in registers
+      {Shape{4, 5, 6}, 0, true},   {Shape{4, 5, 6}, 1, true}, {Shape{4, 5, 6}, 2, false},
+  };
+  for (const Tail& t : softmax_tails) {
+    for (DType d : {DType::F32, DType::BF16}) {
+      for (bool log : {false, true}) check_fused_softmax(d, t, log, seed++);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -331,6 +550,7 @@ int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   if (which == "all" || which == "reduce") reductions();
   if (which == "all" || which == "softmax") softmaxes();
+  if (which == "all" || which == "fused") fused_tails();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

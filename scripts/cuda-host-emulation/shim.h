@@ -96,6 +96,15 @@ inline unsigned __float_as_uint(float v) {
   std::memcpy(&f, &v, 4);
   return f;
 }
+// The prelude's k_erfinv names CUDA's erfinv; no emulated kernel calls it, so Newton's method
+// on std::erf is enough.
+inline double erfinv(double y) {
+  if (!(y > -1 && y < 1)) return y == 1 ? INFINITY : y == -1 ? -INFINITY : NAN;
+  double x = 0;
+  for (int i = 0; i < 100; ++i) x -= (std::erf(x) - y) * 0.886226925452758 * std::exp(x * x);
+  return x;
+}
+inline float erfinvf(float y) { return static_cast<float>(erfinv(y)); }
 inline double __longlong_as_double(long long v) {
   double f;
   std::memcpy(&f, &v, 8);
