@@ -90,12 +90,13 @@ std::string element_body(const FusedKernel& kernel, std::string_view indent) {
   return body;
 }
 
-// The loads of every input at offsets o<k>.
-std::string input_loads(const FusedKernel& kernel, std::string_view indent) {
+// The loads of every input at offsets o<k> (in registers), or o[k] (an array).
+std::string input_loads(const FusedKernel& kernel, std::string_view indent, bool array = false) {
   std::string s;
   for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
-    s += fmt::format("{0}const {1} v{2} = ((const {1}*)p.in[{2}])[o{2}];\n", indent,
-                     storage_type(kernel.inputs[k]), k);
+    s += fmt::format("{0}const {1} v{2} = ((const {1}*)p.in[{2}])[{3}];\n", indent,
+                     storage_type(kernel.inputs[k]), k,
+                     array ? fmt::format("o[{}]", k) : fmt::format("o{}", k));
   }
   return s;
 }
@@ -259,16 +260,6 @@ std::string offsets_function(const FusedKernel& kernel, bool flat) {
       "__device__ __forceinline__ void fused_offsets(const FP& p, i64 i, i64* o) {{\n{}}}\n", body);
 }
 
-// The loads of every input at offsets o[k].
-std::string loads_at(const FusedKernel& kernel) {
-  std::string s;
-  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
-    s += fmt::format("  const {0} v{1} = ((const {0}*)p.in[{1}])[o[{1}]];\n",
-                     storage_type(kernel.inputs[k]), k);
-  }
-  return s;
-}
-
 // A line's element 0 and stepping along it; the chain at an element (see fused_kernel.h).
 constexpr const char* kLines = R"CUDA(
 struct FT { FP f; i64 along[8]; };
@@ -341,7 +332,7 @@ constexpr int KIN = {inputs};
       "structs"_a = kParamsStructs, "S"_a = storage_type(load.dtype),
       "inputs"_a = std::max<std::size_t>(1, kernel.inputs.size()),
       "offsets"_a = offsets_function(kernel, load.flat), "head"_a = kernel_head(kernel),
-      "loads"_a = loads_at(kernel), "body"_a = element_body(kernel, "  "),
+      "loads"_a = input_loads(kernel, "  ", true), "body"_a = element_body(kernel, "  "),
       "stores"_a = output_stores(kernel, "    "), "reports"_a = error_reports(kernel),
       "value"_a = word_as(kernel, load.value, load.dtype), "lines"_a = kLines);
 }
