@@ -241,7 +241,7 @@ void layer_norm_bench(benchmark::State& state, std::int64_t rows, std::int64_t n
 // device the chain is one generated kernel: 3 reads and 1 write per element, the "bytes" counted
 // (and the floor report_gpu.py derives from them). "compiles_timed" counts kernels compiled inside
 // the timed loop: 0 once the first call has compiled the group's kernel.
-enum class Chain { Chain8, FmaExp };
+enum class Chain { Chain8, FmaExp, ExpSum };
 
 void chain_bench(benchmark::State& state, Chain which, std::int64_t n, bool fused) {
   on_gpu(state, [&](const Device& gpu) {
@@ -253,9 +253,21 @@ void chain_bench(benchmark::State& state, Chain which, std::int64_t n, bool fuse
     const auto z = Tensor<2>::random({n, n}, dist, device);
     auto op = [&] {
       if (which == Chain::FmaExp) return (x * y + z).exp();
+      if (which == Chain::ExpSum) return (x * y + z).exp().sum_dim(1);
       return ((((-(x * y + z)).exp() * 2.0) + 1.0).tanh()) * x;
     };
     auto check = [&](const Tensor<2>& got) {
+      if (which == Chain::ExpSum) {
+        const std::int64_t rows = 8;
+        const std::vector<double> a = host(rows_of(x, 0, rows)), b = host(rows_of(y, 0, rows)),
+                                  c = host(rows_of(z, 0, rows));
+        std::vector<double> want(rows, 0.0);
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          want[i / static_cast<std::size_t>(n)] += std::exp(a[i] * b[i] + c[i]);
+        }
+        expect_all_near(host(rows_of(got, 0, rows)), want, 1e-5, 1e-5, "exp_sum");
+        return;
+      }
       const std::int64_t rows = 8;
       const std::vector<double> a = host(rows_of(x, 0, rows)), b = host(rows_of(y, 0, rows)),
                                 c = host(rows_of(z, 0, rows));
@@ -274,7 +286,11 @@ void chain_bench(benchmark::State& state, Chain which, std::int64_t n, bool fuse
         static_cast<double>(device.kernel_stats().compiles - compiles);
     // Eager: each op reads its tensor operands and writes one result (chain8: 11 reads + 8
     // writes; fma_exp: 4 + 3), scalars not counted. Fused: x, y, z read and the result written.
-    const double tensors = fused ? 4.0 : which == Chain::Chain8 ? 19.0 : 7.0;
+    // exp_sum: fused, x, y, z read (the row sums are n values); eager, fma_exp and the sum's read.
+    const double tensors = which == Chain::ExpSum   ? (fused ? 3.0 : 8.0)
+                           : fused                  ? 4.0
+                           : which == Chain::Chain8 ? 19.0
+                                                    : 7.0;
     state.counters["bytes"] = tensors * static_cast<double>(n * n) * 4;
   });
 }
@@ -503,7 +519,10 @@ int cache_child(const char* report) {
   std::ofstream out(report);
   try {
     const auto start = Clock::now();
-    const Device device = Device::cuda(0);
+    // KILN_BENCH_CACHE_CHILD_FUSED=1: on the fused device (the chain and its sum one group).
+    const char* fused = std::getenv("KILN_BENCH_CACHE_CHILD_FUSED");
+    const Device device =
+        fused != nullptr && std::string(fused) == "1" ? Device::cuda(0).fused() : Device::cuda(0);
     device.seed(kSeed + 6);
     const auto dist = Distribution::uniform(-1, 1);
     const auto x = Tensor<1>::random({4096}, dist, device);
@@ -548,10 +567,11 @@ fs::path fresh_cache_dir() {
   return dir;
 }
 
-CacheRun run_cache_child(const fs::path& cache) {
+CacheRun run_cache_child(const fs::path& cache, bool fused = false) {
   const fs::path report = cache.string() + ".report";
-  const std::string command = "XDG_CACHE_HOME='" + cache.string() + "' " + kChildVariable + "='" +
-                              report.string() + "' '" +
+  const std::string command = "XDG_CACHE_HOME='" + cache.string() + "' " +
+                              (fused ? "KILN_BENCH_CACHE_CHILD_FUSED=1 " : "") + kChildVariable +
+                              "='" + report.string() + "' '" +
                               fs::read_symlink("/proc/self/exe").string() + "' > /dev/null 2>&1";
   const int status = std::system(command.c_str());
   std::ifstream in(report);
@@ -571,12 +591,12 @@ CacheRun run_cache_child(const fs::path& cache) {
 }
 
 // Every iteration: a child on an empty cache dir; the time is NVRTC seconds per kernel.
-void nvrtc_first_compile(benchmark::State& state) {
+void nvrtc_first_compile(benchmark::State& state, bool fused) {
   on_gpu(state, [&](const Device&) {
     CacheRun total;
     for (auto _ : state) {
       const fs::path dir = fresh_cache_dir();
-      const CacheRun run = run_cache_child(dir);
+      const CacheRun run = run_cache_child(dir, fused);
       fs::remove_all(dir);
       if (run.compiles <= 0 || run.disk_hits != 0) {
         throw std::runtime_error("nvrtc_first_compile: an empty cache dir served kernels");
@@ -645,6 +665,11 @@ void register_all() {
                   ("fma_exp" + suffix).c_str(),
                   [=](benchmark::State& s) { chain_bench(s, Chain::FmaExp, n, fused); }),
               5);
+        // A chain ending in a reduction: on the fused device the sum's kernel evaluates it.
+        timed(RegisterBenchmark(
+                  ("exp_sum" + suffix).c_str(),
+                  [=](benchmark::State& s) { chain_bench(s, Chain::ExpSum, n, fused); }),
+              5);
       }
     }
   }
@@ -662,7 +687,9 @@ void register_all() {
                           [](benchmark::State& s) { tensor_cumsum(s, 8192, 8192); }),
         5);
   // A child process per iteration (a CUDA context and NVRTC each): few repetitions.
-  timed(RegisterBenchmark("nvrtc_first_compile", nvrtc_first_compile)->Repetitions(3), 1);
+  timed(RegisterBenchmark("nvrtc_first_compile", nvrtc_first_compile, false)->Repetitions(3), 1);
+  timed(RegisterBenchmark("nvrtc_first_compile_fused", nvrtc_first_compile, true)->Repetitions(3),
+        1);
   timed(RegisterBenchmark("disk_cache_load", disk_cache_load)->Repetitions(3), 1);
 }
 

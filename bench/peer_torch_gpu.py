@@ -124,16 +124,20 @@ def tensor_api_rows(results, dev, g, repeats):
     def fma_exp(x, y, z):
         return (x * y + z).exp()
 
+    def exp_sum(x, y, z):
+        return (x * y + z).exp().sum(dim=1, keepdim=True)
+
     # torch.compile (default mode) is the fused peer of kiln's fused rows: one Triton kernel.
     compiled = {}
     try:
-        compiled = {"chain8": torch.compile(chain8), "fma_exp": torch.compile(fma_exp)}
+        compiled = {"chain8": torch.compile(chain8), "fma_exp": torch.compile(fma_exp),
+                    "exp_sum": torch.compile(exp_sum)}
     except Exception as error:  # no Triton or no compiler: the compiled rows are left out
         print(f"peer_torch_gpu: torch.compile unavailable: {error}")
     for n in (4096, 8192):
         x, y, z = (torch.rand(n, n, device=dev, generator=g) * 2 - 1 for _ in range(3))
-        for name, fn in (("chain8", chain8), ("fma_exp", fma_exp)):
-            if name == "fma_exp" and n != 8192:
+        for name, fn in (("chain8", chain8), ("fma_exp", fma_exp), ("exp_sum", exp_sum)):
+            if name != "chain8" and n != 8192:
                 continue
             record(f"{name}/{n}", lambda fn=fn: fn(x, y, z), 5)
             if name in compiled and ROWS.search(f"{name}_compiled/{n}"):

@@ -109,6 +109,9 @@ def main():
     add("fma_exp 8192^2 f32 eager", "fma_exp/8192", "ratio >= 1")
     add("fma_exp 8192^2 f32 fused (torch.compile)", "fma_exp_fused/8192", "<= 280 us", None,
         "fma_exp_compiled/8192")
+    add("exp_sum 8192^2 f32 eager", "exp_sum/8192", "ratio >= 1")
+    add("exp_sum 8192^2 f32 fused (torch.compile)", "exp_sum_fused/8192", "ratio >= 1", None,
+        "exp_sum_compiled/8192")
     add("small add 16 f32 host/op (torch: Python)", "small_add_host/16", "<= 3 us")
     if cpp_peer:
         add("small add 16 f32 host/op (torch: C++)", "small_add_host/16", "<= 3 us", peer=cpp_peer)
@@ -124,6 +127,7 @@ def main():
     add("cumsum 16M f32, one row", "tensor_cumsum/16777216/0", FLOOR_TARGET)
     add("cumsum 8192^2 f32, last dim", "tensor_cumsum/8192/8192", FLOOR_TARGET)
     add("NVRTC first compile/kernel", "nvrtc_first_compile", "reported")
+    add("NVRTC first compile/kernel, fused", "nvrtc_first_compile_fused", "<= 50 ms")
     add("disk cache load/kernel", "disk_cache_load", "reported")
 
     def cell(r):

@@ -293,14 +293,17 @@ FusedLoad tail_load(DType d, bool flat) {
 // there are only two, and every fused group of the GPU goes through this generator.
 TEST(GpuCodegen, FusedKernelsCompile) {
   for (const FusedKernel& kernel : {fused_codegen::chain8(), fused_codegen::mixed()}) {
-    const std::string source = fused_kernel_source(kernel);
     const std::string key = fused_kernel_key(kernel);
-    for (const char* name :
-         {"kiln_fused(const FP p)", "kiln_fused_flat(const FF p)", "kiln_fused_vec(const FF p)"}) {
+    // One kernel per module, each layout compiled.
+    for (const auto& [layout, name] : {std::pair{KernelLayout::Strided, "kiln_fused(const FP p)"},
+                                       {KernelLayout::Flat, "kiln_fused_flat(const FF p)"},
+                                       {KernelLayout::Wide, "kiln_fused_vec(const FF p)"}}) {
+      const std::string source = fused_kernel_source(kernel, layout);
       EXPECT_NE(source.find(name), std::string::npos) << key << ": " << name;
+      EXPECT_EQ(source.find("__global__"), source.rfind("__global__")) << key << ": " << name;
+      const Compiled c = compile_to_cubin(source);
+      EXPECT_TRUE(c.ok) << key << " " << name << ":\n" << c.log.substr(0, 4000);
     }
-    const Compiled c = compile_to_cubin(source);
-    EXPECT_TRUE(c.ok) << key << ":\n" << c.log.substr(0, 4000);
   }
   // The key tells apart what the source depends on: wiring, dtypes, outputs.
   FusedKernel rewired = fused_codegen::chain8();

@@ -51,9 +51,10 @@ struct FusedKernel {
 std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept;
 // What the source depends on: the cache key of the module.
 std::string fused_kernel_key(const FusedKernel& kernel);
-// A module with kiln_fused (any strides), kiln_fused_flat (every input contiguous and of the
-// iteration shape) and kiln_fused_vec (flat, every pointer on a 16-byte vector).
-std::string fused_kernel_source(const FusedKernel& kernel);
+// A module with the kernel of one layout (elementwise.h: each compiled when first launched):
+// kiln_fused (Strided: any strides), kiln_fused_flat (Flat: every input contiguous and of the
+// iteration shape) or kiln_fused_vec (Wide: flat, every pointer on a 16-byte vector).
+std::string fused_kernel_source(const FusedKernel& kernel, KernelLayout layout);
 
 // A captured chain as the input of a reduction or softmax along a dim (the capture's tail,
 // kernel_capture.h). Their kernels read that input by lines along the dim: chain_line(t, base)

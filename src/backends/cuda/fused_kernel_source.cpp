@@ -308,9 +308,20 @@ std::string fused_kernel_key(const FusedKernel& kernel) {
   return key;
 }
 
-std::string fused_kernel_source(const FusedKernel& kernel) {
-  return fmt::format("{}{}{}{}{}", kernel_prelude(), kParamsStructs, strided_kernel(kernel),
-                     flat_kernel(kernel), vector_kernel(kernel));
+std::string fused_kernel_source(const FusedKernel& kernel, KernelLayout layout) {
+  std::string body;
+  switch (layout) {
+    case KernelLayout::Strided:
+      body = strided_kernel(kernel);
+      break;
+    case KernelLayout::Flat:
+      body = flat_kernel(kernel);
+      break;
+    case KernelLayout::Wide:
+      body = vector_kernel(kernel);
+      break;
+  }
+  return fmt::format("{}{}{}", kernel_prelude(), kParamsStructs, body);
 }
 
 std::string fused_load_key(const FusedLoad& load) {

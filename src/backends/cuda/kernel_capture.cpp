@@ -260,11 +260,15 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
   if (n == 0) return results;
 
   const std::string key = fused_kernel_key(kernel);
-  auto source = [&] { return fused_kernel_source(kernel); };
+  // The module of one layout, compiled on its first launch.
+  auto function = [&](KernelLayout layout, const char* kernel_name) {
+    return runtime.compiler.function(key + '/' + static_cast<char>(layout), kernel_name,
+                                     [&] { return fused_kernel_source(kernel, layout); });
+  };
   const char* name = ops_.back().spec.name;
   if (inputs == Layout::Strided) {
-    CUfunction function = runtime.compiler.function(key, "kiln_fused", source);
-    runtime.launch(name, function, runtime.blocks_for(n, 256), 256, params);
+    runtime.launch(name, function(KernelLayout::Strided, "kiln_fused"), runtime.blocks_for(n, 256),
+                   256, params);
     return results;
   }
   FusedFlatParams p;
@@ -291,12 +295,11 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
     const std::int64_t vectors = n / width;
     const auto blocks = static_cast<unsigned>(
         std::clamp<std::int64_t>((vectors + threads - 1) / threads, 1, std::int64_t{1} << 30));
-    CUfunction function = runtime.compiler.function(key, "kiln_fused_vec", source);
-    runtime.launch(name, function, blocks, threads, p);
+    runtime.launch(name, function(KernelLayout::Wide, "kiln_fused_vec"), blocks, threads, p);
     return results;
   }
-  CUfunction function = runtime.compiler.function(key, "kiln_fused_flat", source);
-  runtime.launch(name, function, runtime.blocks_for(n, 256), 256, p);
+  runtime.launch(name, function(KernelLayout::Flat, "kiln_fused_flat"), runtime.blocks_for(n, 256),
+                 256, p);
   return results;
 }
 
