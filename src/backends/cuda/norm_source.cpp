@@ -78,7 +78,7 @@ struct P {{
 #define TPR {tpr}
 #define BLOCK {block}
 typedef {c_t} C;  // arithmetic
-typedef {a_t} A;  // a thread's partial sums
+typedef {a_t} A;  // a thread's sum of squared deviations
 union X {{ uint4 u; {x_t} e[VEC]; }};
 union G {{ uint4 u; {gamma_t} e[VEC]; }};
 union B {{ uint4 u; {beta_t} e[VEC]; }};
@@ -107,15 +107,17 @@ extern "C" __global__ void __launch_bounds__(BLOCK) kiln_layer_norm_rows(const P
     const bool live = row < p.rows;
     const {x_t}* in = (const {x_t}*)p.x + row * p.width;
     C v[CHUNKS * VEC];
-    A sum = 0;
+    // The sum in double: float partial sums of values around a large mean (1e4 +- 1) lose the
+    // digits the deviations live in. The squared deviations are small: A serves them.
+    double sum = 0;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {{
       const i64 at = ((i64)c * TPR + lane) * VEC;
       {load_chunk}
     }}
 #pragma unroll
-    for (int i = 0; i < CHUNKS * VEC; ++i) sum += v[i];
-    const double mean = k_row_sum((double)sum, shared) / (double)p.width;
+    for (int i = 0; i < CHUNKS * VEC; ++i) sum += (double)v[i];
+    const double mean = k_row_sum(sum, shared) / (double)p.width;
     // The mean in two parts: a float mean alone loses the deviations of rows whose mean is large
     // against their spread (1e4 +- 1 keeps three digits).
     const C m = (C)mean, m_low = (C)(mean - (double)m);
