@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "backends/cuda/fused_kernel.h"
 #include "backends/cuda/kernel_source.h"
@@ -289,22 +290,45 @@ std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept {
 }
 
 std::string fused_kernel_key(const FusedKernel& kernel) {
-  std::string key = "fused:";
+  // Built on every run of a group (it is the compiled kernel's lookup key): plain appends into
+  // one reserved string, no formatting.
+  std::size_t size = 16 + kernel.inputs.size() + 8 * kernel.outputs.size();
+  for (const FusedKernelOp& f : kernel.ops) size += f.op.expression.view().size() + 40;
+  std::string key;
+  key.reserve(size);
+  const auto number = [&key](std::int64_t v) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+    key.append(digits, end);
+  };
+  key += "fused:";
   for (DType d : kernel.inputs) key += letter(d);
   for (const FusedKernelOp& f : kernel.ops) {
     const std::string_view expression = f.op.expression.view();
-    key += fmt::format("|{}:{}", expression.size(), expression);
+    key += '|';
+    number(static_cast<std::int64_t>(expression.size()));
+    key += ':';
+    key += expression;
     for (DType d : f.op.inputs) key += letter(d);
     key += letter(f.op.value_dtype);
     key += letter(f.op.output);
     key += '/';
     for (DType d : f.op.scalars) key += letter(d);
-    for (std::size_t j = 0; j < f.op.inputs.size(); ++j) key += fmt::format(",{}", f.operands[j]);
-    key += fmt::format(";{};{}", f.first_scalar, f.failure);
+    for (std::size_t j = 0; j < f.op.inputs.size(); ++j) {
+      key += ',';
+      number(f.operands[j]);
+    }
+    key += ';';
+    number(f.first_scalar);
+    key += ';';
+    number(f.failure);
   }
   key += "|>";
-  for (const FusedKernel::Output& out : kernel.outputs)
-    key += fmt::format("{}{},", letter(out.dtype), out.value);
+  for (const FusedKernel::Output& out : kernel.outputs) {
+    key += letter(out.dtype);
+    number(out.value);
+    key += ',';
+  }
   return key;
 }
 

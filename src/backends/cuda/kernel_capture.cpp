@@ -259,10 +259,12 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
   const std::int64_t n = params.n;
   if (n == 0) return results;
 
-  const std::string key = fused_kernel_key(kernel);
+  std::string key = fused_kernel_key(kernel);
   // The module of one layout, compiled on its first launch.
   auto function = [&](KernelLayout layout, const char* kernel_name) {
-    return runtime.compiler.function(key + '/' + static_cast<char>(layout), kernel_name,
+    key += '/';
+    key += static_cast<char>(layout);
+    return runtime.compiler.function(key, kernel_name,
                                      [&] { return fused_kernel_source(kernel, layout); });
   };
   const char* name = ops_.back().spec.name;
