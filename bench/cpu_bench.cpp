@@ -64,6 +64,47 @@ BENCHMARK(small_add)->MinTime(0.2);
 void small_add_fused(benchmark::State& state) { run_small_add(state, kFused); }
 BENCHMARK(small_add_fused)->MinTime(0.2);
 
+// ---- op_chain: the host cost per op of a chain of 64 small elementwise ops ----
+// x = x * y + 0.25, 32 times (64 ops; |x| stays below 1), on Arg(0) elements. Every row reports
+// per_op = time / 64. With 4096 elements (the CPU's min_fused_elements) the fused device
+// records each op and the read runs the chain as one group; the *_record row only records and
+// drops the chain, the cost of recording alone; the plain row is the same chain run eagerly.
+// With 16 elements the fused device runs each op at once (a group so small would run op by op
+// anyway): its cost over the plain row is the decorator's eager path.
+constexpr int kChainOps = 64;
+Tensor<1> op_chain(Tensor<1> x, const Tensor<1>& y) {
+  for (int i = 0; i < kChainOps / 2; ++i) x = (x * y).add_scalar(0.25);
+  return x;
+}
+void run_op_chain(benchmark::State& state, Device device, bool read) {
+  // Seconds per op (an inverted rate), of the CPU time of the benchmark's thread.
+  state.counters["per_op"] = benchmark::Counter(
+      kChainOps, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  guarded(state, [&] {
+    const std::int64_t n = state.range(0);
+    const std::vector<float> a = host_values(n, 8), b = host_values(n, 9);
+    const auto x = Tensor<1>::from_data(TensorData::from_vec(a, {n}), device);
+    const auto y = Tensor<1>::from_data(TensorData::from_vec(b, {n}), device);
+    float want = a[0];
+    for (int i = 0; i < kChainOps / 2; ++i) want = want * b[0] + 0.25f;
+    expect_near(read_one(op_chain(x, y)), want, 1e-6, "op_chain");
+    for (auto _ : state) {
+      auto z = op_chain(x, y);
+      if (read) {
+        benchmark::DoNotOptimize(read_one(z));
+      } else {
+        benchmark::DoNotOptimize(z.primitive().get());
+      }
+    }
+  });
+}
+void op_chain_plain(benchmark::State& state) { run_op_chain(state, kDevice, true); }
+void op_chain_fused(benchmark::State& state) { run_op_chain(state, kFused, true); }
+void op_chain_fused_record(benchmark::State& state) { run_op_chain(state, kFused, false); }
+BENCHMARK(op_chain_plain)->Arg(16)->Arg(4096)->MinTime(0.2);
+BENCHMARK(op_chain_fused)->Arg(16)->Arg(4096)->MinTime(0.2);
+BENCHMARK(op_chain_fused_record)->Arg(4096)->MinTime(0.2);
+
 // ---- matmul vs cblas_sgemm ----
 void matmul(benchmark::State& state) {
   const std::int64_t n = state.range(0);

@@ -126,10 +126,12 @@ Backend& decorated_backend(const Device& device) {
   if (!device.is_autodiff() && !device.is_fused()) return hardware_backend(device);
   const unsigned bits =
       (device.is_autodiff() ? kAutodiffBit : 0) | (device.is_fused() ? kFusionBit : 0);
-  const Device below = device.is_autodiff() ? device.without_autodiff() : device.without_fusion();
-  Backend& inner = decorated_backend(below);
   return backend_cache().get(
       {device.kind(), device.index(), bits}, [&]() -> std::shared_ptr<Backend> {
+        // Asked only when the chain is made, so that finding it is one lookup, not one per layer.
+        const Device below =
+            device.is_autodiff() ? device.without_autodiff() : device.without_fusion();
+        Backend& inner = decorated_backend(below);
         // The inner backend lives as long as the cache: a non-owning pointer.
         std::shared_ptr<Backend> borrowed(std::shared_ptr<Backend>{}, &inner);
         if (device.is_autodiff())

@@ -100,6 +100,11 @@ KILN_CONFORMANCE_ROW(convolution,
       {{2, 3, 4, 5}, {5, 3, 1, 1}, {}, {}, {}, 1, true},
       {{1, 2, 4, 5, 4}, {3, 2, 2, 3, 2}, {1, 2, 1}, {1, 0, 1}, {1, 1, 2}, 1, true},
       {{0, 3, 5, 5}, {2, 3, 3, 3}, {}, {1, 1}, {}, 1, true},
+      // As wide as the input at unit strides (the CPU's shifted-copy im2col): dilated; taps
+      // whose rows fall wholly in the padding; one image whose plane is split in row blocks.
+      {{1, 2, 7, 9}, {3, 2, 3, 3}, {}, {2, 2}, {2, 2}, 1, true},
+      {{2, 1, 3, 4}, {2, 1, 5, 5}, {}, {2, 2}, {}, 1, false},
+      {{1, 2, 32, 32}, {2, 2, 3, 3}, {}, {1, 1}, {}, 1, true},
   };
   Backend& backend = backend_for(device);
   std::uint64_t seed = 1;

@@ -43,6 +43,18 @@ Primitive CpuBackend::relu(Primitive x) {
                    [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; });
 }
 
+// grad where output > 0, else 0 (a NaN output passes its grad, as relu passes NaN): the default's
+// compare and mask_fill in one pass, with no bool tensor between them.
+Primitive CpuBackend::relu_backward(Primitive output, Primitive grad) {
+  const DType dtype = grad->dtype();
+  if (output->dtype() != dtype) return Backend::relu_backward(std::move(output), std::move(grad));
+  return visit_float_kernel(dtype, "relu_backward", [&]<class T>(type_tag<T>) -> Primitive {
+    const auto f = [](T out, T g) { return out <= T(0) ? T(0) : g; };
+    return run_binary(std::move(output), std::move(grad), dtype, make_binary_kernel<T, T>(f),
+                      "relu_backward");
+  });
+}
+
 Primitive CpuBackend::leaky_relu(Primitive x, Scalar negative_slope) {
   const double slope = negative_slope.to_double();
   return float_map(std::move(x), "leaky_relu", [slope](auto v) {

@@ -101,6 +101,13 @@ Primitive CpuBackend::mask_fill(Primitive x, Primitive mask, Scalar value) {
     const bool* mp = mt.data_as<bool>();
     run_loop<3>(plan, [&](std::int64_t n, const std::array<std::int64_t, 3>& off,
                           const std::array<std::int64_t, 3>& st) {
+      if (st[0] == 1 && st[1] == 1 && st[2] == 1) {  // contiguous runs, as a vector loop
+        T* out = o + off[0];
+        const T* in = xp + off[1];
+        const bool* m = mp + off[2];
+        for (std::int64_t i = 0; i < n; ++i) out[i] = m[i] ? v : in[i];
+        return;
+      }
       for (std::int64_t i = 0; i < n; ++i) {
         o[off[0] + i * st[0]] = mp[off[2] + i * st[2]] ? v : xp[off[1] + i * st[1]];
       }

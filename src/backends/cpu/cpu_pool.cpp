@@ -127,18 +127,33 @@ std::vector<TapRange> tap_ranges(const Window& w, std::size_t d) {
   return ranges;
 }
 
+// What every plane of a max pool shares, worked out once per call: the taps of each window
+// position along each dim, and along w the positions each kernel tap reads inside the input (a
+// small plane's windows take less time than these divisions and allocations).
+struct PoolTaps {
+  std::array<std::vector<TapRange>, 3> ranges;
+  std::vector<std::pair<std::int64_t, std::int64_t>> valid_w;
+};
+
+PoolTaps pool_taps(const Window& w) {
+  PoolTaps taps{{tap_ranges(w, 0), tap_ranges(w, 1), tap_ranges(w, 2)}, {}};
+  taps.valid_w.resize(static_cast<std::size_t>(w.kernel[2]));
+  for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+    taps.valid_w[static_cast<std::size_t>(kw)] =
+        valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw * w.dilation[2]);
+  }
+  return taps;
+}
+
 // The maximum of every window of one plane (NaN wins, as in PyTorch: `v > best || isnan(v)`,
 // taps in row-major order) and its flat index in the plane. Each output row is updated one
 // kernel tap at a time across all its positions: branch-free, vectorisable loops.
 template <bool kWithIndex, class T>
-void max_pool_plane(const T* x, const Window& w, const std::array<std::vector<TapRange>, 3>& taps,
-                    T* out, std::int64_t* index) {
+void max_pool_plane(const T* x, const Window& w, const PoolTaps& pool, T* out,
+                    std::int64_t* index) {
   const std::int64_t width = w.out[2];
-  std::vector<std::pair<std::int64_t, std::int64_t>> valid(static_cast<std::size_t>(w.kernel[2]));
-  for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-    valid[static_cast<std::size_t>(kw)] =
-        valid_positions(w.in[2], width, w.stride[2], w.padding[2], kw * w.dilation[2]);
-  }
+  const auto& taps = pool.ranges;
+  const auto& valid = pool.valid_w;
   const auto clamp = [&](std::int64_t v, std::size_t d) {
     return std::clamp<std::int64_t>(v, 0, w.in[d] - 1);
   };
@@ -273,7 +288,7 @@ Primitive CpuBackend::max_pool(Primitive x, PoolOptions options) {
   const DType dtype = x->dtype();
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
-  const std::array taps{tap_ranges(w, 0), tap_ranges(w, 1), tap_ranges(w, 2)};
+  const PoolTaps taps = pool_taps(w);
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), with_spatial(shape, w.out));
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
@@ -293,7 +308,7 @@ PrimitivePair CpuBackend::max_pool_with_indices(Primitive x, PoolOptions options
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
   const Shape out_shape = with_spatial(shape, w.out);
-  const std::array taps{tap_ranges(w, 0), tap_ranges(w, 1), tap_ranges(w, 2)};
+  const PoolTaps taps = pool_taps(w);
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), out_shape);
   auto indices = make_tensor(index_dtype, out_shape);
@@ -305,11 +320,16 @@ PrimitivePair CpuBackend::max_pool_with_indices(Primitive x, PoolOptions options
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
     for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
+      std::byte* plane_indices = idx + p * w.out_size() * index_size;
+      if (index_dtype == DType::I64) {  // the kernel's own index type: written in place
+        max_pool_plane<true>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
+                             reinterpret_cast<std::int64_t*>(plane_indices));
+        return;
+      }
       detail::Buffer<std::int64_t> plane_index(static_cast<std::size_t>(w.out_size()));
       max_pool_plane<true>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
                            plane_index.data());
-      store_indices(plane_index.data(), w.out_size(), idx + p * w.out_size() * index_size,
-                    index_dtype);
+      store_indices(plane_index.data(), w.out_size(), plane_indices, index_dtype);
     });
   });
   return {from_compute(*this, out, dtype), indices};

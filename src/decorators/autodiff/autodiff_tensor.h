@@ -6,8 +6,8 @@
 #include <memory>
 #include <utility>
 
+#include "core/block_pool.h"
 #include "decorators/autodiff/node.h"
-#include "decorators/autodiff/pool.h"
 #include "kiln/primitive.h"
 
 namespace kiln::autodiff {

@@ -9,6 +9,7 @@
 #include <span>
 #include <string_view>
 
+#include "core/block_pool.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
@@ -16,20 +17,21 @@ namespace kiln::fusion {
 // A group under construction: its steps in order of dependence and the leaves they read.
 struct Group {
   FusedProgram program;
-  std::vector<const LazyNode*> leaf_nodes;
   std::vector<LazyNode*> step_nodes;
+  std::uint64_t stamp = 0;  // this gather's number: nodes it took carry it
 
-  // Groups stay small (kMaxGroupOps), so a linear search finds a node.
   std::int32_t find_step(const LazyNode* node) const {
-    const auto at = std::find(step_nodes.begin(), step_nodes.end(), node);
-    return at == step_nodes.end() ? -1 : static_cast<std::int32_t>(at - step_nodes.begin());
+    return node->gathered == stamp ? node->step : -1;
   }
+  // One leaf per inner tensor, however many nodes show it (a constant of the unfused device
+  // gets a node per use).
   std::int32_t leaf(const LazyNode& node) {
-    const auto at = std::find(leaf_nodes.begin(), leaf_nodes.end(), &node);
-    if (at != leaf_nodes.end()) return static_cast<std::int32_t>(at - leaf_nodes.begin());
-    leaf_nodes.push_back(&node);
-    program.leaves.push_back(node.value);
-    return static_cast<std::int32_t>(leaf_nodes.size() - 1);
+    std::vector<Primitive>& leaves = program.leaves;
+    for (std::size_t i = 0; i < leaves.size(); ++i) {
+      if (leaves[i] == node.value) return static_cast<std::int32_t>(i);
+    }
+    leaves.push_back(node.value);
+    return static_cast<std::int32_t>(leaves.size() - 1);
   }
 };
 
@@ -37,92 +39,104 @@ namespace {
 
 // A computed node holding inner, the inner backend's tensor.
 NodeRef computed_node(Primitive inner) {
-  auto node = std::make_shared<LazyNode>();
+  auto node = std::allocate_shared<LazyNode>(PoolAllocator<LazyNode>{});
   node->dtype = inner->dtype();
   node->shape = inner->shape();
   node->value = std::move(inner);
+  node->done.store(true, std::memory_order_relaxed);
   return node;
 }
 
 }  // namespace
 
 NodeRef FusionPassthrough::node_of(const Primitive& p) const {
-  if (p->device().is_fused()) return static_cast<const FusionTensor&>(*p).node();
-  return computed_node(p);  // a tensor of the unfused device, used as a constant
+  if (!p->device().is_fused()) return computed_node(p);  // the unfused device's, a constant
+  const auto& tensor = static_cast<const FusionTensor&>(*p);
+  NodeRef& node = tensor.node();
+  if (node == nullptr) node = computed_node(tensor.value());
+  return node;
 }
 
 Primitive FusionPassthrough::wrap_computed(Primitive inner) const {
-  const Device device = inner->device().fused();
-  return std::make_shared<FusionTensor>(computed_node(std::move(inner)), device);
+  return std::allocate_shared<FusionTensor>(PoolAllocator<FusionTensor>{}, std::move(inner),
+                                            device_);
 }
 
 Primitive FusionPassthrough::computed(const Primitive& p) {
   if (!p->device().is_fused()) return p;
-  const NodeRef& node = static_cast<const FusionTensor&>(*p).node();
+  const auto& tensor = static_cast<const FusionTensor&>(*p);
+  if (const Primitive* value = tensor.known_value()) return *value;
   std::lock_guard lock(mutex_);
-  compute_locked(node);
-  return node->value;
+  compute_locked(tensor.node());
+  return tensor.node()->value;
+}
+
+Primitive FusionPassthrough::run_now(std::int64_t space, RecordInputs& inputs,
+                                     const StepParams& params, StepRun run) {
+  // Small work over computed inputs runs now: a group this small would run its ops one by one
+  // anyway, and recording them would only add the cost of the record.
+  if (space >= min_fused_) return nullptr;
+  std::array<Primitive, 3> values;
+  for (std::uint8_t k = 0; k < inputs.count; ++k) {
+    Primitive& p = inputs.items[k];
+    if (!p->device().is_fused()) {
+      values[k] = p;
+      continue;
+    }
+    const Primitive* value = static_cast<const FusionTensor&>(*p).known_value();
+    if (value == nullptr) return nullptr;
+    values[k] = *value;
+  }
+  // The decorator's handles go first: an inner tensor only this op holds may be reused in place.
+  for (std::uint8_t k = 0; k < inputs.count; ++k) inputs.items[k].reset();
+  return wrap_computed(run(inner(), std::span<Primitive>(values.data(), inputs.count), params));
 }
 
 Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const StepParams& params,
-                                    std::initializer_list<Primitive> inputs, StepRun run) {
+                                    RecordInputs inputs, StepRun run) {
   const std::int64_t space =
-      params.dim >= 0 ? inputs.begin()->get()->shape().num_elements() : shape.num_elements();
-  if (space < min_fused_) {
-    // Small work over computed inputs runs now: a group this small would run its ops one by one
-    // anyway, and recording them would only add the cost of the record.
-    std::array<Primitive, 3> values;
-    std::size_t k = 0;
-    bool computed = true;
-    {
-      std::lock_guard lock(mutex_);
-      for (const Primitive& p : inputs) {
-        if (!p->device().is_fused()) {
-          values[k++] = p;
-          continue;
-        }
-        const NodeRef& node = static_cast<const FusionTensor&>(*p).node();
-        computed = computed && node->computed();
-        values[k++] = node->value;
-      }
-    }
-    if (computed)
-      return wrap_computed(run(inner(), std::span<Primitive>(values.data(), k), params));
-  }
-  auto node = std::make_shared<LazyNode>();
+      params.dim >= 0 ? inputs.items[0]->shape().num_elements() : shape.num_elements();
+  if (Primitive now = run_now(space, inputs, params, run)) return now;
+  auto node = std::allocate_shared<LazyNode>(PoolAllocator<LazyNode>{});
   node->dtype = dtype;
   node->shape = std::move(shape);
   node->op = op;
   node->params = params;
   node->run = run;
-  node->arity = static_cast<std::uint8_t>(inputs.size());
-  std::size_t k = 0;
-  for (const Primitive& p : inputs) node->inputs[k++] = node_of(p);
+  node->arity = inputs.count;
   std::lock_guard lock(mutex_);
   std::uint32_t pending = 1;
-  for (k = 0; k < node->arity; ++k) {
+  for (std::uint8_t k = 0; k < node->arity; ++k) {
+    node->inputs[k] = node_of(inputs.items[k]);
     if (!node->inputs[k]->computed()) pending += node->inputs[k]->pending_ops;
   }
   if (pending > kMaxGroupOps) {
-    for (k = 0; k < node->arity; ++k) compute_locked(node->inputs[k]);
+    for (std::uint8_t k = 0; k < node->arity; ++k) compute_locked(node->inputs[k]);
     pending = 1;
   }
   node->pending_ops = pending;
-  queued_.push_back(node);
-  if (queued_.size() > 2 * kMaxQueued) {
+  queued_.emplace_back(node);
+  if (queued_.size() >= purge_at_) {
     // Forget what was computed or dropped; if as many held values still wait, compute them.
     std::erase_if(queued_, [](const std::weak_ptr<LazyNode>& weak) {
+      if (weak.expired()) return true;  // most are: a plain load, no lock of the count
       const NodeRef n = weak.lock();
       return n == nullptr || n->computed() || n->handles.load(std::memory_order_relaxed) == 0;
     });
     if (queued_.size() > kMaxQueued) flush_locked();
+    purge_at_ = std::max(kPurgeAt, 2 * queued_.size());
   }
-  return std::make_shared<FusionTensor>(std::move(node), device());
+  return std::allocate_shared<FusionTensor>(PoolAllocator<FusionTensor>{}, std::move(node),
+                                            device_);
 }
 
 bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape& space) {
   group = Group{};
+  group.stamp = ++gathers_;
   group.program.shape = space;
+  // pending_ops bounds the steps (shared inputs count twice), so the vectors grow once.
+  group.program.steps.reserve(target->pending_ops);
+  group.step_nodes.reserve(target->pending_ops);
   // Depth-first, inputs before the node: an input joins the group when it is pending and
   // iterates over the same shape; a pending input over another shape (a broadcast operand made
   // lazily) is computed first, as its own group, and read as a leaf. While the leaves are not
@@ -146,6 +160,8 @@ bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape&
     step.inputs = inputs;
     step.run = node->run;
     group.program.steps.push_back(std::move(step));
+    node->gathered = group.stamp;
+    node->step = static_cast<std::int32_t>(group.step_nodes.size());
     group.step_nodes.push_back(node);
     return -static_cast<std::int32_t>(group.step_nodes.size());
   };
@@ -206,6 +222,9 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
   groups_run_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t k = 0; k < values.size(); ++k) {
     LazyNode* node = group.step_nodes[static_cast<std::size_t>(group.program.outputs[k])];
+    // A node can appear twice when a gather inside this one took it (and so re-marked it) as an
+    // intermediate; its value is written once, as readers without the lock rely on.
+    if (node->computed()) continue;
     if (values[k]->dtype() != node->dtype || values[k]->shape() != node->shape) {
       // The dtype and shape users saw at the call must be what ran: a recording rule is wrong.
       detail::fail<ExecutionError>(op_info(node->op).name, "recorded as ", dtype_name(node->dtype),
@@ -214,6 +233,7 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
                                    values[k]->shape().to_string());
     }
     node->value = std::move(values[k]);
+    node->done.store(true, std::memory_order_release);
     node->run = nullptr;
     for (auto& in : node->inputs) in.reset();
     node->arity = 0;

@@ -11,9 +11,9 @@
 // result is a computed node. FusionBackend overrides the ops with F (fusion_ops.cpp).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,7 +40,7 @@ class FusionPassthrough : public ForwardingBackend {
   using ForwardingBackend::ForwardingBackend;
 
   std::string name() const override { return "fusion<" + inner().name() + ">"; }
-  Device device() const override { return inner().device().fused(); }
+  Device device() const override { return device_; }
   // Computes every held pending value, then the inner backend's.
   void sync() override;
   void flush() override;
@@ -79,12 +79,27 @@ class FusionPassthrough : public ForwardingBackend {
   std::uint64_t groups_run() const noexcept { return groups_run_.load(std::memory_order_relaxed); }
 
  protected:
+  // The tensor inputs of a recorded op, moved in (a braced list of one to three).
+  struct RecordInputs {
+    std::array<Primitive, 3> items;
+    std::uint8_t count;
+    RecordInputs(Primitive a) : items{std::move(a)}, count(1) {}  // NOLINT: {x} at the call
+    RecordInputs(Primitive a, Primitive b) : items{std::move(a), std::move(b)}, count(2) {}
+    RecordInputs(Primitive a, Primitive b, Primitive c)
+        : items{std::move(a), std::move(b), std::move(c)}, count(3) {}
+  };
   // A pending node: op over inputs with params gives dtype and shape; run does it on a backend.
+  // Small work over computed inputs runs at once instead (min_fused_elements).
   Primitive record(OpCode op, DType dtype, Shape shape, const StepParams& params,
-                   std::initializer_list<Primitive> inputs, StepRun run);
+                   RecordInputs inputs, StepRun run);
 
  private:
+  // The node of p, made for a computed value on first use. The caller holds mutex_.
   NodeRef node_of(const Primitive& p) const;
+  // Runs op at once on the inner backend when its work is small and every input's value is known
+  // without the lock; null otherwise.
+  Primitive run_now(std::int64_t space, RecordInputs& inputs, const StepParams& params,
+                    StepRun run);
   // Runs target's group (and, first, any input outside it). The caller holds mutex_.
   void compute_locked(const NodeRef& target);
   // Gathers target's group over space; false when gathering computed one of its steps.
@@ -93,10 +108,17 @@ class FusionPassthrough : public ForwardingBackend {
 
   std::mutex mutex_;
   std::vector<std::weak_ptr<LazyNode>> queued_;  // pending nodes recorded, for flush
+  // queued_'s size at which the nodes no longer pending or held are dropped from it: twice what
+  // the last purge kept, so a purge costs O(1) per record, and at least kPurgeAt, so the dead
+  // nodes' memory (kept by their weak references until then) is reused while it is in cache.
+  static constexpr std::size_t kPurgeAt = 64;
+  std::size_t purge_at_ = kPurgeAt;
+  std::uint64_t gathers_ = 0;  // gathers so far, each one's stamp on the nodes it takes
   std::atomic<std::uint64_t> groups_run_{0};
   std::atomic<bool> check_{check_from_environment()};
-  // The inner backend's min_fused_elements(), asked once.
+  // The inner backend's min_fused_elements() and this decorator's device, asked once.
   const std::int64_t min_fused_ = inner().min_fused_elements();
+  const Device device_ = inner().device().fused();
   ResultHook result_hook_;
   GroupControls controls_ = GroupControls::from_environment();  // guarded by mutex_
   static bool check_from_environment() noexcept;

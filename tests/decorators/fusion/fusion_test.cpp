@@ -301,6 +301,26 @@ TEST(FusionCheck, TheStructureHashIgnoresSizesButNotOps) {
   EXPECT_NE(hashes[1], hashes[2]);
 }
 
+TEST(FusionCheck, AValueReadByManyStepsIsOneLeaf) {
+  // x is computed (made from data), c is a constant of the unfused device, s ran at once (small):
+  // each is read by several recorded ops and becomes one leaf of their group.
+  std::vector<std::int32_t> leaves;
+  fusion_backend().set_result_hook_for_tests(
+      [&](const FusedProgram& program, std::vector<Primitive>&) {
+        leaves.push_back(program.leaf_count());
+      });
+  const Tensor<2> x = matrix(300, 200, kFused, 1);
+  const Tensor<2> c = matrix(300, 200, kPlain, 2);
+  const Tensor<2> s = matrix(1, 200, kFused, 3) * 2.0;
+  const Tensor<2> out = ((x * x + c).exp() * c + x - s) * s;
+  const std::vector<double> got = values(out);
+  fusion_backend().set_result_hook_for_tests(nullptr);
+  EXPECT_EQ(leaves, std::vector<std::int32_t>{3});
+  const Tensor<2> px = matrix(300, 200, kPlain, 1);
+  const Tensor<2> ps = matrix(1, 200, kPlain, 3) * 2.0;
+  expect_near(got, values(((px * px + c).exp() * c + px - ps) * ps), 1e-6);
+}
+
 // Sets the group controls for one test, counting the groups that run fused (the result hook sees
 // only those); the environment's controls and no hook again after.
 class Controlled {

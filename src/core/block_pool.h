@@ -1,12 +1,14 @@
-// A per-thread pool of small blocks for graph nodes and autodiff primitives. Every tracked op
-// makes one of each and frees them when its result goes; recycling the blocks on the thread keeps
-// that out of malloc, which was the largest part of a tracked op's overhead on small tensors.
+// A per-thread pool of small blocks for the decorators' per-op objects: autodiff's graph nodes and
+// primitives, fusion's recorded nodes and tensors. Every tracked or recorded op makes one of each
+// and frees them when its result goes, often a whole graph's worth at once; recycling the blocks
+// on the thread keeps that out of malloc, which was the largest part of a decorated op's overhead
+// on small tensors.
 #pragma once
 
 #include <cstddef>
 #include <new>
 
-namespace kiln::autodiff {
+namespace kiln {
 
 void* pool_allocate(std::size_t bytes);
 void pool_deallocate(void* block, std::size_t bytes) noexcept;
@@ -26,4 +28,4 @@ struct PoolAllocator {
   }
 };
 
-}  // namespace kiln::autodiff
+}  // namespace kiln

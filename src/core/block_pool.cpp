@@ -1,9 +1,9 @@
-#include "decorators/autodiff/pool.h"
+#include "core/block_pool.h"
 
 #include <array>
 #include <cstdlib>
 
-namespace kiln::autodiff {
+namespace kiln {
 namespace {
 
 constexpr std::size_t kGranule = 64;
@@ -70,4 +70,4 @@ void pool_deallocate(void* block, std::size_t bytes) noexcept {
   std::free(block);
 }
 
-}  // namespace kiln::autodiff
+}  // namespace kiln
