@@ -2,6 +2,7 @@
 // themselves (views, and copies where a view cannot do) are written once for the CPU and CUDA
 // backends in src/contract/strided_backend.cpp.
 #include "backends/cuda/elementwise_ops.h"
+#include "backends/cuda/kernel_capture.h"
 
 namespace kiln::cuda {
 
@@ -20,6 +21,9 @@ TensorPtr CudaBackend::contiguous(const Primitive& x, const char* op) {
 }
 
 Primitive CudaBackend::view_on(const StridedTensor& base, strided::View view) {
+  // A placeholder of a kernel capture has no storage to view: an op that permutes or reshapes its
+  // input first (a scan along an inner dim) cannot be a fused kernel's step or tail.
+  if (static_cast<const CudaTensor&>(base).storage() == nullptr) KernelCapture::refuse_if_active();
   return make_view(static_cast<const CudaTensor&>(base), std::move(view.shape),
                    std::move(view.strides), view.offset);
 }
