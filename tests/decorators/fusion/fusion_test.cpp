@@ -105,6 +105,22 @@ TEST(Fusion, ReductionsAndSoftmaxAlongAnyDim) {
   }
 }
 
+TEST(Fusion, ElementwiseGroupsOverOneElementLeavesAndIntegersEqualTheEagerOps) {
+  // Groups of elementwise ops only (the CPU runs them piece by piece): a one-element operand read
+  // by a binary op and by a vector-maths op, and an integer chain whose kernels are the unsigned
+  // ones of its width; both exactly as the unfused device computes them.
+  const Tensor<2> x = matrix(300, 200, kFused, 11), one = matrix(1, 1, kFused, 12);
+  const Tensor<2> px = matrix(300, 200, kPlain, 11), pone = matrix(1, 1, kPlain, 12);
+  expect_near(values((x * one).exp() - one.exp() + x.tanh()),
+              values((px * pone).exp() - pone.exp() + px.tanh()), 1e-6);
+  const auto ints = [](Device device) {
+    const Tensor<2, Int> a = (matrix(300, 200, device, 13) * 1000.0).int_().cast(DType::I32);
+    (void)a.into_data();  // computed, so that the group below is of arithmetic alone
+    return ((a * 3 - a.abs()) * -7 + 11).into_data().to_f64_vec();
+  };
+  EXPECT_EQ(ints(kFused), ints(kPlain));
+}
+
 TEST(Fusion, ErrorsComeAtTheCall) {
   const Tensor<2> a = matrix(2, 3, kFused), b = matrix(4, 5, kFused);
   const std::uint64_t before = groups();
