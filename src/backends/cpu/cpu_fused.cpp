@@ -153,31 +153,82 @@ bool runs_as_is(DType storage, DType kernel) noexcept {
          (is_int(storage) && is_int(kernel) && dtype_size(storage) == dtype_size(kernel));
 }
 
+// How a leaf is read at a position p of the iteration space, split as p = row * R + column
+// (R: the plan's row length): all of it (p), along the rows (column: a leaf of the trailing
+// dims, a bias), one per row (row: a leaf of the leading dims), or one element for all.
+enum class LeafRead : std::uint8_t { All, Column, Row, One };
+
 struct PiecePlan {
   std::vector<std::unique_ptr<OwnedKernel>> kernels;  // one per step
   std::vector<const std::byte*> leaf_data;            // each leaf's first element
-  std::vector<std::int64_t> leaf_step;                // its bytes per position (0: broadcast)
-  std::vector<std::int64_t> value_bytes;              // bytes of an element of every value
-  std::int64_t buffer_bytes = 0;                      // one piece of every step, 64-aligned
+  std::vector<LeafRead> leaf_read;
+  std::vector<std::int64_t> value_bytes;  // bytes of an element of every value
+  std::int64_t row_length = 0;            // R: pieces never cross a row
+  std::int64_t buffer_bytes = 0;          // one piece of every step, 64-aligned
 };
 
+// How leaf (contiguous, right-aligned to shape) is read, and the row length that split needs
+// (0 for All and One); false when it is none of these.
+bool leaf_read_of(const Shape& leaf, const Shape& shape, LeafRead& read, std::int64_t& row) {
+  const std::int64_t count = leaf.num_elements();
+  row = 0;
+  if (count == 1) {
+    read = LeafRead::One;
+    return true;
+  }
+  if (leaf == shape) {
+    read = LeafRead::All;
+    return true;
+  }
+  // Its dims against shape's from the right: equal ones, then ones (Row); or ones, then equal
+  // ones from the left (Column). Dims it lacks count as ones.
+  const std::size_t rank = shape.rank(), lead = rank - leaf.rank();
+  const auto dim = [&](std::size_t d) { return d < lead ? std::int64_t{1} : leaf[d - lead]; };
+  std::size_t split = 0;  // the first dim of the trailing part
+  while (split < rank && dim(split) == 1 && shape[split] != 1) ++split;
+  bool column = split > 0;
+  for (std::size_t d = split; d < rank; ++d) column = column && dim(d) == shape[d];
+  if (column) {
+    read = LeafRead::Column;
+    row = count;
+    return true;
+  }
+  split = rank;
+  while (split > 0 && dim(split - 1) == 1 && shape[split - 1] != 1) --split;
+  bool leading = split < rank;
+  for (std::size_t d = 0; d < split; ++d) leading = leading && dim(d) == shape[d];
+  if (leading) {
+    read = LeafRead::Row;
+    row = shape.num_elements() / count;
+    return true;
+  }
+  return false;
+}
+
 // The plan, or false when a step is not elementwise, has no kernel of its own, reads or writes a
-// dtype its kernel does not run as it is (16-bit floats go through f32 tiles), or a leaf is
-// neither the iteration shape, contiguous, nor a single element.
+// dtype its kernel does not run as it is (16-bit floats go through f32 tiles), or a leaf is not
+// contiguous, or broadcasts other than over leading or trailing dims, or two broadcast leaves
+// would need different rows.
 bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
   const std::int64_t positions = program.shape.num_elements();
+  plan.row_length = positions;
+  bool split = false;
   for (const Primitive& leaf : program.leaves) {
     const CpuTensor& t = as_cpu(leaf);
-    const auto size = static_cast<std::int64_t>(dtype_size(t.dtype()));
-    if (t.shape().num_elements() == 1) {
-      plan.leaf_step.push_back(0);
-    } else if (t.shape() == program.shape && t.is_contiguous()) {
-      plan.leaf_step.push_back(size);
-    } else {
+    LeafRead read = LeafRead::All;
+    std::int64_t row = 0;
+    if (!(t.is_contiguous() || t.shape().num_elements() == 1) ||
+        !leaf_read_of(t.shape(), program.shape, read, row)) {
       return false;
     }
+    if (row != 0) {
+      if (split && row != plan.row_length) return false;
+      split = true;
+      plan.row_length = row;
+    }
     plan.leaf_data.push_back(t.data());
-    plan.value_bytes.push_back(size);
+    plan.leaf_read.push_back(read);
+    plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(t.dtype())));
   }
   const std::size_t leaves = program.leaves.size();
   for (const FusedStep& step : program.steps) {
@@ -191,7 +242,8 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     bool contiguous = true;
     for (std::uint8_t k = 0; k < step.arity; ++k) {
       const auto v = static_cast<std::size_t>(step.inputs[k]);
-      contiguous = contiguous && (v >= leaves || plan.leaf_step[v] != 0);
+      contiguous = contiguous && (v >= leaves || (plan.leaf_read[v] != LeafRead::One &&
+                                                  plan.leaf_read[v] != LeafRead::Row));
     }
     auto kernel = std::make_unique<OwnedKernel>();
     const DType in = dtype_of_value(step.inputs[0]);
@@ -238,7 +290,10 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
   }
   // Outputs larger than the caches bypass them (stream_store.h): nothing reads them soon.
   const bool stream = output_bytes >= kStreamOutputBytes;
-  const std::int64_t pieces = (positions + kPieceElements - 1) / kPieceElements;
+  // Pieces of kPieceElements along each row (the last one of a row shorter).
+  const std::int64_t row_length = plan.row_length;
+  const std::int64_t per_row = (row_length + kPieceElements - 1) / kPieceElements;
+  const std::int64_t pieces = positions / row_length * per_row;
   const std::int64_t grain =
       std::max<std::int64_t>(1, kParallelGrain / (kPieceElements * program.steps.size()));
   parallel_for(pieces, grain, [&](std::int64_t first, std::int64_t last) {
@@ -251,16 +306,39 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
     }
     std::array<char*, 4> data{};
     std::array<std::int64_t, 4> strides{};
+    // A leaf's first element in the piece at (row, column), and its step.
+    const auto leaf_at = [&](std::size_t l, std::int64_t row, std::int64_t column,
+                             std::int64_t& stride) {
+      const std::int64_t size = plan.value_bytes[l];
+      const std::byte* base = plan.leaf_data[l];
+      switch (plan.leaf_read[l]) {
+        case LeafRead::All:
+          stride = size;
+          return base + (row * row_length + column) * size;
+        case LeafRead::Column:
+          stride = size;
+          return base + column * size;
+        case LeafRead::Row:
+          stride = 0;
+          return base + row * size;
+        case LeafRead::One:
+          break;
+      }
+      stride = 0;
+      return base;
+    };
     for (std::int64_t piece = first; piece < last; ++piece) {
-      const std::int64_t begin = piece * kPieceElements;
-      const std::int64_t n = std::min(kPieceElements, positions - begin);
+      const std::int64_t row = piece / per_row;
+      const std::int64_t column = piece % per_row * kPieceElements;
+      const std::int64_t begin = row * row_length + column;
+      const std::int64_t n = std::min(kPieceElements, row_length - column);
       if (piece + kFetchAhead < last) {
+        // What the piece after next reads of the leaves that stream (the others are small).
         for (std::size_t l = 0; l < leaves; ++l) {
-          const std::int64_t step = plan.leaf_step[l];
-          if (step != 0) {
-            fetch_ahead(plan.leaf_data[l] + (begin + kFetchAhead * kPieceElements) * step,
-                        kPieceElements * step);
-          }
+          if (plan.leaf_read[l] != LeafRead::All) continue;
+          const std::int64_t size = plan.value_bytes[l];
+          fetch_ahead(plan.leaf_data[l] + (begin + kFetchAhead * kPieceElements) * size,
+                      kPieceElements * size);
         }
       }
       for (std::size_t i = 0; i < program.steps.size(); ++i) {
@@ -272,8 +350,7 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
           const auto v = static_cast<std::size_t>(step.inputs[k]);
           if (v < leaves) {
             data[k + 1u] = const_cast<char*>(
-                reinterpret_cast<const char*>(plan.leaf_data[v] + begin * plan.leaf_step[v]));
-            strides[k + 1u] = plan.leaf_step[v];
+                reinterpret_cast<const char*>(leaf_at(v, row, column, strides[k + 1u])));
           } else {
             data[k + 1u] = reinterpret_cast<char*>(buffers[v - leaves]);
             strides[k + 1u] = plan.value_bytes[v];

@@ -105,14 +105,17 @@ TEST(Fusion, ReductionsAndSoftmaxAlongAnyDim) {
   }
 }
 
-TEST(Fusion, ElementwiseGroupsOverOneElementLeavesAndIntegersEqualTheEagerOps) {
+TEST(Fusion, ElementwiseGroupsOverBroadcastLeavesAndIntegersEqualTheEagerOps) {
   // Groups of elementwise ops only (the CPU runs them piece by piece): a one-element operand read
-  // by a binary op and by a vector-maths op, and an integer chain whose kernels are the unsigned
-  // ones of its width; both exactly as the unfused device computes them.
+  // by a binary op and by a vector-maths op; a row (a bias) and a column broadcast over the
+  // group's shape; an integer chain whose kernels are the unsigned ones of its width.
   const Tensor<2> x = matrix(300, 200, kFused, 11), one = matrix(1, 1, kFused, 12);
   const Tensor<2> px = matrix(300, 200, kPlain, 11), pone = matrix(1, 1, kPlain, 12);
   expect_near(values((x * one).exp() - one.exp() + x.tanh()),
               values((px * pone).exp() - pone.exp() + px.tanh()), 1e-6);
+  const Tensor<2> bias = matrix(1, 200, kPlain, 14), column = matrix(300, 1, kPlain, 15);
+  expect_near(values(activation::relu(x * 2.0 + bias) * column - bias),
+              values(activation::relu(px * 2.0 + bias) * column - bias), 1e-6);
   const auto ints = [](Device device) {
     const Tensor<2, Int> a = (matrix(300, 200, device, 13) * 1000.0).int_().cast(DType::I32);
     (void)a.into_data();  // computed, so that the group below is of arithmetic alone
