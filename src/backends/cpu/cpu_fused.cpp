@@ -164,8 +164,16 @@ struct PiecePlan {
   std::vector<LeafRead> leaf_read;
   std::vector<std::int64_t> value_bytes;  // bytes of an element of every value
   std::int64_t row_length = 0;            // R: pieces never cross a row
-  std::int64_t buffer_bytes = 0;          // one piece of every step, 64-aligned
+  // The buffer (of a piece) each step writes: one whose value was read for the last
+  // time by the step itself, where there is one, so a chain cycles through a few buffers in L1.
+  std::vector<std::int32_t> slot;
+  std::int32_t slots = 0;
 };
+
+// A group over fewer positions than this fits the caches whole: nothing streams, so its pieces
+// are longer (kCachedPieceElements), for fewer kernel calls.
+constexpr std::int64_t kStreamingPositions = std::int64_t{1} << 16;
+constexpr std::int64_t kCachedPieceElements = 4096;
 
 // How leaf (contiguous, right-aligned to shape) is read, and the row length that split needs
 // (0 for All and One); false when it is none of these.
@@ -260,9 +268,29 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
       if (!runs_as_is(dtype_of_value(step.inputs[k]), kernel->kernel().in)) return false;
     }
     plan.kernels.push_back(std::move(kernel));
-    const auto size = static_cast<std::int64_t>(dtype_size(step.dtype));
-    plan.value_bytes.push_back(size);
-    plan.buffer_bytes += (kPieceElements * size + 63) / 64 * 64;
+    plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(step.dtype)));
+  }
+  // Slots: an input read for the last time by a step gives its buffer back before the step
+  // takes one (an elementwise kernel reads each element before it writes it: in place is safe).
+  const std::vector<std::int32_t> last_use = last_uses(program);
+  std::vector<std::int32_t> free_slots;
+  for (std::size_t i = 0; i < program.steps.size(); ++i) {
+    const FusedStep& step = program.steps[i];
+    for (std::uint8_t k = 0; k < step.arity; ++k) {
+      const auto v = static_cast<std::size_t>(step.inputs[k]);
+      bool again = false;  // x * x gives its buffer back once
+      for (std::uint8_t j = 0; j < k; ++j) again = again || step.inputs[j] == step.inputs[k];
+      if (v >= leaves && !again && last_use[v] == static_cast<std::int32_t>(i)) {
+        free_slots.push_back(plan.slot[v - leaves]);
+      }
+    }
+    if (free_slots.empty()) {
+      plan.slot.push_back(plan.slots++);
+    } else {
+      plan.slot.push_back(free_slots.back());
+      free_slots.pop_back();
+    }
+    if (last_use[leaves + i] < 0) free_slots.push_back(plan.slot.back());  // never read
   }
   return true;
 }
@@ -290,20 +318,23 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
   }
   // Outputs larger than the caches bypass them (stream_store.h): nothing reads them soon.
   const bool stream = output_bytes >= kStreamOutputBytes;
-  // Pieces of kPieceElements along each row (the last one of a row shorter).
+  // Pieces along each row (the last one of a row shorter).
+  const std::int64_t piece_length =
+      positions < kStreamingPositions ? kCachedPieceElements : kPieceElements;
+  const std::int64_t slot_bytes = piece_length * 8;  // a piece of the widest dtype
   const std::int64_t row_length = plan.row_length;
-  const std::int64_t per_row = (row_length + kPieceElements - 1) / kPieceElements;
+  const std::int64_t per_row = (row_length + piece_length - 1) / piece_length;
   const std::int64_t pieces = positions / row_length * per_row;
-  const std::int64_t grain =
-      std::max<std::int64_t>(1, kParallelGrain / (kPieceElements * program.steps.size()));
+  // A thread's share is at least what the eager ops would give one thread, a few steps counted
+  // as more work per element: a parallel region costs microseconds, and much more when the
+  // cores are shared, so a long group over a small tensor stays on one thread, as its ops would.
+  const auto work = static_cast<std::int64_t>(std::min<std::size_t>(program.steps.size(), 4));
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / (piece_length * work));
   parallel_for(pieces, grain, [&](std::int64_t first, std::int64_t last) {
-    const std::shared_ptr<CpuTensor> scratch = make_tensor(DType::U8, Shape{plan.buffer_bytes});
-    std::vector<std::byte*> buffers;
-    std::byte* at = scratch->data();
-    for (std::size_t i = 0; i < program.steps.size(); ++i) {
-      buffers.push_back(at);
-      at += (kPieceElements * plan.value_bytes[leaves + i] + 63) / 64 * 64;
-    }
+    const std::shared_ptr<CpuTensor> scratch =
+        make_tensor(DType::U8, Shape{plan.slots * slot_bytes});
+    std::vector<std::byte*> buffers;  // each step's
+    for (std::int32_t slot : plan.slot) buffers.push_back(scratch->data() + slot * slot_bytes);
     std::array<char*, 4> data{};
     std::array<std::int64_t, 4> strides{};
     // A leaf's first element in the piece at (row, column), and its step.
@@ -329,16 +360,16 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
     };
     for (std::int64_t piece = first; piece < last; ++piece) {
       const std::int64_t row = piece / per_row;
-      const std::int64_t column = piece % per_row * kPieceElements;
+      const std::int64_t column = piece % per_row * piece_length;
       const std::int64_t begin = row * row_length + column;
-      const std::int64_t n = std::min(kPieceElements, row_length - column);
+      const std::int64_t n = std::min(piece_length, row_length - column);
       if (piece + kFetchAhead < last) {
         // What the piece after next reads of the leaves that stream (the others are small).
         for (std::size_t l = 0; l < leaves; ++l) {
           if (plan.leaf_read[l] != LeafRead::All) continue;
           const std::int64_t size = plan.value_bytes[l];
-          fetch_ahead(plan.leaf_data[l] + (begin + kFetchAhead * kPieceElements) * size,
-                      kPieceElements * size);
+          fetch_ahead(plan.leaf_data[l] + (begin + kFetchAhead * piece_length) * size,
+                      piece_length * size);
         }
       }
       for (std::size_t i = 0; i < program.steps.size(); ++i) {
