@@ -335,63 +335,74 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
         make_tensor(DType::U8, Shape{plan.slots * slot_bytes});
     std::vector<std::byte*> buffers;  // each step's
     for (std::int32_t slot : plan.slot) buffers.push_back(scratch->data() + slot * slot_bytes);
-    std::array<char*, 4> data{};
-    std::array<std::int64_t, 4> strides{};
-    // A leaf's first element in the piece at (row, column), and its step.
-    const auto leaf_at = [&](std::size_t l, std::int64_t row, std::int64_t column,
-                             std::int64_t& stride) {
-      const std::int64_t size = plan.value_bytes[l];
-      const std::byte* base = plan.leaf_data[l];
-      switch (plan.leaf_read[l]) {
-        case LeafRead::All:
-          stride = size;
-          return base + (row * row_length + column) * size;
-        case LeafRead::Column:
-          stride = size;
-          return base + column * size;
-        case LeafRead::Row:
-          stride = 0;
-          return base + row * size;
-        case LeafRead::One:
-          break;
-      }
-      stride = 0;
-      return base;
+    // Each step's call with everything but the leaves' pointers filled in once: a piece then
+    // only points the leaf operands at itself (chain8 makes half a million calls a run).
+    struct Call {
+      const Kernel* kernel;
+      std::array<char*, 4> data;
+      std::array<std::int64_t, 4> strides;
+      std::array<std::int32_t, 3> leaf;  // operand k + 1 reads this leaf, or -1
     };
+    std::vector<Call> calls(program.steps.size());
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const FusedStep& step = program.steps[i];
+      const OwnedKernel& kernel = *plan.kernels[i];
+      Call& call = calls[i];
+      call.kernel = &kernel.kernel();
+      call.data = {reinterpret_cast<char*>(buffers[i])};
+      call.strides = {plan.value_bytes[leaves + i]};
+      call.leaf = {-1, -1, -1};
+      for (std::uint8_t k = 0; k < step.arity; ++k) {
+        const auto v = static_cast<std::size_t>(step.inputs[k]);
+        if (v < leaves) {
+          call.leaf[k] = static_cast<std::int32_t>(v);
+          const LeafRead read = plan.leaf_read[v];
+          call.strides[k + 1u] =
+              read == LeafRead::All || read == LeafRead::Column ? plan.value_bytes[v] : 0;
+        } else {
+          call.data[k + 1u] = reinterpret_cast<char*>(buffers[v - leaves]);
+          call.strides[k + 1u] = plan.value_bytes[v];
+        }
+      }
+      if (const void* scalar = kernel.scalar()) {
+        call.data[step.arity + 1u] = const_cast<char*>(static_cast<const char*>(scalar));
+        call.strides[step.arity + 1u] = 0;
+      }
+    }
+    std::vector<char*> leaf_at(leaves);  // each leaf's first element in the piece
     for (std::int64_t piece = first; piece < last; ++piece) {
       const std::int64_t row = piece / per_row;
       const std::int64_t column = piece % per_row * piece_length;
       const std::int64_t begin = row * row_length + column;
       const std::int64_t n = std::min(piece_length, row_length - column);
-      if (piece + kFetchAhead < last) {
-        // What the piece after next reads of the leaves that stream (the others are small).
-        for (std::size_t l = 0; l < leaves; ++l) {
-          if (plan.leaf_read[l] != LeafRead::All) continue;
-          const std::int64_t size = plan.value_bytes[l];
-          fetch_ahead(plan.leaf_data[l] + (begin + kFetchAhead * piece_length) * size,
-                      piece_length * size);
+      for (std::size_t l = 0; l < leaves; ++l) {
+        const std::int64_t size = plan.value_bytes[l];
+        const std::byte* base = plan.leaf_data[l];
+        std::int64_t index = 0;
+        switch (plan.leaf_read[l]) {
+          case LeafRead::All:
+            index = begin;
+            // What the piece after next reads (the other leaves are small).
+            if (piece + kFetchAhead < last) {
+              fetch_ahead(base + (begin + kFetchAhead * piece_length) * size, piece_length * size);
+            }
+            break;
+          case LeafRead::Column:
+            index = column;
+            break;
+          case LeafRead::Row:
+            index = row;
+            break;
+          case LeafRead::One:
+            break;
         }
+        leaf_at[l] = const_cast<char*>(reinterpret_cast<const char*>(base + index * size));
       }
-      for (std::size_t i = 0; i < program.steps.size(); ++i) {
-        const FusedStep& step = program.steps[i];
-        const OwnedKernel& kernel = *plan.kernels[i];
-        data[0] = reinterpret_cast<char*>(buffers[i]);
-        strides[0] = plan.value_bytes[leaves + i];
-        for (std::uint8_t k = 0; k < step.arity; ++k) {
-          const auto v = static_cast<std::size_t>(step.inputs[k]);
-          if (v < leaves) {
-            data[k + 1u] = const_cast<char*>(
-                reinterpret_cast<const char*>(leaf_at(v, row, column, strides[k + 1u])));
-          } else {
-            data[k + 1u] = reinterpret_cast<char*>(buffers[v - leaves]);
-            strides[k + 1u] = plan.value_bytes[v];
-          }
+      for (Call& call : calls) {
+        for (std::size_t k = 0; k < 3; ++k) {
+          if (call.leaf[k] >= 0) call.data[k + 1] = leaf_at[static_cast<std::size_t>(call.leaf[k])];
         }
-        if (const void* scalar = kernel.scalar()) {
-          data[step.arity + 1u] = const_cast<char*>(static_cast<const char*>(scalar));
-          strides[step.arity + 1u] = 0;
-        }
-        kernel.kernel().loop(n, data.data(), strides.data(), kernel.kernel().context);
+        call.kernel->loop(n, call.data.data(), call.strides.data(), call.kernel->context);
       }
       for (std::size_t k = 0; k < outputs.size(); ++k) {
         const auto step = static_cast<std::size_t>(program.outputs[k]);
