@@ -155,15 +155,18 @@ bool runs_as_is(DType storage, DType kernel) noexcept {
 
 // How a leaf is read at a position p of the iteration space, split as p = row * R + column
 // (R: the plan's row length): all of it (p), along the rows (column: a leaf of the trailing
-// dims, a bias), one per row (row: a leaf of the leading dims), or one element for all.
-enum class LeafRead : std::uint8_t { All, Column, Row, One };
+// dims, a bias), one per row (row: a leaf of the leading dims), one element for all, or as a
+// strided view of the iteration shape (a transposed gradient: R is then the last dim, whose
+// stride the kernels step by, and a row's start comes from the other dims' strides).
+enum class LeafRead : std::uint8_t { All, Column, Row, One, Strided };
 
 struct PiecePlan {
   std::vector<std::unique_ptr<OwnedKernel>> kernels;  // one per step
   std::vector<const std::byte*> leaf_data;            // each leaf's first element
   std::vector<LeafRead> leaf_read;
-  std::vector<std::int64_t> value_bytes;  // bytes of an element of every value
-  std::int64_t row_length = 0;            // R: pieces never cross a row
+  std::vector<const CpuTensor*> leaf_tensor;  // for a strided leaf's strides
+  std::vector<std::int64_t> value_bytes;      // bytes of an element of every value
+  std::int64_t row_length = 0;                // R: pieces never cross a row
   // The buffer (of a piece) each step writes: one whose value was read for the last
   // time by the step itself, where there is one, so a chain cycles through a few buffers in L1.
   std::vector<std::int32_t> slot;
@@ -214,9 +217,9 @@ bool leaf_read_of(const Shape& leaf, const Shape& shape, LeafRead& read, std::in
 }
 
 // The plan, or false when a step is not elementwise, has no kernel of its own, reads or writes a
-// dtype its kernel does not run as it is (16-bit floats go through f32 tiles), or a leaf is not
-// contiguous, or broadcasts other than over leading or trailing dims, or two broadcast leaves
-// would need different rows.
+// dtype its kernel does not run as it is (16-bit floats go through f32 tiles), or a leaf
+// broadcasts other than over leading or trailing dims, or is a strided view of another shape, or
+// two leaves would need different rows.
 bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
   const std::int64_t positions = program.shape.num_elements();
   plan.row_length = positions;
@@ -225,8 +228,12 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     const CpuTensor& t = as_cpu(leaf);
     LeafRead read = LeafRead::All;
     std::int64_t row = 0;
-    if (!(t.is_contiguous() || t.shape().num_elements() == 1) ||
-        !leaf_read_of(t.shape(), program.shape, read, row)) {
+    if (t.is_contiguous() || t.shape().num_elements() == 1) {
+      if (!leaf_read_of(t.shape(), program.shape, read, row)) return false;
+    } else if (t.shape() == program.shape) {
+      read = LeafRead::Strided;
+      row = program.shape[program.shape.rank() - 1];
+    } else {
       return false;
     }
     if (row != 0) {
@@ -236,6 +243,7 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     }
     plan.leaf_data.push_back(t.data());
     plan.leaf_read.push_back(read);
+    plan.leaf_tensor.push_back(&t);
     plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(t.dtype())));
   }
   const std::size_t leaves = program.leaves.size();
@@ -250,8 +258,11 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     bool contiguous = true;
     for (std::uint8_t k = 0; k < step.arity; ++k) {
       const auto v = static_cast<std::size_t>(step.inputs[k]);
-      contiguous = contiguous && (v >= leaves || (plan.leaf_read[v] != LeafRead::One &&
-                                                  plan.leaf_read[v] != LeafRead::Row));
+      const LeafRead read = v < leaves ? plan.leaf_read[v] : LeafRead::All;
+      const bool unit_steps =
+          read == LeafRead::All || read == LeafRead::Column ||
+          (read == LeafRead::Strided && plan.leaf_tensor[v]->strides().back() == 1);
+      contiguous = contiguous && unit_steps;
     }
     auto kernel = std::make_unique<OwnedKernel>();
     const DType in = dtype_of_value(step.inputs[0]);
@@ -357,8 +368,11 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
         if (v < leaves) {
           call.leaf[k] = static_cast<std::int32_t>(v);
           const LeafRead read = plan.leaf_read[v];
+          const CpuTensor& t = *plan.leaf_tensor[v];
           call.strides[k + 1u] =
-              read == LeafRead::All || read == LeafRead::Column ? plan.value_bytes[v] : 0;
+              read == LeafRead::All || read == LeafRead::Column ? plan.value_bytes[v]
+              : read == LeafRead::Strided ? t.strides()[t.rank() - 1] * plan.value_bytes[v]
+                                          : 0;
         } else {
           call.data[k + 1u] = reinterpret_cast<char*>(buffers[v - leaves]);
           call.strides[k + 1u] = plan.value_bytes[v];
@@ -395,6 +409,17 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
             break;
           case LeafRead::One:
             break;
+          case LeafRead::Strided: {
+            // The row's coordinates in the leading dims, through the leaf's strides.
+            const CpuTensor& t = *plan.leaf_tensor[l];
+            std::int64_t rest = row;
+            for (std::size_t d = t.rank() - 1; d-- > 0;) {
+              index += rest % t.shape()[d] * t.strides()[d];
+              rest /= t.shape()[d];
+            }
+            index += column * t.strides()[t.rank() - 1];
+            break;
+          }
         }
         leaf_at[l] = const_cast<char*>(reinterpret_cast<const char*>(base + index * size));
       }
