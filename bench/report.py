@@ -9,7 +9,8 @@ aggregate is used); --extra adds the results of other kiln benchmark binaries of
   ratio  = peer time / kiln time (> 1: kiln is faster); for add vs memcpy the GB/s ratio.
   floor  = FLOPs / peak, peak = the best sgemm GFLOP/s of any repeat in this run, or
            bytes moved / bandwidth, bandwidth = the best GB/s of the parallel memcpy and the
-           STREAM triad in this run (reads + writes counted, write-allocate traffic not).
+           STREAM triad (ordinary and streaming stores) in this run (reads + writes counted,
+           write-allocate traffic not).
 Standard library only, so any python3 runs it.
 """
 import argparse
@@ -104,7 +105,8 @@ def main():
                    if n.startswith("sgemm/") and "best" in kiln[n]]
     peak = max(sgemm_rates) if sgemm_rates else None
     memcpy = kiln.get("memcpy_large", {})
-    copy_rates = [kiln[n]["bytes"] / kiln[n]["best"] for n in ("memcpy_large", "triad_large")
+    copy_rates = [kiln[n]["bytes"] / kiln[n]["best"]
+                  for n in ("memcpy_large", "triad_large", "triad_stream_large")
                   if "best" in kiln.get(n, {})]
     bandwidth = max(copy_rates) if copy_rates else None
 
@@ -118,9 +120,12 @@ def main():
 
     rows = []
 
-    def add_row(workload, name, peer_name, peer_seconds, target="", rate=None):
+    def add_row(workload, name, peer_name, peer_seconds, target="", rate=None, per=1):
+        # per: the row's median divided by this (op_chain: time per op of its 64).
         row = kiln.get(name, {})
         ours = row.get("median")
+        ours = ours / per if ours else ours
+        peer_seconds = peer_seconds / per if peer_seconds else peer_seconds
         ratio = peer_seconds / ours if ours and peer_seconds else None
         kiln_cell = fmt_time(ours) if "error" not in row else "skipped"
         peer_cell = fmt_time(peer_seconds)
@@ -140,6 +145,12 @@ def main():
         return peer.get(name, {}).get("median_s") if isinstance(peer.get(name), dict) else None
 
     add_row("small_add 16 f32", "small_add", "torch", torch_time("small_add"), "kiln <= 150 ns")
+    # op_chain: 64 small elementwise ops, per op; fused against the same ops eager.
+    for n in (16, 4096):
+        add_row(f"op_chain 64 ops on {n} f32, fused, per op", f"op_chain_fused/{n}", "eager",
+                median(f"op_chain_plain/{n}"), per=64)
+    add_row("op_chain 64 ops recorded on 4096 f32, per op", "op_chain_fused_record/4096", "eager",
+            median("op_chain_plain/4096"), "kiln <= 0.5 us", per=64)
     for n in (1024, 2048):
         add_row(f"matmul f32 {n}^2", f"matmul/{n}", "sgemm", median(f"sgemm/{n}"), "ratio >= 0.9")
     add_bytes = kiln.get("add_large", {}).get("bytes")
@@ -185,7 +196,7 @@ def main():
     if peak:
         print(f"peak (best sgemm): {peak / 1e9:.1f} GFLOP/s; ", end="")
     if bandwidth:
-        print(f"bandwidth (best of parallel memcpy and triad): {bandwidth / 1e9:.1f} GB/s", end="")
+        print(f"bandwidth (best of parallel memcpy and triads): {bandwidth / 1e9:.1f} GB/s", end="")
     print()
     if peer:
         print(f"peer: torch {peer.get('torch_version', '?')}, {peer.get('threads', '?')} threads")

@@ -21,14 +21,6 @@ using namespace cpu;
 
 namespace {
 
-template <class F>
-Primitive float_map(Primitive x, const char* op, F f) {
-  const DType dtype = x->dtype();
-  return visit_float_kernel(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), op);
-  });
-}
-
 template <class C>
 C stable_sigmoid(C v) {
   if (v >= C(0)) return C(1) / (C(1) + std::exp(-v));
@@ -36,60 +28,123 @@ C stable_sigmoid(C v) {
   return e / (C(1) + e);
 }
 
-}  // namespace
-
-Primitive CpuBackend::relu(Primitive x) {
-  return float_map(std::move(x), "relu",
-                   [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; });
+// The kernel of a float function f of one value.
+template <class F>
+void make_float_map(DType dtype, const char* op, F f, OwnedKernel& k) {
+  visit_float_kernel(dtype, op, [&]<class T>(type_tag<T>) { k.unary<T, T>(f); });
 }
 
+// The elementwise activations, each a maker of its kernel (the ones with a parameter read it from
+// params' first scalar). Both their CpuBackend methods and their fused steps' kernels use these.
+void make_relu(DType dtype, const StepParams&, bool, OwnedKernel& k) {
+  make_float_map(
+      dtype, "relu", [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; }, k);
+}
+void make_leaky_relu(DType dtype, const StepParams& params, bool, OwnedKernel& k) {
+  const double slope = params.scalars[0].to_double();
+  make_float_map(
+      dtype, "leaky_relu",
+      [slope](auto v) {
+        using C = decltype(v);
+        return v < C(0) ? v * static_cast<C>(slope) : v;
+      },
+      k);
+}
+void make_gelu(DType dtype, const StepParams&, bool, OwnedKernel& k) {
+  // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation in the left tail.
+  make_float_map(
+      dtype, "gelu",
+      [](auto v) {
+        using C = decltype(v);
+        if (v == -std::numeric_limits<C>::infinity()) return C(0);
+        return v * C(0.5) * std::erfc(-v * static_cast<C>(std::numbers::sqrt2 / 2));
+      },
+      k);
+}
+void make_sigmoid(DType dtype, const StepParams&, bool, OwnedKernel& k) {
+  make_float_map(
+      dtype, "sigmoid", [](auto v) { return stable_sigmoid(v); }, k);
+}
+void make_silu(DType dtype, const StepParams&, bool, OwnedKernel& k) {
+  make_float_map(
+      dtype, "silu",
+      [](auto v) {
+        using C = decltype(v);
+        if (v == -std::numeric_limits<C>::infinity()) return C(0);
+        return v * stable_sigmoid(v);
+      },
+      k);
+}
+void make_log_sigmoid(DType dtype, const StepParams&, bool, OwnedKernel& k) {
+  make_float_map(
+      dtype, "log_sigmoid",
+      [](auto v) {
+        using C = decltype(v);
+        return (v < C(0) ? v : C(0)) - std::log1p(std::exp(-std::fabs(v)));
+      },
+      k);
+}
 // grad where output > 0, else 0 (a NaN output passes its grad, as relu passes NaN): the default's
 // compare and mask_fill in one pass, with no bool tensor between them.
+void make_relu_backward(DType dtype, const StepParams&, bool, OwnedKernel& k) {
+  visit_float_kernel(dtype, "relu_backward", [&]<class T>(type_tag<T>) {
+    k.binary<T, T>([](T out, T g) { return out <= T(0) ? T(0) : g; });
+  });
+}
+
+Primitive run_activation(Primitive x, const char* op,
+                         void (*make)(DType, const StepParams&, bool, OwnedKernel&),
+                         const StepParams& params = {}) {
+  const DType dtype = x->dtype();
+  OwnedKernel k;
+  make(dtype, params, true, k);
+  return run_unary(std::move(x), dtype, k.kernel(), op);
+}
+
+StepParams with_scalar(Scalar value) {
+  StepParams params;
+  params.scalars[0] = value;
+  return params;
+}
+
+}  // namespace
+
+// clang-format off
+#define KILN_CPU_ACTIVATIONS(X) X(relu) X(gelu) X(sigmoid) X(silu) X(log_sigmoid)
+// clang-format on
+#define KILN_CPU_ACTIVATION_METHOD(name)                     \
+  Primitive CpuBackend::name(Primitive x) {                  \
+    return run_activation(std::move(x), #name, make_##name); \
+  }
+KILN_CPU_ACTIVATIONS(KILN_CPU_ACTIVATION_METHOD)
+#undef KILN_CPU_ACTIVATION_METHOD
+
+Primitive CpuBackend::leaky_relu(Primitive x, Scalar negative_slope) {
+  return run_activation(std::move(x), "leaky_relu", make_leaky_relu, with_scalar(negative_slope));
+}
+
 Primitive CpuBackend::relu_backward(Primitive output, Primitive grad) {
   const DType dtype = grad->dtype();
   if (output->dtype() != dtype) return Backend::relu_backward(std::move(output), std::move(grad));
-  return visit_float_kernel(dtype, "relu_backward", [&]<class T>(type_tag<T>) -> Primitive {
-    const auto f = [](T out, T g) { return out <= T(0) ? T(0) : g; };
-    return run_binary(std::move(output), std::move(grad), dtype, make_binary_kernel<T, T>(f),
-                      "relu_backward");
-  });
+  OwnedKernel k;
+  make_relu_backward(dtype, {}, true, k);
+  return run_binary(std::move(output), std::move(grad), dtype, k.kernel(), "relu_backward");
 }
 
-Primitive CpuBackend::leaky_relu(Primitive x, Scalar negative_slope) {
-  const double slope = negative_slope.to_double();
-  return float_map(std::move(x), "leaky_relu", [slope](auto v) {
-    using C = decltype(v);
-    return v < C(0) ? v * static_cast<C>(slope) : v;
-  });
+namespace cpu {
+
+bool activation_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                            OwnedKernel& k) {
+  switch (op) {
+    KILN_CPU_ACTIVATIONS(KILN_CPU_STEP_KERNEL_CASE)
+    KILN_CPU_STEP_KERNEL_CASE(leaky_relu)
+    KILN_CPU_STEP_KERNEL_CASE(relu_backward)
+    default:
+      return false;
+  }
 }
 
-Primitive CpuBackend::gelu(Primitive x) {
-  // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation in the left tail.
-  return float_map(std::move(x), "gelu", [](auto v) {
-    using C = decltype(v);
-    if (v == -std::numeric_limits<C>::infinity()) return C(0);
-    return v * C(0.5) * std::erfc(-v * static_cast<C>(std::numbers::sqrt2 / 2));
-  });
-}
-
-Primitive CpuBackend::sigmoid(Primitive x) {
-  return float_map(std::move(x), "sigmoid", [](auto v) { return stable_sigmoid(v); });
-}
-
-Primitive CpuBackend::silu(Primitive x) {
-  return float_map(std::move(x), "silu", [](auto v) {
-    using C = decltype(v);
-    if (v == -std::numeric_limits<C>::infinity()) return C(0);
-    return v * stable_sigmoid(v);
-  });
-}
-
-Primitive CpuBackend::log_sigmoid(Primitive x) {
-  return float_map(std::move(x), "log_sigmoid", [](auto v) {
-    using C = decltype(v);
-    return (v < C(0) ? v : C(0)) - std::log1p(std::exp(-std::fabs(v)));
-  });
-}
+}  // namespace cpu
 
 namespace {
 
@@ -224,6 +279,28 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
         }
         const T* a = src + in_offset;
         T* o = dst + out_offset;
+        if constexpr (std::is_same_v<T, float>) {
+          // A contiguous f32 line (softmax along the last dim): read where it lies, its
+          // exponentials and their sum in one vector pass, then one pass to scale and store.
+          Acc sum = 0;
+          const float top = in_step == 1 && out_step == 1 ? lanes_max(a, length) : 0.0f;
+          if (in_step == 1 && out_step == 1 && vector_exp_sum(a, top, exps.data(), length, sum)) {
+            if constexpr (kLog) {
+              const float log_sum = static_cast<float>(std::log(sum));
+              for (std::int64_t k = 0; k < length; ++k) o[k] = (a[k] - top) - log_sum;
+            } else {
+              const float inverse = static_cast<float>(Acc(1) / sum);
+              float* e = exps.data();
+              for (std::int64_t k = 0; k < length; ++k) e[k] *= inverse;
+              if (stream) {
+                stream_bytes(o, e, length * static_cast<std::int64_t>(sizeof(float)));
+              } else {
+                std::copy_n(e, length, o);
+              }
+            }
+            continue;
+          }
+        }
         for (std::int64_t k = 0; k < length; ++k) {
           row[static_cast<std::size_t>(k)] = static_cast<C>(a[k * in_step]);
         }

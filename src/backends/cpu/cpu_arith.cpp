@@ -116,35 +116,48 @@ struct Flagged {
   }
 };
 
+// The kernel of Op over tensors of dtype, and of Op with a scalar operand.
+template <class Op>
+void make_binary(DType dtype, bool float_only, const char* op, OwnedKernel& k) {
+  auto make = [&]<class T>(type_tag<T>) {
+    using K = op_kernel_t<Op, T>;
+    k.binary<K, K>(Flagged<Op>{&k.flag()});
+  };
+  if (float_only) {
+    visit_float_kernel(dtype, op, make);
+  } else {
+    visit_numeric_kernel(dtype, op, make);
+  }
+}
+template <class Op>
+void make_binary_scalar(DType dtype, const Scalar& value, const char* op, OwnedKernel& k) {
+  // The storage type reads the scalar (it saturates or wraps as that type), carried bit for bit
+  // into the kernel type.
+  visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) {
+    using K = op_kernel_t<Op, T>;
+    k.binary<K, K>(Flagged<Op>{&k.flag()});
+    k.bind_scalar(static_cast<K>(value.as<compute_t<T>>()));
+  });
+}
+
 template <class Op>
 Primitive binary(Primitive lhs, Primitive rhs, const char* op, bool float_only = false,
                  std::string_view failure = kDivisionByZero) {
   const DType dtype = lhs->dtype();
-  std::atomic<bool> zero{false};
-  const Flagged<Op> f{&zero};
-  auto run = [&]<class T>(type_tag<T>) -> Primitive {
-    using K = op_kernel_t<Op, T>;
-    return run_binary(std::move(lhs), std::move(rhs), dtype, make_binary_kernel<K, K>(f), op);
-  };
-  Primitive out =
-      float_only ? visit_float_kernel(dtype, op, run) : visit_numeric_kernel(dtype, op, run);
-  throw_if_divided_by_zero(zero, op, failure);
+  OwnedKernel k;
+  make_binary<Op>(dtype, float_only, op, k);
+  Primitive out = run_binary(std::move(lhs), std::move(rhs), dtype, k.kernel(), op);
+  throw_if_divided_by_zero(k.flag(), op, failure);
   return out;
 }
 
 template <class Op>
 Primitive binary_scalar(Primitive x, Scalar value, const char* op) {
   const DType dtype = x->dtype();
-  std::atomic<bool> zero{false};
-  const Flagged<Op> f{&zero};
-  // The storage type reads the scalar (it saturates or wraps as that type), carried bit for bit
-  // into the kernel type.
-  Primitive out = visit_numeric_dtype(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    using K = op_kernel_t<Op, T>;
-    const K v = static_cast<K>(value.as<compute_t<T>>());
-    return run_binary_scalar(std::move(x), &v, dtype, make_binary_kernel<K, K>(f), op);
-  });
-  throw_if_divided_by_zero(zero, op);
+  OwnedKernel k;
+  make_binary_scalar<Op>(dtype, value, op, k);
+  Primitive out = run_binary_scalar(std::move(x), k.scalar(), dtype, k.kernel(), op);
+  throw_if_divided_by_zero(k.flag(), op);
   return out;
 }
 
@@ -176,59 +189,70 @@ Primitive int_pow_scalar(Primitive x, const Scalar& value) {
 
 }  // namespace
 
-Primitive CpuBackend::add(Primitive l, Primitive r) {
-  return binary<AddOp>(std::move(l), std::move(r), "add");
-}
-Primitive CpuBackend::sub(Primitive l, Primitive r) {
-  return binary<SubOp>(std::move(l), std::move(r), "sub");
-}
-Primitive CpuBackend::mul(Primitive l, Primitive r) {
-  return binary<MulOp>(std::move(l), std::move(r), "mul");
-}
-Primitive CpuBackend::div(Primitive l, Primitive r) {
-  return binary<DivOp>(std::move(l), std::move(r), "div");
-}
-Primitive CpuBackend::remainder(Primitive l, Primitive r) {
-  return binary<RemainderOp>(std::move(l), std::move(r), "remainder");
-}
-Primitive CpuBackend::pow(Primitive l, Primitive r) {
-  return binary<PowOp>(std::move(l), std::move(r), "pow", false,
-                       "0 raised to a negative power: integer division by zero");
-}
-Primitive CpuBackend::maximum(Primitive l, Primitive r) {
-  return binary<MaximumOp>(std::move(l), std::move(r), "maximum");
-}
-Primitive CpuBackend::minimum(Primitive l, Primitive r) {
-  return binary<MinimumOp>(std::move(l), std::move(r), "minimum");
-}
-Primitive CpuBackend::atan2(Primitive l, Primitive r) {
-  return binary<Atan2Op>(std::move(l), std::move(r), "atan2", true);
-}
-Primitive CpuBackend::hypot(Primitive l, Primitive r) {
-  return binary<HypotOp>(std::move(l), std::move(r), "hypot", true);
-}
+// The ops of binary and binary_scalar: (name, Op, float only, what an integer zero divisor
+// means). Both their CpuBackend methods and their fused steps' kernels come from these lists.
+// clang-format off
+#define KILN_CPU_ARITH_BINARY(X)                                                             \
+  X(add, AddOp, false, kDivisionByZero) X(sub, SubOp, false, kDivisionByZero)              \
+  X(mul, MulOp, false, kDivisionByZero) X(div, DivOp, false, kDivisionByZero)              \
+  X(remainder, RemainderOp, false, kDivisionByZero)                                        \
+  X(pow, PowOp, false, "0 raised to a negative power: integer division by zero")           \
+  X(maximum, MaximumOp, false, kDivisionByZero) X(minimum, MinimumOp, false, kDivisionByZero) \
+  X(atan2, Atan2Op, true, kDivisionByZero) X(hypot, HypotOp, true, kDivisionByZero)
+#define KILN_CPU_ARITH_SCALAR(X)                                                         \
+  X(add_scalar, AddOp) X(sub_scalar, SubOp) X(mul_scalar, MulOp) X(div_scalar, DivOp) \
+  X(remainder_scalar, RemainderOp)
+// clang-format on
 
-Primitive CpuBackend::add_scalar(Primitive x, Scalar v) {
-  return binary_scalar<AddOp>(std::move(x), v, "add_scalar");
-}
-Primitive CpuBackend::sub_scalar(Primitive x, Scalar v) {
-  return binary_scalar<SubOp>(std::move(x), v, "sub_scalar");
-}
-Primitive CpuBackend::mul_scalar(Primitive x, Scalar v) {
-  return binary_scalar<MulOp>(std::move(x), v, "mul_scalar");
-}
-Primitive CpuBackend::div_scalar(Primitive x, Scalar v) {
-  return binary_scalar<DivOp>(std::move(x), v, "div_scalar");
-}
-Primitive CpuBackend::remainder_scalar(Primitive x, Scalar v) {
-  return binary_scalar<RemainderOp>(std::move(x), v, "remainder_scalar");
-}
+// Each op's kernel maker, as the fused steps ask for it (elementwise.h).
+#define KILN_CPU_BINARY_MAKER(name, Op, float_only, failure)               \
+  void make_##name(DType dtype, const StepParams&, bool, OwnedKernel& k) { \
+    make_binary<Op>(dtype, float_only, #name, k);                          \
+  }
+#define KILN_CPU_SCALAR_MAKER(name, Op)                                           \
+  void make_##name(DType dtype, const StepParams& params, bool, OwnedKernel& k) { \
+    make_binary_scalar<Op>(dtype, params.scalars[0], #name, k);                   \
+  }
+namespace {
+KILN_CPU_ARITH_BINARY(KILN_CPU_BINARY_MAKER)
+KILN_CPU_ARITH_SCALAR(KILN_CPU_SCALAR_MAKER)
+}  // namespace
+#undef KILN_CPU_BINARY_MAKER
+#undef KILN_CPU_SCALAR_MAKER
+
+#define KILN_CPU_BINARY_METHOD(name, Op, float_only, failure)                  \
+  Primitive CpuBackend::name(Primitive l, Primitive r) {                       \
+    return binary<Op>(std::move(l), std::move(r), #name, float_only, failure); \
+  }
+KILN_CPU_ARITH_BINARY(KILN_CPU_BINARY_METHOD)
+#undef KILN_CPU_BINARY_METHOD
+#define KILN_CPU_SCALAR_METHOD(name, Op)              \
+  Primitive CpuBackend::name(Primitive x, Scalar v) { \
+    return binary_scalar<Op>(std::move(x), v, #name); \
+  }
+KILN_CPU_ARITH_SCALAR(KILN_CPU_SCALAR_METHOD)
+#undef KILN_CPU_SCALAR_METHOD
+
 Primitive CpuBackend::pow_scalar(Primitive x, Scalar v) {
   const DType dtype = x->dtype();
   if (is_float(dtype) && v.to_double() == 2.0) return square(std::move(x));
   if (is_int(dtype)) return int_pow_scalar(std::move(x), v);
   return binary_scalar<PowOp>(std::move(x), v, "pow_scalar");
 }
+
+namespace cpu {
+
+bool arith_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                       OwnedKernel& k) {
+  switch (op) {
+    KILN_CPU_ARITH_BINARY(KILN_CPU_STEP_KERNEL_CASE)
+    KILN_CPU_ARITH_SCALAR(KILN_CPU_STEP_KERNEL_CASE)
+    default:
+      return false;
+  }
+}
+
+}  // namespace cpu
 
 Primitive CpuBackend::clamp(Primitive x, Scalar min, Scalar max) {
   const DType dtype = x->dtype();

@@ -133,10 +133,14 @@ std::vector<TapRange> tap_ranges(const Window& w, std::size_t d) {
 struct PoolTaps {
   std::array<std::vector<TapRange>, 3> ranges;
   std::vector<std::pair<std::int64_t, std::int64_t>> valid_w;
+  bool two_by_two = false;  // a 2-d 2x2 window at stride 2, unpadded, undilated
 };
 
 PoolTaps pool_taps(const Window& w) {
   PoolTaps taps{{tap_ranges(w, 0), tap_ranges(w, 1), tap_ranges(w, 2)}, {}};
+  taps.two_by_two = w.out[0] == 1 && w.kernel == Dims3{1, 2, 2} && w.stride[1] == 2 &&
+                    w.stride[2] == 2 && w.padding == Dims3{0, 0, 0} &&
+                    w.dilation == Dims3{1, 1, 1} && w.in[0] == 1;
   taps.valid_w.resize(static_cast<std::size_t>(w.kernel[2]));
   for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
     taps.valid_w[static_cast<std::size_t>(kw)] =
@@ -152,6 +156,27 @@ template <bool kWithIndex, class T>
 void max_pool_plane(const T* x, const Window& w, const PoolTaps& pool, T* out,
                     std::int64_t* index) {
   const std::int64_t width = w.out[2];
+  if (pool.two_by_two) {
+    // The usual 2x2 window at stride 2, every window inside the plane: its four taps in the
+    // order of the loops below, without their bookkeeping (a small plane's windows are few).
+    const std::int64_t in_width = w.in[2];
+    for (std::int64_t oh = 0; oh < w.out[1]; ++oh) {
+      const std::int64_t top = 2 * oh * in_width;
+      for (std::int64_t ow = 0; ow < width; ++ow) {
+        std::int64_t at = top + 2 * ow;
+        T best = x[at];  // the first tap: taken unless -inf, which leaves -inf and it anyway
+        for (const std::int64_t tap : {at + 1, at + in_width, at + in_width + 1}) {
+          const T v = x[tap];
+          const bool take = v > best || v != v;
+          best = take ? v : best;
+          at = take ? tap : at;
+        }
+        out[oh * width + ow] = best;
+        if constexpr (kWithIndex) index[oh * width + ow] = at;
+      }
+    }
+    return;
+  }
   const auto& taps = pool.ranges;
   const auto& valid = pool.valid_w;
   const auto clamp = [&](std::int64_t v, std::size_t d) {

@@ -21,21 +21,19 @@ void vector_loop(std::int64_t n, char* const* data, const std::int64_t*, const v
              reinterpret_cast<T*>(data[0]), n);
 }
 
-// Contiguous f32/f64 data takes libmvec's vector form of the function when there is one.
+// The kernel of a float function f: libmvec's vector form of it where there is one and the runs
+// are contiguous f32/f64, else f element by element.
 template <class F>
-Primitive float_unary(Primitive x, const char* op, F f,
-                      std::optional<VectorFunction> function = std::nullopt) {
-  const DType dtype = x->dtype();
+void make_float_unary(DType dtype, const char* op, F f, std::optional<VectorFunction> function,
+                      bool contiguous, OwnedKernel& k) {
   if (vector_math_available() && function && (dtype == DType::F32 || dtype == DType::F64) &&
-      as_cpu(x).is_contiguous()) {
+      contiguous) {
     // A transcendental costs several adds, so threads pay off on runs four times shorter.
-    const Kernel kernel{dtype == DType::F32 ? &vector_loop<float> : &vector_loop<double>,
-                        &*function, dtype, dtype, 4};
-    return run_unary(std::move(x), dtype, kernel, op);
+    k.set(dtype == DType::F32 ? &vector_loop<float> : &vector_loop<double>, *function, dtype, dtype,
+          4);
+    return;
   }
-  return visit_float_kernel(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
-    return run_unary(std::move(x), dtype, make_unary_kernel<T, T>(f), op);
-  });
+  visit_float_kernel(dtype, op, [&]<class T>(type_tag<T>) { k.unary<T, T>(f); });
 }
 
 // erf's inverse: NaN outside [-1, 1], +-inf at +-1. A first guess from M. Giles' rational
@@ -74,91 +72,108 @@ double inverse_erf(double y) {
 
 // Sign-blind ops (neg and square wrap) take one kernel per integer width.
 template <bool kSignBlind, class F>
-Primitive numeric_unary(Primitive x, const char* op, F f) {
-  const DType dtype = x->dtype();
-  return visit_numeric_kernel(dtype, op, [&]<class T>(type_tag<T>) -> Primitive {
+void make_numeric_unary(DType dtype, const char* op, F f, OwnedKernel& k) {
+  visit_numeric_kernel(dtype, op, [&]<class T>(type_tag<T>) {
     using K = std::conditional_t<kSignBlind, bits_t<T>, T>;
-    return run_unary(std::move(x), dtype, make_unary_kernel<K, K>(f), op);
+    k.unary<K, K>(f);
   });
+}
+
+// The functions of this file, each a maker of its kernel: (name, function of v) for float maps,
+// (name, std::name, VectorFunction) for those with a vector form, (name, sign-blind, function)
+// for numeric maps. Both their CpuBackend methods and their fused steps' kernels come from here.
+// clang-format off
+#define KILN_CPU_FLOAT_UNARY_OPS(X)                                                      \
+  X(recip, decltype(v)(1) / v) X(sqrt, std::sqrt(v)) X(rsqrt, decltype(v)(1) / std::sqrt(v)) \
+  X(erfinv, static_cast<decltype(v)>(inverse_erf(static_cast<double>(v))))             \
+  X(round, std::nearbyint(v)) /* half to even, as PyTorch */                            \
+  X(floor, std::floor(v)) X(ceil, std::ceil(v)) X(trunc, std::trunc(v))
+#define KILN_CPU_VECTOR_UNARY_OPS(X)                                                         \
+  X(exp, Exp) X(expm1, Expm1) X(exp2, Exp2) X(log, Log) X(log1p, Log1p) X(log2, Log2)      \
+  X(log10, Log10) X(sin, Sin) X(cos, Cos) X(tan, Tan) X(asin, Asin) X(acos, Acos)          \
+  X(atan, Atan) X(sinh, Sinh) X(cosh, Cosh) X(tanh, Tanh) X(asinh, Asinh) X(acosh, Acosh) \
+  X(atanh, Atanh) X(erf, Erf)
+#define KILN_CPU_NUMERIC_UNARY_OPS(X) X(abs, false) X(sign, false) X(square, true) X(neg, true)
+// clang-format on
+
+#define KILN_CPU_FLOAT_MAKER(name, expression)                                         \
+  void make_##name(DType dtype, const StepParams&, bool contiguous, OwnedKernel& k) {  \
+    make_float_unary(                                                                  \
+        dtype, #name, [](auto v) { return expression; }, std::nullopt, contiguous, k); \
+  }
+KILN_CPU_FLOAT_UNARY_OPS(KILN_CPU_FLOAT_MAKER)
+#undef KILN_CPU_FLOAT_MAKER
+#define KILN_CPU_VECTOR_MAKER(name, Name)                                                        \
+  void make_##name(DType dtype, const StepParams&, bool contiguous, OwnedKernel& k) {            \
+    make_float_unary(                                                                            \
+        dtype, #name, [](auto v) { return std::name(v); }, VectorFunction::Name, contiguous, k); \
+  }
+KILN_CPU_VECTOR_UNARY_OPS(KILN_CPU_VECTOR_MAKER)
+#undef KILN_CPU_VECTOR_MAKER
+
+auto abs_of = [](auto v) {
+  using T = decltype(v);
+  if constexpr (std::is_unsigned_v<T>) {
+    return v;
+  } else if constexpr (std::is_integral_v<T>) {
+    return v < 0 ? wrap_sub(T(0), v) : v;
+  } else {
+    return std::fabs(v);
+  }
+};
+auto sign_of = [](auto v) {
+  using T = decltype(v);
+  if constexpr (std::is_floating_point_v<T>) {
+    if (v != v) return v;
+  }
+  return static_cast<T>((T(0) < v) - (v < T(0)));
+};
+auto square_of = [](auto v) { return wrap_mul(v, v); };
+auto neg_of = [](auto v) {
+  if constexpr (std::is_floating_point_v<decltype(v)>) {
+    return -v;  // -(+0) is -0
+  } else {
+    return wrap_sub(decltype(v)(0), v);
+  }
+};
+#define KILN_CPU_NUMERIC_MAKER(name, sign_blind)                           \
+  void make_##name(DType dtype, const StepParams&, bool, OwnedKernel& k) { \
+    make_numeric_unary<sign_blind>(dtype, #name, name##_of, k);            \
+  }
+KILN_CPU_NUMERIC_UNARY_OPS(KILN_CPU_NUMERIC_MAKER)
+#undef KILN_CPU_NUMERIC_MAKER
+
+// x through a maker's kernel: the vector form when x is contiguous.
+Primitive run_made(Primitive x, const char* op,
+                   void (*make)(DType, const StepParams&, bool, OwnedKernel&)) {
+  const DType dtype = x->dtype();
+  OwnedKernel k;
+  make(dtype, {}, as_cpu(x).is_contiguous(), k);
+  return run_unary(std::move(x), dtype, k.kernel(), op);
 }
 
 }  // namespace
 
-#define KILN_CPU_FLOAT_UNARY(name, expression)                                  \
-  Primitive CpuBackend::name(Primitive x) {                                     \
-    return float_unary(std::move(x), #name, [](auto v) { return expression; }); \
+#define KILN_CPU_UNARY_METHOD(name, ...) \
+  Primitive CpuBackend::name(Primitive x) { return run_made(std::move(x), #name, make_##name); }
+KILN_CPU_FLOAT_UNARY_OPS(KILN_CPU_UNARY_METHOD)
+KILN_CPU_VECTOR_UNARY_OPS(KILN_CPU_UNARY_METHOD)
+KILN_CPU_NUMERIC_UNARY_OPS(KILN_CPU_UNARY_METHOD)
+
+namespace cpu {
+
+bool unary_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                       OwnedKernel& k) {
+  switch (op) {
+    KILN_CPU_FLOAT_UNARY_OPS(KILN_CPU_STEP_KERNEL_CASE)
+    KILN_CPU_VECTOR_UNARY_OPS(KILN_CPU_STEP_KERNEL_CASE)
+    KILN_CPU_NUMERIC_UNARY_OPS(KILN_CPU_STEP_KERNEL_CASE)
+    default:
+      return false;
   }
-#define KILN_CPU_VECTOR_UNARY(name, Name)                                                \
-  Primitive CpuBackend::name(Primitive x) {                                              \
-    return float_unary(                                                                  \
-        std::move(x), #name, [](auto v) { return std::name(v); }, VectorFunction::Name); \
-  }
-KILN_CPU_FLOAT_UNARY(recip, decltype(v)(1) / v)
-KILN_CPU_VECTOR_UNARY(exp, Exp)
-KILN_CPU_VECTOR_UNARY(expm1, Expm1)
-KILN_CPU_VECTOR_UNARY(exp2, Exp2)
-KILN_CPU_VECTOR_UNARY(log, Log)
-KILN_CPU_VECTOR_UNARY(log1p, Log1p)
-KILN_CPU_VECTOR_UNARY(log2, Log2)
-KILN_CPU_VECTOR_UNARY(log10, Log10)
-KILN_CPU_FLOAT_UNARY(sqrt, std::sqrt(v))
-KILN_CPU_FLOAT_UNARY(rsqrt, decltype(v)(1) / std::sqrt(v))
-KILN_CPU_VECTOR_UNARY(sin, Sin)
-KILN_CPU_VECTOR_UNARY(cos, Cos)
-KILN_CPU_VECTOR_UNARY(tan, Tan)
-KILN_CPU_VECTOR_UNARY(asin, Asin)
-KILN_CPU_VECTOR_UNARY(acos, Acos)
-KILN_CPU_VECTOR_UNARY(atan, Atan)
-KILN_CPU_VECTOR_UNARY(sinh, Sinh)
-KILN_CPU_VECTOR_UNARY(cosh, Cosh)
-KILN_CPU_VECTOR_UNARY(tanh, Tanh)
-KILN_CPU_VECTOR_UNARY(asinh, Asinh)
-KILN_CPU_VECTOR_UNARY(acosh, Acosh)
-KILN_CPU_VECTOR_UNARY(atanh, Atanh)
-KILN_CPU_VECTOR_UNARY(erf, Erf)
-KILN_CPU_FLOAT_UNARY(erfinv, static_cast<decltype(v)>(inverse_erf(static_cast<double>(v))))
-KILN_CPU_FLOAT_UNARY(round, std::nearbyint(v))  // half to even, as PyTorch
-KILN_CPU_FLOAT_UNARY(floor, std::floor(v))
-KILN_CPU_FLOAT_UNARY(ceil, std::ceil(v))
-KILN_CPU_FLOAT_UNARY(trunc, std::trunc(v))
-#undef KILN_CPU_FLOAT_UNARY
-#undef KILN_CPU_VECTOR_UNARY
-
-Primitive CpuBackend::abs(Primitive x) {
-  return numeric_unary<false>(std::move(x), "abs", [](auto v) {
-    using T = decltype(v);
-    if constexpr (std::is_unsigned_v<T>) {
-      return v;
-    } else if constexpr (std::is_integral_v<T>) {
-      return v < 0 ? wrap_sub(T(0), v) : v;
-    } else {
-      return std::fabs(v);
-    }
-  });
 }
 
-Primitive CpuBackend::sign(Primitive x) {
-  return numeric_unary<false>(std::move(x), "sign", [](auto v) {
-    using T = decltype(v);
-    if constexpr (std::is_floating_point_v<T>) {
-      if (v != v) return v;
-    }
-    return static_cast<T>((T(0) < v) - (v < T(0)));
-  });
-}
-
-Primitive CpuBackend::square(Primitive x) {
-  return numeric_unary<true>(std::move(x), "square", [](auto v) { return wrap_mul(v, v); });
-}
-
-Primitive CpuBackend::neg(Primitive x) {
-  return numeric_unary<true>(std::move(x), "neg", [](auto v) {
-    if constexpr (std::is_floating_point_v<decltype(v)>) {
-      return -v;  // -(+0) is -0
-    } else {
-      return wrap_sub(decltype(v)(0), v);
-    }
-  });
-}
+}  // namespace cpu
+#undef KILN_CPU_UNARY_METHOD
 
 }  // namespace kiln

@@ -15,10 +15,15 @@
 // signed storage as it is.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <new>
 #include <type_traits>
 
 #include "backends/cpu/cpu_tensor.h"
+#include "contract/fused_program.h"
 #include "core/dtype_dispatch.h"
 #include "kiln/scalar.h"
 
@@ -170,5 +175,72 @@ template <class Out, class In, class F>
 Kernel make_binary_kernel(const F& f) {
   return {&loops_1d::binary_loop<Out, In, F>, &f, dtype_of<Out>::value, dtype_of<In>::value};
 }
+
+// A kernel that owns its context: its functor (copied in), the scalar operand of a tensor-scalar
+// op, and the flag an integer op raises (division by zero). An op of the families that make
+// one (arith, unary maths, activations) builds it and runs it; a fused CPU group keeps one per
+// step and calls its loop on every piece of every tile (cpu_fused.cpp), so both run the same
+// code. Not copyable: the kernel's context points inside.
+class OwnedKernel {
+ public:
+  OwnedKernel() = default;
+  OwnedKernel(const OwnedKernel&) = delete;
+  OwnedKernel& operator=(const OwnedKernel&) = delete;
+
+  // The loop over state, a small value that needs no destructor (a functor, a VectorFunction).
+  template <class State>
+  void set(Loop1D loop, const State& state, DType out, DType in, std::int64_t cost = 1) {
+    static_assert(std::is_trivially_destructible_v<State> && sizeof(State) <= kStateBytes &&
+                  alignof(State) <= kStateAlign);
+    kernel_ = {loop, new (state_) State(state), out, in, cost};
+  }
+  template <class Out, class In, class F>
+  void unary(const F& f, std::int64_t cost = 1) {
+    set(&loops_1d::unary_loop<Out, In, F>, f, dtype_of<Out>::value, dtype_of<In>::value, cost);
+  }
+  template <class Out, class In, class F>
+  void binary(const F& f, std::int64_t cost = 1) {
+    set(&loops_1d::binary_loop<Out, In, F>, f, dtype_of<Out>::value, dtype_of<In>::value, cost);
+  }
+  // A tensor-scalar op: its binary kernel reads value as a broadcast second input.
+  template <class K>
+  void bind_scalar(K value) {
+    static_assert(std::is_trivially_copyable_v<K> && sizeof(K) <= sizeof(scalar_));
+    std::memcpy(scalar_, &value, sizeof(K));
+    has_scalar_ = true;
+  }
+
+  const Kernel& kernel() const noexcept { return kernel_; }
+  // The scalar operand's bytes, or null for an op over tensors only.
+  const void* scalar() const noexcept { return has_scalar_ ? scalar_ : nullptr; }
+  std::atomic<bool>& flag() noexcept { return flag_; }
+  bool flagged() const noexcept { return flag_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr std::size_t kStateBytes = 32, kStateAlign = 16;
+  Kernel kernel_;
+  std::atomic<bool> flag_{false};
+  bool has_scalar_ = false;
+  alignas(kStateAlign) std::byte state_[kStateBytes] = {};
+  alignas(16) std::byte scalar_[16] = {};
+};
+
+// The kernel of an elementwise op of these families for inputs of dtype (a recorded step of a
+// fused group: its op code and parameters), in k; false when the family has no such op.
+// contiguous: every run the kernel will see has unit strides (a vector maths form needs them).
+// Each family file defines its own (cpu_arith.cpp, cpu_unary.cpp, cpu_activation.cpp), from
+// the same list and makers as its eager ops. Throws what the op would for a dtype it cannot run.
+// The families' makers share one signature, make_<op>(dtype, params, contiguous, k), so each
+// family's switch is a list of these cases.
+#define KILN_CPU_STEP_KERNEL_CASE(name, ...)   \
+  case OpCode::name:                           \
+    make_##name(dtype, params, contiguous, k); \
+    return true;
+bool arith_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                       OwnedKernel& k);
+bool unary_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                       OwnedKernel& k);
+bool activation_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                            OwnedKernel& k);
 
 }  // namespace kiln::cpu

@@ -89,8 +89,47 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
   return dispatch<double, DoubleVector>(function, in, out, n, kDoubleLanes);
 }
 
+bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
+                    double& sum) noexcept {
+  double lanes[8] = {};
+  std::int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 offset = _mm512_set1_ps(shift);
+  __m512d partial = _mm512_setzero_pd();
+  for (; i + kFloatLanes <= n; i += kFloatLanes) {
+    const __m512 e = vector_exp(_mm512_sub_ps(load(in + i), offset));
+    store(out + i, e);
+    // Elements i..i+7 then i+8..i+15 into the 8 partial sums, in order, read back as halves
+    // from the stores just made. (The maskz conversion: GCC 12 warns of the undefined vector the
+    // plain one, and the half extracts, start from.)
+    partial = _mm512_add_pd(partial, _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(out + i)));
+    partial = _mm512_add_pd(partial, _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(out + i + 8)));
+  }
+  _mm512_storeu_pd(lanes, partial);
+#else
+  const __m256 offset = _mm256_set1_ps(shift);
+  __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
+  for (; i + kFloatLanes <= n; i += kFloatLanes) {
+    const __m256 e = vector_exp(_mm256_sub_ps(load(in + i), offset));
+    store(out + i, e);
+    low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  _mm256_storeu_pd(lanes, low);
+  _mm256_storeu_pd(lanes + 4, high);
+#endif
+  for (; i < n; ++i) {
+    out[i] = std::exp(in[i] - shift);
+    lanes[i % 8] += static_cast<double>(out[i]);
+  }
+  sum = 0;
+  for (double lane : lanes) sum += lane;
+  return true;
+}
+
 #else
 
+bool vector_exp_sum(const float*, float, float*, std::int64_t, double&) noexcept { return false; }
 bool vector_map(VectorFunction, const float*, float*, std::int64_t) noexcept { return false; }
 bool vector_map(VectorFunction, const double*, double*, std::int64_t) noexcept { return false; }
 

@@ -105,6 +105,33 @@ TEST(Fusion, ReductionsAndSoftmaxAlongAnyDim) {
   }
 }
 
+TEST(Fusion, ElementwiseGroupsOverBroadcastLeavesAndIntegersEqualTheEagerOps) {
+  // Groups of elementwise ops only (the CPU runs them piece by piece): a one-element operand read
+  // by a binary op and by a vector-maths op; a row (a bias) and a column broadcast over the
+  // group's shape; strided views; an integer chain whose kernels are the unsigned ones of its
+  // width.
+  const Tensor<2> x = matrix(300, 200, kFused, 11), one = matrix(1, 1, kFused, 12);
+  const Tensor<2> px = matrix(300, 200, kPlain, 11), pone = matrix(1, 1, kPlain, 12);
+  expect_near(values((x * one).exp() - one.exp() + x.tanh()),
+              values((px * pone).exp() - pone.exp() + px.tanh()), 1e-6);
+  const Tensor<2> bias = matrix(1, 200, kPlain, 14), column = matrix(300, 1, kPlain, 15);
+  expect_near(values(activation::relu(x * 2.0 + bias) * column - bias),
+              values(activation::relu(px * 2.0 + bias) * column - bias), 1e-6);
+  // Strided leaves: a transposed view, and a slice whose rows are contiguous.
+  const Tensor<2> t = matrix(200, 300, kFused, 16).transpose();
+  const Tensor<2> pt = matrix(200, 300, kPlain, 16).transpose();
+  const Tensor<2> wide = matrix(300, 260, kFused, 17).slice({Slice::all(), {30, 230}});
+  const Tensor<2> pwide = matrix(300, 260, kPlain, 17).slice({Slice::all(), {30, 230}});
+  expect_near(values((x * t).exp() + wide.tanh() * t), values((px * pt).exp() + pwide.tanh() * pt),
+              1e-6);
+  const auto ints = [](Device device) {
+    const Tensor<2, Int> a = (matrix(300, 200, device, 13) * 1000.0).int_().cast(DType::I32);
+    (void)a.into_data();  // computed, so that the group below is of arithmetic alone
+    return ((a * 3 - a.abs()) * -7 + 11).into_data().to_f64_vec();
+  };
+  EXPECT_EQ(ints(kFused), ints(kPlain));
+}
+
 TEST(Fusion, ErrorsComeAtTheCall) {
   const Tensor<2> a = matrix(2, 3, kFused), b = matrix(4, 5, kFused);
   const std::uint64_t before = groups();

@@ -2,7 +2,7 @@
 // expression graphs: elementwise ops of one and two operands, scalars, comparisons and masks,
 // casts through f64, broadcast operands, transposed and sliced leaves, intermediates read or
 // dropped, and an op along a dim at the end (sum, mean, max, softmax, log_softmax), over shapes
-// large enough that the CPU runs most groups tile by tile.
+// large enough that the CPU runs most groups piece by piece or tile by tile.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
