@@ -161,8 +161,9 @@ bool runs_as_is(DType storage, DType kernel) noexcept {
 enum class LeafRead : std::uint8_t { All, Column, Row, One, Strided };
 
 struct PiecePlan {
-  std::vector<std::unique_ptr<OwnedKernel>> kernels;  // one per step
-  std::vector<const std::byte*> leaf_data;            // each leaf's first element
+  // One per step, made in place (not movable), one allocation for the group.
+  std::unique_ptr<OwnedKernel[]> kernels;
+  std::vector<const std::byte*> leaf_data;  // each leaf's first element
   std::vector<LeafRead> leaf_read;
   std::vector<const CpuTensor*> leaf_tensor;  // for a strided leaf's strides
   std::vector<std::int64_t> value_bytes;      // bytes of an element of every value
@@ -224,6 +225,11 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
   const std::int64_t positions = program.shape.num_elements();
   plan.row_length = positions;
   bool split = false;
+  plan.leaf_data.reserve(program.leaves.size());
+  plan.leaf_read.reserve(program.leaves.size());
+  plan.leaf_tensor.reserve(program.leaves.size());
+  plan.value_bytes.reserve(program.leaves.size() + program.steps.size());
+  plan.slot.reserve(program.steps.size());
   for (const Primitive& leaf : program.leaves) {
     const CpuTensor& t = as_cpu(leaf);
     LeafRead read = LeafRead::All;
@@ -247,6 +253,7 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(t.dtype())));
   }
   const std::size_t leaves = program.leaves.size();
+  plan.kernels = std::make_unique<OwnedKernel[]>(program.steps.size());
   for (const FusedStep& step : program.steps) {
     if (step.dim() >= 0 || step.shape.num_elements() != positions || step.arity == 0) {
       return false;
@@ -264,7 +271,7 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
           (read == LeafRead::Strided && plan.leaf_tensor[v]->strides().back() == 1);
       contiguous = contiguous && unit_steps;
     }
-    auto kernel = std::make_unique<OwnedKernel>();
+    OwnedKernel* kernel = &plan.kernels[static_cast<std::size_t>(&step - program.steps.data())];
     const DType in = dtype_of_value(step.inputs[0]);
     bool made = false;
     try {
@@ -278,7 +285,6 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     for (std::uint8_t k = 0; k < step.arity; ++k) {
       if (!runs_as_is(dtype_of_value(step.inputs[k]), kernel->kernel().in)) return false;
     }
-    plan.kernels.push_back(std::move(kernel));
     plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(step.dtype)));
   }
   // Slots: an input read for the last time by a step gives its buffer back before the step
@@ -357,7 +363,7 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
     std::vector<Call> calls(program.steps.size());
     for (std::size_t i = 0; i < calls.size(); ++i) {
       const FusedStep& step = program.steps[i];
-      const OwnedKernel& kernel = *plan.kernels[i];
+      const OwnedKernel& kernel = plan.kernels[i];
       Call& call = calls[i];
       call.kernel = &kernel.kernel();
       call.data = {reinterpret_cast<char*>(buffers[i])};
@@ -454,9 +460,9 @@ std::vector<Primitive> CpuBackend::run_fused(const FusedProgram& program) {
     PiecePlan plan;
     if (plan_pieces(program, plan)) {
       std::vector<Primitive> outputs = run_pieces(program, plan);
-      for (const auto& kernel : plan.kernels) {
+      for (std::size_t i = 0; i < program.steps.size(); ++i) {
         // An integer op's error (division by zero): step by step, the op says which.
-        if (kernel->flagged()) return run_steps(*this, program);
+        if (plan.kernels[i].flagged()) return run_steps(*this, program);
       }
       return outputs;
     }
