@@ -74,7 +74,8 @@ constexpr unsigned kFusionBit = 2;
 
 // No function-local static here: its guard would be a second lock, taken before the cache's, while
 // a thread making a decorator chain takes the cache's lock and then asks for the CPU backend
-// (a lock-order inversion that deadlocked first use from many threads). The slot is one atomic load.
+// (a lock-order inversion that deadlocked first use from many threads). The slot is one atomic
+// load.
 Backend& cpu_backend() {
   return backend_cache().get({DeviceKind::Cpu, 0, 0}, [] { return make_cpu_backend(); });
 }
