@@ -282,6 +282,44 @@ void fma_exp_fused_large(benchmark::State& state) {
 }
 BENCHMARK(fma_exp_fused_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
+// ---- dropout (p = 0.1) of a 4096² f32 tensor: 1 input read, 1 output written ----
+// As nn::Dropout makes it (a bernoulli(0.9) mask scaled by 1 / 0.9, times x), and as the issue
+// writes it (uniform < p, mask_fill, / 0.9). Fused, the numbers are drawn inside the group (the
+// same ones, bit for bit) and neither the mask nor the draws are written.
+Tensor<2> dropout_by_mask(const Tensor<2>& x) {
+  return x * (Tensor<2>::random(x.shape(), Distribution::bernoulli(0.9), x.device()) * (1 / 0.9));
+}
+Tensor<2> dropout_by_mask_fill(const Tensor<2>& x) {
+  const auto drop =
+      Tensor<2>::random(x.shape(), Distribution::standard(), x.device()).lower_elem(0.1);
+  return x.mask_fill(drop, 0.0) / 0.9;
+}
+template <class Op>
+void run_dropout(benchmark::State& state, Op op, Device device) {
+  state.counters["bytes"] = 2.0 * kLarge * kLarge * sizeof(float);
+  guarded(state, [&] {
+    auto x = random_matrix(kLarge, kLarge, device);
+    const double first = read_one(x), got = read_one(op(x));
+    if (got != 0) expect_near(got, first / 0.9, 1e-5, "dropout");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(op(x)));
+  });
+}
+void dropout_large(benchmark::State& state) { run_dropout(state, dropout_by_mask, kDevice); }
+BENCHMARK(dropout_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void dropout_fused_large(benchmark::State& state) { run_dropout(state, dropout_by_mask, kFused); }
+BENCHMARK(dropout_fused_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void dropout_mask_fill_large(benchmark::State& state) {
+  run_dropout(state, dropout_by_mask_fill, kDevice);
+}
+BENCHMARK(dropout_mask_fill_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void dropout_mask_fill_fused_large(benchmark::State& state) {
+  run_dropout(state, dropout_by_mask_fill, kFused);
+}
+BENCHMARK(dropout_mask_fill_fused_large)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.3);
+
 // ---- the elementwise layer's other paths: broadcast, strided, 16-bit floats, compare ----
 // Each reads two 4096² operands (or one and a row) and writes one; the spot check is element
 // [0, 0].

@@ -123,6 +123,12 @@ def workloads():
         "fma_exp_large": lambda: read_one(fma_exp(x, y, z)),
         "conv2d": lambda: read_one(F.conv2d(conv_x, conv_w, padding=1)),
         "softmax_large": lambda: read_one(torch.softmax(x, dim=-1)),
+        # cpu_bench's dropout rows: torch's own dropout (a bernoulli mask, scaled), and the same
+        # chain as kiln's mask_fill row written out op by op.
+        "dropout_large": lambda: read_one(F.dropout(x, p=0.1, training=True)),
+        "dropout_mask_fill_large": lambda: read_one(
+            x.masked_fill(torch.rand(x.shape, generator=g) < 0.1, 0.0) / 0.9
+        ),
         # autodiff_bench
         "small_add_tracked": small_add_tracked(g),
         "mlp_step/128": mlp_step(128, g),

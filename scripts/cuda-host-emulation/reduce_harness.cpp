@@ -7,6 +7,10 @@
 // "fused": the same kernels as the tail of a fused chain (fused_kernel.h), planned as the capture
 // plans them, its inputs strided and broadcast or flat; the result and the chain's held value
 // compared with the CPU running the chain, then the op.
+// "random": a random op captured into a fused kernel (cuda_creation.cpp's random_op, every
+// distribution and several dtypes) in each of the kernel's three layouts, then a product with an
+// input (flat, or a transposed view): the values must be the CPU's drawn at the same place of
+// the stream, bit for bit (the host's maths on both sides).
 #include <dlfcn.h>
 
 #include <cmath>
@@ -21,8 +25,10 @@
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/fused_kernel.h"
+#include "backends/cuda/index_kernels.h"
 #include "backends/cuda/reduce.h"
 #include "backends/cuda/softmax.h"
+#include "contract/random_stream.h"
 #include "kiln/detail/tensor_ops.h"
 #include "runtime/registry.h"
 
@@ -543,6 +549,78 @@ void fused_tails() {
   }
 }
 
+// ---- random as a step of a fused kernel ----
+
+void check_fused_random(Distribution d, DType dtype, KernelLayout layout, bool product) {
+  const Shape shape{7, 143};  // 1001 elements: the wide kernel's scalar tail runs too
+  const RandomStream at{42, 123456789};
+  const std::string what = "random kind " + std::to_string(static_cast<int>(d.kind)) + " " +
+                           std::string(dtype_name(dtype)) + " layout " +
+                           std::string(1, static_cast<char>(layout)) + (product ? " * x" : "");
+  if (skipped(what)) return;
+  FusedKernel k;
+  k.inputs = {dtype};
+  k.ops.push_back(FusedKernelOp{random_op(d.kind, dtype), {}, 0, -1});  // value 1
+  k.outputs = {{1, dtype}};
+  if (product) {  // value 2: x * r (x of r's dtype), x transposed in the strided layout
+    k.ops.push_back(
+        FusedKernelOp{{"mul", "k_mul(a, b)", {dtype, dtype}, dtype, dtype, {}}, {0, 1}, 4, -1});
+    k.outputs.push_back({2, dtype});
+  }
+  const bool strided = layout == KernelLayout::Strided;
+  Primitive x = values(strided ? Shape{shape[1], shape[0]} : shape, dtype, 5, -2, 2);
+  if (strided) x = detail::permute(x, {1, 0});
+  auto r = cpu::make_tensor(dtype, shape), y = cpu::make_tensor(dtype, shape);
+  const std::uint64_t scalars[] = {at.seed, at.first, scalar_bits(d.a, DType::F64),
+                                   scalar_bits(d.b, DType::F64)};
+  unsigned error = 0;
+  const char* entry = strided                        ? "kiln_fused"
+                      : layout == KernelLayout::Flat ? "kiln_fused_flat"
+                                                     : "kiln_fused_vec";
+  // The key as a file name: its hash (the key's text has characters a shell would read).
+  const std::string file_key = "random_" + std::string(1, static_cast<char>(layout)) + "_" +
+                               std::to_string(std::hash<std::string>{}(fused_kernel_key(k)));
+  Launcher run = module(file_key, entry, [&] {
+    return fused_kernel_source(k, layout) + (strided ? "typedef FP P;\n" : "typedef FF P;\n");
+  });
+  FusedParams fp{};
+  FusedFlatParams ff{};
+  fp.n = ff.n = shape.num_elements();
+  fp.rank = 2;
+  for (std::size_t dim = 0; dim < 2; ++dim) {
+    fp.sizes[dim] = shape[dim];
+    fp.strides[0][dim] = as_cpu(x).strides()[dim];
+  }
+  fp.in[0] = ff.in[0] = address(x);
+  fp.out[0] = ff.out[0] = address(r);
+  fp.out[1] = ff.out[1] = address(y);
+  std::copy(std::begin(scalars), std::end(scalars), fp.s);
+  std::copy(std::begin(scalars), std::end(scalars), ff.s);
+  fp.error_word = ff.error_word = reinterpret_cast<std::uint64_t>(&error);
+  run(strided ? static_cast<const void*>(&fp) : &ff, kMaxEmulatedBlocks, 64);
+  Primitive want;
+  {
+    const DrawRandomAt pin(at);
+    want = cpub().random(shape, d, dtype, Device::cpu());
+  }
+  compare(r, want, 0, what);
+  if (product) compare(y, cpub().mul(x, want), 0, what + " (product)");
+}
+
+void fused_randoms() {
+  const Distribution kinds[] = {Distribution::standard(), Distribution::uniform(-3, 5),
+                                Distribution::normal(1, 2), Distribution::bernoulli(0.3)};
+  for (const Distribution& d : kinds) {
+    for (KernelLayout layout : {KernelLayout::Flat, KernelLayout::Strided, KernelLayout::Wide}) {
+      // (f16 converts through PTX instructions the host cannot run)
+      for (DType dtype : {DType::F32, DType::F64, DType::BF16})
+        check_fused_random(d, dtype, layout, true);
+      for (DType dtype : {DType::I32, DType::U8, DType::I64})
+        check_fused_random(d, dtype, layout, false);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -551,6 +629,7 @@ int main(int argc, char** argv) {
   if (which == "all" || which == "reduce") reductions();
   if (which == "all" || which == "softmax") softmaxes();
   if (which == "all" || which == "fused") fused_tails();
+  if (which == "all" || which == "random") fused_randoms();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

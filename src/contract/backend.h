@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "contract/random_stream.h"
 #include "kiln/data.h"
 #include "kiln/device.h"
 #include "kiln/distribution.h"
@@ -44,6 +45,13 @@ class Backend {
     return usage.contains(DTypeUsage::Storage) && usage.contains(DTypeUsage::Arithmetic);
   }
   virtual void seed(std::uint64_t seed) = 0;
+  // Reserves the next count values of this device's random stream, as a random op of count
+  // values called now would take them, and says where they are (contract/random_stream.h): a
+  // random op run later under DrawRandomAt(place) draws exactly those. Null when this backend's
+  // random cannot draw at a reserved place; the fusion decorator then runs random at once.
+  virtual std::optional<RandomStream> reserve_random(std::uint64_t /*count*/) {
+    return std::nullopt;
+  }
   // Blocks until all queued work is done; deferred failures surface here as ExecutionError.
   virtual void sync() {}
   // Submits queued work without waiting.

@@ -12,8 +12,9 @@
 namespace kiln {
 
 // Bumped when CudaPluginApi (cuda_plugin.h) gains, loses or reorders a member, or Backend's
-// device-level virtual methods change (3: run_fused; 4: min_fused_elements).
-inline constexpr int kPluginTableRevision = 4;
+// device-level virtual methods or the FusedProgram handed to run_fused change (3: run_fused;
+// 4: min_fused_elements; 5: reserve_random, a step's random draw and its result shape).
+inline constexpr int kPluginTableRevision = 5;
 
 namespace detail {
 

@@ -25,6 +25,9 @@ class ForwardingBackend : public Backend {
   DeviceSettings default_settings() const override { return inner_->default_settings(); }
   DTypeUsageSet dtype_usage(DType dtype) const override { return inner_->dtype_usage(dtype); }
   void seed(std::uint64_t seed) override { inner_->seed(seed); }
+  std::optional<RandomStream> reserve_random(std::uint64_t count) override {
+    return inner_->reserve_random(count);
+  }
   void sync() override { inner_->sync(); }
   void flush() override { inner_->flush(); }
   MemoryStats memory_stats() const override { return inner_->memory_stats(); }

@@ -1,10 +1,37 @@
 #include "contract/fused_program.h"
 
 #include <limits>
+#include <sstream>
 
 #include "contract/backend.h"
 
 namespace kiln {
+namespace {
+
+// random's distribution and reserved place, as describe prints them ("normal 0 1, seed 7 from
+// 4096").
+std::string distribution_text(const StepParams& params) {
+  const Distribution& d = params.distribution;
+  std::ostringstream text;
+  switch (d.kind) {
+    case Distribution::Kind::Default:
+      text << "standard";
+      break;
+    case Distribution::Kind::Uniform:
+      text << "uniform " << d.a << " " << d.b;
+      break;
+    case Distribution::Kind::Normal:
+      text << "normal " << d.a << " " << d.b;
+      break;
+    case Distribution::Kind::Bernoulli:
+      text << "bernoulli " << d.a;
+      break;
+  }
+  text << ", seed " << params.stream.seed << " from " << params.stream.first;
+  return text.str();
+}
+
+}  // namespace
 
 std::vector<std::int32_t> last_uses(const FusedProgram& program) {
   const std::int32_t leaves = program.leaf_count();
@@ -35,7 +62,7 @@ void run_step(Backend& backend, const FusedProgram& program, std::size_t i,
     inputs[k] = last ? std::move(values[v]) : values[v];
   }
   values[program.leaves.size() + i] =
-      step.run(backend, std::span<Primitive>(inputs.data(), step.arity), step.params);
+      step.run(backend, std::span<Primitive>(inputs.data(), step.arity), step.params, step.shape);
 }
 
 void run_steps_on(Backend& backend, const FusedProgram& program,
@@ -71,6 +98,7 @@ std::string describe(const FusedProgram& program) {
       text += (k ? ", v" : "v") + std::to_string(step.inputs[k]);
     }
     if (step.dim() >= 0) text += ", dim " + std::to_string(step.dim());
+    if (step.op == OpCode::random) text += distribution_text(step.params);
     text += ") " + std::string(dtype_name(step.dtype)) + " " + step.shape.to_string();
     for (std::int32_t out : program.outputs) {
       if (out == static_cast<std::int32_t>(i)) text += " (written)";
@@ -103,6 +131,7 @@ std::uint64_t structure_hash(const FusedProgram& program) {
     mix(static_cast<std::uint64_t>(step.dtype));
     mix(static_cast<std::uint64_t>(step.dim() + 1));
     if (step.op == OpCode::cast) mix(static_cast<std::uint64_t>(step.params.dtype));
+    if (step.op == OpCode::random) mix(static_cast<std::uint64_t>(step.params.distribution.kind));
     for (std::uint8_t k = 0; k < step.arity; ++k) mix(static_cast<std::uint64_t>(step.inputs[k]));
   }
   for (std::int32_t out : program.outputs) mix(static_cast<std::uint64_t>(out));

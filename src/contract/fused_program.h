@@ -5,6 +5,8 @@
 // CPU over cache-sized tiles, cpu_fused.cpp) runs the same steps on pieces of the iteration space.
 //
 //   values: [leaf 0, ..., leaf L-1, step 0, ..., step S-1]; step i reads values before L + i.
+// A step may read no value: random, whose numbers were reserved when it was recorded
+// (StepParams::stream), so that the group draws what the op would have drawn at its call.
 #pragma once
 
 #include <array>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "contract/op_code.h"
+#include "contract/random_stream.h"
+#include "kiln/distribution.h"
 #include "kiln/primitive.h"
 #include "kiln/scalar.h"
 
@@ -22,17 +26,23 @@ namespace kiln {
 class Backend;
 
 // The arguments of a recorded op that are not tensors: its scalars (add_scalar's value, clamp's
-// bounds), its dim, its target dtype (cast). Values, not part of a program's structure.
+// bounds), its dim, its target dtype (cast), random's distribution and the place in the device's
+// random stream reserved for it when it was called. Values, not part of a program's structure
+// (but for the distribution's kind, which changes random's kernel).
 struct StepParams {
   std::array<Scalar, 2> scalars{};
   // For an op along a dim (impl F of form DIM, softmax...): the dim whose lines it reads whole;
   // -1 for an elementwise op.
   std::int64_t dim = -1;
   DType dtype = DType::F32;
+  Distribution distribution{};
+  // random's value at flat index i of its shape is the stream's value first + i.
+  RandomStream stream{};
 };
 
-// Runs one recorded op on a backend, its inputs moved in.
-using StepRun = Primitive (*)(Backend&, std::span<Primitive>, const StepParams&);
+// Runs one recorded op on a backend, its inputs moved in, for a result of shape (what an op
+// without tensor inputs, random, needs; the others' results have their inputs' shapes).
+using StepRun = Primitive (*)(Backend&, std::span<Primitive>, const StepParams&, const Shape&);
 
 struct FusedStep {
   OpCode op{};
@@ -75,8 +85,9 @@ std::vector<std::int32_t> last_uses(const FusedProgram& program);
 // use (last_use: last_uses(program)), and stores its result in values.
 void run_step(Backend& backend, const FusedProgram& program, std::size_t i,
               std::span<const std::int32_t> last_use, std::vector<Primitive>& values);
-// The steps on values, whose first leaf_count() entries hold the leaves (or pieces of them):
-// fills the rest. A backend that runs the program piece by piece calls this once per piece.
+// The steps on values, whose first leaf_count() entries hold the leaves: fills the rest. (A
+// backend that runs the program on pieces draws a random step's piece itself: its run draws the
+// whole shape.)
 void run_steps_on(Backend& backend, const FusedProgram& program,
                   std::span<const std::int32_t> last_use, std::vector<Primitive>& values);
 

@@ -262,6 +262,19 @@ FusedKernel mixed() {
   return k;
 }
 
+// nn::Dropout's product as the capture records it: a bernoulli mask drawn in the kernel
+// (random_op: the counter is the flat index), scaled, times x; the mask is written too.
+FusedKernel dropout() {
+  const DType f = DType::F32;
+  FusedKernel k;
+  k.inputs = {f};
+  k.ops.push_back(fused_op(random_op(Distribution::Kind::Bernoulli, f), {}, 0));      // 1
+  k.ops.push_back(fused_op({"mul_scalar", "k_mul(a, s0)", {f}, f, f, {f}}, {1}, 4));  // 2
+  k.ops.push_back(fused_op({"mul", "k_mul(a, b)", {f, f}, f, f, {}}, {0, 2}));        // 3
+  k.outputs = {{1, f}, {3, f}};
+  return k;
+}
+
 // A chain of three d inputs as the capture records it, read by a reduction or softmax (the
 // capture's tail): floats exp((x * y + z) * s0), integers (x * y + z) / s0 + s1 (which can
 // fail). Its first op's value is written too (a value held after the group).
@@ -292,7 +305,8 @@ FusedLoad tail_load(DType d, bool flat) {
 // The fused kernel of a group (cuda_fused.cpp) in its three launch forms, compiled every time:
 // there are only two, and every fused group of the GPU goes through this generator.
 TEST(GpuCodegen, FusedKernelsCompile) {
-  for (const FusedKernel& kernel : {fused_codegen::chain8(), fused_codegen::mixed()}) {
+  for (const FusedKernel& kernel :
+       {fused_codegen::chain8(), fused_codegen::mixed(), fused_codegen::dropout()}) {
     const std::string key = fused_kernel_key(kernel);
     // One kernel per module, each layout compiled.
     for (const auto& [layout, name] : {std::pair{KernelLayout::Strided, "kiln_fused(const FP p)"},
@@ -485,6 +499,14 @@ TEST(GpuCodegen, IndexKernelsCompile) {
   for (DType d : kInts) {
     expect_compiles(arange_op(d), "arange " + std::string(dtype_name(d)));
     expect_compiles(unravel_op(d), "argwhere " + std::string(dtype_name(d)));
+  }
+  // random: every distribution into every dtype it draws.
+  for (Distribution::Kind kind : {Distribution::Kind::Default, Distribution::Kind::Uniform,
+                                  Distribution::Kind::Normal, Distribution::Kind::Bernoulli}) {
+    for (DType d : test::kFloatDTypes)
+      expect_compiles(random_op(kind, d), "random " + std::string(dtype_name(d)));
+    for (DType d : kInts)
+      expect_compiles(random_op(kind, d), "random " + std::string(dtype_name(d)));
   }
 }
 

@@ -87,6 +87,29 @@ TEST(GpuFusion, ChainsEqualTheUnfusedDeviceInEveryFloatDType) {
   }
 }
 
+// A random step is captured into its group's kernel, drawing at the place reserved at its call
+// (its counter is the kernel's flat index): the dropout's values equal the unfused device's bit
+// for bit (one multiply per op: nothing to contract), and an eager draw between the call and the
+// read moves nothing; the group is one kernel whose module compiles once whatever the seed.
+TEST(GpuFusion, ARandomDrawsInsideItsGroupsKernelAsTheUnfusedDeviceDraws) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  const Device fused = device.fused();
+  auto dropout = [](const Device& on, std::uint64_t seed) {
+    on.seed(seed);
+    const Tensor<2> x = random_on(on, {256, 300}, DType::F32, 7);
+    const Tensor<2> mask = Tensor<2>::random({256, 300}, Distribution::bernoulli(0.9), on);
+    const Tensor<2> between = Tensor<2>::random({4, 4}, Distribution::normal(0, 1), on);
+    const Tensor<2> y = x * (mask * (1 / 0.9));
+    (void)between.into_data();  // drawn after the mask, read before it
+    return std::pair{bytes_of(y), bytes_of(mask)};
+  };
+  EXPECT_EQ(dropout(fused, 5), dropout(device, 5));
+  const std::int64_t compiles = device.kernel_stats().compiles;
+  EXPECT_EQ(dropout(fused, 6), dropout(device, 6));
+  EXPECT_EQ(device.kernel_stats().compiles, compiles) << "the seed is a launch parameter";
+}
+
 TEST(GpuFusion, AGroupCompilesOnceWhateverItsScalarsAndSizes) {
   KILN_REQUIRE_GPU();
   using namespace gpu_fusion_test;
@@ -423,7 +446,7 @@ Primitive all_dim(Backend& b, Primitive x, std::int64_t dim) {
   return b.all_dim(std::move(x), dim);
 }
 template <Primitive (*Reduce)(Backend&, Primitive, std::int64_t)>
-Primitive run_reduce(Backend& b, std::span<Primitive> v, const StepParams& p) {
+Primitive run_reduce(Backend& b, std::span<Primitive> v, const StepParams& p, const Shape&) {
   return Reduce(b, std::move(v[0]), p.dim);
 }
 
@@ -461,10 +484,10 @@ TEST(GpuFusion, ProgramsEndingInArgmaxArgminAnyOrAllRunAsTheReductionsKernels) {
       {"any_dim", OpCode::any_dim, DType::Bool, any_dim, run_reduce<any_dim>, true},
       {"all_dim", OpCode::all_dim, DType::Bool, all_dim, run_reduce<all_dim>, true},
   };
-  const StepRun mul = [](Backend& b, std::span<Primitive> v, const StepParams&) {
+  const StepRun mul = [](Backend& b, std::span<Primitive> v, const StepParams&, const Shape&) {
     return b.mul(std::move(v[0]), std::move(v[1]));
   };
-  const StepRun greater = [](Backend& b, std::span<Primitive> v, const StepParams&) {
+  const StepRun greater = [](Backend& b, std::span<Primitive> v, const StepParams&, const Shape&) {
     return b.greater_elem(std::move(v[0]), Scalar(-0.5));
   };
   for (const Case& c : cases) {

@@ -17,8 +17,8 @@ void CpuBackend::seed(std::uint64_t seed) {
   counter_.store(0);
 }
 
-std::uint64_t CpuBackend::take_random_counter(std::uint64_t count) noexcept {
-  return counter_.fetch_add(count);
+std::optional<RandomStream> CpuBackend::reserve_random(std::uint64_t count) {
+  return RandomStream{seed_.load(), counter_.fetch_add(count)};
 }
 
 MemoryStats CpuBackend::memory_stats() const { return cpu::CachingAllocator::instance().stats(); }

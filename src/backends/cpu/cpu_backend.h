@@ -22,9 +22,8 @@ class CpuBackend final : public StridedBackend {
   MemoryStats memory_stats() const override;
   void memory_cleanup() override;
   void reset_peak_memory() override;
-  // Reserves count random values: returns the counter of the first (thread-safe).
-  std::uint64_t take_random_counter(std::uint64_t count) noexcept;
-  std::uint64_t random_seed() const noexcept { return seed_.load(); }
+  // Reserves count random values (thread-safe): the seed and the counter of the first.
+  std::optional<RandomStream> reserve_random(std::uint64_t count) override;
   // A fused group tile by tile, its intermediates in cache (cpu_fused.cpp).
   std::vector<Primitive> run_fused(const FusedProgram& program) override;
 

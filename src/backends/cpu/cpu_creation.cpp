@@ -68,35 +68,14 @@ Primitive CpuBackend::arange(std::int64_t start, std::int64_t end, std::int64_t 
 }
 
 Primitive CpuBackend::random(Shape shape, Distribution distribution, DType dtype, Device) {
+  const std::optional<RandomStream> pinned = take_pinned_random();
   check_storage_dtype(*this, dtype, "random");
   auto out = make_tensor(dtype, shape);
   const std::int64_t n = shape.num_elements();
-  const std::uint64_t seed = random_seed();
-  const std::uint64_t first = take_random_counter(static_cast<std::uint64_t>(n));
-  visit_dtype(dtype, "random", [&]<class T>(type_tag<T>) {
-    T* o = out->data_as<T>();
-    parallel_for(n, 4096, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) {
-        const std::uint64_t c = first + static_cast<std::uint64_t>(i);
-        double v = 0;
-        switch (distribution.kind) {
-          case Distribution::Kind::Default:
-            v = uniform01(seed, c);
-            break;
-          case Distribution::Kind::Uniform:
-            v = distribution.a + (distribution.b - distribution.a) * uniform01(seed, c);
-            if constexpr (std::is_integral_v<T>) v = std::floor(v);
-            break;
-          case Distribution::Kind::Normal:
-            v = distribution.a + distribution.b * standard_normal(seed, c);
-            break;
-          case Distribution::Kind::Bernoulli:
-            v = uniform01(seed, c) < distribution.a ? 1 : 0;
-            break;
-        }
-        o[i] = convert_element<T>(v);
-      }
-    });
+  const RandomStream at = pinned ? *pinned : *reserve_random(static_cast<std::uint64_t>(n));
+  const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+  parallel_for(n, 4096, [&](std::int64_t b, std::int64_t e) {
+    draw_random(out->data() + b * size, dtype, distribution, at, b, e - b);
   });
   return out;
 }
@@ -124,6 +103,40 @@ Primitive CpuBackend::cast(Primitive x, DType dtype) {
 }
 
 namespace cpu {
+
+void draw_random(std::byte* out, DType dtype, const Distribution& distribution, RandomStream at,
+                 std::int64_t begin, std::int64_t count) {
+  const std::uint64_t seed = at.seed;
+  const std::uint64_t first = at.first + static_cast<std::uint64_t>(begin);
+  visit_dtype(dtype, "random", [&]<class T>(type_tag<T>) {
+    T* o = reinterpret_cast<T*>(out);
+    // One loop per kind, each value through the same formula whatever part of the draw asks.
+    const auto draw = [&](auto value_at) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        o[i] = convert_element<T>(value_at(first + static_cast<std::uint64_t>(i)));
+      }
+    };
+    const double a = distribution.a, b = distribution.b;
+    switch (distribution.kind) {
+      case Distribution::Kind::Default:
+        draw([&](std::uint64_t c) { return uniform01(seed, c); });
+        break;
+      case Distribution::Kind::Uniform:
+        draw([&](std::uint64_t c) {
+          const double v = a + (b - a) * uniform01(seed, c);
+          if constexpr (std::is_integral_v<T>) return std::floor(v);
+          return v;
+        });
+        break;
+      case Distribution::Kind::Normal:
+        draw([&](std::uint64_t c) { return a + b * standard_normal(seed, c); });
+        break;
+      case Distribution::Kind::Bernoulli:
+        draw([&](std::uint64_t c) { return uniform01(seed, c) < a ? 1.0 : 0.0; });
+        break;
+    }
+  });
+}
 
 Primitive convert(Primitive x, DType dtype) {
   if (x->dtype() == dtype) return x;

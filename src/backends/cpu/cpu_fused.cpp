@@ -25,6 +25,7 @@
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/random.h"
 #include "backends/cpu/stream_store.h"
 #include "contract/fused_program.h"
 
@@ -116,6 +117,24 @@ Primitive tile_view(const CpuTensor& x, const Tiling& t, const Box& box, std::si
     }
   }
   return std::make_shared<CpuTensor>(x, Shape(std::move(dims)), std::move(strides), offset);
+}
+
+// A random step's values in box: the box is one run of flat indices of the iteration shape
+// (fixed coordinates before the split dim, whole dims after it), drawn as the op draws them.
+Primitive random_tile(const FusedStep& step, const Tiling& t, const Box& box) {
+  const Shape& s = step.shape;
+  std::int64_t inner = 1;
+  for (std::size_t d = t.split + 1; d < s.rank(); ++d) inner *= s[d];
+  std::int64_t begin = 0;
+  for (std::size_t d = 0; d < t.split; ++d) begin = begin * s[d] + box.coords[d];
+  begin = (begin * s[t.split] + box.row) * inner;
+  detail::DimVector dims(s.rank(), 1);
+  dims[t.split] = box.rows;
+  for (std::size_t d = t.split + 1; d < s.rank(); ++d) dims[d] = s[d];
+  auto tile = make_tensor(step.dtype, Shape(std::move(dims)));
+  draw_random(tile->data(), step.dtype, step.params.distribution, step.params.stream, begin,
+              box.rows * inner);
+  return tile;
 }
 
 // dst = src; for two contiguous views of the same bytes, with stores that bypass the cache
@@ -255,9 +274,12 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
   const std::size_t leaves = program.leaves.size();
   plan.kernels = std::make_unique<OwnedKernel[]>(program.steps.size());
   for (const FusedStep& step : program.steps) {
-    if (step.dim() >= 0 || step.shape.num_elements() != positions || step.arity == 0) {
-      return false;
+    if (step.dim() >= 0 || step.shape.num_elements() != positions) return false;
+    if (step.op == OpCode::random) {  // drawn for each piece's positions (draw_random)
+      plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(step.dtype)));
+      continue;
     }
+    if (step.arity == 0) return false;
     const auto dtype_of_value = [&](std::int32_t v) {
       const auto at = static_cast<std::size_t>(v);
       return at < leaves ? program.leaves[at]->dtype() : program.steps[at - leaves].dtype;
@@ -356,6 +378,7 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
     // only points the leaf operands at itself (chain8 makes half a million calls a run).
     struct Call {
       const Kernel* kernel;
+      const FusedStep* random;  // a random step: its values drawn at the piece's positions
       std::array<char*, 4> data;
       std::array<std::int64_t, 4> strides;
       std::array<std::int32_t, 3> leaf;  // operand k + 1 reads this leaf, or -1
@@ -366,6 +389,7 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
       const OwnedKernel& kernel = plan.kernels[i];
       Call& call = calls[i];
       call.kernel = &kernel.kernel();
+      call.random = step.op == OpCode::random ? &step : nullptr;
       call.data = {reinterpret_cast<char*>(buffers[i])};
       call.strides = {plan.value_bytes[leaves + i]};
       call.leaf = {-1, -1, -1};
@@ -430,6 +454,12 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
         leaf_at[l] = const_cast<char*>(reinterpret_cast<const char*>(base + index * size));
       }
       for (Call& call : calls) {
+        if (call.random != nullptr) {
+          const StepParams& p = call.random->params;
+          draw_random(reinterpret_cast<std::byte*>(call.data[0]), call.random->dtype,
+                      p.distribution, p.stream, begin, n);
+          continue;
+        }
         for (std::size_t k = 0; k < 3; ++k) {
           if (call.leaf[k] >= 0) call.data[k + 1] = leaf_at[static_cast<std::size_t>(call.leaf[k])];
         }
@@ -486,7 +516,15 @@ std::vector<Primitive> CpuBackend::run_fused(const FusedProgram& program) {
       for (const Primitive& leaf : program.leaves) {
         values.push_back(tile_view(as_cpu(leaf), tiling, box, rank));
       }
-      run_steps_on(*this, program, last_use, values);
+      values.resize(leaves + program.steps.size());
+      for (std::size_t i = 0; i < program.steps.size(); ++i) {
+        const FusedStep& step = program.steps[i];
+        if (step.op == OpCode::random) {
+          values[leaves + i] = random_tile(step, tiling, box);
+        } else {
+          run_step(*this, program, i, last_use, values);
+        }
+      }
       for (std::size_t k = 0; k < outputs.size(); ++k) {
         const Primitive piece = tile_view(as_cpu(outputs[k]), tiling, box, rank);
         const auto at = leaves + static_cast<std::size_t>(program.outputs[k]);

@@ -3,7 +3,12 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+
+#include "contract/random_stream.h"
+#include "kiln/distribution.h"
+#include "kiln/dtype.h"
 
 namespace kiln::cpu {
 
@@ -25,5 +30,12 @@ inline double standard_normal(std::uint64_t seed, std::uint64_t counter) noexcep
   const double u2 = uniform01(seed, 2 * counter + 1);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
+
+// Values [begin, begin + count) of a draw at `at` (value i is the stream's value at.first + i),
+// as dtype's elements into out: the random op's numbers, for all of a tensor (the op) or for the
+// positions of a piece or tile of a fused group (cpu_fused.cpp), bit for bit the same either way.
+// Normal draws two uniforms per value (counters 2c and 2c + 1 of the value's counter c).
+void draw_random(std::byte* out, DType dtype, const Distribution& distribution, RandomStream at,
+                 std::int64_t begin, std::int64_t count);
 
 }  // namespace kiln::cpu

@@ -22,6 +22,8 @@ class CudaBackend final : public StridedBackend {
   Device device() const override { return runtime_.device(); }
   DTypeUsageSet dtype_usage(DType dtype) const override;
   void seed(std::uint64_t seed) override;
+  // Reserves count random values (thread-safe): the seed and the counter of the first.
+  std::optional<RandomStream> reserve_random(std::uint64_t count) override;
   void sync() override;
   void flush() override;
   MemoryStats memory_stats() const override { return runtime_.allocator.stats(); }

@@ -125,35 +125,20 @@ Primitive CudaBackend::arange(std::int64_t start, std::int64_t end, std::int64_t
 }
 
 Primitive CudaBackend::random(Shape shape, Distribution distribution, DType dtype, Device) {
+  const std::optional<RandomStream> pinned = take_pinned_random();
   check_storage(dtype, "random");
   TensorPtr out = make_tensor(dtype, shape, "random");
-  const std::int64_t n = shape.num_elements();
-  // The CPU backend's formulas on the CPU backend's counter-based hash (kernel_source.cpp).
-  std::string expression;
-  switch (distribution.kind) {
-    case Distribution::Kind::Default:
-      expression = "k_uniform01(s0, s1 + (u64)i)";
-      break;
-    case Distribution::Kind::Uniform:
-      expression = is_int(dtype) || is_bool(dtype)
-                       ? "floor(s2 + (s3 - s2) * k_uniform01(s0, s1 + (u64)i))"
-                       : "s2 + (s3 - s2) * k_uniform01(s0, s1 + (u64)i)";
-      break;
-    case Distribution::Kind::Normal:
-      expression = "s2 + s3 * k_normal(s0, s1 + (u64)i)";
-      break;
-    case Distribution::Kind::Bernoulli:
-      expression = "(k_uniform01(s0, s1 + (u64)i) < s2 ? 1.0 : 0.0)";
-      break;
-  }
-  const std::uint64_t first = counter_.fetch_add(static_cast<std::uint64_t>(n));
-  ElementwiseOp spec{"random",   expression, {},
-                     DType::F64, dtype,      {DType::U64, DType::U64, DType::F64, DType::F64},
-                     nullptr};
-  const std::uint64_t bits[] = {seed_.load(), first, scalar_bits(distribution.a, DType::F64),
+  const auto n = static_cast<std::uint64_t>(shape.num_elements());
+  // The CPU backend's formulas on the CPU backend's counter-based hash (index_kernels.h).
+  const RandomStream at = pinned ? *pinned : *reserve_random(n);
+  const std::uint64_t bits[] = {at.seed, at.first, scalar_bits(distribution.a, DType::F64),
                                 scalar_bits(distribution.b, DType::F64)};
-  launch_elementwise(runtime_, spec, *out, {}, bits);
+  launch_elementwise(runtime_, random_op(distribution.kind, dtype), *out, {}, bits);
   return out;
+}
+
+std::optional<RandomStream> CudaBackend::reserve_random(std::uint64_t count) {
+  return RandomStream{seed_.load(), counter_.fetch_add(count)};
 }
 
 Primitive CudaBackend::cast(Primitive x, DType dtype) {

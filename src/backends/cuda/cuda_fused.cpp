@@ -81,7 +81,8 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
     }
     try {
       KernelCapture::Scope scope(*capture);
-      Primitive out = step.run(*this, std::span<Primitive>(inputs.data(), step.arity), step.params);
+      Primitive out =
+          step.run(*this, std::span<Primitive>(inputs.data(), step.arity), step.params, step.shape);
       const auto* tensor = static_cast<const CudaTensor*>(out.get());
       if (capture->is_placeholder(tensor) && capture->op_of(tensor) < 0) throw NotCapturable{};
       values[leaves + i] = std::move(out);

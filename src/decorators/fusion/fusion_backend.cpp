@@ -72,7 +72,7 @@ Primitive FusionPassthrough::computed(const Primitive& p) {
 }
 
 Primitive FusionPassthrough::run_now(std::int64_t space, RecordInputs& inputs,
-                                     const StepParams& params, StepRun run) {
+                                     const StepParams& params, const Shape& shape, StepRun run) {
   // Small work over computed inputs runs now: a group this small would run its ops one by one
   // anyway, and recording them would only add the cost of the record.
   if (space >= min_fused_) return nullptr;
@@ -89,14 +89,15 @@ Primitive FusionPassthrough::run_now(std::int64_t space, RecordInputs& inputs,
   }
   // The decorator's handles go first: an inner tensor only this op holds may be reused in place.
   for (std::uint8_t k = 0; k < inputs.count; ++k) inputs.items[k].reset();
-  return wrap_computed(run(inner(), std::span<Primitive>(values.data(), inputs.count), params));
+  return wrap_computed(
+      run(inner(), std::span<Primitive>(values.data(), inputs.count), params, shape));
 }
 
 Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const StepParams& params,
                                     RecordInputs inputs, StepRun run) {
   const std::int64_t space =
       params.dim >= 0 ? inputs.items[0]->shape().num_elements() : shape.num_elements();
-  if (Primitive now = run_now(space, inputs, params, run)) return now;
+  if (Primitive now = run_now(space, inputs, params, shape, run)) return now;
   auto node = std::allocate_shared<LazyNode>(PoolAllocator<LazyNode>{});
   node->dtype = dtype;
   node->shape = std::move(shape);

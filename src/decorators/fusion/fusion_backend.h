@@ -79,10 +79,11 @@ class FusionPassthrough : public ForwardingBackend {
   std::uint64_t groups_run() const noexcept { return groups_run_.load(std::memory_order_relaxed); }
 
  protected:
-  // The tensor inputs of a recorded op, moved in (a braced list of one to three).
+  // The tensor inputs of a recorded op, moved in (a braced list of none to three).
   struct RecordInputs {
     std::array<Primitive, 3> items;
     std::uint8_t count;
+    RecordInputs() : count(0) {}                                  // random
     RecordInputs(Primitive a) : items{std::move(a)}, count(1) {}  // NOLINT: {x} at the call
     RecordInputs(Primitive a, Primitive b) : items{std::move(a), std::move(b)}, count(2) {}
     RecordInputs(Primitive a, Primitive b, Primitive c)
@@ -99,7 +100,7 @@ class FusionPassthrough : public ForwardingBackend {
   // Runs op at once on the inner backend when its work is small and every input's value is known
   // without the lock; null otherwise.
   Primitive run_now(std::int64_t space, RecordInputs& inputs, const StepParams& params,
-                    StepRun run);
+                    const Shape& shape, StepRun run);
   // Runs target's group (and, first, any input outside it). The caller holds mutex_.
   void compute_locked(const NodeRef& target);
   // Gathers target's group over space; false when gathering computed one of its steps.

@@ -38,28 +38,31 @@ StepParams along_dim(std::int64_t dim) {
 
 }  // namespace
 
-#define KILN_FUSE_ELEMENTWISE_1(name, result_dtype)                                        \
-  Primitive FusionBackend::name(Primitive x) {                                             \
-    const DType dtype = result_dtype;                                                      \
-    Shape shape = x->shape();                                                              \
-    return record(OpCode::name, dtype, std::move(shape), {}, {std::move(x)},               \
-                  [](Backend& b, Inputs in, Params) { return b.name(std::move(in[0])); }); \
+#define KILN_FUSE_ELEMENTWISE_1(name, result_dtype)                                            \
+  Primitive FusionBackend::name(Primitive x) {                                                 \
+    const DType dtype = result_dtype;                                                          \
+    Shape shape = x->shape();                                                                  \
+    return record(                                                                             \
+        OpCode::name, dtype, std::move(shape), {}, {std::move(x)},                             \
+        [](Backend& b, Inputs in, Params, const Shape&) { return b.name(std::move(in[0])); }); \
   }
-#define KILN_FUSE_ELEMENTWISE_2(name, result_dtype)                                                \
-  Primitive FusionBackend::name(Primitive lhs, Primitive rhs) {                                    \
-    const DType dtype = result_dtype;                                                              \
-    Shape shape = broadcast(lhs, rhs, #name);                                                      \
-    return record(                                                                                 \
-        OpCode::name, dtype, std::move(shape), {}, {std::move(lhs), std::move(rhs)},               \
-        [](Backend& b, Inputs in, Params) { return b.name(std::move(in[0]), std::move(in[1])); }); \
+#define KILN_FUSE_ELEMENTWISE_2(name, result_dtype)                                            \
+  Primitive FusionBackend::name(Primitive lhs, Primitive rhs) {                                \
+    const DType dtype = result_dtype;                                                          \
+    Shape shape = broadcast(lhs, rhs, #name);                                                  \
+    return record(OpCode::name, dtype, std::move(shape), {}, {std::move(lhs), std::move(rhs)}, \
+                  [](Backend& b, Inputs in, Params, const Shape&) {                            \
+                    return b.name(std::move(in[0]), std::move(in[1]));                         \
+                  });                                                                          \
   }
-#define KILN_FUSE_ELEMENTWISE_SCALAR(name, result_dtype)                                         \
-  Primitive FusionBackend::name(Primitive x, Scalar value) {                                     \
-    const DType dtype = result_dtype;                                                            \
-    Shape shape = x->shape();                                                                    \
-    return record(                                                                               \
-        OpCode::name, dtype, std::move(shape), scalars(value), {std::move(x)},                   \
-        [](Backend& b, Inputs in, Params p) { return b.name(std::move(in[0]), p.scalars[0]); }); \
+#define KILN_FUSE_ELEMENTWISE_SCALAR(name, result_dtype)                                 \
+  Primitive FusionBackend::name(Primitive x, Scalar value) {                             \
+    const DType dtype = result_dtype;                                                    \
+    Shape shape = x->shape();                                                            \
+    return record(OpCode::name, dtype, std::move(shape), scalars(value), {std::move(x)}, \
+                  [](Backend& b, Inputs in, Params p, const Shape&) {                    \
+                    return b.name(std::move(in[0]), p.scalars[0]);                       \
+                  });                                                                    \
   }
 #define KILN_FUSE_FORM_UNARY(name) KILN_FUSE_ELEMENTWISE_1(name, x->dtype())
 #define KILN_FUSE_FORM_PREDICATE(name) KILN_FUSE_ELEMENTWISE_1(name, DType::Bool)
@@ -67,13 +70,14 @@ StepParams along_dim(std::int64_t dim) {
 #define KILN_FUSE_FORM_COMPARE(name) KILN_FUSE_ELEMENTWISE_2(name, DType::Bool)
 #define KILN_FUSE_FORM_SCALAR(name) KILN_FUSE_ELEMENTWISE_SCALAR(name, x->dtype())
 #define KILN_FUSE_FORM_COMPARE_SCALAR(name) KILN_FUSE_ELEMENTWISE_SCALAR(name, DType::Bool)
-#define KILN_FUSE_FORM_DIM(name)                                                          \
-  Primitive FusionBackend::name(Primitive x, std::int64_t dim) {                          \
-    const DType dtype = x->dtype();                                                       \
-    Shape shape = along(x, dim, OpCode::name);                                            \
-    return record(                                                                        \
-        OpCode::name, dtype, std::move(shape), along_dim(dim), {std::move(x)},            \
-        [](Backend& b, Inputs in, Params p) { return b.name(std::move(in[0]), p.dim); }); \
+#define KILN_FUSE_FORM_DIM(name)                                                         \
+  Primitive FusionBackend::name(Primitive x, std::int64_t dim) {                         \
+    const DType dtype = x->dtype();                                                      \
+    Shape shape = along(x, dim, OpCode::name);                                           \
+    return record(OpCode::name, dtype, std::move(shape), along_dim(dim), {std::move(x)}, \
+                  [](Backend& b, Inputs in, Params p, const Shape&) {                    \
+                    return b.name(std::move(in[0]), p.dim);                              \
+                  });                                                                    \
   }
 #define KILN_FUSE_FORM_DIM_NONEMPTY(name) KILN_FUSE_FORM_DIM(name)
 #define KILN_FUSE_FORM_REDUCE(name)
@@ -86,19 +90,43 @@ StepParams along_dim(std::int64_t dim) {
 
 // ---- MANUAL ops with F ----
 
+// The values random would draw now: their place in the device's stream is reserved at the call,
+// in program order, so neither an op run in between nor a seed changes them. Where the inner
+// backend cannot reserve (or cannot store the dtype: its error comes at the call), random runs
+// at once.
+Primitive FusionBackend::random(Shape shape, Distribution distribution, DType dtype,
+                                Device device) {
+  std::optional<RandomStream> at;
+  if (inner().dtype_usage(dtype).contains(DTypeUsage::Storage)) {
+    at = inner().reserve_random(static_cast<std::uint64_t>(shape.num_elements()));
+  }
+  if (!at) return FusionPassthrough::random(std::move(shape), distribution, dtype, device);
+  StepParams params;
+  params.dtype = dtype;
+  params.distribution = distribution;
+  params.stream = *at;
+  return record(OpCode::random, dtype, std::move(shape), params, {},
+                [](Backend& b, Inputs, Params p, const Shape& result) {
+                  const DrawRandomAt pin(p.stream);
+                  return b.random(result, p.distribution, p.dtype, b.device());
+                });
+}
+
 Primitive FusionBackend::cast(Primitive x, DType dtype) {
   Shape shape = x->shape();
   StepParams params;
   params.dtype = dtype;
   return record(OpCode::cast, dtype, std::move(shape), params, {std::move(x)},
-                [](Backend& b, Inputs in, Params p) { return b.cast(std::move(in[0]), p.dtype); });
+                [](Backend& b, Inputs in, Params p, const Shape&) {
+                  return b.cast(std::move(in[0]), p.dtype);
+                });
 }
 
 Primitive FusionBackend::clamp(Primitive x, Scalar min, Scalar max) {
   const DType dtype = x->dtype();
   Shape shape = x->shape();
   return record(OpCode::clamp, dtype, std::move(shape), scalars(min, max), {std::move(x)},
-                [](Backend& b, Inputs in, Params p) {
+                [](Backend& b, Inputs in, Params p, const Shape&) {
                   return b.clamp(std::move(in[0]), p.scalars[0], p.scalars[1]);
                 });
 }
@@ -110,7 +138,7 @@ Primitive FusionBackend::hard_sigmoid(Primitive x, Scalar alpha, Scalar beta) {
   const DType dtype = x->dtype();
   Shape shape = x->shape();
   return record(OpCode::hard_sigmoid, dtype, std::move(shape), scalars(alpha, beta), {std::move(x)},
-                [](Backend& b, Inputs in, Params p) {
+                [](Backend& b, Inputs in, Params p, const Shape&) {
                   return b.hard_sigmoid(std::move(in[0]), p.scalars[0], p.scalars[1]);
                 });
 }
@@ -121,7 +149,7 @@ Primitive FusionBackend::mask_where(Primitive x, Primitive mask, Primitive value
       strided::broadcast_shapes(broadcast(x, mask, "mask_where"), values->shape(), "mask_where");
   return record(OpCode::mask_where, dtype, std::move(shape), {},
                 {std::move(x), std::move(mask), std::move(values)},
-                [](Backend& b, Inputs in, Params) {
+                [](Backend& b, Inputs in, Params, const Shape&) {
                   return b.mask_where(std::move(in[0]), std::move(in[1]), std::move(in[2]));
                 });
 }
@@ -130,7 +158,7 @@ Primitive FusionBackend::mask_fill(Primitive x, Primitive mask, Scalar value) {
   const DType dtype = x->dtype();
   Shape shape = broadcast(x, mask, "mask_fill");
   return record(OpCode::mask_fill, dtype, std::move(shape), scalars(value),
-                {std::move(x), std::move(mask)}, [](Backend& b, Inputs in, Params p) {
+                {std::move(x), std::move(mask)}, [](Backend& b, Inputs in, Params p, const Shape&) {
                   return b.mask_fill(std::move(in[0]), std::move(in[1]), p.scalars[0]);
                 });
 }

@@ -1,5 +1,9 @@
 // Random tensors on the CPU: dev.seed(s) makes the following draws reproducible, different
-// seeds and successive draws differ, and values respect the distribution's range.
+// seeds and successive draws differ, and values respect the distribution's range; a place
+// reserved in the stream draws later what the op drew there, and any part of a draw is drawn
+// alike (what a fused group relies on).
+#include "backends/cpu/random.h"
+
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -8,6 +12,8 @@
 #include <numeric>
 #include <vector>
 
+#include "contract/backend.h"
+#include "runtime/registry.h"
 #include "support/devices.h"
 
 namespace kiln {
@@ -90,6 +96,71 @@ TEST(CpuRandom, IntTensorsHoldIntegersInRange) {
     ASSERT_LT(v, 10.0);
   }
   EXPECT_EQ(*std::max_element(ints.begin(), ints.end()), 9.0) << "every value in [0, 10) occurs";
+}
+
+const std::vector<Distribution> kEveryRandomKind = {
+    Distribution::standard(), Distribution::uniform(-2, 3), Distribution::normal(1, 2),
+    Distribution::bernoulli(0.3)};
+const std::vector<DType> kEveryRandomDType = {DType::F32, DType::F64, DType::F16, DType::BF16,
+                                              DType::I64, DType::I32, DType::I8,  DType::U16};
+
+std::vector<std::byte> drawn_bytes(const Primitive& p) {
+  const TensorData data = backend_for(kCpu).into_data(p).get();
+  return {data.bytes().begin(), data.bytes().end()};
+}
+
+TEST(CpuRandom, AReservedPlaceDrawsWhatTheOpDrewThere) {
+  Backend& cpu = backend_for(kCpu);
+  for (const Distribution& d : kEveryRandomKind) {
+    for (DType dtype : kEveryRandomDType) {
+      const std::string what =
+          std::string(dtype_name(dtype)) + " kind " + std::to_string(static_cast<int>(d.kind));
+      kCpu.seed(21);
+      const std::vector<std::byte> first = drawn_bytes(cpu.random(Shape{5000}, d, dtype, kCpu));
+      const std::vector<std::byte> second = drawn_bytes(cpu.random(Shape{300}, d, dtype, kCpu));
+      kCpu.seed(21);
+      const std::optional<RandomStream> at = cpu.reserve_random(5000);
+      ASSERT_TRUE(at.has_value());
+      EXPECT_EQ(at->first, 0u) << "a seed restarts the counter";
+      const std::vector<std::byte> next = drawn_bytes(cpu.random(Shape{300}, d, dtype, kCpu));
+      std::vector<std::byte> pinned, after_pin;
+      {
+        const DrawRandomAt pin(*at);
+        pinned = drawn_bytes(cpu.random(Shape{5000}, d, dtype, kCpu));
+        // The place is taken once: a second draw under the same pin draws from the stream.
+        after_pin = drawn_bytes(cpu.random(Shape{300}, d, dtype, kCpu));
+      }
+      EXPECT_TRUE(pinned == first) << what;
+      EXPECT_TRUE(next == second) << what << ": the op after a reservation draws after it";
+      // (standard draws on integers are all zeros: nothing to tell apart)
+      if (is_float(dtype)) EXPECT_TRUE(after_pin != second) << what;
+      EXPECT_EQ(cpu.reserve_random(1)->first, 5600u) << what << ": the pin took no counters";
+    }
+  }
+}
+
+TEST(CpuRandom, AnyPartOfADrawIsDrawnAsTheWholeDrawDrawsIt) {
+  Backend& cpu = backend_for(kCpu);
+  constexpr std::int64_t kCount = 20000;  // several parallel chunks of the op
+  for (const Distribution& d : kEveryRandomKind) {
+    for (DType dtype : kEveryRandomDType) {
+      kCpu.seed(33);
+      const RandomStream at = *cpu.reserve_random(0);
+      const std::vector<std::byte> whole = drawn_bytes(cpu.random(Shape{kCount}, d, dtype, kCpu));
+      const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+      for (auto [begin, count] : {std::pair<std::int64_t, std::int64_t>{0, 1},
+                                  {1, 255},
+                                  {4095, 2},
+                                  {4096, 4096},
+                                  {kCount - 7, 7},
+                                  {0, kCount}}) {
+        std::vector<std::byte> part(static_cast<std::size_t>(count * size));
+        cpu::draw_random(part.data(), dtype, d, at, begin, count);
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + begin * size))
+            << dtype_name(dtype) << " kind " << static_cast<int>(d.kind) << " from " << begin;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "contract/fused_program.h"
 #include "decorators/fusion/fusion_backend.h"
+#include "decorators/fusion/fusion_test_support.h"
 #include "runtime/registry.h"
 #include "support/error_message.h"
 #include "support/spread.h"
@@ -18,14 +19,6 @@
 
 namespace kiln::fusion_test {
 namespace {
-
-const Device kFused = Device::cpu().fused();
-const Device kPlain = Device::cpu();
-
-fusion::FusionPassthrough& fusion_backend() {
-  return static_cast<fusion::FusionPassthrough&>(backend_for(kFused));
-}
-std::uint64_t groups() { return fusion_backend().groups_run(); }
 
 Tensor<2> matrix(std::int64_t rows, std::int64_t cols, Device device, std::uint32_t seed = 1) {
   return Tensor<2>::from_data(

@@ -1,8 +1,10 @@
 // The fusion decorator against op-by-op execution and a float64 reference on 1,000 seeded random
 // expression graphs: elementwise ops of one and two operands, scalars, comparisons and masks,
 // casts through f64, broadcast operands, transposed and sliced leaves, intermediates read or
-// dropped, and an op along a dim at the end (sum, mean, max, softmax, log_softmax), over shapes
-// large enough that the CPU runs most groups piece by piece or tile by tile.
+// dropped, random tensors made inside the graph (their values drawn when the op is called, so
+// fused and op by op see the same numbers; the reference reads them from the op-by-op run), and
+// an op along a dim at the end (sum, mean, max, softmax, log_softmax), over shapes large enough
+// that the CPU runs most groups piece by piece or tile by tile.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -109,6 +111,7 @@ enum class Op {
   MulScalar,
   WhereGreater,  // where(a <= b, b, a): a comparison and a mask, continuous where a and b tie
   ThroughF64,    // cast to f64, tanh, cast back
+  Random,        // a new random tensor (no operand): uniform or normal, maybe broadcast
 };
 constexpr int kUnaryOps = 8, kBinaryOps = 6;
 enum class Last { None, Sum, Mean, Max, Softmax, LogSoftmax };
@@ -117,6 +120,8 @@ struct Instr {
   Op op;
   int a = 0, b = 0;
   double scalar = 0;
+  Dims shape{1, 1, 1};  // Random's
+  bool normal = false;  // Random: normal(0, 1), else uniform(-2.5, 2.5)
 };
 
 struct Program {
@@ -161,8 +166,14 @@ Program generate(std::uint64_t seed) {
   for (int i = 0; i < count; ++i) {
     const int values = leaves + i;
     Instr in;
-    const int kind = rng.below(10);
-    if (kind < 4) {
+    const int kind = rng.below(11);
+    if (kind == 10) {
+      in.op = Op::Random;
+      in.shape = full;
+      for (auto& e : in.shape)
+        if (rng.below(4) == 0) e = 1;
+      in.normal = rng.below(2) == 0;
+    } else if (kind < 4) {
       in.op = static_cast<Op>(rng.below(kUnaryOps));
     } else if (kind < 8) {
       in.op = static_cast<Op>(kUnaryOps + rng.below(kBinaryOps));
@@ -190,7 +201,8 @@ std::vector<double> leaf_values(const Dims& d, std::uint32_t seed) {
 // ---- the program on kiln ----
 struct KilnRun {
   std::vector<Tensor<3>> held;
-  std::vector<Tensor<3>> result;  // one
+  std::vector<Tensor<3>> result;   // one
+  std::vector<Tensor<3>> randoms;  // the Random ops' tensors, when asked for (they are then held)
 };
 
 Tensor<3> apply(const Instr& in, const Tensor<3>& a, const Tensor<3>& b) {
@@ -231,6 +243,8 @@ Tensor<3> apply(const Instr& in, const Tensor<3>& a, const Tensor<3>& b) {
       return a.mask_where(a.lower_equal(b), b);
     case Op::ThroughF64:
       return a.cast(DType::F64).tanh().cast(DType::F32);
+    case Op::Random:  // made by run_kiln
+      break;
   }
   return a;
 }
@@ -254,7 +268,8 @@ Tensor<3> finish(const Program& p, const Tensor<3>& last) {
   return last;
 }
 
-KilnRun run_kiln(const Program& p, Device device, std::uint64_t seed) {
+KilnRun run_kiln(const Program& p, Device device, std::uint64_t seed, bool keep_randoms) {
+  device.seed(seed);
   std::vector<Tensor<3>> values;
   for (std::size_t l = 0; l < p.leaf_shapes.size(); ++l) {
     const Dims& d = p.leaf_shapes[l];
@@ -294,8 +309,15 @@ KilnRun run_kiln(const Program& p, Device device, std::uint64_t seed) {
   KilnRun run;
   for (std::size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
-    values.push_back(
-        apply(in, values[static_cast<std::size_t>(in.a)], values[static_cast<std::size_t>(in.b)]));
+    if (in.op == Op::Random) {
+      const Distribution d =
+          in.normal ? Distribution::normal(0, 1) : Distribution::uniform(-2.5, 2.5);
+      values.push_back(Tensor<3>::random({in.shape[0], in.shape[1], in.shape[2]}, d, device));
+      if (keep_randoms) run.randoms.push_back(values.back());
+    } else {
+      values.push_back(apply(in, values[static_cast<std::size_t>(in.a)],
+                             values[static_cast<std::size_t>(in.b)]));
+    }
     if (p.held[i]) run.held.push_back(values.back());
   }
   run.result.push_back(finish(p, values.back()));
@@ -308,7 +330,10 @@ struct RefRun {
   Ref result;
 };
 
-RefRun run_ref(const Program& p, std::uint64_t seed) {
+// randoms: the values of the Random ops' tensors, in order (read from an op-by-op run).
+RefRun run_ref(const Program& p, std::uint64_t seed,
+               const std::vector<std::vector<double>>& randoms) {
+  std::size_t next_random = 0;
   std::vector<Ref> values;
   for (std::size_t l = 0; l < p.leaf_shapes.size(); ++l) {
     // The f32 values the kiln leaves hold.
@@ -378,6 +403,9 @@ RefRun run_ref(const Program& p, std::uint64_t seed) {
         break;
       case Op::ThroughF64:
         out = map1(a, [](double x) { return std::tanh(x); });
+        break;
+      case Op::Random:
+        out = Ref{in.shape, randoms[next_random++]};
         break;
     }
     values.push_back(out);
@@ -470,9 +498,11 @@ TEST(FusionRandomGraphs, FusedMatchesOpByOpAndTheFloat64Reference) {
   int failures = 0;
   for (std::uint64_t seed = shard; seed < kGraphs && failures < 5; seed += shards) {
     const Program p = generate(seed);
-    const KilnRun f = run_kiln(p, fused, seed);
-    const KilnRun e = run_kiln(p, eager, seed);
-    const RefRun r = run_ref(p, seed);
+    const KilnRun f = run_kiln(p, fused, seed, false);
+    const KilnRun e = run_kiln(p, eager, seed, true);
+    std::vector<std::vector<double>> randoms;
+    for (const Tensor<3>& t : e.randoms) randoms.push_back(t.into_data().to_f64_vec());
+    const RefRun r = run_ref(p, seed, randoms);
     EXPECT_EQ(f.result[0].device(), fused);
     // The same kernels run in both, on pieces in one: equal but for the rounding of a reduction
     // split differently or a vector math path taken on a piece that happens to be contiguous.
