@@ -35,29 +35,44 @@ constexpr bool kSignBlindCompare = kIs<Cmp, kEqual> || kIs<Cmp, kNotEqual>;
 template <class Cmp, class T>
 using compare_kernel_t = std::conditional_t<kSignBlindCompare<Cmp>, bits_t<T>, T>;
 
+// The comparison kernels, for the eager ops and for the steps of a fused group (elementwise.h).
 template <class Cmp>
-Primitive compare(Primitive lhs, Primitive rhs, const char* op, Cmp cmp) {
-  return visit_kernel(lhs->dtype(), op, [&]<class T>(type_tag<T>) -> Primitive {
-    using K = compare_kernel_t<Cmp, T>;
-    return run_binary(std::move(lhs), std::move(rhs), DType::Bool, make_binary_kernel<bool, K>(cmp),
-                      op);
-  });
+void make_compare(DType dtype, const char* op, Cmp cmp, OwnedKernel& k) {
+  visit_kernel(dtype, op,
+               [&]<class T>(type_tag<T>) { k.binary<bool, compare_kernel_t<Cmp, T>>(cmp); });
 }
 
-// Integers against a fractional scalar compare in double, so 2 >= 2.5 stays false.
+// Integers against a fractional scalar compare in double, so 2 >= 2.5 stays false: a unary
+// kernel with the scalar inside. Otherwise the tensor-tensor kernel with the scalar bound.
 template <class Cmp>
-Primitive compare_elem(Primitive x, Scalar value, const char* op, Cmp cmp) {
-  return visit_kernel(x->dtype(), op, [&]<class T>(type_tag<T>) -> Primitive {
+void make_compare_elem(DType dtype, const Scalar& value, const char* op, Cmp cmp, OwnedKernel& k) {
+  visit_kernel(dtype, op, [&]<class T>(type_tag<T>) {
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       if (value.is_float()) {
-        const auto f = [v = value.to_double(), cmp](T a) { return cmp(static_cast<double>(a), v); };
-        return run_unary(std::move(x), DType::Bool, make_unary_kernel<bool, T>(f), op);
+        k.unary<bool, T>(
+            [v = value.to_double(), cmp](T a) { return cmp(static_cast<double>(a), v); });
+        return;
       }
     }
     using K = compare_kernel_t<Cmp, T>;
-    const K v = static_cast<K>(value.as<T>());
-    return run_binary_scalar(std::move(x), &v, DType::Bool, make_binary_kernel<bool, K>(cmp), op);
+    k.binary<bool, K>(cmp);
+    k.bind_scalar(static_cast<K>(value.as<T>()));
   });
+}
+
+template <class Cmp>
+Primitive compare(Primitive lhs, Primitive rhs, const char* op, Cmp cmp) {
+  OwnedKernel k;
+  make_compare(lhs->dtype(), op, cmp, k);
+  return run_binary(std::move(lhs), std::move(rhs), DType::Bool, k.kernel(), op);
+}
+
+template <class Cmp>
+Primitive compare_elem(Primitive x, Scalar value, const char* op, Cmp cmp) {
+  OwnedKernel k;
+  make_compare_elem(x->dtype(), value, op, cmp, k);
+  if (k.scalar() == nullptr) return run_unary(std::move(x), DType::Bool, k.kernel(), op);
+  return run_binary_scalar(std::move(x), k.scalar(), DType::Bool, k.kernel(), op);
 }
 
 // Bitwise logic is blind to signedness (one kernel per width); shifts are not.
@@ -92,42 +107,41 @@ Primitive bool_binary(Primitive lhs, Primitive rhs, const char* op, F f) {
 
 }  // namespace
 
-Primitive CpuBackend::equal(Primitive l, Primitive r) {
-  return compare(std::move(l), std::move(r), "equal", kEqual);
+// clang-format off
+#define KILN_CPU_COMPARE(X)                                                                      \
+  X(equal, kEqual) X(not_equal, kNotEqual) X(greater, kGreater) X(greater_equal, kGreaterEqual) \
+  X(lower, kLower) X(lower_equal, kLowerEqual)
+// clang-format on
+
+#define KILN_CPU_COMPARE_METHODS(name, cmp)                   \
+  Primitive CpuBackend::name(Primitive l, Primitive r) {      \
+    return compare(std::move(l), std::move(r), #name, cmp);   \
+  }                                                           \
+  Primitive CpuBackend::name##_elem(Primitive x, Scalar v) {  \
+    return compare_elem(std::move(x), v, #name "_elem", cmp); \
+  }
+KILN_CPU_COMPARE(KILN_CPU_COMPARE_METHODS)
+#undef KILN_CPU_COMPARE_METHODS
+
+namespace cpu {
+
+bool compare_step_kernel(OpCode op, DType dtype, const StepParams& params, bool, OwnedKernel& k) {
+  switch (op) {
+#define KILN_CPU_COMPARE_CASES(name, cmp)                               \
+  case OpCode::name:                                                    \
+    make_compare(dtype, #name, cmp, k);                                 \
+    return true;                                                        \
+  case OpCode::name##_elem:                                             \
+    make_compare_elem(dtype, params.scalars[0], #name "_elem", cmp, k); \
+    return true;
+    KILN_CPU_COMPARE(KILN_CPU_COMPARE_CASES)
+#undef KILN_CPU_COMPARE_CASES
+    default:
+      return false;
+  }
 }
-Primitive CpuBackend::not_equal(Primitive l, Primitive r) {
-  return compare(std::move(l), std::move(r), "not_equal", kNotEqual);
-}
-Primitive CpuBackend::greater(Primitive l, Primitive r) {
-  return compare(std::move(l), std::move(r), "greater", kGreater);
-}
-Primitive CpuBackend::greater_equal(Primitive l, Primitive r) {
-  return compare(std::move(l), std::move(r), "greater_equal", kGreaterEqual);
-}
-Primitive CpuBackend::lower(Primitive l, Primitive r) {
-  return compare(std::move(l), std::move(r), "lower", kLower);
-}
-Primitive CpuBackend::lower_equal(Primitive l, Primitive r) {
-  return compare(std::move(l), std::move(r), "lower_equal", kLowerEqual);
-}
-Primitive CpuBackend::equal_elem(Primitive x, Scalar v) {
-  return compare_elem(std::move(x), v, "equal_elem", kEqual);
-}
-Primitive CpuBackend::not_equal_elem(Primitive x, Scalar v) {
-  return compare_elem(std::move(x), v, "not_equal_elem", kNotEqual);
-}
-Primitive CpuBackend::greater_elem(Primitive x, Scalar v) {
-  return compare_elem(std::move(x), v, "greater_elem", kGreater);
-}
-Primitive CpuBackend::greater_equal_elem(Primitive x, Scalar v) {
-  return compare_elem(std::move(x), v, "greater_equal_elem", kGreaterEqual);
-}
-Primitive CpuBackend::lower_elem(Primitive x, Scalar v) {
-  return compare_elem(std::move(x), v, "lower_elem", kLower);
-}
-Primitive CpuBackend::lower_equal_elem(Primitive x, Scalar v) {
-  return compare_elem(std::move(x), v, "lower_equal_elem", kLowerEqual);
-}
+
+}  // namespace cpu
 
 Primitive CpuBackend::is_nan(Primitive x) {
   return visit_float_kernel(x->dtype(), "is_nan", [&]<class T>(type_tag<T>) -> Primitive {

@@ -138,16 +138,31 @@ void draw_random(std::byte* out, DType dtype, const Distribution& distribution, 
   });
 }
 
-Primitive convert(Primitive x, DType dtype) {
-  if (x->dtype() == dtype) return x;
-  // f16 and bf16 reach f32 kernels through the driver's tiles: every conversion from or to them
-  // goes through float, as convert_element does.
-  return visit_kernel(x->dtype(), "cast", [&]<class From>(type_tag<From>) -> Primitive {
-    return visit_kernel(dtype, "cast", [&]<class To>(type_tag<To>) -> Primitive {
-      constexpr auto f = [](From v) { return convert_element<To>(v); };
-      return run_unary(std::move(x), dtype, make_unary_kernel<To, From>(f), "cast");
+namespace {
+
+// f16 and bf16 reach f32 kernels through the driver's tiles: every conversion from or to them
+// goes through float, as convert_element does.
+void make_cast(DType from, DType to, OwnedKernel& k) {
+  visit_kernel(from, "cast", [&]<class From>(type_tag<From>) {
+    visit_kernel(to, "cast", [&]<class To>(type_tag<To>) {
+      k.unary<To, From>([](From v) { return convert_element<To>(v); });
     });
   });
+}
+
+}  // namespace
+
+Primitive convert(Primitive x, DType dtype) {
+  if (x->dtype() == dtype) return x;
+  OwnedKernel k;
+  make_cast(x->dtype(), dtype, k);
+  return run_unary(std::move(x), dtype, k.kernel(), "cast");
+}
+
+bool cast_step_kernel(OpCode op, DType dtype, const StepParams& params, bool, OwnedKernel& k) {
+  if (op != OpCode::cast) return false;
+  make_cast(dtype, params.dtype, k);
+  return true;
 }
 
 }  // namespace cpu

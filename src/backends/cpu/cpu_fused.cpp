@@ -299,7 +299,9 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     try {
       made = arith_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
              unary_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
-             activation_step_kernel(step.op, in, step.params, contiguous, *kernel);
+             activation_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
+             compare_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
+             cast_step_kernel(step.op, in, step.params, contiguous, *kernel);
     } catch (const Error&) {
       return false;  // a dtype the op does not run: the step by step path says so
     }
@@ -309,25 +311,36 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     }
     plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(step.dtype)));
   }
-  // Slots: an input read for the last time by a step gives its buffer back before the step
-  // takes one (an elementwise kernel reads each element before it writes it: in place is safe).
+  // Slots: an input read for the last time by a step may hold the step's output (an elementwise
+  // kernel reads element j before it writes element j: in place is safe when the output's
+  // elements are no wider than the input's; a wider one, a cast from f32 to f64, would overwrite
+  // elements not yet read). Its buffer is free for the steps after it in any case.
   const std::vector<std::int32_t> last_use = last_uses(program);
   std::vector<std::int32_t> free_slots;
   for (std::size_t i = 0; i < program.steps.size(); ++i) {
     const FusedStep& step = program.steps[i];
+    const std::int64_t bytes = plan.value_bytes[leaves + i];
+    std::array<std::int32_t, 3> released{-1, -1, -1};
+    std::int32_t in_place = -1;
     for (std::uint8_t k = 0; k < step.arity; ++k) {
       const auto v = static_cast<std::size_t>(step.inputs[k]);
       bool again = false;  // x * x gives its buffer back once
       for (std::uint8_t j = 0; j < k; ++j) again = again || step.inputs[j] == step.inputs[k];
       if (v >= leaves && !again && last_use[v] == static_cast<std::int32_t>(i)) {
-        free_slots.push_back(plan.slot[v - leaves]);
+        released[k] = plan.slot[v - leaves];
+        if (in_place < 0 && plan.value_bytes[v] >= bytes) in_place = released[k];
       }
     }
-    if (free_slots.empty()) {
-      plan.slot.push_back(plan.slots++);
-    } else {
+    if (in_place >= 0) {
+      plan.slot.push_back(in_place);
+    } else if (!free_slots.empty()) {
       plan.slot.push_back(free_slots.back());
       free_slots.pop_back();
+    } else {
+      plan.slot.push_back(plan.slots++);
+    }
+    for (const std::int32_t slot : released) {
+      if (slot >= 0 && slot != in_place) free_slots.push_back(slot);
     }
     if (last_use[leaves + i] < 0) free_slots.push_back(plan.slot.back());  // never read
   }

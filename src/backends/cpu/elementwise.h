@@ -228,7 +228,7 @@ class OwnedKernel {
 // The kernel of an elementwise op of these families for inputs of dtype (a recorded step of a
 // fused group: its op code and parameters), in k; false when the family has no such op.
 // contiguous: every run the kernel will see has unit strides (a vector maths form needs them).
-// Each family file defines its own (cpu_arith.cpp, cpu_unary.cpp, cpu_activation.cpp), from
+// Each family file defines its own (cpu_arith.cpp, cpu_unary.cpp, cpu_activation.cpp, ...), from
 // the same list and makers as its eager ops. Throws what the op would for a dtype it cannot run.
 // The families' makers share one signature, make_<op>(dtype, params, contiguous, k), so each
 // family's switch is a list of these cases.
@@ -242,5 +242,11 @@ bool unary_step_kernel(OpCode op, DType dtype, const StepParams& params, bool co
                        OwnedKernel& k);
 bool activation_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
                             OwnedKernel& k);
+// Comparisons with a tensor or a scalar (cpu_compare.cpp) and casts (cpu_creation.cpp: dtype is
+// the input's, params.dtype the result's).
+bool compare_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                         OwnedKernel& k);
+bool cast_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                      OwnedKernel& k);
 
 }  // namespace kiln::cpu

@@ -125,6 +125,74 @@ TEST(Fusion, ElementwiseGroupsOverBroadcastLeavesAndIntegersEqualTheEagerOps) {
   EXPECT_EQ(ints(kFused), ints(kPlain));
 }
 
+TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
+  // Comparisons with a tensor and a scalar and casts between widths inside elementwise groups
+  // (the CPU runs them piece by piece, on their own kernels); NaNs, equal values, integers against
+  // a fractional scalar (compared in double) and integer equality (compared as bits). Checked
+  // against loops in double over the same inputs and against the unfused device.
+  const std::int64_t rows = 300, cols = 210;  // 63,000 positions: several pieces and threads
+  const std::vector<double> xs = test::spread(rows * cols, 21, -2.0, 2.0);
+  std::vector<double> ys = test::spread(rows * cols, 22, -2.0, 2.0);
+  for (std::size_t i = 0; i < ys.size(); i += 7) ys[i] = xs[i];  // ties
+  std::vector<double> xn = xs;
+  for (std::size_t i = 0; i < xn.size(); i += 11) xn[i] = std::nan("");
+  const auto input = [&](const std::vector<double>& v, Device device) {  // f32
+    return Tensor<2>::from_data(
+        TensorData::from_vec(std::vector<float>(v.begin(), v.end()), Shape{rows, cols}), device);
+  };
+  struct Got {
+    std::vector<double> lower, greater_equal, not_equal_nan, cast_back, int_equal, int_fraction;
+  };
+  const auto run = [&](Device device) {
+    const Tensor<2> x = input(xs, device), y = input(ys, device), xnan = input(xn, device);
+    Got g;
+    g.lower = values((x * 2.0).lower(y * 2.0).float_());
+    g.greater_equal = (x.exp() - 1.0).greater_equal_elem(0.25).into_data().to_f64_vec();
+    g.not_equal_nan = (xnan + 1.0).not_equal(xnan + 1.0).into_data().to_f64_vec();
+    // f32 -> f64 -> f32 through a group, then an f32 -> i32 cast truncating toward zero.
+    g.cast_back = values(((x * 3.0).cast(DType::F64) + 0.5).cast(DType::F32));
+    const Tensor<2, Int> a = (x * 100.0).int_().cast(DType::I32);
+    const Tensor<2, Int> b = (y * 100.0).int_().cast(DType::I32);
+    g.int_equal = (a * 2).equal(b * 2).into_data().to_f64_vec();
+    g.int_fraction = (a + 1).greater_elem(2.5).into_data().to_f64_vec();
+    return g;
+  };
+  const std::uint64_t before = groups();
+  const Got fused = run(kFused);
+  EXPECT_GT(groups(), before);
+  const Got plain = run(kPlain);
+  const auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  std::vector<double> lower, greater_equal, not_equal_nan, cast_back, int_equal, int_fraction;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double x = f32(xs[i]), y = f32(ys[i]);
+    lower.push_back(f32(x * 2) < f32(y * 2) ? 1 : 0);
+    greater_equal.push_back(f32(std::exp(x) - 1) >= 0.25 ? 1 : 0);
+    not_equal_nan.push_back(std::isnan(xn[i]) ? 1 : 0);
+    cast_back.push_back(f32(f32(x * 3) + 0.5));
+    const auto a = static_cast<std::int32_t>(f32(x * 100)),
+               b = static_cast<std::int32_t>(f32(y * 100));
+    int_equal.push_back(a * 2 == b * 2 ? 1 : 0);
+    int_fraction.push_back(a + 1 > 2.5 ? 1 : 0);
+  }
+  // exp's vector maths may round the last bit differently from std::exp: compare where the
+  // reference is not within that of the threshold.
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (std::abs(f32(std::exp(f32(xs[i]))) - 1.25) < 1e-6)
+      greater_equal[i] = fused.greater_equal[i];
+  }
+  EXPECT_EQ(fused.lower, lower);
+  EXPECT_EQ(fused.greater_equal, greater_equal);
+  EXPECT_EQ(fused.not_equal_nan, not_equal_nan);
+  EXPECT_EQ(fused.cast_back, cast_back);
+  EXPECT_EQ(fused.int_equal, int_equal);
+  EXPECT_EQ(fused.int_fraction, int_fraction);
+  EXPECT_EQ(fused.lower, plain.lower);
+  EXPECT_EQ(fused.greater_equal, plain.greater_equal);
+  EXPECT_EQ(fused.cast_back, plain.cast_back);
+  EXPECT_EQ(fused.int_equal, plain.int_equal);
+  EXPECT_EQ(fused.int_fraction, plain.int_fraction);
+}
+
 TEST(Fusion, ErrorsComeAtTheCall) {
   const Tensor<2> a = matrix(2, 3, kFused), b = matrix(4, 5, kFused);
   const std::uint64_t before = groups();
