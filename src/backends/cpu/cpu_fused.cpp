@@ -301,13 +301,16 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
              unary_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
              activation_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
              compare_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
-             cast_step_kernel(step.op, in, step.params, contiguous, *kernel);
+             cast_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
+             mask_step_kernel(step.op, in, step.params, contiguous, *kernel);
     } catch (const Error&) {
       return false;  // a dtype the op does not run: the step by step path says so
     }
     if (!made || !runs_as_is(step.dtype, kernel->kernel().out)) return false;
     for (std::uint8_t k = 0; k < step.arity; ++k) {
-      if (!runs_as_is(dtype_of_value(step.inputs[k]), kernel->kernel().in)) return false;
+      const Kernel& made_kernel = kernel->kernel();
+      const DType want = made_kernel.mask_input == k ? DType::Bool : made_kernel.in;
+      if (!runs_as_is(dtype_of_value(step.inputs[k]), want)) return false;
     }
     plan.value_bytes.push_back(static_cast<std::int64_t>(dtype_size(step.dtype)));
   }

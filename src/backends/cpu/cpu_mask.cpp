@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "backends/cpu/elementwise.h"
 #include "backends/cpu/index_kernels.h"
 #include "backends/cpu/loops.h"
 
@@ -102,10 +103,15 @@ Primitive CpuBackend::mask_fill(Primitive x, Primitive mask, Scalar value) {
     run_loop<3>(plan, [&](std::int64_t n, const std::array<std::int64_t, 3>& off,
                           const std::array<std::int64_t, 3>& st) {
       if (st[0] == 1 && st[1] == 1 && st[2] == 1) {  // contiguous runs, as a vector loop
+        // The mask's bytes as integers and x loaded whatever the mask says: the form GCC
+        // vectorises (a select on bool lanes stays scalar).
         T* out = o + off[0];
         const T* in = xp + off[1];
-        const bool* m = mp + off[2];
-        for (std::int64_t i = 0; i < n; ++i) out[i] = m[i] ? v : in[i];
+        const auto* m = reinterpret_cast<const std::uint8_t*>(mp + off[2]);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const T a = in[i];
+          out[i] = m[i] != 0 ? v : a;
+        }
         return;
       }
       for (std::int64_t i = 0; i < n; ++i) {
@@ -115,6 +121,27 @@ Primitive CpuBackend::mask_fill(Primitive x, Primitive mask, Scalar value) {
   });
   return out;
 }
+
+namespace cpu {
+
+bool mask_step_kernel(OpCode op, DType dtype, const StepParams& params, bool, OwnedKernel& k) {
+  if (op == OpCode::mask_fill) {
+    visit_dtype(dtype, "mask_fill", [&]<class T>(type_tag<T>) {
+      const T v = convert_element<T>(params.scalars[0].as<compute_t<T>>());
+      k.masked_binary<T>([v](T x, bool m) { return m ? v : x; });
+    });
+    return true;
+  }
+  if (op == OpCode::mask_where) {
+    visit_dtype(dtype, "mask_where", [&]<class T>(type_tag<T>) {
+      k.masked_ternary<T>([](T x, bool m, T values) { return m ? values : x; });
+    });
+    return true;
+  }
+  return false;
+}
+
+}  // namespace cpu
 
 Primitive CpuBackend::mask_select(Primitive x, Primitive mask) {
   const Shape shape = broadcast_shapes(x->shape(), mask->shape(), "mask_select");

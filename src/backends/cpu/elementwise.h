@@ -43,6 +43,9 @@ struct Kernel {
   // Cost of an element relative to a plain arithmetic op: the driver splits a run over threads
   // at a grain this many times smaller.
   std::int64_t cost = 1;
+  // The input read as Bool, a mask (mask_fill's second, mask_where's second of three), or -1:
+  // every input is of dtype in.
+  std::int32_t mask_input = -1;
 };
 
 // out = kernel(x) over x's shape; the output reuses x's memory when x is uniquely owned,
@@ -163,6 +166,52 @@ void binary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
   }
 }
 
+// f(x, mask) and f(x, mask, values) with the mask read as bool (mask_fill, mask_where). On
+// contiguous runs the mask's bytes are read as integers and every operand is loaded whatever the
+// mask says: GCC vectorises that form into a blend, not a select of bool lanes (which it leaves
+// scalar).
+template <class T, class F>
+void masked_binary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
+                        const void* context) {
+  const F f = *static_cast<const F*>(context);  // a copy: its value cannot alias the output
+  if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(bool)) {
+    T* out = reinterpret_cast<T*>(data[0]);
+    const T* x = reinterpret_cast<const T*>(data[1]);
+    const auto* m = reinterpret_cast<const std::uint8_t*>(data[2]);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T a = x[i];
+      out[i] = f(a, m[i] != 0);
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    store<T>(data[0] + i * strides[0],
+             f(load<T>(data[1] + i * strides[1]), load<bool>(data[2] + i * strides[2])));
+  }
+}
+template <class T, class F>
+void masked_ternary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
+                         const void* context) {
+  const F f = *static_cast<const F*>(context);
+  if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(bool) &&
+      strides[3] == sizeof(T)) {
+    T* out = reinterpret_cast<T*>(data[0]);
+    const T* x = reinterpret_cast<const T*>(data[1]);
+    const auto* m = reinterpret_cast<const std::uint8_t*>(data[2]);
+    const T* v = reinterpret_cast<const T*>(data[3]);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T a = x[i], b = v[i];
+      out[i] = f(a, m[i] != 0, b);
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    store<T>(data[0] + i * strides[0],
+             f(load<T>(data[1] + i * strides[1]), load<bool>(data[2] + i * strides[2]),
+               load<T>(data[3] + i * strides[3])));
+  }
+}
+
 }  // namespace loops_1d
 
 // The Loop1D applying f (In -> Out, or (In, In) -> Out) element by element, with fast paths for
@@ -201,6 +250,17 @@ class OwnedKernel {
   template <class Out, class In, class F>
   void binary(const F& f, std::int64_t cost = 1) {
     set(&loops_1d::binary_loop<Out, In, F>, f, dtype_of<Out>::value, dtype_of<In>::value, cost);
+  }
+  // f(x, mask) or f(x, mask, values) over elements of T, the mask (input 1) read as bool.
+  template <class T, class F>
+  void masked_binary(const F& f) {
+    set(&loops_1d::masked_binary_loop<T, F>, f, dtype_of<T>::value, dtype_of<T>::value);
+    kernel_.mask_input = 1;
+  }
+  template <class T, class F>
+  void masked_ternary(const F& f) {
+    set(&loops_1d::masked_ternary_loop<T, F>, f, dtype_of<T>::value, dtype_of<T>::value);
+    kernel_.mask_input = 1;
   }
   // A tensor-scalar op: its binary kernel reads value as a broadcast second input.
   template <class K>
@@ -247,6 +307,9 @@ bool activation_step_kernel(OpCode op, DType dtype, const StepParams& params, bo
 bool compare_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
                          OwnedKernel& k);
 bool cast_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+                      OwnedKernel& k);
+// mask_fill and mask_where (cpu_mask.cpp; dtype is x's, the mask is Bool).
+bool mask_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
                       OwnedKernel& k);
 
 }  // namespace kiln::cpu

@@ -126,10 +126,10 @@ TEST(Fusion, ElementwiseGroupsOverBroadcastLeavesAndIntegersEqualTheEagerOps) {
 }
 
 TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
-  // Comparisons with a tensor and a scalar and casts between widths inside elementwise groups
-  // (the CPU runs them piece by piece, on their own kernels); NaNs, equal values, integers against
-  // a fractional scalar (compared in double) and integer equality (compared as bits). Checked
-  // against loops in double over the same inputs and against the unfused device.
+  // Comparisons with a tensor and a scalar, casts between widths and masks inside elementwise
+  // groups (the CPU runs them piece by piece, on their own kernels); NaNs, equal values, integers
+  // against a fractional scalar (compared in double) and integer equality (compared as bits).
+  // Checked against loops in double over the same inputs and against the unfused device.
   const std::int64_t rows = 300, cols = 210;  // 63,000 positions: several pieces and threads
   const std::vector<double> xs = test::spread(rows * cols, 21, -2.0, 2.0);
   std::vector<double> ys = test::spread(rows * cols, 22, -2.0, 2.0);
@@ -142,6 +142,7 @@ TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
   };
   struct Got {
     std::vector<double> lower, greater_equal, not_equal_nan, cast_back, int_equal, int_fraction;
+    std::vector<double> masked;  // mask_fill then mask_where with a broadcast row of values
   };
   const auto run = [&](Device device) {
     const Tensor<2> x = input(xs, device), y = input(ys, device), xnan = input(xn, device);
@@ -155,6 +156,12 @@ TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
     const Tensor<2, Int> b = (y * 100.0).int_().cast(DType::I32);
     g.int_equal = (a * 2).equal(b * 2).into_data().to_f64_vec();
     g.int_fraction = (a + 1).greater_elem(2.5).into_data().to_f64_vec();
+    const Tensor<2> row = Tensor<2>::from_data(
+        TensorData::from_vec(std::vector<float>(xs.begin(), xs.begin() + cols), Shape{1, cols}),
+        device);
+    g.masked = values(
+        ((x * 2.0).mask_fill(y.lower_elem(0.0), -1.0) + 1.0).mask_where(x.greater(y), row * 3.0) -
+        0.5);
     return g;
   };
   const std::uint64_t before = groups();
@@ -163,6 +170,7 @@ TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
   const Got plain = run(kPlain);
   const auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
   std::vector<double> lower, greater_equal, not_equal_nan, cast_back, int_equal, int_fraction;
+  std::vector<double> masked;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const double x = f32(xs[i]), y = f32(ys[i]);
     lower.push_back(f32(x * 2) < f32(y * 2) ? 1 : 0);
@@ -173,6 +181,8 @@ TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
                b = static_cast<std::int32_t>(f32(y * 100));
     int_equal.push_back(a * 2 == b * 2 ? 1 : 0);
     int_fraction.push_back(a + 1 > 2.5 ? 1 : 0);
+    const double filled = (y < 0 ? -1.0 : f32(x * 2)) + 1.0;
+    masked.push_back(f32((x > y ? f32(f32(xs[i % cols]) * 3) : f32(filled)) - 0.5));
   }
   // exp's vector maths may round the last bit differently from std::exp: compare where the
   // reference is not within that of the threshold.
@@ -186,6 +196,8 @@ TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
   EXPECT_EQ(fused.cast_back, cast_back);
   EXPECT_EQ(fused.int_equal, int_equal);
   EXPECT_EQ(fused.int_fraction, int_fraction);
+  EXPECT_EQ(fused.masked, masked);
+  EXPECT_EQ(fused.masked, plain.masked);
   EXPECT_EQ(fused.lower, plain.lower);
   EXPECT_EQ(fused.greater_equal, plain.greater_equal);
   EXPECT_EQ(fused.cast_back, plain.cast_back);
