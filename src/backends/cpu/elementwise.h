@@ -166,49 +166,36 @@ void binary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
   }
 }
 
-// f(x, mask) and f(x, mask, values) with the mask read as bool (mask_fill, mask_where). On
-// contiguous runs the mask's bytes are read as integers and every operand is loaded whatever the
-// mask says: GCC vectorises that form into a blend, not a select of bool lanes (which it leaves
-// scalar).
-template <class T, class F>
-void masked_binary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
-                        const void* context) {
-  const F f = *static_cast<const F*>(context);  // a copy: its value cannot alias the output
-  if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(bool)) {
+// f(x, mask), or f(x, mask, values) with kValues, the mask read as bool (mask_fill, mask_where).
+// On contiguous runs the mask's bytes are read as integers and every operand is loaded whatever
+// the mask says: GCC vectorises that form into a blend, not a select of bool lanes (which it
+// leaves scalar). The functor is copied: its value cannot then alias the output.
+template <class T, class F, bool kValues>
+void masked_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
+                 const void* context) {
+  const F f = *static_cast<const F*>(context);
+  const auto apply = [&](T x, bool mask, const char* values) {
+    if constexpr (kValues) {
+      return f(x, mask, load<T>(values));
+    } else {
+      return f(x, mask);
+    }
+  };
+  if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(bool) &&
+      (!kValues || strides[3] == sizeof(T))) {
     T* out = reinterpret_cast<T*>(data[0]);
     const T* x = reinterpret_cast<const T*>(data[1]);
     const auto* m = reinterpret_cast<const std::uint8_t*>(data[2]);
     for (std::int64_t i = 0; i < n; ++i) {
       const T a = x[i];
-      out[i] = f(a, m[i] != 0);
+      out[i] = apply(a, m[i] != 0, kValues ? data[3] + i * sizeof(T) : nullptr);
     }
     return;
   }
   for (std::int64_t i = 0; i < n; ++i) {
     store<T>(data[0] + i * strides[0],
-             f(load<T>(data[1] + i * strides[1]), load<bool>(data[2] + i * strides[2])));
-  }
-}
-template <class T, class F>
-void masked_ternary_loop(std::int64_t n, char* const* data, const std::int64_t* strides,
-                         const void* context) {
-  const F f = *static_cast<const F*>(context);
-  if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(bool) &&
-      strides[3] == sizeof(T)) {
-    T* out = reinterpret_cast<T*>(data[0]);
-    const T* x = reinterpret_cast<const T*>(data[1]);
-    const auto* m = reinterpret_cast<const std::uint8_t*>(data[2]);
-    const T* v = reinterpret_cast<const T*>(data[3]);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const T a = x[i], b = v[i];
-      out[i] = f(a, m[i] != 0, b);
-    }
-    return;
-  }
-  for (std::int64_t i = 0; i < n; ++i) {
-    store<T>(data[0] + i * strides[0],
-             f(load<T>(data[1] + i * strides[1]), load<bool>(data[2] + i * strides[2]),
-               load<T>(data[3] + i * strides[3])));
+             apply(load<T>(data[1] + i * strides[1]), load<bool>(data[2] + i * strides[2]),
+                   kValues ? data[3] + i * strides[3] : nullptr));
   }
 }
 
@@ -254,12 +241,12 @@ class OwnedKernel {
   // f(x, mask) or f(x, mask, values) over elements of T, the mask (input 1) read as bool.
   template <class T, class F>
   void masked_binary(const F& f) {
-    set(&loops_1d::masked_binary_loop<T, F>, f, dtype_of<T>::value, dtype_of<T>::value);
+    set(&loops_1d::masked_loop<T, F, false>, f, dtype_of<T>::value, dtype_of<T>::value);
     kernel_.mask_input = 1;
   }
   template <class T, class F>
   void masked_ternary(const F& f) {
-    set(&loops_1d::masked_ternary_loop<T, F>, f, dtype_of<T>::value, dtype_of<T>::value);
+    set(&loops_1d::masked_loop<T, F, true>, f, dtype_of<T>::value, dtype_of<T>::value);
     kernel_.mask_input = 1;
   }
   // A tensor-scalar op: its binary kernel reads value as a broadcast second input.
