@@ -87,6 +87,42 @@ TEST(GpuFusion, ChainsEqualTheUnfusedDeviceInEveryFloatDType) {
   }
 }
 
+// A group run again with the same structure, shapes, strides and scalars runs the plan its first
+// run made (cuda_fused.cpp): the captured kernels on the new tensors, the steps that could not be
+// captured (a softmax over a leaf) eagerly before them. New scalars or new strides capture anew.
+// Every run equals the unfused device on its own inputs.
+TEST(GpuFusion, AGroupRunAgainRunsItsPlanOnNewTensorsAndNewScalarsCaptureAnew) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  const Device fused = device.fused();
+  // held (written once), and a tail over a chain that reads it and a leaf's softmax (which
+  // runs eagerly inside the group).
+  struct Result {
+    Tensor<2> held, sum;
+  };
+  auto program = [](const Tensor<2>& x, const Tensor<2>& yt, const Tensor<2>& b, double scale) {
+    Tensor<2> held = chain(x, yt, b, scale);
+    const Tensor<2> s = activation::softmax(x, 1) * 2.0;
+    Tensor<2> sum = (held * s + scale).sum_dim(1);
+    return Result{std::move(held), std::move(sum)};
+  };
+  for (int run = 0; run < 8; ++run) {
+    const auto seed = static_cast<std::uint64_t>(10 * run);
+    const double scale = run < 5 ? 0.5 : 0.25;  // runs 5 to 7: other scalars
+    const Tensor<2> x = random_on(device, {64, 300}, DType::F32, seed);
+    // runs 3 and 7: yt a transposed view, so the chain reads y contiguous (other strides)
+    const Tensor<2> yt = run % 4 == 3
+                             ? random_on(device, {64, 300}, DType::F32, seed + 1).transpose()
+                             : random_on(device, {300, 64}, DType::F32, seed + 1);
+    const Tensor<2> b = random_on(device, {1, 300}, DType::F32, seed + 2);
+    const Result want = program(x, yt, b, scale);
+    const Result got = program(x.to_device(fused), yt.to_device(fused), b.to_device(fused), scale);
+    const std::string what = "run " + std::to_string(run);
+    expect_equal_values(got.sum, want.sum, what);
+    expect_equal_values(got.held, want.held, what + " (held)");
+  }
+}
+
 // A random step is captured into its group's kernel, drawing at the place reserved at its call
 // (its counter is the kernel's flat index): the dropout's values equal the unfused device's bit
 // for bit (one multiply per op: nothing to contract), and an eager draw between the call and the

@@ -13,6 +13,11 @@
 
 namespace kiln::cuda {
 
+// What run_fused learned of the groups it ran, to run them again without capturing
+// (cuda_fused.cpp).
+class FusedPlans;
+std::shared_ptr<FusedPlans> make_fused_plans();
+
 class CudaBackend final : public StridedBackend {
  public:
   explicit CudaBackend(int index);
@@ -62,6 +67,7 @@ class CudaBackend final : public StridedBackend {
   Runtime runtime_;
   std::atomic<std::uint64_t> seed_{0x5eed'0000'0000'0001ull};  // the CPU backend's default
   std::atomic<std::uint64_t> counter_{0};
+  const std::shared_ptr<FusedPlans> plans_ = make_fused_plans();
 };
 
 }  // namespace kiln::cuda

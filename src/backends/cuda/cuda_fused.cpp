@@ -6,9 +6,20 @@
 // each element they read. Any other step that does device work ends the run: the captured ops
 // whose values are read later are written by one kernel (compiled once per structure, kept by
 // the kernel caches), then the step runs eagerly on real tensors, and a new run begins after it.
+//
+// Capturing costs a call of each op's method per step. A training loop or a model's forward runs
+// the same groups again and again, so what a capture decided is kept as a plan, keyed by the
+// group's structure with its shapes and strides: which steps ran eagerly, and each run's captured
+// ops. A group of the same key whose scalars are the same too runs its plan: the captures run
+// again on the group's new tensors, no op method is called. Other scalars capture anew (the
+// plan is replaced); a group with random steps (whose place in the stream is a scalar that
+// changes at every call) is never planned.
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <unordered_map>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernel_capture.h"
@@ -35,10 +46,189 @@ bool fusing_enabled() {
   return enabled;
 }
 
+// What run_fused did with a group, to do again. Runs are in program order: an eager step, or a
+// captured run of steps [first, end).
+struct PlanSegment {
+  PlanSegment(std::size_t first, std::size_t end) : first(first), end(end) {}
+  std::size_t first, end;
+  std::unique_ptr<KernelCapture> capture;  // null: step `first` runs eagerly
+  std::vector<std::int32_t> input_values;  // the value each of the capture's inputs is
+  std::vector<bool> wanted;                // the capture's results written
+  // Per step of the run: the capture's result it is (>= 0), none (kNoValue), or the value
+  // -2 - r (an op that returned one of its inputs).
+  std::vector<std::int32_t> step_values;
+};
+constexpr std::int32_t kNoValue = -1;
+
+struct Plan {
+  std::vector<std::uint64_t> signature;
+  std::vector<Scalar> scalars;  // two per step
+  std::vector<std::int32_t> last_use;
+  std::vector<PlanSegment> segments;
+};
+
+// The words a plan depends on besides scalars: the leaves' dtypes, shapes and strides, every
+// step's op, dtype, shape, parameters and wiring, and the outputs. Empty for a group that is
+// not planned (random).
+std::vector<std::uint64_t> signature_of(const FusedProgram& program) {
+  std::vector<std::uint64_t> words;
+  words.reserve(8 + 12 * (program.leaves.size() + program.steps.size()));
+  words.push_back(program.leaves.size());
+  for (const Primitive& leaf : program.leaves) {
+    const auto& t = static_cast<const CudaTensor&>(*leaf);
+    words.push_back(static_cast<std::uint64_t>(t.dtype()) | std::uint64_t(t.rank()) << 8);
+    for (std::size_t d = 0; d < t.rank(); ++d) {
+      words.push_back(static_cast<std::uint64_t>(t.shape()[d]));
+      words.push_back(static_cast<std::uint64_t>(t.strides()[d]));
+    }
+  }
+  for (const FusedStep& step : program.steps) {
+    if (step.op == OpCode::random) return {};
+    words.push_back(static_cast<std::uint64_t>(step.op) | std::uint64_t(step.dtype) << 16 |
+                    std::uint64_t(step.params.dtype) << 24 | std::uint64_t(step.arity) << 32 |
+                    std::uint64_t(step.shape.rank()) << 40);
+    words.push_back(static_cast<std::uint64_t>(step.params.dim));
+    for (std::uint8_t k = 0; k < step.arity; ++k)
+      words.push_back(static_cast<std::uint64_t>(step.inputs[k]));
+    for (std::size_t d = 0; d < step.shape.rank(); ++d)
+      words.push_back(static_cast<std::uint64_t>(step.shape[d]));
+  }
+  for (std::int32_t out : program.outputs) words.push_back(static_cast<std::uint64_t>(out));
+  return words;
+}
+
+std::uint64_t hash_of(const std::vector<std::uint64_t>& words) {
+  std::uint64_t h = 0x243f6a8885a308d3ull ^ words.size();
+  for (std::uint64_t w : words) {
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
+bool same_scalar(const Scalar& a, const Scalar& b) {
+  return a.kind() == b.kind() && a.to_int() == b.to_int() && a.to_uint() == b.to_uint() &&
+         std::bit_cast<std::uint64_t>(a.to_double()) == std::bit_cast<std::uint64_t>(b.to_double());
+}
+
+bool same_scalars(const Plan& plan, const FusedProgram& program) {
+  for (std::size_t i = 0; i < program.steps.size(); ++i) {
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (!same_scalar(plan.scalars[2 * i + k], program.steps[i].params.scalars[k])) return false;
+    }
+  }
+  return true;
+}
+
+// The index of the value that holds tensor among the first `count`, or -1.
+std::int32_t value_holding(const std::vector<Primitive>& values, std::size_t count,
+                           const TensorPrimitive* tensor) {
+  for (std::size_t j = 0; j < count; ++j) {
+    if (values[j].get() == tensor) return static_cast<std::int32_t>(j);
+  }
+  return -1;
+}
+
+}  // namespace
+
+// The plans of one GPU's backend. A plan is taken out while it runs, so threads running groups
+// of one structure at once never share one (the second captures, as without a plan).
+class FusedPlans {
+ public:
+  std::unique_ptr<Plan> take(std::uint64_t hash, const std::vector<std::uint64_t>& signature) {
+    std::lock_guard lock(mutex_);
+    const auto found = plans_.find(hash);
+    if (found == plans_.end() || found->second == nullptr ||
+        found->second->signature != signature) {
+      return nullptr;
+    }
+    return std::move(found->second);
+  }
+  void put(std::uint64_t hash, std::unique_ptr<Plan> plan) {
+    std::lock_guard lock(mutex_);
+    // Bounded: a program whose groups never repeat (shapes that change every step) starts over
+    // rather than growing without end.
+    if (plans_.size() >= kMaxPlans && !plans_.contains(hash)) plans_.clear();
+    plans_[hash] = std::move(plan);
+  }
+
+ private:
+  static constexpr std::size_t kMaxPlans = 4096;
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Plan>> plans_;
+};
+
+std::shared_ptr<FusedPlans> make_fused_plans() { return std::make_shared<FusedPlans>(); }
+
+namespace {
+
+// Runs program as plan says (the plan's key and scalars are the program's).
+std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedProgram& program) {
+  const std::size_t leaves = program.leaves.size();
+  std::vector<Primitive> values(program.leaves);
+  values.resize(leaves + program.steps.size());
+  std::array<const CudaTensor*, kMaxFusedInputs> inputs{};
+  for (PlanSegment& segment : plan.segments) {
+    if (!segment.capture) {
+      run_step(backend, program, segment.first, plan.last_use, values);
+      continue;
+    }
+    KernelCapture& capture = *segment.capture;
+    for (std::size_t k = 0; k < segment.input_values.size(); ++k) {
+      inputs[k] = static_cast<const CudaTensor*>(
+          values[static_cast<std::size_t>(segment.input_values[k])].get());
+    }
+    capture.rebind_inputs(std::span(inputs.data(), segment.input_values.size()));
+    std::vector<TensorPtr> results;
+    try {
+      results = capture.run(backend.runtime(), segment.wanted);
+    } catch (...) {
+      capture.rebind_inputs({});
+      throw;
+    }
+    capture.rebind_inputs({});
+    for (std::size_t s = segment.first; s < segment.end; ++s) {
+      const std::int32_t r = segment.step_values[s - segment.first];
+      Primitive& value = values[leaves + s];
+      if (r >= 0)
+        value = results[static_cast<std::size_t>(r)];
+      else if (r < kNoValue)
+        value = values[static_cast<std::size_t>(-2 - r)];
+    }
+  }
+  std::vector<Primitive> outputs;
+  outputs.reserve(program.outputs.size());
+  for (std::int32_t out : program.outputs) {
+    outputs.push_back(std::move(values[leaves + static_cast<std::size_t>(out)]));
+  }
+  return outputs;
+}
+
 }  // namespace
 
 std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
   if (!fusing_enabled()) return run_steps(*this, program);
+  std::vector<std::uint64_t> signature = signature_of(program);
+  const std::uint64_t hash = hash_of(signature);
+  if (!signature.empty()) {
+    if (std::unique_ptr<Plan> plan = plans_->take(hash, signature)) {
+      if (same_scalars(*plan, program)) {
+        std::vector<Primitive> outputs = run_plan(*this, *plan, program);
+        plans_->put(hash, std::move(plan));
+        return outputs;
+      }
+    }
+  }
+  // A plan made while this group runs; dropped when a step does something it cannot repeat.
+  std::unique_ptr<Plan> plan;
+  if (!signature.empty()) {
+    plan = std::make_unique<Plan>();
+    plan->signature = std::move(signature);
+    for (const FusedStep& step : program.steps) {
+      plan->scalars.insert(plan->scalars.end(), step.params.scalars.begin(),
+                           step.params.scalars.end());
+    }
+  }
   const std::vector<std::int32_t> last_use = last_uses(program);
   const std::size_t leaves = program.leaves.size();
   std::vector<Primitive> values(program.leaves);
@@ -57,12 +247,33 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
       if (op >= 0 && last_use[v] >= static_cast<std::int32_t>(next)) wanted[op] = true;
     }
     const std::vector<TensorPtr> results = capture->run(runtime_, wanted);
+    PlanSegment segment(capture_start, next);
     for (std::size_t s = capture_start; s < next; ++s) {
       Primitive& value = values[leaves + s];
       const auto* tensor = static_cast<const CudaTensor*>(value.get());
-      if (!capture->is_placeholder(tensor)) continue;
+      if (!capture->is_placeholder(tensor)) {
+        const std::int32_t alias = value_holding(values, leaves + s, tensor);
+        if (alias < 0) plan.reset();  // a tensor made outside the values: not repeatable
+        segment.step_values.push_back(-2 - alias);
+        continue;
+      }
       const std::int32_t op = capture->op_of(tensor);
       value = op >= 0 ? Primitive(results[static_cast<std::size_t>(op)]) : Primitive();
+      segment.step_values.push_back(op >= 0 ? op : kNoValue);
+    }
+    if (plan && next > capture_start) {
+      for (std::size_t k = 0; k < capture->input_count() && plan; ++k) {
+        const std::int32_t j = value_holding(values, leaves + capture_start, capture->input(k));
+        if (j < 0) plan.reset();
+        segment.input_values.push_back(j);
+      }
+      if (plan) {
+        capture->forget_placeholders();
+        capture->rebind_inputs({});
+        segment.capture = std::move(capture);
+        segment.wanted = std::move(wanted);
+        plan->segments.push_back(std::move(segment));
+      }
     }
     capture.reset();
   };
@@ -122,6 +333,7 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
     }
     close(i);
     run_step(*this, program, i, last_use, values);
+    if (plan) plan->segments.emplace_back(i, i + 1);
   }
   close(program.steps.size());
 
@@ -129,6 +341,10 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
   outputs.reserve(program.outputs.size());
   for (std::int32_t out : program.outputs) {
     outputs.push_back(std::move(values[leaves + static_cast<std::size_t>(out)]));
+  }
+  if (plan) {
+    plan->last_use = last_use;
+    plans_->put(hash, std::move(plan));
   }
   return outputs;
 }

@@ -50,7 +50,7 @@ TensorPtr launch_plan(Runtime& runtime, SoftmaxPlan plan, const Shape& shape, DT
     const char* name = softmax_kernel_name(launch.kernel);
     const FusedLoad* load = launch.kernel != SoftmaxKernel::Combine ? fused : nullptr;
     std::string key = std::string("softmax:") + name + suffix;
-    if (load != nullptr) key += "|" + fused_load_key(*load);
+    if (load != nullptr) key += "|" + key_of(*load);
     CUfunction function = runtime.compiler.function(
         key, name, [&] { return softmax_kernel_source(launch.kernel, dtype, log, load); });
     if (load != nullptr)

@@ -69,10 +69,17 @@ struct FusedLoad {
   std::int32_t value = 0;    // the value the tail reads
   DType dtype = DType::F32;  // the tail's input dtype (the value's, or one of its width)
   bool flat = false;         // every input contiguous of the iteration shape: offsets = base
+  // fused_load_key(*this) where its builder keeps the load to launch again (KernelCapture);
+  // empty: made at each launch.
+  std::string key;
 };
 
 // What fused_load_source depends on (part of the tail kernels' cache keys).
 std::string fused_load_key(const FusedLoad& load);
+// load.key, or fused_load_key(load) where it is empty.
+inline std::string key_of(const FusedLoad& load) {
+  return load.key.empty() ? fused_load_key(load) : load.key;
+}
 // Device code: structs FP and FT (FusedParams, FusedTailParams), struct Line, chain_line and
 // chain_at, which returns the value's word as load.dtype's storage type.
 std::string fused_load_source(const FusedLoad& load);

@@ -92,6 +92,18 @@ TensorPtr KernelCapture::record_tail(const CudaTensor& x, DType dtype, const Sha
   return out;
 }
 
+void KernelCapture::rebind_inputs(std::span<const CudaTensor* const> tensors) noexcept {
+  for (std::size_t k = 0; k < inputs_.size(); ++k) {
+    inputs_[k].tensor = k < tensors.size() ? tensors[k] : nullptr;
+  }
+}
+
+void KernelCapture::forget_placeholders() noexcept {
+  placeholders_.clear();
+  for (Op& op : ops_) op.result = nullptr;
+  if (tail_) tail_->result = nullptr;
+}
+
 void KernelCapture::roll_back(const Mark& mark) {
   if (!mark.tail) tail_.reset();
   ops_.resize(mark.ops);
@@ -222,12 +234,19 @@ std::vector<TensorPtr> KernelCapture::run_with_tail(Runtime& runtime,
   const auto dim = static_cast<std::size_t>(tail_->run.dim);
   for (std::size_t k = 0; k < inputs_.size(); ++k)
     params.along[k] = broadcast_strides(*inputs_[k].tensor, shape_)[dim];
-  FusedLoad load{
-      .kernel = kernel_of(outputs), .dtype = tail_->dtype, .flat = inputs == Layout::Flat};
-  load.value = load.kernel.value_of_op(static_cast<std::size_t>(tail_->operand));
+  const bool flat = inputs == Layout::Flat;
+  if (!compiled_tail_ || compiled_tail_->outputs != outputs || compiled_tail_->load.flat != flat) {
+    FusedLoad load;
+    load.kernel = kernel_of(outputs);
+    load.dtype = tail_->dtype;
+    load.flat = flat;
+    load.value = load.kernel.value_of_op(static_cast<std::size_t>(tail_->operand));
+    load.key = fused_load_key(load);
+    compiled_tail_ = CompiledTail{outputs, std::move(load)};
+  }
   std::vector<TensorPtr> results(ops_.size());
   bind(runtime, outputs, results, params.chain);
-  results.push_back(tail_->run.fused(runtime, load, params));
+  results.push_back(tail_->run.fused(runtime, compiled_tail_->load, params));
   return results;
 }
 
@@ -253,17 +272,22 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
   std::memset(&params, 0, sizeof params);
   const Layout inputs = layout(params);
   if (inputs == Layout::TooManyDims) return run_one_by_one(runtime, wanted);
-  const FusedKernel kernel = kernel_of(outputs);
+  if (!compiled_ || compiled_->outputs != outputs) {
+    FusedKernel kernel = kernel_of(outputs);
+    std::string key = fused_kernel_key(kernel);
+    key += "/ ";  // the layout's letter goes last
+    compiled_ = Compiled{outputs, std::move(kernel), std::move(key)};
+  }
+  const FusedKernel& kernel = compiled_->kernel;
   std::vector<TensorPtr> results(ops_.size());
   bind(runtime, outputs, results, params);
   const std::int64_t n = params.n;
   if (n == 0) return results;
 
-  std::string key = fused_kernel_key(kernel);
   // The module of one layout, compiled on its first launch.
   auto function = [&](KernelLayout layout, const char* kernel_name) {
-    key += '/';
-    key += static_cast<char>(layout);
+    std::string& key = compiled_->key;
+    key.back() = static_cast<char>(layout);
     return runtime.compiler.function(key, kernel_name,
                                      [&] { return fused_kernel_source(kernel, layout); });
   };

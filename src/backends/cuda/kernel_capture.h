@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/fused_kernel.h"
@@ -99,6 +100,16 @@ class KernelCapture {
   // kernel pointless (then the tail reads the value written out).
   std::vector<TensorPtr> run(Runtime& runtime, const std::vector<bool>& wanted);
 
+  // ---- a capture kept to run again (cuda_fused.cpp's plans) ----
+  // The tensors the captured ops read that no op of the capture computes.
+  std::size_t input_count() const noexcept { return inputs_.size(); }
+  const CudaTensor* input(std::size_t k) const noexcept { return inputs_[k].tensor; }
+  // Runs on other tensors of the same dtypes, shapes and strides (null: none, between runs).
+  void rebind_inputs(std::span<const CudaTensor* const> tensors) noexcept;
+  // Ends the capture for good: its placeholders go (op_of and is_placeholder no longer answer),
+  // what run() needs stays.
+  void forget_placeholders() noexcept;
+
  private:
   struct Input {
     const CudaTensor* tensor;
@@ -142,6 +153,19 @@ class KernelCapture {
   std::size_t failures_ = 0;
   std::optional<Tail> tail_;
   std::vector<TensorPtr> placeholders_;  // kept so that no address is reused during the capture
+  // The kernel of the last run_ops and its cache key, and the load of the last run_with_tail (a
+  // capture run again writes the same outputs: none is built twice).
+  struct Compiled {
+    std::vector<std::int32_t> outputs;
+    FusedKernel kernel;
+    std::string key;
+  };
+  std::optional<Compiled> compiled_;
+  struct CompiledTail {
+    std::vector<std::int32_t> outputs;
+    FusedLoad load;  // its key set
+  };
+  std::optional<CompiledTail> compiled_tail_;
 };
 
 }  // namespace kiln::cuda

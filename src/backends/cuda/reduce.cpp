@@ -50,7 +50,7 @@ void launch_plan(Runtime& runtime, ReducePlan plan, const CudaTensor& out, const
     const char* name = reduce_kernel_name(launch.kernel);
     const FusedLoad* load = reads_input(launch.kernel) ? fused : nullptr;
     std::string key = std::string("reduce:") + name + suffix;
-    if (load != nullptr) key += "|" + fused_load_key(*load);
+    if (load != nullptr) key += "|" + key_of(*load);
     CUfunction function = runtime.compiler.function(key, name, [&] {
       return reduce_kernel_source(launch.kernel, reducer, dtype, out.dtype(), load);
     });

@@ -517,6 +517,23 @@ TEST(FusionRandomGraphs, FusedMatchesOpByOpAndTheFloat64Reference) {
       EXPECT_TRUE(held_ok) << "seed " << seed << ": held value " << h << "; " << describe(p);
       failures += !held_ok;
     }
+    // The CUDA backend keeps a plan of each group it ran (cuda_fused.cpp): the same program again,
+    // on new tensors of the same values (the device seeded alike), runs the plans and must give
+    // the same results.
+    if (fused.kind() != DeviceKind::Cpu) {
+      const KilnRun again = run_kiln(p, fused, seed, false);
+      const auto again_ok =
+          close(again.result[0], e.result[0].into_data().to_f64_vec(), r.result.shape, 1e-5);
+      EXPECT_TRUE(again_ok) << "seed " << seed << ": fused again (its plans) vs op by op; "
+                            << describe(p);
+      failures += !again_ok;
+      for (std::size_t h = 0; h < again.held.size(); ++h) {
+        const auto held_ok = close(again.held[h], r.held[h].v, r.held[h].shape, 2e-4);
+        EXPECT_TRUE(held_ok) << "seed " << seed << ": held value " << h << " again; "
+                             << describe(p);
+        failures += !held_ok;
+      }
+    }
   }
 }
 
