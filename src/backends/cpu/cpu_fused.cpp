@@ -297,12 +297,11 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
     const DType in = dtype_of_value(step.inputs[0]);
     bool made = false;
     try {
-      made = arith_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
-             unary_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
-             activation_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
-             compare_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
-             cast_step_kernel(step.op, in, step.params, contiguous, *kernel) ||
-             mask_step_kernel(step.op, in, step.params, contiguous, *kernel);
+      // The first family that has the op makes its kernel.
+#define KILN_CPU_TRY_STEP_KERNEL(family) \
+  || family##_step_kernel(step.op, in, step.params, contiguous, *kernel)
+      made = false KILN_CPU_STEP_KERNEL_FAMILIES(KILN_CPU_TRY_STEP_KERNEL);
+#undef KILN_CPU_TRY_STEP_KERNEL
     } catch (const Error&) {
       return false;  // a dtype the op does not run: the step by step path says so
     }

@@ -283,20 +283,16 @@ class OwnedKernel {
   case OpCode::name:                           \
     make_##name(dtype, params, contiguous, k); \
     return true;
-bool arith_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
-                       OwnedKernel& k);
-bool unary_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
-                       OwnedKernel& k);
-bool activation_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
+
+// The families with step kernels, each <family>_step_kernel defined in its file: arith, unary
+// and activation (cpu_<family>.cpp); compare, with a tensor or a scalar (cpu_compare.cpp); cast
+// (cpu_creation.cpp: dtype is the input's, params.dtype the result's); mask, mask_fill and
+// mask_where (cpu_mask.cpp: dtype is x's, the mask is Bool).
+#define KILN_CPU_STEP_KERNEL_FAMILIES(X) X(arith) X(unary) X(activation) X(compare) X(cast) X(mask)
+#define KILN_CPU_DECLARE_STEP_KERNEL(family)                                                   \
+  bool family##_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous, \
                             OwnedKernel& k);
-// Comparisons with a tensor or a scalar (cpu_compare.cpp) and casts (cpu_creation.cpp: dtype is
-// the input's, params.dtype the result's).
-bool compare_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
-                         OwnedKernel& k);
-bool cast_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
-                      OwnedKernel& k);
-// mask_fill and mask_where (cpu_mask.cpp; dtype is x's, the mask is Bool).
-bool mask_step_kernel(OpCode op, DType dtype, const StepParams& params, bool contiguous,
-                      OwnedKernel& k);
+KILN_CPU_STEP_KERNEL_FAMILIES(KILN_CPU_DECLARE_STEP_KERNEL)
+#undef KILN_CPU_DECLARE_STEP_KERNEL
 
 }  // namespace kiln::cpu

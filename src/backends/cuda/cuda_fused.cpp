@@ -179,13 +179,8 @@ std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedPro
           values[static_cast<std::size_t>(segment.input_values[k])].get());
     }
     capture.rebind_inputs(std::span(inputs.data(), segment.input_values.size()));
-    std::vector<TensorPtr> results;
-    try {
-      results = capture.run(backend.runtime(), segment.wanted);
-    } catch (...) {
-      capture.rebind_inputs({});
-      throw;
-    }
+    // (A run that throws drops the whole plan: run_fused does not put it back.)
+    const std::vector<TensorPtr> results = capture.run(backend.runtime(), segment.wanted);
     capture.rebind_inputs({});
     for (std::size_t s = segment.first; s < segment.end; ++s) {
       const std::int32_t r = segment.step_values[s - segment.first];

@@ -133,7 +133,9 @@ TEST(CpuRandom, AReservedPlaceDrawsWhatTheOpDrewThere) {
       EXPECT_TRUE(pinned == first) << what;
       EXPECT_TRUE(next == second) << what << ": the op after a reservation draws after it";
       // (standard draws on integers are all zeros: nothing to tell apart)
-      if (is_float(dtype)) EXPECT_TRUE(after_pin != second) << what;
+      if (is_float(dtype)) {
+        EXPECT_TRUE(after_pin != second) << what;
+      }
       EXPECT_EQ(cpu.reserve_random(1)->first, 5600u) << what << ": the pin took no counters";
     }
   }
