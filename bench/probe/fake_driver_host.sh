@@ -3,7 +3,9 @@
 # driver (tests/gpu/fake_driver: host memory, launches that do nothing, NVRTC compiling for real),
 # eager and fused, ROUNDS times interleaved. Results are not computed, so only times mean anything.
 #   bench/probe/fake_driver_host.sh BUILD_DIR [ROUNDS]   (libkiln, kiln_cuda and kiln_fake_cuda
-#   built in BUILD_DIR); for a profile: perf record --call-graph dwarf on the fused run.
+#   built in BUILD_DIR); for a profile: perf record --call-graph dwarf on the fused run, or (where
+#   there is no perf, as on the GPU machine) bench/probe/sampler.cpp. KILN_FAKE_CUDA_LAUNCH_US=N
+#   makes each launch cost N microseconds of host time, as the real driver's do.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(cd "${1:?usage: fake_driver_host.sh BUILD_DIR [ROUNDS]}" && pwd)

@@ -607,6 +607,61 @@ void check_fused_random(Distribution d, DType dtype, KernelLayout layout, bool p
   if (product) compare(y, cpub().mul(x, want), 0, what + " (product)");
 }
 
+// ---- the strided fused kernel: runs along the last dim, wraps, broadcasts, transposes ----
+
+void check_fused_strided(const Shape& shape, bool transposed) {
+  const std::string what =
+      "strided fused " + shape.to_string() + (transposed ? " (z transposed)" : "");
+  if (skipped(what)) return;
+  const DType f = DType::F32;
+  FusedKernel k;
+  k.inputs = {f, f, f};
+  k.ops.push_back(FusedKernelOp{{"mul", "k_mul(a, b)", {f, f}, f, f, {}}, {0, 1}, 0, -1});  // 3
+  k.ops.push_back(FusedKernelOp{{"add", "k_add(a, b)", {f, f}, f, f, {}}, {3, 2}, 0, -1});  // 4
+  k.outputs = {{4, f}, {3, f}};
+  const std::size_t rank = shape.rank();
+  Shape row(std::vector<std::int64_t>(rank, 1));
+  row[rank - 1] = shape[rank - 1];  // broadcast over every dim but the last
+  Primitive x = values(shape, f, 11, -2, 2), y = values(row, f, 12, -2, 2);
+  Shape reversed = shape;
+  for (std::size_t d = 0; d < rank; ++d) reversed[d] = shape[rank - 1 - d];
+  std::vector<std::int64_t> order(rank);
+  for (std::size_t d = 0; d < rank; ++d) order[d] = static_cast<std::int64_t>(rank - 1 - d);
+  Primitive z = transposed ? detail::permute(values(reversed, f, 13, -2, 2), order)
+                           : values(shape, f, 13, -2, 2);
+  auto out = cpu::make_tensor(f, shape), product = cpu::make_tensor(f, shape);
+  unsigned error = 0;
+  const std::string file_key =
+      "strided_" + std::to_string(std::hash<std::string>{}(fused_kernel_key(k)));
+  Launcher run = module(file_key, "kiln_fused", [&] {
+    return fused_kernel_source(k, KernelLayout::Strided) + "typedef FP P;\n";
+  });
+  FusedParams fp{};
+  fp.n = shape.num_elements();
+  fp.rank = static_cast<int>(rank);
+  const Primitive inputs[] = {x, detail::expand(y, shape), z};
+  for (std::size_t d = 0; d < rank; ++d) {
+    fp.sizes[d] = shape[d];
+    for (std::size_t j = 0; j < 3; ++j) fp.strides[j][d] = as_cpu(inputs[j]).strides()[d];
+  }
+  for (std::size_t j = 0; j < 3; ++j) fp.in[j] = address(inputs[j]);
+  fp.out[0] = address(out);
+  fp.out[1] = address(product);
+  fp.error_word = reinterpret_cast<std::uint64_t>(&error);
+  run(&fp, kMaxEmulatedBlocks, 64);
+  const Primitive want_product = cpub().mul(x, detail::expand(y, shape));
+  compare(product, want_product, 0, what + " (x * y)");
+  compare(out, cpub().add(want_product, z), 1e-6, what);
+}
+
+void fused_strided() {
+  // Rows longer than a warp's run, a row of 143 (wraps inside a run), rows shorter than a warp.
+  for (const Shape& shape : {Shape{9, 512}, Shape{7, 143}, Shape{3, 5, 301}, Shape{40, 10},
+                             Shape{2, 3, 4, 5}, Shape{1, 1000}}) {
+    for (bool transposed : {false, true}) check_fused_strided(shape, transposed);
+  }
+}
+
 void fused_randoms() {
   const Distribution kinds[] = {Distribution::standard(), Distribution::uniform(-3, 5),
                                 Distribution::normal(1, 2), Distribution::bernoulli(0.3)};
@@ -630,6 +685,7 @@ int main(int argc, char** argv) {
   if (which == "all" || which == "softmax") softmaxes();
   if (which == "all" || which == "fused") fused_tails();
   if (which == "all" || which == "random") fused_randoms();
+  if (which == "all" || which == "strided") fused_strided();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

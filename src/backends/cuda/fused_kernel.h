@@ -47,6 +47,8 @@ struct FusedKernel {
   }
 };
 
+// Elements each thread of the strided kernel (kiln_fused) takes.
+std::int64_t fused_strided_run() noexcept;
 // Elements per vector of the wide-load kernel: 16 bytes of the widest tensor, 4 to 16.
 std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept;
 // What the source depends on: the cache key of the module.

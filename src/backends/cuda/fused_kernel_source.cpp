@@ -160,21 +160,75 @@ constexpr const char* kGridLoop =
     "for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * "
     "blockDim.x)";
 
+// Each warp takes 32 * kStridedRun consecutive elements, lane l the elements l, l + 32, ...:
+// loads and stores stay coalesced, and a lane finds its element's coordinates (a division per
+// dim) once, then steps 32 along the last dim while it stays in the same row. Below 2^31
+// elements the divisions are 32-bit (a 64-bit division is several times dearer on the GPU).
+// A lane finds every offset first and then issues every load before computing anything, so its
+// kStridedRun loads are in flight at once (interleaved with the stores, the compiler could not
+// move a load above an earlier store).
+constexpr int kStridedRun = 4;
+
 std::string strided_kernel(const FusedKernel& kernel) {
-  std::string steps;
-  for (std::size_t k = 0; k < kernel.inputs.size(); ++k)
-    steps += fmt::format("      o{0} += idx * p.strides[{0}][d];\n", k);
+  std::string zero, unravel_steps, advance, keep, declare, loads, lanes;
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+    const char* type = storage_type(kernel.inputs[k]);
+    zero += fmt::format(" o{} = 0;", k);
+    unravel_steps += fmt::format(" o{0} += idx * p.strides[{0}][d];", k);
+    advance += fmt::format(" o{0} += 32 * p.strides[{0}][k_last];", k);
+    declare +=
+        fmt::format("    i64 k_o{}[{}];\n    {} w{}[{}];\n", k, kStridedRun, type, k, kStridedRun);
+    keep += fmt::format(" k_o{0}[k_step] = o{0};", k);
+    loads += fmt::format(" w{0}[k_step] = ((const {1}*)p.in[{0}])[k_o{0}[k_step]];", k, type);
+    lanes += fmt::format("        const {} v{} = w{}[k_step];\n", type, k, k);
+  }
+  const auto unravel = [&](const char* type) {
+    return fmt::format(
+        "{{ {type} rem = ({type})i;{zero}\n"
+        "            for (int d = k_last; d >= 0; --d) {{\n"
+        "              const {type} size = ({type})p.sizes[d]; const {type} q = rem / size;\n"
+        "              const i64 idx = (i64)(rem - q * size); rem = q;\n"
+        "              if (d == k_last) k_idx = idx;{steps}\n"
+        "            }} }}",
+        "type"_a = type, "zero"_a = zero, "steps"_a = unravel_steps);
+  };
   return fmt::format(
       R"CUDA(extern "C" __global__ void __launch_bounds__(256) kiln_fused(const FP p) {{
-{head}  {loop} {{
-    i64 rem = i;
-{offsets}    for (int d = p.rank - 1; d >= 0; --d) {{
-      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;
-{steps}    }}
-{step}  }}
+{head}  const int k_last = p.rank - 1;
+  const i64 k_inner = p.sizes[k_last];
+  const bool k_narrow = p.n <= 0x7fffffff;
+  const i64 k_runs = (p.n + {span} - 1) / {span};
+  const i64 k_warps = ((i64)gridDim.x * blockDim.x) >> 5;
+  for (i64 k_run = (blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5; k_run < k_runs; k_run += k_warps) {{
+    const i64 k_first = k_run * {span} + (threadIdx.x & 31);
+{declare}    {{
+      i64 i = k_first, k_idx = 0;
+{offsets}#pragma unroll
+      for (int k_step = 0; k_step < {run}; ++k_step) {{
+        if (i < p.n && (k_step == 0 || k_idx >= k_inner)) {{
+          if (k_narrow) {narrow} else {wide}
+        }}
+       {keep}
+        i += 32; k_idx += 32;{advance}
+      }}
+    }}
+#pragma unroll
+    for (int k_step = 0; k_step < {run}; ++k_step) {{
+      if (k_first + 32 * k_step < p.n) {{{loads} }}
+    }}
+#pragma unroll
+    for (int k_step = 0; k_step < {run}; ++k_step) {{
+      const i64 i = k_first + 32 * k_step;
+      if (i < p.n) {{
+{lanes}{body}{stores}      }}
+    }}
+  }}
 {end})CUDA",
-      "head"_a = kernel_head(kernel), "loop"_a = kGridLoop, "offsets"_a = offsets(kernel, "0"),
-      "steps"_a = steps, "step"_a = element_step(kernel, "    "), "end"_a = kernel_end(kernel));
+      "head"_a = kernel_head(kernel), "span"_a = 32 * kStridedRun, "run"_a = kStridedRun,
+      "declare"_a = declare, "offsets"_a = offsets(kernel, "0"), "narrow"_a = unravel("unsigned"),
+      "wide"_a = unravel("i64"), "keep"_a = keep, "advance"_a = advance, "loads"_a = loads,
+      "lanes"_a = lanes, "body"_a = element_body(kernel, "        "),
+      "stores"_a = output_stores(kernel, "        "), "end"_a = kernel_end(kernel));
 }
 
 std::string flat_kernel(const FusedKernel& kernel) {
@@ -280,6 +334,8 @@ __device__ __forceinline__ SV chain_at(const FT& t, const Line& l, i64 j, i64 st
 )CUDA";
 
 }  // namespace
+
+std::int64_t fused_strided_run() noexcept { return kStridedRun; }
 
 std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept {
   std::size_t widest = 1;

@@ -293,8 +293,10 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
   };
   const char* name = ops_.back().spec.name;
   if (inputs == Layout::Strided) {
-    runtime.launch(name, function(KernelLayout::Strided, "kiln_fused"), runtime.blocks_for(n, 256),
-                   256, params);
+    // Each thread takes fused_strided_run() elements (fused_kernel_source.cpp).
+    const std::int64_t run = fused_strided_run();
+    runtime.launch(name, function(KernelLayout::Strided, "kiln_fused"),
+                   runtime.blocks_for((n + run - 1) / run, 256), 256, params);
     return results;
   }
   FusedFlatParams p;

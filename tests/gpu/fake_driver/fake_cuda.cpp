@@ -564,7 +564,11 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x, unsign
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (const int us = g_launch_microseconds.load(std::memory_order_relaxed); us > 0) {
-    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    // A spin, not a sleep: the real driver's cost is host work, and a sleep of a few
+    // microseconds overshoots by tens.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    while (std::chrono::steady_clock::now() < until) {
+    }
   }
   if (g_recording.load(std::memory_order_acquire)) {
     std::uint64_t first = 0;
