@@ -492,9 +492,6 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
       }
     }
   });
-#if defined(__AVX512F__)
-  if (stream) _mm_sfence();  // the streaming stores are seen before the outputs are read
-#endif
   return {outputs.begin(), outputs.end()};
 }
 
@@ -547,9 +544,6 @@ std::vector<Primitive> CpuBackend::run_fused(const FusedProgram& program) {
       }
     }
   });
-#if defined(__AVX512F__)
-  _mm_sfence();  // the streaming stores are seen before the outputs are read
-#endif
   return outputs;
 }
 

@@ -1,12 +1,14 @@
-// Copies with stores that bypass the cache (AVX-512 builds): for outputs larger than the caches
-// that nothing reads soon, a plain store first reads each line from memory, a third more
-// traffic. Elsewhere, and for the unaligned head and tail, a memcpy.
+// Copies with stores that bypass the cache (AVX-512 and AVX builds): for outputs larger than the
+// caches that nothing reads soon, a plain store first reads each line from memory, a third more
+// traffic. Elsewhere, and for the unaligned head and tail, a memcpy. Streaming stores are weakly
+// ordered, so each call ends with a store fence on its own thread: whatever the thread does next
+// (leave a parallel region, hand the tensor on) comes after the copy for every other thread.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -29,6 +31,18 @@ inline void stream_bytes(void* dst, const void* src, std::int64_t bytes) {
                         _mm512_loadu_si512(reinterpret_cast<const void*>(in + at)));
   }
   std::memcpy(out + at, in + at, static_cast<std::size_t>(bytes - at));
+  _mm_sfence();
+#elif defined(__AVX__)
+  const std::int64_t head =
+      std::min<std::int64_t>(bytes, (32 - reinterpret_cast<std::uintptr_t>(out) % 32) % 32);
+  std::memcpy(out, in, static_cast<std::size_t>(head));
+  std::int64_t at = head;
+  for (; at + 32 <= bytes; at += 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + at),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + at)));
+  }
+  std::memcpy(out + at, in + at, static_cast<std::size_t>(bytes - at));
+  _mm_sfence();
 #else
   std::memcpy(out, in, static_cast<std::size_t>(bytes));
 #endif
