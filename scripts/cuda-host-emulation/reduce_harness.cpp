@@ -662,6 +662,56 @@ void fused_strided() {
   }
 }
 
+// ---- the rows kernel: x (whole) * bias row + per-row value (a column, or every other element)
+// ----
+
+void check_fused_rows(std::int64_t rows, std::int64_t cols, bool strided_column) {
+  const std::string what = "rows fused [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                           "]" + (strided_column ? " (column every other element)" : "");
+  if (skipped(what)) return;
+  const DType f = DType::F32;
+  FusedKernel k;
+  k.inputs = {f, f, f};
+  k.ops.push_back(FusedKernelOp{{"mul", "k_mul(a, b)", {f, f}, f, f, {}}, {0, 1}, 0, -1});  // 3
+  k.ops.push_back(FusedKernelOp{{"add", "k_add(a, b)", {f, f}, f, f, {}}, {3, 2}, 0, -1});  // 4
+  k.outputs = {{4, f}, {3, f}};
+  const Shape shape{rows, cols};
+  Primitive x = values(shape, f, 21, -2, 2), bias = values(Shape{1, cols}, f, 22, -2, 2);
+  Primitive column = strided_column
+                         ? detail::slice(values(Shape{rows, 2}, f, 23, -2, 2), {{0, rows}, {0, 1}})
+                         : values(Shape{rows, 1}, f, 23, -2, 2);
+  auto out = cpu::make_tensor(f, shape), product = cpu::make_tensor(f, shape);
+  unsigned error = 0;
+  const std::string file_key =
+      "rows_" + std::to_string(std::hash<std::string>{}(fused_kernel_key(k)));
+  Launcher run = module(file_key, "kiln_fused_rows",
+                        [&] { return fused_rows_source(k, "frc") + "typedef FP P;\n"; });
+  FusedParams fp{};
+  fp.n = shape.num_elements();
+  fp.rank = 2;
+  fp.sizes[0] = rows;
+  fp.sizes[1] = cols;
+  const Primitive inputs[] = {x, detail::expand(bias, shape), detail::expand(column, shape)};
+  for (std::size_t j = 0; j < 3; ++j) {
+    for (std::size_t d = 0; d < 2; ++d) fp.strides[j][d] = as_cpu(inputs[j]).strides()[d];
+    fp.in[j] = address(inputs[j]);
+  }
+  fp.out[0] = address(out);
+  fp.out[1] = address(product);
+  fp.error_word = reinterpret_cast<std::uint64_t>(&error);
+  run(&fp, kMaxEmulatedBlocks, 64);
+  const Primitive want_product = cpub().mul(x, inputs[1]);
+  compare(product, want_product, 0, what + " (x * bias)");
+  compare(out, cpub().add(want_product, inputs[2]), 1e-6, what);
+}
+
+void fused_rows() {
+  for (const auto& [rows, cols] :
+       {std::pair<std::int64_t, std::int64_t>{9, 512}, {33, 8}, {1, 4}, {300, 12}}) {
+    for (bool strided_column : {false, true}) check_fused_rows(rows, cols, strided_column);
+  }
+}
+
 void fused_randoms() {
   const Distribution kinds[] = {Distribution::standard(), Distribution::uniform(-3, 5),
                                 Distribution::normal(1, 2), Distribution::bernoulli(0.3)};
@@ -686,6 +736,7 @@ int main(int argc, char** argv) {
   if (which == "all" || which == "fused") fused_tails();
   if (which == "all" || which == "random") fused_randoms();
   if (which == "all" || which == "strided") fused_strided();
+  if (which == "all" || which == "rows") fused_rows();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -302,7 +302,7 @@ FusedLoad tail_load(DType d, bool flat) {
 
 }  // namespace fused_codegen
 
-// The fused kernel of a group (cuda_fused.cpp) in its three launch forms, compiled every time:
+// The fused kernel of a group (cuda_fused.cpp) in its four launch forms, compiled every time:
 // there are only two, and every fused group of the GPU goes through this generator.
 TEST(GpuCodegen, FusedKernelsCompile) {
   for (const FusedKernel& kernel :
@@ -318,6 +318,15 @@ TEST(GpuCodegen, FusedKernelsCompile) {
       const Compiled c = compile_to_cubin(source);
       EXPECT_TRUE(c.ok) << key << " " << name << ":\n" << c.log.substr(0, 4000);
     }
+    // The rows form: the first input a broadcast row, the second a value per row, any others
+    // whole.
+    std::string modes(kernel.inputs.size(), 'f');
+    if (!modes.empty()) modes[0] = 'r';
+    if (modes.size() > 1) modes[1] = 'c';
+    const std::string rows = fused_rows_source(kernel, modes);
+    EXPECT_NE(rows.find("kiln_fused_rows(const FP p)"), std::string::npos) << key;
+    const Compiled c = compile_to_cubin(rows);
+    EXPECT_TRUE(c.ok) << key << " rows " << modes << ":\n" << c.log.substr(0, 4000);
   }
   // The key tells apart what the source depends on: wiring, dtypes, outputs.
   FusedKernel rewired = fused_codegen::chain8();

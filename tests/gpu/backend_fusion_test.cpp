@@ -87,6 +87,36 @@ TEST(GpuFusion, ChainsEqualTheUnfusedDeviceInEveryFloatDType) {
   }
 }
 
+// A bias row and a value per row (whole, or every other element of a wider tensor) over a
+// [rows, 512] chain run as kiln_fused_rows (one vector of each output per thread), equal to the
+// unfused device in every float dtype; 510 columns (no whole vectors per row) take the strided
+// kernel and agree as well.
+TEST(GpuFusion, BroadcastRowsAndPerRowValuesEqualTheUnfusedDevice) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  const Device fused = device.fused();
+  auto program = [](const Tensor<2>& x, const Tensor<2>& b, const Tensor<2>& m) {
+    return activation::relu(x * 1.5 + b) - m * x;
+  };
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    for (std::int64_t cols : {512, 510}) {
+      for (bool strided : {false, true}) {
+        const auto seed = static_cast<std::uint64_t>(cols + (strided ? 7 : 0));
+        const Tensor<2> x = random_on(device, {96, cols}, dtype, seed);
+        const Tensor<2> b = random_on(device, {1, cols}, dtype, seed + 1);
+        const Tensor<2> m =
+            strided ? random_on(device, {96, 2}, dtype, seed + 2).slice({{0, 96}, {1, 2}})
+                    : random_on(device, {96, 1}, dtype, seed + 2);
+        const Tensor<2> want = program(x, b, m);
+        const Tensor<2> got = program(x.to_device(fused), b.to_device(fused), m.to_device(fused));
+        expect_equal_values(got, want,
+                            std::string(dtype_name(dtype)) + " cols " + std::to_string(cols) +
+                                (strided ? " strided" : ""));
+      }
+    }
+  }
+}
+
 // A group run again with the same structure, shapes, strides and scalars runs the plan its first
 // run made (cuda_fused.cpp): the captured kernels on the new tensors, the steps that could not be
 // captured (a softmax over a leaf) eagerly before them. New scalars or new strides capture anew.

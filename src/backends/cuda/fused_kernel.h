@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cuda/elementwise.h"
@@ -57,6 +58,12 @@ std::string fused_kernel_key(const FusedKernel& kernel);
 // kiln_fused (Strided: any strides), kiln_fused_flat (Flat: every input contiguous and of the
 // iteration shape) or kiln_fused_vec (Wide: flat, every pointer on a 16-byte vector).
 std::string fused_kernel_source(const FusedKernel& kernel, KernelLayout layout);
+
+// A module with kiln_fused_rows (FusedParams): the merged iteration shape [rows, cols], cols a
+// multiple of fused_vector_width, every input as modes[k] says: 'f' row-major of that shape, 'r'
+// one row broadcast over the rows (strides 0, 1), 'c' one value per row (strides s, 0); every
+// 'f' and 'r' pointer and every output on a whole vector. One vector of each output per thread.
+std::string fused_rows_source(const FusedKernel& kernel, std::string_view modes);
 
 // A captured chain as the input of a reduction or softmax along a dim (the capture's tail,
 // kernel_capture.h). Their kernels read that input by lines along the dim: chain_line(t, base)

@@ -291,6 +291,68 @@ extern "C" __global__ void __launch_bounds__(1024) kiln_fused_vec(const FF p) {{
       "step"_a = element_step(kernel, "    "), "end"_a = kernel_end(kernel));
 }
 
+// Rows: the merged iteration shape is [rows, cols] with cols a multiple of the vector width, and
+// each input either a whole row-major operand ('f'), one row broadcast over the rows ('r',
+// strides (0, 1)) or one value per row broadcast along it ('c', strides (any, 0)): the bias of a
+// linear layer, a softmax's statistics. Each thread moves one vector of every output, as the
+// wide-load kernel; a 'c' input is one scalar load for the vector's row (a vector never crosses
+// a row). One 32-bit division per vector below 2^31 elements.
+std::string rows_kernel(const FusedKernel& kernel, std::string_view modes) {
+  const std::int64_t width = fused_vector_width(kernel);
+  std::string loads, lanes, outputs, stores;
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+    const char* type = storage_type(kernel.inputs[k]);
+    switch (modes[k]) {
+      case 'f':
+        loads += fmt::format("    const V<{0}> w{1} = ((const V<{0}>*)p.in[{1}])[vec];\n", type, k);
+        lanes += fmt::format("      const {} v{} = w{}.v[lane];\n", type, k, k);
+        break;
+      case 'r':
+        loads += fmt::format("    const V<{0}> w{1} = ((const V<{0}>*)p.in[{1}])[k_col / {2}];\n",
+                             type, k, width);
+        lanes += fmt::format("      const {} v{} = w{}.v[lane];\n", type, k, k);
+        break;
+      default:  // 'c'
+        loads += fmt::format(
+            "    const {0} v{1} = ((const {0}*)p.in[{1}])[k_row * p.strides[{1}][0]];\n", type, k);
+        break;
+    }
+  }
+  for (std::size_t j = 0; j < kernel.outputs.size(); ++j) {
+    const FusedKernel::Output& out = kernel.outputs[j];
+    const char* type = storage_type(out.dtype);
+    outputs += fmt::format("    V<{}> y{};\n", type, j);
+    stores += fmt::format("    ((V<{}>*)p.out[{}])[vec] = y{};\n", type, j, j);
+  }
+  std::string body = element_body(kernel, "      ");
+  for (std::size_t j = 0; j < kernel.outputs.size(); ++j) {
+    const FusedKernel::Output& out = kernel.outputs[j];
+    body += fmt::format("      y{}.v[lane] = {};\n", j, word_as(kernel, out.value, out.dtype));
+  }
+  return fmt::format(
+      R"CUDA(template <class T> struct alignas({width} * sizeof(T) < 16 ? {width} * sizeof(T) : 16) V {{ T v[{width}]; }};
+extern "C" __global__ void __launch_bounds__(1024) kiln_fused_rows(const FP p) {{
+{head}  const i64 threads = (i64)gridDim.x * blockDim.x;
+  const i64 vectors = p.n / {width};
+  const i64 k_cols = p.sizes[1];
+  const bool k_narrow = p.n <= 0x7fffffff;
+  for (i64 vec = blockIdx.x * (i64)blockDim.x + threadIdx.x; vec < vectors; vec += threads) {{
+    const i64 k_first = vec * {width};
+    i64 k_row;
+    if (k_narrow) k_row = (i64)((unsigned)k_first / (unsigned)k_cols); else k_row = k_first / k_cols;
+    const i64 k_col = k_first - k_row * k_cols;
+    (void)k_col;
+{loads}{outputs}#pragma unroll
+    for (int lane = 0; lane < {width}; ++lane) {{
+      const i64 i = k_first + lane;
+      (void)i;
+{lanes}{body}    }}
+{stores}  }}
+{end})CUDA",
+      "width"_a = width, "head"_a = kernel_head(kernel), "loads"_a = loads, "outputs"_a = outputs,
+      "lanes"_a = lanes, "body"_a = body, "stores"_a = stores, "end"_a = kernel_end(kernel));
+}
+
 // fused_offsets(p, i, o): the offsets o[k] in every input of the element of flat index i: i
 // itself when every input is flat, else i's coordinates in the merged dims of FP times each
 // input's strides.
@@ -402,6 +464,10 @@ std::string fused_kernel_source(const FusedKernel& kernel, KernelLayout layout) 
       break;
   }
   return fmt::format("{}{}{}", kernel_prelude(), kParamsStructs, body);
+}
+
+std::string fused_rows_source(const FusedKernel& kernel, std::string_view modes) {
+  return fmt::format("{}{}{}", kernel_prelude(), kParamsStructs, rows_kernel(kernel, modes));
 }
 
 std::string fused_load_key(const FusedLoad& load) {

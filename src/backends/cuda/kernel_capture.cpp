@@ -197,6 +197,36 @@ KernelCapture::Layout KernelCapture::layout(FusedParams& params) const {
   return flat ? Layout::Flat : Layout::Strided;
 }
 
+bool KernelCapture::rows_modes(const FusedParams& params, const FusedKernel& kernel,
+                               std::size_t outputs, std::string& modes) {
+  // kiln_fused_rows (fused_kernel.h): two merged dims, whole vectors per row, every input a
+  // row-major operand, a broadcast row or a value per row, and every vector pointer aligned.
+  const std::int64_t width = fused_vector_width(kernel);
+  if (params.rank != 2 || params.sizes[1] % width != 0) return false;
+  const std::int64_t cols = params.sizes[1];
+  auto on_vector = [&](std::uint64_t pointer, DType dtype) {
+    return pointer % std::min<std::uint64_t>(16, std::uint64_t(width) * dtype_size(dtype)) == 0;
+  };
+  modes.clear();
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+    const std::int64_t along_rows = params.strides[k][0], along_cols = params.strides[k][1];
+    char mode = 0;
+    if (along_cols == 0) {
+      mode = 'c';
+    } else if (along_cols == 1 && (along_rows == cols || along_rows == 0)) {
+      if (!on_vector(params.in[k], kernel.inputs[k])) return false;
+      mode = along_rows == 0 ? 'r' : 'f';
+    } else {
+      return false;
+    }
+    modes += mode;
+  }
+  for (std::size_t j = 0; j < outputs; ++j) {
+    if (!on_vector(params.out[j], kernel.outputs[j].dtype)) return false;
+  }
+  return true;
+}
+
 void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
                          std::vector<TensorPtr>& results, FusedParams& params) const {
   params.n = shape_.num_elements();
@@ -292,7 +322,24 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
                                      [&] { return fused_kernel_source(kernel, layout); });
   };
   const char* name = ops_.back().spec.name;
+  const std::int64_t width = fused_vector_width(kernel);
   if (inputs == Layout::Strided) {
+    if (std::string modes; rows_modes(params, kernel, outputs.size(), modes)) {
+      std::string& key = compiled_->rows_key;
+      const std::size_t base = compiled_->key.size();
+      if (key.size() != base + modes.size() || key.compare(base, std::string::npos, modes) != 0) {
+        key = compiled_->key;
+        key.back() = 'r';
+        key += modes;
+      }
+      const CUfunction rows = runtime.compiler.function(
+          key, "kiln_fused_rows", [&] { return fused_rows_source(kernel, modes); });
+      const unsigned threads = vector_shape().threads;
+      const auto blocks = static_cast<unsigned>(
+          std::clamp<std::int64_t>((n / width + threads - 1) / threads, 1, std::int64_t{1} << 30));
+      runtime.launch(name, rows, blocks, threads, params);
+      return results;
+    }
     // Each thread takes fused_strided_run() elements (fused_kernel_source.cpp).
     const std::int64_t run = fused_strided_run();
     runtime.launch(name, function(KernelLayout::Strided, "kiln_fused"),
@@ -308,7 +355,6 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
   p.error_word = params.error_word;
   std::copy(std::begin(params.tokens), std::end(params.tokens), p.tokens);
   // Every pointer on a whole vector of its dtype: the wide-load kernel.
-  const std::int64_t width = fused_vector_width(kernel);
   bool aligned = n >= width;
   auto on_vector = [&](std::uint64_t pointer, DType dtype) {
     const auto bytes = std::min<std::uint64_t>(16, std::uint64_t(width) * dtype_size(dtype));

@@ -141,6 +141,10 @@ class KernelCapture {
   FusedKernel kernel_of(const std::vector<std::int32_t>& outputs) const;
   // The inputs' layout; for Strided, the merged dims and strides in params.
   Layout layout(FusedParams& params) const;
+  // Whether kiln_fused_rows runs the kernel on params' merged dims (fused_kernel.h), with each
+  // input's mode in modes.
+  static bool rows_modes(const FusedParams& params, const FusedKernel& kernel, std::size_t outputs,
+                         std::string& modes);
   // The tensors of outputs (in results), their addresses, the inputs', the scalars and the
   // error tokens in params.
   void bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
@@ -159,6 +163,7 @@ class KernelCapture {
     std::vector<std::int32_t> outputs;
     FusedKernel kernel;
     std::string key;
+    std::string rows_key;  // kiln_fused_rows's: key's layout letter 'r', then the input modes
   };
   std::optional<Compiled> compiled_;
   struct CompiledTail {
