@@ -70,8 +70,9 @@ struct Plan {
 // The words a plan depends on besides scalars: the leaves' dtypes, shapes and strides, every
 // step's op, dtype, shape, parameters and wiring, and the outputs. Empty for a group that is
 // not planned (random).
-std::vector<std::uint64_t> signature_of(const FusedProgram& program) {
-  std::vector<std::uint64_t> words;
+// Written into words (cleared first; a caller's buffer, so a lookup allocates nothing).
+void signature_of(const FusedProgram& program, std::vector<std::uint64_t>& words) {
+  words.clear();
   words.reserve(8 + 12 * (program.leaves.size() + program.steps.size()));
   words.push_back(program.leaves.size());
   for (const Primitive& leaf : program.leaves) {
@@ -83,7 +84,10 @@ std::vector<std::uint64_t> signature_of(const FusedProgram& program) {
     }
   }
   for (const FusedStep& step : program.steps) {
-    if (step.op == OpCode::random) return {};
+    if (step.op == OpCode::random) {
+      words.clear();
+      return;
+    }
     words.push_back(static_cast<std::uint64_t>(step.op) | std::uint64_t(step.dtype) << 16 |
                     std::uint64_t(step.params.dtype) << 24 | std::uint64_t(step.arity) << 32 |
                     std::uint64_t(step.shape.rank()) << 40);
@@ -94,7 +98,6 @@ std::vector<std::uint64_t> signature_of(const FusedProgram& program) {
       words.push_back(static_cast<std::uint64_t>(step.shape[d]));
   }
   for (std::int32_t out : program.outputs) words.push_back(static_cast<std::uint64_t>(out));
-  return words;
 }
 
 std::uint64_t hash_of(const std::vector<std::uint64_t>& words) {
@@ -203,7 +206,9 @@ std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedPro
 
 std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
   if (!fusing_enabled()) return run_steps(*this, program);
-  std::vector<std::uint64_t> signature = signature_of(program);
+  // This thread's signature buffer (run_fused is never inside another run_fused on a thread).
+  thread_local std::vector<std::uint64_t> signature;
+  signature_of(program, signature);
   const std::uint64_t hash = hash_of(signature);
   if (!signature.empty()) {
     if (std::unique_ptr<Plan> plan = plans_->take(hash, signature)) {
@@ -218,7 +223,7 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
   std::unique_ptr<Plan> plan;
   if (!signature.empty()) {
     plan = std::make_unique<Plan>();
-    plan->signature = std::move(signature);
+    plan->signature = signature;
     for (const FusedStep& step : program.steps) {
       plan->scalars.insert(plan->scalars.end(), step.params.scalars.begin(),
                            step.params.scalars.end());

@@ -158,6 +158,17 @@ std::vector<std::int32_t> KernelCapture::wanted_ops(const std::vector<bool>& wan
   return outputs;
 }
 
+bool KernelCapture::wants_exactly(const std::vector<bool>& wanted,
+                                  const std::vector<std::int32_t>& outputs) const {
+  std::size_t j = 0;
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    if (!wanted[k]) continue;
+    if (j == outputs.size() || outputs[j] != static_cast<std::int32_t>(k)) return false;
+    ++j;
+  }
+  return j == outputs.size();
+}
+
 FusedKernel KernelCapture::kernel_of(const std::vector<std::int32_t>& outputs) const {
   FusedKernel kernel;
   for (const Input& in : inputs_) kernel.inputs.push_back(in.tensor->dtype());
@@ -178,14 +189,14 @@ FusedKernel KernelCapture::kernel_of(const std::vector<std::int32_t>& outputs) c
 }
 
 KernelCapture::Layout KernelCapture::layout(FusedParams& params) const {
-  std::vector<Strides> strides;
-  strides.reserve(inputs_.size());
   bool flat = true;
   for (const Input& in : inputs_) {
-    strides.push_back(broadcast_strides(*in.tensor, shape_));
     flat = flat && in.tensor->is_contiguous() && in.tensor->shape() == shape_;
   }
   if (flat) return Layout::Flat;
+  std::vector<Strides> strides;
+  strides.reserve(inputs_.size());
+  for (const Input& in : inputs_) strides.push_back(broadcast_strides(*in.tensor, shape_));
   params.rank = merge_dims(shape_, strides, params.sizes, &params.strides[0][0], kMaxFusedDims,
                            kMaxFusedDims);
   if (params.rank < 0) return Layout::TooManyDims;
@@ -294,20 +305,26 @@ std::vector<TensorPtr> KernelCapture::run_tail_alone(Runtime& runtime,
 }
 
 std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vector<bool>& wanted) {
-  const std::vector<std::int32_t> outputs = wanted_ops(wanted);
-  if (outputs.empty()) return std::vector<TensorPtr>(ops_.size());
-  if (ops_.size() == 1 || outputs.size() > kMaxFusedOutputs) return run_one_by_one(runtime, wanted);
+  // A capture run again (a plan's) wants what it wanted before: its kernel and list are kept.
+  const bool again = compiled_ && wants_exactly(wanted, compiled_->outputs);
+  std::vector<std::int32_t> fresh;
+  if (!again) {
+    fresh = wanted_ops(wanted);
+    if (fresh.empty()) return std::vector<TensorPtr>(ops_.size());
+    if (ops_.size() == 1 || fresh.size() > kMaxFusedOutputs) return run_one_by_one(runtime, wanted);
+  }
 
   FusedParams params;
   std::memset(&params, 0, sizeof params);
   const Layout inputs = layout(params);
   if (inputs == Layout::TooManyDims) return run_one_by_one(runtime, wanted);
-  if (!compiled_ || compiled_->outputs != outputs) {
-    FusedKernel kernel = kernel_of(outputs);
+  if (!again) {
+    FusedKernel kernel = kernel_of(fresh);
     std::string key = fused_kernel_key(kernel);
     key += "/ ";  // the layout's letter goes last
-    compiled_ = Compiled{outputs, std::move(kernel), std::move(key)};
+    compiled_ = Compiled{std::move(fresh), std::move(kernel), std::move(key)};
   }
+  const std::vector<std::int32_t>& outputs = compiled_->outputs;
   const FusedKernel& kernel = compiled_->kernel;
   std::vector<TensorPtr> results(ops_.size());
   bind(runtime, outputs, results, params);

@@ -137,6 +137,9 @@ class KernelCapture {
   std::vector<TensorPtr> run_tail_alone(Runtime& runtime, const std::vector<bool>& wanted);
   // The ops flagged in wanted, in order.
   std::vector<std::int32_t> wanted_ops(const std::vector<bool>& wanted) const;
+  // Whether wanted flags exactly the ops of outputs (ascending).
+  bool wants_exactly(const std::vector<bool>& wanted,
+                     const std::vector<std::int32_t>& outputs) const;
   // The generated kernel of the ops, writing the values of outputs.
   FusedKernel kernel_of(const std::vector<std::int32_t>& outputs) const;
   // The inputs' layout; for Strided, the merged dims and strides in params.

@@ -33,9 +33,42 @@ struct Group {
     leaves.push_back(node.value);
     return static_cast<std::int32_t>(leaves.size() - 1);
   }
+  // Empty, the vectors' capacity kept (a group per flush would otherwise allocate each time).
+  void clear() {
+    program.leaves.clear();
+    program.steps.clear();
+    program.outputs.clear();
+    program.shape = Shape{};
+    step_nodes.clear();
+    stamp = 0;
+  }
 };
 
 namespace {
+
+// The groups of this thread's compute_locked calls, reused: a stack, because gathering a group
+// may compute an input of another shape first (a compute_locked inside a compute_locked).
+thread_local std::vector<std::unique_ptr<Group>> t_groups;
+thread_local std::size_t t_groups_in_use = 0;
+
+// A group of the stack for one compute_locked call, emptied when it ends (its leaves released).
+class GroupLease {
+ public:
+  GroupLease() {
+    if (t_groups_in_use == t_groups.size()) t_groups.push_back(std::make_unique<Group>());
+    group_ = t_groups[t_groups_in_use++].get();
+  }
+  ~GroupLease() {
+    group_->clear();
+    --t_groups_in_use;
+  }
+  GroupLease(const GroupLease&) = delete;
+  GroupLease& operator=(const GroupLease&) = delete;
+  Group& operator*() const noexcept { return *group_; }
+
+ private:
+  Group* group_;
+};
 
 // A computed node holding inner, the inner backend's tensor.
 NodeRef computed_node(Primitive inner) {
@@ -132,7 +165,7 @@ Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const S
 }
 
 bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape& space) {
-  group = Group{};
+  group.clear();
   group.stamp = ++gathers_;
   group.program.shape = space;
   // pending_ops bounds the steps (shared inputs count twice), so the vectors grow once.
@@ -182,7 +215,8 @@ bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape&
 void FusionPassthrough::compute_locked(const NodeRef& target) {
   if (target->computed()) return;
   const Shape space = target->space();
-  Group group;
+  const GroupLease lease;
+  Group& group = *lease;
   // Computing an input outside the group may compute steps already taken into it (a node of
   // this space that the outside input depends on): then the group is gathered again.
   while (!gather(group, target, space)) {
