@@ -1,5 +1,6 @@
 #include "contract/fused_program.h"
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -88,14 +89,19 @@ std::string describe(const FusedProgram& program) {
   std::string text;
   std::int32_t v = 0;
   for (const Primitive& leaf : program.leaves) {
-    text += "v" + std::to_string(v++) + " = leaf " + std::string(dtype_name(leaf->dtype())) + " " +
-            leaf->shape().to_string() + "\n";
+    // (Appended piece by piece: GCC 12 warns falsely on "literal" + std::to_string(...).)
+    text.append("v").append(std::to_string(v++)).append(" = leaf ");
+    text.append(dtype_name(leaf->dtype()))
+        .append(" ")
+        .append(leaf->shape().to_string())
+        .append("\n");
   }
   for (std::size_t i = 0; i < program.steps.size(); ++i) {
     const FusedStep& step = program.steps[i];
-    text += "v" + std::to_string(v++) + " = " + std::string(op_info(step.op).name) + "(";
+    text.append("v").append(std::to_string(v++)).append(" = ").append(op_info(step.op).name);
+    text.append("(");
     for (std::uint8_t k = 0; k < step.arity; ++k) {
-      text += (k ? ", v" : "v") + std::to_string(step.inputs[k]);
+      text.append(k ? ", v" : "v").append(std::to_string(step.inputs[k]));
     }
     if (step.dim() >= 0) text += ", dim " + std::to_string(step.dim());
     if (step.op == OpCode::random) text += distribution_text(step.params);
@@ -136,6 +142,76 @@ std::uint64_t structure_hash(const FusedProgram& program) {
   }
   for (std::int32_t out : program.outputs) mix(static_cast<std::uint64_t>(out));
   return hash;
+}
+
+bool is_head(OpCode op) noexcept { return op == OpCode::matmul || op == OpCode::linear; }
+
+bool has_head(const FusedProgram& program) noexcept {
+  for (const FusedStep& step : program.steps) {
+    if (is_head(step.op)) return true;
+  }
+  return false;
+}
+
+std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& program,
+                                       RunProgram run_rest) {
+  const std::size_t leaves = program.leaves.size();
+  FusedProgram rest;
+  rest.leaves = program.leaves;
+  rest.shape = program.shape;
+  // Each value's index in rest: leaves keep theirs, heads become leaves, the other steps steps.
+  std::vector<std::int32_t> index(leaves + program.steps.size());
+  for (std::size_t v = 0; v < leaves; ++v) index[v] = static_cast<std::int32_t>(v);
+  for (std::size_t s = 0; s < program.steps.size(); ++s) {
+    const FusedStep& step = program.steps[s];
+    if (!is_head(step.op)) continue;
+    std::array<Primitive, 3> inputs;
+    for (std::uint8_t k = 0; k < step.arity; ++k) {
+      const auto v = static_cast<std::size_t>(step.inputs[k]);
+      if (v >= leaves) return run_steps(backend, program);
+      inputs[k] = program.leaves[v];  // held: the caller's leaves stay valid
+    }
+    index[leaves + s] = static_cast<std::int32_t>(rest.leaves.size());
+    rest.leaves.push_back(step.run(backend, std::span<Primitive>(inputs.data(), step.arity),
+                                   step.params, step.shape));
+  }
+  const std::int32_t rest_leaves = rest.leaf_count();
+  for (std::size_t s = 0; s < program.steps.size(); ++s) {
+    if (is_head(program.steps[s].op)) continue;
+    FusedStep step = program.steps[s];
+    for (std::uint8_t k = 0; k < step.arity; ++k) {
+      step.inputs[k] = index[static_cast<std::size_t>(step.inputs[k])];
+    }
+    index[leaves + s] = rest_leaves + static_cast<std::int32_t>(rest.steps.size());
+    rest.steps.push_back(std::move(step));
+  }
+  // Each output: a head's value (a leaf of rest), or one of rest's outputs.
+  std::vector<std::int32_t> from;
+  for (std::int32_t out : program.outputs) {
+    const std::int32_t v = index[leaves + static_cast<std::size_t>(out)];
+    if (v < rest_leaves) {
+      from.push_back(-1 - v);
+    } else {
+      from.push_back(static_cast<std::int32_t>(rest.outputs.size()));
+      rest.outputs.push_back(v - rest_leaves);
+    }
+  }
+  std::vector<Primitive> computed;
+  if (!rest.steps.empty()) {
+    // A program's last step is always an output.
+    const auto last = static_cast<std::int32_t>(rest.steps.size() - 1);
+    if (std::find(rest.outputs.begin(), rest.outputs.end(), last) == rest.outputs.end()) {
+      rest.outputs.push_back(last);
+    }
+    computed = run_rest(backend, rest);
+  }
+  std::vector<Primitive> outputs;
+  outputs.reserve(from.size());
+  for (std::int32_t f : from) {
+    outputs.push_back(f >= 0 ? std::move(computed[static_cast<std::size_t>(f)])
+                             : rest.leaves[static_cast<std::size_t>(-1 - f)]);
+  }
+  return outputs;
 }
 
 std::vector<Primitive> Backend::run_fused(const FusedProgram& program) {

@@ -91,4 +91,18 @@ void run_step(Backend& backend, const FusedProgram& program, std::size_t i,
 void run_steps_on(Backend& backend, const FusedProgram& program,
                   std::span<const std::int32_t> last_use, std::vector<Primitive>& values);
 
+// A product (matmul, linear): a group's head. The fusion decorator computes a head's inputs when
+// it records it, so a head reads only leaves; a backend runs it first, whole, and may run the
+// steps after it as its epilogue (the CUDA backend: a bias and an activation in cuBLASLt's call).
+bool is_head(OpCode op) noexcept;
+bool has_head(const FusedProgram& program) noexcept;
+
+// Runs program's heads on backend, each whole, then the other steps through run_rest (the
+// backend's own runner for programs without heads), whose program takes the heads' values as
+// leaves after program's own; returns program's outputs in its order. A program whose head reads
+// a step's value (never recorded so) runs step by step.
+using RunProgram = std::vector<Primitive> (*)(Backend&, const FusedProgram&);
+std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& program,
+                                       RunProgram run_rest);
+
 }  // namespace kiln

@@ -627,6 +627,15 @@ TEST(GpuCodegen, SoftmaxPlansPickTheExpectedPaths) {
   EXPECT_EQ(plan(Shape{64, 1000}, 1).launches[0].kernel, SoftmaxKernel::RowsWarpVector);
   EXPECT_EQ(plan(Shape{64, 1001}, 1).launches[0].kernel, SoftmaxKernel::RowsWarp);
   EXPECT_EQ(plan(Shape{64, 10}, 1).launches[0].kernel, SoftmaxKernel::Lines);
+  // Short lines, a thread each, spread over every SM: [4096, 10] in 128 blocks of a warp, not 16
+  // blocks of 256; many lines in blocks of 256.
+  const SoftmaxLaunch few = plan(Shape{4096, 10}, 1).launches[0];
+  EXPECT_EQ(few.kernel, SoftmaxKernel::Lines);
+  EXPECT_EQ(few.threads, 32u);
+  EXPECT_EQ(few.blocks, 128u);
+  const SoftmaxLaunch many = plan(Shape{1 << 20, 10}, 1).launches[0];
+  EXPECT_EQ(many.threads, 256u);
+  EXPECT_EQ(many.blocks, 4096u);
   EXPECT_EQ(plan(Shape{4, 20000}, 1).launches[0].kernel, SoftmaxKernel::RowsWideVector);
   const SoftmaxPlan long_rows = plan(Shape{4, 100000}, 1);
   ASSERT_EQ(long_rows.launches.size(), 3u);

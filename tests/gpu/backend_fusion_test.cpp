@@ -5,11 +5,14 @@
 // multiply and the next op's add into one fused multiply-add (one rounding instead of two) makes
 // after exp and tanh (the fusion checker's tolerance); a failing
 // integer op inside a fused kernel is an ExecutionError at the read naming that op; a training
-// loop's groups compile once whatever their scalars and sizes.
+// loop's groups compile once whatever their scalars and sizes; a product followed by a bias and
+// relu or gelu is one cuBLASLt call (its epilogue), within the rounding of a float64 reference.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -587,5 +590,143 @@ TEST(GpuFusion, ProgramsEndingInArgmaxArgminAnyOrAllRunAsTheReductionsKernels) {
       EXPECT_EQ(kernel_requests(device) - before, alone) << what;
       expect_same_as_unfused(got[0], run_steps(cuda, program)[0], true, what);
     }
+  }
+}
+
+namespace gpu_fusion_test {
+
+// act(x · w + bias) in float64 loops on the host, and the bound of a product's error per element:
+// the dtype's rounding of the result plus k f32 (f64) accumulation roundings, of the sum of the
+// terms' magnitudes (what cancellation can leave of them).
+struct ProductReference {
+  std::vector<double> value, bound;
+};
+ProductReference product_reference(const Tensor<2>& x, const Tensor<2>& w, const Tensor<2>* bias,
+                                   bool relu, bool gelu) {
+  const std::vector<double> xs = x.into_data().to_f64_vec(), ws = w.into_data().to_f64_vec();
+  const std::vector<double> bs = bias ? bias->into_data().to_f64_vec() : std::vector<double>();
+  const std::int64_t m = x.shape()[0], k = x.shape()[1], n = w.shape()[1];
+  const DType dtype = x.dtype();
+  const double out_eps = dtype == DType::BF16  ? 0x1p-8
+                         : dtype == DType::F16 ? 0x1p-11
+                         : dtype == DType::F32 ? 0x1p-24
+                                               : 0x1p-53;
+  const double acc_eps = dtype == DType::F64 ? 0x1p-53 : 0x1p-24;
+  ProductReference ref;
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double sum = bias ? bs[static_cast<std::size_t>(j)] : 0.0;
+      double magnitude = std::abs(sum);
+      for (std::int64_t l = 0; l < k; ++l) {
+        const double term =
+            xs[static_cast<std::size_t>(i * k + l)] * ws[static_cast<std::size_t>(l * n + j)];
+        sum += term;
+        magnitude += std::abs(term);
+      }
+      if (relu) sum = std::max(sum, 0.0);
+      if (gelu) sum = 0.5 * sum * (1 + std::erf(sum / std::sqrt(2.0)));
+      ref.value.push_back(sum);
+      // Twice the rounding, in case the unfused device rounds between the product and the bias.
+      ref.bound.push_back(1.2 * (2 * out_eps + double(k + 2) * acc_eps) * magnitude + 1e-300);
+    }
+  }
+  return ref;
+}
+
+void expect_near_product(const Tensor<2>& got, const ProductReference& ref,
+                         const std::string& what) {
+  const std::vector<double> g = got.into_data().to_f64_vec();
+  ASSERT_EQ(g.size(), ref.value.size()) << what;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    ASSERT_LE(std::abs(g[i] - ref.value[i]), ref.bound[i])
+        << what << " at " << i << ": " << g[i] << " vs " << ref.value[i];
+  }
+}
+
+}  // namespace gpu_fusion_test
+
+TEST(GpuFusion, AProductWithItsBiasAndActivationIsOneCublasLtCall) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  auto& fusion = static_cast<fusion::FusionPassthrough&>(backend_for(device.fused()));
+  const Device fused = device.fused();
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    const Tensor<2> x = random_on(device, {96, 70}, dtype, 51);
+    const Tensor<2> w = random_on(device, {70, 130}, dtype, 52);
+    const Tensor<2> b = random_on(device, {1, 130}, dtype, 53);
+    const Tensor<1> b1 = b.reshape(Shape{130});
+    const Tensor<2> fx = x.to_device(fused), fw = w.to_device(fused), fb = b.to_device(fused);
+    const Tensor<1> fb1 = fb.reshape(Shape{130});
+    struct Case {
+      const char* what;
+      std::function<Tensor<2>(const Tensor<2>&, const Tensor<2>&, const Tensor<2>&,
+                              const Tensor<1>&)>
+          run;
+      bool bias, relu, gelu;
+      std::size_t steps;
+    };
+    const Case cases[] = {
+        {"relu(x @ w + b)",
+         [](auto& x, auto& w, auto& b, auto&) { return activation::relu(x.matmul(w) + b); }, true,
+         true, false, 3},
+        {"gelu(b + x @ w)",
+         [](auto& x, auto& w, auto& b, auto&) { return activation::gelu(b + x.matmul(w)); }, true,
+         false, true, 3},
+        {"relu(x @ w)",
+         [](auto& x, auto& w, auto&, auto&) { return activation::relu(x.matmul(w)); }, false, true,
+         false, 2},
+        {"x @ w + b", [](auto& x, auto& w, auto& b, auto&) { return x.matmul(w) + b; }, true, false,
+         false, 2},
+        {"relu(linear(x, w, b))",
+         [](auto& x, auto& w, auto&, auto& b1) {
+           return activation::relu(module::linear(x, w, std::optional(b1)));
+         },
+         true, true, false, 2},
+        {"gelu(linear(x, w))",
+         [](auto& x, auto& w, auto&, auto&) { return activation::gelu(module::linear(x, w)); },
+         false, false, true, 2},
+    };
+    for (const Case& c : cases) {
+      const std::string what = std::string(c.what) + " " + std::string(dtype_name(dtype));
+      const ProductReference ref = product_reference(x, w, c.bias ? &b : nullptr, c.relu, c.gelu);
+      expect_near_product(c.run(x, w, b, b1), ref, what + " unfused");
+      std::vector<std::size_t> group_steps;
+      fusion.set_result_hook_for_tests([&](const FusedProgram& program, std::vector<Primitive>&) {
+        group_steps.push_back(program.steps.size());
+      });
+      // Twice: the second run is the group's plan.
+      for (int run = 0; run < 2; ++run) {
+        const Tensor<2> out = c.run(fx, fw, fb, fb1);
+        const std::int64_t before = kernel_requests(device);
+        expect_near_product(out, ref, what + " fused, run " + std::to_string(run));
+        EXPECT_EQ(kernel_requests(device), before) << what << ": no generated kernel";
+      }
+      fusion.set_result_hook_for_tests(nullptr);
+      EXPECT_EQ(group_steps, (std::vector<std::size_t>{c.steps, c.steps})) << what;
+    }
+  }
+}
+
+TEST(GpuFusion, AProductWhoseValueIsHeldOrReadAgainIsWrittenAndTheRestStillFuses) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  const Device fused = device.fused();
+  const Tensor<2> x = random_on(device, {128, 128}, DType::F32, 61);
+  const Tensor<2> w = random_on(device, {128, 128}, DType::F32, 62);
+  const Tensor<2> b = random_on(device, {1, 128}, DType::F32, 63);
+  const auto program = [&](const Device& on) {
+    const Tensor<2> fx = x.to_device(on), fw = w.to_device(on), fb = b.to_device(on);
+    // A product of a pending input of its own shape; its value held; read by two steps; then
+    // the product again over a transposed view, and an integer product.
+    const Tensor<2> in = (fx * 0.5).tanh();
+    const Tensor<2> held = in.matmul(fw);
+    const Tensor<2> out = activation::relu(held + fb) * held;
+    const Tensor<2> again = activation::gelu(in.matmul(fw.transpose()) + fb);
+    const Tensor<2, Int> ints = (fx * 10.0).int_();
+    return std::vector<Tensor<2>>{held, out, again, ints.matmul(ints).float_()};
+  };
+  const std::vector<Tensor<2>> got = program(fused), want = program(device);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    expect_equal_values(got[i], want[i], "value " + std::to_string(i));
   }
 }

@@ -498,6 +498,12 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
 }  // namespace
 
 std::vector<Primitive> CpuBackend::run_fused(const FusedProgram& program) {
+  // A product runs whole (OpenBLAS), the steps after it on pieces of its result.
+  if (has_head(program)) {
+    return run_heads_first(*this, program, [](Backend& self, const FusedProgram& rest) {
+      return self.run_fused(rest);
+    });
+  }
   if (program.steps.size() >= 2) {
     PiecePlan plan;
     if (plan_pieces(program, plan)) {

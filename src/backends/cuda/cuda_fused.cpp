@@ -23,6 +23,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernel_capture.h"
+#include "backends/cuda/lib/matmul.h"
 #include "contract/fused_program.h"
 
 namespace kiln::cuda {
@@ -48,10 +49,19 @@ bool fusing_enabled() {
 
 // What run_fused did with a group, to do again. Runs are in program order: an eager step, or a
 // captured run of steps [first, end).
+// A product and the steps after it that its cuBLASLt call does as its epilogue: steps
+// [head, end); the value added per column (-1: none) and the epilogue.
+struct ProductEpilogue {
+  std::size_t end = 0;  // 0: none
+  std::int32_t bias = -1;
+  lib::Epilogue epilogue = lib::Epilogue::None;
+};
+
 struct PlanSegment {
   PlanSegment(std::size_t first, std::size_t end) : first(first), end(end) {}
   std::size_t first, end;
-  std::unique_ptr<KernelCapture> capture;  // null: step `first` runs eagerly
+  ProductEpilogue product;                 // end > 0: steps [first, end) are this product
+  std::unique_ptr<KernelCapture> capture;  // null (and no product): step `first` runs eagerly
   std::vector<std::int32_t> input_values;  // the value each of the capture's inputs is
   std::vector<bool> wanted;                // the capture's results written
   // Per step of the run: the capture's result it is (>= 0), none (kNoValue), or the value
@@ -132,6 +142,96 @@ std::int32_t value_holding(const std::vector<Primitive>& values, std::size_t cou
   return -1;
 }
 
+const Shape& value_shape(const FusedProgram& program, std::int32_t v) {
+  const auto leaves = program.leaf_count();
+  return v < leaves ? program.leaves[static_cast<std::size_t>(v)]->shape()
+                    : program.steps[static_cast<std::size_t>(v - leaves)].shape;
+}
+
+// What of the steps after the product at step `head` its cuBLASLt call can do: an add of a value
+// per column (a bias: n values, every other dim 1), then relu or gelu, each only where the value
+// before it is read by that step alone. A product is linear (its own bias) or a matmul whose
+// right operand is a matrix (x [..., k] @ w [k, n] is linear without a bias).
+ProductEpilogue epilogue_after(const FusedProgram& program, std::size_t head,
+                               std::span<const std::int32_t> last_use) {
+  const FusedStep& product = program.steps[head];
+  const DType dtype = product.dtype;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::F64)
+    return {};
+  if (product.op == OpCode::matmul && value_shape(program, product.inputs[1]).rank() != 2)
+    return {};
+  const std::int64_t n = product.shape[product.shape.rank() - 1];
+  const std::int32_t leaves = program.leaf_count();
+  ProductEpilogue e;
+  bool bias = product.op == OpCode::linear && product.arity == 3;
+  std::int32_t v = leaves + static_cast<std::int32_t>(head);  // the value the epilogue ends with
+  std::size_t i = head + 1;
+  // Whether step i reads v, and is the only step that does (v is not written out).
+  auto reads_only = [&](const FusedStep& step) {
+    return last_use[static_cast<std::size_t>(v)] == static_cast<std::int32_t>(i) &&
+           (step.inputs[0] == v || (step.arity > 1 && step.inputs[1] == v));
+  };
+  if (!bias && i < program.steps.size()) {
+    const FusedStep& add = program.steps[i];
+    if (add.op == OpCode::add && add.dtype == dtype && add.shape == product.shape &&
+        add.inputs[0] != add.inputs[1] && reads_only(add)) {
+      const std::int32_t other = add.inputs[0] == v ? add.inputs[1] : add.inputs[0];
+      const Shape& row = value_shape(program, other);
+      if (row.rank() >= 1 && row[row.rank() - 1] == n && row.num_elements() == n) {
+        e.bias = other;
+        bias = true;
+        v = leaves + static_cast<std::int32_t>(i++);
+      }
+    }
+  }
+  lib::Epilogue activation = lib::Epilogue::None;
+  if (i < program.steps.size()) {
+    const FusedStep& act = program.steps[i];
+    if ((act.op == OpCode::relu || act.op == OpCode::gelu) && reads_only(act)) {
+      activation = act.op == OpCode::relu ? lib::Epilogue::Relu : lib::Epilogue::Gelu;
+      ++i;
+    }
+  }
+  if (activation == lib::Epilogue::None && e.bias < 0) return {};
+  e.end = i;
+  if (activation == lib::Epilogue::Relu) {
+    e.epilogue = bias ? lib::Epilogue::BiasRelu : lib::Epilogue::Relu;
+  } else if (activation == lib::Epilogue::Gelu) {
+    e.epilogue = bias ? lib::Epilogue::BiasGelu : lib::Epilogue::Gelu;
+  } else {
+    e.epilogue = lib::Epilogue::Bias;
+  }
+  return e;
+}
+
+// Runs the product at step head with its epilogue e into values (the last step's value); false,
+// with nothing run, where cuBLASLt cannot take it (the steps then run one by one).
+bool run_product(CudaBackend& backend, const FusedProgram& program, std::size_t head,
+                 const ProductEpilogue& e, std::span<const std::int32_t> last_use,
+                 std::vector<Primitive>& values) {
+  const FusedStep& product = program.steps[head];
+  const auto value = [&](std::int32_t v) -> Primitive& {
+    return values[static_cast<std::size_t>(v)];
+  };
+  const Primitive* bias = e.bias >= 0 ? &value(e.bias)
+                          : product.op == OpCode::linear && product.arity == 3
+                              ? &value(product.inputs[2])
+                              : nullptr;
+  Primitive out =
+      backend.linear_epilogue(value(product.inputs[0]), value(product.inputs[1]), bias, e.epilogue);
+  if (out == nullptr) return false;
+  const std::size_t leaves = program.leaves.size();
+  values[leaves + e.end - 1] = std::move(out);
+  // Inputs read last inside the epilogue are not needed any more.
+  for (std::size_t v = 0; v < leaves + head; ++v) {
+    if (last_use[v] >= static_cast<std::int32_t>(head) &&
+        last_use[v] < static_cast<std::int32_t>(e.end)) {
+      values[v].reset();
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 // The plans of one GPU's backend. A plan is taken out while it runs, so threads running groups
@@ -172,6 +272,13 @@ std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedPro
   values.resize(leaves + program.steps.size());
   std::array<const CudaTensor*, kMaxFusedInputs> inputs{};
   for (PlanSegment& segment : plan.segments) {
+    if (segment.product.end > 0) {
+      if (!run_product(backend, program, segment.first, segment.product, plan.last_use, values)) {
+        for (std::size_t s = segment.first; s < segment.end; ++s)
+          run_step(backend, program, s, plan.last_use, values);
+      }
+      continue;
+    }
     if (!segment.capture) {
       run_step(backend, program, segment.first, plan.last_use, values);
       continue;
@@ -316,6 +423,19 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
 
   for (std::size_t i = 0; i < program.steps.size(); ++i) {
     const FusedStep& step = program.steps[i];
+    if (is_head(step.op)) {
+      // A product is a library call, never captured; what follows it may be its epilogue.
+      close(i);
+      const ProductEpilogue e = epilogue_after(program, i, last_use);
+      if (e.end > 0 && run_product(*this, program, i, e, last_use, values)) {
+        if (plan) plan->segments.emplace_back(i, e.end).product = e;
+        i = e.end - 1;
+        continue;
+      }
+      run_step(*this, program, i, last_use, values);
+      if (plan) plan->segments.emplace_back(i, i + 1);
+      continue;
+    }
     const bool tried = !refused[static_cast<std::size_t>(step.op)].load(std::memory_order_relaxed);
     if (tried && step.dim() < 0) {
       if (capture && !(capture->shape() == step.shape)) close(i);

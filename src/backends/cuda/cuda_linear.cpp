@@ -1,7 +1,9 @@
 // linear: x [..., in] @ weight [in, out] + bias [out] as one cuBLASLt call whose epilogue adds the
 // bias (lib/matmul.h), where the default composes a product and a broadcast add: one launch and
 // one pass over the result fewer for every nn::Linear layer. Without a bias, for integer dtypes,
-// or where cuBLASLt does not take the layouts, the default's composition runs.
+// or where cuBLASLt does not take the layouts, the default's composition runs. linear_epilogue
+// is also how a fused group runs a product with the bias and activation recorded after it
+// (cuda_fused.cpp).
 #include "backends/cuda/lib_call.h"
 
 namespace kiln::cuda {
@@ -29,12 +31,20 @@ Rows rows_of(const CudaTensor& x) {
 }  // namespace
 
 Primitive CudaBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bias) {
+  if (bias) {
+    if (Primitive out = linear_epilogue(x, weight, &*bias, lib::Epilogue::Bias)) return out;
+  }
+  return Backend::linear(std::move(x), std::move(weight), std::move(bias));
+}
+
+Primitive CudaBackend::linear_epilogue(const Primitive& x, const Primitive& weight,
+                                       const Primitive* bias, lib::Epilogue epilogue) {
   const char* op = "linear";
   const DType dtype = x->dtype();
   const bool float_product =
       dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F64;
-  if (!bias || !float_product || weight->dtype() != dtype || (*bias)->dtype() != dtype) {
-    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
+  if (!float_product || weight->dtype() != dtype || (bias && (*bias)->dtype() != dtype)) {
+    return nullptr;
   }
   const Shape& shape = x->shape();
   const std::int64_t in = weight->shape()[0], out = weight->shape()[1];
@@ -42,9 +52,7 @@ Primitive CudaBackend::linear(Primitive x, Primitive weight, OptionalPrimitive b
   dims.back() = out;
   const Shape out_shape(std::move(dims));
   const std::int64_t rows = out_shape.num_elements() / std::max<std::int64_t>(out, 1);
-  if (out_shape.num_elements() == 0 || in == 0) {
-    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
-  }
+  if (out_shape.num_elements() == 0 || in == 0) return nullptr;
   TensorPtr xs = std::static_pointer_cast<CudaTensor>(x);
   Rows r = rows_of(*xs);
   if (!r.ok) {
@@ -52,7 +60,7 @@ Primitive CudaBackend::linear(Primitive x, Primitive weight, OptionalPrimitive b
     r = rows_of(*xs);
   }
   if (rows == 1) r.row_stride = in;  // any stride serves one row; cuBLASLt wants it >= in
-  TensorPtr b = contiguous(*bias, op);
+  TensorPtr b = bias ? contiguous(*bias, op) : nullptr;
   const CudaTensor& w = as_cuda(weight);
   lib::MatmulDesc desc;
   desc.dtype = dtype;
@@ -62,19 +70,17 @@ Primitive CudaBackend::linear(Primitive x, Primitive weight, OptionalPrimitive b
   desc.a = {r.row_stride, r.col_stride, 0};
   desc.b = {w.strides()[0], w.strides()[1], 0};
   desc.c = {out, 1, 0};
-  desc.epilogue = lib::Epilogue::Bias;
-  if (!lib::matmul_supported(desc)) {
-    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
-  }
+  desc.epilogue = epilogue;
+  if (!lib::matmul_supported(desc)) return nullptr;
   desc.compute = product_compute(runtime_, dtype);
   TensorPtr result = make_tensor(dtype, out_shape, op);
   try {
-    lib::matmul(
-        desc, {device_address(*xs), device_address(w), device_address(*result), device_address(*b)},
-        lib_stream(runtime_));
+    lib::matmul(desc,
+                {device_address(*xs), device_address(w), device_address(*result),
+                 b ? device_address(*b) : nullptr},
+                lib_stream(runtime_));
   } catch (const UnsupportedOperation&) {
-    // No algorithm for these alignments (views at odd offsets): the default's composition.
-    return Backend::linear(std::move(x), std::move(weight), std::move(bias));
+    return nullptr;  // no algorithm for these alignments (views at odd offsets)
   }
   runtime_.context.note_launch(op);
   return result;

@@ -322,7 +322,7 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
     FusedKernel kernel = kernel_of(fresh);
     std::string key = fused_kernel_key(kernel);
     key += "/ ";  // the layout's letter goes last
-    compiled_ = Compiled{std::move(fresh), std::move(kernel), std::move(key)};
+    compiled_ = Compiled{std::move(fresh), std::move(kernel), std::move(key), {}};
   }
   const std::vector<std::int32_t>& outputs = compiled_->outputs;
   const FusedKernel& kernel = compiled_->kernel;

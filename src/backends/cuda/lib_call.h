@@ -10,6 +10,7 @@
 
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernel_capture.h"
 #include "backends/cuda/lib/matmul.h"
 
 namespace kiln::cuda {
@@ -22,8 +23,10 @@ inline void* device_address(const CudaTensor& t, std::int64_t elements = 0) {
 }
 
 // The device's stream, with the primary context made current for cudart and the libraries
-// (CUstream and cudaStream_t are the same type).
+// (CUstream and cudaStream_t are the same type). A library call is never part of a kernel
+// capture (its operands would be placeholders without memory): under one, it refuses.
 inline cudaStream_t lib_stream(Runtime& runtime) {
+  KernelCapture::refuse_if_active();
   runtime.context.make_current();
   return runtime.context.stream();
 }

@@ -144,7 +144,13 @@ SoftmaxPlan plan_softmax(const Shape& shape, std::span<const std::int64_t> strid
   const bool rows =
       p.in_step == 1 && p.out_step == 1 && p.length > std::min<std::int64_t>(16, kept);
   if (!rows && p.length <= kept) {
-    plan.launches.push_back({SoftmaxKernel::Lines, grid(ceil_div(p.rows, kThreads)), kThreads});
+    // A thread per line. Few lines (a classifier's [4096, 10] logits: 16 blocks of 256) would
+    // leave most SMs idle and queue the lines' latencies on the few: smaller blocks, down to a
+    // warp, spread them over every SM.
+    const std::int64_t per_sm = ceil_div(p.rows, std::max<std::int64_t>(sm_count, 1));
+    const auto threads =
+        static_cast<unsigned>(std::clamp<std::int64_t>(ceil_div(per_sm, 32) * 32, 32, kThreads));
+    plan.launches.push_back({SoftmaxKernel::Lines, grid(ceil_div(p.rows, threads)), threads});
     return plan;
   }
   if (!rows) {

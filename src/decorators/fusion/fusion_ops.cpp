@@ -163,6 +163,51 @@ Primitive FusionBackend::mask_fill(Primitive x, Primitive mask, Scalar value) {
                 });
 }
 
+// ---- products: a group's head (contract/fused_program.h) ----
+// Their inputs are computed now: a product reads whole operands, so their groups would run before
+// it anyway, and its own group starts with it; the ops after it may become its epilogue.
+
+Primitive FusionBackend::matmul(Primitive lhs, Primitive rhs) {
+  const Shape& a = lhs->shape();
+  const Shape& b = rhs->shape();
+  const Shape batch = strided::broadcast_shapes(
+      Shape(std::span<const std::int64_t>(a.dims().data(), a.rank() - 2)),
+      Shape(std::span<const std::int64_t>(b.dims().data(), b.rank() - 2)), "matmul");
+  detail::DimVector dims(batch.vector());
+  dims.push_back(a[a.rank() - 2]);
+  dims.push_back(b[b.rank() - 1]);
+  const DType dtype = lhs->dtype();
+  Primitive l = computed(lhs), r = computed(rhs);
+  lhs.reset();
+  rhs.reset();
+  return record(OpCode::matmul, dtype, Shape(std::move(dims)), {}, {std::move(l), std::move(r)},
+                [](Backend& be, Inputs in, Params, const Shape&) {
+                  return be.matmul(std::move(in[0]), std::move(in[1]));
+                });
+}
+
+Primitive FusionBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bias) {
+  Shape shape = x->shape();
+  shape[shape.rank() - 1] = weight->shape()[1];
+  const DType dtype = x->dtype();
+  Primitive xs = computed(x), w = computed(weight);
+  x.reset();
+  weight.reset();
+  if (!bias) {
+    return record(OpCode::linear, dtype, std::move(shape), {}, {std::move(xs), std::move(w)},
+                  [](Backend& be, Inputs in, Params, const Shape&) {
+                    return be.linear(std::move(in[0]), std::move(in[1]), std::nullopt);
+                  });
+  }
+  Primitive b = computed(*bias);
+  bias.reset();
+  return record(OpCode::linear, dtype, std::move(shape), {},
+                {std::move(xs), std::move(w), std::move(b)},
+                [](Backend& be, Inputs in, Params, const Shape&) {
+                  return be.linear(std::move(in[0]), std::move(in[1]), std::move(in[2]));
+                });
+}
+
 KILN_FUSE_ELEMENTWISE_1(relu, x->dtype())
 KILN_FUSE_ELEMENTWISE_1(gelu, x->dtype())
 KILN_FUSE_ELEMENTWISE_1(silu, x->dtype())
