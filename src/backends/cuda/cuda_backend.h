@@ -58,10 +58,10 @@ class CudaBackend final : public StridedBackend {
   }
   // Copies src into dst elementwise (same shape; any strides on both sides).
   void copy_into(const CudaTensor& dst, const CudaTensor& src, const char* op);
-  // x [..., in] @ weight [in, out], then what epilogue says (lib/matmul.h: + bias [out], an
-  // activation) in the same cuBLASLt call (cuda_linear.cpp); null where that call cannot run
-  // (integer dtypes, an empty product, layouts or alignments cuBLASLt refuses): the caller
-  // composes the ops instead.
+  // x [..., in] @ weight [in, out] (or [1, ..., 1, in, out]), then what epilogue says
+  // (lib/matmul.h: + bias [out], an activation) in the same cuBLASLt call (cuda_linear.cpp); null
+  // where that call cannot run (integer dtypes, an empty product, layouts or alignments cuBLASLt
+  // refuses): the caller composes the ops instead.
   Primitive linear_epilogue(const Primitive& x, const Primitive& weight, const Primitive* bias,
                             lib::Epilogue epilogue);
 

@@ -151,15 +151,23 @@ const Shape& value_shape(const FusedProgram& program, std::int32_t v) {
 // What of the steps after the product at step `head` its cuBLASLt call can do: an add of a value
 // per column (a bias: n values, every other dim 1), then relu or gelu, each only where the value
 // before it is read by that step alone. A product is linear (its own bias) or a matmul whose
-// right operand is a matrix (x [..., k] @ w [k, n] is linear without a bias).
+// right operand is a matrix, maybe with leading dims of 1 (x [..., k] @ w [k, n] is linear without
+// a bias).
 ProductEpilogue epilogue_after(const FusedProgram& program, std::size_t head,
                                std::span<const std::int32_t> last_use) {
   const FusedStep& product = program.steps[head];
   const DType dtype = product.dtype;
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::F64)
     return {};
-  if (product.op == OpCode::matmul && value_shape(program, product.inputs[1]).rank() != 2)
-    return {};
+  if (product.op == OpCode::matmul) {
+    // linear's form: w a matrix (leading dims of 1 allowed), x of at least w's rank.
+    const Shape& x = value_shape(program, product.inputs[0]);
+    const Shape& w = value_shape(program, product.inputs[1]);
+    if (x.rank() < w.rank()) return {};
+    for (std::size_t d = 0; d + 2 < w.rank(); ++d) {
+      if (w[d] != 1) return {};
+    }
+  }
   const std::int64_t n = product.shape[product.shape.rank() - 1];
   const std::int32_t leaves = program.leaf_count();
   ProductEpilogue e;

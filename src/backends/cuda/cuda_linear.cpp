@@ -47,7 +47,14 @@ Primitive CudaBackend::linear_epilogue(const Primitive& x, const Primitive& weig
     return nullptr;
   }
   const Shape& shape = x->shape();
-  const std::int64_t in = weight->shape()[0], out = weight->shape()[1];
+  // weight's last two dims; any before them are 1 (a matmul's right operand of higher rank).
+  const Shape& ws = weight->shape();
+  const std::size_t wr = ws.rank();
+  if (wr < 2 || shape.rank() < wr) return nullptr;
+  for (std::size_t d = 0; d + 2 < wr; ++d) {
+    if (ws[d] != 1) return nullptr;
+  }
+  const std::int64_t in = ws[wr - 2], out = ws[wr - 1];
   detail::DimVector dims(shape.vector());
   dims.back() = out;
   const Shape out_shape(std::move(dims));
@@ -68,7 +75,7 @@ Primitive CudaBackend::linear_epilogue(const Primitive& x, const Primitive& weig
   desc.n = out;
   desc.k = in;
   desc.a = {r.row_stride, r.col_stride, 0};
-  desc.b = {w.strides()[0], w.strides()[1], 0};
+  desc.b = {w.strides()[wr - 2], w.strides()[wr - 1], 0};
   desc.c = {out, 1, 0};
   desc.epilogue = epilogue;
   if (!lib::matmul_supported(desc)) return nullptr;

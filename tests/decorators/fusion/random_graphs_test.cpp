@@ -4,7 +4,8 @@
 // dropped, random tensors made inside the graph (their values drawn when the op is called, so
 // fused and op by op see the same numbers; the reference reads them from the op-by-op run), and
 // an op along a dim at the end (sum, mean, max, softmax, log_softmax), over shapes large enough
-// that the CPU runs most groups piece by piece or tile by tile.
+// that the CPU runs most groups piece by piece or tile by tile; products (a group's head), whose
+// following add of a broadcast row and relu the CUDA backend runs in the product's epilogue.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -112,6 +113,7 @@ enum class Op {
   WhereGreater,  // where(a <= b, b, a): a comparison and a mask, continuous where a and b tie
   ThroughF64,    // cast to f64, tanh, cast back
   Random,        // a new random tensor (no operand): uniform or normal, maybe broadcast
+  Matmul,        // a @ w, w [1, n, n] of its own (n: a's last dim), then maybe a bias and relu
 };
 constexpr int kUnaryOps = 8, kBinaryOps = 6;
 enum class Last { None, Sum, Mean, Max, Softmax, LogSoftmax };
@@ -152,6 +154,7 @@ Program generate(std::uint64_t seed) {
   Dims full{kA[rng.below(3)], kB[rng.below(5)], kC[rng.below(7)]};
   while (full[0] * full[1] * full[2] > 60000) full[2] = std::max<std::int64_t>(1, full[2] / 4);
   const int leaves = 1 + rng.below(3);
+  std::vector<Dims> shapes;  // of every value so far
   for (int l = 0; l < leaves; ++l) {
     Dims d = full;
     // Leaves after the first may broadcast along some dims.
@@ -160,14 +163,17 @@ Program generate(std::uint64_t seed) {
         if (rng.below(3) == 0) e = 1;
     }
     p.leaf_shapes.push_back(d);
+    shapes.push_back(d);
     p.leaf_view.push_back(rng.below(4) == 0 ? 1 + rng.below(2) : 0);
   }
   const int count = 1 + rng.below(10);
   for (int i = 0; i < count; ++i) {
     const int values = leaves + i;
     Instr in;
-    const int kind = rng.below(11);
-    if (kind == 10) {
+    const int kind = rng.below(12);
+    if (kind == 11) {
+      in.op = Op::Matmul;
+    } else if (kind == 10) {
       in.op = Op::Random;
       in.shape = full;
       for (auto& e : in.shape)
@@ -186,6 +192,19 @@ Program generate(std::uint64_t seed) {
     // Mostly the newest value, so chains form; sometimes any earlier one (diamonds, re-reads).
     in.a = rng.below(3) == 0 ? rng.below(values) : values - 1;
     in.b = rng.below(values);
+    // A product needs a's last dim whole (not broadcast) and small enough for an n x n weight.
+    const Dims& a = shapes[static_cast<std::size_t>(in.a)];
+    if (in.op == Op::Matmul && (a[2] != full[2] || a[2] > 300)) in.op = Op::Tanh;
+    if (in.op == Op::Random) {
+      shapes.push_back(in.shape);
+    } else if (static_cast<int>(in.op) >= kUnaryOps &&
+               static_cast<int>(in.op) < kUnaryOps + kBinaryOps) {
+      shapes.push_back(broadcast(a, shapes[static_cast<std::size_t>(in.b)]));
+    } else if (in.op == Op::WhereGreater) {
+      shapes.push_back(broadcast(a, shapes[static_cast<std::size_t>(in.b)]));
+    } else {
+      shapes.push_back(a);
+    }
     p.instrs.push_back(in);
     p.held.push_back(rng.below(4) == 0);
   }
@@ -196,6 +215,16 @@ Program generate(std::uint64_t seed) {
 
 std::vector<double> leaf_values(const Dims& d, std::uint32_t seed) {
   return test::spread(d[0] * d[1] * d[2], seed, -2.5, 2.5);
+}
+
+// The weight of the product at instruction i, [n, n] row-major, as f32 values: uniform within
+// 1/sqrt(n), so products stay of the size of their inputs.
+std::vector<double> weight_values(std::int64_t n, std::uint64_t seed, std::size_t i) {
+  const double bound = 1 / std::sqrt(static_cast<double>(n));
+  std::vector<double> w =
+      test::spread(n * n, static_cast<std::uint32_t>(seed * 131 + i + 7), -bound, bound);
+  for (double& e : w) e = static_cast<double>(static_cast<float>(e));
+  return w;
 }
 
 // ---- the program on kiln ----
@@ -244,6 +273,7 @@ Tensor<3> apply(const Instr& in, const Tensor<3>& a, const Tensor<3>& b) {
     case Op::ThroughF64:
       return a.cast(DType::F64).tanh().cast(DType::F32);
     case Op::Random:  // made by run_kiln
+    case Op::Matmul:
       break;
   }
   return a;
@@ -314,6 +344,13 @@ KilnRun run_kiln(const Program& p, Device device, std::uint64_t seed, bool keep_
           in.normal ? Distribution::normal(0, 1) : Distribution::uniform(-2.5, 2.5);
       values.push_back(Tensor<3>::random({in.shape[0], in.shape[1], in.shape[2]}, d, device));
       if (keep_randoms) run.randoms.push_back(values.back());
+    } else if (in.op == Op::Matmul) {
+      const Tensor<3>& a = values[static_cast<std::size_t>(in.a)];
+      const std::int64_t n = a.shape()[2];
+      const Tensor<3> w = Tensor<3>::from_data(
+          TensorData::from_vec(weight_values(n, seed, i), Shape{1, n, n}).convert(DType::F32),
+          device);
+      values.push_back(a.matmul(w));
     } else {
       values.push_back(apply(in, values[static_cast<std::size_t>(in.a)],
                              values[static_cast<std::size_t>(in.b)]));
@@ -407,6 +444,20 @@ RefRun run_ref(const Program& p, std::uint64_t seed,
       case Op::Random:
         out = Ref{in.shape, randoms[next_random++]};
         break;
+      case Op::Matmul: {
+        const std::int64_t n = a.shape[2];
+        const std::vector<double> w = weight_values(n, seed, i);
+        out.shape = a.shape;
+        out.v.assign(a.v.size(), 0.0);
+        for (std::int64_t r = 0; r < a.shape[0] * a.shape[1]; ++r)
+          for (std::int64_t k = 0; k < n; ++k) {
+            const double x = a.v[static_cast<std::size_t>(r * n + k)];
+            for (std::int64_t c = 0; c < n; ++c)
+              out.v[static_cast<std::size_t>(r * n + c)] +=
+                  x * w[static_cast<std::size_t>(k * n + c)];
+          }
+        break;
+      }
     }
     values.push_back(out);
     if (p.held[i]) run.held.push_back(out);
