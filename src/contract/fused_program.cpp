@@ -155,14 +155,18 @@ bool has_head(const FusedProgram& program) noexcept {
 
 std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& program,
                                        RunProgram run_rest) {
-  const std::size_t leaves = program.leaves.size();
-  FusedProgram rest;
-  rest.leaves = program.leaves;
-  rest.shape = program.shape;
-  // Each value's index in rest: leaves keep theirs, heads become leaves, the other steps steps.
-  std::vector<std::int32_t> index(leaves + program.steps.size());
-  for (std::size_t v = 0; v < leaves; ++v) index[v] = static_cast<std::int32_t>(v);
-  for (std::size_t s = 0; s < program.steps.size(); ++s) {
+  const std::size_t leaves = program.leaves.size(), steps = program.steps.size();
+  // The values the other steps read, and the steps that are outputs.
+  std::vector<bool> read(leaves + steps, false), output(steps, false);
+  for (const FusedStep& step : program.steps) {
+    if (is_head(step.op)) continue;
+    for (std::uint8_t k = 0; k < step.arity; ++k)
+      read[static_cast<std::size_t>(step.inputs[k])] = true;
+  }
+  for (std::int32_t out : program.outputs) output[static_cast<std::size_t>(out)] = true;
+  // The heads, each whole.
+  std::vector<Primitive> heads(steps);
+  for (std::size_t s = 0; s < steps; ++s) {
     const FusedStep& step = program.steps[s];
     if (!is_head(step.op)) continue;
     std::array<Primitive, 3> inputs;
@@ -171,12 +175,27 @@ std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& pro
       if (v >= leaves) return run_steps(backend, program);
       inputs[k] = program.leaves[v];  // held: the caller's leaves stay valid
     }
-    index[leaves + s] = static_cast<std::int32_t>(rest.leaves.size());
-    rest.leaves.push_back(step.run(backend, std::span<Primitive>(inputs.data(), step.arity),
-                                   step.params, step.shape));
+    heads[s] =
+        step.run(backend, std::span<Primitive>(inputs.data(), step.arity), step.params, step.shape);
+  }
+  // The other steps as a program of their own over the leaves they read: the caller's, then the
+  // heads'. A head that is not an output is held by that program alone, so its runner may write
+  // an output into its memory (cpu_fused.cpp); one that is an output is held here too.
+  FusedProgram rest;
+  rest.shape = program.shape;
+  std::vector<std::int32_t> index(leaves + steps, -1);  // each value's index in rest
+  for (std::size_t v = 0; v < leaves; ++v) {
+    if (!read[v]) continue;
+    index[v] = rest.leaf_count();
+    rest.leaves.push_back(program.leaves[v]);
+  }
+  for (std::size_t s = 0; s < steps; ++s) {
+    if (heads[s] == nullptr || !read[leaves + s]) continue;
+    index[leaves + s] = rest.leaf_count();
+    rest.leaves.push_back(output[s] ? heads[s] : std::move(heads[s]));
   }
   const std::int32_t rest_leaves = rest.leaf_count();
-  for (std::size_t s = 0; s < program.steps.size(); ++s) {
+  for (std::size_t s = 0; s < steps; ++s) {
     if (is_head(program.steps[s].op)) continue;
     FusedStep step = program.steps[s];
     for (std::uint8_t k = 0; k < step.arity; ++k) {
@@ -185,15 +204,14 @@ std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& pro
     index[leaves + s] = rest_leaves + static_cast<std::int32_t>(rest.steps.size());
     rest.steps.push_back(std::move(step));
   }
-  // Each output: a head's value (a leaf of rest), or one of rest's outputs.
+  // Each output: a head's value (-1 - its step), or one of rest's outputs.
   std::vector<std::int32_t> from;
   for (std::int32_t out : program.outputs) {
-    const std::int32_t v = index[leaves + static_cast<std::size_t>(out)];
-    if (v < rest_leaves) {
-      from.push_back(-1 - v);
+    if (is_head(program.steps[static_cast<std::size_t>(out)].op)) {
+      from.push_back(-1 - out);
     } else {
       from.push_back(static_cast<std::int32_t>(rest.outputs.size()));
-      rest.outputs.push_back(v - rest_leaves);
+      rest.outputs.push_back(index[leaves + static_cast<std::size_t>(out)] - rest_leaves);
     }
   }
   std::vector<Primitive> computed;
@@ -209,7 +227,7 @@ std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& pro
   outputs.reserve(from.size());
   for (std::int32_t f : from) {
     outputs.push_back(f >= 0 ? std::move(computed[static_cast<std::size_t>(f)])
-                             : rest.leaves[static_cast<std::size_t>(-1 - f)]);
+                             : heads[static_cast<std::size_t>(-1 - f)]);
   }
   return outputs;
 }

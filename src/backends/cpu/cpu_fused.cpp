@@ -365,9 +365,22 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
   const std::size_t leaves = program.leaves.size();
   std::vector<std::shared_ptr<CpuTensor>> outputs;
   std::int64_t output_bytes = 0;
+  // An output takes the memory of a leaf nobody else can see (a product's result that
+  // run_heads_first made) when that leaf is read whole, of the output's dtype and shape: a piece
+  // reads its positions' inputs before it writes there, as the eager ops reuse a temporary.
+  std::vector<bool> taken(leaves, false);
   for (std::int32_t out : program.outputs) {
     const FusedStep& step = program.steps[static_cast<std::size_t>(out)];
-    outputs.push_back(make_tensor(step.dtype, step.shape));
+    std::shared_ptr<CpuTensor> memory;
+    for (std::size_t v = 0; v < leaves && memory == nullptr; ++v) {
+      const Primitive& leaf = program.leaves[v];
+      if (!taken[v] && plan.leaf_read[v] == LeafRead::All && can_mut(leaf) &&
+          leaf->dtype() == step.dtype && leaf->shape() == step.shape) {
+        taken[v] = true;
+        memory = std::static_pointer_cast<CpuTensor>(leaf);
+      }
+    }
+    outputs.push_back(memory ? std::move(memory) : make_tensor(step.dtype, step.shape));
     output_bytes += positions * static_cast<std::int64_t>(dtype_size(step.dtype));
   }
   // Outputs larger than the caches bypass them (stream_store.h): nothing reads them soon.

@@ -375,6 +375,38 @@ TEST(Fusion, AProductHeadsItsGroupWithTheBiasAndActivationAfterIt) {
               product_reference(x, w, b, true), 1e-5);
 }
 
+TEST(Fusion, TheOpsAfterAProductWriteIntoItsMemory) {
+  // relu(x @ w + b): eager, the add writes a second [512, 1024] buffer; fused, the group's output
+  // takes the product's memory (only the group holds it), so the peak is one buffer and the
+  // threads' piece buffers.
+  const auto peak = [](Device device) {
+    const Tensor<2> x = matrix(512, 256, device, 41), w = matrix(256, 1024, device, 42);
+    const Tensor<2> b = matrix(1, 1024, device, 43);
+    (void)values(x), (void)values(w), (void)values(b);
+    kPlain.reset_peak_memory();
+    const std::int64_t base = kPlain.memory_stats().bytes_in_use;
+    const Tensor<2> out = activation::relu(x.matmul(w) + b);
+    const std::vector<double> got = values(out);
+    const std::int64_t used = kPlain.memory_stats().peak_bytes_in_use - base;
+    expect_near(got, product_reference(x, w, b, false), 1e-5);
+    return used;
+  };
+  const std::int64_t buffer = 512 * 1024 * 8;  // matrix() makes f64 tensors
+  const std::int64_t scratch = std::int64_t{omp_get_max_threads()} * 8 * 65536;
+  const std::int64_t eager = peak(kPlain), fused = peak(kFused);
+  EXPECT_GE(eager, 2 * buffer);
+  EXPECT_LE(fused, buffer + scratch);
+  // A product held by a handle keeps its value: the group's output goes elsewhere.
+  const Tensor<2> x = matrix(300, 64, kFused, 44), w = matrix(64, 200, kFused, 45);
+  const Tensor<2> product = x.matmul(w);
+  const Tensor<2> out = activation::relu(product + 1.0);
+  const std::vector<double> p = values(product), o = values(out);
+  const std::vector<double> want =
+      values(matrix(300, 64, kPlain, 44).matmul(matrix(64, 200, kPlain, 45)));
+  expect_near(p, want, 1e-6);
+  for (std::size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], std::max(want[i] + 1.0, 0.0), 1e-5);
+}
+
 TEST(Fusion, ProductsInGroupsEqualTheUnfusedDevice) {
   // A held product read by two steps; a product of a pending input of its own shape; a batched
   // left operand and a transposed right one; linear without a bias; integers.
