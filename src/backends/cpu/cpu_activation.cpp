@@ -34,6 +34,59 @@ void make_float_map(DType dtype, const char* op, F f, OwnedKernel& k) {
   visit_float_kernel(dtype, op, [&]<class T>(type_tag<T>) { k.unary<T, T>(f); });
 }
 
+// gelu, sigmoid and silu on contiguous f32/f64 runs through libmvec: a chunk's argument to erfc or
+// exp, the vector function over it, then the rest, in loops the compiler vectorises; the same
+// formulas and special values as the scalar forms, with libmvec's accuracy (within 4 ulp).
+enum class VectorActivation : std::uint8_t { Gelu, Sigmoid, Silu };
+
+template <class T, VectorActivation kind>
+void vector_activation_loop(std::int64_t n, char* const* data, const std::int64_t*, const void*) {
+  constexpr std::int64_t kChunk = 256;
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  const T* in = reinterpret_cast<const T*>(data[1]);
+  T* out = reinterpret_cast<T*>(data[0]);  // may be in: each element is read before it is written
+  T t[kChunk];
+  for (std::int64_t at = 0; at < n; at += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - at);
+    const T* x = in + at;
+    T* y = out + at;
+    if constexpr (kind == VectorActivation::Gelu) {
+      for (std::int64_t i = 0; i < m; ++i) t[i] = -x[i] * static_cast<T>(std::numbers::sqrt2 / 2);
+      vector_map(VectorFunction::Erfc, t, t, m);
+      for (std::int64_t i = 0; i < m; ++i) y[i] = x[i] == -kInf ? T(0) : x[i] * T(0.5) * t[i];
+    } else {
+      // stable_sigmoid: e = exp(-|v|), then 1 / (1 + e) or e / (1 + e) by the sign.
+      for (std::int64_t i = 0; i < m; ++i) t[i] = -std::fabs(x[i]);
+      vector_map(VectorFunction::Exp, t, t, m);
+      for (std::int64_t i = 0; i < m; ++i) {
+        const T e = t[i];
+        const T s = (x[i] >= T(0) ? T(1) : e) / (T(1) + e);
+        if constexpr (kind == VectorActivation::Sigmoid) {
+          y[i] = s;
+        } else {
+          y[i] = x[i] == -kInf ? T(0) : x[i] * s;
+        }
+      }
+    }
+  }
+}
+
+// The vector loop of kind where libmvec has one and the runs are contiguous f32/f64; else
+// scalar f element by element.
+template <VectorActivation kind, class F>
+void make_activation(DType dtype, const char* op, bool contiguous, F f, OwnedKernel& k) {
+  if (vector_math_available() && contiguous && (dtype == DType::F32 || dtype == DType::F64)) {
+    // Costs like a transcendental: threads pay off on runs four times shorter.
+    if (dtype == DType::F32) {
+      k.set(&vector_activation_loop<float, kind>, kind, dtype, dtype, 4);
+    } else {
+      k.set(&vector_activation_loop<double, kind>, kind, dtype, dtype, 4);
+    }
+    return;
+  }
+  make_float_map(dtype, op, f, k);
+}
+
 // The elementwise activations, each a maker of its kernel (the ones with a parameter read it from
 // params' first scalar). Both their CpuBackend methods and their fused steps' kernels use these.
 void make_relu(DType dtype, const StepParams&, bool, OwnedKernel& k) {
@@ -50,10 +103,10 @@ void make_leaky_relu(DType dtype, const StepParams& params, bool, OwnedKernel& k
       },
       k);
 }
-void make_gelu(DType dtype, const StepParams&, bool, OwnedKernel& k) {
+void make_gelu(DType dtype, const StepParams&, bool contiguous, OwnedKernel& k) {
   // x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation in the left tail.
-  make_float_map(
-      dtype, "gelu",
+  make_activation<VectorActivation::Gelu>(
+      dtype, "gelu", contiguous,
       [](auto v) {
         using C = decltype(v);
         if (v == -std::numeric_limits<C>::infinity()) return C(0);
@@ -61,13 +114,13 @@ void make_gelu(DType dtype, const StepParams&, bool, OwnedKernel& k) {
       },
       k);
 }
-void make_sigmoid(DType dtype, const StepParams&, bool, OwnedKernel& k) {
-  make_float_map(
-      dtype, "sigmoid", [](auto v) { return stable_sigmoid(v); }, k);
+void make_sigmoid(DType dtype, const StepParams&, bool contiguous, OwnedKernel& k) {
+  make_activation<VectorActivation::Sigmoid>(
+      dtype, "sigmoid", contiguous, [](auto v) { return stable_sigmoid(v); }, k);
 }
-void make_silu(DType dtype, const StepParams&, bool, OwnedKernel& k) {
-  make_float_map(
-      dtype, "silu",
+void make_silu(DType dtype, const StepParams&, bool contiguous, OwnedKernel& k) {
+  make_activation<VectorActivation::Silu>(
+      dtype, "silu", contiguous,
       [](auto v) {
         using C = decltype(v);
         if (v == -std::numeric_limits<C>::infinity()) return C(0);
@@ -97,7 +150,7 @@ Primitive run_activation(Primitive x, const char* op,
                          const StepParams& params = {}) {
   const DType dtype = x->dtype();
   OwnedKernel k;
-  make(dtype, params, true, k);
+  make(dtype, params, as_cpu(x).is_contiguous(), k);  // the vector forms take contiguous runs
   return run_unary(std::move(x), dtype, k.kernel(), op);
 }
 

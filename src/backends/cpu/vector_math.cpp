@@ -32,7 +32,7 @@ inline void store(double* p, DoubleVector v) { _mm256_storeu_pd(p, v); }
 // clang-format off
 #define KILN_MVEC_FUNCTIONS(X) \
   X(exp) X(expm1) X(exp2) X(log) X(log1p) X(log2) X(log10) X(sin) X(cos) X(tan) X(asin) \
-  X(acos) X(atan) X(sinh) X(cosh) X(tanh) X(asinh) X(acosh) X(atanh) X(erf)
+  X(acos) X(atan) X(sinh) X(cosh) X(tanh) X(asinh) X(acosh) X(atanh) X(erf) X(erfc)
 // clang-format on
 
 extern "C" {
@@ -76,6 +76,7 @@ bool dispatch(VectorFunction function, const T* in, T* out, std::int64_t n, std:
     KILN_CASE(cos, Cos) KILN_CASE(tan, Tan) KILN_CASE(asin, Asin) KILN_CASE(acos, Acos)
     KILN_CASE(atan, Atan) KILN_CASE(sinh, Sinh) KILN_CASE(cosh, Cosh) KILN_CASE(tanh, Tanh)
     KILN_CASE(asinh, Asinh) KILN_CASE(acosh, Acosh) KILN_CASE(atanh, Atanh) KILN_CASE(erf, Erf)
+    KILN_CASE(erfc, Erfc)
     // clang-format on
   }
   return false;

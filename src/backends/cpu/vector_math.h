@@ -36,6 +36,7 @@ enum class VectorFunction : std::uint8_t {
   Acosh,
   Atanh,
   Erf,
+  Erfc,  // gelu's Phi (cpu_activation.cpp); no op of its own
 };
 
 // Whether this build has vector forms at all.
