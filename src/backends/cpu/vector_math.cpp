@@ -90,16 +90,40 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
   return dispatch<double, DoubleVector>(function, in, out, n, kDoubleLanes);
 }
 
+// libmvec's expf leaves its fast path for results below the normal range (x below about -87.3),
+// calling the scalar function lane by lane: a softmax over scores that hold an additive mask
+// (-3.4e38, as Hugging Face models write it) took three times as long. Below kFastExpFloor the
+// vector form gets the floor instead; lanes below kExpZero are then exactly 0 (exp rounds to 0
+// there in f32: e^-103.98 is half the least subnormal), and the few between get the scalar exp.
+constexpr float kFastExpFloor = -87.0f;
+constexpr float kExpZero = -103.98f;
+
+// Redoes the lanes of out[0, lanes) that bit k of middle names (an argument in[k] - shift in
+// [kExpZero, kFastExpFloor)) with the scalar exp, which rounds their subnormal results.
+void redo_subnormal_lanes(const float* in, float shift, float* out, unsigned middle, int lanes) {
+  for (int k = 0; k < lanes; ++k) {
+    if ((middle >> k & 1u) != 0) out[k] = std::exp(in[k] - shift);
+  }
+}
+
 bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
                     double& sum) noexcept {
   double lanes[8] = {};
   std::int64_t i = 0;
 #if defined(__AVX512F__)
-  const __m512 offset = _mm512_set1_ps(shift);
+  const __m512 offset = _mm512_set1_ps(shift), floor = _mm512_set1_ps(kFastExpFloor);
+  const __m512 zero_below = _mm512_set1_ps(kExpZero);
   __m512d partial = _mm512_setzero_pd();
   for (; i + kFloatLanes <= n; i += kFloatLanes) {
-    const __m512 e = vector_exp(_mm512_sub_ps(load(in + i), offset));
-    store(out + i, e);
+    const __m512 a = _mm512_sub_ps(load(in + i), offset);
+    const __mmask16 below = _mm512_cmp_ps_mask(a, floor, _CMP_LT_OQ);  // false for NaN
+    const __mmask16 zero = _mm512_cmp_ps_mask(a, zero_below, _CMP_LT_OQ);
+    // max(floor, a) is a where a is NaN (the second operand), so NaN stays NaN.
+    store(out + i,
+          _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero), vector_exp(_mm512_max_ps(floor, a))));
+    if (const auto middle = static_cast<unsigned>(below & ~zero); middle != 0) {
+      redo_subnormal_lanes(in + i, shift, out + i, middle, 16);
+    }
     // Elements i..i+7 then i+8..i+15 into the 8 partial sums, in order, read back as halves
     // from the stores just made. (The maskz conversion: GCC 12 warns of the undefined vector the
     // plain one, and the half extracts, start from.)
@@ -108,11 +132,20 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
   }
   _mm512_storeu_pd(lanes, partial);
 #else
-  const __m256 offset = _mm256_set1_ps(shift);
+  const __m256 offset = _mm256_set1_ps(shift), floor = _mm256_set1_ps(kFastExpFloor);
+  const __m256 zero_below = _mm256_set1_ps(kExpZero);
   __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
   for (; i + kFloatLanes <= n; i += kFloatLanes) {
-    const __m256 e = vector_exp(_mm256_sub_ps(load(in + i), offset));
+    const __m256 a = _mm256_sub_ps(load(in + i), offset);
+    const __m256 below = _mm256_cmp_ps(a, floor, _CMP_LT_OQ);  // false for NaN
+    const __m256 zero = _mm256_cmp_ps(a, zero_below, _CMP_LT_OQ);
+    // max(floor, a) is a where a is NaN (the second operand), so NaN stays NaN.
+    __m256 e = _mm256_andnot_ps(zero, vector_exp(_mm256_max_ps(floor, a)));
     store(out + i, e);
+    if (const int middle = _mm256_movemask_ps(_mm256_andnot_ps(zero, below)); middle != 0) {
+      redo_subnormal_lanes(in + i, shift, out + i, static_cast<unsigned>(middle), 8);
+      e = load(out + i);
+    }
     low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
   }

@@ -1,0 +1,154 @@
+// The CPU kernels that go through glibc's libmvec (src/backends/cpu/vector_math.h): gelu, sigmoid
+// and silu on contiguous f32/f64 runs of every length around the vector width (against float64
+// loops written here, with NaN and infinities), and softmax rows that hold an additive mask
+// (-3.4e38), -inf, and scores 87 to 104 below the row's maximum, where libmvec's exp leaves its
+// fast path and the result is subnormal or rounds to 0.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "support/spread.h"
+
+namespace kiln::vector_math_test {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
+double gelu(double v) { return v == -kInf ? 0 : 0.5 * v * std::erfc(-v / std::sqrt(2.0)); }
+double silu(double v) { return v == -kInf ? 0 : v * sigmoid(v); }
+
+// values in [-12, 12), then NaN, +-inf, +-0 and the largest finite values of dtype.
+std::vector<double> inputs(std::int64_t n, DType dtype, std::uint32_t seed) {
+  std::vector<double> v = test::spread(n, seed, -12.0, 12.0);
+  const double big =
+      dtype == DType::F32 ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max();
+  const double specials[] = {std::nan(""), kInf, -kInf, 0.0, -0.0, big, -big};
+  for (std::size_t k = 0; k < std::size(specials) && k < v.size(); ++k) {
+    v[(k * 7 + 3) % v.size()] = specials[k];
+  }
+  return v;
+}
+
+TEST(CpuVectorActivations, EqualFloat64LoopsOnEveryRunLength) {
+  struct Case {
+    const char* name;
+    Tensor<1> (*op)(const Tensor<1>&);
+    double (*ref)(double);
+  };
+  const Case cases[] = {
+      {"gelu", [](const Tensor<1>& x) { return activation::gelu(x); }, gelu},
+      {"sigmoid", [](const Tensor<1>& x) { return activation::sigmoid(x); }, sigmoid},
+      {"silu", [](const Tensor<1>& x) { return activation::silu(x); }, silu}};
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      // libmvec's unit is 4 (f64 AVX2) to 16 (f32 AVX-512) lanes; the kernel's chunk is 256.
+      for (std::int64_t n : {1, 7, 8, 15, 16, 17, 33, 255, 256, 257, 1000, 70000}) {
+        const std::vector<double> x = inputs(n, dtype, static_cast<std::uint32_t>(n));
+        const TensorData data = TensorData::from_vec(x, Shape{n}).convert(dtype);
+        const std::vector<double> stored = data.to_f64_vec();  // x as dtype holds it
+        const std::vector<double> got =
+            c.op(Tensor<1>::from_data(data, Device::cpu())).into_data().to_f64_vec();
+        // libmvec is within 4 ulp; the formulas add a few roundings.
+        const double tol = dtype == DType::F32 ? 4e-6 : 1e-13;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double want = c.ref(stored[static_cast<std::size_t>(i)]);
+          const double g = got[static_cast<std::size_t>(i)];
+          const std::string what = std::string(c.name) + " " + std::string(dtype_name(dtype)) +
+                                   " n " + std::to_string(n) + " at " + std::to_string(i) + " of " +
+                                   std::to_string(stored[static_cast<std::size_t>(i)]);
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(g)) << what << ": " << g;
+          } else if (std::isinf(want)) {
+            ASSERT_EQ(g, want) << what;
+          } else {
+            ASSERT_LE(std::abs(g - want), tol * std::max(1.0, std::abs(want))) << what << ": " << g;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuVectorActivations, AStridedViewGivesTheContiguousResult) {
+  const std::vector<double> x = inputs(2 * 300, DType::F32, 9);
+  const Tensor<2> t = Tensor<2>::from_data(
+      TensorData::from_vec(x, Shape{300, 2}).convert(DType::F32), Device::cpu());
+  const Tensor<2> column = t.transpose();  // [2, 300], strided
+  const std::vector<double> strided = activation::gelu(column).into_data().to_f64_vec();
+  const std::vector<double> contiguous =
+      activation::gelu(Tensor<2>::from_data(column.into_data(), Device::cpu()))
+          .into_data()
+          .to_f64_vec();
+  ASSERT_EQ(strided.size(), contiguous.size());
+  for (std::size_t i = 0; i < strided.size(); ++i) {
+    if (std::isnan(contiguous[i])) {
+      EXPECT_TRUE(std::isnan(strided[i])) << i;
+    } else if (std::isinf(contiguous[i])) {
+      EXPECT_EQ(strided[i], contiguous[i]) << i;
+    } else {
+      EXPECT_NEAR(strided[i], contiguous[i], 4e-6 * std::max(1.0, std::abs(contiguous[i]))) << i;
+    }
+  }
+}
+
+TEST(CpuSoftmax, MaskedRowsAreExactZerosAndSubnormalProbabilitiesKeepTheirValue) {
+  // Rows of 37 f32 scores: a third masked by adding -3.4e38 (Hugging Face's mask), one -inf, and
+  // scores 90, 95, 100, 103, 110 and 200 below the row's maximum.
+  const std::int64_t rows = 64, n = 37;
+  std::vector<float> x(static_cast<std::size_t>(rows * n));
+  const std::vector<double> base = test::spread(rows * n, 5, -3.0, 3.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * n;
+    for (std::int64_t k = 0; k < n; ++k)
+      row[k] = static_cast<float>(base[static_cast<std::size_t>(r * n + k)]);
+    row[0] = 3.0f;  // the maximum
+    const float below[] = {90, 95, 100, 103, 110, 200};
+    for (std::size_t j = 0; j < std::size(below); ++j) row[1 + j] = 3.0f - below[j];
+    row[8] = -std::numeric_limits<float>::infinity();
+    for (std::int64_t k = 12; k < n; k += 3) row[k] += -3.4e38f;
+  }
+  const Tensor<2> t = Tensor<2>::from_data(TensorData::from_vec(x, Shape{rows, n}), Device::cpu());
+  for (bool log : {false, true}) {
+    const std::vector<double> got =
+        (log ? activation::log_softmax(t, 1) : activation::softmax(t, 1)).into_data().to_f64_vec();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = x.data() + r * n;
+      double sum = 0;
+      for (std::int64_t k = 0; k < n; ++k) sum += std::exp(static_cast<double>(row[k]) - 3.0);
+      for (std::int64_t k = 0; k < n; ++k) {
+        const double a = static_cast<double>(row[k]) - 3.0;
+        const double g = got[static_cast<std::size_t>(r * n + k)];
+        const std::string what = std::string(log ? "log_softmax" : "softmax") + " row " +
+                                 std::to_string(r) + " element " + std::to_string(k);
+        if (log) {
+          const double want = a - std::log(sum);
+          if (std::isinf(want)) {
+            ASSERT_EQ(g, want) << what;
+          } else {
+            ASSERT_LE(std::abs(g - want), 1e-6 * std::max(1.0, std::abs(want))) << what;
+          }
+          continue;
+        }
+        const double want = std::exp(a) / sum;
+        if (want < 0x1p-150) {
+          ASSERT_EQ(g, 0.0) << what << " (rounds to 0 in f32)";
+        } else if (want < 0x1p-126) {
+          // Subnormal in f32: within two of its steps (2^-149) of the exact value.
+          ASSERT_LE(std::abs(g - want), 0x1p-148) << what << ": " << g << " vs " << want;
+          ASSERT_GT(g, 0.0) << what << " is subnormal, not 0";
+        } else {
+          ASSERT_LE(std::abs(g - want), 1e-6 * want) << what << ": " << g << " vs " << want;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::vector_math_test
