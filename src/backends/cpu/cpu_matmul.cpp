@@ -97,8 +97,11 @@ void blas_matmul(const CpuTensor& lhs, const CpuTensor& rhs, CpuTensor& out,
             T(0));
   };
   const std::int64_t work = m * n * k;
-  if (work <= kBlasSingleThreadWork) {
-    // Small matrices: OpenBLAS runs each on one thread, so spread the batch over ours.
+  if (work <= kBlasSingleThreadWork || plan.count >= thread_count()) {
+    // Small matrices (OpenBLAS runs each on one thread), or at least a matrix per thread: spread
+    // the batch over our threads, each product on one. Otherwise every product would open a
+    // parallel region of its own (gemm splits a large one): attention's q kT over 96 heads
+    // forked and joined the team 96 times.
     const std::int64_t grain =
         std::max<std::int64_t>(1, kMinThreadWork / std::max<std::int64_t>(work, 1));
     parallel_for(plan.count, grain, [&](std::int64_t b, std::int64_t e) {

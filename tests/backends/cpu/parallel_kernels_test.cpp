@@ -183,6 +183,11 @@ TEST_F(CpuParallelKernels, LinearAndMatmuls) {
   const Primitive l = floats({64, 16, 16}, 22), r = floats({64, 16, 16}, 23);
   expect_split_matches_one_thread("batched matmul",
                                   [&] { return std::vector{cpu().matmul(l, r)}; });
+  // Larger products, at least one per thread (attention's heads): one product per thread, each
+  // whole, rather than each split over the threads in turn.
+  const Primitive lb = floats({8, 96, 80}, 29), rb = floats({8, 80, 96}, 30);
+  expect_split_matches_one_thread("batched larger matmul",
+                                  [&] { return std::vector{cpu().matmul(lb, rb)}; });
   // Integer products are kiln's own kernel, split by blocks of rows.
   const Primitive li = indices({4, 64, 64}, 100, 24, DType::I32);
   const Primitive ri = indices({4, 64, 64}, 100, 25, DType::I32);
