@@ -7,11 +7,13 @@
 // is zeros, not NaN (PyTorch's math path does the same since 2.5). NaN scores propagate.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/vector_math.h"
 #include "core/buffer.h"
 
 namespace kiln {
@@ -54,14 +56,18 @@ void attention_kernel(const AttentionArgs<T>& args) {
   const T* bias = args.bias ? args.bias->template data_as<const T>() : nullptr;
   T* out = args.out->template data_as<T>();
 
-  // Rows per block: small enough that each gemm stays on one OpenBLAS thread, so blocks can run
-  // in parallel; when even one row is too much work, blocks run in turn and BLAS threads them.
+  // Rows per block. With a (batch, head) for every thread, a block is a whole head (within the
+  // score budget), each on one thread: fewer, larger products. Otherwise small enough that each
+  // gemm stays on one OpenBLAS thread, so blocks can run in parallel; when even one row is too
+  // much work, blocks run in turn and BLAS threads them.
   const std::int64_t row_work = std::max<std::int64_t>(1, sk * std::max({d, dv, std::int64_t{1}}));
   const std::int64_t budget_rows =
       std::max<std::int64_t>(1, kScoreBudget / std::max<std::int64_t>(sk, 1));
   const std::int64_t serial_rows = kBlasSingleThreadWork / row_work;
-  const bool parallel_blocks = serial_rows >= 8;
-  const std::int64_t block = std::min({sq, budget_rows, parallel_blocks ? serial_rows : sq});
+  const bool whole_heads = batch * heads >= thread_count();
+  const bool parallel_blocks = whole_heads || serial_rows >= 8;
+  const std::int64_t block =
+      std::min({sq, budget_rows, !whole_heads && parallel_blocks ? serial_rows : sq});
   const std::int64_t blocks_per_head = (sq + block - 1) / block;
   const std::int64_t tasks = batch * heads * blocks_per_head;
 
@@ -99,10 +105,15 @@ void attention_kernel(const AttentionArgs<T>& args) {
           for (std::int64_t j = 0; j < sk; ++j) s[j] = s[j] == kExcluded ? T(0) : s[j] * T(0);
           continue;
         }
+        // The exponentials and their sum: libmvec's vector exp for f32 (vector_math.h).
         double sum = 0;
-        for (std::int64_t j = 0; j < sk; ++j) {
-          s[j] = std::exp(s[j] - max);
-          sum += static_cast<double>(s[j]);
+        bool done = false;
+        if constexpr (std::is_same_v<T, float>) done = vector_exp_sum(s, max, s, sk, sum);
+        if (!done) {
+          for (std::int64_t j = 0; j < sk; ++j) {
+            s[j] = std::exp(s[j] - max);
+            sum += static_cast<double>(s[j]);
+          }
         }
         const T inv = static_cast<T>(1.0 / sum);
         for (std::int64_t j = 0; j < sk; ++j) s[j] *= inv;

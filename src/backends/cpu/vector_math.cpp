@@ -98,11 +98,12 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
 constexpr float kFastExpFloor = -87.0f;
 constexpr float kExpZero = -103.98f;
 
-// Redoes the lanes of out[0, lanes) that bit k of middle names (an argument in[k] - shift in
-// [kExpZero, kFastExpFloor)) with the scalar exp, which rounds their subnormal results.
-void redo_subnormal_lanes(const float* in, float shift, float* out, unsigned middle, int lanes) {
+// Redoes the lanes of out[0, lanes) that bit k of middle names (an argument in
+// [kExpZero, kFastExpFloor)) with the scalar exp, which rounds their subnormal results. The
+// arguments come from the caller: out may be where they were read from.
+void redo_subnormal_lanes(const float* arguments, float* out, unsigned middle, int lanes) {
   for (int k = 0; k < lanes; ++k) {
-    if ((middle >> k & 1u) != 0) out[k] = std::exp(in[k] - shift);
+    if ((middle >> k & 1u) != 0) out[k] = std::exp(arguments[k]);
   }
 }
 
@@ -122,7 +123,9 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
     store(out + i,
           _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero), vector_exp(_mm512_max_ps(floor, a))));
     if (const auto middle = static_cast<unsigned>(below & ~zero); middle != 0) {
-      redo_subnormal_lanes(in + i, shift, out + i, middle, 16);
+      alignas(64) float arguments[16];
+      _mm512_store_ps(arguments, a);
+      redo_subnormal_lanes(arguments, out + i, middle, 16);
     }
     // Elements i..i+7 then i+8..i+15 into the 8 partial sums, in order, read back as halves
     // from the stores just made. (The maskz conversion: GCC 12 warns of the undefined vector the
@@ -143,7 +146,9 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
     __m256 e = _mm256_andnot_ps(zero, vector_exp(_mm256_max_ps(floor, a)));
     store(out + i, e);
     if (const int middle = _mm256_movemask_ps(_mm256_andnot_ps(zero, below)); middle != 0) {
-      redo_subnormal_lanes(in + i, shift, out + i, static_cast<unsigned>(middle), 8);
+      alignas(32) float arguments[8];
+      _mm256_store_ps(arguments, a);
+      redo_subnormal_lanes(arguments, out + i, static_cast<unsigned>(middle), 8);
       e = load(out + i);
     }
     low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));

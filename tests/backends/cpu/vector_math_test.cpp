@@ -2,7 +2,8 @@
 // and silu on contiguous f32/f64 runs of every length around the vector width (against float64
 // loops written here, with NaN and infinities), and softmax rows that hold an additive mask
 // (-3.4e38), -inf, and scores 87 to 104 below the row's maximum, where libmvec's exp leaves its
-// fast path and the result is subnormal or rounds to 0.
+// fast path and the result is subnormal or rounds to 0; attention's softmax rows through the same
+// vector exp, with masked and causal keys.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -145,6 +146,64 @@ TEST(CpuSoftmax, MaskedRowsAreExactZerosAndSubnormalProbabilitiesKeepTheirValue)
         } else {
           ASSERT_LE(std::abs(g - want), 1e-6 * want) << what << ": " << g << " vs " << want;
         }
+      }
+    }
+  }
+}
+
+TEST(CpuAttention, MaskedAndCausalRowsLongerThanAVectorEqualFloat64Loops) {
+  // q, k, v [2, 3, 37, 16]; keys masked by padding (the last 9 of batch 1) and causally: each
+  // row's softmax runs through the vector exp with excluded (-inf) lanes, a head per thread.
+  const std::int64_t b = 2, h = 3, s = 37, d = 16;
+  const Shape shape{b, h, s, d};
+  const std::vector<double> qv = test::spread(b * h * s * d, 11, -1.5, 1.5);
+  const std::vector<double> kv = test::spread(b * h * s * d, 12, -1.5, 1.5);
+  const std::vector<double> vv = test::spread(b * h * s * d, 13, -1.5, 1.5);
+  std::vector<std::uint8_t> padding(static_cast<std::size_t>(b * s), 0);
+  for (std::int64_t j = s - 9; j < s; ++j) padding[static_cast<std::size_t>(s + j)] = 1;
+  const Device cpu = Device::cpu();
+  auto tensor = [&](const std::vector<double>& v) {
+    return Tensor<4>::from_data(TensorData::from_vec(v, shape).convert(DType::F32), cpu);
+  };
+  const Tensor<4, Bool> mask = Tensor<4, Bool>::from_data(
+      TensorData::from_vec(padding, Shape{b, 1, 1, s}).convert(DType::Bool), cpu);
+  const std::vector<double> got =
+      module::attention(tensor(qv), tensor(kv), tensor(vv), mask, std::nullopt,
+                        {.scale = std::nullopt, .is_causal = true})
+          .into_data()
+          .to_f64_vec();
+  const auto f32 = [](double x) { return static_cast<double>(static_cast<float>(x)); };
+  const double scale = 1 / std::sqrt(static_cast<double>(d));
+  for (std::int64_t bh = 0; bh < b * h; ++bh) {
+    const std::int64_t batch = bh / h;
+    const std::size_t base = static_cast<std::size_t>(bh * s * d);
+    for (std::int64_t i = 0; i < s; ++i) {
+      std::vector<double> w(static_cast<std::size_t>(s), 0.0);
+      double top = -kInf, sum = 0;
+      for (std::int64_t j = 0; j <= i; ++j) {
+        if (padding[static_cast<std::size_t>(batch * s + j)] != 0) continue;
+        double dot = 0;
+        for (std::int64_t c = 0; c < d; ++c) {
+          dot += f32(qv[base + static_cast<std::size_t>(i * d + c)]) *
+                 f32(kv[base + static_cast<std::size_t>(j * d + c)]);
+        }
+        w[static_cast<std::size_t>(j)] = dot * scale;
+        top = std::max(top, dot * scale);
+      }
+      for (std::int64_t j = 0; j <= i; ++j) {
+        if (padding[static_cast<std::size_t>(batch * s + j)] != 0) continue;
+        w[static_cast<std::size_t>(j)] = std::exp(w[static_cast<std::size_t>(j)] - top);
+        sum += w[static_cast<std::size_t>(j)];
+      }
+      for (std::int64_t c = 0; c < d; ++c) {
+        double want = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          if (padding[static_cast<std::size_t>(batch * s + j)] != 0) continue;
+          want += w[static_cast<std::size_t>(j)] / sum *
+                  f32(vv[base + static_cast<std::size_t>(j * d + c)]);
+        }
+        const double g = got[base + static_cast<std::size_t>(i * d + c)];
+        ASSERT_NEAR(g, want, 2e-6) << "batch-head " << bh << " row " << i << " column " << c;
       }
     }
   }
