@@ -14,32 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    const auto status_ = (call);                                                            \
-    if (static_cast<int>(status_) != 0) {                                                   \
-      std::fprintf(stderr, "%s failed (%d) at line %d\n", #call, static_cast<int>(status_), \
-                   __LINE__);                                                               \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
-
-__global__ void fill(float* out, std::uint64_t count, std::uint64_t seed) {
-  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < count;
-       i += std::uint64_t{gridDim.x} * blockDim.x) {
-    std::uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z ^= z >> 31;
-    out[i] = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  }
-}
-
-float* random_floats(std::uint64_t count, std::uint64_t seed) {
-  float* p = nullptr;
-  CHECK(cudaMalloc(&p, count * sizeof(float)));
-  fill<<<256, 256>>>(p, count, seed);
-  return p;
-}
+#include "lt_probe.h"
 
 cublasLtHandle_t handle;
 void* workspace;
@@ -121,10 +96,10 @@ int main() {
   for (int in : {784, 512}) {
     const int out = 512;
     // Row-major h [batch, out] = x [batch, in] · w [in, out] is column-major hᵀ = wᵀ · xᵀ.
-    float* x = random_floats(std::uint64_t(batch) * in, 1);
-    float* w = random_floats(std::uint64_t(in) * out, 2);
-    float* bias = random_floats(out, 3);
-    float* h = random_floats(std::uint64_t(batch) * out, 4);
+    float* x = random_matrix<float>(std::uint64_t(batch) * in, 1);
+    float* w = random_matrix<float>(std::uint64_t(in) * out, 2);
+    float* bias = random_matrix<float>(out, 3);
+    float* h = random_matrix<float>(std::uint64_t(batch) * out, 4);
     void* mask = nullptr;
     CHECK(cudaMalloc(&mask, std::uint64_t(batch) * out / 8));
     char label[64];
@@ -141,9 +116,9 @@ int main() {
     if (in == 512) {
       // Row-major dh [batch, in] = g [batch, out] · wᵀ is column-major dhᵀ = w'ᵀᵀ · gᵀ: A is w
       // stored column-major [out, in] (w row-major), transposed.
-      float* g = random_floats(std::uint64_t(batch) * out, 5);
-      float* dh = random_floats(std::uint64_t(batch) * in, 6);
-      float* bias_grad = random_floats(in, 7);
+      float* g = random_matrix<float>(std::uint64_t(batch) * out, 5);
+      float* dh = random_matrix<float>(std::uint64_t(batch) * in, 6);
+      float* bias_grad = random_matrix<float>(in, 7);
       std::printf("== backward dh = g · wᵀ, %dx%d·%dx%d\n", batch, out, out, in);
       time_product("plain", in, batch, out, true, w, g, dh, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
                    nullptr, nullptr);

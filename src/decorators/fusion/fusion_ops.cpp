@@ -190,21 +190,17 @@ Primitive FusionBackend::linear(Primitive x, Primitive weight, OptionalPrimitive
   Shape shape = x->shape();
   shape[shape.rank() - 1] = weight->shape()[1];
   const DType dtype = x->dtype();
-  Primitive xs = computed(x), w = computed(weight);
+  RecordInputs inputs = bias ? RecordInputs(computed(x), computed(weight), computed(*bias))
+                             : RecordInputs(computed(x), computed(weight));
   x.reset();
   weight.reset();
-  if (!bias) {
-    return record(OpCode::linear, dtype, std::move(shape), {}, {std::move(xs), std::move(w)},
-                  [](Backend& be, Inputs in, Params, const Shape&) {
-                    return be.linear(std::move(in[0]), std::move(in[1]), std::nullopt);
-                  });
-  }
-  Primitive b = computed(*bias);
   bias.reset();
-  return record(OpCode::linear, dtype, std::move(shape), {},
-                {std::move(xs), std::move(w), std::move(b)},
+  return record(OpCode::linear, dtype, std::move(shape), {}, std::move(inputs),
                 [](Backend& be, Inputs in, Params, const Shape&) {
-                  return be.linear(std::move(in[0]), std::move(in[1]), std::move(in[2]));
+                  // A third input is the bias.
+                  OptionalPrimitive b;
+                  if (in.size() == 3) b = std::move(in[2]);
+                  return be.linear(std::move(in[0]), std::move(in[1]), std::move(b));
                 });
 }
 
