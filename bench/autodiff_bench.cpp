@@ -5,6 +5,9 @@
 //   on the plain CPU device. The target is tracked <= 2x plain.
 // - mlp_step/B: one SGD step of a 784-512-512-10 ReLU MLP with a cross-entropy loss (through
 //   log_softmax) at batch B: forward, backward, parameter update, and reading the loss back.
+// - mlp_step_captured/B: the same step captured once (kiln/graph.h) and replayed: one replay and
+//   the loss read back per iteration (on cuda one CUDA graph launch; on the CPU the recorded ops
+//   without the tensor layer and the decorators).
 #include <benchmark/benchmark.h>
 #include <kiln/kiln.h>
 
@@ -94,6 +97,32 @@ struct Mlp {
       p = Tensor<2>::from_inner(p.inner() - g->inner() * kLearningRate).require_grad();
     }
   }
+
+  // The same update written into the parameters' own storage (what a captured step needs).
+  void update_in_place(const Gradients& grads) {
+    for (auto& p : params) {
+      const auto g = p.grad(grads);
+      if (!g) throw std::runtime_error("mlp_step: a parameter got no gradient");
+      p.inner().assign(p.inner() - g->inner() * kLearningRate);
+    }
+  }
+};
+
+// The batch and one-hot labels of mlp_step: x [batch, 784] and y [batch, 10] on kMlp.
+struct Batch {
+  std::vector<float> xv;
+  std::vector<int> labels;
+  Tensor<2> x, y;
+  explicit Batch(std::int64_t batch) : xv(host_values(batch * kSizes[0], 3)) {
+    labels.resize(static_cast<std::size_t>(batch));
+    std::vector<float> one_hot(static_cast<std::size_t>(batch * 10), 0.0f);
+    for (std::size_t r = 0; r < labels.size(); ++r) {
+      labels[r] = static_cast<int>((r * 7 + r / 3) % 10);
+      one_hot[r * 10 + labels[r]] = 1.0f;
+    }
+    x = Tensor<2>::from_data(TensorData::from_vec(xv, {batch, kSizes[0]}), kMlp);
+    y = Tensor<2>::from_data(TensorData::from_vec(one_hot, {batch, 10}), kMlp);
+  }
 };
 
 // The loss of the first `rows` rows and d loss / d b3 in double, on the host.
@@ -132,32 +161,42 @@ Reference reference(const Mlp& mlp, const std::vector<float>& x, const std::vect
   return out;
 }
 
-void mlp_step(benchmark::State& state) {
-  const std::int64_t batch = state.range(0);
+void set_flops(benchmark::State& state, std::int64_t batch) {
   const double macs = static_cast<double>(batch) *
                       (kSizes[0] * kSizes[1] + kSizes[1] * kSizes[2] + kSizes[2] * kSizes[3]);
   // Forward, then two matmuls per layer in backward but the first (no gradient for the input).
   state.counters["flops"] = 2.0 * (3 * macs - static_cast<double>(batch) * kSizes[0] * kSizes[1]);
+}
+
+// SGD on a fixed batch must make progress, or the update did not happen.
+void expect_progress(const benchmark::State& state, double first, double last) {
+  if (state.iterations() > 3 && !(last < first)) {
+    throw std::runtime_error("mlp_step: the loss did not decrease (" + std::to_string(first) +
+                             " -> " + std::to_string(last) + ")");
+  }
+}
+
+// The loss of the first 64 rows and the gradient of the last bias against float64 loops.
+void spot_check(const Mlp& mlp, const Batch& data) {
+  constexpr std::int64_t kChecked = 64;
+  const Reference want = reference(mlp, data.xv, data.labels, kChecked);
+  const auto head = mlp.loss(data.x.slice({{0, kChecked}}), data.y.slice({{0, kChecked}}));
+  expect_near(head.into_scalar<float>(), want.loss, 1e-4, "mlp_step loss");
+  const Gradients grads = head.backward();
+  const auto db3 = mlp.params[5].grad(grads)->into_data().to_f64_vec();
+  for (int j = 0; j < 10; ++j) expect_near(db3[j], want.db3[j], 1e-4, "mlp_step d b3");
+}
+
+void mlp_step(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  set_flops(state, batch);
   guarded(state, [&] {
     Mlp mlp;
-    const std::vector<float> xv = host_values(batch * kSizes[0], 3);
-    std::vector<int> labels(static_cast<std::size_t>(batch));
-    std::vector<float> one_hot(static_cast<std::size_t>(batch * 10), 0.0f);
-    for (std::size_t r = 0; r < labels.size(); ++r) {
-      labels[r] = static_cast<int>((r * 7 + r / 3) % 10);
-      one_hot[r * 10 + labels[r]] = 1.0f;
-    }
-    const auto x = Tensor<2>::from_data(TensorData::from_vec(xv, {batch, kSizes[0]}), kMlp);
-    const auto y = Tensor<2>::from_data(TensorData::from_vec(one_hot, {batch, 10}), kMlp);
+    const Batch data(batch);
+    const Tensor<2>& x = data.x;
+    const Tensor<2>& y = data.y;
 
-    // Spot check on the first 64 rows: the loss and the gradient of the last bias.
-    constexpr std::int64_t kChecked = 64;
-    const Reference want = reference(mlp, xv, labels, kChecked);
-    const auto head = mlp.loss(x.slice({{0, kChecked}}), y.slice({{0, kChecked}}));
-    expect_near(head.into_scalar<float>(), want.loss, 1e-4, "mlp_step loss");
-    const Gradients grads = head.backward();
-    const auto db3 = mlp.params[5].grad(grads)->into_data().to_f64_vec();
-    for (int j = 0; j < 10; ++j) expect_near(db3[j], want.db3[j], 1e-4, "mlp_step d b3");
+    spot_check(mlp, data);
 
     double first = std::nan(""), last = 0;
     for (auto _ : state) {
@@ -167,14 +206,43 @@ void mlp_step(benchmark::State& state) {
       if (std::isnan(first)) first = last;
       benchmark::DoNotOptimize(last);
     }
-    // SGD on a fixed batch must make progress, or the update did not happen.
-    if (state.iterations() > 3 && !(last < first)) {
-      throw std::runtime_error("mlp_step: the loss did not decrease (" + std::to_string(first) +
-                               " -> " + std::to_string(last) + ")");
-    }
+    expect_progress(state, first, last);
   });
 }
+
+void mlp_step_captured(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  set_flops(state, batch);
+  guarded(state, [&] {
+    Mlp mlp;
+    const Batch data(batch);
+    // The eager step against float64 on the first rows, then the captured run's loss against it.
+    spot_check(mlp, data);
+    const double eager_loss = mlp.loss(data.x, data.y).into_scalar<float>();
+    Tensor<1> loss;
+    const Graph step = capture(kMlp, [&] {
+      loss = mlp.loss(data.x, data.y);
+      mlp.update_in_place(loss.backward());
+    });
+    expect_near(loss.into_scalar<float>(), eager_loss, 1e-5, "mlp_step_captured first run");
+    double first = std::nan(""), last = 0;
+    for (auto _ : state) {
+      step.replay();
+      last = loss.into_scalar<float>();
+      if (std::isnan(first)) first = last;
+      benchmark::DoNotOptimize(last);
+    }
+    expect_progress(state, first, last);
+  });
+}
+
 BENCHMARK(mlp_step)
+    ->Arg(128)
+    ->Arg(4096)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5);
+BENCHMARK(mlp_step_captured)
     ->Arg(128)
     ->Arg(4096)
     ->UseRealTime()

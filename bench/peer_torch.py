@@ -36,15 +36,16 @@ MLP_SIZES = (784, 512, 512, 10)
 LEARNING_RATE = 0.01
 
 
-def mlp_step(batch, g):
-    """One SGD step of autodiff_bench's mlp_step: forward, backward, update, loss read back."""
+def mlp_model(batch, g, device="cpu"):
+    """autodiff_bench's MLP and batch on device: (params, step), step() an SGD step returning
+    the loss tensor (no read)."""
     params = []
     for fan_in, fan_out in zip(MLP_SIZES, MLP_SIZES[1:]):
         bound = 1 / fan_in ** 0.5
-        params.append(((torch.rand(fan_in, fan_out, generator=g) * 2 - 1) * bound).requires_grad_())
-        params.append(((torch.rand(1, fan_out, generator=g) * 2 - 1) * bound).requires_grad_())
-    x = torch.rand(batch, MLP_SIZES[0], generator=g) - 0.5
-    labels = torch.randint(0, MLP_SIZES[-1], (batch,), generator=g)
+        params.append(((torch.rand(fan_in, fan_out, generator=g) * 2 - 1) * bound).to(device).requires_grad_())
+        params.append(((torch.rand(1, fan_out, generator=g) * 2 - 1) * bound).to(device).requires_grad_())
+    x = (torch.rand(batch, MLP_SIZES[0], generator=g) - 0.5).to(device)
+    labels = torch.randint(0, MLP_SIZES[-1], (batch,), generator=g).to(device)
 
     def step():
         with torch.enable_grad():
@@ -56,9 +57,15 @@ def mlp_step(batch, g):
         with torch.no_grad():
             for p, d in zip(params, grads):
                 p.sub_(d, alpha=LEARNING_RATE)
-        return loss.item()
+        return loss.detach()
 
-    return step
+    return params, step
+
+
+def mlp_step(batch, g):
+    """One SGD step of autodiff_bench's mlp_step: forward, backward, update, loss read back."""
+    _, step = mlp_model(batch, g)
+    return lambda: step().item()
 
 
 def digits_epoch(g):

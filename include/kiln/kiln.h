@@ -17,6 +17,7 @@
 #include "kiln/distribution.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/graph.h"
 #include "kiln/half.h"
 #include "kiln/module_ops.h"
 #include "kiln/nn/nn.h"

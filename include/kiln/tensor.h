@@ -79,6 +79,11 @@ class Tensor {
   using kind_type = K;
   static constexpr std::size_t rank_v = D;
 
+  // An empty tensor: shape [0, ..., 0] on the CPU, what a variable holds until it is given a
+  // value (`Tensor<1> loss; ... loss = step(x);`).
+  template <std::size_t N = D>
+  Tensor() requires(N >= 1) : primitive_(detail::placeholder(N, K::kind)) {}
+
   // ---- creation (dtype defaults to the device's default for K) ----
   static Tensor from_data(TensorData data, Device device = Device::default_device()) {
     return Tensor(detail::from_data(std::move(data), device, K::kind, D));
@@ -498,6 +503,19 @@ class Tensor {
   void grad_replace(Gradients& grads, const Tensor& grad) const requires std::is_same_v<K, Float> {
     detail::grad_replace(primitive_, grads, grad.primitive_);
   }
+  // Writes src's values into this tensor's own storage, in place: every handle sharing the
+  // storage sees them (copies of this Tensor, views made from it by slice, reshape, permute and
+  // the other layout ops, and a graph captured over it, kiln/graph.h). src must have this
+  // tensor's shape and dtype and be on its device (ShapeMismatch / DTypeMismatch /
+  // DeviceMismatch), autodiff and fusion flags aside; src may overlap this tensor. An expanded
+  // view repeats elements and is refused (InvalidArgument). Autodiff: only the values change;
+  // a graph recorded earlier that saved this tensor computes its gradients from the new values,
+  // so assign after backward (as optimizers do), not between forward and backward.
+  Tensor& assign(const Tensor& src) {
+    detail::assign(primitive_, src.primitive_);
+    return *this;
+  }
+
   // The values on the device without autodiff (inner), or on its autodiff form (from_inner).
   Tensor inner() const { return Tensor(detail::inner(primitive_)); }
   static Tensor from_inner(const Tensor& t) { return Tensor(detail::from_inner(t.primitive_)); }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,6 +30,14 @@ using ResolvedSlices = std::vector<ResolvedSlice>;
 using Axes = std::vector<std::int64_t>;
 
 struct FusedProgram;  // contract/fused_program.h
+
+// Work a device recorded between begin_device_capture and end_device_capture, run again as one
+// unit (the CUDA backend: a CUDA graph). Launching queues one run after everything queued before.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void launch() = 0;
+};
 
 class Backend {
  public:
@@ -70,6 +79,21 @@ class Backend {
   // recording only adds the record's cost. 4096 by default (the CPU's tiles); a backend whose
   // run_fused saves launches at any size says 1.
   virtual std::int64_t min_fused_elements() const { return 4096; }
+
+  // ---- in-place writes and capture (kiln/graph.h) ----
+  // Writes src's values into dst's storage, so every handle sharing that storage sees them (the
+  // first in-place op of the contract: Tensor::assign, optimizer updates under a capture). dst
+  // and src are this backend's, of one shape and dtype (the tensor layer checked). The base
+  // throws UnsupportedOperation.
+  virtual void assign(const Primitive& dst, Primitive src);
+  // The device's own recording of the work queued between the two calls (the CUDA backend: a
+  // stream capture). end_device_capture returns it, or discards it when keep is false (the region
+  // threw); null when the device has no recording of its own, and a replay then runs the ops
+  // recorded above it (the CPU).
+  virtual void begin_device_capture() {}
+  // Whether begin_device_capture starts such a recording (the region's ops then run after it).
+  virtual bool records_device_graph() const { return false; }
+  virtual std::unique_ptr<DeviceGraph> end_device_capture(bool /*keep*/) { return nullptr; }
 
   // ---- ops ----
 #define KILN_OP_BODY_REQUIRED = 0;

@@ -38,6 +38,12 @@ class ForwardingBackend : public Backend {
   std::vector<Primitive> run_fused(const FusedProgram& program) override {
     return inner_->run_fused(program);
   }
+  void assign(const Primitive& dst, Primitive src) override { inner_->assign(dst, std::move(src)); }
+  void begin_device_capture() override { inner_->begin_device_capture(); }
+  bool records_device_graph() const override { return inner_->records_device_graph(); }
+  std::unique_ptr<DeviceGraph> end_device_capture(bool keep) override {
+    return inner_->end_device_capture(keep);
+  }
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   result name params override { return inner_->name(KILN_MOVE_ARGS(args)); }

@@ -20,4 +20,8 @@ namespace kiln {
 #pragma GCC diagnostic pop
 #undef KILN_OP
 
+void Backend::assign(const Primitive&, Primitive) {
+  detail::fail<UnsupportedOperation>("assign", "writing in place is not available on ", name());
+}
+
 }  // namespace kiln

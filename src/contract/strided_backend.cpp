@@ -68,4 +68,21 @@ Primitive StridedBackend::slice_assign(Primitive x, ResolvedSlices slices, Primi
   return out;
 }
 
+void StridedBackend::assign(const Primitive& dst, Primitive src) {
+  const char* op = "assign";
+  StridedTensor& to = as_strided(dst);
+  if (to.shape().num_elements() == 0) return;
+  for (std::size_t d = 0; d < to.rank(); ++d) {
+    if (to.shape()[d] > 1 && to.strides()[d] == 0) {
+      detail::fail<InvalidArgument>(op, "cannot write into a view that repeats elements (shape ",
+                                    to.shape().to_string(), ", stride 0 in dim ", d,
+                                    "): an expanded tensor; assign into the tensor it expands");
+    }
+  }
+  if (as_strided(src).storage_key() == to.storage_key()) {
+    src = contiguous_copy(as_strided(src), op);
+  }
+  copy_elements(to, as_strided(src), op);
+}
+
 }  // namespace kiln

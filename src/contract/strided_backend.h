@@ -23,6 +23,11 @@ class StridedBackend : public Backend {
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 
+  // dst's elements take src's: through copy_elements, src copied first when it lies on dst's
+  // storage (x.assign(x.flip(0)) reads what it writes). InvalidArgument when dst repeats an
+  // element (an expanded view), whose writes would race.
+  void assign(const Primitive& dst, Primitive src) override;
+
  protected:
   // ---- the backend's hooks; every tensor passed in is the backend's own ----
   // A tensor viewing base's storage through `view`, refused unless it lies inside that storage.

@@ -23,6 +23,8 @@ class StridedTensor : public TensorPrimitive {
   // Row-major with no gaps (size-1 dims may have any stride). Known from construction: every op
   // asks it of its operands.
   bool is_contiguous() const noexcept { return contiguous_; }
+  // Identifies the storage the view lies on: two views of one storage give the same key.
+  virtual const void* storage_key() const noexcept = 0;
 
  protected:
   // A fresh row-major tensor at offset 0: contiguous by construction, so nothing is scanned.

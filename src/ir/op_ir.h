@@ -199,6 +199,11 @@ using ReadResult = std::variant<ReadFuture, ReadManyFuture>;
 void replay(Backend& backend, const Op& op, std::vector<Primitive>& values,
             std::vector<ReadResult>& reads, std::span<const bool> take = {});
 
+// replay without its checks, for ops a recorder of this process made from calls that ran
+// (capture): values already has room for every id op reads and writes.
+void replay_unchecked(Backend& backend, const Op& op, std::vector<Primitive>& values,
+                      std::vector<ReadResult>& reads, std::span<const bool> take);
+
 struct RunResult {
   std::vector<Primitive> outputs;  // program.outputs, in order
   std::vector<ReadResult> reads;   // one per read op, in program order

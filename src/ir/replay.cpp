@@ -67,6 +67,11 @@ void replay(Backend& backend, const Op& op, std::vector<Primitive>& values,
                  safe ? std::span<const bool>(safe.get(), take.size()) : std::span<const bool>());
 }
 
+void replay_unchecked(Backend& backend, const Op& op, std::vector<Primitive>& values,
+                      std::vector<ReadResult>& reads, std::span<const bool> take) {
+  replay_checked(backend, op, values, reads, take);
+}
+
 RunResult run(Backend& backend, const Program& program, std::vector<Primitive> inputs) {
   validate(program);
   if (inputs.size() != program.inputs.size()) {

@@ -2,6 +2,7 @@
 
 #include "kiln/activation.h"
 #include "kiln/detail/format.h"
+#include "kiln/graph.h"
 
 namespace kiln::nn {
 namespace {
@@ -65,12 +66,14 @@ Picked<D> pick(const char* op, const Tensor<D>& log_probabilities, const Tensor<
   const Tensor<D - 1, Bool> ignored = target.equal_elem(ignore_index);
   // Ignored positions read class 0 (their loss is then zeroed), so any ignore_index works.
   const Tensor<D - 1, Int> safe = target.mask_fill(ignored, 0);
-  const bool out_of_range = safe.lower_elem(0)
-                                .logical_or(safe.greater_equal_elem(classes))
-                                .any()
-                                .into_data()
-                                .template to_vec<bool>()
-                                .at(0);
+  // Inside a capture nothing is read to the host: a target out of range is then caught by the
+  // gather below (at once on the CPU, at the next read on cuda).
+  const bool out_of_range = !capture_open() && safe.lower_elem(0)
+                                                   .logical_or(safe.greater_equal_elem(classes))
+                                                   .any()
+                                                   .into_data()
+                                                   .template to_vec<bool>()
+                                                   .at(0);
   if (out_of_range) {
     kiln::detail::fail<InvalidArgument>(op, "a target is outside [0, ", classes,
                                         ") and is not ignore_index ", ignore_index);

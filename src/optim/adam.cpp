@@ -39,12 +39,13 @@ std::vector<std::string> adam_buffers(bool amsgrad) {
   return {"exp_avg", "exp_avg_sq"};
 }
 
-Primitive adam_update(const AdamRule& r, Primitive param, Primitive grad, double lr,
+// values: lr / bias_correction1, sqrt(bias_correction2), 1 - lr * weight_decay (adam_values).
+Primitive adam_update(const AdamRule& r, Primitive param, Primitive grad, const StepValues& values,
                       ParamState& state) {
   if (r.maximize) grad = ops::neg(std::move(grad));
   if (r.weight_decay != 0) {
     if (r.decoupled) {
-      param = ops::mul_scalar(std::move(param), 1.0 - lr * r.weight_decay);
+      param = values.mul(std::move(param), 2);
     } else {
       grad = ops::add(std::move(grad), ops::mul_scalar(param, r.weight_decay));
     }
@@ -59,13 +60,16 @@ Primitive adam_update(const AdamRule& r, Primitive param, Primitive grad, double
     v = ops::maximum(state.take_or_zeros("max_exp_avg_sq", param), std::move(v));
     state.put("max_exp_avg_sq", v);
   }
-  const double t = static_cast<double>(state.step);
+  Primitive denominator = ops::add_scalar(values.div(ops::sqrt(std::move(v)), 1), r.eps);
+  Primitive direction = ops::div(std::move(m), std::move(denominator));
+  return ops::sub(std::move(param), values.mul(std::move(direction), 0));
+}
+
+std::vector<double> adam_values(const AdamRule& r, double lr, std::int64_t step) {
+  const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(r.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(r.beta2, t);
-  Primitive denominator =
-      ops::add_scalar(ops::div_scalar(ops::sqrt(std::move(v)), std::sqrt(bias_correction2)), r.eps);
-  Primitive direction = ops::div(std::move(m), std::move(denominator));
-  return ops::sub(std::move(param), ops::mul_scalar(std::move(direction), lr / bias_correction1));
+  return {lr / bias_correction1, std::sqrt(bias_correction2), 1.0 - lr * r.weight_decay};
 }
 
 }  // namespace
@@ -74,18 +78,28 @@ Adam::Adam(AdamConfig config) : config_(config) { checked_rule(config_, false, "
 
 std::vector<std::string> Adam::buffer_names() const { return adam_buffers(config_.amsgrad); }
 
-Primitive Adam::update(Primitive param, Primitive grad, double lr, ParamState& state) const {
+Primitive Adam::update(Primitive param, Primitive grad, const StepValues& values,
+                       ParamState& state) const {
   return adam_update(checked_rule(config_, false, "AdamConfig"), std::move(param), std::move(grad),
-                     lr, state);
+                     values, state);
+}
+
+std::vector<double> Adam::step_values(double lr, std::int64_t step) const {
+  return adam_values(checked_rule(config_, false, "AdamConfig"), lr, step);
 }
 
 AdamW::AdamW(AdamWConfig config) : config_(config) { checked_rule(config_, true, "AdamWConfig"); }
 
 std::vector<std::string> AdamW::buffer_names() const { return adam_buffers(config_.amsgrad); }
 
-Primitive AdamW::update(Primitive param, Primitive grad, double lr, ParamState& state) const {
+Primitive AdamW::update(Primitive param, Primitive grad, const StepValues& values,
+                        ParamState& state) const {
   return adam_update(checked_rule(config_, true, "AdamWConfig"), std::move(param), std::move(grad),
-                     lr, state);
+                     values, state);
+}
+
+std::vector<double> AdamW::step_values(double lr, std::int64_t step) const {
+  return adam_values(checked_rule(config_, true, "AdamWConfig"), lr, step);
 }
 
 }  // namespace kiln::optim

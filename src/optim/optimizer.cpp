@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <set>
+#include <utility>
 
 #include "kiln/detail/format.h"
+#include "kiln/graph.h"
 
 namespace kiln::optim {
 
@@ -69,6 +72,18 @@ void check_state_fits(const ParamState& state, const Primitive& param, std::stri
   }
 }
 
+// A captured step reads the state a replay will find: it must exist before the capture (the
+// first step makes it, with other arithmetic than the later ones).
+void check_capturable_state(const ParamState* state, const std::vector<std::string>& buffers,
+                            std::string_view name, std::string_view op) {
+  for (const std::string& buffer : buffers) {
+    if (state == nullptr || state->buffers.find(buffer) == state->buffers.end()) {
+      fail<InvalidArgument>(op, "cannot be captured before parameter '", name, "' has its state ('",
+                            buffer, "'): its first step makes it; run one step before capture()");
+    }
+  }
+}
+
 void record_owner(ParamState& state, const Primitive& param) {
   state.shape = param->shape();
   state.dtype = param->dtype();
@@ -78,10 +93,17 @@ void record_owner(ParamState& state, const Primitive& param) {
 }  // namespace
 
 std::size_t Optimizer::step_module(void* module, nn::detail::VisitFn visit, const Gradients& grads,
-                                   double lr) {
+                                   double lr, std::function<double(std::int64_t)> lr_at) {
   const std::string op = kiln::detail::concat(name(), "::step");
   if (!(lr >= 0) || !std::isfinite(lr)) {
     fail<InvalidArgument>(op, "learning rate ", lr, " must be a finite number >= 0");
+  }
+  // Under a capture (kiln/graph.h) parameters and state are written in place: a replay reads
+  // and writes the same tensors, so a replayed step trains.
+  const bool in_capture = capture_open();
+  if (in_capture) {
+    if (const std::string_view why = capture_refusal(); !why.empty())
+      fail<InvalidArgument>(op, "cannot be captured: ", why);
   }
   CollectTrainable collect;
   visit(module, collect);
@@ -116,22 +138,98 @@ std::size_t Optimizer::step_module(void* module, nn::detail::VisitFn visit, cons
     if (const ParamState* existing = state(slots[i].name)) {
       check_state_fits(*existing, param, slots[i].name, op);
     }
+    if (in_capture) check_capturable_state(state(slots[i].name), buffer_names(), slots[i].name, op);
     if (grad->dtype() != param->dtype()) grad = kiln::detail::cast(std::move(grad), param->dtype());
     pending.push_back({i, std::move(grad)});
   }
 
-  for (Pending& p : pending) {
+  // Under a capture the values that change between steps come from tensors each replay
+  // refreshes (replay_values); in an eager step they are host numbers.
+  std::vector<std::vector<Primitive>> device_values;
+  // A captured graph reads the parameters and state it was captured over: while one lives, an
+  // eager step writes in place too, so the graph and the module keep seeing the same tensors.
+  const bool in_place = in_capture || graphs_alive() > 0;
+  if (in_capture) {
+    for (Pending& p : pending) {
+      ParamState& state = states_.try_emplace(slots[p.slot].name).first->second;
+      record_owner(state, kiln::detail::inner(slots[p.slot].slot->primitive()));
+      ++state.step;
+    }
+    // One tensor per device and dtype of the parameters, holding each one's values in turn.
+    const std::size_t count = step_values(lr, 1).size();
+    std::map<std::pair<std::string, DType>, std::vector<std::size_t>> groups;
+    for (std::size_t n = 0; n < pending.size(); ++n) {
+      const Primitive param = kiln::detail::inner(slots[pending[n].slot].slot->primitive());
+      groups[{param->device().to_string(), param->dtype()}].push_back(n);
+    }
+    std::vector<std::string> names;
+    for (const Pending& p : pending) names.push_back(slots[p.slot].name);
+    // The learning rate of the step a replay makes, shared by the groups' hooks: the first one
+    // advances the counts, as step() does.
+    auto replay_lr = std::make_shared<double>(lr);
+    device_values.resize(pending.size());
+    bool first = true;
+    for (const auto& [key, members] : groups) {
+      std::vector<std::string> member_names;
+      for (std::size_t n : members) member_names.push_back(names[n]);
+      auto values = [this, lr, lr_at, replay_lr, first, names, member_names](bool replay) {
+        if (replay && first) {
+          *replay_lr = lr_at ? lr_at(steps_) : lr;
+          ++steps_;
+          for (const std::string& n : names) ++states_.at(n).step;
+        }
+        std::vector<double> out;
+        for (const std::string& n : member_names) {
+          const std::vector<double> v = step_values(replay ? *replay_lr : lr, states_.at(n).step);
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      };
+      first = false;
+      const Primitive param =
+          kiln::detail::inner(slots[pending[members.front()].slot].slot->primitive());
+      const Primitive table = kiln::detail::capture_host_values(
+          param->device(), param->dtype(), static_cast<std::int64_t>(members.size() * count),
+          std::move(values));
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        for (std::size_t j = 0; j < count; ++j) {
+          const auto at = static_cast<std::int64_t>(m * count + j);
+          device_values[members[m]].push_back(kiln::detail::slice(table, {Slice(at, at + 1)}));
+        }
+      }
+    }
+  }
+  for (std::size_t n = 0; n < pending.size(); ++n) {
+    Pending& p = pending[n];
     const NamedSlot& target = slots[p.slot];
     Primitive param = kiln::detail::inner(target.slot->primitive());
     const auto it = states_.try_emplace(target.name).first;
     ParamState& state = it->second;
-    record_owner(state, param);
-    ++state.step;
+    if (!in_capture) {
+      record_owner(state, param);
+      ++state.step;
+    }
     try {
-      Primitive next = update(std::move(param), std::move(p.grad), lr, state);
-      // Checked as any new value (the update keeps shape, dtype and device; this guards it).
-      target.slot->assign(
-          kiln::detail::require_grad(kiln::detail::from_inner(std::move(next)), true), target.name);
+      if (in_place) {
+        const std::map<std::string, Primitive, std::less<>> before = state.buffers;
+        const StepValues values =
+            in_capture ? StepValues(step_values(lr, state.step), std::move(device_values[n]))
+                       : StepValues(step_values(lr, state.step));
+        Primitive next = update(param, std::move(p.grad), values, state);
+        kiln::detail::assign(param, std::move(next));
+        for (const auto& [buffer_name, old] : before) {
+          Primitive now = state.take(buffer_name);
+          if (now != nullptr && now != old) kiln::detail::assign(old, std::move(now));
+          state.put(buffer_name, old);
+        }
+      } else {
+        Primitive next = update(std::move(param), std::move(p.grad),
+                                StepValues(step_values(lr, state.step)), state);
+        // Checked as any new value (the update keeps shape, dtype and device; this guards it).
+        target.slot->assign(
+            kiln::detail::require_grad(kiln::detail::from_inner(std::move(next)), true),
+            target.name);
+      }
     } catch (...) {
       // Buffers may have been moved out mid-update: start this parameter afresh next time.
       states_.erase(it);
@@ -142,6 +240,28 @@ std::size_t Optimizer::step_module(void* module, nn::detail::VisitFn visit, cons
   }
   ++steps_;
   return pending.size();
+}
+
+namespace {
+
+// value (one element) with x's rank, to broadcast against it.
+Primitive as_rank_of(const Primitive& value, const Primitive& x) {
+  const std::size_t rank = x->rank();
+  return kiln::detail::reshape(value, Shape(std::vector<std::int64_t>(rank, 1)), rank);
+}
+
+}  // namespace
+
+Primitive StepValues::mul(Primitive x, std::size_t i) const {
+  if (device_.empty()) return kiln::detail::mul_scalar(std::move(x), host_.at(i));
+  Primitive value = as_rank_of(device_.at(i), x);
+  return kiln::detail::mul(std::move(x), std::move(value));
+}
+
+Primitive StepValues::div(Primitive x, std::size_t i) const {
+  if (device_.empty()) return kiln::detail::div_scalar(std::move(x), host_.at(i));
+  Primitive value = as_rank_of(device_.at(i), x);
+  return kiln::detail::div(std::move(x), std::move(value));
 }
 
 const ParamState* Optimizer::state(std::string_view param_name) const {

@@ -30,7 +30,8 @@ std::vector<std::string> RmsProp::buffer_names() const {
   return names;
 }
 
-Primitive RmsProp::update(Primitive param, Primitive grad, double lr, ParamState& state) const {
+Primitive RmsProp::update(Primitive param, Primitive grad, const StepValues& values,
+                          ParamState& state) const {
   const RmsPropConfig& c = config_;
   if (c.maximize) grad = ops::neg(std::move(grad));
   if (c.weight_decay != 0) grad = ops::add(std::move(grad), ops::mul_scalar(param, c.weight_decay));
@@ -52,7 +53,7 @@ Primitive RmsProp::update(Primitive param, Primitive grad, double lr, ParamState
                          std::move(direction));
     state.put("momentum_buffer", direction);
   }
-  return ops::sub(std::move(param), ops::mul_scalar(std::move(direction), lr));
+  return ops::sub(std::move(param), values.mul(std::move(direction), 0));
 }
 
 }  // namespace kiln::optim

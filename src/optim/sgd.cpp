@@ -31,7 +31,8 @@ std::vector<std::string> Sgd::buffer_names() const {
   return {"momentum_buffer"};
 }
 
-Primitive Sgd::update(Primitive param, Primitive grad, double lr, ParamState& state) const {
+Primitive Sgd::update(Primitive param, Primitive grad, const StepValues& values,
+                      ParamState& state) const {
   const SgdConfig& c = config_;
   if (c.maximize) grad = ops::neg(std::move(grad));
   if (c.weight_decay != 0) grad = ops::add(std::move(grad), ops::mul_scalar(param, c.weight_decay));
@@ -44,7 +45,7 @@ Primitive Sgd::update(Primitive param, Primitive grad, double lr, ParamState& st
     grad = c.nesterov ? ops::add(std::move(grad), ops::mul_scalar(buffer, c.momentum))
                       : std::move(buffer);
   }
-  return ops::sub(std::move(param), ops::mul_scalar(std::move(grad), lr));
+  return ops::sub(std::move(param), values.mul(std::move(grad), 0));
 }
 
 }  // namespace kiln::optim

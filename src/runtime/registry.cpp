@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "decorators/autodiff/autodiff_backend.h"
+#include "decorators/capture/capture_backend.h"
 #include "decorators/fusion/fusion_backend.h"
 #include "runtime/cuda_plugin.h"
 
@@ -21,8 +22,9 @@ namespace {
 // slots (no machine has that many devices of a kind) go through a locked map.
 class BackendCache {
  public:
-  // The key of a backend: its device's kind and index, and which decorators wrap its hardware
-  // (bit 0: autodiff, bit 1: fusion; autodiff wraps fusion: autodiff<fusion<cuda>>).
+  // The key of a backend: its device's kind and index, and which layers wrap its hardware
+  // (bit 0: autodiff, bit 1: fusion, bit 2: the capture layer, under any other; autodiff wraps
+  // fusion: autodiff<fusion<capture<cuda>>>). 0 is the hardware alone.
   struct Key {
     DeviceKind kind;
     int index;
@@ -45,7 +47,7 @@ class BackendCache {
 
  private:
   static constexpr int kSlotIndices = 64;
-  static constexpr unsigned kDecoratorChains = 4;
+  static constexpr unsigned kDecoratorChains = 8;
   static constexpr std::size_t kKinds = 3;  // DeviceKind: Cpu, Cuda, Remote
 
   std::atomic<Backend*>* slot_of(const Key& key) {
@@ -71,6 +73,7 @@ BackendCache& backend_cache() {
 
 constexpr unsigned kAutodiffBit = 1;
 constexpr unsigned kFusionBit = 2;
+constexpr unsigned kCaptureBit = 4;
 
 // No function-local static here: its guard would be a second lock, taken before the cache's, while
 // a thread making a decorator chain takes the cache's lock and then asks for the CPU backend
@@ -122,12 +125,22 @@ Backend& hardware_backend(const Device& device) {
   detail::fail<InvalidArgument>("device", "unknown device kind");
 }
 
-// The decorators device's flags ask for over its hardware backend, made on first use: fusion
-// over the hardware, autodiff over that.
+// The capture layer over device's hardware (device has no decorator flags).
+Backend& capture_layer(const Device& device) {
+  return backend_cache().get(
+      {device.kind(), device.index(), kCaptureBit}, [&]() -> std::shared_ptr<Backend> {
+        Backend& hardware = hardware_backend(device);
+        std::shared_ptr<Backend> borrowed(std::shared_ptr<Backend>{}, &hardware);
+        return std::make_shared<capturing::CaptureBackend>(std::move(borrowed));
+      });
+}
+
+// The decorators device's flags ask for over its hardware backend, made on first use: the
+// capture layer over the hardware, fusion over that, autodiff over that.
 Backend& decorated_backend(const Device& device) {
-  if (!device.is_autodiff() && !device.is_fused()) return hardware_backend(device);
-  const unsigned bits =
-      (device.is_autodiff() ? kAutodiffBit : 0) | (device.is_fused() ? kFusionBit : 0);
+  if (!device.is_autodiff() && !device.is_fused()) return capture_layer(device);
+  const unsigned bits = kCaptureBit | (device.is_autodiff() ? kAutodiffBit : 0) |
+                        (device.is_fused() ? kFusionBit : 0);
   return backend_cache().get(
       {device.kind(), device.index(), bits}, [&]() -> std::shared_ptr<Backend> {
         // Asked only when the chain is made, so that finding it is one lookup, not one per layer.
@@ -144,12 +157,9 @@ Backend& decorated_backend(const Device& device) {
 
 }  // namespace
 
-Backend& backend_for(const Device& device) {
-  if (device.kind() == DeviceKind::Cpu && !device.is_autodiff() && !device.is_fused()) {
-    return cpu_backend();
-  }
-  return decorated_backend(device);
-}
+Backend& backend_for(const Device& device) { return decorated_backend(device); }
+
+Backend& hardware_backend_for(const Device& device) { return hardware_backend(device); }
 
 DeviceSettings settings_for(const Device& device) {
   Backend& backend = hardware_backend(device);

@@ -7,6 +7,9 @@ namespace kiln {
 
 // The backend for device (the autodiff flag selects the autodiff chain).
 Backend& backend_for(const Device& device);
+// The hardware backend of device itself, without the capture layer every chain ends in
+// (decorators/capture/capture_backend.h): for a backend that needs its peer's own type.
+Backend& hardware_backend_for(const Device& device);
 // The settings of device's hardware, fixed (from the backend's defaults) on the first call.
 DeviceSettings settings_for(const Device& device);
 // Fixes the settings of device's hardware; see Device::set_default_dtypes.

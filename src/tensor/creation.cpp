@@ -1,7 +1,10 @@
 // Creation: from host data, constants, ranges and random values.
 #include <cmath>
+#include <map>
+#include <mutex>
 
 #include "core/checked.h"
+#include "runtime/registry.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -48,6 +51,21 @@ Primitive empty(Shape shape, std::optional<DType> dtype, Device device, Kind kin
   const DType d = creation_dtype(dtype, device, kind, "empty");
   check_dims(shape, d, "empty");
   return backend_for(device).empty(std::move(shape), d, device);
+}
+
+Primitive placeholder(std::size_t rank, Kind kind) {
+  static std::mutex mutex;
+  static auto& made = *new std::map<std::pair<std::size_t, Kind>, Primitive>();
+  std::lock_guard lock(mutex);
+  Primitive& slot = made[{rank, kind}];
+  // Made outside any capture's view: the placeholder is never an op of a region.
+  if (slot == nullptr) {
+    const Device cpu = Device::cpu();
+    slot =
+        hardware_backend_for(cpu).empty(Shape(std::vector<std::int64_t>(rank, 0)),
+                                        creation_dtype(std::nullopt, cpu, kind, "Tensor()"), cpu);
+  }
+  return slot;
 }
 
 Primitive arange(std::int64_t start, std::int64_t end, std::int64_t step,

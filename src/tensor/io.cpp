@@ -60,6 +60,26 @@ std::vector<TensorData> read_many(Prims xs) {
   return backend.read_many(std::move(xs)).get();
 }
 
+void assign(const Primitive& dst, Primitive src) {
+  const char* op = "assign";
+  if (!dst->device().same_hardware(src->device())) {
+    fail<DeviceMismatch>(op, "cannot write a tensor on ", src->device().to_string(),
+                         " into a tensor on ", dst->device().to_string(),
+                         " in place; move it first (to_device)");
+  }
+  if (dst->dtype() != src->dtype()) {
+    fail<DTypeMismatch>(op, "cannot write ", dtype_name(src->dtype()), " values into a ",
+                        dtype_name(dst->dtype()), " tensor in place; cast them first");
+  }
+  if (dst->shape() != src->shape()) {
+    fail<ShapeMismatch>(op, "cannot write values of shape ", src->shape().to_string(),
+                        " into a tensor of shape ", dst->shape().to_string(), " in place");
+  }
+  // Only decorator flags may differ: the values come to dst's form of the device.
+  if (src->device() != dst->device()) src = to_device(std::move(src), dst->device());
+  backend_of(dst).assign(dst, std::move(src));
+}
+
 Primitive to_device(Primitive x, Device device) {
   if (x->device() == device) return x;
   if (x->device().same_hardware(device)) {

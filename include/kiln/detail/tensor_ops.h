@@ -65,6 +65,9 @@ std::int64_t normalize_dim(std::int64_t dim, std::size_t rank, const char* op);
 Primitive from_data(TensorData data, Device device, Kind kind, std::size_t rank);
 Primitive full(Shape shape, Scalar value, std::optional<DType> dtype, Device device, Kind kind);
 Primitive empty(Shape shape, std::optional<DType> dtype, Device device, Kind kind);
+// What a default-constructed Tensor holds: one shared tensor of shape [0, ..., 0] (rank dims) on
+// the CPU, per rank and kind.
+Primitive placeholder(std::size_t rank, Kind kind);
 Primitive arange(std::int64_t start, std::int64_t end, std::int64_t step,
                  std::optional<DType> dtype, Device device, Kind kind);
 Primitive linspace(double start, double end, std::int64_t count, std::optional<DType> dtype,
@@ -81,6 +84,8 @@ std::future<TensorData> into_data_async(Primitive x);
 Scalar into_scalar(const Primitive& x);
 std::vector<TensorData> read_many(Prims xs);
 Primitive to_device(Primitive x, Device device);
+// dst's storage takes src's values (Tensor::assign).
+void assign(const Primitive& dst, Primitive src);
 // Converts to dtype; the kind of the result is the dtype's kind.
 Primitive cast(Primitive x, DType dtype);
 // Converts to the device's default dtype of kind.

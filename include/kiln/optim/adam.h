@@ -49,8 +49,10 @@ class Adam final : public Optimizer {
   std::string_view name() const noexcept override { return "Adam"; }
 
  private:
-  Primitive update(Primitive param, Primitive grad, double lr, ParamState& state) const override;
+  Primitive update(Primitive param, Primitive grad, const StepValues& values,
+                   ParamState& state) const override;
   std::vector<std::string> buffer_names() const override;
+  std::vector<double> step_values(double lr, std::int64_t step) const override;
 
   AdamConfig config_;
 };
@@ -62,8 +64,10 @@ class AdamW final : public Optimizer {
   std::string_view name() const noexcept override { return "AdamW"; }
 
  private:
-  Primitive update(Primitive param, Primitive grad, double lr, ParamState& state) const override;
+  Primitive update(Primitive param, Primitive grad, const StepValues& values,
+                   ParamState& state) const override;
   std::vector<std::string> buffer_names() const override;
+  std::vector<double> step_values(double lr, std::int64_t step) const override;
 
   AdamWConfig config_;
 };

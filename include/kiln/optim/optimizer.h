@@ -21,6 +21,14 @@
 // If an update fails (a device error), the parameters updated before it keep their new values
 // and the failing parameter's state is dropped, so a later step starts it afresh.
 //
+// Inside a capture (kiln/graph.h) step() writes each parameter and its state in place, so each
+// replay of the captured step updates them again. Such a step needs the state to exist (run one
+// step before capturing; InvalidArgument otherwise). While any captured graph exists, eager
+// steps write in place too, so the graph and the module keep sharing their tensors. Each replay
+// advances steps() and the parameters' step counts and takes the learning rate (a fixed one, or the
+// schedule's at the new step count) and Adam's bias corrections afresh; the optimizer must outlive
+// the graph.
+//
 // State belongs to one parameter: it records the shape, dtype and device it was made for, and a
 // step that finds a parameter of that name with another shape, dtype or device (another model,
 // a layer rebuilt at another size, a module cast or moved since) throws InvalidArgument naming
@@ -62,6 +70,25 @@ struct ParamState {
   void put(std::string_view name, Primitive value);
 };
 
+// The numbers an update multiplies or divides by that change from step to step (the learning
+// rate, bias corrections), as the optimizer's step_values gives them: host numbers in an eager
+// step; inside a capture (kiln/graph.h) tensors of one element on the parameter's device, which
+// each replay refreshes, so a replayed step uses its own learning rate and step count.
+class StepValues {
+ public:
+  explicit StepValues(std::vector<double> host) : host_(std::move(host)) {}
+  StepValues(std::vector<double> host, std::vector<Primitive> device)
+      : host_(std::move(host)), device_(std::move(device)) {}
+  double host(std::size_t i) const { return host_.at(i); }
+  // x * value i, x / value i.
+  Primitive mul(Primitive x, std::size_t i) const;
+  Primitive div(Primitive x, std::size_t i) const;
+
+ private:
+  std::vector<double> host_;
+  std::vector<Primitive> device_;  // empty in an eager step
+};
+
 // The state_dict entry holding the optimizer's step count (what schedules are indexed by).
 inline constexpr std::string_view kStepsKey = "optimizer.steps";
 
@@ -78,7 +105,9 @@ class Optimizer {
   // The same with the rate schedule.lr(steps()): the schedule's step 0 is the first update.
   template <nn::detail::Visitable M, LrSchedule S>
   std::size_t step(M& module, const Gradients& grads, const S& schedule) {
-    return step(module, grads, static_cast<double>(schedule.lr(steps_)));
+    return step_module(
+        &module, nn::detail::visit_fn<M>, grads, static_cast<double>(schedule.lr(steps_)),
+        [schedule](std::int64_t steps) { return static_cast<double>(schedule.lr(steps)); });
   }
 
   // How many times step() has run (parameters updated or not).
@@ -114,15 +143,22 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = default;
   Optimizer& operator=(Optimizer&&) noexcept = default;
 
+  // The numbers of one update that change between steps (StepValues), for learning rate lr at the
+  // parameter's step `step` (this update counted). The learning rate alone by default.
+  virtual std::vector<double> step_values(double lr, std::int64_t /*step*/) const { return {lr}; }
   // The new value of one parameter. param and grad are plain tensors of the parameter's dtype
-  // and device; state.step already counts this update.
-  virtual Primitive update(Primitive param, Primitive grad, double lr, ParamState& state) const = 0;
+  // and device; state.step already counts this update; values are step_values' numbers.
+  virtual Primitive update(Primitive param, Primitive grad, const StepValues& values,
+                           ParamState& state) const = 0;
   // The buffers every updated parameter holds under these settings (load_state_dict checks them).
   virtual std::vector<std::string> buffer_names() const = 0;
+  // Why a step under these settings cannot be captured (kiln/graph.h), or empty when it can.
+  virtual std::string_view capture_refusal() const noexcept { return {}; }
 
  private:
+  // lr_at: the learning rate at a step count (a schedule's), for replays; empty: lr always.
   std::size_t step_module(void* module, nn::detail::VisitFn visit, const Gradients& grads,
-                          double lr);
+                          double lr, std::function<double(std::int64_t)> lr_at = {});
   void load_state(const std::vector<nn::NamedParam>& params,
                   const std::map<std::string, TensorData>& state);
 

@@ -38,7 +38,8 @@ class Sgd final : public Optimizer {
   std::string_view name() const noexcept override { return "SGD"; }
 
  private:
-  Primitive update(Primitive param, Primitive grad, double lr, ParamState& state) const override;
+  Primitive update(Primitive param, Primitive grad, const StepValues& values,
+                   ParamState& state) const override;
   std::vector<std::string> buffer_names() const override;
 
   SgdConfig config_;

@@ -32,11 +32,13 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
+#include "kiln/graph.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/record.h"
 #include "kiln/optim/clip.h"
@@ -52,6 +54,9 @@ struct StepOutput {
   Tensor<1> loss;             // the batch's mean loss, one element (tracked in training)
   std::int64_t samples = 0;   // items in the batch
   std::int64_t correct = -1;  // correctly classified items, or -1 when not a classifier
+  // Inside a capture (kiln/graph.h), where nothing is read to the host: the count of correct
+  // items as a tensor of one element, read after each replay in place of `correct`.
+  std::optional<Tensor<1, Int>> correct_count = std::nullopt;
 };
 
 // A classifier's step output: loss, batch size and the number of argmax hits.
@@ -76,6 +81,11 @@ struct LearnerConfig {
   std::map<std::string, std::string> notes = {};
   // Clip the gradients' global 2-norm to this before each step.
   std::optional<double> clip_grad_norm = std::nullopt;
+  // Capture the training step (kiln/graph.h) once a batch shape comes again after the first
+  // optimizer step, and replay it for later batches of that shape (a graph per shape; on cuda
+  // one CUDA graph launch per step). A step that cannot be captured (it reads to the host, e.g.
+  // clip_grad_norm) runs eagerly, and the learner says why. KILN_CAPTURE=0 turns it off.
+  bool capture = true;
   Progress::Style progress = Progress::Style::Auto;
   std::ostream* out = &std::cout;
 };
@@ -142,6 +152,97 @@ int prepare_run(const LearnerConfig& config, const std::vector<nn::NamedParam>& 
 
 Device model_device(const std::vector<nn::NamedParam>& params);
 double read_loss(const Tensor<1>& loss);
+// ShapeMismatch unless the step's loss has one element.
+void check_loss(const Tensor<1>& loss);
+
+// Whether KILN_CAPTURE allows the learner to capture (anything but "0").
+bool capture_allowed();
+void say_captured(std::ostream& out, const Device& device);
+void say_not_captured(std::ostream& out, const std::string& why);
+
+// The training steps captured so far, one graph per batch shape, each over a batch of its own
+// that later batches are assigned into. Batches with `features` and `labels` (a
+// ClassificationBatch) are captured; others always run eagerly.
+template <class Batch>
+class CapturedSteps {
+  static constexpr bool kCapturable = requires(Batch b) {
+    b.features.assign(b.features);
+    b.labels.assign(b.labels);
+  };
+
+ public:
+  explicit CapturedSteps(bool enabled) : enabled_(enabled && kCapturable) {}
+
+  // Replays the graph of batch's shape on batch's values; false when there is none.
+  bool replay(const Batch& batch, StepOutput& result) {
+    if constexpr (kCapturable) {
+      if (!enabled_) return false;
+      auto it = graphs_.find(key(batch));
+      if (it == graphs_.end()) return false;
+      it->second.batch.features.assign(batch.features);
+      it->second.batch.labels.assign(batch.labels);
+      it->second.graph.replay();
+      result = it->second.output;
+      return true;
+    }
+    return false;
+  }
+
+  // Captures train_step over a copy of batch when its shape came before and the optimizer has
+  // state; false (the caller runs the step eagerly) when it does not, or cannot be captured.
+  template <class TrainStep>
+  bool try_capture(const Batch& batch, bool optimizer_ready, const Device& device,
+                   TrainStep& train_step, StepOutput& result, std::ostream& out) {
+    if constexpr (kCapturable) {
+      if (!enabled_) return false;
+      const std::vector<std::int64_t> shape = key(batch);
+      if (!optimizer_ready || seen_.insert(shape).second) return false;
+      Entry entry{copy(batch), {}, {}};
+      try {
+        entry.graph = capture(device, [&] { entry.output = train_step(entry.batch); });
+      } catch (const InvalidArgument& e) {
+        enabled_ = false;
+        say_not_captured(out, e.what());
+        return false;
+      }
+      if (graphs_.empty()) say_captured(out, device);
+      result = entry.output;
+      graphs_.emplace(shape, std::move(entry));
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  struct Entry {
+    Batch batch;
+    StepOutput output;
+    Graph graph;
+  };
+  static std::vector<std::int64_t> key(const Batch& batch) {
+    const auto features = batch.features.shape().dims();
+    std::vector<std::int64_t> dims(features.begin(), features.end());
+    for (std::int64_t d : batch.labels.shape().dims()) dims.push_back(d);
+    dims.push_back(static_cast<std::int64_t>(batch.features.dtype()));
+    dims.push_back(static_cast<std::int64_t>(batch.labels.dtype()));
+    return dims;
+  }
+  // A batch on storage of its own, which replays read.
+  static Batch copy(const Batch& batch) {
+    Batch out = batch;
+    out.features = decltype(batch.features)::empty(batch.features.shape(), batch.features.device(),
+                                                   batch.features.dtype());
+    out.features.assign(batch.features);
+    out.labels = decltype(batch.labels)::empty(batch.labels.shape(), batch.labels.device(),
+                                               batch.labels.dtype());
+    out.labels.assign(batch.labels);
+    return out;
+  }
+
+  bool enabled_;
+  std::set<std::vector<std::int64_t>> seen_;
+  std::map<std::vector<std::int64_t>, Entry> graphs_;
+};
 
 // One pass over loader without training (the model in validation mode), reporting to progress.
 template <class Model, class Loader, class Step>
@@ -184,6 +285,8 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
     start = detail::prepare_run(config, nn::named_parameters(model), restore, history);
   }
   const Device device = detail::model_device(nn::named_parameters(model));
+  detail::CapturedSteps<typename std::decay_t<decltype(*train_loader.epoch(0).begin())>> captured(
+      config.capture && detail::capture_allowed());
   for (int epoch = start + 1; epoch <= config.epochs; ++epoch) {
     const auto started = Progress::Clock::now();
     device.seed(config.seed + static_cast<std::uint64_t>(epoch));
@@ -197,11 +300,22 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
     Progress progress(out, label + " train", static_cast<std::int64_t>(train_loader.num_batches()),
                       config.progress);
     for (auto& batch : train_loader.epoch(static_cast<std::uint64_t>(epoch))) {
-      StepOutput result = step(model, batch);
+      // One training step: forward, backward, clipping and the optimizer's update.
+      auto train_step = [&](const auto& input) {
+        StepOutput result = step(model, input);
+        detail::check_loss(result.loss);
+        Gradients grads = result.loss.backward();
+        if (config.clip_grad_norm) optim::clip_grad_norm(model, grads, *config.clip_grad_norm);
+        optimizer.step(model, grads, schedule);
+        return result;
+      };
+      StepOutput result;
+      if (!captured.replay(batch, result) &&
+          !captured.try_capture(batch, optimizer.steps() > 0, device, train_step, result, out)) {
+        result = train_step(batch);
+      }
       const double loss = detail::read_loss(result.loss);
-      Gradients grads = result.loss.backward();
-      if (config.clip_grad_norm) optim::clip_grad_norm(model, grads, *config.clip_grad_norm);
-      optimizer.step(model, grads, schedule);
+      if (result.correct_count) result.correct = result.correct_count->into_scalar<std::int64_t>();
       train_metrics.add(result, loss);
       progress.update(result.samples, train_metrics.mean_loss());
     }

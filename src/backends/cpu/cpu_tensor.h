@@ -25,6 +25,7 @@ class CpuTensor final : public StridedTensor {
         storage_(base.storage_) {}
 
   bool storage_unique() const noexcept override { return storage_.use_count() == 1; }
+  const void* storage_key() const noexcept override { return storage_.get(); }
 
   const std::shared_ptr<CpuStorage>& storage() const noexcept { return storage_; }
   // Address of element [0, 0, ...].

@@ -5,6 +5,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/context.h"
 #include "backends/cuda/shutdown.h"
+#include "decorators/capture/session.h"
 
 namespace kiln::cuda {
 
@@ -29,16 +30,32 @@ CUdeviceptr Allocator::allocate(std::size_t bytes, std::size_t& capacity, const 
   }
   const std::size_t size = size_class(bytes);
   std::lock_guard lock(mutex_);
+  // Memory the host writes before each run of the graph (capturing::Session::Pause) must not be
+  // a block the graph's earlier ops use: it never comes from the pool.
+  if (capturing_ != nullptr && !capturing::Session::paused_here()) {
+    auto it = capturing_->free.lower_bound(size);
+    if (it != capturing_->free.end() && it->first <= size * kMaxWasteFactor) {
+      capacity = it->first;
+      const CUdeviceptr pointer = it->second;
+      capturing_->free.erase(it);
+      in_use_ += static_cast<std::int64_t>(capacity);
+      peak_ = std::max(peak_, in_use_);
+      return pointer;
+    }
+  }
   if (const CUdeviceptr cached = take_cached(size, size * kMaxWasteFactor, capacity)) {
     in_use_ += static_cast<std::int64_t>(capacity);
     peak_ = std::max(peak_, in_use_);
+    if (capturing_ != nullptr) pool_of_[cached] = capturing_.get();
     return cached;
   }
+
   context_.make_current();
   CUdeviceptr pointer = 0;
   CUresult status = cuMemAlloc(&pointer, size);
-  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
-    // Cached blocks may be what is missing: give them back to the driver and try once more.
+  if (status == CUDA_ERROR_OUT_OF_MEMORY && capturing_ == nullptr) {
+    // Cached blocks may be what is missing: give them back to the driver and try once more (not
+    // under a capture: that waits for the stream).
     release_cache_locked();
     status = cuMemAlloc(&pointer, size);
   }
@@ -48,6 +65,7 @@ CUdeviceptr Allocator::allocate(std::size_t bytes, std::size_t& capacity, const 
   }
   check(status, op, "cuMemAlloc");
   capacity = size;
+  if (capturing_ != nullptr) pool_of_[pointer] = capturing_.get();
   reserved_ += static_cast<std::int64_t>(size);
   in_use_ += static_cast<std::int64_t>(size);
   peak_ = std::max(peak_, in_use_);
@@ -85,6 +103,24 @@ CUdeviceptr Allocator::take_cached(std::size_t size, std::size_t limit, std::siz
 void Allocator::deallocate(CUdeviceptr pointer, std::size_t capacity) noexcept {
   std::lock_guard lock(mutex_);
   in_use_ -= static_cast<std::int64_t>(capacity);
+  if (!pool_of_.empty() || capturing_ != nullptr) {
+    auto it = pool_of_.find(pointer);
+    Pool* pool = it != pool_of_.end() ? it->second : capturing_.get();
+    if (pool != nullptr) {
+      try {
+        if (it == pool_of_.end()) pool_of_.emplace(pointer, pool);
+        pool->free.emplace(capacity, pointer);
+        return;
+      } catch (const std::bad_alloc&) {
+        // No host memory to remember it: the block stays allocated, unused, until exit.
+        return;
+      }
+    }
+  }
+  cache_locked(pointer, capacity);
+}
+
+void Allocator::cache_locked(CUdeviceptr pointer, std::size_t capacity) noexcept {
   if (capacity > kSmallLimit) {
     large_.emplace(capacity, pointer);
     return;
@@ -104,6 +140,26 @@ void Allocator::deallocate(CUdeviceptr pointer, std::size_t capacity) noexcept {
     return;
   }
   small_bits_[c / 64] |= std::uint64_t(1) << (c % 64);
+}
+
+void Allocator::begin_pool() {
+  std::lock_guard lock(mutex_);
+  capturing_ = std::make_shared<Pool>();
+}
+
+std::shared_ptr<Allocator::Pool> Allocator::end_pool() {
+  std::lock_guard lock(mutex_);
+  return std::move(capturing_);
+}
+
+void Allocator::release_pool(Pool& pool) noexcept {
+  std::lock_guard lock(mutex_);
+  for (auto it = pool_of_.begin(); it != pool_of_.end();) {
+    it = it->second == &pool ? pool_of_.erase(it) : std::next(it);
+  }
+  // Stream order keeps a replay still queued ahead of whoever takes these blocks next.
+  for (const auto& [capacity, pointer] : pool.free) cache_locked(pointer, capacity);
+  pool.free.clear();
 }
 
 void Allocator::release_cache() noexcept {

@@ -88,7 +88,53 @@ std::string Context::in_flight() const {
 
 void Context::forget_launches() noexcept { launch_count_.store(0, std::memory_order_relaxed); }
 
+void Context::begin_capture(const char* op) {
+  make_current();
+  std::lock_guard lock(capture_mutex_);
+  capture_thread_ = std::this_thread::get_id();
+  KILN_CUDA_CHECK(op, cuStreamBeginCapture(stream(), CU_STREAM_CAPTURE_MODE_RELAXED));
+  capturing_.store(true, std::memory_order_seq_cst);
+}
+
+void Context::wait_for_capture_end() noexcept {
+  std::unique_lock lock(capture_mutex_);
+  capture_ended_.wait(lock, [&] { return !capturing_.load(std::memory_order_seq_cst); });
+}
+
+CUgraph Context::end_capture(bool keep, const char* op) {
+  make_current();
+  CUgraph graph = nullptr;
+  const CUresult status = cuStreamEndCapture(stream(), &graph);
+  {
+    std::lock_guard lock(capture_mutex_);
+    capturing_.store(false, std::memory_order_seq_cst);
+  }
+  capture_ended_.notify_all();
+  if (keep && status == CUDA_SUCCESS) {
+    try {
+      dispatcher_->throw_refused(op);  // a launch the driver refused is missing from the graph
+    } catch (...) {
+      cuGraphDestroy(graph);
+      throw;
+    }
+    return graph;
+  }
+  if (graph != nullptr) cuGraphDestroy(graph);
+  if (keep) {
+    const char* text = nullptr;
+    cuGetErrorString(status, &text);
+    detail::fail<ExecutionError>(op, "the capture of cuda:", index_,
+                                 " failed: ", text ? text : "unknown error");
+  }
+  return nullptr;
+}
+
 void Context::synchronize(const char* op) {
+  if (capturing_here()) {
+    detail::fail<InvalidArgument>(op, "cannot be captured: it waits for cuda:", index_,
+                                  " (a read to the host, or a size only the device knows), which a "
+                                  "CUDA graph cannot replay");
+  }
   make_current();
   const CUresult status = cuStreamSynchronize(stream());
   if (status != CUDA_SUCCESS) {

@@ -8,10 +8,12 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/dispatcher.h"
@@ -31,12 +33,14 @@ class Context {
   // The stream, once every launch queued by launch() has been handed to the driver (see
   // dispatcher.h): whatever the caller queues on it next comes after them.
   CUstream stream() noexcept {
+    wait_out_capture();
     dispatcher_->drain();
     return stream_;
   }
   // Queues a launch of function (1-D grid) on the stream, after everything queued before.
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
               unsigned shared_bytes, const void* params, std::size_t bytes) {
+    wait_out_capture();
     dispatcher_->submit(op, function, blocks, threads, shared_bytes, params, bytes);
   }
   int major() const noexcept { return major_; }
@@ -46,6 +50,24 @@ class Context {
   std::string arch() const { return "sm_" + std::to_string(major_ * 10 + minor_); }
   // Makes the primary context current on the calling thread (cheap when it already is).
   void make_current() const;
+
+  // ---- stream capture (kiln/graph.h): the work queued between begin and end, as a CUDA graph ----
+  // Relaxed mode: kernels are compiled and modules loaded while the region runs.
+  void begin_capture(const char* op);
+  // The graph captured; null when keep is false (it is discarded). ExecutionError when the driver
+  // invalidated the capture.
+  CUgraph end_capture(bool keep, const char* op);
+  bool capturing() const noexcept { return capturing_.load(std::memory_order_acquire); }
+  // Whether the calling thread is the one capturing (its ops belong to the graph).
+  bool capturing_here() const noexcept {
+    return capturing() && capture_thread_ == std::this_thread::get_id();
+  }
+  // Another thread's work must not enter a capture of the stream (a data loader's batch made
+  // while the training thread captures its step): it waits until the capture ends.
+  void wait_out_capture() noexcept {
+    if (capturing() && capture_thread_ != std::this_thread::get_id()) [[unlikely]]
+      wait_for_capture_end();
+  }
 
   // ---- deferred errors ----
   // A token a kernel writes to error_word() when it fails; the op name is reported at the read.
@@ -86,6 +108,12 @@ class Context {
   std::array<std::atomic<const char*>, kLaunchNames> launched_{};
   std::atomic<std::uint32_t> launch_count_{0};
   std::unique_ptr<Dispatcher> dispatcher_;
+  void wait_for_capture_end() noexcept;
+
+  std::atomic<bool> capturing_{false};
+  std::thread::id capture_thread_;
+  std::mutex capture_mutex_;
+  std::condition_variable capture_ended_;
 };
 
 // Driver initialisation once per process; false with the reason when there is no driver/GPU.

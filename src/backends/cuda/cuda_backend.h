@@ -35,6 +35,10 @@ class CudaBackend final : public StridedBackend {
   MemoryStats memory_stats() const override { return runtime_.allocator.stats(); }
   void memory_cleanup() override { runtime_.allocator.release_cache(); }
   void reset_peak_memory() override { runtime_.allocator.reset_peak(); }
+  // A stream capture into a CUDA graph over a pool of its own (cuda_graph.cpp).
+  void begin_device_capture() override;
+  bool records_device_graph() const override { return true; }
+  std::unique_ptr<DeviceGraph> end_device_capture(bool keep) override;
 
   Runtime& runtime() noexcept { return runtime_; }
 

@@ -88,6 +88,13 @@ TensorData finish_read(PendingRead& read) {
 
 Primitive CudaBackend::from_data(TensorData data, Device) {
   check_storage(data.dtype(), "from_data");
+  if (runtime_.context.capturing_here()) {
+    detail::fail<InvalidArgument>(
+        "from_data",
+        "cannot be captured on cuda: a CUDA graph would copy the host memory again at "
+        "each replay, after it is gone; make the tensor before capture() (assign new "
+        "values into it between replays)");
+  }
   TensorPtr out = make_tensor(data.dtype(), data.shape(), "from_data");
   const auto bytes = data.bytes();
   if (!bytes.empty()) {
@@ -185,7 +192,7 @@ Primitive CudaBackend::to_device(Primitive x, Device device) {
   if (x->device().same_hardware(device)) return x;
   if (device.kind() != DeviceKind::Cuda) return Backend::to_device(std::move(x), device);
   auto* other =
-      dynamic_cast<CudaBackend*>(&backend_for(device.without_autodiff().without_fusion()));
+      dynamic_cast<CudaBackend*>(&hardware_backend_for(device.without_autodiff().without_fusion()));
   if (other == nullptr) return Backend::to_device(std::move(x), device);
   // GPU to GPU without the host: each stream waits for the other so neither the source nor the
   // destination block is still in use by earlier work when the copy runs.

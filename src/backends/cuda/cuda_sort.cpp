@@ -90,6 +90,13 @@ PrimitivePair run_sort(CudaBackend& b, const Primitive& x, std::int64_t dim, con
   if (r.want_values) values = b.make_tensor(rows.in->dtype(), out_shape, op);
   if (r.want_indices) indices = b.make_tensor(rows.native_index, out_shape, op);
   Runtime& runtime = b.runtime();
+  // Many rows take CUB's segmented sort (lib/sort_kernels.cuh, choose_strategy), which reads
+  // sizes back to the host: a CUDA graph cannot hold it.
+  const bool segmented = desc.rows > 1 && !(desc.n >= (std::int64_t{1} << 17) && desc.rows <= 64);
+  if (segmented && runtime.context.capturing_here()) {
+    detail::fail<InvalidArgument>(op, "cannot be captured on cuda: sorting ", desc.rows,
+                                  " rows reads sizes back to the host (CUB's segmented sort)");
+  }
   Workspace workspace(runtime, lib::sort_workspace_bytes(desc), op);  // validates desc
   if (out_shape.num_elements() > 0) {
     cudaStream_t stream = lib_stream(runtime);

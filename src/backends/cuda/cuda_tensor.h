@@ -45,6 +45,7 @@ class CudaTensor final : public StridedTensor {
         storage_(base.storage_) {}
 
   bool storage_unique() const noexcept override { return storage_.use_count() == 1; }
+  const void* storage_key() const noexcept override { return storage_.get(); }
   const std::shared_ptr<Storage>& storage() const noexcept { return storage_; }
   // Device address of element [0, 0, ...]; 0 for a kernel capture's placeholder, which has no
   // storage yet (kernel_capture.h).

@@ -34,6 +34,10 @@ class AutodiffPassthrough : public ForwardingBackend {
   std::string name() const override { return "autodiff<" + inner().name() + ">"; }
   Device device() const override { return inner().device().autodiff(); }
   bool autodiff_enabled() const override { return true; }
+  // Writes the values alone: dst's graph node, if any, stays (optimizers write leaves).
+  void assign(const Primitive& dst, Primitive src) override {
+    inner().assign(inner_of(dst), take_inner(std::move(src)));
+  }
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   result name params override;

@@ -349,6 +349,17 @@ void FusionPassthrough::flush() {
   inner().flush();
 }
 
+void FusionPassthrough::assign(const Primitive& dst, Primitive src) {
+  {
+    std::lock_guard lock(mutex_);
+    flush_locked();
+  }
+  Primitive target = computed(dst);
+  Primitive value = computed(src);
+  src.reset();
+  inner().assign(target, std::move(value));
+}
+
 void FusionPassthrough::sync() {
   {
     std::lock_guard lock(mutex_);

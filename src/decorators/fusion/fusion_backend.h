@@ -44,6 +44,8 @@ class FusionPassthrough : public ForwardingBackend {
   // Computes every held pending value, then the inner backend's.
   void sync() override;
   void flush() override;
+  // Computes every held pending value first: a pending op may read dst's old values.
+  void assign(const Primitive& dst, Primitive src) override;
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   result name params override;

@@ -399,6 +399,39 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int)
   return CUDA_SUCCESS;
 }
 
+// Graphs: the fake records no work, so it captures nothing; it refuses, as a driver without
+// graph support would, and the backend reports that at capture.
+CUresult CUDAAPI cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode) {
+  if (const CUresult status = enter("cuStreamBeginCapture")) return status;
+  return live_stream(stream) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream, CUgraph* graph) {
+  if (const CUresult status = enter("cuStreamEndCapture")) return status;
+  if (graph != nullptr) *graph = nullptr;
+  return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long) {
+  if (const CUresult status = enter("cuGraphInstantiateWithFlags")) return status;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec, CUstream) {
+  if (const CUresult status = enter("cuGraphLaunch")) return status;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec) {
+  if (const CUresult status = enter("cuGraphExecDestroy")) return status;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph) {
+  if (const CUresult status = enter("cuGraphDestroy")) return status;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuEventCreate(CUevent* event, unsigned int) {
   if (const CUresult status = enter("cuEventCreate")) return status;
   return create_handle(event);
