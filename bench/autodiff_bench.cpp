@@ -5,6 +5,8 @@
 //   on the plain CPU device. The target is tracked <= 2x plain.
 // - mlp_step/B: one SGD step of a 784-512-512-10 ReLU MLP with a cross-entropy loss (through
 //   log_softmax) at batch B: forward, backward, parameter update, and reading the loss back.
+// - replay_cost/N: Graph::replay of a region of N ops on 16 elements (x = x * 1 + 0 ...): the
+//   host cost of a replay, fixed and per node; 16 replays per iteration, then a read.
 // - mlp_step_captured/B: the same step captured once (kiln/graph.h) and replayed: one replay and
 //   the loss read back per iteration (on cuda one CUDA graph launch; on the CPU the recorded ops
 //   without the tensor layer and the decorators).
@@ -248,6 +250,30 @@ BENCHMARK(mlp_step_captured)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5);
+
+void replay_cost(benchmark::State& state) {
+  const std::int64_t nodes = state.range(0);
+  guarded(state, [&] {
+    const Device device = kMlp.without_autodiff();
+    Tensor<1> x = Tensor<1>::from_data(TensorData::from_vec(host_values(16, 5), {16}), device);
+    Tensor<1> y;
+    const Graph graph = capture(device, [&] {
+      Tensor<1> t = x;
+      for (std::int64_t i = 0; i < nodes; ++i) t = i % 2 == 0 ? t * 1.0 : t + 0.0;
+      y = t;
+    });
+    const std::vector<float> want = x.into_data().to_vec<float>();
+    constexpr int kReplays = 16;
+    for (auto _ : state) {
+      for (int r = 0; r < kReplays; ++r) graph.replay();
+      const std::vector<float> got = y.into_data().to_vec<float>();
+      if (got != want) throw std::runtime_error("replay_cost: the replay changed the values");
+    }
+    state.counters["nodes"] = static_cast<double>(graph.node_count());
+    state.SetItemsProcessed(state.iterations() * kReplays);
+  });
+}
+BENCHMARK(replay_cost)->Arg(1)->Arg(64)->Arg(256)->UseRealTime()->MinTime(0.3);
 
 }  // namespace
 
