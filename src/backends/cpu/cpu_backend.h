@@ -26,6 +26,10 @@ class CpuBackend final : public StridedBackend {
   std::optional<RandomStream> reserve_random(std::uint64_t count) override;
   // A fused group tile by tile, its intermediates in cache (cpu_fused.cpp).
   std::vector<Primitive> run_fused(const FusedProgram& program) override;
+  // A src nobody else holds, laid out as dst, moves its storage into dst instead of being copied
+  // when dst's storage has no other view (cpu_layout.cpp): an optimizer's in-place update costs
+  // no copy. Otherwise StridedBackend's copy.
+  void assign(const Primitive& dst, Primitive src) override;
 
   // ---- every op whose impl column in ops.def has a C: a kernel in cpu_<family>.cpp ----
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \

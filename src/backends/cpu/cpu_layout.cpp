@@ -21,4 +21,18 @@ void CpuBackend::copy_elements(StridedTensor& dst, const StridedTensor& src, con
   copy_strided(static_cast<const CpuTensor&>(src), static_cast<CpuTensor&>(dst));
 }
 
+void CpuBackend::assign(const Primitive& dst, Primitive src) {
+  CpuTensor& to = as_cpu(dst);
+  CpuTensor& from = as_cpu(src);
+  const bool movable = can_mut(src) && to.storage_unique() && to.is_contiguous() &&
+                       from.is_contiguous() && to.offset() == 0 && from.offset() == 0 &&
+                       to.dtype() == from.dtype() &&
+                       to.storage()->bytes() == from.storage()->bytes();
+  if (movable) {
+    to.swap_storage(from);  // src, about to be dropped, takes dst's old storage with it
+    return;
+  }
+  StridedBackend::assign(dst, std::move(src));
+}
+
 }  // namespace kiln

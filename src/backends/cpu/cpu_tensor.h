@@ -28,6 +28,9 @@ class CpuTensor final : public StridedTensor {
   const void* storage_key() const noexcept override { return storage_.get(); }
 
   const std::shared_ptr<CpuStorage>& storage() const noexcept { return storage_; }
+  // Takes other's storage and gives it this one's (CpuBackend::assign's move: both contiguous
+  // from offset 0, of one byte size, neither storage shared with a view).
+  void swap_storage(CpuTensor& other) noexcept { storage_.swap(other.storage_); }
   // Address of element [0, 0, ...].
   std::byte* data() const noexcept {
     return storage_->data() + offset() * static_cast<std::int64_t>(dtype_size(dtype_));

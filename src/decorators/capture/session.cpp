@@ -139,8 +139,9 @@ std::shared_ptr<Recording> Session::finish(std::unique_ptr<DeviceGraph> device_g
     step.drop = std::make_unique<bool[]>(step.op.outputs.size());
     for (std::size_t j = 0; j < step.op.outputs.size(); ++j)
       step.drop[j] = last_use[step.op.outputs[j].index] == kNever;
-    if (step.kind == Step::Kind::Assign) continue;  // assign writes dst and reads src: held
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
+    // assign writes dst, which stays held; src may be handed over (the CPU then moves its
+    // storage into dst instead of copying it).
+    for (std::size_t k = step.kind == Step::Kind::Assign ? 1 : 0; k < inputs.size(); ++k) {
       const ir::TensorId id = inputs[k];
       if (id == ir::kNoTensor || is_input[id.index] || last_use[id.index] != i) continue;
       bool twice = false;
@@ -196,9 +197,11 @@ void Recording::replay(Backend& backend) const {
           values[step.op.outputs[j].index] = std::move(results[j]);
         break;
       }
-      case Step::Kind::Assign:
-        backend.assign(values[ids[0].index], values[ids[1].index]);
+      case Step::Kind::Assign: {
+        Primitive& src = values[ids[1].index];
+        backend.assign(values[ids[0].index], step.take[1] ? std::move(src) : src);
         break;
+      }
     }
     for (std::size_t k = 0; k < ids.size(); ++k) {
       if (step.take[k]) values[ids[k].index].reset();
