@@ -377,6 +377,25 @@ TEST(Assign, WritesInPlaceSeenByEveryHandleAndView) {
   }
 }
 
+// A temporary source nobody else holds moves its storage into a destination no view shares (the
+// CPU's assign without a copy); with a view of the destination alive it is copied, so the view
+// sees the values too.
+TEST(Assign, ATemporarySourceMovesAndViewsStillSeeTheValues) {
+  const Device cpu = Device::cpu();
+  const Tensor<2> a = random_tensor(6, 5, 1, cpu);
+  const Tensor<2> b = random_tensor(6, 5, 2, cpu);
+  Tensor<2> x = Tensor<2>::zeros({6, 5}, cpu);
+  const Tensor<2> alias = x;
+  x.assign(a + b);
+  EXPECT_TRUE(same_bits(x, a + b));
+  EXPECT_TRUE(same_bits(alias, a + b));
+  const Tensor<2> row = x.slice({Slice(2, 3), Slice()});
+  x.assign(a * b);
+  EXPECT_TRUE(same_bits(x, a * b));
+  EXPECT_TRUE(same_bits(row, (a * b).slice({Slice(2, 3), Slice()})));
+  EXPECT_TRUE(same_bits(a + b, a + b));  // the sources' other values are untouched
+}
+
 TEST(Assign, IntoViewsFromOverlappingSourcesAndEveryDType) {
   const Device cpu = Device::cpu();
   // Into a transposed view: the base's storage takes the values through the view's strides.
