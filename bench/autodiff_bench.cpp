@@ -170,8 +170,16 @@ void set_flops(benchmark::State& state, std::int64_t batch) {
   state.counters["flops"] = 2.0 * (3 * macs - static_cast<double>(batch) * kSizes[0] * kSizes[1]);
 }
 
+// Times step (one training step returning its loss, read back) over the benchmark's iterations.
 // SGD on a fixed batch must make progress, or the update did not happen.
-void expect_progress(const benchmark::State& state, double first, double last) {
+template <class Step>
+void time_steps(benchmark::State& state, Step step) {
+  double first = std::nan(""), last = 0;
+  for (auto _ : state) {
+    last = step();
+    if (std::isnan(first)) first = last;
+    benchmark::DoNotOptimize(last);
+  }
   if (state.iterations() > 3 && !(last < first)) {
     throw std::runtime_error("mlp_step: the loss did not decrease (" + std::to_string(first) +
                              " -> " + std::to_string(last) + ")");
@@ -200,15 +208,11 @@ void mlp_step(benchmark::State& state) {
 
     spot_check(mlp, data);
 
-    double first = std::nan(""), last = 0;
-    for (auto _ : state) {
+    time_steps(state, [&] {
       const auto loss = mlp.loss(x, y);
       mlp.update(loss.backward());
-      last = loss.into_scalar<float>();
-      if (std::isnan(first)) first = last;
-      benchmark::DoNotOptimize(last);
-    }
-    expect_progress(state, first, last);
+      return loss.into_scalar<float>();
+    });
   });
 }
 
@@ -227,14 +231,10 @@ void mlp_step_captured(benchmark::State& state) {
       mlp.update_in_place(loss.backward());
     });
     expect_near(loss.into_scalar<float>(), eager_loss, 1e-5, "mlp_step_captured first run");
-    double first = std::nan(""), last = 0;
-    for (auto _ : state) {
+    time_steps(state, [&] {
       step.replay();
-      last = loss.into_scalar<float>();
-      if (std::isnan(first)) first = last;
-      benchmark::DoNotOptimize(last);
-    }
-    expect_progress(state, first, last);
+      return loss.into_scalar<float>();
+    });
   });
 }
 

@@ -36,28 +36,11 @@ Graph capture(Device device, const std::function<void()>& region) {
   const Device hardware = device.without_autodiff().without_fusion();
   settings_for(hardware);
   flush_pending(device, hardware);
-  Backend& bottom = backend_for(hardware);
-  capturing::Session session(hardware);
-  session.set_device_records(bottom.records_device_graph());
-  std::unique_ptr<DeviceGraph> device_graph;
-  {
-    capturing::Session::Scope scope(session);
-    bottom.begin_device_capture();
-    try {
-      region();
-      flush_pending(device, hardware);
-    } catch (...) {
-      bottom.end_device_capture(false);
-      throw;
-    }
-    device_graph = bottom.end_device_capture(true);
-  }
-  std::shared_ptr<capturing::Recording> recording = session.finish(std::move(device_graph));
-  // A device's own recording queued nothing while it recorded: this is the region's one run.
-  if (recording->device_graph) {
-    for (const auto& hook : recording->hooks) hook(false);
-    recording->device_graph->launch();
-  }
+  std::shared_ptr<capturing::Recording> recording =
+      capturing::record_region(backend_for(hardware), hardware, [&] {
+        region();
+        flush_pending(device, hardware);
+      });
   return Graph(std::move(recording));
 }
 

@@ -40,30 +40,13 @@ bool CaptureBackend::check_from_environment() noexcept {
 }
 
 std::shared_ptr<Recording> CaptureBackend::capture_alone(const std::function<void(Session&)>& run) {
-  Session session(device_);
-  std::unique_ptr<DeviceGraph> graph;
-  {
-    Session::Scope scope(session);
-    inner().begin_device_capture();
-    try {
-      run(session);
-    } catch (const InvalidArgument& e) {
-      inner().end_device_capture(false);
-      // What the device cannot capture runs as it is; other errors are the op's own.
-      if (std::strstr(e.what(), "cannot be captured") != nullptr) return nullptr;
-      throw;
-    } catch (...) {
-      inner().end_device_capture(false);
-      throw;
-    }
-    graph = inner().end_device_capture(true);
+  try {
+    return record_region(inner(), device_, [&] { run(*Session::active()); });
+  } catch (const InvalidArgument& e) {
+    // What the device cannot capture runs as it is; other errors are the op's own.
+    if (std::strstr(e.what(), "cannot be captured") != nullptr) return nullptr;
+    throw;
   }
-  std::shared_ptr<Recording> recording = session.finish(std::move(graph));
-  if (recording->device_graph) {  // the op's one run
-    for (const auto& hook : recording->hooks) hook(false);
-    recording->device_graph->launch();
-  }
-  return recording;
 }
 
 void CaptureBackend::check_replay(const Recording& recording, std::string_view op,

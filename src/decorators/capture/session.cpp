@@ -155,6 +155,31 @@ std::shared_ptr<Recording> Session::finish(std::unique_ptr<DeviceGraph> device_g
   return recording;
 }
 
+std::shared_ptr<Recording> record_region(Backend& bottom, const Device& hardware,
+                                         const std::function<void()>& region) {
+  Session session(hardware);
+  session.set_device_records(bottom.records_device_graph());
+  std::unique_ptr<DeviceGraph> device_graph;
+  {
+    const Session::Scope scope(session);
+    bottom.begin_device_capture();
+    try {
+      region();
+    } catch (...) {
+      bottom.end_device_capture(false);
+      throw;
+    }
+    device_graph = bottom.end_device_capture(true);
+  }
+  std::shared_ptr<Recording> recording = session.finish(std::move(device_graph));
+  // A device's own recording queued nothing while it recorded: this is the region's one run.
+  if (recording->device_graph) {
+    for (const auto& hook : recording->hooks) hook(false);
+    recording->device_graph->launch();
+  }
+  return recording;
+}
+
 namespace {
 
 // Writes value into held, a value the region made that is still held. A held view that repeats

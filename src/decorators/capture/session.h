@@ -156,6 +156,13 @@ class Session final : public ir::IdSource {
   bool device_records_ = false;
 };
 
+// Runs region with a session of hardware's open on this thread and the device's own recording
+// (bottom: the hardware, or the capture layer over it) around it, and returns what it recorded.
+// When the device kept its own recording, the region's one run is launched (after the hooks).
+// If region throws, the device's recording is discarded and the exception propagates.
+std::shared_ptr<Recording> record_region(Backend& bottom, const Device& hardware,
+                                         const std::function<void()>& region);
+
 template <OpCode code, class... Args>
 auto Session::call(Backend& inner, Args&&... args) {
   if constexpr (code == OpCode::random) {
