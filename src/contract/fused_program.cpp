@@ -144,7 +144,7 @@ std::uint64_t structure_hash(const FusedProgram& program) {
   return hash;
 }
 
-bool is_head(OpCode op) noexcept { return op == OpCode::matmul || op == OpCode::linear; }
+bool is_head(OpCode op) noexcept { return op_info(op).product_head; }
 
 bool has_head(const FusedProgram& program) noexcept {
   for (const FusedStep& step : program.steps) {

@@ -91,9 +91,10 @@ void run_step(Backend& backend, const FusedProgram& program, std::size_t i,
 void run_steps_on(Backend& backend, const FusedProgram& program,
                   std::span<const std::int32_t> last_use, std::vector<Primitive>& values);
 
-// A product (matmul, linear): a group's head. The fusion decorator computes a head's inputs when
-// it records it, so a head reads only leaves; a backend runs it first, whole, and may run the
-// steps after it as its epilogue (the CUDA backend: a bias and an activation in cuBLASLt's call).
+// A product (impl H in ops.def: matmul, linear): a group's head. The fusion decorator computes a
+// head's inputs when it records it, so a head reads only leaves; a backend runs it first, whole,
+// and may run the steps after it as its epilogue (the CUDA backend: a bias and an activation in
+// cuBLASLt's call).
 bool is_head(OpCode op) noexcept;
 bool has_head(const FusedProgram& program) noexcept;
 

@@ -25,7 +25,10 @@ constexpr OpInfo kOps[] = {
    KILN_IMPL_CPU(impl) == 1 || KILN_IMPL_STRIDED(impl) == 1,                        \
    KILN_IMPL_CUDA(impl) == 1 || KILN_IMPL_STRIDED(impl) == 1,                       \
    KILN_IMPL_GRAD(impl) == 1,                                                       \
-   KILN_IMPL_STRIDED(impl) == 1},
+   KILN_IMPL_STRIDED(impl) == 1,                                                    \
+   KILN_IMPL_HEAD(impl) == 1,                                                       \
+   KILN_IMPL_HOST(impl) == 1,                                                       \
+   KILN_IMPL_VALUE_SHAPE(impl) == 1},
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 };
@@ -36,7 +39,9 @@ constexpr OpInfo kOps[] = {
   static_assert(kAvailability_##availability != OpAvailability::Required ||         \
                     (KILN_IMPL_CPU(impl) == 1 && KILN_IMPL_CUDA(impl) == 1) ||      \
                     KILN_IMPL_STRIDED(impl) == 1,                                   \
-                #name ": a REQUIRED op has impl C and G, or S, in ops.def");
+                #name ": a REQUIRED op has impl C and G, or S, in ops.def");        \
+  static_assert(KILN_IMPL_HEAD(impl) == 0 || KILN_IMPL_FUSE(impl) == 1,             \
+                #name ": impl H (a group's head) needs F in ops.def");
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 

@@ -28,6 +28,9 @@ struct OpInfo {
   bool cuda_kernel;     // impl G or S: the CUDA backend (or its strided base) overrides it
   bool differentiable;  // impl D: autodiff has a backward rule
   bool strided_view;    // impl S: StridedBackend has it, once for the CPU and CUDA backends
+  bool product_head;    // impl H: a product heading its fused group (its epilogue may follow)
+  bool host_transfer;   // impl R: moves values to the host or another device (not capturable)
+  bool value_shape;     // impl V: its result's shape depends on the values (not capturable)
 };
 
 std::span<const OpInfo> all_ops() noexcept;

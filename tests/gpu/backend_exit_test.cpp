@@ -67,7 +67,11 @@ void expect_clean_exit_on_fake_driver(const Scenario& scenario, int microseconds
        "KILN_FAKE_CUDA_LAUNCH_US=" + std::to_string(microseconds),
        "KILN_FAKE_CUDA_REPORT=" + report.string(),
        // Kernels compiled for the fake GPU (sm_90) stay apart from the user's cache.
-       "XDG_CACHE_HOME=" + (directory / "cache").string()});
+       "XDG_CACHE_HOME=" + (directory / "cache").string(),
+       // Under the sanitizer build, LeakSanitizer's exit-time scan of thread-local storage
+       // crashed in its own tracer in two of these children (not in kiln's code; the children
+       // judge exits and launch counts, not leaks, which the rest of the suite covers).
+       "LSAN_OPTIONS=use_tls=0"});
   EXPECT_EQ(child.status, 0) << where << ":\n" << child.output;
   EXPECT_EQ(child.output.find("[fake cuda]"), std::string::npos) << where << ":\n" << child.output;
   EXPECT_EQ(child.output.find("no CUDA device"), std::string::npos)

@@ -7,11 +7,12 @@
 #include <memory>
 
 #include "contract/strided_backend.h"
+#include "core/visibility.h"
 #include "kiln/detail/op_columns.h"
 
 namespace kiln {
 
-class CpuBackend final : public StridedBackend {
+class KILN_INTERNAL CpuBackend final : public StridedBackend {
  public:
   // ---- device-level (cpu_backend.cpp) ----
   std::string name() const override { return "cpu"; }

@@ -18,6 +18,8 @@
 
 #include "contract/backend.h"
 #include "contract/forwarding.h"
+#include "core/function_ref.h"
+#include "core/visibility.h"
 #include "decorators/autodiff/autodiff_tensor.h"
 #include "decorators/autodiff/op_node.h"
 #include "kiln/autodiff.h"
@@ -27,7 +29,7 @@ namespace kiln::autodiff {
 
 // The decorator's base: what is not an op (settings, sync, memory) forwards to the inner backend
 // as in every decorator (ForwardingBackend); every op is overridden here or in AutodiffBackend.
-class AutodiffPassthrough : public ForwardingBackend {
+class KILN_INTERNAL AutodiffPassthrough : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
 
@@ -66,7 +68,7 @@ using Inputs = InputArray<N, Primitive>;
 // The longest run of elementwise ops that balanced checkpointing recomputes in one go.
 inline constexpr std::uint8_t kMaxRecomputeChain = 8;
 
-class AutodiffBackend final : public AutodiffPassthrough {
+class KILN_INTERNAL AutodiffBackend final : public AutodiffPassthrough {
  public:
   using AutodiffPassthrough::AutodiffPassthrough;
 
@@ -75,79 +77,37 @@ class AutodiffBackend final : public AutodiffPassthrough {
   // `precomputed` supplies the output when the caller already has it (ops with two outputs).
   template <std::size_t N, class Forward, class Rule>
   Primitive record(const char* op, Cost cost, Inputs<N> inputs, Keep keep, Forward forward,
-                   Rule rule, Primitive precomputed = nullptr);
+                   Rule rule, Primitive precomputed = nullptr) {
+    // Only the node's type is the op's own; the rest is record_node, compiled once per N.
+    using OpNodeType = OpNode<N, Forward, Rule>;
+    auto make_node = [&](std::uint64_t newest_parent, std::size_t count,
+                         bool recompute) -> std::shared_ptr<InputsNode<N>> {
+      auto node = std::allocate_shared<OpNodeType>(PoolAllocator<OpNodeType>{}, op, newest_parent,
+                                                   count, std::move(rule));
+      if (recompute) node->set_forward(forward);
+      return node;
+    };
+    return record_node<N>(cost, std::move(inputs), keep, forward, make_node,
+                          std::move(precomputed));
+  }
 
   // ---- the ops with backward rules: impl D in ops.def (rules_<family>.cpp) ----
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   KILN_WHEN(KILN_IMPL_GRAD(impl))(result name params override;)
 #include "kiln/detail/ops.def"
 #undef KILN_OP
-};
 
-template <std::size_t N, class Forward, class Rule>
-Primitive AutodiffBackend::record(const char* op, Cost cost, Inputs<N> inputs, Keep keep,
-                                  Forward forward, Rule rule, Primitive precomputed) {
-  using OpNodeType = OpNode<N, Forward, Rule>;
-  const std::size_t count = inputs.size();
-  const Node* newest = nullptr;
-  for (std::size_t i = 0; i < count; ++i) {
-    const Node* parent = node_of(inputs[i]).get();
-    if (parent != nullptr && (newest == nullptr || parent->order() > newest->order()))
-      newest = parent;
-  }
-  Inputs<N> inner_inputs{};
-  if constexpr (N == 0) inner_inputs.resize(count);
-  InputArray<N, Lent> lent{};
-  if constexpr (N == 0) lent.resize(count);
-  // Lends input i to the inner op (see lend_inner), remembering the wrapper for reown.
-  auto lend = [&](std::size_t i) { inner_inputs[i] = lend_inner(std::move(inputs[i]), lent[i]); };
-  auto run_forward = [&] {
-    Primitive out = forward(inner(), std::move(inner_inputs));
-    for (const Lent& l : lent) out = reown(std::move(out), l);
-    return out;
-  };
-  if (newest == nullptr) {
-    if (precomputed) return wrap(std::move(precomputed));
-    for (std::size_t i = 0; i < count; ++i) lend(i);
-    return wrap(run_forward());
-  }
-  bool recompute =
-      checkpointing() == CheckpointStrategy::Balanced && cost == Cost::Elementwise && !precomputed;
-  std::uint8_t depth = 0;
-  if (recompute) {
-    for (std::size_t i = 0; i < count; ++i) {
-      const Node* parent = node_of(inputs[i]).get();
-      if (parent != nullptr && parent->recomputable())
-        depth = std::max(depth, parent->recompute_depth());
-    }
-    // Every kMaxRecomputeChain-th op of an elementwise chain is stored after all: backward then
-    // recomputes (and holds) at most that many values at once, and recursion stays shallow.
-    if (++depth > kMaxRecomputeChain) recompute = false;
-  }
-  auto node = std::allocate_shared<OpNodeType>(PoolAllocator<OpNodeType>{}, op, newest->order(),
-                                               count, std::move(rule));
-  auto& parents = node->parent_slots();
-  auto& saved = node->saved_slots();
-  for (std::size_t i = 0; i < count; ++i) {
-    parents[i] = node_of(inputs[i]);
-    const bool keep_input = recompute || (keep & (1u << std::min<std::size_t>(i, 29))) != 0;
-    if (keep_input) {
-      // An input that is itself recomputed is saved as its producer, not as a value.
-      const bool lazy = parents[i] != nullptr && parents[i]->recomputable();
-      saved[i] = Saved{lazy ? nullptr : inner_of(inputs[i]), parents[i]};
-      inner_inputs[i] = inner_of(inputs[i]);
-    } else {
-      lend(i);
-    }
-  }
-  Primitive out = precomputed ? std::move(precomputed) : run_forward();
-  if ((keep & kKeepOut) != 0 && !recompute) node->set_output(out);
-  if (recompute) {
-    node->set_forward(std::move(forward));
-    node->set_recompute_depth(depth);
-  }
-  return wrap(std::move(out), std::move(node));
-}
+ private:
+  // record's work (record.cpp): make_node(newest parent's order, input count, whether forward
+  // is kept to recompute the output) makes the op's node when an input is tracked.
+  template <std::size_t N>
+  Primitive record_node(
+      Cost cost, Inputs<N> inputs, Keep keep,
+      detail::FunctionRef<Primitive(Backend&, Inputs<N>)> forward,
+      detail::FunctionRef<std::shared_ptr<InputsNode<N>>(std::uint64_t, std::size_t, bool)>
+          make_node,
+      Primitive precomputed);
+};
 
 // The gradient of a broadcast operand: g summed over the dims where shape has size 1.
 Primitive reduce_to(Backend& b, Primitive g, const Shape& shape);

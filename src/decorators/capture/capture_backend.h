@@ -8,8 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string_view>
-#include <type_traits>
+#include <span>
 #include <utility>
 
 #include "contract/forwarding.h"
@@ -49,57 +48,37 @@ class CaptureBackend final : public ForwardingBackend {
   std::uint64_t checks_run() const noexcept { return checks_run_.load(std::memory_order_relaxed); }
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  result name params override {                                                     \
-    if (Session* session = recording()) [[unlikely]]                                \
-      return session->call<OpCode::name>(inner(), KILN_MOVE_ARGS(args));            \
-    if (check_.load(std::memory_order_relaxed)) [[unlikely]]                        \
-      return checked<OpCode::name, result>(KILN_MOVE_ARGS(args));                   \
-    return inner().name(KILN_MOVE_ARGS(args));                                      \
-  }
+  result name params override;
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 
  private:
+  // Per op, out of the forwarding path (capture_recording.cpp, compiled for size): the op
+  // recorded into the session open here, and the op under the checker. Not exported: only this
+  // library calls them.
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+  [[gnu::visibility("hidden")]] result recorded_##name params;                      \
+  [[gnu::visibility("hidden")]] result checked_##name params;
+#include "kiln/detail/ops.def"
+#undef KILN_OP
+
   Session* recording() const noexcept {
     Session* session = Session::active();
     return session != nullptr && session->device() == device_ ? session : nullptr;
   }
 
+  // The op, run once alone under a capture of its own and replayed (the checker).
   template <OpCode code, class Result, class... Args>
-  Result checked(Args... args);
-  // Captures run(session) alone; the recording, or null when the op cannot be captured here.
-  std::shared_ptr<Recording> capture_alone(const std::function<void(Session&)>& run);
+  [[gnu::visibility("hidden")]] Result checked(Args... args);
+  // Captures run alone; the recording, or null when the op cannot be captured here.
+  std::shared_ptr<Recording> capture_alone(detail::FunctionRef<void()> run);
   // Replays recording and throws unless results read back as before.
-  void check_replay(const Recording& recording, std::string_view op,
-                    const std::vector<Primitive>& results);
+  void check_replay(const Recording& recording, OpCode code, std::span<const Primitive> results);
 
   const Device device_;
   std::atomic<bool> check_{check_from_environment()};
   std::atomic<std::uint64_t> checks_run_{0};
   static bool check_from_environment() noexcept;
 };
-
-template <OpCode code, class Result, class... Args>
-Result CaptureBackend::checked(Args... args) {
-  constexpr bool kTensorResult =
-      std::is_same_v<Result, Primitive> || std::is_same_v<Result, PrimitivePair>;
-  if constexpr (kTensorResult) {
-    Result result{};
-    // args stay held here: a failed capture runs the op again from them.
-    std::shared_ptr<Recording> recording = capture_alone(
-        [&](Session& session) { result = session.call<code>(inner(), Args(args)...); });
-    if (recording != nullptr) {
-      std::vector<Primitive> results;
-      if constexpr (std::is_same_v<Result, Primitive>) {
-        results = {result};
-      } else {
-        results = {result.first, result.second};
-      }
-      check_replay(*recording, op_info(code).name, results);
-      return result;
-    }
-  }
-  return (inner().*ir::OpTraits<code>::kMethod)(std::move(args)...);
-}
 
 }  // namespace kiln::capturing

@@ -32,22 +32,16 @@ void Session::refuse(std::string_view op, std::string_view why) {
 }
 
 void Session::refuse_if_uncapturable(OpCode code) {
-  switch (code) {
-    case OpCode::into_data:
-    case OpCode::read_many:
-      refuse(op_info(code).name,
-             "it reads values to the host, which a replay would not do again; read the region's "
-             "results after capture() or replay()");
-    case OpCode::argwhere:
-    case OpCode::mask_select:
-      refuse(op_info(code).name,
-             "the shape of its result depends on the values, which a replay cannot follow; run "
-             "it outside the region");
-    case OpCode::to_device:
-      refuse(op_info(code).name,
-             "a captured region runs on one device; move tensors before or after it");
-    default:
-      return;
+  const OpInfo& info = op_info(code);
+  if (info.host_transfer) {
+    refuse(info.name,
+           "it moves values to the host or to another device, which a replay would not do "
+           "again; read or move the region's results after capture() or replay()");
+  }
+  if (info.value_shape) {
+    refuse(info.name,
+           "the shape of its result depends on the values, which a replay cannot follow; run "
+           "it outside the region");
   }
 }
 
@@ -68,7 +62,19 @@ ir::TensorId Session::add_output(const Primitive& tensor) {
   return id;
 }
 
-void Session::push(Step step) { steps_.push_back(std::move(step)); }
+void Session::push(Step step, std::span<const Primitive> outputs) {
+  for (const Primitive& output : outputs) {
+    step.op.outputs.push_back(add_output(output));
+    step.op.output_types.push_back({output->dtype(), output->shape()});
+  }
+  steps_.push_back(std::move(step));
+}
+
+void Session::push_op(ir::Op op, std::span<const Primitive> outputs) {
+  Step step;
+  step.op = std::move(op);
+  push(std::move(step), outputs);
+}
 
 Primitive Session::random_input(Backend& inner, Shape shape, Distribution distribution, DType dtype,
                                 Device device) {
@@ -95,11 +101,7 @@ std::vector<Primitive> Session::call_fused(Backend& inner, const FusedProgram& p
   copy->leaves.clear();
   step.fused = std::move(copy);
   std::vector<Primitive> results = inner.run_fused(program);
-  for (const Primitive& result : results) {
-    step.op.outputs.push_back(add_output(result));
-    step.op.output_types.push_back({result->dtype(), result->shape()});
-  }
-  push(std::move(step));
+  push(std::move(step), results);
   return results;
 }
 
@@ -156,7 +158,7 @@ std::shared_ptr<Recording> Session::finish(std::unique_ptr<DeviceGraph> device_g
 }
 
 std::shared_ptr<Recording> record_region(Backend& bottom, const Device& hardware,
-                                         const std::function<void()>& region) {
+                                         detail::FunctionRef<void()> region) {
   Session session(hardware);
   session.set_device_records(bottom.records_device_graph());
   std::unique_ptr<DeviceGraph> device_graph;

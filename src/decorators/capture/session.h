@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "contract/fused_program.h"
+#include "core/function_ref.h"
 #include "ir/op_ir.h"
 
 namespace kiln::capturing {
@@ -111,11 +113,11 @@ class Session final : public ir::IdSource {
   ir::TensorId id_of(const Primitive& tensor) override;
 
   // Runs op code on inner with args, recording it. InvalidArgument naming the op for what a
-  // replay cannot repeat (refuse).
+  // replay cannot repeat (refuse). Made per op, for this library only: not exported.
   template <OpCode code, class... Args>
-  auto call(Backend& inner, Args&&... args);
+  [[gnu::visibility("hidden")]] auto call(Backend& inner, Args&&... args);
   template <OpCode code, class... Args>
-  auto record_call(Backend& inner, Args&&... args);
+  [[gnu::visibility("hidden")]] auto record_call(Backend& inner, Args&&... args);
   // random inside a region: a tensor the region reads as an input, drawn afresh from the device's
   // random stream before each replay (a hook), so replays draw what eager steps would.
   Primitive random_input(Backend& inner, Shape shape, Distribution distribution, DType dtype,
@@ -140,7 +142,10 @@ class Session final : public ir::IdSource {
     std::weak_ptr<TensorPrimitive> weak;
   };
   ir::TensorId add_output(const Primitive& tensor);
-  void push(Step step);
+  // Appends step with outputs as its op's outputs.
+  void push(Step step, std::span<const Primitive> outputs = {});
+  // Records op (out of line: one copy serves every op).
+  void push_op(ir::Op op, std::span<const Primitive> outputs);
 
   static inline std::atomic<int> open_count_{0};
   static thread_local int pauses_;
@@ -161,7 +166,7 @@ class Session final : public ir::IdSource {
 // When the device kept its own recording, the region's one run is launched (after the hooks).
 // If region throws, the device's recording is discarded and the exception propagates.
 std::shared_ptr<Recording> record_region(Backend& bottom, const Device& hardware,
-                                         const std::function<void()>& region);
+                                         detail::FunctionRef<void()> region);
 
 template <OpCode code, class... Args>
 auto Session::call(Backend& inner, Args&&... args) {
@@ -175,20 +180,17 @@ auto Session::call(Backend& inner, Args&&... args) {
 template <OpCode code, class... Args>
 auto Session::record_call(Backend& inner, Args&&... args) {
   refuse_if_uncapturable(code);
-  Step step;
-  step.op = ir::Call<code>::make(*this, args...);
+  ir::Op op = ir::Call<code>::make(*this, args...);
   auto result = (inner.*ir::OpTraits<code>::kMethod)(std::forward<Args>(args)...);
   using Result = decltype(result);
   if constexpr (std::is_same_v<Result, Primitive>) {
-    step.op.outputs.push_back(add_output(result));
-    step.op.output_types.push_back({result->dtype(), result->shape()});
+    push_op(std::move(op), {&result, 1});
   } else if constexpr (std::is_same_v<Result, PrimitivePair>) {
-    for (const Primitive* p : {&result.first, &result.second}) {
-      step.op.outputs.push_back(add_output(*p));
-      step.op.output_types.push_back({(*p)->dtype(), (*p)->shape()});
-    }
+    const Primitive pair[] = {result.first, result.second};
+    push_op(std::move(op), pair);
+  } else {
+    push_op(std::move(op), {});
   }
-  push(std::move(step));
   return result;
 }
 

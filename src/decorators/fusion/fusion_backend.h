@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "contract/forwarding.h"
+#include "core/visibility.h"
 #include "decorators/fusion/group_controls.h"
 #include "decorators/fusion/lazy_node.h"
 #include "kiln/detail/op_columns.h"
@@ -35,7 +36,7 @@ inline constexpr std::size_t kMaxQueued = 1024;
 
 struct Group;  // fusion_backend.cpp
 
-class FusionPassthrough : public ForwardingBackend {
+class KILN_INTERNAL FusionPassthrough : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
 
@@ -128,7 +129,7 @@ class FusionPassthrough : public ForwardingBackend {
   void check_group(const FusedProgram& program, const std::vector<Primitive>& fused);
 };
 
-class FusionBackend final : public FusionPassthrough {
+class KILN_INTERNAL FusionBackend final : public FusionPassthrough {
  public:
   using FusionPassthrough::FusionPassthrough;
 

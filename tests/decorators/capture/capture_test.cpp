@@ -6,10 +6,14 @@
 #include <kiln/kiln.h>
 
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
+#include <string>
 
+#include "contract/op_code.h"
 #include "decorators/capture/capture_backend.h"
 #include "runtime/registry.h"
 
@@ -321,6 +325,38 @@ TEST(Capture, WhatAReplayCannotRepeatIsRefusedNamingTheOp) {
   EXPECT_TRUE(same_bits(y, x + 1.0));
   // A replay inside a capture is refused.
   EXPECT_THROW(capture(cpu, [&] { graph.replay(); }), InvalidArgument);
+}
+
+// Every op that ops.def marks R (moves values to the host or another device) or V (a result
+// shaped by the values) is refused when it reaches the hardware inside a region: each is called
+// on the CPU backend directly (to_device between devices cannot happen on a machine with one),
+// and a new R or V op fails here until it has a case.
+TEST(Capture, EveryOpOpsDefMarksUncapturableIsRefused) {
+  const Device cpu = Device::cpu();
+  const Tensor<2> x = random_tensor(3, 4, 2, cpu);
+  const Primitive mask = x.greater_elem(0.0).primitive();
+  Backend& backend = backend_for(cpu);
+  const std::map<std::string, std::function<void()>> cases = {
+      {"into_data", [&] { (void)backend.into_data(x.primitive()).get(); }},
+      {"read_many",
+       [&] {
+         (void)backend.read_many({x.primitive(), mask}).get();
+       }},
+      {"to_device", [&] { (void)backend.to_device(x.primitive(), cpu); }},
+      {"argwhere", [&] { (void)backend.argwhere(mask, DType::I64); }},
+      {"mask_select", [&] { (void)backend.mask_select(x.primitive(), mask); }},
+  };
+  std::size_t marked = 0;
+  for (const OpInfo& op : all_ops()) {
+    if (!op.host_transfer && !op.value_shape) continue;
+    ++marked;
+    const auto it = cases.find(std::string(op.name));
+    ASSERT_NE(it, cases.end()) << op.name << " has R or V in ops.def but no case here";
+    expect_refused(it->second, std::string(op.name));
+  }
+  EXPECT_EQ(marked, cases.size()) << "a case here names an op without R or V in ops.def";
+  // The same ops outside a region run.
+  for (const auto& [name, run] : cases) EXPECT_NO_THROW(run()) << name;
 }
 
 // Random numbers inside a region are drawn afresh before each replay, from the device's stream in
