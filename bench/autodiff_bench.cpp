@@ -5,14 +5,17 @@
 //   on the plain CPU device. The target is tracked <= 2x plain.
 // - mlp_step/B: one SGD step of a 784-512-512-10 ReLU MLP with a cross-entropy loss (through
 //   log_softmax) at batch B: forward, backward, parameter update, and reading the loss back.
-// - replay_cost/N: Graph::replay of a region of N ops on 16 elements (x = x * 1 + 0 ...): the
-//   host cost of a replay, fixed and per node; 16 replays per iteration, then a read.
+// - replay_cost/N: Graph::replay of a region of N ops on 16 elements (x = x * 2 * 0.5 ...): the
+//   host cost of a replay, fixed and per node; 16 replays per iteration, then a read. host_us:
+//   the median time of one replay call without that read (on cuda the launch alone).
 // - mlp_step_captured/B: the same step captured once (kiln/graph.h) and replayed: one replay and
 //   the loss read back per iteration (on cuda one CUDA graph launch; on the CPU the recorded ops
 //   without the tensor layer and the decorators).
 #include <benchmark/benchmark.h>
 #include <kiln/kiln.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -259,16 +262,27 @@ void replay_cost(benchmark::State& state) {
     Tensor<1> y;
     const Graph graph = capture(device, [&] {
       Tensor<1> t = x;
-      for (std::int64_t i = 0; i < nodes; ++i) t = i % 2 == 0 ? t * 1.0 : t + 0.0;
+      // Exact in f32 (no value changes), and not a no-op the fusion decorator would drop.
+      for (std::int64_t i = 0; i < nodes; ++i) t = i % 2 == 0 ? t * 2.0 : t * 0.5;
       y = t;
     });
-    const std::vector<float> want = x.into_data().to_vec<float>();
+    const std::vector<float> want = y.into_data().to_vec<float>();  // the capture's one run
     constexpr int kReplays = 16;
+    // The calls alone, apart from the wait for their work: on cuda a replay is a graph launch
+    // that returns before the kernels run, so the iteration's time is the device's.
+    std::vector<double> host_us;
     for (auto _ : state) {
+      const auto start = std::chrono::steady_clock::now();
       for (int r = 0; r < kReplays; ++r) graph.replay();
+      host_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count() /
+          kReplays);
       const std::vector<float> got = y.into_data().to_vec<float>();
       if (got != want) throw std::runtime_error("replay_cost: the replay changed the values");
     }
+    std::sort(host_us.begin(), host_us.end());
+    if (!host_us.empty()) state.counters["host_us"] = host_us[host_us.size() / 2];
     state.counters["nodes"] = static_cast<double>(graph.node_count());
     state.SetItemsProcessed(state.iterations() * kReplays);
   });

@@ -36,7 +36,7 @@ inline constexpr std::size_t kMaxQueued = 1024;
 
 struct Group;  // fusion_backend.cpp
 
-class KILN_INTERNAL FusionPassthrough : public ForwardingBackend {
+class FusionPassthrough : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
 
@@ -48,8 +48,9 @@ class KILN_INTERNAL FusionPassthrough : public ForwardingBackend {
   // Computes every held pending value first: a pending op may read dst's old values.
   void assign(const Primitive& dst, Primitive src) override;
 
+  // (Not exported, unlike the class, whose type the tests name.)
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  result name params override;
+  KILN_INTERNAL result name params override;
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 
