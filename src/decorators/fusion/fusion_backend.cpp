@@ -149,8 +149,9 @@ Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const S
     pending = 1;
   }
   node->pending_ops = pending;
-  queued_.emplace_back(node);
-  if (queued_.size() >= purge_at_) {
+  // Queued after the purge: until its handle is made below, this node has none and would be
+  // forgotten, and a flush (at the end of a captured region) would then miss it.
+  if (queued_.size() + 1 >= purge_at_) {
     // Forget what was computed or dropped; if as many held values still wait, compute them.
     std::erase_if(queued_, [](const std::weak_ptr<LazyNode>& weak) {
       if (weak.expired()) return true;  // most are: a plain load, no lock of the count
@@ -158,8 +159,9 @@ Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const S
       return n == nullptr || n->computed() || n->handles.load(std::memory_order_relaxed) == 0;
     });
     if (queued_.size() > kMaxQueued) flush_locked();
-    purge_at_ = std::max(kPurgeAt, 2 * queued_.size());
+    purge_at_ = std::max(kPurgeAt, 2 * (queued_.size() + 1));
   }
+  queued_.emplace_back(node);
   return std::allocate_shared<FusionTensor>(PoolAllocator<FusionTensor>{}, std::move(node),
                                             device_);
 }

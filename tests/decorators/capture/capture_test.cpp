@@ -359,6 +359,35 @@ TEST(Capture, EveryOpOpsDefMarksUncapturableIsRefused) {
   for (const auto& [name, run] : cases) EXPECT_NO_THROW(run()) << name;
 }
 
+// The fusion decorator's queue forgets values nobody holds every 64 records or so; a region whose
+// last op is such a record must still record it (it once was forgotten: the graph was empty and
+// a replay left the result as it was).
+TEST(Capture, ARegionEndingWhereTheFusionQueueIsPurgedRecordsItsLastOp) {
+  const Device fused = Device::cpu().fused();
+  const auto filled = [&](float value) {
+    return Tensor<1>::from_data(TensorData::from_vec(std::vector<float>(1 << 16, value), {1 << 16}),
+                                fused);
+  };
+  for (const int ops : {1, 63, 64, 65, 127, 128, 129, 200}) {
+    SCOPED_TRACE(ops);
+    Tensor<1> x = filled(0.0f);
+    Tensor<1> y;
+    const Graph graph = capture(fused, [&] {
+      Tensor<1> t = x;
+      for (int i = 0; i < ops; ++i) t = t + 1.0;
+      y = t;
+    });
+    EXPECT_GT(graph.node_count(), 0u);
+    for (const float start : {3.0f, 10.0f}) {
+      x.assign(filled(start));
+      graph.replay();
+      const std::vector<float> got = y.into_data().to_vec<float>();
+      EXPECT_EQ(got.front(), start + static_cast<float>(ops));
+      EXPECT_EQ(got.back(), start + static_cast<float>(ops));
+    }
+  }
+}
+
 // Random numbers inside a region are drawn afresh before each replay, from the device's stream in
 // the order eager steps would draw them (plain, and fused, where random would otherwise fuse).
 TEST(Capture, RandomValuesAreDrawnAfreshForEachReplay) {
