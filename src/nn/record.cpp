@@ -1,6 +1,8 @@
 #include "kiln/nn/record.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <set>
 
 #include "kiln/autodiff.h"
@@ -71,6 +73,71 @@ std::string list_names(const std::vector<std::string>& names) {
   return out;
 }
 
+// Levenshtein distance between a and b: the edits that turn one name into the other.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// For the first few missing names, the file's name nearest to each (as the file spells it), so
+// that a prefix or a renamed layer shows in the message: the shortest name that ends with the
+// missing one after a dot (a prefix: LoadOptions::prefix), else the fewest edits.
+std::string closest_names(const std::vector<std::string>& missing,
+                          const record::TensorMap& tensors) {
+  constexpr std::size_t kShown = 3;
+  if (tensors.empty()) return " (the record is empty)";
+  std::string out = "; closest names in the record: ";
+  for (std::size_t i = 0; i < missing.size() && i < kShown; ++i) {
+    const std::string* best = nullptr;
+    std::size_t best_distance = 0;
+    for (const auto& [name, data] : tensors) {
+      const bool prefixed = name.size() > missing[i].size() && name.ends_with(missing[i]) &&
+                            name[name.size() - missing[i].size() - 1] == '.';
+      // A prefixed name beats any edit distance (which is at most the longer name's length).
+      const std::size_t d = prefixed ? name.size() - std::size_t{1} - missing[i].size()
+                                     : (std::size_t{1} << 20) + edit_distance(missing[i], name);
+      if (best == nullptr || d < best_distance) {
+        best = &name;
+        best_distance = d;
+      }
+    }
+    out += kiln::detail::concat(i ? ", '" : "'", missing[i], "' ~ '", *best, "'");
+  }
+  return out;
+}
+
+// The record's entries under the module's names: LoadOptions::prefix taken off (other names
+// left out), then LoadOptions::rename applied.
+std::map<std::string, const TensorData*> renamed(const record::TensorMap& tensors,
+                                                 const LoadOptions& options, std::string_view op,
+                                                 std::string_view origin) {
+  std::map<std::string, const TensorData*> out;
+  std::map<std::string, std::string> source;  // module name -> the file's name, for collisions
+  for (const auto& [name, data] : tensors) {
+    if (!name.starts_with(options.prefix)) continue;
+    std::string mine = name.substr(options.prefix.size());
+    if (options.rename) mine = options.rename(mine);
+    if (mine.empty()) continue;
+    const auto [at, fresh] = source.emplace(mine, name);
+    if (!fresh) {
+      kiln::detail::fail<InvalidArgument>(op, origin, ": '", at->second, "' and '", name,
+                                          "' both load as '", mine, "'");
+    }
+    out.emplace(std::move(mine), &data);
+  }
+  return out;
+}
+
 }  // namespace
 
 record::TensorMap to_record(void* module, VisitFn visit) {
@@ -97,9 +164,10 @@ record::TensorMap to_record(void* module, VisitFn visit) {
   return out;
 }
 
-void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
+void load_record(void* module, VisitFn visit, const record::TensorMap& file,
                  const LoadOptions& options, std::string_view origin) {
   constexpr std::string_view kOp = "nn::load";
+  const std::map<std::string, const TensorData*> tensors = renamed(file, options, kOp, origin);
   const CollectSlots found = collect(module, visit);
   const std::vector<NamedSlot>& slots = found.out;
 
@@ -116,12 +184,12 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
     known.insert(c.name);
     const auto entry = tensors.find(c.name);
     counts.push_back(entry == tensors.end() ? 0
-                                            : counter_value(kOp, origin, c.name, entry->second));
+                                            : counter_value(kOp, origin, c.name, *entry->second));
   }
   if (!missing.empty()) {
-    kiln::detail::fail<InvalidArgument>(
-        kOp, origin, ": ", missing.size(),
-        " parameter(s) of the module are not in the record: ", list_names(missing));
+    kiln::detail::fail<InvalidArgument>(kOp, origin, ": ", missing.size(),
+                                        " parameter(s) of the module are not in the record: ",
+                                        list_names(missing), closest_names(missing, file));
   }
   if (!options.allow_unexpected) {
     std::vector<std::string> unexpected;
@@ -137,7 +205,7 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
   }
   std::vector<std::string> mismatches;
   for (const NamedSlot& s : slots) {
-    const Shape& stored = tensors.at(s.name).shape();
+    const Shape& stored = tensors.at(s.name)->shape();
     const Shape& expected = s.slot->primitive()->shape();
     if (!(stored == expected)) {
       mismatches.push_back(kiln::detail::concat("'", s.name, "' is ", expected.to_string(),
@@ -156,7 +224,7 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
   fresh.reserve(slots.size());
   for (const NamedSlot& s : slots) {
     const Primitive& current = s.slot->primitive();
-    const TensorData& stored = tensors.at(s.name);
+    const TensorData& stored = *tensors.at(s.name);
     TensorData data =
         stored.dtype() == current->dtype() ? stored : stored.convert(current->dtype());
     Primitive value =

@@ -201,6 +201,56 @@ TEST(ModuleRecord, UnexpectedNamesAreRejectedUnlessAllowed) {
   }
 }
 
+// LoadOptions::prefix reads a sub-tree of a bigger checkpoint (names outside it are not
+// unexpected), rename maps the file's names to the module's (empty: skipped), and a missing name
+// is reported with the nearest name the file has.
+TEST(ModuleRecord, PrefixAndRenameMapTheFileNamesToTheModule) {
+  const Net big = make_net(11);
+  const record::TensorMap whole = to_record(big);
+  Block block = make_net(12).layers[0];
+  load_record(block, whole, {.prefix = "layers.1."});
+  EXPECT_EQ(values_of(block), values_of(big.layers[1]));
+
+  // Names as another framework spells them, renamed to the module's.
+  record::TensorMap foreign;
+  for (const auto& [name, data] : to_record(big.layers[0])) foreign["model." + name + ".v1"] = data;
+  foreign["model.unused"] = TensorData::from_vec(std::vector<float>{1});
+  Block renamed = make_net(13).layers[0];
+  const auto strip_version = [](std::string_view name) {
+    return name == "unused" ? std::string() : std::string(name.substr(0, name.size() - 3));
+  };
+  load_record(renamed, foreign, {.prefix = "model.", .rename = strip_version});
+  EXPECT_EQ(values_of(renamed), values_of(big.layers[0]));
+
+  // Two names of the file that load as one are refused, naming both; nothing changes.
+  const auto before = values_of(renamed);
+  try {
+    load_record(renamed, foreign,
+                {.prefix = "model.", .rename = [](std::string_view) { return std::string("x"); }});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("' both load as 'x'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(values_of(renamed), before);
+
+  // Without the prefix the module's names are missing: the message shows the file's nearest.
+  try {
+    load_record(block, whole);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("closest names in the record: 'fc1.weight' ~ 'layers.0.fc1.weight'"),
+              std::string::npos)
+        << message;
+  }
+  try {
+    load_record(block, record::TensorMap{});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the record is empty"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModuleRecord, ShapeMismatchNamesTheParameter) {
   ScratchDir dir;
   save(make_net(11), dir / "net.safetensors");

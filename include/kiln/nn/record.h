@@ -5,16 +5,17 @@
 //   Mlp fresh{nn::LinearConfig{784, 128}.init(dev), nn::LinearConfig{128, 10}.init(dev)};
 //   nn::load(fresh, "mlp.safetensors");                  // every value replaced from the file
 //   nn::load(fresh, "bigger.safetensors", {.allow_unexpected = true});
+//   nn::load(encoder, "model.safetensors", {.allow_unexpected = true, .prefix = "bert."});
 //
 // Loading is strict by default: every parameter of the module must be in the file with its
 // exact shape (ShapeMismatch naming the parameter and both shapes otherwise), a missing one is
-// InvalidArgument listing them all, and so are names in the file the module does not have
-// unless LoadOptions::allow_unexpected is set. Each loaded value keeps the current parameter's
-// device, mode and dtype: it lands on the parameter's device (its autodiff form if the module
-// is training, tracked again if the parameter was tracked), and a file whose dtype differs
-// from the parameter's is converted on load, as PyTorch's load_state_dict copies do (an f16
-// file into an f32 model widens exactly; f32 into f16 rounds to nearest even). Loading checks
-// everything first and replaces nothing when it throws.
+// InvalidArgument listing them all with the closest names the file has, and so are names in the
+// file the module does not have unless LoadOptions::allow_unexpected is set. Each loaded value
+// keeps the current parameter's device, mode and dtype: it lands on the parameter's device (its
+// autodiff form if the module is training, tracked again if the parameter was tracked), and a file
+// whose dtype differs from the parameter's is converted on load, as PyTorch's load_state_dict
+// copies do (an f16 file into an f32 model widens exactly; f32 into f16 rounds to nearest even).
+// Loading checks everything first and replaces nothing when it throws.
 //
 // Counters (nn::Counter, e.g. BatchNorm's num_batches_tracked) are saved as PyTorch saves them,
 // int64 tensors of shape []. On load a counter accepts any integer dtype of shape [] (ShapeMismatch
@@ -24,6 +25,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <string_view>
 
 #include "kiln/nn/module.h"
@@ -35,6 +38,14 @@ struct LoadOptions {
   // Ignore names in the file that the module does not have (e.g. loading a backbone out of a
   // whole model's checkpoint).
   bool allow_unexpected = false;
+  // Read only the file's names that start with prefix, without it: {.prefix = "bert."} loads a
+  // BertModel-shaped module from a whole BertForMaskedLM checkpoint. Names outside the prefix are
+  // not the module's business (never "unexpected").
+  std::string prefix;
+  // Then each name (prefix removed) as rename returns it: a checkpoint's "LayerNorm.gamma" can
+  // become the module's "norm.weight". An empty result skips the entry; two entries renamed to
+  // one name are InvalidArgument naming both.
+  std::function<std::string(std::string_view)> rename;
 };
 
 // ---- the non-template work (src/nn/record.cpp) ----
