@@ -29,6 +29,7 @@
 #include "kiln/scalar.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/threads.h"
 #include "kiln/train/history.h"
 #include "kiln/train/learner.h"
 #include "kiln/train/progress.h"

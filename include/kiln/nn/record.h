@@ -41,11 +41,11 @@ struct LoadOptions {
   // Read only the file's names that start with prefix, without it: {.prefix = "bert."} loads a
   // BertModel-shaped module from a whole BertForMaskedLM checkpoint. Names outside the prefix are
   // not the module's business (never "unexpected").
-  std::string prefix;
+  std::string prefix{};
   // Then each name (prefix removed) as rename returns it: a checkpoint's "LayerNorm.gamma" can
   // become the module's "norm.weight". An empty result skips the entry; two entries renamed to
   // one name are InvalidArgument naming both.
-  std::function<std::string(std::string_view)> rename;
+  std::function<std::string(std::string_view)> rename{};
 };
 
 // ---- the non-template work (src/nn/record.cpp) ----

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 
@@ -19,7 +20,15 @@ inline constexpr std::int64_t kParallelGrain = KILN_PARALLEL_GRAIN;
 inline constexpr std::int64_t kParallelGrain = 32768;
 #endif
 
-inline int thread_count() noexcept { return omp_get_max_threads(); }
+// kiln::set_num_threads's count (threads.cpp): 0 for OpenMP's default.
+extern std::atomic<int> thread_limit;
+
+// The threads a parallel region of the CPU backend uses: kiln::set_num_threads's count, else
+// OpenMP's (OMP_NUM_THREADS, else one per core).
+inline int thread_count() noexcept {
+  const int limit = thread_limit.load(std::memory_order_relaxed);
+  return limit > 0 ? limit : omp_get_max_threads();
+}
 
 // body(begin, end) on disjoint ranges covering [0, n). Exceptions from a worker are rethrown.
 template <class Body>
