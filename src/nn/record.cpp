@@ -99,16 +99,15 @@ std::string closest_names(const std::vector<std::string>& missing,
   std::string out = "; closest names in the record: ";
   for (std::size_t i = 0; i < missing.size() && i < kShown; ++i) {
     const std::string* best = nullptr;
-    std::size_t best_distance = 0;
+    std::pair<bool, std::size_t> best_rank;  // (not prefixed, distance): smallest first
     for (const auto& [name, data] : tensors) {
       const bool prefixed = name.size() > missing[i].size() && name.ends_with(missing[i]) &&
                             name[name.size() - missing[i].size() - 1] == '.';
-      // A prefixed name beats any edit distance (which is at most the longer name's length).
-      const std::size_t d = prefixed ? name.size() - std::size_t{1} - missing[i].size()
-                                     : (std::size_t{1} << 20) + edit_distance(missing[i], name);
-      if (best == nullptr || d < best_distance) {
+      const std::pair<bool, std::size_t> rank{
+          !prefixed, prefixed ? name.size() - missing[i].size() : edit_distance(missing[i], name)};
+      if (best == nullptr || rank < best_rank) {
         best = &name;
-        best_distance = d;
+        best_rank = rank;
       }
     }
     out += kiln::detail::concat(i ? ", '" : "'", missing[i], "' ~ '", *best, "'");
@@ -117,23 +116,23 @@ std::string closest_names(const std::vector<std::string>& missing,
 }
 
 // The record's entries under the module's names: LoadOptions::prefix taken off (other names
-// left out), then LoadOptions::rename applied.
-std::map<std::string, const TensorData*> renamed(const record::TensorMap& tensors,
-                                                 const LoadOptions& options, std::string_view op,
-                                                 std::string_view origin) {
-  std::map<std::string, const TensorData*> out;
-  std::map<std::string, std::string> source;  // module name -> the file's name, for collisions
-  for (const auto& [name, data] : tensors) {
-    if (!name.starts_with(options.prefix)) continue;
-    std::string mine = name.substr(options.prefix.size());
+// left out), then LoadOptions::rename applied. Each points at the file's entry (its name, for
+// messages, and its data).
+using Entry = record::TensorMap::value_type;
+std::map<std::string, const Entry*> renamed(const record::TensorMap& tensors,
+                                            const LoadOptions& options, std::string_view op,
+                                            std::string_view origin) {
+  std::map<std::string, const Entry*> out;
+  for (const Entry& entry : tensors) {
+    if (!entry.first.starts_with(options.prefix)) continue;
+    std::string mine = entry.first.substr(options.prefix.size());
     if (options.rename) mine = options.rename(mine);
     if (mine.empty()) continue;
-    const auto [at, fresh] = source.emplace(mine, name);
+    const auto [at, fresh] = out.emplace(mine, &entry);
     if (!fresh) {
-      kiln::detail::fail<InvalidArgument>(op, origin, ": '", at->second, "' and '", name,
-                                          "' both load as '", mine, "'");
+      kiln::detail::fail<InvalidArgument>(op, origin, ": '", at->second->first, "' and '",
+                                          entry.first, "' both load as '", mine, "'");
     }
-    out.emplace(std::move(mine), &data);
   }
   return out;
 }
@@ -167,7 +166,7 @@ record::TensorMap to_record(void* module, VisitFn visit) {
 void load_record(void* module, VisitFn visit, const record::TensorMap& file,
                  const LoadOptions& options, std::string_view origin) {
   constexpr std::string_view kOp = "nn::load";
-  const std::map<std::string, const TensorData*> tensors = renamed(file, options, kOp, origin);
+  const std::map<std::string, const Entry*> tensors = renamed(file, options, kOp, origin);
   const CollectSlots found = collect(module, visit);
   const std::vector<NamedSlot>& slots = found.out;
 
@@ -183,8 +182,8 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& file,
   for (const NamedCounter& c : found.counters) {
     known.insert(c.name);
     const auto entry = tensors.find(c.name);
-    counts.push_back(entry == tensors.end() ? 0
-                                            : counter_value(kOp, origin, c.name, *entry->second));
+    counts.push_back(
+        entry == tensors.end() ? 0 : counter_value(kOp, origin, c.name, entry->second->second));
   }
   if (!missing.empty()) {
     kiln::detail::fail<InvalidArgument>(kOp, origin, ": ", missing.size(),
@@ -205,7 +204,7 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& file,
   }
   std::vector<std::string> mismatches;
   for (const NamedSlot& s : slots) {
-    const Shape& stored = tensors.at(s.name)->shape();
+    const Shape& stored = tensors.at(s.name)->second.shape();
     const Shape& expected = s.slot->primitive()->shape();
     if (!(stored == expected)) {
       mismatches.push_back(kiln::detail::concat("'", s.name, "' is ", expected.to_string(),
@@ -224,7 +223,7 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& file,
   fresh.reserve(slots.size());
   for (const NamedSlot& s : slots) {
     const Primitive& current = s.slot->primitive();
-    const TensorData& stored = *tensors.at(s.name);
+    const TensorData& stored = tensors.at(s.name)->second;
     TensorData data =
         stored.dtype() == current->dtype() ? stored : stored.convert(current->dtype());
     Primitive value =
