@@ -515,6 +515,14 @@ class Tensor {
     detail::assign(primitive_, src.primitive_);
     return *this;
   }
+  // The same for a source nobody else holds (a temporary, or std::move(t), which leaves t
+  // empty): on a fused device its pending ops may then write straight into this tensor's
+  // storage, with no new memory and no copy (an optimizer's update, p.assign(p - g * lr)).
+  Tensor& assign(Tensor&& src) {
+    if (&src == this) return *this;
+    detail::assign(primitive_, std::move(src.primitive_));
+    return *this;
+  }
 
   // The values on the device without autodiff (inner), or on its autodiff form (from_inner).
   Tensor inner() const { return Tensor(detail::inner(primitive_)); }

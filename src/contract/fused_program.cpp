@@ -106,8 +106,13 @@ std::string describe(const FusedProgram& program) {
     if (step.dim() >= 0) text += ", dim " + std::to_string(step.dim());
     if (step.op == OpCode::random) text += distribution_text(step.params);
     text += ") " + std::string(dtype_name(step.dtype)) + " " + step.shape.to_string();
-    for (std::int32_t out : program.outputs) {
-      if (out == static_cast<std::int32_t>(i)) text += " (written)";
+    for (std::size_t k = 0; k < program.outputs.size(); ++k) {
+      if (program.outputs[k] != static_cast<std::int32_t>(i)) continue;
+      text += " (written";
+      if (const std::int32_t leaf = program.leaf_for_output(k); leaf >= 0) {
+        text.append(" into v").append(std::to_string(leaf));
+      }
+      text += ")";
     }
     text += "\n";
   }
@@ -164,6 +169,13 @@ std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& pro
       read[static_cast<std::size_t>(step.inputs[k])] = true;
   }
   for (std::int32_t out : program.outputs) output[static_cast<std::size_t>(out)] = true;
+  // A leaf an output may be written into goes along too (the heads, run whole first, have read
+  // what they read of it before anything is written there).
+  for (std::size_t k = 0; k < program.outputs.size(); ++k) {
+    if (const std::int32_t leaf = program.leaf_for_output(k); leaf >= 0) {
+      read[static_cast<std::size_t>(leaf)] = true;
+    }
+  }
   // The heads, each whole.
   std::vector<Primitive> heads(steps);
   for (std::size_t s = 0; s < steps; ++s) {
@@ -220,6 +232,12 @@ std::vector<Primitive> run_heads_first(Backend& backend, const FusedProgram& pro
     const auto last = static_cast<std::int32_t>(rest.steps.size() - 1);
     if (std::find(rest.outputs.begin(), rest.outputs.end(), last) == rest.outputs.end()) {
       rest.outputs.push_back(last);
+    }
+    for (std::size_t k = 0; k < from.size(); ++k) {
+      const std::int32_t leaf = program.leaf_for_output(k);
+      if (leaf < 0 || from[k] < 0) continue;
+      rest.write_into.resize(rest.outputs.size(), -1);
+      rest.write_into[static_cast<std::size_t>(from[k])] = index[static_cast<std::size_t>(leaf)];
     }
     computed = run_rest(backend, rest);
   }

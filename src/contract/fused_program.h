@@ -61,11 +61,24 @@ struct FusedProgram {
   std::vector<FusedStep> steps;
   // The steps whose values run_fused returns, in this order (the last step always among them).
   std::vector<std::int32_t> outputs;
+  // Empty, or per output: a leaf the backend may write that output into instead of new memory
+  // (-1: none), returning that leaf as the output (a backend that does not returns new memory,
+  // as without it). The fusion decorator offers one for an assign whose source is the group's
+  // value (an optimizer's update of a parameter in place): the leaf is dense, of the output's
+  // dtype and shape, nothing reads its old values after the group, no step works along a dim, and
+  // every other leaf on its storage is the same view; so a kernel that reads an element's inputs
+  // before it writes the element may write there. Not part of the structure (a kernel is the
+  // same; only where it writes differs).
+  std::vector<std::int32_t> write_into;
   // The iteration shape: every step's shape is this one, or this one with the dims an op along
   // a dim reduced set to 1; a leaf's shape broadcasts to it.
   Shape shape;
 
   std::int32_t leaf_count() const noexcept { return static_cast<std::int32_t>(leaves.size()); }
+  // The leaf output k may be written into (write_into), or -1.
+  std::int32_t leaf_for_output(std::size_t k) const noexcept {
+    return k < write_into.size() ? write_into[k] : -1;
+  }
 };
 
 // The program run step by step on backend: each step's inputs handed over at their last use,

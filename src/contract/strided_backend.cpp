@@ -4,6 +4,8 @@
 
 #include <optional>
 
+#include "contract/fused_program.h"
+
 namespace kiln {
 
 Primitive StridedBackend::reshape(Primitive x, Shape shape) {
@@ -83,6 +85,22 @@ void StridedBackend::assign(const Primitive& dst, Primitive src) {
     src = contiguous_copy(as_strided(src), op);
   }
   copy_elements(to, as_strided(src), op);
+}
+
+std::int32_t StridedBackend::writable_leaf(const FusedProgram& program, std::size_t k) noexcept {
+  const std::int32_t leaf = program.leaf_for_output(k);
+  if (leaf < 0) return -1;
+  const FusedStep& step = program.steps[static_cast<std::size_t>(program.outputs[k])];
+  const StridedTensor& into = as_strided(program.leaves[static_cast<std::size_t>(leaf)]);
+  if (!into.is_contiguous() || into.dtype() != step.dtype || into.shape() != step.shape) return -1;
+  for (const Primitive& other : program.leaves) {
+    const StridedTensor& t = as_strided(other);
+    if (&t == &into || t.storage_key() != into.storage_key()) continue;
+    if (t.shape() != into.shape() || t.strides() != into.strides() || t.offset() != into.offset()) {
+      return -1;
+    }
+  }
+  return leaf;
 }
 
 }  // namespace kiln

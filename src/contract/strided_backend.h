@@ -28,6 +28,11 @@ class StridedBackend : public Backend {
   // element (an expanded view), whose writes would race.
   void assign(const Primitive& dst, Primitive src) override;
 
+  // The leaf of program that its output k may be written into (FusedProgram::write_into), or -1:
+  // the one offered, where it is dense, of the output's dtype and shape, and every other leaf on
+  // its storage is the same view (read at the same position as the output is written).
+  static std::int32_t writable_leaf(const FusedProgram& program, std::size_t k) noexcept;
+
  protected:
   // ---- the backend's hooks; every tensor passed in is the backend's own ----
   // A tensor viewing base's storage through `view`, refused unless it lies inside that storage.

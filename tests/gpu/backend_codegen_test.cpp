@@ -603,9 +603,13 @@ TEST(GpuCodegen, ReducePlansPickTheExpectedPaths) {
   EXPECT_EQ(plan(Shape{4096, 1000}, 1).launches[0].kernel, ReduceKernel::LinesWarp);
   EXPECT_EQ(plan(Shape{300, 33}, 0).launches[0].kernel, ReduceKernel::Columns);
   EXPECT_EQ(plan(Shape{300, 8}, 1).launches[0].kernel, ReduceKernel::Columns);
-  // Lines shorter than 8 elements per lane are not split into chunks: one launch, no finish.
+  // Lines shorter than 16 elements per lane are not split into chunks: one launch, no finish.
   EXPECT_EQ(plan(Shape{4096, 10}, 1).launches.size(), 1u);
   EXPECT_EQ(plan(Shape{4096, 10}, 0).launches.size(), 2u);  // long columns are
+  // A bias's gradient over a batch of 128 (16 rows per lane): one launch.
+  EXPECT_EQ(plan(Shape{128, 512}, 0).launches.size(), 1u);
+  EXPECT_EQ(plan(Shape{128, 10}, 0).launches.size(), 1u);
+  EXPECT_EQ(plan(Shape{4096, 512}, 0).launches.size(), 2u);
   // Misaligned first element: no vector columns.
   const auto strides = strided::contiguous_strides(Shape{256, 64});
   EXPECT_EQ(plan_reduce(Shape{256, 64}, strides.span(), 260, 0, DType::F32, 132, "test")

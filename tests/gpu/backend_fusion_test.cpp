@@ -730,3 +730,42 @@ TEST(GpuFusion, AProductWhoseValueIsHeldOrReadAgainIsWrittenAndTheRestStillFuses
     expect_equal_values(got[i], want[i], "value " + std::to_string(i));
   }
 }
+
+// An update assigned to its parameter, as an optimizer does: the group's kernel writes the
+// parameter itself (no new memory, no copy), equal to the unfused device; a group that reads the
+// parameter through another view (its transpose) writes new memory first and stays right.
+TEST(GpuFusion, AnAssignedUpdateWritesItsParameterInPlace) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  const Device fused = device.fused();
+  const auto update = [](const Tensor<2>& p, const Tensor<2>& g) { return (p - g * 0.5) * 0.99; };
+  for (const DType dtype : {DType::F32, DType::F16}) {
+    const std::string what(dtype_name(dtype));
+    Tensor<2> p = random_on(fused, {512, 1024}, dtype, 61);
+    const Tensor<2> g = random_on(fused, {512, 1024}, dtype, 62);
+    Tensor<2> plain = random_on(device, {512, 1024}, dtype, 61);
+    const Tensor<2> alias = p;
+    for (int step = 0; step < 3; ++step) {
+      device.sync();
+      device.reset_peak_memory();
+      const std::int64_t base = device.memory_stats().bytes_in_use;
+      p.assign(update(p, g));
+      device.sync();
+      const std::int64_t used = device.memory_stats().peak_bytes_in_use - base;
+      EXPECT_LT(used, 512 * 1024 * std::int64_t(dtype_size(dtype))) << what << " step " << step;
+      plain.assign(update(plain, g.to_device(device)));
+      expect_equal_values(p, plain, what);
+      expect_equal_values(alias, plain, what);
+    }
+  }
+  Tensor<2> q = random_on(fused, {256, 256}, DType::F32, 63);
+  const std::vector<double> before = q.into_data().to_f64_vec();
+  q.assign(q - q.transpose() * 0.5);
+  const std::vector<double> got = q.into_data().to_f64_vec();
+  for (std::size_t r = 0; r < 256; ++r) {
+    for (std::size_t c = 0; c < 256; ++c) {
+      const double want = before[r * 256 + c] - 0.5 * before[c * 256 + r];
+      ASSERT_NEAR(got[r * 256 + c], want, 1e-5 * (1 + std::abs(want))) << r << ", " << c;
+    }
+  }
+}

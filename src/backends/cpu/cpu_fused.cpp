@@ -368,10 +368,20 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
   // An output takes the memory of a leaf nobody else can see (a product's result that
   // run_heads_first made) when that leaf is read whole, of the output's dtype and shape: a piece
   // reads its positions' inputs before it writes there, as the eager ops reuse a temporary.
+  // First, the leaves the caller lets outputs be written into (FusedProgram::write_into).
   std::vector<bool> taken(leaves, false);
-  for (std::int32_t out : program.outputs) {
-    const FusedStep& step = program.steps[static_cast<std::size_t>(out)];
+  std::vector<std::int32_t> into(program.outputs.size(), -1);
+  for (std::size_t k = 0; k < into.size(); ++k) {
+    into[k] = CpuBackend::writable_leaf(program, k);
+    if (into[k] >= 0) taken[static_cast<std::size_t>(into[k])] = true;
+  }
+  for (std::size_t k = 0; k < into.size(); ++k) {
+    const FusedStep& step = program.steps[static_cast<std::size_t>(program.outputs[k])];
     std::shared_ptr<CpuTensor> memory;
+    if (into[k] >= 0) {
+      memory =
+          std::static_pointer_cast<CpuTensor>(program.leaves[static_cast<std::size_t>(into[k])]);
+    }
     for (std::size_t v = 0; v < leaves && memory == nullptr; ++v) {
       const Primitive& leaf = program.leaves[v];
       if (!taken[v] && plan.leaf_read[v] == LeafRead::All && can_mut(leaf) &&
@@ -535,9 +545,13 @@ std::vector<Primitive> CpuBackend::run_fused(const FusedProgram& program) {
   const std::size_t leaves = program.leaves.size();
   std::vector<Primitive> outputs;
   outputs.reserve(program.outputs.size());
-  for (std::int32_t out : program.outputs) {
-    const FusedStep& step = program.steps[static_cast<std::size_t>(out)];
-    outputs.push_back(make_tensor(step.dtype, step.shape));
+  for (std::size_t k = 0; k < program.outputs.size(); ++k) {
+    // Each tile reads its leaves' elements before it writes its outputs'
+    // (FusedProgram::write_into).
+    const std::int32_t into = writable_leaf(program, k);
+    const FusedStep& step = program.steps[static_cast<std::size_t>(program.outputs[k])];
+    outputs.push_back(into >= 0 ? program.leaves[static_cast<std::size_t>(into)]
+                                : make_tensor(step.dtype, step.shape));
   }
   parallel_for(tiling.tiles, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<Primitive> values;

@@ -64,6 +64,9 @@ struct PlanSegment {
   std::unique_ptr<KernelCapture> capture;  // null (and no product): step `first` runs eagerly
   std::vector<std::int32_t> input_values;  // the value each of the capture's inputs is
   std::vector<bool> wanted;                // the capture's results written
+  // Per result of the capture: the leaf it is written into (FusedProgram::write_into), or -1;
+  // empty: none.
+  std::vector<std::int32_t> into_leaves;
   // Per step of the run: the capture's result it is (>= 0), none (kNoValue), or the value
   // -2 - r (an op that returned one of its inputs).
   std::vector<std::int32_t> step_values;
@@ -108,6 +111,35 @@ void signature_of(const FusedProgram& program, std::vector<std::uint64_t>& words
       words.push_back(static_cast<std::uint64_t>(step.shape[d]));
   }
   for (std::int32_t out : program.outputs) words.push_back(static_cast<std::uint64_t>(out));
+  for (std::size_t k = 0; k < program.write_into.size(); ++k) {
+    words.push_back(static_cast<std::uint64_t>(CudaBackend::writable_leaf(program, k)));
+  }
+}
+
+// The leaf each step's value may be written into (FusedProgram::write_into), or -1; empty when
+// none may. (The kernels' vector forms check every output's alignment, as they do for new ones.)
+std::vector<std::int32_t> into_leaf_of_steps(const FusedProgram& program) {
+  std::vector<std::int32_t> into;
+  for (std::size_t k = 0; k < program.write_into.size(); ++k) {
+    const std::int32_t leaf = CudaBackend::writable_leaf(program, k);
+    if (leaf < 0) continue;
+    into.resize(program.steps.size(), -1);
+    into[static_cast<std::size_t>(program.outputs[k])] = leaf;
+  }
+  return into;
+}
+
+// The tensors a capture's results are written into, from its segment's into_leaves.
+std::vector<TensorPtr> into_tensors(const std::vector<std::int32_t>& into_leaves,
+                                    const std::vector<Primitive>& values) {
+  std::vector<TensorPtr> into(into_leaves.size());
+  for (std::size_t r = 0; r < into.size(); ++r) {
+    if (into_leaves[r] >= 0) {
+      into[r] =
+          std::static_pointer_cast<CudaTensor>(values[static_cast<std::size_t>(into_leaves[r])]);
+    }
+  }
+  return into;
 }
 
 std::uint64_t hash_of(const std::vector<std::uint64_t>& words) {
@@ -298,7 +330,8 @@ std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedPro
     }
     capture.rebind_inputs(std::span(inputs.data(), segment.input_values.size()));
     // (A run that throws drops the whole plan: run_fused does not put it back.)
-    const std::vector<TensorPtr> results = capture.run(backend.runtime(), segment.wanted);
+    const std::vector<TensorPtr> results =
+        capture.run(backend.runtime(), segment.wanted, into_tensors(segment.into_leaves, values));
     capture.rebind_inputs({});
     for (std::size_t s = segment.first; s < segment.end; ++s) {
       const std::int32_t r = segment.step_values[s - segment.first];
@@ -345,6 +378,7 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
     }
   }
   const std::vector<std::int32_t> last_use = last_uses(program);
+  const std::vector<std::int32_t> into_leaf = into_leaf_of_steps(program);
   const std::size_t leaves = program.leaves.size();
   std::vector<Primitive> values(program.leaves);
   values.resize(leaves + program.steps.size());
@@ -361,7 +395,18 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
       const std::int32_t op = capture->op_of(static_cast<const CudaTensor*>(values[v].get()));
       if (op >= 0 && last_use[v] >= static_cast<std::int32_t>(next)) wanted[op] = true;
     }
-    const std::vector<TensorPtr> results = capture->run(runtime_, wanted);
+    std::vector<std::int32_t> into_leaves;
+    if (!into_leaf.empty()) {
+      for (std::size_t s = capture_start; s < next; ++s) {
+        const std::int32_t op =
+            capture->op_of(static_cast<const CudaTensor*>(values[leaves + s].get()));
+        if (op < 0 || into_leaf[s] < 0 || !wanted[static_cast<std::size_t>(op)]) continue;
+        into_leaves.resize(wanted.size(), -1);
+        into_leaves[static_cast<std::size_t>(op)] = into_leaf[s];
+      }
+    }
+    const std::vector<TensorPtr> results =
+        capture->run(runtime_, wanted, into_tensors(into_leaves, values));
     PlanSegment segment(capture_start, next);
     for (std::size_t s = capture_start; s < next; ++s) {
       Primitive& value = values[leaves + s];
@@ -387,6 +432,7 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
         capture->rebind_inputs({});
         segment.capture = std::move(capture);
         segment.wanted = std::move(wanted);
+        segment.into_leaves = std::move(into_leaves);
         plan->segments.push_back(std::move(segment));
       }
     }

@@ -239,13 +239,16 @@ bool KernelCapture::rows_modes(const FusedParams& params, const FusedKernel& ker
 }
 
 void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
-                         std::vector<TensorPtr>& results, FusedParams& params) const {
+                         std::span<const TensorPtr> into, std::vector<TensorPtr>& results,
+                         FusedParams& params) const {
   params.n = shape_.num_elements();
   for (std::size_t k = 0; k < inputs_.size(); ++k) params.in[k] = inputs_[k].tensor->data();
   for (std::size_t j = 0; j < outputs.size(); ++j) {
     const Op& op = ops_[static_cast<std::size_t>(outputs[j])];
     TensorPtr& result = results[static_cast<std::size_t>(outputs[j])];
-    result = runtime.make_tensor(op.dtype, shape_, op.spec.name);
+    const auto r = static_cast<std::size_t>(outputs[j]);
+    result =
+        r < into.size() && into[r] ? into[r] : runtime.make_tensor(op.dtype, shape_, op.spec.name);
     params.out[j] = result->data();
   }
   std::copy(scalars_.begin(), scalars_.end(), params.s);
@@ -257,9 +260,10 @@ void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outp
   }
 }
 
-std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bool>& wanted) {
-  std::vector<TensorPtr> results =
-      tail_ && wanted[ops_.size()] ? run_with_tail(runtime, wanted) : run_ops(runtime, wanted);
+std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bool>& wanted,
+                                          std::span<const TensorPtr> into) {
+  std::vector<TensorPtr> results = tail_ && wanted[ops_.size()] ? run_with_tail(runtime, wanted)
+                                                                : run_ops(runtime, wanted, into);
   results.resize(this->results());
   return results;
 }
@@ -286,7 +290,7 @@ std::vector<TensorPtr> KernelCapture::run_with_tail(Runtime& runtime,
     compiled_tail_ = CompiledTail{outputs, std::move(load)};
   }
   std::vector<TensorPtr> results(ops_.size());
-  bind(runtime, outputs, results, params.chain);
+  bind(runtime, outputs, {}, results, params.chain);
   results.push_back(tail_->run.fused(runtime, compiled_tail_->load, params));
   return results;
 }
@@ -304,7 +308,8 @@ std::vector<TensorPtr> KernelCapture::run_tail_alone(Runtime& runtime,
   return results;
 }
 
-std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vector<bool>& wanted) {
+std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vector<bool>& wanted,
+                                              std::span<const TensorPtr> into) {
   // A capture run again (a plan's) wants what it wanted before: its kernel and list are kept.
   const bool again = compiled_ && wants_exactly(wanted, compiled_->outputs);
   std::vector<std::int32_t> fresh;
@@ -327,7 +332,7 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
   const std::vector<std::int32_t>& outputs = compiled_->outputs;
   const FusedKernel& kernel = compiled_->kernel;
   std::vector<TensorPtr> results(ops_.size());
-  bind(runtime, outputs, results, params);
+  bind(runtime, outputs, into, results, params);
   const std::int64_t n = params.n;
   if (n == 0) return results;
 

@@ -97,8 +97,11 @@ class KernelCapture {
   // Runs the captured ops, writing the results flagged in wanted (one flag per result); returns
   // one tensor per result (null where not wanted). One kernel for the run (with its tail: the
   // tail's kernels), or the ops one by one where a single op or the views' layout makes a fused
-  // kernel pointless (then the tail reads the value written out).
-  std::vector<TensorPtr> run(Runtime& runtime, const std::vector<bool>& wanted);
+  // kernel pointless (then the tail reads the value written out). into (empty, or one per op
+  // result): a dense tensor of the result's dtype and shape that a kernel of the run without a
+  // tail may write the result into, returned as the result (FusedProgram::write_into).
+  std::vector<TensorPtr> run(Runtime& runtime, const std::vector<bool>& wanted,
+                             std::span<const TensorPtr> into = {});
 
   // ---- a capture kept to run again (cuda_fused.cpp's plans) ----
   // The tensors the captured ops read that no op of the capture computes.
@@ -131,7 +134,8 @@ class KernelCapture {
   enum class Layout { Flat, Strided, TooManyDims };
 
   std::int32_t operand_of(const CudaTensor* tensor);
-  std::vector<TensorPtr> run_ops(Runtime& runtime, const std::vector<bool>& wanted);
+  std::vector<TensorPtr> run_ops(Runtime& runtime, const std::vector<bool>& wanted,
+                                 std::span<const TensorPtr> into = {});
   std::vector<TensorPtr> run_one_by_one(Runtime& runtime, const std::vector<bool>& wanted);
   std::vector<TensorPtr> run_with_tail(Runtime& runtime, const std::vector<bool>& wanted);
   std::vector<TensorPtr> run_tail_alone(Runtime& runtime, const std::vector<bool>& wanted);
@@ -151,7 +155,8 @@ class KernelCapture {
   // The tensors of outputs (in results), their addresses, the inputs', the scalars and the
   // error tokens in params.
   void bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
-            std::vector<TensorPtr>& results, FusedParams& params) const;
+            std::span<const TensorPtr> into, std::vector<TensorPtr>& results,
+            FusedParams& params) const;
 
   Shape shape_;
   std::vector<Op> ops_;

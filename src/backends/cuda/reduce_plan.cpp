@@ -127,12 +127,13 @@ ReducePlan plan_reduce(const Shape& shape, std::span<const std::int64_t> strides
     p.lanes = p.length >= 64 ? 8 : p.length >= 32 ? 4 : p.length >= 16 ? 2 : 1;
     const std::int64_t columns_per_block = kThreads / p.lanes;
     const std::int64_t tiles = ceil_div(p.outputs / per_thread, columns_per_block);
-    // Chunks of at least 8 elements per lane: splitting a short line (a classifier's 10 logits)
-    // gains nothing and costs the finishing kernel's launch.
+    // Chunks of at least 16 elements per lane: splitting a short line (a classifier's 10
+    // logits, a bias's gradient over a batch of 128) gains less than the finishing kernel's
+    // launch costs (in a captured training step, a graph node of about 2 us).
     std::int64_t chunks = 1;
     if (tiles < target)
       chunks = std::clamp<std::int64_t>(target / tiles, 1,
-                                        std::max<std::int64_t>(1, p.length / (8 * p.lanes)));
+                                        std::max<std::int64_t>(1, p.length / (16 * p.lanes)));
     set_chunks(p, chunks, 1);
     plan.launches.push_back({aligned ? ReduceKernel::ColumnsVector : ReduceKernel::Columns,
                              grid(tiles * p.chunks), kThreads});

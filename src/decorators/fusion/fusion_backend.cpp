@@ -38,6 +38,7 @@ struct Group {
     program.leaves.clear();
     program.steps.clear();
     program.outputs.clear();
+    program.write_into.clear();
     program.shape = Shape{};
     step_nodes.clear();
     stamp = 0;
@@ -100,6 +101,13 @@ Primitive FusionPassthrough::computed(const Primitive& p) {
   const auto& tensor = static_cast<const FusionTensor&>(*p);
   if (const Primitive* value = tensor.known_value()) return *value;
   std::lock_guard lock(mutex_);
+  return computed_locked(p);
+}
+
+Primitive FusionPassthrough::computed_locked(const Primitive& p) {
+  if (!p->device().is_fused()) return p;
+  const auto& tensor = static_cast<const FusionTensor&>(*p);
+  if (const Primitive* value = tensor.known_value()) return *value;
   compute_locked(tensor.node());
   return tensor.node()->value;
 }
@@ -214,21 +222,59 @@ bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape&
   return true;
 }
 
-void FusionPassthrough::compute_locked(const NodeRef& target) {
-  if (target->computed()) return;
+namespace {
+
+// Offers the backend to write output k of program into `into` (FusedProgram::write_into) where
+// the group allows it: no step along a dim (a reduction's kernels may read an element after an
+// elementwise kernel of the same launch wrote it), only float steps (an integer op that fails,
+// division by zero, makes a backend run the group again step by step, which would read the leaf
+// written), and output k iterates over the whole space. (A product runs whole before the steps
+// after it: it has read its inputs before anything is written.) The backend checks the memory
+// (into dense, other leaves on its storage the same view).
+void offer_write_into(FusedProgram& program, std::size_t k, const Primitive& into) {
+  const FusedStep& out = program.steps[static_cast<std::size_t>(program.outputs[k])];
+  if (out.dtype != into->dtype() || out.shape != into->shape() || out.shape != program.shape) {
+    return;
+  }
+  for (const FusedStep& step : program.steps) {
+    if (step.dim() >= 0 || !is_float(step.dtype)) return;
+  }
+  std::vector<Primitive>& leaves = program.leaves;
+  auto leaf = std::find(leaves.begin(), leaves.end(), into);
+  if (leaf == leaves.end()) {
+    leaves.push_back(into);
+    leaf = leaves.end() - 1;
+    // Steps refer to later values by index: each index past the leaves moves up by one.
+    const auto count = static_cast<std::int32_t>(leaves.size()) - 1;
+    for (FusedStep& step : program.steps) {
+      for (std::uint8_t j = 0; j < step.arity; ++j) {
+        if (step.inputs[j] >= count) ++step.inputs[j];
+      }
+    }
+  }
+  program.write_into.assign(program.outputs.size(), -1);
+  program.write_into[k] = static_cast<std::int32_t>(leaf - leaves.begin());
+}
+
+}  // namespace
+
+bool FusionPassthrough::compute_locked(const NodeRef& target, const Primitive& into) {
+  if (target->computed()) return false;
   const Shape space = target->space();
   const GroupLease lease;
   Group& group = *lease;
   // Computing an input outside the group may compute steps already taken into it (a node of
   // this space that the outside input depends on): then the group is gathered again.
   while (!gather(group, target, space)) {
-    if (target->computed()) return;
+    if (target->computed()) return false;
   }
   // The values to write: the target, and every other step a user still holds.
   const auto steps = static_cast<std::int32_t>(group.step_nodes.size());
+  std::size_t target_output = 0;
   for (std::int32_t i = 0; i < steps; ++i) {
     const LazyNode* node = group.step_nodes[static_cast<std::size_t>(i)];
     if (node == target.get() || node->handles.load(std::memory_order_relaxed) > 0) {
+      if (node == target.get()) target_output = group.program.outputs.size();
       group.program.outputs.push_back(i);
     }
   }
@@ -236,6 +282,10 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
   // group changes a program's output.
   const std::uint64_t number = take_group_number();
   const bool fused = controls_.runs_fused(number);
+  // (Not under the checker, whose step-by-step run reads the leaves after the fused one.)
+  if (into != nullptr && fused && !check()) {
+    offer_write_into(group.program, target_output, into);
+  }
   if (controls_.describe == number) {
     std::fputs(describe_group(number, fused, group.program).c_str(), stderr);
   }
@@ -276,6 +326,7 @@ void FusionPassthrough::compute_locked(const NodeRef& target) {
     node->arity = 0;
     node->pending_ops = 0;
   }
+  return into != nullptr && target->value == into;
 }
 
 bool FusionPassthrough::check_from_environment() noexcept {
@@ -314,8 +365,12 @@ void FusionPassthrough::check_group(const FusedProgram& program,
   const std::vector<Primitive> reference = run_steps(inner(), program);
   for (std::size_t k = 0; k < fused.size(); ++k) {
     const FusedStep& step = program.steps[static_cast<std::size_t>(program.outputs[k])];
-    const std::string label = "v" + std::to_string(program.leaf_count() + program.outputs[k]) +
-                              " (" + std::string(op_info(step.op).name) + ")";
+    // (Appended piece by piece: GCC 12 warns falsely on "literal" + std::to_string(...).)
+    std::string label = "v";
+    label.append(std::to_string(program.leaf_count() + program.outputs[k]))
+        .append(" (")
+        .append(op_info(step.op).name)
+        .append(")");
     if (fused[k]->shape() != reference[k]->shape() || fused[k]->dtype() != reference[k]->dtype()) {
       detail::fail<FusionMismatch>(
           "fusion", label, " is ", dtype_name(fused[k]->dtype()), " ",
@@ -334,12 +389,17 @@ void FusionPassthrough::check_group(const FusedProgram& program,
   }
 }
 
-void FusionPassthrough::flush_locked() {
+void FusionPassthrough::flush_locked(std::span<const LazyNode* const> skip) {
   std::vector<std::weak_ptr<LazyNode>> queued;
   queued.swap(queued_);
   for (const std::weak_ptr<LazyNode>& weak : queued) {
     const NodeRef node = weak.lock();
-    if (node != nullptr && node->handles.load(std::memory_order_relaxed) > 0) compute_locked(node);
+    if (node == nullptr || node->handles.load(std::memory_order_relaxed) == 0) continue;
+    if (std::find(skip.begin(), skip.end(), node.get()) != skip.end()) {
+      queued_.push_back(weak);  // still pending: kept for the next flush
+      continue;
+    }
+    compute_locked(node);
   }
 }
 
@@ -352,12 +412,39 @@ void FusionPassthrough::flush() {
 }
 
 void FusionPassthrough::assign(const Primitive& dst, Primitive src) {
-  {
-    std::lock_guard lock(mutex_);
-    flush_locked();
+  std::unique_lock lock(mutex_);
+  // A pending src that no other handle shows (an optimizer's update, moved in) is not written
+  // anywhere but dst: its group writes there directly, sparing new memory and a copy (on the GPU,
+  // an allocation and a copy kernel per parameter and step).
+  NodeRef direct;
+  if (src->device().is_fused() && src.use_count() == 1) {
+    const auto& tensor = static_cast<const FusionTensor&>(*src);
+    if (tensor.known_value() == nullptr && tensor.node()->handles.load() == 1) {
+      direct = tensor.node();
+    }
   }
-  Primitive target = computed(dst);
-  Primitive value = computed(src);
+  // Pending ops may read dst's old values: every held one runs first, but for src's own pending
+  // inputs (temporaries of the expression still alive), which src's group writes as it reads the
+  // old values.
+  std::vector<const LazyNode*> own;
+  if (direct) {
+    own.push_back(direct.get());
+    for (std::size_t i = 0; i < own.size() && own.size() <= kMaxGroupOps; ++i) {
+      const LazyNode* node = own[i];
+      for (std::uint8_t k = 0; k < node->arity; ++k) {
+        const LazyNode* in = node->inputs[k].get();
+        if (!in->computed() && std::find(own.begin(), own.end(), in) == own.end()) {
+          own.push_back(in);
+        }
+      }
+    }
+  }
+  flush_locked(own);
+  Primitive target = computed_locked(dst);
+  if (direct && compute_locked(direct, target)) return;
+  if (direct) flush_locked();  // what was skipped and src's group did not compute
+  Primitive value = computed_locked(src);
+  lock.unlock();
   src.reset();
   inner().assign(target, std::move(value));
 }

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -105,11 +106,17 @@ class FusionPassthrough : public ForwardingBackend {
   // without the lock; null otherwise.
   Primitive run_now(std::int64_t space, RecordInputs& inputs, const StepParams& params,
                     const Shape& shape, StepRun run);
-  // Runs target's group (and, first, any input outside it). The caller holds mutex_.
-  void compute_locked(const NodeRef& target);
+  // Runs target's group (and, first, any input outside it). The caller holds mutex_. With into
+  // (an inner tensor of target's dtype and shape whose old values nothing reads any more), the
+  // inner backend is offered to write target's value there (FusedProgram::write_into); true when
+  // it did, and target's value is then into.
+  bool compute_locked(const NodeRef& target, const Primitive& into = nullptr);
+  // computed(p) for a caller that holds mutex_.
+  Primitive computed_locked(const Primitive& p);
   // Gathers target's group over space; false when gathering computed one of its steps.
   bool gather(Group& group, const NodeRef& target, const Shape& space);
-  void flush_locked();
+  // Computes every held pending node but those of skip (kept queued).
+  void flush_locked(std::span<const LazyNode* const> skip = {});
 
   std::mutex mutex_;
   std::vector<std::weak_ptr<LazyNode>> queued_;  // pending nodes recorded, for flush

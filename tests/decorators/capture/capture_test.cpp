@@ -425,6 +425,25 @@ TEST(Capture, ARegionThatThrowsKeepsNothingAndEagerOpsGoOn) {
   EXPECT_TRUE(same_bits(x + x, x * 2.0));
 }
 
+// An update written straight into its parameter by the fused group (no new memory, no copy)
+// replays as the eager ops run: each replay reads the values the last one wrote.
+TEST(Capture, AnUpdateFusedIntoItsParameterReplaysAsEagerSteps) {
+  const Device fused = Device::cpu().fused();
+  Tensor<2> p = random_tensor(96, 128, 1, fused);
+  Tensor<2> g = random_tensor(96, 128, 2, fused);
+  Tensor<2> eager = random_tensor(96, 128, 1, Device::cpu());
+  const Graph graph = capture(fused, [&] { p.assign((p - g * 0.125) * 0.99); });
+  eager.assign((eager - random_tensor(96, 128, 2, Device::cpu()) * 0.125) * 0.99);
+  EXPECT_TRUE(same_bits(p, eager));
+  for (int i = 3; i < 8; ++i) {
+    const Tensor<2> next = random_tensor(96, 128, i, Device::cpu());
+    g.assign(Tensor<2>::from_data(next.into_data(), fused));
+    graph.replay();
+    eager.assign((eager - next * 0.125) * 0.99);
+    EXPECT_TRUE(same_bits(p, eager)) << "replay " << i;
+  }
+}
+
 TEST(Assign, WritesInPlaceSeenByEveryHandleAndView) {
   for (const Device& device : cpu_flavours()) {
     SCOPED_TRACE(device.to_string());

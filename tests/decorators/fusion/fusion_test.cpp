@@ -407,6 +407,132 @@ TEST(Fusion, TheOpsAfterAProductWriteIntoItsMemory) {
   for (std::size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], std::max(want[i] + 1.0, 0.0), 1e-5);
 }
 
+// An update assigned to its parameter, as an optimizer does: the group writes the parameter's
+// own memory, allocating nothing (eager, a new buffer and a copy). A temporary of the expression
+// still alive in the statement (g * 0.5 in p.assign(p - g * 0.5)) is written once, by the same
+// group.
+TEST(Fusion, AnAssignedGroupWritesIntoItsDestination) {
+  const std::int64_t buffer = 512 * 1024 * 8;
+  const std::int64_t scratch = std::int64_t{omp_get_max_threads()} * 8 * 65536;
+  const auto update = [](const Tensor<2>& p, const Tensor<2>& g) { return p - g * 0.5; };
+  for (const Device device : {kPlain, kFused}) {
+    SCOPED_TRACE(device.to_string());
+    for (const bool temporary : {false, true}) {
+      Tensor<2> p = matrix(512, 1024, device, 51);
+      const Tensor<2> g = matrix(512, 1024, device, 52);
+      const Tensor<2> alias = p;
+      const std::vector<double> before = values(p), grad = values(g);
+      kPlain.reset_peak_memory();
+      const std::int64_t base = kPlain.memory_stats().bytes_in_use;
+      if (temporary) {
+        p.assign(p - g * 0.5);
+      } else {
+        p.assign(update(p, g));
+      }
+      const std::int64_t used = kPlain.memory_stats().peak_bytes_in_use - base;
+      if (device == kPlain) {
+        EXPECT_GE(used, buffer);
+      } else {
+        EXPECT_LE(used, (temporary ? buffer : 0) + scratch) << "temporary " << temporary;
+      }
+      std::vector<double> want(before.size());
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = before[i] - grad[i] * 0.5;
+      expect_near(values(p), want, 1e-15);
+      expect_near(values(alias), want, 1e-15);
+    }
+  }
+  // A source another handle shows keeps its own memory: assigning p again leaves it as it was.
+  Tensor<2> p = matrix(512, 1024, kFused, 53);
+  const Tensor<2> g = matrix(512, 1024, kFused, 54);
+  Tensor<2> moved = p - g;
+  const Tensor<2> held = moved;
+  p.assign(std::move(moved));  // another handle shows it: new memory, then a copy
+  const std::vector<double> kept = values(held);
+  p.assign(p * 2.0);
+  expect_near(values(held), kept, 0);
+  expect_near(
+      values(p),
+      [&] {
+        std::vector<double> twice = kept;
+        for (double& v : twice) v *= 2;
+        return twice;
+      }(),
+      0);
+}
+
+// A gradient still pending as a product (the last layer's weight gradient) heads the update's
+// group: the product runs whole into memory of its own, the steps after it into the parameter;
+// a product reading the parameter itself has read it before anything is written there.
+TEST(Fusion, AnAssignedGroupHeadedByAProductWritesIntoItsDestination) {
+  const std::int64_t scratch = std::int64_t{omp_get_max_threads()} * 8 * 65536;
+  Tensor<2> p = matrix(256, 512, kFused, 71);
+  const Tensor<2> a = matrix(256, 64, kFused, 72), b = matrix(64, 512, kFused, 73);
+  const std::vector<double> before = values(p), av = values(a), bv = values(b);
+  const auto update = [](const Tensor<2>& p, const Tensor<2>& a, const Tensor<2>& b) {
+    return p - a.matmul(b) * 0.5;
+  };
+  kPlain.reset_peak_memory();
+  const std::int64_t base = kPlain.memory_stats().bytes_in_use;
+  p.assign(update(p, a, b));
+  EXPECT_LE(kPlain.memory_stats().peak_bytes_in_use - base, 256 * 512 * 8 + scratch);
+  std::vector<double> want(before.size());
+  for (std::size_t r = 0; r < 256; ++r) {
+    for (std::size_t c = 0; c < 512; ++c) {
+      double dot = 0;
+      for (std::size_t k = 0; k < 64; ++k) dot += av[r * 64 + k] * bv[k * 512 + c];
+      want[r * 512 + c] = before[r * 512 + c] - 0.5 * dot;
+    }
+  }
+  expect_near(values(p), want, 1e-12);
+  Tensor<2> q = matrix(128, 128, kFused, 74);
+  const Tensor<2> m = matrix(128, 128, kFused, 75);
+  const std::vector<double> qv = values(q), mv = values(m);
+  q.assign([&] { return q.matmul(m) + q; }());
+  std::vector<double> qwant(qv.size());
+  for (std::size_t r = 0; r < 128; ++r) {
+    for (std::size_t c = 0; c < 128; ++c) {
+      double dot = 0;
+      for (std::size_t k = 0; k < 128; ++k) dot += qv[r * 128 + k] * mv[k * 128 + c];
+      qwant[r * 128 + c] = dot + qv[r * 128 + c];
+    }
+  }
+  expect_near(values(q), qwant, 1e-12);
+}
+
+// A group that reads its destination through another view (its transpose, a broadcast row of
+// it) would read elements it has already written: such a group writes new memory and copies.
+TEST(Fusion, AnAssignedGroupReadingItsDestinationThroughAnotherViewIsRight) {
+  Tensor<2> q = matrix(300, 300, kFused, 55);
+  const std::vector<double> before = values(q);
+  q.assign(q - q.transpose() * 0.5);
+  std::vector<double> want(before.size());
+  for (std::size_t r = 0; r < 300; ++r) {
+    for (std::size_t c = 0; c < 300; ++c)
+      want[r * 300 + c] = before[r * 300 + c] - 0.5 * before[c * 300 + r];
+  }
+  expect_near(values(q), want, 1e-15);
+  Tensor<2> m = matrix(64, 300, kFused, 56);
+  const std::vector<double> rows = values(m);
+  m.assign(m * 3.0 - m.slice({Slice(5, 6), Slice()}).expand({64, 300}));
+  for (std::size_t r = 0; r < 64; ++r) {
+    for (std::size_t c = 0; c < 300; ++c)
+      want[r * 300 + c] = rows[r * 300 + c] * 3.0 - rows[5 * 300 + c];
+  }
+  want.resize(64 * 300);
+  expect_near(values(m), want, 1e-15);
+  // And under the checker, which runs every group twice, the destination is written once.
+  {
+    fusion_backend().set_check(true);
+    Tensor<2> p = matrix(512, 256, kFused, 57);
+    const std::vector<double> old = values(p);
+    p.assign((p * 2.0).exp() * 0.25);
+    fusion_backend().set_check(false);
+    std::vector<double> checked(old.size());
+    for (std::size_t i = 0; i < old.size(); ++i) checked[i] = std::exp(old[i] * 2.0) * 0.25;
+    expect_near(values(p), checked, 1e-14);
+  }
+}
+
 TEST(Fusion, ProductsInGroupsEqualTheUnfusedDevice) {
   // A held product read by two steps; a product of a pending input of its own shape; a batched
   // left operand and a transposed right one; linear without a bias; integers.

@@ -417,6 +417,27 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned lon
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+CUresult CUDAAPI cuGraphGetNodes(CUgraph, CUgraphNode*, size_t* count) {
+  if (const CUresult status = enter("cuGraphGetNodes")) return status;
+  if (count != nullptr) *count = 0;
+  return CUDA_ERROR_INVALID_HANDLE;  // no graph is ever made here
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode, CUgraphNodeType*) {
+  if (const CUresult status = enter("cuGraphNodeGetType")) return status;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*) {
+  if (const CUresult status = enter("cuGraphKernelNodeGetParams")) return status;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuFuncGetName(const char**, CUfunction) {
+  if (const CUresult status = enter("cuFuncGetName")) return status;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec, CUstream) {
   if (const CUresult status = enter("cuGraphLaunch")) return status;
   return CUDA_ERROR_INVALID_HANDLE;
