@@ -132,12 +132,15 @@ inline Tensor<4> fold4d(const Tensor<3>& x, std::array<std::int64_t, 2> output_s
   return Tensor<4>::wrap(
       detail::fold_patches(x.primitive(), {output_size[0], output_size[1]}, std::move(options)));
 }
-// x [..., in] @ weight [in, out] (+ bias [out])
+// x [..., in] @ weightᵀ (+ bias [out]) with weight [out, in]: PyTorch's layout
+// (torch.nn.functional.linear), as nn::Linear and every checkpoint store it. A weight whose
+// in-features do not match x's last dim is a ShapeMismatch naming the layout (a square weight
+// cannot be told apart: pass the transpose of one stored [in, out]).
 template <std::size_t D>
 Tensor<D> linear(const Tensor<D>& x, const Tensor<2>& weight,
                  const std::optional<Tensor<1>>& bias = std::nullopt) {
-  return Tensor<D>::wrap(detail::linear(x.primitive(), weight.primitive(),
-                                        bias ? std::optional(bias->primitive()) : std::nullopt));
+  return Tensor<D>::wrap(detail::linear_out_in(
+      x.primitive(), weight.primitive(), bias ? std::optional(bias->primitive()) : std::nullopt));
 }
 // Normalises over the last dim: (x - mean) / sqrt(var + epsilon) * gamma + beta, with the
 // biased variance; gamma and beta have the size of the last dim.

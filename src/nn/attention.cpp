@@ -102,7 +102,7 @@ Tensor<3> MultiHeadAttention::forward(const Tensor<3>& query, const Tensor<3>& k
     std::optional<Tensor<1>> b;
     if (in_proj_bias) b = in_proj_bias->val().narrow(0, part * embed, embed);
     const Tensor<2> w = packed.narrow(0, part * embed, embed);
-    return split_heads(module::linear(x, w.transpose(), b), num_heads);
+    return split_heads(module::linear(x, w, b), num_heads);
   };
   const Tensor<4> q = project(query, 0), k = project(key, 1), v = project(value, 2);
   std::optional<Tensor<4, Bool>> mask = combine_masks(op, masks, batch, queries, keys);

@@ -125,6 +125,20 @@ Primitive linear(Primitive x, Primitive weight, std::optional<Primitive> bias) {
   return backend.linear(std::move(x), std::move(weight), std::move(bias));
 }
 
+Primitive linear_out_in(Primitive x, Primitive weight, std::optional<Primitive> bias) {
+  const char* op = "module::linear";
+  check_rank(weight, 2, "weight [out, in]", op);
+  if (x->rank() < 1) fail<ShapeMismatch>(op, "input must have rank >= 1");
+  const std::int64_t in = x->shape()[x->rank() - 1];
+  if (weight->shape()[1] != in) {
+    fail<ShapeMismatch>(op, "input shape ", x->shape().to_string(), " has ", in,
+                        " features but weight [out, in] has shape ", weight->shape().to_string(),
+                        " (PyTorch's layout, as nn::Linear and checkpoints store it; a weight "
+                        "stored [in, out] is its transpose)");
+  }
+  return linear(std::move(x), transpose(std::move(weight)), std::move(bias));
+}
+
 Primitive layer_norm(Primitive x, Primitive gamma, std::optional<Primitive> beta, double epsilon) {
   const char* op = "layer_norm";
   check_float(x, op);

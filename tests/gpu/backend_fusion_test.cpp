@@ -679,11 +679,13 @@ TEST(GpuFusion, AProductWithItsBiasAndActivationIsOneCublasLtCall) {
          false, 2},
         {"relu(linear(x, w, b))",
          [](auto& x, auto& w, auto&, auto& b1) {
-           return activation::relu(module::linear(x, w, std::optional(b1)));
+           return activation::relu(module::linear(x, w.transpose(), std::optional(b1)));
          },
          true, true, false, 2},
         {"gelu(linear(x, w))",
-         [](auto& x, auto& w, auto&, auto&) { return activation::gelu(module::linear(x, w)); },
+         [](auto& x, auto& w, auto&, auto&) {
+           return activation::gelu(module::linear(x, w.transpose()));
+         },
          false, false, true, 2},
     };
     for (const Case& c : cases) {

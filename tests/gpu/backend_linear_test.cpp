@@ -76,25 +76,25 @@ TEST(GpuLinear, MatchesFloat64AndTheCpuInEveryFloatDType) {
 TEST(GpuLinear, TransposedViewsEmptyInputsAndGradients) {
   KILN_REQUIRE_GPU();
   using namespace gpu_linear_test;
-  // x as the transpose of [70, 33] and the weight as the transpose of [45, 70].
+  // x as the transpose of [70, 33]; the weight [45, 70] as stored ([out, in]).
   const Tensor<2> xt = Tensor<2>::wrap(random(Shape{70, 33}, DType::F32, 4));
   const Tensor<2> wt = Tensor<2>::wrap(random(Shape{45, 70}, DType::F32, 5));
   const Tensor<1> b = Tensor<1>::wrap(random(Shape{45}, DType::F32, 6));
-  const Tensor<2> want = module::linear(xt.transpose(), wt.transpose(), b);
-  const Tensor<2> got = module::linear(xt.to_device(device).transpose(),
-                                       wt.to_device(device).transpose(), b.to_device(device));
+  const Tensor<2> want = module::linear(xt.transpose(), wt, b);
+  const Tensor<2> got =
+      module::linear(xt.to_device(device).transpose(), wt.to_device(device), b.to_device(device));
   expect_near_all(got.primitive(), detail::into_data(want.primitive()).to_f64_vec(), 1e-5,
                   "transposed views");
   // A 3-D input whose leading dims do not walk as one (a permuted view): copied, same values.
   const Tensor<3> x3 = Tensor<3>::wrap(random(Shape{5, 2, 70}, DType::F32, 7));
-  const Tensor<3> want3 = module::linear(x3.permute({1, 0, 2}), wt.transpose(), b);
+  const Tensor<3> want3 = module::linear(x3.permute({1, 0, 2}), wt, b);
   const Tensor<3> got3 = module::linear(x3.to_device(device).permute({1, 0, 2}),
-                                        wt.to_device(device).transpose(), b.to_device(device));
+                                        wt.to_device(device), b.to_device(device));
   expect_near_all(got3.primitive(), detail::into_data(want3.primitive()).to_f64_vec(), 1e-5,
                   "permuted 3-D input");
   // No rows: an empty result of the right shape.
   const Tensor<2> empty = Tensor<2>::zeros({0, 70}, device);
-  EXPECT_EQ(module::linear(empty, wt.to_device(device).transpose(), b.to_device(device)).shape(),
+  EXPECT_EQ(module::linear(empty, wt.to_device(device), b.to_device(device)).shape(),
             (Shape{0, 45}));
   // Gradients through autodiff on cuda equal the CPU's.
   const Device ad = device.autodiff();
@@ -103,7 +103,7 @@ TEST(GpuLinear, TransposedViewsEmptyInputsAndGradients) {
   auto grads_on = [&](const Device& d) {
     const Tensor<2> xg = x.to_device(d).require_grad(), wg = w.to_device(d).require_grad();
     const Tensor<1> bg = b.to_device(d).require_grad();
-    const Tensor<2> y = module::linear(xg, wg, bg);
+    const Tensor<2> y = module::linear(xg, wg.transpose(), bg);
     const Gradients g = (y * y).sum().backward();
     return std::vector<std::vector<double>>{xg.grad(g)->into_data().to_f64_vec(),
                                             wg.grad(g)->into_data().to_f64_vec(),

@@ -43,11 +43,26 @@ TEST(LinalgApi, IntegerMatmul) {
 TEST(LinalgApi, ModuleOps) {
   Device dev = Device::cpu();
   auto x = Tensor<3>::ones({2, 3, 4}, dev);
-  auto w = Tensor<2>::ones({4, 5}, dev);
+  auto w = Tensor<2>::ones({5, 4}, dev);  // [out, in], PyTorch's layout
   auto bias = Tensor<1>::ones({5}, dev);
   auto y = module::linear(x, w, bias);
   EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));
   EXPECT_EQ(y.into_data().to_vec<float>(), std::vector<float>(30, 5.0f));
+  // A square weight that is not symmetric: y = x Wᵀ, as torch.nn.functional.linear.
+  const auto xs = Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 2}, {1, 2}), dev);
+  const auto ws =
+      Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{1, 10, 100, 1000}, {2, 2}), dev);
+  EXPECT_EQ(module::linear(xs, ws).into_data().to_vec<float>(), (std::vector<float>{21, 2100}));
+  // A weight stored [in, out] is refused, naming the layout.
+  try {
+    (void)module::linear(x, Tensor<2>::ones({4, 5}, dev));
+    FAIL() << "no error";
+  } catch (const ShapeMismatch& error) {
+    EXPECT_NE(std::string(error.what()).find("weight [out, in] has shape [4, 5]"),
+              std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("module::linear"), std::string::npos) << error.what();
+  }
 
   auto table =
       Tensor<2>::from_data(TensorData::from_vec(std::vector<float>{0, 0, 1, 1, 2, 2}, {3, 2}), dev);

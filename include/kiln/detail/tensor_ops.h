@@ -179,7 +179,9 @@ Primitive interpolate(Primitive x, std::vector<std::int64_t> output_size,
                       InterpolateOptions options);
 Primitive unfold_patches(Primitive x, UnfoldOptions options);
 Primitive fold_patches(Primitive x, std::vector<std::int64_t> output_size, UnfoldOptions options);
-Primitive linear(Primitive x, Primitive weight, std::optional<Primitive> bias);
+Primitive linear(Primitive x, Primitive weight, std::optional<Primitive> bias);  // weight [in, out]
+// module::linear: weight [out, in], PyTorch's layout.
+Primitive linear_out_in(Primitive x, Primitive weight, std::optional<Primitive> bias);
 Primitive layer_norm(Primitive x, Primitive gamma, std::optional<Primitive> beta, double epsilon);
 Primitive batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mean,
                      Primitive variance, double epsilon);

@@ -23,7 +23,7 @@ struct Linear {
   Tensor<D> forward(const Tensor<D>& x) const {
     std::optional<Tensor<1>> b;
     if (bias) b = bias->val();
-    return module::linear(x, weight.val().transpose(), b);
+    return module::linear(x, weight.val(), b);
   }
 };
 

@@ -371,7 +371,7 @@ TEST(Fusion, AProductHeadsItsGroupWithTheBiasAndActivationAfterIt) {
   EXPECT_EQ(groups(), before + 1) << "product, bias and relu are one group";
   expect_near(got, product_reference(x, w, b, false), 1e-5);
   const Tensor<1> b1 = b.reshape(Shape{200});
-  expect_near(values(activation::gelu(module::linear(x, w, std::optional(b1)))),
+  expect_near(values(activation::gelu(module::linear(x, w.transpose(), std::optional(b1)))),
               product_reference(x, w, b, true), 1e-5);
 }
 
@@ -545,7 +545,7 @@ TEST(Fusion, ProductsInGroupsEqualTheUnfusedDevice) {
         TensorData::from_vec(test::spread(3 * 50 * 200, 27, -1.0, 1.0), Shape{3, 50, 200}), on);
     const Tensor<3> bout =
         activation::gelu(batched.matmul(w.transpose().unsqueeze(0)) + b.unsqueeze(0));
-    const Tensor<2> lin = activation::relu(module::linear(x, w)) - 1.0;
+    const Tensor<2> lin = activation::relu(module::linear(x, w.transpose())) - 1.0;
     const Tensor<2, Int> ints = (x * 10.0).int_();
     std::vector<std::vector<double>> all = {values(held), values(out), values(lin),
                                             values(ints.matmul(ints).float_() * 0.5)};
