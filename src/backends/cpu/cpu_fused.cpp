@@ -370,15 +370,17 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
   // reads its positions' inputs before it writes there, as the eager ops reuse a temporary.
   // First, the leaves the caller lets outputs be written into (FusedProgram::write_into).
   std::vector<bool> taken(leaves, false);
-  for (std::size_t k = 0; k < program.write_into.size(); ++k) {
-    const std::int32_t into = CpuBackend::writable_leaf(program, k);
-    if (into >= 0) taken[static_cast<std::size_t>(into)] = true;
+  std::vector<std::int32_t> into(program.write_into.size());  // empty (no allocation): none
+  for (std::size_t k = 0; k < into.size(); ++k) {
+    into[k] = CpuBackend::writable_leaf(program, k);
+    if (into[k] >= 0) taken[static_cast<std::size_t>(into[k])] = true;
   }
   for (std::size_t k = 0; k < program.outputs.size(); ++k) {
     const FusedStep& step = program.steps[static_cast<std::size_t>(program.outputs[k])];
     std::shared_ptr<CpuTensor> memory;
-    if (const std::int32_t into = CpuBackend::writable_leaf(program, k); into >= 0) {
-      memory = std::static_pointer_cast<CpuTensor>(program.leaves[static_cast<std::size_t>(into)]);
+    if (k < into.size() && into[k] >= 0) {
+      memory =
+          std::static_pointer_cast<CpuTensor>(program.leaves[static_cast<std::size_t>(into[k])]);
     }
     for (std::size_t v = 0; v < leaves && memory == nullptr; ++v) {
       const Primitive& leaf = program.leaves[v];

@@ -244,9 +244,9 @@ void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outp
   params.n = shape_.num_elements();
   for (std::size_t k = 0; k < inputs_.size(); ++k) params.in[k] = inputs_[k].tensor->data();
   for (std::size_t j = 0; j < outputs.size(); ++j) {
-    const Op& op = ops_[static_cast<std::size_t>(outputs[j])];
-    TensorPtr& result = results[static_cast<std::size_t>(outputs[j])];
     const auto r = static_cast<std::size_t>(outputs[j]);
+    const Op& op = ops_[r];
+    TensorPtr& result = results[r];
     result =
         r < into.size() && into[r] ? into[r] : runtime.make_tensor(op.dtype, shape_, op.spec.name);
     params.out[j] = result->data();
