@@ -6,6 +6,14 @@
 
 namespace kiln::nn {
 
+namespace {
+thread_local int skip_init_depth = 0;
+}  // namespace
+
+SkipInit::SkipInit() noexcept { ++skip_init_depth; }
+SkipInit::~SkipInit() { --skip_init_depth; }
+bool SkipInit::active() noexcept { return skip_init_depth > 0; }
+
 std::int64_t Initializer::fan_in_of(const Shape& shape) {
   if (shape.rank() < 2) return shape.rank() == 1 ? shape[0] : 1;
   std::int64_t receptive = 1;
@@ -30,12 +38,19 @@ Primitive Initializer::make(const Shape& shape, std::int64_t fan_in, std::int64_
     }
     return static_cast<double>(fan);
   };
+  // Under SkipInit every branch checks its arguments as usual and then allocates only.
+  const bool skip = SkipInit::active();
+  auto allocated = [&] {
+    return kiln::detail::empty(shape, std::nullopt, device, kiln::Kind::Float);
+  };
   auto random = [&](Distribution d) {
-    return kiln::detail::random(shape, d, std::nullopt, device, kiln::Kind::Float);
+    return skip ? allocated()
+                : kiln::detail::random(shape, d, std::nullopt, device, kiln::Kind::Float);
   };
   switch (kind_) {
     case Kind::Constant:
-      return kiln::detail::full(shape, a_, std::nullopt, device, kiln::Kind::Float);
+      return skip ? allocated()
+                  : kiln::detail::full(shape, a_, std::nullopt, device, kiln::Kind::Float);
     case Kind::Uniform:
       if (!(a_ <= b_)) kiln::detail::fail<InvalidArgument>(op, "uniform bounds ", a_, " > ", b_);
       return random(Distribution::uniform(a_, b_));

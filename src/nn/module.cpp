@@ -22,14 +22,15 @@ std::string which(bool trainable, std::string_view name) {
 }  // namespace
 
 void ParamSlot::set_primitive(Primitive p) {
-  // Rank and kind: a parameter holds a float tensor of its declared rank.
-  kiln::detail::check_primitive(p, rank_, Kind::Float, "Param::set");
+  // Rank and kind: a parameter holds a float tensor of its declared rank, a buffer one of its
+  // declared rank and kind.
+  kiln::detail::check_primitive(p, rank_, kind_, trainable_ ? "Param::set" : "Buffer::set");
   primitive_ = std::move(p);
 }
 
 void ParamSlot::assign(Primitive value, std::string_view name) {
   const char* op = trainable_ ? "Param::assign" : "Buffer::assign";
-  kiln::detail::check_primitive(value, rank_, Kind::Float, op);
+  kiln::detail::check_primitive(value, rank_, kind_, op);
   if (!initialized()) {
     primitive_ = std::move(value);
     return;
@@ -42,7 +43,8 @@ void ParamSlot::assign(Primitive value, std::string_view name) {
   if (value->dtype() != current->dtype()) {
     fail<DTypeMismatch>(op, which(trainable_, name), " is ", dtype_name(current->dtype()),
                         " but the new value is ", dtype_name(value->dtype()),
-                        "; cast the value, or the whole module with nn::cast");
+                        kind_ == Kind::Float ? "; cast the value, or the whole module with nn::cast"
+                                             : "; cast the value");
   }
   const Device device = current->device();
   if (!value->device().same_hardware(device)) {
@@ -154,6 +156,8 @@ void cast(void* module, VisitFn visit, DType dtype) {
   }
   replace_each(module, visit, [&](const ParamSlot& slot) {
     const Primitive& p = slot.primitive();
+    // Integer and bool buffers (token ids, masks) mean the same in any float model.
+    if (slot.kind() != Kind::Float) return p;
     return in_mode_of(p, kiln::detail::cast(kiln::detail::detach(p), dtype), p->device());
   });
 }

@@ -62,6 +62,20 @@ std::int64_t counter_value(std::string_view op, std::string_view origin, const s
   return value;
 }
 
+// Whether a record entry of dtype stored can fill a slot of kind: a float slot takes any float
+// (converted to its dtype, as PyTorch's copy_ does), an Int or Bool slot an entry of its kind.
+bool loads_into(DType stored, Kind kind) {
+  switch (kind) {
+    case Kind::Float:
+      return is_float(stored);
+    case Kind::Int:
+      return is_int(stored);
+    case Kind::Bool:
+      return is_bool(stored);
+  }
+  return false;
+}
+
 // A readable list for messages; a checkpoint of another model can differ in thousands of names.
 std::string list_names(const std::vector<std::string>& names) {
   constexpr std::size_t kShown = 10;
@@ -71,6 +85,13 @@ std::string list_names(const std::vector<std::string>& names) {
   }
   if (names.size() > kShown) out += kiln::detail::concat(" and ", names.size() - kShown, " more");
   return out;
+}
+
+// Every problem found, in one message.
+std::string join(const std::vector<std::string>& problems) {
+  std::string joined;
+  for (const std::string& p : problems) joined += (joined.empty() ? "" : "; ") + p;
+  return joined;
 }
 
 // Levenshtein distance between a and b: the edits that turn one name into the other.
@@ -172,15 +193,23 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& file,
 
   std::vector<std::string> missing;
   std::set<std::string> known;
+  // Two members under one name (a KILN_NAMED name that is another member's) would both load
+  // the one entry; save refuses them too.
+  const auto name_once = [&](const std::string& name) {
+    if (!known.insert(name).second) {
+      kiln::detail::fail<InvalidArgument>(kOp, origin, ": two entries of the module are named '",
+                                          name, "'");
+    }
+  };
   for (const NamedSlot& s : slots) {
-    known.insert(s.name);
+    name_once(s.name);
     if (!tensors.contains(s.name)) missing.push_back(s.name);
   }
   // A counter absent from the record restarts at 0 rather than failing: kiln files written
   // before BatchNorm kept num_batches_tracked lack it (PyTorch treats its own older files so).
   std::vector<std::int64_t> counts;
   for (const NamedCounter& c : found.counters) {
-    known.insert(c.name);
+    name_once(c.name);
     const auto entry = tensors.find(c.name);
     counts.push_back(
         entry == tensors.end() ? 0 : counter_value(kOp, origin, c.name, entry->second->second));
@@ -202,6 +231,23 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& file,
           " (LoadOptions::allow_unexpected ignores them)");
     }
   }
+  std::vector<std::string> wrong_kinds;
+  for (const NamedSlot& s : slots) {
+    const Entry& entry = *tensors.at(s.name);
+    const Kind kind = s.slot->kind();
+    if (loads_into(entry.second.dtype(), kind)) continue;
+    const std::string file_name = entry.first == s.name
+                                      ? std::string("entry")
+                                      : kiln::detail::concat("entry '", entry.first, "'");
+    wrong_kinds.push_back(kiln::detail::concat(
+        s.slot->trainable() ? "parameter '" : "buffer '", s.name, "' holds ", kind_name(kind),
+        " values (", dtype_name(s.slot->primitive()->dtype()), ") but the record's ", file_name,
+        " is ", dtype_name(entry.second.dtype())));
+  }
+  if (!wrong_kinds.empty()) {
+    kiln::detail::fail<DTypeMismatch>(kOp, origin,
+                                      ": entries of another kind: ", join(wrong_kinds));
+  }
   std::vector<std::string> mismatches;
   for (const NamedSlot& s : slots) {
     const Shape& stored = tensors.at(s.name)->second.shape();
@@ -213,9 +259,7 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& file,
     }
   }
   if (!mismatches.empty()) {
-    std::string joined;
-    for (const std::string& m : mismatches) joined += (joined.empty() ? "" : "; ") + m;
-    kiln::detail::fail<ShapeMismatch>(kOp, origin, ": parameter shapes differ: ", joined);
+    kiln::detail::fail<ShapeMismatch>(kOp, origin, ": parameter shapes differ: ", join(mismatches));
   }
 
   // Build every new value before replacing any, so a failure leaves the module as it was.
@@ -224,10 +268,12 @@ void load_record(void* module, VisitFn visit, const record::TensorMap& file,
   for (const NamedSlot& s : slots) {
     const Primitive& current = s.slot->primitive();
     const TensorData& stored = tensors.at(s.name)->second;
-    TensorData data =
-        stored.dtype() == current->dtype() ? stored : stored.convert(current->dtype());
+    // A float slot keeps its dtype; an Int or Bool buffer takes the record's (an i64 entry stays
+    // i64, whatever the buffer held before).
+    const bool keep = stored.dtype() == current->dtype() || s.slot->kind() != Kind::Float;
+    TensorData data = keep ? stored : stored.convert(current->dtype());
     Primitive value =
-        kiln::detail::from_data(std::move(data), current->device(), Kind::Float, s.slot->rank());
+        kiln::detail::from_data(std::move(data), current->device(), s.slot->kind(), s.slot->rank());
     if (kiln::detail::is_require_grad(current)) {
       value = kiln::detail::require_grad(std::move(value), true);
     }

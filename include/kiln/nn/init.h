@@ -1,6 +1,9 @@
 // Parameter initialisers. Random ones draw from the device's generator, so `dev.seed(s)` makes
 // a model's initial weights reproducible. fan_in / fan_out follow PyTorch: for a weight of shape
 // [out, in, k...], fan_in = in * prod(k) and fan_out = out * prod(k).
+//
+// Under nn::SkipInit no initialiser computes anything: a model whose weights come from a
+// checkpoint is built in the time of its allocations (nn::from_record does this for you).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +43,8 @@ class Initializer {
 
   Kind kind() const noexcept { return kind_; }
 
-  // A tensor of shape drawn from this initialiser, for a parameter with the given fans.
+  // A tensor of shape drawn from this initialiser, for a parameter with the given fans; under
+  // SkipInit, uninitialised storage of that shape (arguments are still checked).
   template <std::size_t D>
   Tensor<D> init(const Shape& shape, std::int64_t fan_in, std::int64_t fan_out,
                  const Device& device) const {
@@ -63,6 +67,27 @@ class Initializer {
   Kind kind_;
   double a_;
   double b_;
+};
+
+// While a SkipInit lives on this thread, every Initializer returns uninitialised storage of the
+// parameter's shape, dtype and device, and draws nothing from the device's generator: building
+// a BERT-base from its config then costs its allocations, not 110 M random draws. The values are
+// garbage until a record replaces them, so load every parameter before any use (nn::from_record
+// builds under SkipInit and loads strictly). Constants a layer makes without an Initializer
+// (LayerNorm's ones, attention's zero biases, BatchNorm's statistics) are still filled. Scopes
+// nest; other threads are unaffected.
+//
+//   nn::Linear layer = [&] { nn::SkipInit skip; return nn::LinearConfig{768, 768}.init(dev); }();
+//   nn::load(layer, "dense.safetensors");
+class SkipInit {
+ public:
+  [[nodiscard]] SkipInit() noexcept;
+  ~SkipInit();
+  SkipInit(const SkipInit&) = delete;
+  SkipInit& operator=(const SkipInit&) = delete;
+
+  // Whether a SkipInit lives on the calling thread.
+  static bool active() noexcept;
 };
 
 }  // namespace kiln::nn

@@ -12,6 +12,18 @@
 //   nn::named_parameters(model);        // "hidden.weight", "hidden.bias", "out.weight", ...
 //   model = nn::train(model);           // parameters on dev.autodiff(), tracked
 //
+// A member whose checkpoint name differs from its C++ name is listed as KILN_NAMED(member,
+// "Name"): `KILN_MODULE(query, key, KILN_NAMED(layer_norm, "LayerNorm"))` names layer_norm's
+// parameters "LayerNorm.weight" and "LayerNorm.bias" everywhere (named_parameters, records,
+// describe, optimizer state). Buffers may hold integers or bools, kept in their dtype:
+//
+//   struct Embeddings {
+//     nn::Embedding word_embeddings;
+//     nn::LayerNorm layer_norm;
+//     nn::Buffer<2, Int> position_ids;  // [1, max_positions], i64: never cast, never trained
+//     KILN_MODULE(word_embeddings, KILN_NAMED(layer_norm, "LayerNorm"), position_ids)
+//   };
+//
 // Modules are values: a copy shares the parameters' storage until one of them is replaced (an
 // optimizer step or a move replaces a parameter in that copy only).
 #pragma once
@@ -21,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/detail/map_macro.h"
@@ -34,6 +47,8 @@ class ParamSlot {
   // Trainable parameters get gradients and optimizer updates; buffers (running statistics) are
   // saved and moved with the module but never trained.
   bool trainable() const noexcept { return trainable_; }
+  // The kind of tensor the slot holds: Float for a Param, the declared kind for a Buffer.
+  Kind kind() const noexcept { return kind_; }
   bool initialized() const noexcept { return primitive_ != nullptr; }
   const Primitive& primitive() const noexcept { return primitive_; }
   std::size_t rank() const noexcept { return rank_; }
@@ -51,12 +66,14 @@ class ParamSlot {
   void set_primitive(Primitive p);
 
  protected:
-  ParamSlot(std::size_t rank, bool trainable) noexcept : rank_(rank), trainable_(trainable) {}
+  ParamSlot(std::size_t rank, bool trainable, Kind kind) noexcept
+      : rank_(rank), trainable_(trainable), kind_(kind) {}
   Primitive primitive_;
 
  private:
   std::size_t rank_;
   bool trainable_;
+  Kind kind_;
 };
 
 // A trainable tensor of rank D. Assigning a tensor gives it a new value, checked (ParamSlot::
@@ -66,8 +83,10 @@ class ParamSlot {
 template <std::size_t D>
 class Param : public ParamSlot {
  public:
-  Param() noexcept : ParamSlot(D, true) {}
-  explicit Param(const Tensor<D>& value) : ParamSlot(D, true) { primitive_ = value.primitive(); }
+  Param() noexcept : ParamSlot(D, true, Kind::Float) {}
+  explicit Param(const Tensor<D>& value) : ParamSlot(D, true, Kind::Float) {
+    primitive_ = value.primitive();
+  }
   Tensor<D> val() const { return Tensor<D>::from_primitive(primitive_); }
   operator Tensor<D>() const { return val(); }  // NOLINT: a parameter reads as its tensor
   Param& operator=(const Tensor<D>& value) {
@@ -76,14 +95,20 @@ class Param : public ParamSlot {
   }
 };
 
-template <std::size_t D>
+// Module state that is saved and moved but never trained, of rank D and kind K: running
+// statistics (Float, the default), token position ids (`Buffer<1, Int>`), masks (`Buffer<2,
+// Bool>`). A Float buffer follows the module's dtype (nn::cast); an Int or Bool buffer keeps its
+// own dtype through nn::cast and records (an i64 entry loads as i64), and moves with the module.
+template <std::size_t D, TensorKind K = Float>
 class Buffer : public ParamSlot {
  public:
-  Buffer() noexcept : ParamSlot(D, false) {}
-  explicit Buffer(const Tensor<D>& value) : ParamSlot(D, false) { primitive_ = value.primitive(); }
-  Tensor<D> val() const { return Tensor<D>::from_primitive(primitive_); }
-  operator Tensor<D>() const { return val(); }  // NOLINT
-  Buffer& operator=(const Tensor<D>& value) {   // checked as a Param's
+  Buffer() noexcept : ParamSlot(D, false, K::kind) {}
+  explicit Buffer(const Tensor<D, K>& value) : ParamSlot(D, false, K::kind) {
+    primitive_ = value.primitive();
+  }
+  Tensor<D, K> val() const { return Tensor<D, K>::from_primitive(primitive_); }
+  operator Tensor<D, K>() const { return val(); }  // NOLINT
+  Buffer& operator=(const Tensor<D, K>& value) {   // checked as a Param's
     assign(value.primitive());
     return *this;
   }
@@ -124,6 +149,14 @@ namespace detail {
 
 std::string join_name(std::string_view prefix, std::string_view name);
 
+// KILN_NAMED's name: a string literal (a name computed at run time would differ between the
+// saving and the loading program).
+template <std::size_t N>
+consteval std::string_view member_name(const char (&name)[N]) {
+  static_assert(N > 1, "KILN_NAMED: the name must not be empty");
+  return {name, N - 1};
+}
+
 template <class M>
 concept Visitable = requires(M& m, Visitor& v) {
   m.visit(v, std::string_view{});
@@ -158,8 +191,22 @@ void visit_member(Visitor& v, std::string_view prefix, std::string_view name,
 }  // namespace detail
 
 // Lists a module's parameters and sub-modules (members of type Param, Buffer, Counter, another
-// module, std::optional or std::vector of those); names are the member names.
-#define KILN_VISIT_MEMBER(member) ::kiln::nn::detail::visit_member(visitor, prefix, #member, member)
+// module, std::optional or std::vector of those); names are the member names, or the name given
+// with KILN_NAMED(member, "name") (a string literal) for a member saved under another name.
+#define KILN_NAMED(member, name) (member, name)
+// Each entry of the list is either `member` or KILN_NAMED's `(member, name)`: KILN_MEMBER_PROBE
+// before a parenthesised pair expands to a comma, which moves KILN_VISIT_NAMED_MEMBER into
+// the position KILN_MEMBER_SECOND picks; before a plain name it stays one argument.
+#define KILN_MEMBER_PROBE(...) ~, KILN_VISIT_NAMED_MEMBER
+#define KILN_MEMBER_SECOND_(first, second, ...) second
+#define KILN_MEMBER_SECOND(...) KILN_MEMBER_SECOND_(__VA_ARGS__)
+#define KILN_VISIT_MEMBER(entry) \
+  KILN_MEMBER_SECOND(KILN_MEMBER_PROBE entry, KILN_VISIT_PLAIN_MEMBER, ~)(entry)
+#define KILN_VISIT_PLAIN_MEMBER(member) \
+  ::kiln::nn::detail::visit_member(visitor, prefix, #member, member)
+#define KILN_VISIT_NAMED_MEMBER(pair) KILN_VISIT_NAMED_MEMBER_ pair
+#define KILN_VISIT_NAMED_MEMBER_(member, name) \
+  ::kiln::nn::detail::visit_member(visitor, prefix, ::kiln::nn::detail::member_name(name), member)
 #define KILN_MODULE(...)                                                             \
   void visit(::kiln::nn::Visitor& visitor, std::string_view prefix = {}) {           \
     KILN_MAP_EACH(KILN_VISIT_MEMBER, __VA_ARGS__);                                   \
@@ -212,14 +259,21 @@ M to_device(M module, const Device& device) {
   return module;
 }
 
-// The module with every parameter and buffer cast to a float dtype, in the same mode (tracked
-// parameters are tracked leaves again), tied slots still tied: an f64 copy for gradient checks,
-// an f16 one for inference. DTypeMismatch for a dtype that is not float; UnsupportedDType where
-// a parameter's device cannot store it (the module passed in is unchanged either way).
+// The module with every parameter and Float buffer cast to a float dtype, in the same mode
+// (tracked parameters are tracked leaves again), tied slots still tied: an f64 copy for gradient
+// checks, an f16 one for inference. Int and Bool buffers keep their dtype. DTypeMismatch for a
+// dtype that is not float; UnsupportedDType where a parameter's device cannot store it (the
+// module passed in is unchanged either way).
 template <detail::Visitable M>
 M cast(M module, DType dtype) {
   detail::cast(&module, detail::visit_fn<M>, dtype);
   return module;
+}
+
+// nn::cast under the name of PyTorch's `module.to(dtype)`: `nn::to_dtype(bert, DType::F16)`.
+template <detail::Visitable M>
+M to_dtype(M module, DType dtype) {
+  return cast(std::move(module), dtype);
 }
 
 // Training mode: parameters on the autodiff form of their device, trainable ones tracked.
