@@ -1,6 +1,6 @@
 // kiln: one include for the whole public API: tensors and devices, autodiff, modules (nn),
-// optimizers (optim), weights on disk (record), data loading (data) and the training loop
-// (train). Programs that want less include the headers they use.
+// optimizers (optim), weights on disk (record), data loading (data), the training loop (train)
+// and text tokenization (text). Programs that want less include the headers they use.
 #pragma once
 
 #include "kiln/activation.h"
@@ -29,6 +29,7 @@
 #include "kiln/scalar.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/text/wordpiece.h"
 #include "kiln/threads.h"
 #include "kiln/train/history.h"
 #include "kiln/train/learner.h"

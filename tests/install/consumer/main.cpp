@@ -1,5 +1,5 @@
 // A program outside the kiln tree, built against the installed package: kiln::kiln brings the
-// tensor library, nn (kiln_nn) and data and train (kiln_train), each used here.
+// tensor library, nn and text (kiln_nn) and data and train (kiln_train), each used here.
 #include <kiln/kiln.h>
 
 #include <cstdio>
@@ -11,6 +11,9 @@ int main() {
   if (v != std::vector<float>{2, 2, 2, 2}) return 1;
   const nn::Linear layer = nn::LinearConfig{2, 3}.init(Device::cpu());
   if (layer.forward(a).shape() != Shape{2, 3}) return 2;
+  const text::WordPieceTokenizer tokenizer({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "caf\xC3\xA9"});
+  if (tokenizer.encode("Caf\xC3\xA9").ids != std::vector<std::int64_t>{2, 1, 3})
+    return 4;  // cafe: no entry
   try {
     data::load_digits("no/such/digits.csv");
     return 3;
