@@ -14,6 +14,14 @@ template <std::size_t D>
 Tensor<D> gelu(const Tensor<D>& x) {
   return Tensor<D>::wrap(detail::gelu(x.primitive()));
 }
+// GELU's tanh form (PyTorch's approximate="tanh", transformers' gelu_new and
+// gelu_pytorch_tanh): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). Composed of elementwise
+// ops, so a fused device runs it as one kernel.
+template <std::size_t D>
+Tensor<D> gelu_tanh(const Tensor<D>& x) {
+  const Tensor<D> inner = (x * x * x * 0.044715 + x) * 0.7978845608028654;
+  return (inner.tanh() + 1.0) * x * 0.5;
+}
 template <std::size_t D>
 Tensor<D> silu(const Tensor<D>& x) {
   return Tensor<D>::wrap(detail::silu(x.primitive()));

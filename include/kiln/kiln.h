@@ -29,6 +29,7 @@
 #include "kiln/scalar.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/text/sentence_encoder.h"
 #include "kiln/text/wordpiece.h"
 #include "kiln/threads.h"
 #include "kiln/train/history.h"

@@ -159,21 +159,44 @@ Tensor<D> batch_norm(const Tensor<D>& x, const Tensor<1>& gamma, const Tensor<1>
   return Tensor<D>::wrap(detail::batch_norm(x.primitive(), gamma.primitive(), beta.primitive(),
                                             mean.primitive(), variance.primitive(), epsilon));
 }
+// Which attention scores are left out. A bare bool tensor does not say: PyTorch's
+// key_padding_mask marks what is left out, scaled_dot_product_attention's boolean attn_mask and
+// Hugging Face's attention_mask mark what is kept. So the polarity is said where a mask is made:
+//   module::AttentionMask<4>::exclude(is_padding)  // true: left out
+//   module::AttentionMask<4>::attend(may_attend)   // true: attended
+// and a bare Tensor<D, Bool> does not convert to one.
+template <std::size_t D>
+class AttentionMask {
+ public:
+  static AttentionMask exclude(Tensor<D, Bool> excluded) {
+    return AttentionMask(std::move(excluded));
+  }
+  static AttentionMask attend(const Tensor<D, Bool>& attended) {
+    return AttentionMask(attended.logical_not());
+  }
+  // true where a score is left out.
+  const Tensor<D, Bool>& excluded() const noexcept { return excluded_; }
+
+ private:
+  explicit AttentionMask(Tensor<D, Bool> excluded) : excluded_(std::move(excluded)) {}
+  Tensor<D, Bool> excluded_;
+};
+
 // softmax(q k^T * scale + bias, masked) v on q [B, H, Sq, D], k [B, H, Sk, D], v [B, H, Sk, Dv]
 // -> [B, H, Sq, Dv]. B and H broadcast (size 1 is shared). mask and bias broadcast to the
-// scores [B, H, Sq, Sk]; a true mask entry is excluded. is_causal excludes keys j > i
+// scores [B, H, Sq, Sk]; the mask's excluded entries are left out. is_causal excludes keys j > i
 // (top-left aligned, as PyTorch) and combines with mask. scale defaults to 1/sqrt(D). A query
 // row whose keys are all excluded gets zero weights: its output row is zeros, not NaN.
 //   auto y = kiln::module::attention(q, k, v, std::nullopt, std::nullopt,
 //                                    {.scale = std::nullopt, .is_causal = true});
 inline Tensor<4> attention(const Tensor<4>& q, const Tensor<4>& k, const Tensor<4>& v,
-                           const std::optional<Tensor<4, Bool>>& mask = std::nullopt,
+                           const std::optional<AttentionMask<4>>& mask = std::nullopt,
                            const std::optional<Tensor<4>>& bias = std::nullopt,
                            AttentionOptions options = {}) {
-  return Tensor<4>::wrap(detail::attention(q.primitive(), k.primitive(), v.primitive(),
-                                           mask ? std::optional(mask->primitive()) : std::nullopt,
-                                           bias ? std::optional(bias->primitive()) : std::nullopt,
-                                           options));
+  return Tensor<4>::wrap(
+      detail::attention(q.primitive(), k.primitive(), v.primitive(),
+                        mask ? std::optional(mask->excluded().primitive()) : std::nullopt,
+                        bias ? std::optional(bias->primitive()) : std::nullopt, options));
 }
 
 }  // namespace kiln::module

@@ -46,9 +46,9 @@ flip_last_byte() {
 
 case "$scenario" in
   commands)
-    expect 1 "kiln: unknown command 'foo'; commands: info, train, fusion-bisect" -- foo
+    expect 1 "kiln: unknown command 'foo'; commands: info, train, embed, fusion-bisect" -- foo
     expect 1 "kiln: unknown command 'train foo'; train commands: digits, charlm" -- train foo
-    expect 1 "kiln: a command is required; commands: info, train, fusion-bisect" --
+    expect 1 "kiln: a command is required; commands: info, train, embed, fusion-bisect" --
     expect 1 "kiln: 'train' needs a command; train commands: digits, charlm" -- train
     expect 1 "kiln: " -- info unexpected
     expect 1 "kiln: " -- train digits --no-such-option
@@ -97,6 +97,38 @@ case "$scenario" in
     expect 0 "warning: the checkpoint of epoch 2 is unusable" -- \
       train digits --epochs 2 --seed 2 --out "$run"
     grep -qF "resuming from epoch 1" "$work/out" || fail "no fallback to epoch 1: $(cat "$work/out")"
+    ;;
+  embed)
+    # same_numbers A B: the files hold the same arrays, number by number within 1e-5 (a batch's
+    # padding changes the products' blocking, so the last bits may differ).
+    same_numbers() {
+      awk -F'[][,]' 'NR == FNR { for (i = 2; i < NF; ++i) want[FNR, i] = $i; lines = FNR; next }
+        { for (i = 2; i < NF; ++i) { d = $i - want[FNR, i]; if (d < -1e-5 || d > 1e-5) bad = 1 } }
+        END { if (bad || FNR != lines) exit 1 }' "$1" "$2"
+    }
+    model=$3/tiny_sentence_model
+    texts=$3/texts.txt
+    # One JSON array per text and line, in order: from arguments, from stdin, and both mixed.
+    expect 0 "[" -- embed "$model" "A man is eating food." "Someone eats"
+    [ "$(wc -l <"$work/out")" -eq 2 ] || fail "embed: not two lines: $(cat "$work/out")"
+    grep -qvE '^\[-?[0-9][^],]*(,-?[0-9][^],]*){15}\]$' "$work/out" &&
+      fail "embed: a line is not an array of 16 numbers: $(cat "$work/out")"
+    cp "$work/out" "$work/from_args"
+    "$kiln" embed "$model" - <"$texts" >"$work/from_stdin" 2>"$work/err" || fail "embed - failed: $(cat "$work/err")"
+    [ "$(wc -l <"$work/from_stdin")" -eq "$(wc -l <"$texts")" ] ||
+      fail "embed -: $(wc -l <"$work/from_stdin") lines for $(wc -l <"$texts") texts"
+    head -2 "$work/from_stdin" >"$work/first_two"
+    same_numbers "$work/first_two" "$work/from_args" ||
+      fail "embed: stdin and arguments differ: $(head -2 "$work/from_stdin")"
+    # Batches of one give what one batch gives (padding never counts).
+    "$kiln" embed "$model" - --batch 1 <"$texts" >"$work/batch1" 2>"$work/err"
+    same_numbers "$work/batch1" "$work/from_stdin" || fail "embed --batch 1 differs from one batch"
+    echo "Someone eats" | "$kiln" embed "$model" "A man is eating food." - >"$work/mixed"
+    same_numbers "$work/mixed" "$work/from_args" || fail "embed: text then - differs: $(cat "$work/mixed")"
+    expect 1 "--batch must be at least 1" -- embed "$model" x --batch 0
+    expect 1 "is not a directory" -- embed "$work/absent" x
+    mkdir -p "$work/broken" && cp -r "$model/." "$work/broken" && echo '{' >"$work/broken/modules.json"
+    expect 1 "modules.json is not JSON" -- embed "$work/broken" x
     ;;
   fusion_bisect)
     chains=$3

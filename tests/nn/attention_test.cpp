@@ -164,9 +164,10 @@ TEST(NnAttention, CausalAndPairMasksCombine) {
   auto bool_tensor = [](const std::vector<bool>& v, Shape shape) {
     return Tensor<2, Bool>::from_data(TensorData::from_vec(v, std::move(shape)), kCpu);
   };
-  const AttentionMasks masks{.key_padding_mask = bool_tensor(padding, {b, s}),
-                             .attn_mask = bool_tensor(pairs, {s, s}),
-                             .is_causal = true};
+  const AttentionMasks masks{
+      .key_padding_mask = bool_tensor(padding, {b, s}),
+      .attn_mask = module::AttentionMask<2>::exclude(bool_tensor(pairs, {s, s})),
+      .is_causal = true};
   const std::vector<double> want =
       mha_reference(mha, "", x, x, x, b, s, s, e, h, {padding, pairs, true});
   testing::expect_near(testing::read(mha.forward(testing::tensor<3>(x, {b, s, e}), masks)), want,
@@ -232,7 +233,9 @@ TEST(NnAttention, BadShapesThrow) {
   EXPECT_THROW(mha.forward(Tensor<3>::zeros({2, 3, 5}, kCpu)), ShapeMismatch);
   EXPECT_THROW(mha.forward(x, {.key_padding_mask = Tensor<2, Bool>::zeros({2, 4}, kCpu)}),
                ShapeMismatch);
-  EXPECT_THROW(mha.forward(x, {.attn_mask = Tensor<2, Bool>::zeros({3, 2}, kCpu)}), ShapeMismatch);
+  EXPECT_THROW(mha.forward(x, {.attn_mask = module::AttentionMask<2>::exclude(
+                                   Tensor<2, Bool>::zeros({3, 2}, kCpu))}),
+               ShapeMismatch);
   EXPECT_THROW(mha.forward(x, Tensor<3>::zeros({1, 3, 4}, kCpu), Tensor<3>::zeros({1, 3, 4}, kCpu)),
                ShapeMismatch);
 }

@@ -89,3 +89,23 @@ TEST(LinalgApi, ModuleOps) {
   EXPECT_NEAR(o[2], 1.5f, 1e-6);
   EXPECT_NEAR(o[4], 2.0f, 1e-6);
 }
+
+// A mask's polarity is said where it is made: attend() keeps its true keys, exclude() drops them.
+TEST(LinalgApi, AttentionMaskSaysWhetherTrueKeepsOrDrops) {
+  const Device dev = Device::cpu();
+  auto q = Tensor<4>::ones({1, 1, 1, 2}, dev);
+  auto k = Tensor<4>::ones({1, 1, 3, 2}, dev);
+  auto v = Tensor<4>::from_data(
+      TensorData::from_vec(std::vector<float>{1, 1, 2, 2, 3, 3}, {1, 1, 3, 2}), dev);
+  auto keys = Tensor<4, Bool>::from_data(
+      TensorData::from_vec(std::vector<bool>{true, true, false}, {1, 1, 1, 3}), dev);
+  // Equal scores: the output is the mean of the values left in.
+  auto kept = module::attention(q, k, v, module::AttentionMask<4>::attend(keys))
+                  .into_data()
+                  .to_vec<float>();
+  EXPECT_NEAR(kept[0], 1.5f, 1e-6);
+  auto dropped = module::attention(q, k, v, module::AttentionMask<4>::exclude(keys))
+                     .into_data()
+                     .to_vec<float>();
+  EXPECT_NEAR(dropped[0], 3.0f, 1e-6);
+}

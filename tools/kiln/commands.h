@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <istream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,6 +37,14 @@ struct TrainCharlmOptions {
 };
 // `kiln train charlm`: a small character-level transformer on a text file, printing samples.
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out);
+
+struct EmbedOptions {
+  std::filesystem::path model;     // a sentence-transformers model directory
+  std::vector<std::string> texts;  // "-": every line of the input, in its place
+  std::size_t batch = 32;          // texts per forward pass
+};
+// `kiln embed MODEL_DIR TEXT...`: one JSON array of the text's embedding per line, in order.
+int run_embed(const EmbedOptions& options, std::istream& in, std::ostream& out);
 
 struct FusionBisectOptions {
   double tolerance = 1e-4;           // relative, for numbers in the output

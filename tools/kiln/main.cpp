@@ -1,5 +1,5 @@
 // The kiln command line: `kiln info`, `kiln train digits`, `kiln train charlm [FILE]`,
-// `kiln fusion-bisect -- CMD ARGS...`.
+// `kiln embed MODEL_DIR TEXT...`, `kiln fusion-bisect -- CMD ARGS...`.
 // One error exit: whatever goes wrong (a bad option, kiln's errors, the file system's, memory)
 // ends as one line "kiln: ..." on stderr and exit status 1 (2 for fusion-bisect, whose 1 means
 // "found a group", as for diff and git bisect run).
@@ -104,6 +104,16 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   charlm_cmd->add_option("--seed", charlm.seed, "seed")->check(kNonNegative)->capture_default_str();
 
+  EmbedOptions embed;
+  CLI::App* embed_cmd = app.add_subcommand(
+      "embed", "sentence embeddings of texts with a sentence-transformers model directory");
+  embed_cmd
+      ->add_option("model", embed.model, "the model directory (modules.json, config.json, ...)")
+      ->required();
+  embed_cmd->add_option("texts", embed.texts, "the texts; - reads one text per line of stdin")
+      ->required();
+  embed_cmd->add_option("--batch", embed.batch, "texts per forward pass")->capture_default_str();
+
   FusionBisectOptions bisect;
   CLI::App* bisect_cmd = app.add_subcommand(
       "fusion-bisect", "find the first fused group whose result changes CMD's output");
@@ -123,6 +133,7 @@ int run(int argc, char** argv) {
   if (app.got_subcommand("info")) return run_info(std::cout);
   if (digits_cmd->parsed()) return run_train_digits(digits, std::cout);
   if (charlm_cmd->parsed()) return run_train_charlm(charlm, std::cout);
+  if (embed_cmd->parsed()) return run_embed(embed, std::cin, std::cout);
   if (bisect_cmd->parsed()) return run_fusion_bisect(bisect, std::cout);
   return 0;
 }

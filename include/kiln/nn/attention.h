@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "kiln/module_ops.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
 
@@ -22,8 +23,10 @@ namespace kiln::nn {
 struct AttentionMasks {
   // [batch, key_len]: true marks a padding key (PyTorch's boolean key_padding_mask).
   std::optional<Tensor<2, Bool>> key_padding_mask = std::nullopt;
-  // [query_len, key_len]: true marks a pair that is excluded (PyTorch's boolean attn_mask).
-  std::optional<Tensor<2, Bool>> attn_mask = std::nullopt;
+  // [query_len, key_len]: the (query, key) pairs left out, its polarity said where it is made
+  // (module::AttentionMask<2>::exclude(m) for PyTorch's boolean attn_mask of nn.MultiheadAttention,
+  // ::attend(m) for scaled_dot_product_attention's).
+  std::optional<module::AttentionMask<2>> attn_mask = std::nullopt;
   // Query i sees keys j <= i.
   bool is_causal = false;
 };

@@ -3,6 +3,7 @@
 
 #include "kiln/nn/activation.h"
 #include "kiln/nn/attention.h"
+#include "kiln/nn/bert.h"
 #include "kiln/nn/conv.h"
 #include "kiln/nn/dropout.h"
 #include "kiln/nn/embedding.h"

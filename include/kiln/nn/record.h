@@ -59,6 +59,9 @@ namespace detail {
 record::TensorMap to_record(void* module, VisitFn visit);
 void load_record(void* module, VisitFn visit, const record::TensorMap& tensors,
                  const LoadOptions& options, std::string_view origin);
+// The same, taking the record's tensors over (nothing is copied that need not be).
+void load_record(void* module, VisitFn visit, record::TensorMap&& tensors,
+                 const LoadOptions& options, std::string_view origin);
 }  // namespace detail
 
 // Every parameter and buffer read back to the host, by dotted name.

@@ -168,8 +168,8 @@ TEST(CpuAttention, MaskedAndCausalRowsLongerThanAVectorEqualFloat64Loops) {
   const Tensor<4, Bool> mask = Tensor<4, Bool>::from_data(
       TensorData::from_vec(padding, Shape{b, 1, 1, s}).convert(DType::Bool), cpu);
   const std::vector<double> got =
-      module::attention(tensor(qv), tensor(kv), tensor(vv), mask, std::nullopt,
-                        {.scale = std::nullopt, .is_causal = true})
+      module::attention(tensor(qv), tensor(kv), tensor(vv), module::AttentionMask<4>::exclude(mask),
+                        std::nullopt, {.scale = std::nullopt, .is_causal = true})
           .into_data()
           .to_f64_vec();
   const auto f32 = [](double x) { return static_cast<double>(static_cast<float>(x)); };

@@ -1,0 +1,212 @@
+// Transformer inference on the CPU (issue 18): the ops a BERT forward spends its time in, and
+// whole BERT-shaped encoders, against bench/peer_torch_transformer.py run in the same invocation
+// by bench/run_transformer.sh.
+//
+//   gelu_large                    gelu of 4096² f32
+//   softmax_scores                softmax over attention scores [8, 12, 128, 128]
+//   softmax_scores_masked         the same plus the additive -3.4e38 mask Hugging Face ports
+//                                 write on padding keys (a quarter of the keys)
+//   bert_forward/minilm|base      nn::BertModel, batch 8 x 128 tokens with padding (the batch:
+//                                 KILN_BENCH_BERT_BATCH), on the default device (KILN_DEVICE):
+//                                 MiniLM-L6-H384 and BERT-base (L12-H768) shapes, random weights
+//   bert_contention/minilm        the MiniLM forward repeated beside a process that spins on one
+//                                 core: counters quiet_median_ms, loaded_p95_ms and their ratio
+//
+// Each row reads its result back (one element) inside the timed loop and checks a value first.
+#include <benchmark/benchmark.h>
+#include <kiln/kiln.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "bench_common.h"
+
+namespace {
+
+using namespace kiln;
+using namespace kiln::bench;
+
+constexpr std::int64_t kLarge = 4096;
+constexpr std::int64_t kBatch = 8, kHeads = 12, kTokens = 128;
+
+// The BERT rows' batch: 8, or KILN_BENCH_BERT_BATCH (64 on the GPU machine).
+std::int64_t bert_batch() {
+  static const std::int64_t batch = [] {
+    const char* text = std::getenv("KILN_BENCH_BERT_BATCH");
+    return text ? std::max<std::int64_t>(1, std::atoll(text)) : kBatch;
+  }();
+  return batch;
+}
+
+Device device() { return Device::default_device(); }
+
+// Sequence i of the batch has 128 - 12 (i % 8) real tokens, the rest padding.
+std::int64_t real_tokens(std::int64_t i) { return kTokens - 12 * (i % 8); }
+
+void gelu_large(benchmark::State& state) {
+  state.counters["bytes"] = 2.0 * kLarge * kLarge * sizeof(float);
+  guarded(state, [&] {
+    auto x = Tensor<2>::random({kLarge, kLarge}, Distribution::uniform(-4, 4), device());
+    read_one(x);  // computed once here: on a fused device the draws would join every gelu
+    const double x0 = x.slice({{0, 1}, {0, 1}}).into_data().to_f64_vec()[0];
+    expect_near(read_one(activation::gelu(x)), 0.5 * x0 * std::erfc(-x0 / std::sqrt(2.0)), 1e-5,
+                "gelu");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(activation::gelu(x)));
+  });
+}
+BENCHMARK(gelu_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+void run_softmax_scores(benchmark::State& state, bool masked) {
+  const Shape shape{kBatch, kHeads, kTokens, kTokens};
+  state.counters["bytes"] = 2.0 * static_cast<double>(shape.num_elements()) * sizeof(float);
+  guarded(state, [&] {
+    auto scores = Tensor<4>::random(shape, Distribution::normal(0, 3), device());
+    if (masked) {
+      // Keys 96..127 of every row are padding: -3.4e38 added, as transformers' extended mask.
+      std::vector<float> mask(static_cast<std::size_t>(kTokens), 0.0f);
+      for (std::int64_t k = 96; k < kTokens; ++k) mask[k] = std::numeric_limits<float>::lowest();
+      auto additive =
+          Tensor<4>::from_data(TensorData::from_vec(mask, Shape{1, 1, 1, kTokens}), device());
+      scores = scores + additive.expand<4>(shape);
+    }
+    read_one(scores);  // the scores are the input, computed once
+    auto run = [&] { return activation::softmax(scores, 3); };
+    const std::vector<double> row =
+        run().slice({{0, 1}, {0, 1}, {0, 1}, Slice::all()}).into_data().to_f64_vec();
+    double total = 0;
+    for (double v : row) total += v;
+    expect_near(total, 1.0, 1e-5, "softmax row sum");
+    if (masked) expect_near(row.back(), 0.0, 0.0, "masked key");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(run()));
+  });
+}
+void softmax_scores(benchmark::State& state) { run_softmax_scores(state, false); }
+void softmax_scores_masked(benchmark::State& state) { run_softmax_scores(state, true); }
+BENCHMARK(softmax_scores)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+BENCHMARK(softmax_scores_masked)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+nn::BertConfig shape_of(std::int64_t which) {
+  if (which == 0) {  // MiniLM-L6-H384 (all-MiniLM-L6-v2)
+    return {.hidden_size = 384, .num_hidden_layers = 6, .intermediate_size = 1536};
+  }
+  return {};  // bert-base
+}
+
+struct Inputs {
+  Tensor<2, Int> ids;
+  nn::BertInputs extra;
+};
+
+Inputs batch_inputs() {
+  const std::int64_t batch = bert_batch();
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(batch * kTokens), 0);
+  std::vector<std::int64_t> mask(ids.size(), 0);
+  std::uint64_t state = 1;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t t = 0; t < real_tokens(b); ++t) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      ids[b * kTokens + t] = 1000 + static_cast<std::int64_t>((state >> 33) % 20000);
+      mask[b * kTokens + t] = 1;
+    }
+  }
+  const Shape shape{batch, kTokens};
+  return {
+      Tensor<2, Int>::from_data(TensorData::from_vec(ids, shape), device()),
+      {.attention_mask = Tensor<2, Int>::from_data(TensorData::from_vec(mask, shape), device())}};
+}
+
+float forward_once(const nn::BertModel& bert, const Inputs& in) {
+  return read_one(bert.forward(in.ids, in.extra));
+}
+
+void bert_forward(benchmark::State& state) {
+  const nn::BertConfig config = shape_of(state.range(0));
+  state.SetLabel(state.range(0) == 0 ? "minilm" : "base");
+  const double tokens = static_cast<double>(bert_batch() * kTokens);
+  const double h = static_cast<double>(config.hidden_size);
+  // Per layer: the four projections and the feed-forward pair, then q kT and the weights times v.
+  state.counters["flops"] =
+      static_cast<double>(config.num_hidden_layers) *
+      (2 * tokens * h * (4 * h + 2 * static_cast<double>(config.intermediate_size)) +
+       4 * tokens * kTokens * h);
+  guarded(state, [&] {
+    device().seed(1);
+    const nn::BertModel bert = config.init(device());
+    const Inputs in = batch_inputs();
+    if (!std::isfinite(forward_once(bert, in))) throw std::runtime_error("bert: not finite");
+    for (auto _ : state) benchmark::DoNotOptimize(forward_once(bert, in));
+  });
+}
+BENCHMARK(bert_forward)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1);
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// A child process spinning on a core for as long as it lives.
+class CpuHog {
+ public:
+  CpuHog() : pid_(fork()) {
+    if (pid_ == 0) {
+      volatile std::uint64_t spin = 0;
+      for (;;) spin = spin + 1;
+    }
+  }
+  ~CpuHog() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  CpuHog(const CpuHog&) = delete;
+  CpuHog& operator=(const CpuHog&) = delete;
+
+ private:
+  pid_t pid_;
+};
+
+void bert_contention(benchmark::State& state) {
+  state.SetLabel("minilm");
+  guarded(state, [&] {
+    device().seed(1);
+    const nn::BertModel bert = shape_of(0).init(device());
+    const Inputs in = batch_inputs();
+    auto timed = [&](int count) {
+      std::vector<double> ms;
+      for (int i = 0; i < count; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        benchmark::DoNotOptimize(forward_once(bert, in));
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count());
+      }
+      return ms;
+    };
+    timed(2);
+    const double quiet = percentile(timed(20), 0.5);
+    std::vector<double> loaded;
+    {
+      CpuHog hog;
+      for (auto _ : state) {
+        const std::vector<double> one = timed(1);
+        loaded.push_back(one[0]);
+      }
+    }
+    state.counters["quiet_median_ms"] = quiet;
+    state.counters["loaded_p95_ms"] = percentile(loaded, 0.95);
+    state.counters["p95_over_quiet"] = percentile(loaded, 0.95) / quiet;
+  });
+}
+BENCHMARK(bert_contention)->Iterations(40)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
