@@ -41,7 +41,11 @@ std::string read_file(const std::filesystem::path& path, std::string_view op) {
     fail<InvalidArgument>(op, path.string(),
                           ": cannot open: ", std::generic_category().message(errno));
   }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // One read of the whole file (an istreambuf_iterator copies a character at a time).
+  std::string bytes(static_cast<std::size_t>(std::filesystem::file_size(path, error)), '\0');
+  if (error) fail<InvalidArgument>(op, path.string(), ": cannot read: ", error.message());
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<std::size_t>(in.gcount()));
   if (in.bad()) fail<InvalidArgument>(op, path.string(), ": read failed");
   return bytes;
 }

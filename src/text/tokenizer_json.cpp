@@ -1,6 +1,7 @@
 // tokenizer.json, Hugging Face `tokenizers`' serialised pipeline: the parts a BERT WordPiece
 // tokenizer has, each checked, and anything else refused by name.
-#include <map>
+#include <optional>
+#include <vector>
 
 #include "kiln/detail/format.h"
 #include "text/files.h"
@@ -12,30 +13,42 @@ namespace {
 using kiln::detail::concat;
 
 // The vocabulary as id -> token, from the model's map and the added tokens (which may extend it).
+// Ids are dense (every one below the largest names a token), so a vector indexed by id holds
+// them; an id past any the file could fill is never used to size anything.
 class VocabBuilder {
  public:
-  explicit VocabBuilder(const JsonReader& reader) : reader_(reader) {}
+  VocabBuilder(const JsonReader& reader, std::size_t entries) : reader_(reader), limit_(entries) {}
 
   void add(std::uint64_t id, const std::string& token, bool added) {
-    const auto [slot, inserted] = by_id_.try_emplace(id, token);
-    if (!inserted && !(added && slot->second == token)) {
-      reader_.fail(concat("tokens '", slot->second, "' and '", token, "' have the same id ", id));
+    if (id >= limit_) {  // then some id below it names no token: take() says which
+      beyond_ = true;
+      return;
+    }
+    if (id >= by_id_.size()) by_id_.resize(static_cast<std::size_t>(id) + 1);
+    std::optional<std::string>& slot = by_id_[static_cast<std::size_t>(id)];
+    if (!slot) {
+      slot = token;
+    } else if (!(added && *slot == token)) {
+      reader_.fail(concat("tokens '", *slot, "' and '", token, "' have the same id ", id));
     }
   }
 
   std::vector<std::string> take() {
     std::vector<std::string> vocab;
     vocab.reserve(by_id_.size());
-    for (auto& [id, token] : by_id_) {
-      if (id != vocab.size()) reader_.fail(concat("no token has id ", vocab.size()));
-      vocab.push_back(std::move(token));
+    for (std::optional<std::string>& token : by_id_) {
+      if (!token) reader_.fail(concat("no token has id ", vocab.size()));
+      vocab.push_back(std::move(*token));
     }
+    if (beyond_) reader_.fail(concat("no token has id ", vocab.size()));
     return vocab;
   }
 
  private:
   const JsonReader& reader_;
-  std::map<std::uint64_t, std::string> by_id_;
+  std::size_t limit_;  // the model's and the added tokens' entries together
+  std::vector<std::optional<std::string>> by_id_;
+  bool beyond_ = false;  // an id at or past limit_ came
 };
 
 // The type a component names, or "" for a null component.
@@ -190,7 +203,13 @@ TokenizerSpec read_tokenizer_json(const std::filesystem::path& path, std::string
                        "' is not supported (only BertPreTokenizer)"));
   }
   TokenizerSpec spec;
-  VocabBuilder vocab(reader);
+  // Dense ids fit in as many slots as the model's vocabulary and the added tokens have entries.
+  std::size_t entries = 0;
+  if (const auto model = root.find("model"); model != root.end() && model->is_object()) {
+    if (const auto map = model->find("vocab"); map != model->end()) entries += map->size();
+  }
+  if (const auto added = root.find("added_tokens"); added != root.end()) entries += added->size();
+  VocabBuilder vocab(reader, entries);
   read_model(reader, root, vocab, spec.options);
   read_added_tokens(reader, root, vocab, spec.options);
   read_normalizer(reader, root, spec.options);
