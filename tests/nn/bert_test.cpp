@@ -51,10 +51,12 @@ TEST(NnBert, TransformersBertModelLoadsAndAgreesInFloat64) {
                        "pooler");
 }
 
+// On the default device (cuda:0 on a GPU machine), from the file's path.
 TEST(NnBert, Float32ModelAgreesWithTheFloat64Reference) {
   const Expected e = expected();
+  const Device device = Device::default_device();
   const BertModel bert = BertModel::from_pretrained(kFixtures / "tiny_bert" / "model.safetensors");
-  const Tensor<3> hidden = bert.forward(e.ints("input_ids"), e.inputs());
+  const Tensor<3> hidden = bert.forward(e.ints("input_ids", device), e.inputs(device));
   EXPECT_EQ(hidden.dtype(), DType::F32);
   testing::expect_near(testing::read(hidden), e.values("last_hidden_state"), 2e-5, "f32 hidden");
 }
