@@ -1,5 +1,11 @@
 #include "core/buffer.h"
 
+#include <cstdint>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
@@ -10,12 +16,30 @@ void fail_allocation(std::size_t count, std::size_t element_size) {
                     " bytes for scratch memory");
 }
 
+void advise_huge_pages(void* data, std::size_t bytes) noexcept {
+#if defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+  // Advice only: refused (no transparent huge pages), the memory stays in ordinary pages.
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 std::vector<std::byte> allocate_bytes(std::size_t bytes) {
   if (bytes > kMaxHostAllocationBytes) {
     fail<OutOfMemory>("cpu", "cannot allocate ", bytes, " bytes of host memory");
   }
   try {
-    return std::vector<std::byte>(bytes);
+    // Reserved first, advised, then zeroed: the zeroing is the first touch of every page.
+    std::vector<std::byte> out;
+    out.reserve(bytes);
+    advise_huge_pages(out.data(), bytes);
+    out.resize(bytes);
+    return out;
   } catch (const std::bad_alloc&) {
     fail<OutOfMemory>("cpu", "cannot allocate ", bytes, " bytes of host memory");
   } catch (const std::length_error&) {

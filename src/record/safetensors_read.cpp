@@ -6,6 +6,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "core/buffer.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 #include "kiln/record/safetensors.h"
@@ -49,7 +50,7 @@ class FileReader {
     SafetensorsFile file{{}, std::move(header.metadata)};
     const std::uint64_t data_start = 8 + header_length;
     for (detail::TensorEntry& entry : header.tensors) {
-      std::vector<std::byte> bytes(entry.end - entry.begin);
+      std::vector<std::byte> bytes = kiln::detail::allocate_bytes(entry.end - entry.begin);
       read_at(data_start + entry.begin, bytes);
       detail::check_bool_bytes(entry, bytes, op_, origin_);
       file.tensors.emplace(std::move(entry.name), make_tensor(entry, std::move(bytes)));

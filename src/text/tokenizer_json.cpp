@@ -12,6 +12,10 @@ namespace {
 
 using kiln::detail::concat;
 
+// model.vocab's (token, id) pairs, taken out while the file is parsed: kept in the document they
+// would be 30,000 insertions into a std::map, the better part of a BERT tokenizer's load.
+using VocabEntries = std::vector<std::pair<std::string, Json>>;
+
 // The vocabulary as id -> token, from the model's map and the added tokens (which may extend it).
 // Ids are dense (every one below the largest names a token), so a vector indexed by id holds
 // them; an id past any the file could fill is never used to size anything.
@@ -58,17 +62,18 @@ std::string type_of(const JsonReader& reader, const Json& root, std::string_view
   return reader.string_at(*component, "type", key);
 }
 
-void read_model(const JsonReader& reader, const Json& root, VocabBuilder& vocab,
-                WordPieceOptions& options) {
+void read_model(const JsonReader& reader, const Json& root, const VocabEntries& entries,
+                VocabBuilder& vocab, WordPieceOptions& options) {
   const Json* model = reader.find(root, "model", "the file");
   if (model == nullptr) reader.fail("no \"model\"");
   const std::string type = reader.string_at(*model, "type", "model");
   if (type != "WordPiece") {
     reader.fail(concat("model type '", type, "' is not WordPiece (only BERT-style tokenizers)"));
   }
-  const Json* entries = reader.find(*model, "vocab", "model");
-  if (entries == nullptr || !entries->is_object()) reader.fail("model has no \"vocab\" object");
-  for (const auto& [token, id] : entries->items()) {
+  // The entries themselves were taken out while parsing (parse_taking_vocab).
+  const Json* map = reader.find(*model, "vocab", "model");
+  if (map == nullptr || !map->is_object()) reader.fail("model has no \"vocab\" object");
+  for (const auto& [token, id] : entries) {
     vocab.add(reader.as_count(id, concat("the id of '", token, "'")), token, false);
   }
   options.unk_token = reader.string_at(*model, "unk_token", "model");
@@ -191,10 +196,40 @@ void read_padding_and_truncation(const JsonReader& reader, const Json& root,
   }
 }
 
+// model.vocab's entries go to vocab instead of the document.
+Json parse_taking_vocab(const std::filesystem::path& path, std::string_view op,
+                        VocabEntries& vocab) {
+  const std::string bytes = read_file(path, op);
+  std::string top_key, model_key, token;
+  const auto in_vocab = [&] { return top_key == "model" && model_key == "vocab"; };
+  // depth: 1 for the top object's members, 2 for model's, 3 for the vocabulary's. Returning
+  // false for a vocabulary entry leaves it out of the document.
+  const Json::parser_callback_t take = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::key) {
+      if (depth == 1) top_key = parsed.get<std::string>();
+      if (depth == 2) model_key = parsed.get<std::string>();
+      if (depth == 3 && in_vocab()) {
+        token = parsed.get<std::string>();
+        return false;
+      }
+    } else if (event == Json::parse_event_t::value && depth == 3 && in_vocab()) {
+      vocab.emplace_back(std::move(token), std::move(parsed));
+      return false;
+    }
+    return true;
+  };
+  try {
+    return Json::parse(bytes, take);
+  } catch (const Json::exception& error) {
+    kiln::detail::fail<InvalidArgument>(op, path.string(), ": not JSON: ", error.what());
+  }
+}
+
 }  // namespace
 
 TokenizerSpec read_tokenizer_json(const std::filesystem::path& path, std::string_view op) {
-  const Json root = read_json_file(path, op);
+  VocabEntries entries_of_vocab;
+  const Json root = parse_taking_vocab(path, op, entries_of_vocab);
   const JsonReader reader(op, path.string());
   if (!root.is_object()) reader.fail("not a tokenizer.json (the top level is not an object)");
   const std::string pre_tokenizer = type_of(reader, root, "pre_tokenizer");
@@ -204,13 +239,10 @@ TokenizerSpec read_tokenizer_json(const std::filesystem::path& path, std::string
   }
   TokenizerSpec spec;
   // Dense ids fit in as many slots as the model's vocabulary and the added tokens have entries.
-  std::size_t entries = 0;
-  if (const auto model = root.find("model"); model != root.end() && model->is_object()) {
-    if (const auto map = model->find("vocab"); map != model->end()) entries += map->size();
-  }
+  std::size_t entries = entries_of_vocab.size();
   if (const auto added = root.find("added_tokens"); added != root.end()) entries += added->size();
   VocabBuilder vocab(reader, entries);
-  read_model(reader, root, vocab, spec.options);
+  read_model(reader, root, entries_of_vocab, vocab, spec.options);
   read_added_tokens(reader, root, vocab, spec.options);
   read_normalizer(reader, root, spec.options);
   read_post_processor(reader, root, spec.options);

@@ -8,10 +8,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
+#include "core/buffer.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 
@@ -101,10 +98,7 @@ void* allocate_block(std::size_t capacity) {
   if (capacity < kHugePage) return std::aligned_alloc(kAlignment, capacity);
   void* block = nullptr;
   if (posix_memalign(&block, kHugePage, capacity) != 0) return nullptr;
-#if defined(MADV_HUGEPAGE)
-  // Advice only: where it is refused (no transparent huge pages) the block is ordinary memory.
-  (void)madvise(block, capacity / kHugePage * kHugePage, MADV_HUGEPAGE);
-#endif
+  detail::advise_huge_pages(block, capacity);
   return block;
 }
 
