@@ -117,6 +117,21 @@ def workloads(device, bert_batch):
     additive = torch.zeros(1, 1, 1, TOKENS)
     additive[..., 96:] = torch.finfo(torch.float32).min
     masked = scores + additive
+    q, k, v = (torch.randn(BATCH, HEADS, TOKENS, 64, generator=g) for _ in range(3))
+    keys = torch.zeros(1, 1, 1, TOKENS, dtype=torch.bool)
+    keys[..., 96:] = True
+    hidden = torch.randn(BATCH * TOKENS, 768, generator=g) * 2
+    gamma, beta = torch.rand(768, generator=g) + 0.5, torch.rand(768, generator=g) - 0.5
+
+    def attention_op():
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=~keys)
+        return attention_composed()
+
+    def attention_composed():
+        scores = (q @ k.transpose(-1, -2)) / 8.0
+        return torch.softmax(scores.masked_fill(keys, -1e30), dim=-1) @ v
+
     ids, mask = batch_inputs(bert_batch)
     torch.manual_seed(1)
     minilm = Bert(384, 6, 1536).eval()
@@ -125,6 +140,9 @@ def workloads(device, bert_batch):
         "gelu_large": lambda: read_one(F.gelu(x)),
         "softmax_scores": lambda: read_one(torch.softmax(scores, dim=-1)),
         "softmax_scores_masked": lambda: read_one(torch.softmax(masked, dim=-1)),
+        "attention_op": lambda: read_one(attention_op()),
+        "attention_composed": lambda: read_one(attention_composed()),
+        "layer_norm_hidden": lambda: read_one(F.layer_norm(hidden, (768,), gamma, beta, 1e-12)),
         "bert_forward/0": lambda: read_one(minilm(ids, mask)),
         "bert_forward/1": lambda: read_one(base(ids, mask)),
         "bert_contention": ("once", lambda: contention(minilm, ids, mask)),

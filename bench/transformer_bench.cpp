@@ -6,6 +6,9 @@
 //   softmax_scores                softmax over attention scores [8, 12, 128, 128]
 //   softmax_scores_masked         the same plus the additive -3.4e38 mask Hugging Face ports
 //                                 write on padding keys (a quarter of the keys)
+//   attention_op / _composed      attention over [8, 12, 128, 64] with padding keys: the op, and
+//                                 the same maths composed of matmul, mask_fill and softmax
+//   layer_norm_hidden             layer norm over [1024, 768]
 //   bert_forward/minilm|base      nn::BertModel, batch 8 x 128 tokens with padding (the batch:
 //                                 KILN_BENCH_BERT_BATCH), on the default device (KILN_DEVICE):
 //                                 MiniLM-L6-H384 and BERT-base (L12-H768) shapes, random weights
@@ -91,6 +94,72 @@ void softmax_scores(benchmark::State& state) { run_softmax_scores(state, false);
 void softmax_scores_masked(benchmark::State& state) { run_softmax_scores(state, true); }
 BENCHMARK(softmax_scores)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 BENCHMARK(softmax_scores_masked)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// Attention over BERT-base's heads [8, 12, 128, 64] with a quarter of the keys padding: the
+// attention op (one kernel) against the same maths composed of ops.
+Tensor<4> composed_attention(const Tensor<4>& q, const Tensor<4>& k, const Tensor<4>& v,
+                             const Tensor<4, Bool>& excluded) {
+  const Tensor<4> scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / 8.0);
+  return activation::softmax(scores.mask_fill(excluded.expand<4>(scores.shape()), -1e30), 3)
+      .matmul(v);
+}
+
+void run_attention(benchmark::State& state, bool fused) {
+  const Shape shape{kBatch, kHeads, kTokens, 64};
+  state.counters["bytes"] = 4.0 * static_cast<double>(shape.num_elements()) * sizeof(float);
+  guarded(state, [&] {
+    auto make = [&] {
+      auto t = Tensor<4>::random(shape, Distribution::normal(0, 1), device());
+      read_one(t);
+      return t;
+    };
+    const Tensor<4> q = make(), k = make(), v = make();
+    std::vector<bool> keys(static_cast<std::size_t>(kTokens), false);
+    for (std::int64_t j = 96; j < kTokens; ++j) keys[static_cast<std::size_t>(j)] = true;
+    const auto excluded =
+        Tensor<4, Bool>::from_data(TensorData::from_vec(keys, Shape{1, 1, 1, kTokens}), device());
+    auto run = [&] {
+      return fused ? module::attention(q, k, v, module::AttentionMask<4>::exclude(excluded))
+                   : composed_attention(q, k, v, excluded);
+    };
+    const double a = run().slice({{0, 1}, {0, 1}, {0, 1}, {0, 1}}).into_data().to_f64_vec()[0];
+    const double b =
+        (fused ? composed_attention(q, k, v, excluded)
+               : module::attention(q, k, v, module::AttentionMask<4>::exclude(excluded)))
+            .slice({{0, 1}, {0, 1}, {0, 1}, {0, 1}})
+            .into_data()
+            .to_f64_vec()[0];
+    expect_near(a, b, 1e-4, "attention: op against composition");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(run()));
+  });
+}
+void attention_op(benchmark::State& state) { run_attention(state, true); }
+void attention_composed(benchmark::State& state) { run_attention(state, false); }
+BENCHMARK(attention_op)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+BENCHMARK(attention_composed)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// Layer norm over BERT-base's hidden states [8 * 128, 768].
+void layer_norm_hidden(benchmark::State& state) {
+  const std::int64_t rows = kBatch * kTokens, size = 768;
+  state.counters["bytes"] = 2.0 * static_cast<double>(rows * size) * sizeof(float);
+  guarded(state, [&] {
+    auto x = Tensor<2>::random({rows, size}, Distribution::normal(0, 2), device());
+    auto gamma = Tensor<1>::random({size}, Distribution::uniform(0.5, 1.5), device());
+    auto beta = Tensor<1>::random({size}, Distribution::uniform(-0.5, 0.5), device());
+    read_one(x);
+    const std::vector<double> row = x.slice({{0, 1}}).into_data().to_f64_vec();
+    double mean = 0, var = 0;
+    for (double v : row) mean += v / static_cast<double>(size);
+    for (double v : row) var += (v - mean) * (v - mean) / static_cast<double>(size);
+    const double g0 = gamma.slice({{0, 1}}).into_data().to_f64_vec()[0];
+    const double b0 = beta.slice({{0, 1}}).into_data().to_f64_vec()[0];
+    auto run = [&] { return module::layer_norm(x, gamma, beta, 1e-12); };
+    expect_near(read_one(run()), (row[0] - mean) / std::sqrt(var + 1e-12) * g0 + b0, 1e-4,
+                "layer_norm");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(run()));
+  });
+}
+BENCHMARK(layer_norm_hidden)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
 nn::BertConfig shape_of(std::int64_t which) {
   if (which == 0) {  // MiniLM-L6-H384 (all-MiniLM-L6-v2)

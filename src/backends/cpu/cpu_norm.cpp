@@ -33,13 +33,31 @@ double load(const T* p, std::int64_t i) {
 }
 
 // One row of layer_norm. A single pass over the row sums the values shifted by the first one,
-// in double, so a large mean does not cancel the variance.
-template <class T>
-void normalize_row(const T* row, T* out, std::int64_t width, const std::vector<double>& gamma,
-                   const std::vector<double>& beta, double epsilon) {
+// in double, so a large mean does not cancel the variance; the sums run over kLanes independent
+// partial sums, added in a fixed order at the end (one running sum is a chain of dependent adds;
+// the lanes vectorise). The output pass runs in the dtype's compute type C (float for f32, f16
+// and bf16), at the float vector width, one rounding more than a double pass. A [1024, 768] f32
+// norm: 0.58 ms -> 0.45 with the lanes -> 0.30 with the float pass (torch: 0.18).
+template <class T, class C>
+void normalize_row(const T* row, T* out, std::int64_t width, const C* gamma, const C* beta,
+                   double epsilon) {
+  constexpr int kLanes = 8;
   const double shift = load(row, 0);
+  double lanes1[kLanes] = {}, lanes2[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= width; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = load(row, i + j) - shift;
+      lanes1[j] += v;
+      lanes2[j] += v * v;
+    }
+  }
   double s1 = 0, s2 = 0;
-  for (std::int64_t i = 0; i < width; ++i) {
+  for (int j = 0; j < kLanes; ++j) {
+    s1 += lanes1[j];
+    s2 += lanes2[j];
+  }
+  for (; i < width; ++i) {
     const double v = load(row, i) - shift;
     s1 += v;
     s2 += v * v;
@@ -48,10 +66,10 @@ void normalize_row(const T* row, T* out, std::int64_t width, const std::vector<d
   const double centred = s1 / n;
   const double variance = std::max(s2 / n - centred * centred, 0.0);
   const double mean = shift + centred;
-  const double inv = 1.0 / std::sqrt(variance + epsilon);
-  for (std::int64_t i = 0; i < width; ++i) {
-    const auto c = static_cast<std::size_t>(i);
-    out[i] = static_cast<T>((load(row, i) - mean) * inv * gamma[c] + beta[c]);
+  const auto m = static_cast<C>(mean);
+  const auto inv = static_cast<C>(1.0 / std::sqrt(variance + epsilon));
+  for (std::int64_t k = 0; k < width; ++k) {
+    out[k] = static_cast<T>((static_cast<C>(row[k]) - m) * inv * gamma[k] + beta[k]);
   }
 }
 
@@ -69,12 +87,14 @@ Primitive CpuBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitive
   const std::vector<double> b = beta ? as_doubles(*beta) : std::vector<double>(g.size(), 0.0);
   auto in = contiguous(x);
   visit_float_dtype(dtype, "layer_norm", [&]<class T>(type_tag<T>) {
+    using C = compute_t<T>;
+    const std::vector<C> gc(g.begin(), g.end()), bc(b.begin(), b.end());
     const T* src = in->data_as<const T>();
     T* dst = out->data_as<T>();
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / width);
     parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
-        normalize_row(src + r * width, dst + r * width, width, g, b, epsilon);
+        normalize_row(src + r * width, dst + r * width, width, gc.data(), bc.data(), epsilon);
       }
     });
   });
