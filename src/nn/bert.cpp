@@ -62,14 +62,13 @@ Tensor<3> layer_forward(const BertLayer& layer, const Tensor<3>& x,
 
 Tensor<3> BertEmbeddings::forward(const Tensor<2, Int>& input_ids,
                                   const Tensor<2, Int>& token_type_ids) const {
-  const auto [batch, length] = input_ids.dims();
+  const std::int64_t length = input_ids.dims()[1];
   const std::int64_t hidden = word_embeddings.weight.val().dims()[1];
   const Tensor<2> positions =
       position_embeddings.forward(Tensor<1, Int>::arange(0, length, input_ids.device()));
   const Tensor<3> x = word_embeddings.forward(input_ids) +
                       token_type_embeddings.forward(token_type_ids) +
                       positions.reshape<3>(Shape{1, length, hidden});
-  (void)batch;
   return Dropout{dropout}.forward(layer_norm.forward(x));
 }
 
@@ -114,9 +113,8 @@ Tensor<2> BertModel::pool(const Tensor<3>& hidden) const {
                                         "the model has no pooler (add_pooling_layer false, or a "
                                         "checkpoint without pooler.dense)");
   }
-  const auto [batch, length, size] = hidden.dims();
-  (void)length;
-  return pooler->dense.forward(hidden.narrow(1, 0, 1).reshape<2>(Shape{batch, size})).tanh();
+  const Shape first{hidden.dims()[0], hidden.dims()[2]};  // the [CLS] state of each sequence
+  return pooler->dense.forward(hidden.narrow(1, 0, 1).reshape<2>(first)).tanh();
 }
 
 BertConfig BertConfig::from_json_file(const std::filesystem::path& config_json) {
