@@ -18,9 +18,9 @@ void fail_allocation(std::size_t count, std::size_t element_size) {
 
 void advise_huge_pages(void* data, std::size_t bytes) noexcept {
 #if defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+  constexpr std::uintptr_t kMask = kHugePageBytes - 1;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kMask) & ~kMask;
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~kMask;
   // Advice only: refused (no transparent huge pages), the memory stays in ordinary pages.
   if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 #else

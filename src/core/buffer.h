@@ -49,6 +49,8 @@ using Buffer = std::vector<T, GuardedAllocator<T>>;
 // A std::vector<std::byte> of `bytes` zeroed bytes (what TensorData holds), OutOfMemory on failure.
 // Its whole 2 MiB pages are advised to transparent huge pages before they are first touched.
 std::vector<std::byte> allocate_bytes(std::size_t bytes);
+// The size of a transparent huge page on x86-64 Linux.
+inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 // Advises the whole 2 MiB pages inside [data, data + bytes) to transparent huge pages (Linux;
 // nothing elsewhere): a first touch then faults once per 2 MiB instead of once per 4 KiB.
 void advise_huge_pages(void* data, std::size_t bytes) noexcept;

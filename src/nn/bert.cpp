@@ -1,22 +1,20 @@
 #include "kiln/nn/bert.h"
 
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "kiln/activation.h"
 #include "kiln/detail/format.h"
 #include "kiln/nn/dropout.h"
-#include "kiln/nn/init.h"
 #include "kiln/nn/record.h"
 #include "kiln/record/safetensors.h"
 #include "nn/attention_heads.h"
+#include "text/files.h"
 
 namespace kiln::nn {
 namespace {
 
-using Json = nlohmann::json;
+using text::detail::Json;
 
 Tensor<3> activate(const Tensor<3>& x, BertActivation act) {
   switch (act) {
@@ -120,14 +118,7 @@ Tensor<2> BertModel::pool(const Tensor<3>& hidden) const {
 BertConfig BertConfig::from_json_file(const std::filesystem::path& config_json) {
   const char* op = "BertConfig::from_json_file";
   const std::string origin = config_json.string();
-  std::ifstream in(config_json);
-  if (!in) kiln::detail::fail<InvalidArgument>(op, "cannot read ", origin);
-  Json json;
-  try {
-    json = Json::parse(in);
-  } catch (const Json::exception& e) {
-    kiln::detail::fail<InvalidArgument>(op, origin, " is not JSON: ", e.what());
-  }
+  const Json json = text::detail::read_json_file(config_json, op);
   if (!json.is_object()) kiln::detail::fail<InvalidArgument>(op, origin, " is not a JSON object");
   BertConfig config;
   auto read = [&](const char* field, auto& into) {
@@ -247,11 +238,7 @@ BertModel BertModel::from_pretrained(const std::filesystem::path& path, const De
   const bool nested = tensors.contains("bert.embeddings.word_embeddings.weight");
   const std::string prefix = nested ? "bert." : "";
   config.add_pooling_layer = tensors.contains(prefix + "pooler.dense.weight");
-  BertModel model;
-  {
-    SkipInit skip;
-    model = config.init(device);
-  }
+  BertModel model = nn::detail::init_without_drawing(config, device);
   LoadOptions options{.allow_unexpected = nested, .prefix = prefix};
   // Older checkpoints saved the position ids [0, 1, ...] as a buffer; they are implied.
   options.rename = [](std::string_view name) {

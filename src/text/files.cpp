@@ -70,12 +70,13 @@ std::vector<std::string> read_vocab_file(const std::filesystem::path& path, std:
   return vocab;
 }
 
-Json read_json_file(const std::filesystem::path& path, std::string_view op) {
+Json read_json_file(const std::filesystem::path& path, std::string_view op,
+                    const Json::parser_callback_t& callback) {
   const std::string bytes = read_file(path, op);
   try {
-    return Json::parse(bytes);
+    return Json::parse(bytes, callback);
   } catch (const Json::exception& error) {
-    fail<InvalidArgument>(op, path.string(), ": not JSON: ", error.what());
+    fail<InvalidArgument>(op, path.string(), " is not JSON: ", error.what());
   }
 }
 

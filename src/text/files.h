@@ -24,7 +24,9 @@ std::string read_file(const std::filesystem::path& path, std::string_view op);
 // vocab.txt's lines, each without its line break and trailing white space.
 std::vector<std::string> read_vocab_file(const std::filesystem::path& path, std::string_view op);
 // A JSON file; InvalidArgument naming the file and the parser's complaint if it is not JSON.
-Json read_json_file(const std::filesystem::path& path, std::string_view op);
+// callback, when given, sees every parse event and may leave values out of the document.
+Json read_json_file(const std::filesystem::path& path, std::string_view op,
+                    const Json::parser_callback_t& callback = nullptr);
 // tokenizer.json's model, normaliser, added tokens, specials and truncation.
 TokenizerSpec read_tokenizer_json(const std::filesystem::path& path, std::string_view op);
 

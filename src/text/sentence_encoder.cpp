@@ -1,31 +1,20 @@
 #include "kiln/text/sentence_encoder.h"
 
 #include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "kiln/detail/format.h"
+#include "text/files.h"
 
 namespace kiln::text {
 namespace {
 
-using Json = nlohmann::json;
-
-Json read_json(const char* op, const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) kiln::detail::fail<InvalidArgument>(op, "cannot read ", path.string());
-  try {
-    return Json::parse(in);
-  } catch (const Json::exception& e) {
-    kiln::detail::fail<InvalidArgument>(op, path.string(), " is not JSON: ", e.what());
-  }
-}
+using detail::Json;
 
 // sentence-transformers' Pooling config: exactly one mode kiln runs, named by "pooling_mode"
 // (sentence-transformers 5) or by one true pooling_mode_* flag (earlier versions).
 Pooling read_pooling(const char* op, const std::filesystem::path& config) {
-  const Json json = read_json(op, config);
+  const Json json = detail::read_json_file(config, op);
   const std::pair<std::string_view, Pooling> modes[] = {
       {"cls_token", Pooling::Cls},
       {"mean_tokens", Pooling::Mean},
@@ -103,7 +92,7 @@ SentenceEncoder SentenceEncoder::from_directory(const std::filesystem::path& dir
   bool normalize = false;
   const std::filesystem::path modules = dir / "modules.json";
   if (std::filesystem::exists(modules)) {
-    const Json list = read_json(op, modules);
+    const Json list = detail::read_json_file(modules, op);
     if (!list.is_array())
       kiln::detail::fail<InvalidArgument>(op, modules.string(), " is not a list");
     for (const Json& module : list) {

@@ -199,7 +199,6 @@ void read_padding_and_truncation(const JsonReader& reader, const Json& root,
 // model.vocab's entries go to vocab instead of the document.
 Json parse_taking_vocab(const std::filesystem::path& path, std::string_view op,
                         VocabEntries& vocab) {
-  const std::string bytes = read_file(path, op);
   std::string top_key, model_key, token;
   const auto in_vocab = [&] { return top_key == "model" && model_key == "vocab"; };
   // depth: 1 for the top object's members, 2 for model's, 3 for the vocabulary's. Returning
@@ -218,11 +217,7 @@ Json parse_taking_vocab(const std::filesystem::path& path, std::string_view op,
     }
     return true;
   };
-  try {
-    return Json::parse(bytes, take);
-  } catch (const Json::exception& error) {
-    kiln::detail::fail<InvalidArgument>(op, path.string(), ": not JSON: ", error.what());
-  }
+  return read_json_file(path, op, take);
 }
 
 }  // namespace

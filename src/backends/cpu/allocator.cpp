@@ -92,12 +92,10 @@ std::uint64_t memory_limit() {
 // one per 4 KiB. Blocks of at least a huge page are aligned to one and offered to the kernel's
 // transparent huge pages (which honours the advice in its default "madvise" mode), so they
 // fault once per 2 MiB instead.
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
-
 void* allocate_block(std::size_t capacity) {
-  if (capacity < kHugePage) return std::aligned_alloc(kAlignment, capacity);
+  if (capacity < detail::kHugePageBytes) return std::aligned_alloc(kAlignment, capacity);
   void* block = nullptr;
-  if (posix_memalign(&block, kHugePage, capacity) != 0) return nullptr;
+  if (posix_memalign(&block, detail::kHugePageBytes, capacity) != 0) return nullptr;
   detail::advise_huge_pages(block, capacity);
   return block;
 }
