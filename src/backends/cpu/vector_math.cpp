@@ -96,6 +96,30 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
   return dispatch<double, DoubleVector>(function, in, out, n, kDoubleLanes);
 }
 
+#if defined(__AVX512F__)
+// e^x for x <= 0 (or NaN), inline: softmax's exponentials were a third of its time as calls to
+// libmvec, whose expf also leaves its fast path for results below the normal range (a row that
+// holds Hugging Face's additive -3.4e38 mask took three times as long). x = n ln2 + r with
+// |r| <= ln2 / 2 (ln2 in two parts, so n ln2 is exact enough), e^r = 1 + r + r^2 P(r) with P
+// Cephes' degree-5 minimax fit (within 2 ulp), and scalef multiplies by 2^n with one rounding,
+// subnormal results included. Below -104 every result rounds to 0; clamping there keeps -inf
+// from making n ln2 - x a NaN (max returns its second operand for a NaN x, so NaN stays NaN).
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+#else
 // libmvec's expf leaves its fast path for results below the normal range (x below about -87.3),
 // calling the scalar function lane by lane: a softmax over scores that hold an additive mask
 // (-3.4e38, as Hugging Face models write it) took three times as long. Below kFastExpFloor the
@@ -113,31 +137,28 @@ void redo_subnormal_lanes(const float* arguments, float* out, unsigned middle, i
   }
 }
 
+#endif
+
 bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
                     double& sum) noexcept {
   double lanes[8] = {};
   std::int64_t i = 0;
 #if defined(__AVX512F__)
-  const __m512 offset = _mm512_set1_ps(shift), floor = _mm512_set1_ps(kFastExpFloor);
-  const __m512 zero_below = _mm512_set1_ps(kExpZero);
+  const __m512 offset = _mm512_set1_ps(shift);
   __m512d partial = _mm512_setzero_pd();
-  for (; i + kFloatLanes <= n; i += kFloatLanes) {
-    const __m512 a = _mm512_sub_ps(load(in + i), offset);
-    const __mmask16 below = _mm512_cmp_ps_mask(a, floor, _CMP_LT_OQ);  // false for NaN
-    const __mmask16 zero = _mm512_cmp_ps_mask(a, zero_below, _CMP_LT_OQ);
-    // max(floor, a) is a where a is NaN (the second operand), so NaN stays NaN.
-    store(out + i,
-          _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero), vector_exp(_mm512_max_ps(floor, a))));
-    if (const auto middle = static_cast<unsigned>(below & ~zero); middle != 0) {
-      alignas(64) float arguments[16];
-      _mm512_store_ps(arguments, a);
-      redo_subnormal_lanes(arguments, out + i, middle, 16);
-    }
-    // Elements i..i+7 then i+8..i+15 into the 8 partial sums, in order, read back as halves
-    // from the stores just made. (The maskz conversion: GCC 12 warns of the undefined vector the
-    // plain one, and the half extracts, start from.)
-    partial = _mm512_add_pd(partial, _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(out + i)));
-    partial = _mm512_add_pd(partial, _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(out + i + 8)));
+  // Whole vectors, then the tail through the same exp under a mask (its lanes past n are 0), so
+  // an element's value and the partial sum it joins do not depend on where a run ends.
+  for (; i < n; i += kFloatLanes) {
+    const auto live = static_cast<__mmask16>(n - i >= kFloatLanes ? 0xffff : (1u << (n - i)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(
+        live, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, in + i), offset)));
+    _mm512_mask_storeu_ps(out + i, live, e);
+    // Elements i..i+7 then i+8..i+15 into the 8 partial sums, in order. (The maskz conversion:
+    // GCC 12 warns of the undefined vector the plain one, and the half extracts, start from.)
+    partial = _mm512_add_pd(partial, _mm512_maskz_cvtps_pd(0xff, _mm512_castps512_ps256(e)));
+    partial = _mm512_add_pd(
+        partial, _mm512_maskz_cvtps_pd(
+                     0xff, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
   }
   _mm512_storeu_pd(lanes, partial);
 #else

@@ -53,8 +53,10 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
 
 // Softmax's middle pass in one: out[i] = exp(in[i] - shift) for contiguous arrays, and the sum of
 // out in double, over 8 partial sums (out[i] into sum i % 8, the sums added in order at the end),
-// so a row's sum does not depend on where its run starts. Returns false when no vector form
-// exists; out[i] past the last full vector comes from the scalar exp. out may be in.
+// so a row's sum does not depend on where its run starts. For in[i] - shift <= 0 or NaN (the
+// shift is the row's maximum): AVX-512 builds use an inline exp (vector_math.cpp) for every
+// element, AVX2 builds libmvec's with the scalar exp past the last full vector. Returns false
+// when no vector form exists. out may be in.
 bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n, double& sum) noexcept;
 
 }  // namespace kiln::cpu
