@@ -27,9 +27,9 @@ void CpuBackend::memory_cleanup() { cpu::CachingAllocator::instance().release_ca
 void CpuBackend::reset_peak_memory() { cpu::CachingAllocator::instance().reset_peak(); }
 
 std::shared_ptr<Backend> make_cpu_backend() {
-  // kiln splits large products over its own OpenMP threads (cpu_gemm.cpp); a pthreads OpenBLAS
-  // threading them again would oversubscribe the cores.
-  if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
+  // kiln splits large products over its own threads (cpu_gemm.cpp, thread_pool.h); an OpenBLAS
+  // threading them again, with pthreads (1) or OpenMP (2), would oversubscribe the cores.
+  if (openblas_get_parallel() != 0) openblas_set_num_threads(1);
   return std::make_shared<CpuBackend>();
 }
 

@@ -4,7 +4,6 @@
 // per-thread buffer that stays in cache (im2col) and runs one single-threaded gemm on it. The
 // transpose and the input gradient run the gemm first and scatter the columns back (col2im).
 // Pointwise windows (1x1, stride 1, no padding) read the image directly.
-#include <omp.h>
 
 #include <mutex>
 
@@ -59,13 +58,12 @@ constexpr std::int64_t kColumnBytes = std::int64_t{2} << 20;
 
 // While alive (and engaged), OpenBLAS runs single-threaded: the kernels below split the work
 // over kiln's threads and call gemm from each, and a pthreads OpenBLAS would otherwise
-// oversubscribe the cores (its pool spinning against OpenMP's) and serialise concurrent calls.
-// An OpenMP OpenBLAS already runs single-threaded inside a parallel region. Nested or
-// concurrent scopes share one saved setting.
+// oversubscribe the cores (its pool spinning against kiln's) and serialise concurrent calls.
+// Nested or concurrent scopes share one saved setting.
 class SingleThreadedBlas {
  public:
   explicit SingleThreadedBlas(bool engage) {
-    if (!engage || openblas_get_parallel() != 1) return;
+    if (!engage || openblas_get_parallel() == 0) return;
     std::lock_guard lock(mutex());
     if (depth()++ == 0) {
       saved() = openblas_get_num_threads();
@@ -106,7 +104,7 @@ void run_tasks(std::int64_t tasks, std::int64_t work, std::int64_t scratch_size,
   const std::int64_t grain =
       std::max<std::int64_t>(1, kSerialWork / std::max<std::int64_t>(1, work));
   const bool parallel =
-      !omp_in_parallel() && std::min<std::int64_t>(thread_count(), tasks / grain) > 1;
+      !in_parallel_region() && std::min<std::int64_t>(thread_count(), tasks / grain) > 1;
   SingleThreadedBlas blas(parallel);
   parallel_for(tasks, grain, [&](std::int64_t first, std::int64_t last) {
     std::shared_ptr<CpuTensor> storage;

@@ -127,13 +127,13 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
     ob = BlasOperand{CblasNoTrans, n};
   }
   const std::int64_t ldc = m == 1 ? n : c.row_stride;
-  // Large products are split over kiln's OpenMP threads, each running a single-threaded BLAS on
-  // a block of rows (or columns) of c: one thread pool, so OpenBLAS's own threads never compete
-  // with OpenMP's spinning workers for the cores.
+  // Large products are split over kiln's threads (thread_pool.h), each running a single-threaded
+  // BLAS on a block of rows (or columns) of c: one thread pool, so OpenBLAS's own threads never
+  // compete with kiln's workers for the cores.
   const bool split_rows = m >= n;
   const std::int64_t extent = split_rows ? m : n;
   std::int64_t parts = 1;
-  if (!omp_in_parallel() && m * n * k >= 2 * kBlasSingleThreadWork) {
+  if (!in_parallel_region() && m * n * k >= 2 * kBlasSingleThreadWork) {
     parts = std::min<std::int64_t>({thread_count(), extent, m * n * k / kBlasSingleThreadWork});
   }
   auto block = [&](std::int64_t begin, std::int64_t end) {
@@ -161,8 +161,8 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
   const std::int64_t blocks = std::max<std::int64_t>(
       parts, std::min<std::int64_t>({parts * kBlocksPerThread, extent / kMinBlockExtent,
                                      m * n * k / kBlasSingleThreadWork}));
-#pragma omp parallel for num_threads(static_cast <int>(parts)) schedule(dynamic, 1)
-  for (std::int64_t p = 0; p < blocks; ++p) block(extent * p / blocks, extent * (p + 1) / blocks);
+  run_tasks(static_cast<int>(parts), blocks,
+            [&](std::int64_t p) { block(extent * p / blocks, extent * (p + 1) / blocks); });
 }
 
 template void gemm<float>(MatrixRef<const float>, MatrixRef<const float>, MatrixRef<float>, float,

@@ -82,7 +82,7 @@ void stable_sort_range(E* first, E* last, Less less) {
   const std::int64_t n = last - first;
   const std::int64_t chunks =
       std::min<std::int64_t>(thread_count(), std::max<std::int64_t>(1, n / kParallelSortLength));
-  if (chunks <= 1 || omp_in_parallel()) {
+  if (chunks <= 1 || in_parallel_region()) {
     std::stable_sort(first, last, less);
     return;
   }

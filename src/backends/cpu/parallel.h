@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <exception>
+
+#include "backends/cpu/thread_pool.h"
 
 namespace kiln::cpu {
 
@@ -30,31 +31,29 @@ inline int thread_count() noexcept {
   return limit > 0 ? limit : omp_get_max_threads();
 }
 
-// body(begin, end) on disjoint ranges covering [0, n). Exceptions from a worker are rethrown.
+// Ranges per thread: handed out as threads come free (thread_pool.h), so that when another
+// process takes a core from one thread the others do more of the ranges (a MiniLM forward beside
+// a CPU hog, 95th percentile over the quiet median: 2.2 with one range per thread, 1.9-2.0).
+inline constexpr std::int64_t kPiecesPerThread = 4;
+
+// body(begin, end) on disjoint ranges covering [0, n), at least grain elements each where n
+// allows. Exceptions from a body are rethrown.
 template <class Body>
 void parallel_for(std::int64_t n, std::int64_t grain, Body&& body) {
   if (n <= 0) return;
   const int threads = static_cast<int>(std::min<std::int64_t>(
       thread_count(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1))));
-  if (threads <= 1 || omp_in_parallel()) {
+  if (threads <= 1 || in_parallel_region()) {
     body(std::int64_t{0}, n);
     return;
   }
-  std::exception_ptr error;
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num();
-    const int count = omp_get_num_threads();
-    const std::int64_t begin = n * t / count;
-    const std::int64_t end = n * (t + 1) / count;
-    try {
-      if (begin < end) body(begin, end);
-    } catch (...) {
-#pragma omp critical(kiln_parallel_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  const std::int64_t pieces =
+      std::min<std::int64_t>(std::int64_t{threads} * kPiecesPerThread,
+                             std::max<std::int64_t>(threads, n / std::max<std::int64_t>(grain, 1)));
+  run_tasks(threads, pieces, [&](std::int64_t t) {
+    const std::int64_t begin = n * t / pieces, end = n * (t + 1) / pieces;
+    if (begin < end) body(begin, end);
+  });
 }
 
 }  // namespace kiln::cpu

@@ -104,10 +104,14 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
 // Cephes' degree-5 minimax fit (within 2 ulp), and scalef multiplies by 2^n with one rounding,
 // subnormal results included. Below -104 every result rounds to 0; clamping there keeps -inf
 // from making n ln2 - x a NaN (max returns its second operand for a NaN x, so NaN stays NaN).
+// (The masked forms with every lane set: GCC 12's plain ones start from an undefined vector and
+// warn of it.)
 inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  constexpr __mmask16 kAll = 0xffff;
+  x = _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-104.0f), x);
+  const __m512 n =
+      _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -117,7 +121,7 @@ inline __m512 exp_nonpositive(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_scalef_ps(kAll, p, n);
 }
 #else
 // libmvec's expf leaves its fast path for results below the normal range (x below about -87.3),
@@ -153,12 +157,13 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
     const __m512 e = _mm512_maskz_mov_ps(
         live, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, in + i), offset)));
     _mm512_mask_storeu_ps(out + i, live, e);
-    // Elements i..i+7 then i+8..i+15 into the 8 partial sums, in order. (The maskz conversion:
-    // GCC 12 warns of the undefined vector the plain one, and the half extracts, start from.)
-    partial = _mm512_add_pd(partial, _mm512_maskz_cvtps_pd(0xff, _mm512_castps512_ps256(e)));
+    // Elements i..i+7 then i+8..i+15 into the 8 partial sums, in order (masked forms, as above).
     partial = _mm512_add_pd(
-        partial, _mm512_maskz_cvtps_pd(
-                     0xff, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        partial, _mm512_maskz_cvtps_pd(0xff, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(
+                                                 0xff, _mm512_castps_pd(e), 0))));
+    partial = _mm512_add_pd(
+        partial, _mm512_maskz_cvtps_pd(0xff, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(
+                                                 0xff, _mm512_castps_pd(e), 1))));
   }
   _mm512_storeu_pd(lanes, partial);
 #else
