@@ -141,6 +141,7 @@ def workloads(device, bert_batch):
         "gelu_large": lambda: read_one(F.gelu(x)),
         "softmax_scores": lambda: read_one(torch.softmax(scores, dim=-1)),
         "softmax_scores_masked": lambda: read_one(torch.softmax(masked, dim=-1)),
+        "log_softmax_scores": lambda: read_one(torch.log_softmax(scores, dim=-1)),
         "attention_op": lambda: read_one(attention_op()),
         "attention_composed": lambda: read_one(attention_composed()),
         "layer_norm_hidden": lambda: read_one(F.layer_norm(hidden, (768,), gamma, beta, 1e-12)),

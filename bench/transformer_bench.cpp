@@ -6,6 +6,7 @@
 //   softmax_scores                softmax over attention scores [8, 12, 128, 128]
 //   softmax_scores_masked         the same plus the additive -3.4e38 mask Hugging Face ports
 //                                 write on padding keys (a quarter of the keys)
+//   log_softmax_scores            log_softmax over the unmasked scores
 //   attention_op / _composed      attention over [8, 12, 128, 64] with padding keys: the op, and
 //                                 the same maths composed of matmul, mask_fill and softmax
 //   layer_norm_hidden             layer norm over [1024, 768]
@@ -98,6 +99,24 @@ void run_softmax_scores(benchmark::State& state, bool masked) {
   });
 }
 void softmax_scores(benchmark::State& state) { run_softmax_scores(state, false); }
+
+// log_softmax over the same scores: each row's exponentials sum to 1.
+void log_softmax_scores(benchmark::State& state) {
+  const Shape shape{kBatch, kHeads, kTokens, kTokens};
+  state.counters["bytes"] = 2.0 * static_cast<double>(shape.num_elements()) * sizeof(float);
+  guarded(state, [&] {
+    auto scores = Tensor<4>::random(shape, Distribution::normal(0, 3), device());
+    read_one(scores);
+    auto run = [&] { return activation::log_softmax(scores, 3); };
+    double total = 0;
+    for (double v : run().slice({{0, 1}, {0, 1}, {0, 1}, Slice::all()}).into_data().to_f64_vec()) {
+      total += std::exp(v);
+    }
+    expect_near(total, 1.0, 1e-5, "log_softmax row: sum of exp");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(run()));
+  });
+}
+BENCHMARK(log_softmax_scores)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 void softmax_scores_masked(benchmark::State& state) { run_softmax_scores(state, true); }
 BENCHMARK(softmax_scores)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 BENCHMARK(softmax_scores_masked)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);

@@ -349,11 +349,12 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
         T* o = dst + out_offset;
         if constexpr (std::is_same_v<T, float>) {
           // A contiguous f32 line (softmax along the last dim): read where it lies, its
-          // exponentials and their sum in one vector pass into the output (or, when the output
-          // is streamed past the caches, a buffer), then one pass to scale.
+          // exponentials and their sum in one vector pass into the output (or a buffer, when the
+          // output is streamed past the caches or log_softmax needs only the sum), then one pass
+          // to scale.
           Acc sum = 0;
           const float top = in_step == 1 && out_step == 1 ? lanes_max(a, length) : 0.0f;
-          float* e = stream ? exps.data() : o;
+          float* e = stream || kLog ? exps.data() : o;
           if (in_step == 1 && out_step == 1 && vector_exp_sum(a, top, e, length, sum)) {
             if constexpr (kLog) {
               const float log_sum = static_cast<float>(std::log(sum));
