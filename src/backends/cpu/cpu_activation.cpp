@@ -357,7 +357,8 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
           float* e = stream || kLog ? exps.data() : o;
           if (in_step == 1 && out_step == 1 && vector_exp_sum(a, top, e, length, sum)) {
             if constexpr (kLog) {
-              const float log_sum = static_cast<float>(std::log(sum));
+              // logf of the rounded sum: a double log per row was a sixth of the time.
+              const float log_sum = std::log(static_cast<float>(sum));
               for (std::int64_t k = 0; k < length; ++k) o[k] = (a[k] - top) - log_sum;
             } else {
               const float inverse = static_cast<float>(Acc(1) / sum);

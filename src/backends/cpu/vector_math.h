@@ -52,8 +52,9 @@ bool vector_map(VectorFunction function, const float* in, float* out, std::int64
 bool vector_map(VectorFunction function, const double* in, double* out, std::int64_t n) noexcept;
 
 // Softmax's middle pass in one: out[i] = exp(in[i] - shift) for contiguous arrays, and the sum of
-// out in double, over 8 partial sums (out[i] into sum i % 8, the sums added in order at the end),
-// so a row's sum does not depend on where its run starts. For in[i] - shift <= 0 or NaN (the
+// out in double, over 8 partial sums (out[i] into sum i % 8, the sums added in order at the end;
+// AVX-512 builds first add each run of 256 elements in 16 float lanes), so a row's sum does not
+// depend on where its run starts. For in[i] - shift <= 0 or NaN (the
 // shift is the row's maximum): AVX-512 builds use an inline exp (vector_math.cpp) for every
 // element, AVX2 builds libmvec's with the scalar exp past the last full vector. Returns false
 // when no vector form exists. out may be in.
