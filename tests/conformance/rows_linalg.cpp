@@ -6,6 +6,7 @@
 
 #include "conformance/conformance.h"
 #include "runtime/registry.h"
+#include "support/layer_norm_reference.h"
 #include "tensor/common.h"
 
 namespace kiln::conformance {
@@ -257,24 +258,8 @@ KILN_CONFORMANCE_ROW(layer_norm, ({"layer_norm"})) {
           const auto g = random_values({width}, dtype, seed++, 0.5, 2);
           const auto b = random_values({width}, dtype, seed++);
           const double eps = 1e-5;
-          std::vector<double> expected(x.size());
-          const std::int64_t rows = width == 0 ? 0 : shape.num_elements() / width;
-          for (std::int64_t r = 0; r < rows; ++r) {
-            double mean = 0, var = 0;
-            for (std::int64_t i = 0; i < width; ++i)
-              mean += x[static_cast<std::size_t>(r * width + i)];
-            mean /= static_cast<double>(width);
-            for (std::int64_t i = 0; i < width; ++i) {
-              const double d = x[static_cast<std::size_t>(r * width + i)] - mean;
-              var += d * d;
-            }
-            var /= static_cast<double>(width);
-            for (std::int64_t i = 0; i < width; ++i) {
-              const auto k = static_cast<std::size_t>(r * width + i);
-              expected[k] = (x[k] - mean) / std::sqrt(var + eps) * g[static_cast<std::size_t>(i)] +
-                            (with_beta ? b[static_cast<std::size_t>(i)] : 0.0);
-            }
-          }
+          const std::vector<double> expected =
+              test::layer_norm_reference(x, width, g, with_beta ? b : std::vector<double>{}, eps);
           std::optional<Primitive> beta;
           if (with_beta) beta = make_primitive(b, {width}, dtype, Layout::Offset, device);
           auto r = detail::layer_norm(make_primitive(x, shape, dtype, layout, device),

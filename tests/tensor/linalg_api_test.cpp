@@ -5,6 +5,9 @@
 
 #include <cmath>
 
+#include "support/layer_norm_reference.h"
+#include "support/spread.h"
+
 using namespace kiln;
 
 TEST(LinalgApi, PinnedMatmulExample) {
@@ -97,32 +100,20 @@ TEST(LinalgApi, LayerNormKeepsPrecisionAtLargeMeans) {
   const Device dev = Device::cpu();
   for (const std::int64_t width : {40, 777}) {
     const std::int64_t rows = 9;
-    std::vector<float> x(static_cast<std::size_t>(rows * width));
-    std::uint32_t state = 12345;
-    for (float& v : x) {
-      state = state * 1664525u + 1013904223u;
-      v = 1e4f + static_cast<float>(state >> 8) / static_cast<float>(1u << 24);
-    }
-    std::vector<float> g(static_cast<std::size_t>(width));
+    // The inputs as the float tensor holds them, so the reference sees the same values.
+    std::vector<double> x = test::spread(rows * width, 12345, 1e4, 1e4 + 1);
+    for (double& v : x) v = static_cast<float>(v);
+    std::vector<double> g(static_cast<std::size_t>(width));
     for (std::size_t i = 0; i < g.size(); ++i) g[i] = 0.5f + static_cast<float>(i % 7) / 7.0f;
-    const auto xt = Tensor<2>::from_data(TensorData::from_vec(x, {rows, width}), dev);
-    const auto gt = Tensor<1>::from_data(TensorData::from_vec(g, {width}), dev);
+    const auto xt = Tensor<2>::from_data(
+        TensorData::from_vec(std::vector<float>(x.begin(), x.end()), {rows, width}), dev);
+    const auto gt = Tensor<1>::from_data(
+        TensorData::from_vec(std::vector<float>(g.begin(), g.end()), {width}), dev);
     const std::vector<float> got =
         module::layer_norm(xt, gt, std::nullopt, 1e-5).into_data().to_vec<float>();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      double mean = 0, var = 0;
-      for (std::int64_t k = 0; k < width; ++k) mean += x[static_cast<std::size_t>(r * width + k)];
-      mean /= static_cast<double>(width);
-      for (std::int64_t k = 0; k < width; ++k) {
-        const double d = x[static_cast<std::size_t>(r * width + k)] - mean;
-        var += d * d;
-      }
-      var /= static_cast<double>(width);
-      for (std::int64_t k = 0; k < width; ++k) {
-        const auto i = static_cast<std::size_t>(r * width + k);
-        const double want = (x[i] - mean) / std::sqrt(var + 1e-5) * g[static_cast<std::size_t>(k)];
-        ASSERT_NEAR(got[i], want, 2e-5) << "width " << width << " row " << r << " column " << k;
-      }
+    const std::vector<double> want = test::layer_norm_reference(x, width, g, {}, 1e-5);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-5) << "width " << width << " element " << i;
     }
   }
 }
