@@ -206,19 +206,8 @@ namespace {
 // lanes of one 64-byte vector: a single running maximum is a chain of dependent compares, and
 // GCC leaves an array of lanes scalar (softmax's max pass was a sixth of its time).
 template <class C>
-struct Vector64;
-template <>
-struct Vector64<float> {
-  using type = float __attribute__((vector_size(64)));
-};
-template <>
-struct Vector64<double> {
-  using type = double __attribute__((vector_size(64)));
-};
-
-template <class C>
 C lanes_max(const C* v, std::int64_t n) {
-  using Lanes = typename Vector64<C>::type;
+  using Lanes = vector64_t<C>;
   constexpr std::int64_t kLanes = 64 / sizeof(C);
   Lanes lanes;
   for (std::int64_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<C>::infinity();

@@ -7,6 +7,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/vector_math.h"
 
 namespace kiln {
 
@@ -38,8 +39,8 @@ double load(const T* p, std::int64_t i) {
 // keeps the lane-array form of the generic loop below scalar (one convert, subtract, add and
 // fma per element), the whole cost of a [1024, 768] norm. Two accumulators per sum so that
 // consecutive adds do not wait on each other; the sums are added in a fixed order.
-using DoubleLanes = double __attribute__((vector_size(64)));
-using FloatLanes = float __attribute__((vector_size(32)));
+using DoubleLanes = vector64_t<double>;
+using FloatLanes = float __attribute__((vector_size(32)));  // as many floats as DoubleLanes holds
 constexpr std::int64_t kVectorLanes = 8;
 
 std::int64_t shifted_sums(const float* row, std::int64_t width, double shift, double& s1,

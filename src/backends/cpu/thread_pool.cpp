@@ -43,7 +43,7 @@ void futex_wake(std::atomic<std::uint32_t>& word) {
 // layer norm took 0.11 ms instead of 0.065. Much longer, and a waiting thread keeps a core from
 // the thread it waits for whenever another process wants the core too (libgomp's default,
 // about a millisecond, put a MiniLM forward's 95th percentile beside a CPU hog at 3.6 times its
-// quiet median; 50 us: 1.8 to 1.9).
+// quiet median; 50 us: about 2).
 constexpr auto kPollFor = std::chrono::microseconds(50);
 
 // Sleeps until a changes from old.

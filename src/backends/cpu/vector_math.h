@@ -48,6 +48,21 @@ constexpr bool vector_math_available() noexcept {
 #endif
 }
 
+// T's lanes in one 64-byte vector, as GCC's vector extension: loops over an array of lanes, which
+// GCC leaves scalar, written over one of these instead (lanes_max, layer norm's sums).
+template <class T>
+struct Vector64;
+template <>
+struct Vector64<float> {
+  using type = float __attribute__((vector_size(64)));
+};
+template <>
+struct Vector64<double> {
+  using type = double __attribute__((vector_size(64)));
+};
+template <class T>
+using vector64_t = typename Vector64<T>::type;
+
 bool vector_map(VectorFunction function, const float* in, float* out, std::int64_t n) noexcept;
 bool vector_map(VectorFunction function, const double* in, double* out, std::int64_t n) noexcept;
 
