@@ -162,7 +162,7 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
   // the 95th percentile beside a CPU hog went from 3.2 to 2.9 times the quiet median). Blocks
   // stay at least 64 rows or columns, where the BLAS kernel runs at full speed. Each block packs
   // the whole of the other operand again, so a long product, whose tail is a small part of its
-  // time, is cut into fewer (BERT-base's feed-forward products, 2.4e9 multiply-adds: 2-5 %
+  // time, is cut into fewer (BERT-base's feed-forward products, 2.4e9 multiply-adds: 2-4 %
   // faster with two blocks per thread than with four).
   const std::int64_t per_thread =
       m * n * k < kLongProduct ? kBlocksPerThread : kLongBlocksPerThread;
