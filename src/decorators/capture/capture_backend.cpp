@@ -14,10 +14,8 @@ bool CaptureBackend::check_from_environment() noexcept {
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   result CaptureBackend::name params {                                              \
-    if (recording() != nullptr) [[unlikely]]                                        \
-      return recorded_##name(KILN_MOVE_ARGS(args));                                 \
-    if (check_.load(std::memory_order_relaxed)) [[unlikely]]                        \
-      return checked_##name(KILN_MOVE_ARGS(args));                                  \
+    if (recording() != nullptr || check_.load(std::memory_order_relaxed)) [[unlikely]] \
+      return intercepted_##name(KILN_MOVE_ARGS(args));                                 \
     return inner().name(KILN_MOVE_ARGS(args));                                      \
   }
 #include "kiln/detail/ops.def"

@@ -54,11 +54,10 @@ class CaptureBackend final : public ForwardingBackend {
 
  private:
   // Per op, out of the forwarding path (capture_recording.cpp, compiled for size): the op
-  // recorded into the session open here, and the op under the checker. Not exported: only this
-  // library calls them.
+  // recorded into the session open here, else the op under the checker. One function, not two:
+  // each call site moves the op's arguments once more. Not exported: only this library calls it.
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  [[gnu::visibility("hidden")]] result recorded_##name params;                      \
-  [[gnu::visibility("hidden")]] result checked_##name params;
+  [[gnu::visibility("hidden")]] result intercepted_##name params;
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 

@@ -58,10 +58,9 @@ Result CaptureBackend::checked(Args... args) {
 }
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  result CaptureBackend::recorded_##name params {                                   \
-    return recording()->call<OpCode::name>(inner(), KILN_MOVE_ARGS(args));          \
-  }                                                                                 \
-  result CaptureBackend::checked_##name params {                                    \
+  result CaptureBackend::intercepted_##name params {                                \
+    if (Session* session = recording()) [[likely]]                                  \
+      return session->call<OpCode::name>(inner(), KILN_MOVE_ARGS(args));            \
     return checked<OpCode::name, result>(KILN_MOVE_ARGS(args));                     \
   }
 #include "kiln/detail/ops.def"
