@@ -323,16 +323,23 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / length);
     // An output larger than the caches is streamed past them (stream_store.h).
     const bool stream = total * static_cast<std::int64_t>(sizeof(T)) >= kStreamOutputBytes;
+    // Lines of a contiguous x along its last dim follow one another, in x as in the output: their
+    // starts need no divisions (three per dim were a third of a 128-element row's time).
+    const bool back_to_back = in.is_contiguous() && inner == 1;
     parallel_for(lines, grain, [&](std::int64_t begin, std::int64_t end) {
       detail::Buffer<C> row(static_cast<std::size_t>(length));
       detail::Buffer<C> exps(static_cast<std::size_t>(length));
       for (std::int64_t line = begin; line < end; ++line) {
-        std::int64_t in_offset = 0, out_offset = 0, rest = line;
-        for (std::size_t k = sizes.size(); k-- > 0;) {
-          const std::int64_t i = rest % sizes[k];
-          rest /= sizes[k];
-          in_offset += i * in_strides[k];
-          out_offset += i * out_strides[k];
+        std::int64_t in_offset = line * length, out_offset = line * length;
+        if (!back_to_back) {
+          in_offset = out_offset = 0;
+          std::int64_t rest = line;
+          for (std::size_t k = sizes.size(); k-- > 0;) {
+            const std::int64_t i = rest % sizes[k];
+            rest /= sizes[k];
+            in_offset += i * in_strides[k];
+            out_offset += i * out_strides[k];
+          }
         }
         const T* a = src + in_offset;
         T* o = dst + out_offset;
