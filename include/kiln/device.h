@@ -62,20 +62,20 @@ class Device {
   // Devices of a kind usable here (0 when not compiled in or unavailable).
   static int count(DeviceKind kind);
 
-  DeviceKind kind() const noexcept { return kind_; }
-  int index() const noexcept { return index_; }
-  bool is_autodiff() const noexcept { return autodiff_; }
-  Device autodiff() const noexcept { return Device(kind_, index_, true, fused_); }
-  Device without_autodiff() const noexcept { return Device(kind_, index_, false, fused_); }
+  DeviceKind kind() const noexcept { return static_cast<DeviceKind>((bits_ >> kKindShift) & 0xff); }
+  int index() const noexcept { return static_cast<int>(static_cast<std::uint32_t>(bits_)); }
+  bool is_autodiff() const noexcept { return (bits_ & kAutodiffBit) != 0; }
+  Device autodiff() const noexcept { return Device(bits_ | kAutodiffBit); }
+  Device without_autodiff() const noexcept { return Device(bits_ & ~kAutodiffBit); }
   // The fusion decorator: ops on a fused device are checked at the call and recorded; they run
   // when a value is needed (a read, a sync, an op that does not fuse, a full queue), elementwise
   // chains and a trailing op along a dim as one kernel, so intermediates nobody holds are never
   // written to memory. Results equal the unfused device's (on cuda, f32 and f64 values may differ
   // by the rounding of a multiply and an add contracted into one FMA). autodiff() and fused()
   // combine: Device::cpu().fused().autodiff() runs autodiff<fusion<cpu>>.
-  bool is_fused() const noexcept { return fused_; }
-  Device fused() const noexcept { return Device(kind_, index_, autodiff_, true); }
-  Device without_fusion() const noexcept { return Device(kind_, index_, autodiff_, false); }
+  bool is_fused() const noexcept { return (bits_ & kFusedBit) != 0; }
+  Device fused() const noexcept { return Device(bits_ | kFusedBit); }
+  Device without_fusion() const noexcept { return Device(bits_ & ~kFusedBit); }
   // The remote url (empty for other kinds).
   std::string url() const;
 
@@ -111,24 +111,29 @@ class Device {
   KernelStats kernel_stats() const;
 
   std::string to_string() const;
-  bool operator==(const Device& other) const noexcept {
-    return kind_ == other.kind_ && index_ == other.index_ && autodiff_ == other.autodiff_ &&
-           fused_ == other.fused_;
-  }
+  bool operator==(const Device& other) const noexcept { return bits_ == other.bits_; }
   // Same hardware, ignoring the autodiff and fusion flags.
   bool same_hardware(const Device& other) const noexcept {
-    return kind_ == other.kind_ && index_ == other.index_;
+    return ((bits_ ^ other.bits_) & ~(kAutodiffBit | kFusedBit)) == 0;
   }
 
  private:
   Device(DeviceKind kind, int index, bool autodiff = false, bool fused = false) noexcept
-      : kind_(kind), index_(index), autodiff_(autodiff), fused_(fused) {}
+      : bits_(static_cast<std::uint32_t>(index) |
+              (std::uint64_t{static_cast<std::uint8_t>(kind)} << kKindShift) |
+              (autodiff ? kAutodiffBit : 0) | (fused ? kFusedBit : 0)) {}
+  explicit Device(std::uint64_t bits) noexcept : bits_(bits) {}
 
-  DeviceKind kind_ = DeviceKind::Cpu;
-  int index_ = 0;  // GPU ordinal, or the id of an interned remote url
-  bool autodiff_ = false;
-  bool fused_ = false;
+  // One word: the index (a GPU ordinal, or the id of an interned remote url) in the low 32 bits,
+  // the kind above it, then the flags. Every op copies and compares its operands' devices; as a
+  // byte, an int and two bools they were copied piecewise and read back whole, which stalled on
+  // the stores (a tenth of a small add).
+  static constexpr int kKindShift = 32;
+  static constexpr std::uint64_t kAutodiffBit = std::uint64_t{1} << 40;
+  static constexpr std::uint64_t kFusedBit = std::uint64_t{1} << 41;
+  std::uint64_t bits_ = 0;
 };
+static_assert(sizeof(Device) == 8);
 
 std::ostream& operator<<(std::ostream& out, const Device& device);
 

@@ -71,9 +71,9 @@ Device Device::remote(const std::string& url) {
 }
 
 std::string Device::url() const {
-  if (kind_ != DeviceKind::Remote) return {};
+  if (kind() != DeviceKind::Remote) return {};
   std::lock_guard lock(url_mutex());
-  return urls().at(static_cast<std::size_t>(index_));
+  return urls().at(static_cast<std::size_t>(index()));
 }
 
 Device Device::parse(const std::string& text) {
@@ -123,12 +123,12 @@ void Device::set_default_dtypes(DType float_dtype, DType int_dtype, DType bool_d
 void Device::set_allow_tf32(bool allow) const {
   Tf32Flags& flags = tf32_flags();
   std::lock_guard lock(flags.mutex);
-  flags.allowed[{static_cast<int>(kind_), index_}] = allow;
+  flags.allowed[{static_cast<int>(kind()), index()}] = allow;
 }
 bool Device::allow_tf32() const {
   Tf32Flags& flags = tf32_flags();
   std::lock_guard lock(flags.mutex);
-  const auto found = flags.allowed.find({static_cast<int>(kind_), index_});
+  const auto found = flags.allowed.find({static_cast<int>(kind()), index()});
   return found != flags.allowed.end() && found->second;
 }
 DTypeUsageSet Device::dtype_usage(DType dtype) const {
@@ -141,10 +141,10 @@ void Device::flush() const { backend_for(*this).flush(); }
 MemoryStats Device::memory_stats() const { return backend_for(*this).memory_stats(); }
 
 KernelStats Device::kernel_stats() const {
-  if (kind_ != DeviceKind::Cuda) return {};
+  if (kind() != DeviceKind::Cuda) return {};
   backend_for(*this);  // the device exists (and the plugin is loaded), or this throws
   const CudaPluginApi* api = cuda_plugin(nullptr);
-  const KernelCacheStats s = api->kernel_cache_stats(index_);
+  const KernelCacheStats s = api->kernel_cache_stats(index());
   return {s.compiles, s.memory_hits, s.disk_hits, s.compile_seconds, s.disk_load_seconds};
 }
 void Device::memory_cleanup() const { backend_for(*this).memory_cleanup(); }
@@ -152,22 +152,22 @@ void Device::reset_peak_memory() const { backend_for(*this).reset_peak_memory();
 
 std::string Device::to_string() const {
   std::ostringstream out;
-  switch (kind_) {
+  switch (kind()) {
     case DeviceKind::Cpu:
       out << "cpu";
       break;
     case DeviceKind::Cuda:
-      out << "cuda:" << index_;
+      out << "cuda:" << index();
       break;
     case DeviceKind::Remote:
       out << "remote:" << url();
       break;
   }
-  if (fused_ && autodiff_) {
+  if (is_fused() && is_autodiff()) {
     out << " (fused, autodiff)";
-  } else if (fused_) {
+  } else if (is_fused()) {
     out << " (fused)";
-  } else if (autodiff_) {
+  } else if (is_autodiff()) {
     out << " (autodiff)";
   }
   return out.str();
