@@ -87,8 +87,7 @@ class KILN_INTERNAL AutodiffBackend final : public AutodiffPassthrough {
       if (recompute) node->set_forward(forward);
       return node;
     };
-    return record_node<N>(cost, std::move(inputs), keep, forward, make_node,
-                          std::move(precomputed));
+    return record_node<N>(cost, inputs, keep, forward, make_node, std::move(precomputed));
   }
 
   // ---- the ops with backward rules: impl D in ops.def (rules_<family>.cpp) ----
@@ -102,7 +101,7 @@ class KILN_INTERNAL AutodiffBackend final : public AutodiffPassthrough {
   // is kept to recompute the output) makes the op's node when an input is tracked.
   template <std::size_t N>
   Primitive record_node(
-      Cost cost, Inputs<N> inputs, Keep keep,
+      Cost cost, Inputs<N>& inputs, Keep keep,
       detail::FunctionRef<Primitive(Backend&, Inputs<N>)> forward,
       detail::FunctionRef<std::shared_ptr<InputsNode<N>>(std::uint64_t, std::size_t, bool)>
           make_node,

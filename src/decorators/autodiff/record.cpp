@@ -9,7 +9,7 @@ namespace kiln::autodiff {
 
 template <std::size_t N>
 Primitive AutodiffBackend::record_node(
-    Cost cost, Inputs<N> inputs, Keep keep,
+    Cost cost, Inputs<N>& inputs, Keep keep,
     detail::FunctionRef<Primitive(Backend&, Inputs<N>)> forward,
     detail::FunctionRef<std::shared_ptr<InputsNode<N>>(std::uint64_t, std::size_t, bool)> make_node,
     Primitive precomputed) {
@@ -73,7 +73,7 @@ Primitive AutodiffBackend::record_node(
 // The input counts the rules use (a rule of another count fails to link, naming it).
 #define KILN_RECORD_NODE(N)                                                                  \
   template Primitive AutodiffBackend::record_node<N>(                                        \
-      Cost, Inputs<N>, Keep, detail::FunctionRef<Primitive(Backend&, Inputs<N>)>,            \
+      Cost, Inputs<N>&, Keep, detail::FunctionRef<Primitive(Backend&, Inputs<N>)>,           \
       detail::FunctionRef<std::shared_ptr<InputsNode<N>>(std::uint64_t, std::size_t, bool)>, \
       Primitive);
 KILN_RECORD_NODE(0)
