@@ -27,8 +27,6 @@ Kind kind_of(DType dtype) noexcept {
 Backend& backend_of(const Primitive& a, const Primitive& b, const char* op) {
   const Device da = a->device();
   const Device db = b->device();
-  if (da == db) [[likely]]
-    return backend_for(da);
   if (!da.same_hardware(db)) {
     fail<DeviceMismatch>(op, "operands are on different devices: ", da.to_string(), " and ",
                          db.to_string(), "; move one with to_device()");

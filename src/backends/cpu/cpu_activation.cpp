@@ -330,9 +330,10 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
       detail::Buffer<C> row(static_cast<std::size_t>(length));
       detail::Buffer<C> exps(static_cast<std::size_t>(length));
       for (std::int64_t line = begin; line < end; ++line) {
-        std::int64_t in_offset = line * length, out_offset = line * length;
-        if (!back_to_back) {
-          in_offset = out_offset = 0;
+        std::int64_t in_offset = 0, out_offset = 0;
+        if (back_to_back) {
+          in_offset = out_offset = line * length;
+        } else {
           std::int64_t rest = line;
           for (std::size_t k = sizes.size(); k-- > 0;) {
             const std::int64_t i = rest % sizes[k];
