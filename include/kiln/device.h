@@ -51,8 +51,13 @@ class Device {
   static Device cpu() noexcept { return Device(DeviceKind::Cpu, 0); }
   // NotCompiled when kiln was built without CUDA; BackendUnavailable without a usable GPU.
   static Device cuda(int index = 0);
-  // A `kiln serve` peer, e.g. "tcp://127.0.0.1:7878". NotCompiled until the remote backend lands.
+  // A `kiln serve` server, e.g. "remote://127.0.0.1:7878" ("tcp://" and a bare "HOST:PORT" are
+  // accepted too): its ops run on the server's device. Connects at once, with the token of
+  // KILN_REMOTE_TOKEN (or the one given): BackendUnavailable naming the address when no server
+  // answers there, AuthenticationFailed when it refuses the token, ProtocolError when it speaks
+  // another protocol version or op contract, NotCompiled in a build without the remote backend.
   static Device remote(const std::string& url);
+  static Device remote(const std::string& url, const std::string& token);
   // The first available device in the order cuda:0, cpu; the environment variable KILN_DEVICE
   // overrides it ("cpu", "cuda", "cuda:N", "remote://host:port"); a bad value -> InvalidArgument.
   // Fused (see fused()) unless the environment sets KILN_FUSION=0.
@@ -76,7 +81,7 @@ class Device {
   bool is_fused() const noexcept { return (bits_ & kFusedBit) != 0; }
   Device fused() const noexcept { return Device(bits_ | kFusedBit); }
   Device without_fusion() const noexcept { return Device(bits_ & ~kFusedBit); }
-  // The remote url (empty for other kinds).
+  // A remote device's url, "remote://HOST:PORT" (empty for other kinds).
   std::string url() const;
 
   // The backend chain that runs ops here, e.g. "cpu", "autodiff<cpu>" or "fusion<cpu>".

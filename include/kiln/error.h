@@ -46,6 +46,8 @@ KILN_DEFINE_ERROR(AutodiffError)
 KILN_DEFINE_ERROR(InvalidArgument)
 // A remote peer sent a malformed or unexpected frame.
 KILN_DEFINE_ERROR(ProtocolError)
+// A remote server refused the token (missing or wrong).
+KILN_DEFINE_ERROR(AuthenticationFailed)
 // The backend does not implement this op and the op has no default.
 KILN_DEFINE_ERROR(UnsupportedOperation)
 

@@ -2,6 +2,8 @@
 // count and length checked against what is left before anything is allocated or read, every
 // enum value and op signature checked before a value is built. A malformed buffer is a
 // ProtocolError naming the byte offset and what was wrong.
+#include "ir/wire.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -16,55 +18,14 @@
 namespace kiln::ir {
 namespace {
 
+using wire::Reader;
+using wire::Writer;
+
+[[noreturn]] void fail_protocol(std::string message) {
+  throw ProtocolError("[ir::deserialize] " + message);
+}
+
 // ---- writing ----
-
-class Writer {
- public:
-  void u8(std::uint8_t value) { bytes_.push_back(static_cast<std::byte>(value)); }
-  void u16(std::uint16_t value) { little(value, 2); }
-  void u32(std::uint32_t value) { little(value, 4); }
-  void u64(std::uint64_t value) { little(value, 8); }
-  void i64(std::int64_t value) { u64(static_cast<std::uint64_t>(value)); }
-  void f64(double value) { u64(std::bit_cast<std::uint64_t>(value)); }
-  void boolean(bool value) { u8(value ? 1 : 0); }
-  void count(std::size_t n) {
-    if (n > std::numeric_limits<std::uint32_t>::max()) {
-      kiln::detail::fail<InvalidArgument>("ir::serialize", "a count of ", n,
-                                          " does not fit the format");
-    }
-    u32(static_cast<std::uint32_t>(n));
-  }
-  void ints(std::span<const std::int64_t> values) {
-    count(values.size());
-    for (std::int64_t v : values) i64(v);
-  }
-  void text(std::string_view value) {
-    count(value.size());
-    for (char c : value) u8(static_cast<std::uint8_t>(c));
-  }
-  void raw(std::span<const std::byte> data) {
-    bytes_.insert(bytes_.end(), data.begin(), data.end());
-  }
-  void type(const TensorType& t) {
-    u8(static_cast<std::uint8_t>(t.dtype));
-    ints(t.shape.dims());
-  }
-
-  std::size_t size() const noexcept { return bytes_.size(); }
-  // Writes value over the 4 bytes at offset (a length reserved earlier).
-  void patch_u32(std::size_t offset, std::uint32_t value) {
-    for (int i = 0; i < 4; ++i)
-      bytes_[offset + i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
-  }
-  std::vector<std::byte> take() && { return std::move(bytes_); }
-
- private:
-  void little(std::uint64_t value, int width) {
-    for (int i = 0; i < width; ++i)
-      bytes_.push_back(static_cast<std::byte>((value >> (8 * i)) & 0xff));
-  }
-  std::vector<std::byte> bytes_;
-};
 
 void write_attribute(Writer& out, const Attribute& attribute) {
   out.u8(static_cast<std::uint8_t>(attribute.index()));
@@ -153,16 +114,13 @@ void write_attribute(Writer& out, const Attribute& attribute) {
           out.text(value.url);
         } else {
           static_assert(std::is_same_v<T, TensorData>);
-          out.u8(static_cast<std::uint8_t>(value.dtype()));
-          out.ints(value.shape().dims());
-          out.u64(value.bytes().size());
-          out.raw(value.bytes());
+          wire::write_data(out, value);
         }
       },
       attribute);
 }
 
-void write_op(Writer& out, const Op& op) {
+void write_op_impl(Writer& out, const Op& op) {
   const std::size_t length_at = out.size();
   out.u32(0);  // the op's byte length, patched below
   out.u16(static_cast<std::uint16_t>(op.code));
@@ -185,97 +143,6 @@ void write_op(Writer& out, const Op& op) {
 
 // ---- reading ----
 
-[[noreturn]] void fail_protocol(std::string message) {
-  throw ProtocolError("[ir::deserialize] " + message);
-}
-
-class Reader {
- public:
-  Reader(std::span<const std::byte> bytes, std::size_t base) : bytes_(bytes), base_(base) {}
-
-  std::size_t left() const noexcept { return bytes_.size() - position_; }
-  std::size_t offset() const noexcept { return base_ + position_; }
-
-  [[noreturn]] void fail(const std::string& what) const {
-    fail_protocol(kiln::detail::concat("at byte ", offset(), context_.empty() ? "" : " (", context_,
-                                       context_.empty() ? "" : ")", ": ", what));
-  }
-  void set_context(std::string context) { context_ = std::move(context); }
-
-  std::span<const std::byte> take(std::size_t n, std::string_view what) {
-    if (n > left()) {
-      fail(kiln::detail::concat("truncated: ", what, " needs ", n, " bytes, ", left(), " left"));
-    }
-    const auto out = bytes_.subspan(position_, n);
-    position_ += n;
-    return out;
-  }
-  std::uint64_t little(int width, std::string_view what) {
-    const auto data = take(static_cast<std::size_t>(width), what);
-    std::uint64_t value = 0;
-    for (int i = 0; i < width; ++i) {
-      value |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(data[i])) << (8 * i);
-    }
-    return value;
-  }
-  std::uint8_t u8(std::string_view what) { return static_cast<std::uint8_t>(little(1, what)); }
-  std::uint16_t u16(std::string_view what) { return static_cast<std::uint16_t>(little(2, what)); }
-  std::uint32_t u32(std::string_view what) { return static_cast<std::uint32_t>(little(4, what)); }
-  std::uint64_t u64(std::string_view what) { return little(8, what); }
-  std::int64_t i64(std::string_view what) { return static_cast<std::int64_t>(u64(what)); }
-  double f64(std::string_view what) { return std::bit_cast<double>(u64(what)); }
-  bool boolean(std::string_view what) {
-    const std::uint8_t value = u8(what);
-    if (value > 1) fail(kiln::detail::concat(what, ": a bool byte of ", static_cast<int>(value)));
-    return value == 1;
-  }
-  // An enum stored as a byte, checked against its last value.
-  template <class E>
-  E enumeration(E last, std::string_view what) {
-    const std::uint8_t value = u8(what);
-    if (value > static_cast<std::uint8_t>(last)) {
-      fail(kiln::detail::concat(what, ": unknown value ", static_cast<int>(value)));
-    }
-    return static_cast<E>(value);
-  }
-  // A count of items of at least item_bytes each: refused when they cannot fit in what is left,
-  // so a hostile count never drives an allocation.
-  std::size_t count(std::size_t item_bytes, std::string_view what) {
-    const std::uint32_t n = u32(what);
-    if (static_cast<std::uint64_t>(n) * item_bytes > left()) {
-      fail(kiln::detail::concat("truncated: ", what, " of ", n, " entries needs ",
-                                static_cast<std::uint64_t>(n) * item_bytes, " bytes, ", left(),
-                                " left"));
-    }
-    return n;
-  }
-  std::vector<std::int64_t> ints(std::string_view what) {
-    std::vector<std::int64_t> values(count(8, what));
-    for (std::int64_t& v : values) v = i64(what);
-    return values;
-  }
-  std::string text(std::string_view what) {
-    const auto data = take(count(1, what), what);
-    std::string value(data.size(), '\0');
-    if (!data.empty()) std::memcpy(value.data(), data.data(), data.size());
-    return value;
-  }
-  DType dtype(std::string_view what) { return enumeration(DType::QFloat, what); }
-  Shape shape(std::string_view what) { return Shape(ints(what)); }
-  TensorType type(std::string_view what) {
-    TensorType t;
-    t.dtype = dtype(what);
-    t.shape = shape(what);
-    return t;
-  }
-
- private:
-  std::span<const std::byte> bytes_;
-  std::size_t base_;
-  std::size_t position_ = 0;
-  std::string context_;
-};
-
 Scalar read_scalar(Reader& in) {
   switch (in.enumeration(Scalar::Kind::Bool, "scalar kind")) {
     case Scalar::Kind::Float:
@@ -290,14 +157,18 @@ Scalar read_scalar(Reader& in) {
   return {};
 }
 
-TensorData read_data(Reader& in) {
+TensorData read_data_impl(Reader& in) {
   const DType dtype = in.dtype("data dtype");
   Shape shape = in.shape("data shape");
   std::uint64_t elements = 1;
   for (std::int64_t dim : shape.dims()) {
     if (dim < 0) in.fail("data shape " + shape.to_string() + " has a negative dim");
-    if (dim != 0 && elements > static_cast<std::uint64_t>(checked::kMaxElements) /
-                                   static_cast<std::uint64_t>(dim)) {
+    // The product of the non-zero dims, as TensorData checks it: a zero dim makes the count 0
+    // but does not excuse the others ([0, 2^62] would otherwise pass here and be refused by
+    // TensorData with an OutOfMemory instead of a ProtocolError).
+    if (dim == 0) continue;
+    if (elements >
+        static_cast<std::uint64_t>(checked::kMaxElements) / static_cast<std::uint64_t>(dim)) {
       in.fail("data shape " + shape.to_string() + " has too many elements");
     }
     elements *= static_cast<std::uint64_t>(dim);
@@ -419,12 +290,12 @@ Attribute read_attribute(Reader& in) {
       return d;
     }
     case AttributeKind::Data:
-      return read_data(in);
+      return read_data_impl(in);
   }
   in.fail(kiln::detail::concat("unknown attribute kind ", static_cast<int>(kind)));
 }
 
-Op read_op(Reader& in, std::size_t position) {
+Op read_op_impl(Reader& in, std::size_t position) {
   in.set_context("op " + std::to_string(position));
   const std::uint32_t length = in.u32("op length");
   const std::span<const std::byte> frame = in.take(length, "op frame");
@@ -452,6 +323,20 @@ Op read_op(Reader& in, std::size_t position) {
 
 }  // namespace
 
+namespace wire {
+
+void write_op(Writer& out, const Op& op) { write_op_impl(out, op); }
+Op read_op(Reader& in, std::size_t position) { return read_op_impl(in, position); }
+void write_data(Writer& out, const TensorData& data) {
+  out.u8(static_cast<std::uint8_t>(data.dtype()));
+  out.ints(data.shape().dims());
+  out.u64(data.bytes().size());
+  out.raw(data.bytes());
+}
+TensorData read_data(Reader& in) { return read_data_impl(in); }
+
+}  // namespace wire
+
 std::vector<std::byte> serialize(const Program& program) {
   Writer out;
   out.u32(kWireMagic);
@@ -463,7 +348,7 @@ std::vector<std::byte> serialize(const Program& program) {
     out.type(input.type);
   }
   out.count(program.ops.size());
-  for (const Op& op : program.ops) write_op(out, op);
+  for (const Op& op : program.ops) write_op_impl(out, op);
   out.count(program.outputs.size());
   for (TensorId id : program.outputs) out.u32(id.index);
   return std::move(out).take();
@@ -491,7 +376,7 @@ Program deserialize(std::span<const std::byte> bytes) {
   }
   // An op frame has at least a length, a code and three counts: 18 bytes.
   program.ops.resize(in.count(18, "ops"));
-  for (std::size_t i = 0; i < program.ops.size(); ++i) program.ops[i] = read_op(in, i);
+  for (std::size_t i = 0; i < program.ops.size(); ++i) program.ops[i] = read_op_impl(in, i);
   in.set_context("");
   program.outputs.resize(in.count(4, "outputs"));
   for (TensorId& id : program.outputs) id.index = in.u32("output id");

@@ -1,16 +1,11 @@
-// Loads libkiln_cuda.so on first use. It is looked for in KILN_PLUGIN_DIR when set, else next
-// to libkiln.so (found with dladdr on one of kiln's own symbols), then by the loader's search
-// path. Nothing here runs unless a CUDA device is asked for, so a CPU-only program maps no
-// CUDA library.
+// Loads libkiln_cuda.so on first use (runtime/plugin_loader.h). Nothing here runs unless a
+// CUDA device is asked for, so a CPU-only program maps no CUDA library.
 #include "runtime/cuda_plugin.h"
 
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <mutex>
 
 #include "kiln/version.h"
+#include "runtime/plugin_loader.h"
 
 namespace kiln {
 namespace {
@@ -21,17 +16,6 @@ struct PluginState {
   bool not_compiled = false;
 };
 
-std::string directory_of_libkiln() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<const void*>(&cuda_plugin), &info) == 0 ||
-      info.dli_fname == nullptr) {
-    return {};
-  }
-  const std::string path = info.dli_fname;
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-}
-
 PluginState load() {
   PluginState state;
 #ifndef KILN_HAVE_CUDA_PLUGIN
@@ -39,35 +23,11 @@ PluginState load() {
   state.reason = "kiln was built without the CUDA backend (KILN_CUDA=OFF or no CUDA toolkit)";
   return state;
 #else
-  constexpr const char* kFile = "libkiln_cuda.so";
-  std::string candidates[3];
-  if (const char* dir = std::getenv("KILN_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
-    candidates[0] = std::string(dir) + "/" + kFile;
-  }
-  if (const std::string here = directory_of_libkiln(); !here.empty()) candidates[1] = here + kFile;
-  candidates[2] = kFile;
-  // The first candidate that exists is the plugin; its load error (typically a missing
-  // libcuda.so.1: no driver installed) is the reason reported.
-  void* handle = nullptr;
   std::string error;
-  for (const std::string& path : candidates) {
-    if (path.empty() || (path != kFile && access(path.c_str(), R_OK) != 0)) continue;
-    // RTLD_LOCAL: the plugin's CUDA symbols stay out of the global namespace. RTLD_NODELETE:
-    // never unloaded, not even by a dlclose elsewhere, so its code stays mapped while the
-    // process ends (src/backends/cuda/shutdown.h); kiln itself never closes the handle.
-    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (handle != nullptr) break;
-    const char* text = dlerror();
-    error = text != nullptr ? text : path;
-    break;
-  }
-  if (handle == nullptr) {
-    state.reason = "cannot load the CUDA backend plugin (no CUDA driver?): " + error;
-    return state;
-  }
-  auto entry = reinterpret_cast<KilnCudaPluginEntry>(dlsym(handle, "kiln_cuda_plugin_api"));
+  auto entry = reinterpret_cast<KilnCudaPluginEntry>(
+      load_plugin_entry("libkiln_cuda.so", "kiln_cuda_plugin_api", error));
   if (entry == nullptr) {
-    state.reason = "libkiln_cuda.so has no kiln_cuda_plugin_api entry point";
+    state.reason = "cannot load the CUDA backend plugin (no CUDA driver?): " + error;
     return state;
   }
   const CudaPluginApi* api = entry();

@@ -19,10 +19,6 @@ std::mutex& url_mutex() {
   static std::mutex m;
   return m;
 }
-std::vector<std::string>& urls() {
-  static std::vector<std::string> table;
-  return table;
-}
 
 // The tf32 switch of each hardware device (kind, index); absent means off.
 struct Tf32Flags {
@@ -64,16 +60,74 @@ Device Device::cuda(int index) {
   return Device(DeviceKind::Cuda, index);
 }
 
+namespace {
+
+// "remote://HOST:PORT" (or "tcp://HOST:PORT", or "HOST:PORT") as "HOST:PORT".
+std::string remote_address(const std::string& url) {
+  std::string address = url;
+  for (const char* scheme : {"remote://", "tcp://"}) {
+    if (address.rfind(scheme, 0) == 0) address = address.substr(std::string_view(scheme).size());
+  }
+  const auto colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 || !parse_index(address.substr(colon + 1), port) ||
+      port <= 0 || port > 65535) {
+    detail::fail<InvalidArgument>("Device::remote", "\"", url,
+                                  "\" is not an address of the form remote://HOST:PORT");
+  }
+  return address;
+}
+
+struct RemoteEntry {
+  std::string address;
+  std::string token;
+};
+std::vector<RemoteEntry>& remotes() {
+  static std::vector<RemoteEntry> table;
+  return table;
+}
+
+}  // namespace
+
 Device Device::remote(const std::string& url) {
+  const char* token = std::getenv("KILN_REMOTE_TOKEN");
+  return remote(url, token != nullptr ? token : "");
+}
+
+Device Device::remote(const std::string& url, const std::string& token) {
   if (url.empty()) detail::fail<InvalidArgument>("Device::remote", "empty url");
-  detail::fail<NotCompiled>("Device::remote", "kiln was built without the remote backend (", url,
-                            ")");
+  const std::string address = remote_address(url);
+  std::size_t index = 0;
+  {
+    std::lock_guard lock(url_mutex());
+    std::vector<RemoteEntry>& table = remotes();
+    // One device (and connection, and session on the server) per address and token: a token
+    // the server refuses fails here even while another one's connection is open.
+    while (index < table.size() &&
+           (table[index].address != address || table[index].token != token)) {
+      ++index;
+    }
+    if (index == table.size()) table.push_back({address, token});
+  }
+  const Device device(DeviceKind::Remote, static_cast<int>(index));
+  backend_for(device);  // connects now: a missing server or a refused token throws here
+  return device;
 }
 
 std::string Device::url() const {
   if (kind() != DeviceKind::Remote) return {};
   std::lock_guard lock(url_mutex());
-  return urls().at(static_cast<std::size_t>(index()));
+  return "remote://" + remotes().at(static_cast<std::size_t>(index())).address;
+}
+
+std::string remote_address_of(const Device& device) {
+  std::lock_guard lock(url_mutex());
+  return remotes().at(static_cast<std::size_t>(device.index())).address;
+}
+
+std::string remote_token_of(const Device& device) {
+  std::lock_guard lock(url_mutex());
+  return remotes().at(static_cast<std::size_t>(device.index())).token;
 }
 
 Device Device::parse(const std::string& text) {
@@ -87,7 +141,7 @@ Device Device::parse(const std::string& text) {
     }
     return cuda(index);
   }
-  if (text.rfind("remote://", 0) == 0 && text.size() > 9) return remote("tcp://" + text.substr(9));
+  if (text.rfind("remote://", 0) == 0 && text.size() > 9) return remote(text);
   detail::fail<InvalidArgument>("KILN_DEVICE", "unknown device \"", text, "\"; ", kAcceptedForms);
 }
 
@@ -160,7 +214,7 @@ std::string Device::to_string() const {
       out << "cuda:" << index();
       break;
     case DeviceKind::Remote:
-      out << "remote:" << url();
+      out << url();
       break;
   }
   if (is_fused() && is_autodiff()) {

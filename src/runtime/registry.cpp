@@ -12,6 +12,7 @@
 #include "decorators/capture/capture_backend.h"
 #include "decorators/fusion/fusion_backend.h"
 #include "runtime/cuda_plugin.h"
+#include "runtime/remote_plugin.h"
 
 namespace kiln {
 namespace {
@@ -93,6 +94,16 @@ std::shared_ptr<Backend> make_cuda_backend(int index) {
   return api->make_backend(index);
 }
 
+// The remote plugin's backend for device (Device::remote has interned its address and token).
+std::shared_ptr<Backend> make_remote_backend(const Device& device) {
+  std::string reason;
+  bool not_compiled = false;
+  const RemotePluginApi* api = remote_plugin(&reason, &not_compiled);
+  if (api == nullptr && not_compiled) detail::fail<NotCompiled>("Device::remote", reason);
+  if (api == nullptr) detail::fail<BackendUnavailable>("Device::remote", reason);
+  return api->make_backend(device, remote_address_of(device), remote_token_of(device));
+}
+
 struct SettingsEntry {
   std::optional<DeviceSettings> settings;
 };
@@ -119,8 +130,8 @@ Backend& hardware_backend(const Device& device) {
       return backend_cache().get({DeviceKind::Cuda, device.index(), 0},
                                  [&] { return make_cuda_backend(device.index()); });
     case DeviceKind::Remote:
-      detail::fail<NotCompiled>("device", "kiln was built without the remote backend (",
-                                device.to_string(), ")");
+      return backend_cache().get({DeviceKind::Remote, device.index(), 0},
+                                 [&] { return make_remote_backend(device); });
   }
   detail::fail<InvalidArgument>("device", "unknown device kind");
 }

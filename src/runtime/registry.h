@@ -15,5 +15,8 @@ DeviceSettings settings_for(const Device& device);
 // Fixes the settings of device's hardware; see Device::set_default_dtypes.
 void set_default_dtypes_for(const Device& device, DType float_dtype, DType int_dtype,
                             DType bool_dtype);
+// A remote device's "HOST:PORT" and token, as Device::remote interned them (runtime/device.cpp).
+std::string remote_address_of(const Device& device);
+std::string remote_token_of(const Device& device);
 
 }  // namespace kiln

@@ -130,6 +130,40 @@ case "$scenario" in
     mkdir -p "$work/broken" && cp -r "$model/." "$work/broken" && echo '{' >"$work/broken/modules.json"
     expect 1 "modules.json is not JSON" -- embed "$work/broken" x
     ;;
+  serve)
+    # The server refuses to start without a token, and serves a training run over loopback.
+    expect 1 "--token-file" -- serve
+    expect 1 "cannot read the token file" -- serve --token-file "$work/absent"
+    : >"$work/empty"
+    expect 1 "is empty" -- serve --token-file "$work/empty"
+    echo "cli-test-token" >"$work/token"
+    "$kiln" serve --port 0 --token-file "$work/token" >"$work/serve.log" 2>&1 &
+    server=$!
+    port=""
+    for _ in $(seq 200); do
+      port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/serve.log")
+      [ -n "$port" ] && break
+      sleep 0.05
+    done
+    if [ -z "$port" ]; then
+      fail "kiln serve did not start: $(cat "$work/serve.log")"
+    else
+      KILN_DEVICE=remote://127.0.0.1:$port KILN_REMOTE_TOKEN=wrong expect 1 "refused the token" -- \
+        train digits --epochs 1 --out "$work/wrong"
+      KILN_DEVICE=remote://127.0.0.1:$port KILN_REMOTE_TOKEN=cli-test-token expect 0 "accuracy" -- \
+        train digits --epochs 1 --out "$work/digits"
+      for _ in $(seq 100); do
+        grep -q "session 2 .*client closed" "$work/serve.log" && break
+        sleep 0.05
+      done
+      grep -q "session 1 .*refused: wrong token" "$work/serve.log" ||
+        fail "no log line for the refused session: $(cat "$work/serve.log")"
+      grep -q "session 2 .*[1-9][0-9]* ops (0 failed).*client closed" "$work/serve.log" ||
+        fail "no log line for the training session: $(cat "$work/serve.log")"
+    fi
+    kill "$server" 2>/dev/null
+    wait "$server" 2>/dev/null
+    ;;
   fusion_bisect)
     chains=$3
     # bisect STATUS TEXT ARGS...: kiln fusion-bisect ARGS; checks the status and TEXT in stdout.

@@ -6,6 +6,9 @@
 #include <sstream>
 
 #include "contract/op_code.h"
+#ifdef KILN_HAVE_REMOTE_SERVER
+#include "support/remote_server.h"
+#endif
 
 namespace kiln::conformance {
 
@@ -22,11 +25,17 @@ std::vector<Device> devices_under_test() {
   std::string item;
   while (std::getline(in, item, ',')) {
     try {
-      // A device and its decorators: "cpu", "cpu-autodiff", "cuda:0-fused", "cpu-fused-autodiff".
+      // A device and its decorators: "cpu", "cpu-autodiff", "cuda:0-fused", "cpu-fused-autodiff",
+      // "remote-autodiff".
       std::stringstream parts(item);
       std::string part;
       std::getline(parts, part, '-');
+      // "remote": a server started in this process on a free port (its CPU runs the ops).
+#ifdef KILN_HAVE_REMOTE_SERVER
+      Device device = part == "remote" ? test::remote_device() : Device::parse(part);
+#else
       Device device = Device::parse(part);
+#endif
       while (std::getline(parts, part, '-')) {
         if (part == "autodiff") {
           device = device.autodiff();

@@ -1,8 +1,12 @@
 // Devices: parsing KILN_DEVICE, counts, the backend behind a device, dtype usage, and the
 // once-only device settings. Settings are fixed at a device's first use for the whole process,
 // so those tests run in a fresh process (support/fresh_process.h).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <optional>
@@ -127,13 +131,38 @@ TEST(Device, KilnDeviceBadValuesListTheAcceptedForms) {
   }
 }
 
-// This build has neither the CUDA nor the remote backend.
-TEST(Device, RemoteIsNotCompiled) {
-  ScopedDeviceEnv env("remote://127.0.0.1:7878");
-  const std::string message = expect_error<NotCompiled>([] { Device::default_device(); });
-  EXPECT_NE(message.find("built without"), std::string::npos) << message;
-  expect_error<NotCompiled>([] { Device::remote("tcp://127.0.0.1:7878"); });
-  expect_error<InvalidArgument>([] { Device::remote(""); });
+// A port on the loopback address that nothing listens on (bound, then closed again).
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ADD_FAILURE() << "no free port";
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Without a server at the address, the device is unavailable and the error names the address;
+// a malformed address is an InvalidArgument. (tests/remote/ has the server's own tests.)
+TEST(Device, RemoteWithoutAServerNamesTheAddress) {
+  const std::string address = "127.0.0.1:" + std::to_string(free_loopback_port());
+  {
+    ScopedDeviceEnv env(("remote://" + address).c_str());
+    const std::string message = expect_error<BackendUnavailable>([] { Device::default_device(); });
+    EXPECT_NE(message.find(address), std::string::npos) << message;
+  }
+  const std::string message =
+      expect_error<BackendUnavailable>([&] { Device::remote("tcp://" + address, "token"); });
+  EXPECT_NE(message.find(address), std::string::npos) << message;
+  for (const char* bad :
+       {"", "remote://127.0.0.1", "remote://:80", "remote://h:99999", "remote://h:port"}) {
+    expect_error<InvalidArgument>([&] { Device::remote(bad, "token"); });
+  }
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());
 }
 

@@ -118,6 +118,18 @@ TEST(LinalgApi, LayerNormKeepsPrecisionAtLargeMeans) {
   }
 }
 
+// Batch and heads broadcast as sizes do elsewhere: an empty query batch beside keys and values
+// of batch 1 gives an empty batch (the CPU kernel took the largest size, 1).
+TEST(LinalgApi, AttentionBroadcastsAnEmptyBatch) {
+  const Device dev = Device::cpu();
+  auto q = Tensor<4>::ones({0, 2, 3, 4}, dev);
+  auto k = Tensor<4>::ones({1, 2, 5, 4}, dev);
+  auto v = Tensor<4>::ones({1, 1, 5, 6}, dev);
+  EXPECT_EQ(module::attention(q, k, v).shape(), (Shape{0, 2, 3, 6}));
+  auto q1 = Tensor<4>::ones({1, 2, 3, 4}, dev);
+  EXPECT_EQ(module::attention(q1, k, v).shape(), (Shape{1, 2, 3, 6}));
+}
+
 // A mask's polarity is said where it is made: attend() keeps its true keys, exclude() drops them.
 TEST(LinalgApi, AttentionMaskSaysWhetherTrueKeepsOrDrops) {
   const Device dev = Device::cpu();

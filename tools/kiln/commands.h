@@ -57,4 +57,14 @@ struct FusionBisectOptions {
 // error (main exits 2).
 int run_fusion_bisect(const FusionBisectOptions& options, std::ostream& out);
 
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 7878;  // 0: any free port (printed when listening)
+  std::string device = "cpu";
+  std::filesystem::path token_file;  // required; its first line is the token
+  std::uint64_t max_session_bytes = std::uint64_t{16} << 30;
+};
+// `kiln serve`: runs remote clients' ops on one device until killed. One log line per session.
+int run_serve(const ServeOptions& options, std::ostream& out);
+
 }  // namespace kiln::tools

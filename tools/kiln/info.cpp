@@ -3,6 +3,7 @@
 #include <iomanip>
 
 #include "runtime/cuda_plugin.h"
+#include "runtime/remote_plugin.h"
 #include "tools/kiln/commands.h"
 
 namespace kiln::tools {
@@ -34,7 +35,15 @@ int run_info(std::ostream& out) {
   } else {
     out << "  cuda     compiled in, available (" << gpus << (gpus == 1 ? " GPU" : " GPUs") << ")\n";
   }
-  out << "  remote   not compiled in\n";
+  std::string remote_reason;
+  bool remote_not_compiled = false;
+  if (remote_plugin(&remote_reason, &remote_not_compiled) != nullptr) {
+    out << "  remote   compiled in (remote://HOST:PORT devices; kiln serve)\n";
+  } else if (remote_not_compiled) {
+    out << "  remote   not compiled in\n";
+  } else {
+    out << "  remote   compiled in, unavailable: " << remote_reason << "\n";
+  }
   out << "  autodiff compiled in (a decorator: Device::autodiff())\n\n";
 
   std::vector<Device> devices;

@@ -1,5 +1,6 @@
 // The kiln command line: `kiln info`, `kiln train digits`, `kiln train charlm [FILE]`,
-// `kiln embed MODEL_DIR TEXT...`, `kiln fusion-bisect -- CMD ARGS...`.
+// `kiln embed MODEL_DIR TEXT...`, `kiln fusion-bisect -- CMD ARGS...`,
+// `kiln serve --token-file FILE [--host H] [--port P] [--device D]`.
 // One error exit: whatever goes wrong (a bad option, kiln's errors, the file system's, memory)
 // ends as one line "kiln: ..." on stderr and exit status 1 (2 for fusion-bisect, whose 1 means
 // "found a group", as for diff and git bisect run).
@@ -122,6 +123,21 @@ int run(int argc, char** argv) {
   bisect_cmd->add_option("command", bisect.command, "-- CMD ARGS...: the program to run")
       ->required();
 
+  ServeOptions serve;
+  CLI::App* serve_cmd =
+      app.add_subcommand("serve", "run remote clients' ops (remote://HOST:PORT devices) here");
+  serve_cmd->add_option("--host", serve.host, "the address to listen on")->capture_default_str();
+  serve_cmd->add_option("--port", serve.port, "the port (0: any free one)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  serve_cmd->add_option("--device", serve.device, "cpu, cuda or cuda:N")->capture_default_str();
+  serve_cmd->add_option("--token-file", serve.token_file, "a file whose first line is the token")
+      ->required();
+  serve_cmd
+      ->add_option("--max-session-bytes", serve.max_session_bytes,
+                   "memory one client may hold on the device")
+      ->capture_default_str();
+
   check_commands(app, argc, argv);
   try {
     app.parse(argc, argv);
@@ -135,6 +151,7 @@ int run(int argc, char** argv) {
   if (charlm_cmd->parsed()) return run_train_charlm(charlm, std::cout);
   if (embed_cmd->parsed()) return run_embed(embed, std::cin, std::cout);
   if (bisect_cmd->parsed()) return run_fusion_bisect(bisect, std::cout);
+  if (serve_cmd->parsed()) return run_serve(serve, std::cout);
   return 0;
 }
 

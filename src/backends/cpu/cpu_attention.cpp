@@ -6,6 +6,7 @@
 // in PyTorch), is excluded. A row with every key excluded gets all-zero weights, so its output
 // is zeros, not NaN (PyTorch's math path does the same since 2.5). NaN scores propagate.
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -147,8 +148,16 @@ Primitive CpuBackend::attention(Primitive query, Primitive key, Primitive value,
   const DType dtype = query->dtype();
   const Shape& qs = query->shape();
   const Shape& vs = value->shape();
-  const std::int64_t batch = std::max({qs[0], key->shape()[0], vs[0]});
-  const std::int64_t heads = std::max({qs[1], key->shape()[1], vs[1]});
+  // Broadcast sizes (the tensor layer checked they agree or are 1): a 0 beside a 1 is 0.
+  auto broadcast = [](std::initializer_list<std::int64_t> sizes) {
+    std::int64_t out = 1;
+    for (std::int64_t n : sizes) {
+      if (n != 1) out = n;
+    }
+    return out;
+  };
+  const std::int64_t batch = broadcast({qs[0], key->shape()[0], vs[0]});
+  const std::int64_t heads = broadcast({qs[1], key->shape()[1], vs[1]});
   const Shape out_shape{batch, heads, qs[2], vs[3]};
   auto out = make_tensor(dtype, out_shape);
   if (out_shape.num_elements() == 0) return out;

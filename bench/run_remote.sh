@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The remote backend's benchmarks: starts `kiln serve` (CPU) on a free loopback port, runs
+# bench/remote_bench.cpp against it and autodiff_bench's mlp_step/128 on the local CPU and through
+# the server (alternating, so both see the same machine), then prints the table with the ratios.
+#   bench/run_remote.sh [BUILD_DIR]          (default: build)
+# Environment: KILN_BENCH_THREADS (default 2), KILN_BENCH_REPEATS (default 9).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+threads=${KILN_BENCH_THREADS:-2}
+repeats=${KILN_BENCH_REPEATS:-9}
+out="$build/bench-results"
+mkdir -p "$out"
+for binary in "$build/tools/kiln/kiln" "$build/bench/remote_bench" "$build/bench/autodiff_bench"; do
+  if [ ! -x "$binary" ]; then
+    echo "run_remote: $binary not found (build kiln_cli, remote_bench and autodiff_bench)" >&2
+    exit 1
+  fi
+done
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+
+token_file=$(mktemp)
+log=$(mktemp)
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"
+"$build/tools/kiln/kiln" serve --port 0 --token-file "$token_file" > "$log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true; rm -f "$token_file"' EXIT
+port=""
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$log")
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+if [ -z "$port" ]; then
+  echo "run_remote: kiln serve did not start:" >&2
+  cat "$log" >&2
+  exit 1
+fi
+export KILN_REMOTE_TOKEN=$(cat "$token_file")
+url="remote://127.0.0.1:$port"
+
+KILN_BENCH_REMOTE=$url "$build/bench/remote_bench" --benchmark_repetitions="$repeats" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$out/remote.json" --benchmark_out_format=json
+for round in 1 2; do
+  for where in cpu remote; do
+    device=cpu
+    [ "$where" = remote ] && device=$url
+    KILN_BENCH_DEVICE=$device "$build/bench/autodiff_bench" --benchmark_filter='^mlp_step/128' \
+      --benchmark_repetitions="$repeats" --benchmark_display_aggregates_only=true \
+      --benchmark_out="$out/mlp_${where}_$round.json" --benchmark_out_format=json > /dev/null
+  done
+done
+python3 bench/report_remote.py "$out"
+echo "server log:"
+cat "$log"
