@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The remote backend's table from bench/run_remote.sh's results (standard library only).
 
-  bench/report_remote.py RESULTS_DIR
+  bench/report_remote.py RESULTS_DIR [SERVER_DEVICE]
 
 Rows: mlp_step/128 through the server against the local CPU (all repeats of both rounds, median;
 target remote/local <= 1.3), small ops per op as the client sees them (target <= 5 us), a 64 MB
@@ -35,12 +35,13 @@ def samples(path, name):
 
 def main():
     out = pathlib.Path(sys.argv[1])
+    device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     rows = []
     local = samples(out / "mlp_cpu_1.json", "mlp_step/128") + samples(out / "mlp_cpu_2.json", "mlp_step/128")
     remote = samples(out / "mlp_remote_1.json", "mlp_step/128") + samples(out / "mlp_remote_2.json", "mlp_step/128")
     if local and remote:
         l, r = statistics.median(local), statistics.median(remote)
-        rows.append(("mlp_step/128 remote vs local cpu", f"{r * 1e3:.3f} ms", f"{l * 1e3:.3f} ms",
+        rows.append((f"mlp_step/128 remote vs local {device}", f"{r * 1e3:.3f} ms", f"{l * 1e3:.3f} ms",
                      f"{r / l:.2f}x", "<= 1.3x"))
     ops_r = samples(out / "remote.json", "small_ops_remote/10000")
     ops_l = samples(out / "remote.json", "small_ops_local/10000")

@@ -3,12 +3,15 @@
 # bench/remote_bench.cpp against it and autodiff_bench's mlp_step/128 on the local CPU and through
 # the server (alternating, so both see the same machine), then prints the table with the ratios.
 #   bench/run_remote.sh [BUILD_DIR]          (default: build)
-# Environment: KILN_BENCH_THREADS (default 2), KILN_BENCH_REPEATS (default 9).
+# Environment: KILN_BENCH_THREADS (default 2), KILN_BENCH_REPEATS (default 9),
+# KILN_BENCH_SERVER_DEVICE (default cpu; cuda:0 on a GPU machine: the server runs there, and the
+# local mlp_step it is compared with too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 threads=${KILN_BENCH_THREADS:-2}
 repeats=${KILN_BENCH_REPEATS:-9}
+server_device=${KILN_BENCH_SERVER_DEVICE:-cpu}
 out="$build/bench-results"
 mkdir -p "$out"
 for binary in "$build/tools/kiln/kiln" "$build/bench/remote_bench" "$build/bench/autodiff_bench"; do
@@ -22,7 +25,8 @@ export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 token_file=$(mktemp)
 log=$(mktemp)
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"
-"$build/tools/kiln/kiln" serve --port 0 --token-file "$token_file" > "$log" 2>&1 &
+"$build/tools/kiln/kiln" serve --port 0 --device "$server_device" --token-file "$token_file" \
+  > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -f "$token_file"' EXIT
 port=""
@@ -44,13 +48,13 @@ KILN_BENCH_REMOTE=$url "$build/bench/remote_bench" --benchmark_repetitions="$rep
   --benchmark_out="$out/remote.json" --benchmark_out_format=json
 for round in 1 2; do
   for where in cpu remote; do
-    device=cpu
+    device=$server_device
     [ "$where" = remote ] && device=$url
     KILN_BENCH_DEVICE=$device "$build/bench/autodiff_bench" --benchmark_filter='^mlp_step/128' \
       --benchmark_repetitions="$repeats" --benchmark_display_aggregates_only=true \
       --benchmark_out="$out/mlp_${where}_$round.json" --benchmark_out_format=json > /dev/null
   done
 done
-python3 bench/report_remote.py "$out"
+python3 bench/report_remote.py "$out" "$server_device"
 echo "server log:"
 cat "$log"

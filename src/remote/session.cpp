@@ -327,14 +327,20 @@ void Session::upload(const Upload& chunk) {
     fresh(chunk.id, "an upload writes");
     ir::TensorType type{chunk.dtype, chunk.shape};
     ir::internal::check_type(type, "upload", [](std::string message) { end_session(message); });
+    // The product of the dims that are not 0, saturating past the limit: a shape such as
+    // [0, 2^62] holds nothing, and is still refused, as TensorData refuses it.
     std::uint64_t elements = 1;
+    bool empty = false;
     for (std::int64_t dim : chunk.shape.dims()) {
-      if (dim != 0 && elements > (limits_.max_session_bytes + 1) / static_cast<std::uint64_t>(dim))
+      if (dim == 0) {
+        empty = true;
+      } else if (elements > (limits_.max_session_bytes + 1) / static_cast<std::uint64_t>(dim)) {
         elements = limits_.max_session_bytes + 1;
-      else
+      } else {
         elements *= static_cast<std::uint64_t>(dim);
+      }
     }
-    const std::uint64_t total = elements * dtype_size(chunk.dtype);
+    const std::uint64_t total = empty ? 0 : elements * dtype_size(chunk.dtype);
     try {
       // A tensor larger than a whole session may hold is sent by an honest client whose user
       // made one: an OutOfMemory at its read, like an op's result that does not fit, not the

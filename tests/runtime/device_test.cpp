@@ -150,6 +150,11 @@ int free_loopback_port() {
 // Without a server at the address, the device is unavailable and the error names the address;
 // a malformed address is an InvalidArgument. (tests/remote/ has the server's own tests.)
 TEST(Device, RemoteWithoutAServerNamesTheAddress) {
+#ifndef KILN_HAVE_REMOTE_SERVER
+  // A build without the remote backend (static, or KILN_REMOTE=OFF) says so.
+  expect_error<NotCompiled>([] { Device::remote("remote://127.0.0.1:7878", "token"); });
+  GTEST_SKIP() << "built without the remote backend";
+#endif
   const std::string address = "127.0.0.1:" + std::to_string(free_loopback_port());
   {
     ScopedDeviceEnv env(("remote://" + address).c_str());

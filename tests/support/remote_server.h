@@ -1,10 +1,12 @@
 // A `kiln serve` server inside the test process, on a free loopback port, started on first use
 // and kept for the life of the process: tests and the conformance table (KILN_TEST_DEVICES=remote)
-// reach it as Device::remote(test::remote_url(), test::kRemoteToken).
+// reach it as Device::remote(test::remote_url(), test::kRemoteToken). It runs ops on the CPU, or
+// on the device KILN_TEST_REMOTE_DEVICE names (cuda:0 in scripts/gpu-check gpu-remote).
 #pragma once
 
 #include <kiln/kiln.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -19,6 +21,8 @@ inline remote::Server& remote_server() {
   static remote::Server* server = [] {
     remote::ServerOptions options;
     options.port = 0;
+    if (const char* device = std::getenv("KILN_TEST_REMOTE_DEVICE"); device && *device)
+      options.device = Device::parse(device).without_fusion();
     options.token = kRemoteToken;
     auto* s = new remote::Server(std::move(options));
     s->start();

@@ -34,6 +34,33 @@ std::vector<float> read(const Tensor<1>& t) { return t.into_data().to_vec<float>
 
 // ---- item 1: narrow's range check overflowed ----
 
+// A pooling window far larger than its input is valid when its padding is at most half of it
+// (as in PyTorch): its work follows the taps that land inside the input, not the window's size
+// (a kernel of 2^41 allocated a table per tap and never finished; found by
+// fuzz/remote_frame_fuzz.cpp through a remote server).
+TEST(CheckedShapes, PoolingWindowsFarLargerThanTheInputTakeTheInputsTime) {
+  constexpr std::int64_t kHuge = std::int64_t{1} << 41;
+  std::vector<float> values(2 * 4);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 5) % 8);
+  const auto x = Tensor<4>::from_data(TensorData::from_vec(values, {1, 1, 2, 4}), kCpu);
+  PoolOptions options;
+  options.kernel_size = {2, kHuge};
+  options.padding = {0, kHuge / 2};
+  // One window covers the whole plane: the largest value, at its flat index.
+  auto [max, index] = module::max_pool2d_with_indices(x, options);
+  ASSERT_EQ(max.shape(), (Shape{1, 1, 1, 1}));
+  const auto best = std::max_element(values.begin(), values.end());
+  EXPECT_EQ(max.into_data().to_vec<float>()[0], *best);
+  EXPECT_EQ(index.into_data().to_f64_vec()[0], static_cast<double>(best - values.begin()));
+  // The average over the padded window (count_include_pad): the sum over 2 * 2^41 positions.
+  const auto mean = module::avg_pool2d(x, options).into_data().to_vec<float>();
+  double sum = 0;
+  for (float v : values) sum += v;
+  EXPECT_NEAR(mean[0], sum / (2.0 * static_cast<double>(kHuge)), 1e-15);
+  options.count_include_pad = false;
+  EXPECT_NEAR(module::avg_pool2d(x, options).into_data().to_vec<float>()[0], sum / 8.0, 1e-6);
+}
+
 TEST(CheckedShapes, NarrowPastTheEndIsRefusedAtAnyStart) {
   auto t = values({1, 2, 3, 4});
   expect_error<InvalidArgument>([&] { (void)t.narrow(0, kMax, 1); }, "narrow",

@@ -59,6 +59,7 @@ struct PositionRange {
 
 PositionRange position_range(const Window& w, std::int64_t first, std::int64_t last) {
   PositionRange range{first, last};
+  if (first >= last) return range;  // no positions (an out grid with a 0 in it): nothing to walk
   const std::int64_t row_length = w.out[2];
   const std::int64_t row = first / row_length;
   range.begin = first - row * row_length;

@@ -99,14 +99,48 @@ void for_each_avg_row(const Window& w, bool count_include_pad, F&& f) {
   }
 }
 
-// For each kernel tap along w, the output columns whose tap lies inside the input.
-std::vector<std::pair<std::int64_t, std::int64_t>> avg_columns(const Window& w) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> valid(static_cast<std::size_t>(w.kernel[2]));
-  for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-    valid[static_cast<std::size_t>(kw)] =
-        valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw);
+// The kernel taps along dim d that land inside the input for some window position: [first,
+// last). The others read only padding, and a window may be far larger than its input (a kernel of
+// 2^41 with padding 2^40 on 4 columns is valid): its work and its tables follow these taps, not
+// the kernel's size.
+struct UsefulTaps {
+  std::int64_t first, last;
+};
+UsefulTaps useful_taps(const Window& w, std::size_t d) {
+  using Wide = spatial::Wide;
+  // Tap k of position o reads o * stride - padding + k * dilation.
+  const Wide last_start =
+      Wide{std::max<std::int64_t>(w.out[d] - 1, 0)} * w.stride[d] - w.padding[d];
+  const Wide lowest = -last_start;  // taps below this read left of the input at every position
+  const Wide highest = Wide{w.in[d]} + w.padding[d];  // taps from here read right of it
+  auto ceil_div_wide = [](Wide a, Wide b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
+  const Wide first = std::clamp<Wide>(ceil_div_wide(lowest, w.dilation[d]), 0, w.kernel[d]);
+  const Wide last = std::clamp<Wide>(ceil_div_wide(highest, w.dilation[d]), first, w.kernel[d]);
+  return {static_cast<std::int64_t>(first), static_cast<std::int64_t>(last)};
+}
+
+// Work per plane for the thread pool's grain: output positions times useful taps (saturating).
+std::int64_t plane_work(const Window& w) {
+  spatial::Wide work = w.out_size();
+  for (std::size_t d = 0; d < 3; ++d) {
+    const UsefulTaps t = useful_taps(w, d);
+    work = std::min<spatial::Wide>(work * std::max<std::int64_t>(t.last - t.first, 1),
+                                   std::numeric_limits<std::int64_t>::max());
   }
-  return valid;
+  return static_cast<std::int64_t>(work);
+}
+
+// For each useful kernel tap along w (from taps.first), the output columns whose tap lies inside
+// the input.
+struct Columns {
+  UsefulTaps taps;
+  std::vector<std::pair<std::int64_t, std::int64_t>> valid;  // [kw - taps.first]
+};
+Columns avg_columns(const Window& w) {
+  Columns columns{useful_taps(w, 2), {}};
+  for (std::int64_t kw = columns.taps.first; kw < columns.taps.last; ++kw)
+    columns.valid.push_back(valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw));
+  return columns;
 }
 
 // The taps of a max-pooling window along one dim that fall inside the input: window position
@@ -132,7 +166,8 @@ std::vector<TapRange> tap_ranges(const Window& w, std::size_t d) {
 // small plane's windows take less time than these divisions and allocations).
 struct PoolTaps {
   std::array<std::vector<TapRange>, 3> ranges;
-  std::vector<std::pair<std::int64_t, std::int64_t>> valid_w;
+  UsefulTaps taps_w{0, 0};
+  std::vector<std::pair<std::int64_t, std::int64_t>> valid_w;  // [kw - taps_w.first]
   bool two_by_two = false;  // a 2-d 2x2 window at stride 2, unpadded, undilated
 };
 
@@ -141,10 +176,10 @@ PoolTaps pool_taps(const Window& w) {
   taps.two_by_two = w.out[0] == 1 && w.kernel == Dims3{1, 2, 2} && w.stride[1] == 2 &&
                     w.stride[2] == 2 && w.padding == Dims3{0, 0, 0} &&
                     w.dilation == Dims3{1, 1, 1} && w.in[0] == 1;
-  taps.valid_w.resize(static_cast<std::size_t>(w.kernel[2]));
-  for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-    taps.valid_w[static_cast<std::size_t>(kw)] =
-        valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw * w.dilation[2]);
+  taps.taps_w = useful_taps(w, 2);
+  for (std::int64_t kw = taps.taps_w.first; kw < taps.taps_w.last; ++kw) {
+    taps.valid_w.push_back(
+        valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw * w.dilation[2]));
   }
   return taps;
 }
@@ -204,8 +239,8 @@ void max_pool_plane(const T* x, const Window& w, const PoolTaps& pool, T* out,
         const std::int64_t id = td.start + kd * w.dilation[0];
         for (std::int64_t kh = th.first; kh < th.last; ++kh) {
           const std::int64_t row = (id * w.in[1] + th.start + kh * w.dilation[1]) * w.in[2];
-          for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-            const auto [first, last] = valid[static_cast<std::size_t>(kw)];
+          for (std::int64_t kw = pool.taps_w.first; kw < pool.taps_w.last; ++kw) {
+            const auto [first, last] = valid[static_cast<std::size_t>(kw - pool.taps_w.first)];
             const std::int64_t base = row - w.padding[2] + kw * w.dilation[2];
             const std::int64_t step = w.stride[2];
             for (std::int64_t ow = first; ow < last; ++ow) {
@@ -246,28 +281,29 @@ Primitive CpuBackend::avg_pool(Primitive x, PoolOptions options) {
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
-    for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
+    for_each_plane(shape[0] * shape[1], plane_work(w), [&](std::int64_t p) {
       const T* plane = src + p * w.in_size();
       T* result = dst + p * w.out_size();
       // Each output row sums one kernel tap at a time across all its windows.
-      for_each_avg_row<T>(w, options.count_include_pad,
-                          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
-                            T* o = result + row;
-                            std::fill_n(o, w.out[2], T(0));
-                            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
-                              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
-                                const T* line = plane + (id * w.in[1] + ih) * w.in[2];
-                                for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-                                  const auto [first, last] = columns[static_cast<std::size_t>(kw)];
-                                  const T* at = line - w.padding[2] + kw;
-                                  for (std::int64_t ow = first; ow < last; ++ow)
-                                    o[ow] += at[ow * w.stride[2]];
-                                }
-                              }
-                            }
-                            for (std::int64_t ow = 0; ow < w.out[2]; ++ow)
-                              o[ow] *= scale[static_cast<std::size_t>(ow)];
-                          });
+      for_each_avg_row<T>(
+          w, options.count_include_pad,
+          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
+            T* o = result + row;
+            std::fill_n(o, w.out[2], T(0));
+            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
+              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
+                const T* line = plane + (id * w.in[1] + ih) * w.in[2];
+                for (std::int64_t kw = columns.taps.first; kw < columns.taps.last; ++kw) {
+                  const auto [first, last] =
+                      columns.valid[static_cast<std::size_t>(kw - columns.taps.first)];
+                  const T* at = line - w.padding[2] + kw;
+                  for (std::int64_t ow = first; ow < last; ++ow) o[ow] += at[ow * w.stride[2]];
+                }
+              }
+            }
+            for (std::int64_t ow = 0; ow < w.out[2]; ++ow)
+              o[ow] *= scale[static_cast<std::size_t>(ow)];
+          });
     });
   });
   return from_compute(*this, out, dtype);
@@ -283,27 +319,29 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = dy->data_as<T>();
     T* dst = out->data_as<T>();
-    for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
+    for_each_plane(shape[0] * shape[1], plane_work(w), [&](std::int64_t p) {
       const T* grad = src + p * w.out_size();
       T* plane = dst + p * w.in_size();
       std::fill_n(plane, w.in_size(), T(0));
       detail::Buffer<T> share(static_cast<std::size_t>(w.out[2]));
-      for_each_avg_row<T>(w, options.count_include_pad,
-                          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
-                            for (std::size_t i = 0; i < share.size(); ++i)
-                              share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
-                            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
-                              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
-                                T* line = plane + (id * w.in[1] + ih) * w.in[2];
-                                for (std::int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-                                  const auto [first, last] = columns[static_cast<std::size_t>(kw)];
-                                  T* at = line - w.padding[2] + kw;
-                                  for (std::int64_t ow = first; ow < last; ++ow)
-                                    at[ow * w.stride[2]] += share[static_cast<std::size_t>(ow)];
-                                }
-                              }
-                            }
-                          });
+      for_each_avg_row<T>(
+          w, options.count_include_pad,
+          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
+            for (std::size_t i = 0; i < share.size(); ++i)
+              share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
+            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
+              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
+                T* line = plane + (id * w.in[1] + ih) * w.in[2];
+                for (std::int64_t kw = columns.taps.first; kw < columns.taps.last; ++kw) {
+                  const auto [first, last] =
+                      columns.valid[static_cast<std::size_t>(kw - columns.taps.first)];
+                  T* at = line - w.padding[2] + kw;
+                  for (std::int64_t ow = first; ow < last; ++ow)
+                    at[ow * w.stride[2]] += share[static_cast<std::size_t>(ow)];
+                }
+              }
+            }
+          });
     });
   });
   return from_compute(*this, out, dtype);
@@ -319,7 +357,7 @@ Primitive CpuBackend::max_pool(Primitive x, PoolOptions options) {
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
-    for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
+    for_each_plane(shape[0] * shape[1], plane_work(w), [&](std::int64_t p) {
       max_pool_plane<false>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
                             static_cast<std::int64_t*>(nullptr));
     });
@@ -344,7 +382,7 @@ PrimitivePair CpuBackend::max_pool_with_indices(Primitive x, PoolOptions options
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
     const T* src = in->data_as<T>();
     T* dst = out->data_as<T>();
-    for_each_plane(shape[0] * shape[1], w.out_size() * w.kernel_size(), [&](std::int64_t p) {
+    for_each_plane(shape[0] * shape[1], plane_work(w), [&](std::int64_t p) {
       std::byte* plane_indices = idx + p * w.out_size() * index_size;
       if (index_dtype == DType::I64) {  // the kernel's own index type: written in place
         max_pool_plane<true>(src + p * w.in_size(), w, taps, dst + p * w.out_size(),
