@@ -70,12 +70,18 @@ Channel::Channel(const std::string& address, const std::string& token) : address
   } catch (const asio::system_error& e) {
     std::rethrow_exception(unavailable(address, e.what()));
   }
-  reader_ = std::thread([this] { read_replies(); });
+  std::thread([this, exit = reader_exit_] {
+    read_replies();
+    std::lock_guard lock(exit->mutex);
+    exit->ended = true;
+    exit->done.notify_all();
+  }).detach();
 }
 
 Channel::~Channel() {
   if (connection_) connection_->shutdown();
-  if (reader_.joinable()) reader_.join();
+  std::unique_lock lock(reader_exit_->mutex);
+  reader_exit_->done.wait(lock, [&] { return reader_exit_->ended; });
 }
 
 void Channel::check_open() {

@@ -73,7 +73,14 @@ class Channel {
   asio::io_context io_;
   std::unique_ptr<Connection> connection_;
   Welcome welcome_;
-  std::thread reader_;
+  // The reader thread is detached (a channel lives as long as the process, like its backend, and
+  // a reader that ends with its connection leaves nothing to join); a destructor waits for this.
+  struct ReaderExit {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool ended = false;
+  };
+  std::shared_ptr<ReaderExit> reader_exit_ = std::make_shared<ReaderExit>();
 
   std::mutex mutex_;
   std::vector<Command> batch_;   // queued, not sent

@@ -1,6 +1,7 @@
 #include "remote/server.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <list>
 #include <mutex>
@@ -18,27 +19,26 @@ struct Server::State {
   Backend* backend = nullptr;
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor{io};
+  int listening = -1;  // the acceptor's descriptor, for stop() on another thread
   std::uint16_t port = 0;
 
-  struct Running {
-    std::shared_ptr<Connection> connection;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
+  // The connections of the sessions running now, for stop() to end them. A session's thread is
+  // detached and holds the State: stop() waits for `open` to reach 0 instead of joining, so a
+  // session that ends while the server keeps serving leaves no thread to join.
   std::mutex mutex;
-  std::list<Running> sessions;  // guarded by mutex
+  std::condition_variable all_ended;
+  std::list<std::shared_ptr<Connection>> sessions;  // guarded by mutex
   std::atomic<int> open{0};
   std::atomic<std::uint64_t> ended{0};
   std::atomic<std::uint64_t> next_session{1};
   std::atomic<bool> stopping{false};
+  bool stop_requested = false;  // guarded by mutex
   std::thread runner;
 
   void log(const std::string& line) const {
     if (options.log) options.log(line);
   }
   void serve(Connection& connection, std::uint64_t number);
-  // Joins the threads of sessions that have ended. The caller holds mutex.
-  void reap();
 };
 
 namespace {
@@ -140,17 +140,6 @@ void Server::State::serve(Connection& connection, std::uint64_t number) {
                            describe_totals(totals), "; ", ending));
 }
 
-void Server::State::reap() {
-  for (auto it = sessions.begin(); it != sessions.end();) {
-    if (it->done.load()) {
-      it->thread.join();
-      it = sessions.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
 Server::Server(ServerOptions options) : state_(std::make_shared<State>()) {
   if (options.token.empty()) {
     detail::fail<InvalidArgument>("kiln serve",
@@ -166,6 +155,7 @@ Server::Server(ServerOptions options) : state_(std::make_shared<State>()) {
     s.acceptor.bind(endpoint);
     s.acceptor.listen();
     s.port = s.acceptor.local_endpoint().port();
+    s.listening = s.acceptor.native_handle();
   } catch (const asio::system_error& e) {
     detail::fail<BackendUnavailable>("kiln serve", "cannot listen on ", s.options.host, ":",
                                      s.options.port, ": ", e.what());
@@ -188,20 +178,25 @@ void Server::run() {
     s.acceptor.accept(socket, error);
     if (s.stopping) break;
     if (error) continue;  // a connection that failed while it was accepted
-    std::lock_guard lock(s.mutex);
-    s.reap();
     auto connection = std::make_shared<Connection>(std::move(socket));
-    State::Running& running = s.sessions.emplace_back();
-    running.connection = connection;
+    std::list<std::shared_ptr<Connection>>::iterator entry;
+    {
+      std::lock_guard lock(s.mutex);
+      entry = s.sessions.insert(s.sessions.end(), connection);
+      ++s.open;
+    }
     const std::uint64_t number = s.next_session++;
-    ++s.open;
-    running.thread = std::thread([&s, &running, connection, number] {
-      s.serve(*connection, number);
-      --s.open;
-      ++s.ended;
-      running.done = true;
-    });
+    std::thread([state = state_, entry, connection, number] {
+      state->serve(*connection, number);
+      std::lock_guard lock(state->mutex);
+      state->sessions.erase(entry);
+      ++state->ended;
+      if (--state->open == 0) state->all_ended.notify_all();
+    }).detach();
   }
+  // Closed by the thread that used it (stop() only shuts it down, which ends a blocked accept).
+  asio::error_code ignored;
+  s.acceptor.close(ignored);
 }
 
 void Server::start() {
@@ -210,17 +205,19 @@ void Server::start() {
 
 void Server::stop() {
   State& s = *state_;
-  if (s.stopping.exchange(true)) return;
-  asio::error_code ignored;
-  // A blocked accept returns once the socket is shut down and closed.
-  s.acceptor.cancel(ignored);
-  ::shutdown(s.acceptor.native_handle(), SHUT_RDWR);
-  s.acceptor.close(ignored);
+  // Shut down first, then say so: run() closes the acceptor only once it sees stopping, so the
+  // descriptor is still the acceptor's here.
+  {
+    std::lock_guard lock(s.mutex);
+    if (s.stop_requested) return;
+    s.stop_requested = true;
+  }
+  ::shutdown(s.listening, SHUT_RDWR);
+  s.stopping = true;
   if (s.runner.joinable()) s.runner.join();
-  std::lock_guard lock(s.mutex);
-  for (State::Running& running : s.sessions) running.connection->shutdown();
-  for (State::Running& running : s.sessions) running.thread.join();
-  s.sessions.clear();
+  std::unique_lock lock(s.mutex);
+  for (const std::shared_ptr<Connection>& connection : s.sessions) connection->shutdown();
+  s.all_ended.wait(lock, [&] { return s.open == 0; });
 }
 
 }  // namespace kiln::remote
