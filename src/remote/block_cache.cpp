@@ -60,27 +60,26 @@ void BlockCache::compress(std::vector<Command>& batch, const Limits& limits) {
   const XXH128_hash_t hash = XXH3_128bits(encoded.data(), encoded.size());
   const Key key{hash.low64, hash.high64, encoded.size()};
 
-  Command replacement;
-  replacement.ids = std::move(renamer.bindings);
-  auto found = known_.find(key);
+  const auto found = known_.find(key);
   if (found == known_.end()) {
     if (known_.size() < kMaxKnown) known_.emplace(key, Known{1, 0});
-    return;
+    return;  // sent as it is
   }
-  if (found->second.seen == 1 && blocks_ < limits.max_blocks) {
-    found->second.seen = 2;
-    found->second.block = blocks_++;
-    replacement.kind = CommandKind::Block;
-    replacement.block = found->second.block;
-    replacement.body = std::move(body);
-  } else if (found->second.seen >= 2) {
+  Known& known = found->second;
+  Command replacement;
+  replacement.ids = std::move(renamer.bindings);
+  if (known.seen >= 2) {
     replacement.kind = CommandKind::Bind;
-    replacement.block = found->second.block;
     ++replayed_;
+  } else if (blocks_ < limits.max_blocks) {
+    known.seen = 2;
+    known.block = blocks_++;
+    replacement.kind = CommandKind::Block;
+    replacement.body = std::move(body);
   } else {
-    found = known_.end();
+    return;  // no block numbers left: sent as it is
   }
-  if (found == known_.end()) return;  // sent as it is
+  replacement.block = known.block;
   batch.erase(batch.begin() + 1, batch.begin() + static_cast<long>(run));
   batch[0] = std::move(replacement);
 }

@@ -84,11 +84,6 @@ Channel::~Channel() {
   reader_exit_->done.wait(lock, [&] { return reader_exit_->ended; });
 }
 
-void Channel::check_open() {
-  std::lock_guard lock(mutex_);
-  if (broken_) rethrow_locked();
-}
-
 void Channel::rethrow_locked() { std::rethrow_exception(broken_); }
 
 std::uint32_t Channel::new_id() {

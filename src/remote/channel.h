@@ -59,9 +59,6 @@ class Channel {
   // Batches sent as a block the server had already (tests, benchmarks).
   std::uint64_t blocks_replayed() const noexcept { return blocks_.replayed(); }
 
-  // Throws the error that ended the connection, if it has ended.
-  void check_open();
-
  private:
   void send_batch_locked();
   void fail_locked(std::exception_ptr error);

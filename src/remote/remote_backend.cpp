@@ -13,23 +13,17 @@ namespace {
 // The ids of an op's tensor inputs, and their types in the same order.
 class Inputs final : public ir::IdSource {
  public:
-  Inputs(const Channel* channel, Device device, std::string_view op)
-      : channel_(channel), device_(device), op_(op) {}
+  Inputs(const RemoteBackend& backend, std::string_view op) : backend_(backend), op_(op) {}
 
   ir::TensorId id_of(const Primitive& p) override {
-    const auto* tensor = dynamic_cast<const RemoteTensor*>(p.get());
-    if (tensor == nullptr || tensor->channel() != channel_) {
-      detail::fail<DeviceMismatch>(op_, "a tensor on ", p->device().to_string(), " given to ",
-                                   device_.to_string());
-    }
+    const RemoteTensor& tensor = backend_.remote_tensor(p, op_);
     types.push_back({p->dtype(), p->shape()});
-    return {tensor->id()};
+    return {tensor.id()};
   }
   std::vector<ir::TensorType> types;
 
  private:
-  const Channel* channel_;
-  Device device_;
+  const RemoteBackend& backend_;
   std::string_view op_;
 };
 
@@ -183,7 +177,7 @@ std::vector<Primitive> RemoteBackend::send(ir::Op op, std::vector<ir::TensorType
 
 template <OpCode code, class Result, class... Args>
 Result RemoteBackend::ship(const Args&... args) {
-  Inputs inputs(channel_.get(), device_, op_info(code).name);
+  Inputs inputs(*this, op_info(code).name);
   ir::Op op = ir::Call<code>::make(inputs, args...);
   return results_as<Result>(send(std::move(op), inputs.types));
 }

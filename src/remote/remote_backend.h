@@ -49,6 +49,8 @@ class RemoteBackend final : public Backend {
   void reset_peak_memory() override;
   void assign(const Primitive& dst, Primitive src) override;
   Channel& channel() noexcept { return *channel_; }
+  // p as a tensor of this backend's server; DeviceMismatch naming op otherwise.
+  const RemoteTensor& remote_tensor(const Primitive& p, std::string_view op) const;
 
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
   result name params override;
@@ -61,7 +63,6 @@ class RemoteBackend final : public Backend {
   // op (its inputs and attributes filled in) with its results' ids and types, queued; the
   // results. input_types: one per op.inputs entry (null for an absent optional).
   std::vector<Primitive> send(ir::Op op, std::vector<ir::TensorType>& input_types);
-  const RemoteTensor& remote_tensor(const Primitive& p, std::string_view op) const;
   void simple_command(CommandKind kind, std::uint64_t value = 0);
 
   const Device device_;

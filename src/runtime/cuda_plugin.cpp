@@ -10,35 +10,17 @@
 namespace kiln {
 namespace {
 
-struct PluginState {
-  const CudaPluginApi* api = nullptr;
-  std::string reason;
-  bool not_compiled = false;
-};
+using PluginState = LoadedPlugin<CudaPluginApi>;
 
 PluginState load() {
-  PluginState state;
 #ifndef KILN_HAVE_CUDA_PLUGIN
+  PluginState state;
   state.not_compiled = true;
   state.reason = "kiln was built without the CUDA backend (KILN_CUDA=OFF or no CUDA toolkit)";
   return state;
 #else
-  std::string error;
-  auto entry = reinterpret_cast<KilnCudaPluginEntry>(
-      load_plugin_entry("libkiln_cuda.so", "kiln_cuda_plugin_api", error));
-  if (entry == nullptr) {
-    state.reason = "cannot load the CUDA backend plugin (no CUDA driver?): " + error;
-    return state;
-  }
-  const CudaPluginApi* api = entry();
-  if (api == nullptr || api->contract != kBackendContractHash) {
-    state.reason = "libkiln_cuda.so was built for another backend contract (fingerprint " +
-                   contract_name(api != nullptr ? api->contract : 0) + ", this kiln has " +
-                   contract_name(kBackendContractHash) + "): rebuild it with this kiln";
-    return state;
-  }
-  state.api = api;  // the handle stays open for the life of the process
-  return state;
+  return load_plugin<CudaPluginApi>("libkiln_cuda.so", "kiln_cuda_plugin_api",
+                                    "cannot load the CUDA backend plugin (no CUDA driver?)");
 #endif
 }
 

@@ -15,7 +15,7 @@
 namespace kiln {
 namespace {
 
-std::mutex& url_mutex() {
+std::mutex& remotes_mutex() {
   static std::mutex m;
   return m;
 }
@@ -99,7 +99,7 @@ Device Device::remote(const std::string& url, const std::string& token) {
   const std::string address = remote_address(url);
   std::size_t index = 0;
   {
-    std::lock_guard lock(url_mutex());
+    std::lock_guard lock(remotes_mutex());
     std::vector<RemoteEntry>& table = remotes();
     // One device (and connection, and session on the server) per address and token: a token
     // the server refuses fails here even while another one's connection is open.
@@ -116,17 +116,17 @@ Device Device::remote(const std::string& url, const std::string& token) {
 
 std::string Device::url() const {
   if (kind() != DeviceKind::Remote) return {};
-  std::lock_guard lock(url_mutex());
+  std::lock_guard lock(remotes_mutex());
   return "remote://" + remotes().at(static_cast<std::size_t>(index())).address;
 }
 
 std::string remote_address_of(const Device& device) {
-  std::lock_guard lock(url_mutex());
+  std::lock_guard lock(remotes_mutex());
   return remotes().at(static_cast<std::size_t>(device.index())).address;
 }
 
 std::string remote_token_of(const Device& device) {
-  std::lock_guard lock(url_mutex());
+  std::lock_guard lock(remotes_mutex());
   return remotes().at(static_cast<std::size_t>(device.index())).token;
 }
 

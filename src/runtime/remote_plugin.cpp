@@ -5,35 +5,17 @@
 namespace kiln {
 namespace {
 
-struct PluginState {
-  const RemotePluginApi* api = nullptr;
-  std::string reason;
-  bool not_compiled = false;
-};
+using PluginState = LoadedPlugin<RemotePluginApi>;
 
 PluginState load() {
-  PluginState state;
 #ifndef KILN_HAVE_REMOTE_PLUGIN
+  PluginState state;
   state.not_compiled = true;
   state.reason = "kiln was built without the remote backend (a static build, or KILN_REMOTE=OFF)";
   return state;
 #else
-  std::string error;
-  auto entry = reinterpret_cast<KilnRemotePluginEntry>(
-      load_plugin_entry("libkiln_remote.so", "kiln_remote_plugin_api", error));
-  if (entry == nullptr) {
-    state.reason = "cannot load the remote backend plugin: " + error;
-    return state;
-  }
-  const RemotePluginApi* api = entry();
-  if (api == nullptr || api->contract != kBackendContractHash) {
-    state.reason = "libkiln_remote.so was built for another backend contract (fingerprint " +
-                   contract_name(api != nullptr ? api->contract : 0) + ", this kiln has " +
-                   contract_name(kBackendContractHash) + "): rebuild it with this kiln";
-    return state;
-  }
-  state.api = api;
-  return state;
+  return load_plugin<RemotePluginApi>("libkiln_remote.so", "kiln_remote_plugin_api",
+                                      "cannot load the remote backend plugin");
 #endif
 }
 

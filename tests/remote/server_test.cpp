@@ -31,6 +31,7 @@
 #include "remote/remote_backend.h"
 #include "runtime/registry.h"
 #include "support/error_message.h"
+#include "support/polling.h"
 #include "support/remote_frames.h"
 #include "support/remote_server.h"
 
@@ -45,7 +46,9 @@ using test::expect_error_containing;
 using test::hello_frame;
 using test::kRemoteToken;
 
-constexpr auto kPatience = std::chrono::seconds(10);
+using test::cpu_bytes_in_use;
+using test::kPatience;
+using test::wait_until;
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -83,17 +86,6 @@ Command full_command(std::uint32_t id, std::int64_t elements, double value) {
   c.op.output_types = {{DType::F32, Shape{elements}}};
   return c;
 }
-
-bool wait_until(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
-
-std::int64_t cpu_bytes_in_use() { return Device::cpu().memory_stats().bytes_in_use; }
 
 // A connection that speaks the protocol by hand. Reads give up after kPatience (a failure), so a
 // server that never answers fails the test instead of hanging it.

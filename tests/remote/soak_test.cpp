@@ -24,6 +24,7 @@
 #include "contract/contract.h"
 #include "remote/protocol.h"
 #include "remote/server.h"
+#include "support/polling.h"
 #include "support/remote_frames.h"
 
 namespace kiln::remote::soak_test {
@@ -38,7 +39,9 @@ constexpr int kMalformed = 1000;
 constexpr int kDropped = 100;
 constexpr int kAttackers = 3;
 constexpr int kSteps = 30;
-constexpr auto kPatience = std::chrono::seconds(10);
+using test::cpu_bytes_in_use;
+using test::kPatience;
+using test::wait_until;
 
 // ---- the training client -----------------------------------------------------------------------
 
@@ -271,17 +274,6 @@ void drop(std::uint16_t port, int k) {
   asio::write(socket, asio::buffer(bytes), error);
   socket.set_option(asio::socket_base::linger(true, 0), error);
   socket.close(error);
-}
-
-std::int64_t cpu_bytes_in_use() { return Device::cpu().memory_stats().bytes_in_use; }
-
-bool wait_until(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 TEST(RemoteSoak, TrainingIsUntouchedByMalformedClients) {
