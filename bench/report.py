@@ -7,7 +7,7 @@ KILN_JSON is Google Benchmark's --benchmark_out of cpu_bench (with repetitions: 
 aggregate is used); --extra adds the results of other kiln benchmark binaries of the same run
 (autodiff_bench); PEER_JSON is bench/peer_torch.py's output from the same run. Definitions:
   ratio  = peer time / kiln time (> 1: kiln is faster); for add vs memcpy the GB/s ratio.
-  floor  = FLOPs / peak, peak = the best sgemm GFLOP/s of any repeat in this run, or
+  floor  = FLOPs / peak, peak = the best GFLOP/s of sgemm or kiln's matmul in any repeat of this run, or
            bytes moved / bandwidth, bandwidth = the best GB/s of the parallel memcpy and the
            STREAM triad (ordinary and streaming stores) in this run (reads + writes counted,
            write-allocate traffic not).
@@ -102,7 +102,7 @@ def main():
         return kiln.get(name, {}).get("median")
 
     sgemm_rates = [kiln[n]["flops"] / kiln[n]["best"] for n in kiln
-                   if n.startswith("sgemm/") and "best" in kiln[n]]
+                   if n.startswith(("sgemm/", "matmul/")) and "best" in kiln[n]]
     peak = max(sgemm_rates) if sgemm_rates else None
     memcpy = kiln.get("memcpy_large", {})
     copy_rates = [kiln[n]["bytes"] / kiln[n]["best"]
@@ -194,7 +194,7 @@ def main():
     if skipped:
         print("\n".join(skipped) + "\n")
     if peak:
-        print(f"peak (best sgemm): {peak / 1e9:.1f} GFLOP/s; ", end="")
+        print(f"peak (best of sgemm, matmul): {peak / 1e9:.1f} GFLOP/s; ", end="")
     if bandwidth:
         print(f"bandwidth (best of parallel memcpy and triads): {bandwidth / 1e9:.1f} GB/s", end="")
     print()

@@ -1,11 +1,17 @@
 // BLAS calls on strided views: pick CblasNoTrans / CblasTrans from the strides, copy only when
-// neither reads the view, and split dims that do not fit BLAS's int.
+// neither reads the view, and split dims that do not fit BLAS's int. Float products go to
+// oneDNN's sgemm where kiln was built with it, double ones to OpenBLAS.
 #include <cblas.h>
 
 #include <algorithm>
 #include <climits>
 #include <optional>
 #include <vector>
+
+#if KILN_HAVE_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/gemm.h"
@@ -61,11 +67,33 @@ MatrixRef<const T> packed(MatrixRef<const T> m, detail::Buffer<T>& buffer) {
   return {buffer.data(), m.rows, m.cols, m.cols, 1};
 }
 
+#if KILN_HAVE_DNNL
+// oneDNN's sgemm: its kernels use the widest vectors the machine has, where the environment may
+// hold OpenBLAS to narrower ones (OPENBLAS_CORETYPE=Haswell on AVX-512 machines: half the FMA
+// rate). It threads with OpenMP, so the calling thread asks for a team of one for the call:
+// kiln's own pool splits products (thread_pool.h), and nested OpenMP teams would oversubscribe
+// the cores. Returns false where oneDNN refuses the arguments, for OpenBLAS to take them.
+bool dnnl_product(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, const float* a, std::int64_t lda, const float* b,
+                  std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  const int team = omp_get_max_threads();
+  if (team != 1) omp_set_num_threads(1);
+  const dnnl_status_t status =
+      dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, alpha, a, lda,
+                 b, ldb, beta, c, ldc);
+  if (team != 1) omp_set_num_threads(team);
+  return status == dnnl_success;
+}
+#endif
+
 template <class T>
 void blas_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n,
                std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
                T beta, T* c, std::int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
+#if KILN_HAVE_DNNL
+    if (dnnl_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+#endif
     cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
                 static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
                 static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
