@@ -39,6 +39,8 @@ if [[ "${KILN_DEVICE:-cpu}" == cuda* ]]; then filter='^bert_forward' peer_device
 
 "$python" - "$out/floors.json" "$out/transformer.json" "$out/transformer_torch.json" <<'PY'
 import json, sys
+COUNTERS = ("flops", "bytes", "quiet_median_ms", "loaded_p95_ms", "p95_over_quiet", "quiet_cores",
+            "loaded_cores")
 def rows(path):
     out = {}
     for e in json.load(open(path))["benchmarks"]:
@@ -49,12 +51,10 @@ def rows(path):
         if e.get("run_type") == "aggregate":
             if e.get("aggregate_name") == "median":
                 r["median"] = e["real_time"] * scale
-                r.update({k: e[k] for k in ("flops", "bytes", "quiet_median_ms",
-                                            "loaded_p95_ms", "p95_over_quiet") if k in e})
+                r.update({k: e[k] for k in COUNTERS if k in e})
         else:
             r["samples"].append(e["real_time"] * scale)
-            r.update({k: e[k] for k in ("flops", "bytes", "quiet_median_ms", "loaded_p95_ms",
-                                        "p95_over_quiet") if k in e})
+            r.update({k: e[k] for k in COUNTERS if k in e})
             r.setdefault("median", sorted(r["samples"])[len(r["samples"]) // 2])
     return out
 floors, kiln, torch = rows(sys.argv[1]), rows(sys.argv[2]), json.load(open(sys.argv[3]))
@@ -78,4 +78,9 @@ for name, row in kiln.items():
               f"{row['loaded_p95_ms']:.1f} ms ({row['p95_over_quiet']:.2f}x); torch "
               f"{t.get('quiet_median_ms', 0):.1f} / {t.get('loaded_p95_ms', 0):.1f} ms "
               f"({t.get('p95_over_quiet', 0):.2f}x)")
+        if "loaded_cores" in row:
+            # The share the scheduler gave kiln beside the hog bounds the loaded forward.
+            bound = row["quiet_cores"] / row["loaded_cores"]
+            print(f"  kiln kept {row['quiet_cores']:.2f} cores busy quiet, {row['loaded_cores']:.2f} "
+                  f"beside the hog: its share alone makes a forward {bound:.2f}x slower")
 PY

@@ -14,7 +14,9 @@
 //                                 KILN_BENCH_BERT_BATCH), on the default device (KILN_DEVICE):
 //                                 MiniLM-L6-H384 and BERT-base (L12-H768) shapes, random weights
 //   bert_contention/minilm        the MiniLM forward repeated beside a process that spins on one
-//                                 core: counters quiet_median_ms, loaded_p95_ms and their ratio
+//                                 core: counters quiet_median_ms, loaded_p95_ms and their ratio,
+//                                 and the cores this process kept busy in each phase
+//                                 (quiet_cores, loaded_cores: its CPU time over the wall time)
 //   embed_startup                 text::SentenceEncoder::from_directory (what `kiln embed` does
 //                                 before it encodes: weights, configs and tokenizer) on the
 //                                 sentence-transformers directory KILN_BENCH_EMBED_MODEL names, in
@@ -26,6 +28,7 @@
 #include <benchmark/benchmark.h>
 #include <kiln/kiln.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,6 +250,28 @@ double percentile(std::vector<double> v, double p) {
 }
 
 // A child process spinning on a core for as long as it lives.
+// The cores this process kept busy since construction: its CPU time (every thread, no children)
+// over the wall time. Beside the hog, the scheduler's share for this process bounds how fast a
+// forward can be: quiet_median * quiet_cores / loaded_cores.
+class CoresUsed {
+ public:
+  CoresUsed() : cpu_(cpu_seconds()), wall_(std::chrono::steady_clock::now()) {}
+  double cores() const {
+    const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - wall_;
+    return (cpu_seconds() - cpu_) / wall.count();
+  }
+
+ private:
+  static double cpu_seconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  double cpu_;
+  std::chrono::steady_clock::time_point wall_;
+};
+
 class CpuHog {
  public:
   CpuHog() : pid_(fork()) {
@@ -286,14 +311,18 @@ void bert_contention(benchmark::State& state) {
       return ms;
     };
     timed(2);
+    CoresUsed quiet_cores;
     const double quiet = percentile(timed(20), 0.5);
+    state.counters["quiet_cores"] = quiet_cores.cores();
     std::vector<double> loaded;
     {
       CpuHog hog;
+      CoresUsed loaded_cores;
       for (auto _ : state) {
         const std::vector<double> one = timed(1);
         loaded.push_back(one[0]);
       }
+      state.counters["loaded_cores"] = loaded_cores.cores();
     }
     state.counters["quiet_median_ms"] = quiet;
     state.counters["loaded_p95_ms"] = percentile(loaded, 0.95);
