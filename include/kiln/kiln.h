@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kiln/activation.h"
+#include "kiln/autocast.h"
 #include "kiln/autodiff.h"
 #include "kiln/data.h"
 #include "kiln/data/classification.h"

@@ -224,7 +224,7 @@ class Tensor {
 #define KILN_TENSOR_FORM_REDUCE_NONEMPTY KILN_TENSOR_FORM_REDUCE
 #define KILN_TENSOR_FORM_DIM_NONEMPTY KILN_TENSOR_FORM_DIM
 #define KILN_TENSOR_FORM_MANUAL(name, allowed)
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_TENSOR_FORM_##form(name, KILN_TENSOR_KINDS_##kinds)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

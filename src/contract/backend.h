@@ -99,7 +99,7 @@ class Backend {
 #define KILN_OP_BODY_REQUIRED = 0;
 #define KILN_OP_BODY_DEFAULT ;
 #define KILN_OP_BODY_LATER ;
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   virtual result name params KILN_OP_BODY_##availability
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -39,7 +39,7 @@ constexpr std::uint64_t fnv1a(std::uint64_t hash, std::uint64_t value) {
 inline constexpr std::uint64_t kBackendContractHash = [] {
   std::uint64_t hash = detail::fnv1a(14695981039346656037ULL, "kiln backend contract");
   hash = detail::fnv1a(hash, static_cast<std::uint64_t>(kPluginTableRevision));
-#define KILN_OP(name, group, kinds, result, parameters, arguments, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, parameters, arguments, availability, impl, form, amp) \
   hash = detail::fnv1a(hash, #name " " #kinds " " #result " " #parameters " " #availability ";");
 #include "kiln/detail/ops.def"
 #undef KILN_OP

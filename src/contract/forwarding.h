@@ -45,7 +45,7 @@ class ForwardingBackend : public Backend {
     return inner_->end_device_capture(keep);
   }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   result name params override { return inner_->name(KILN_MOVE_ARGS(args)); }
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -12,7 +12,7 @@ namespace kiln {
                                        " (its issue has not landed)");                  \
   }
 #define KILN_OP_DEFINE_DEFAULT(op_name, result, params)
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_OP_DEFINE_##availability(name, result, params)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"

@@ -15,6 +15,9 @@ enum class OpCode : std::uint16_t {
 
 enum class OpAvailability : std::uint8_t { Required, Default, Later };
 
+// ops.def's amp column: the dtype an op runs in inside an AutocastScope (see ops.def).
+enum class AutocastPolicy : std::uint8_t { Low, F32, Widest, Keep };
+
 // Kind flags of an op: which tensor kinds it accepts.
 inline constexpr std::uint8_t kKindFloat = 1, kKindInt = 2, kKindBool = 4;
 
@@ -31,6 +34,7 @@ struct OpInfo {
   bool product_head;    // impl H: a product heading its fused group (its epilogue may follow)
   bool host_transfer;   // impl R: moves values to the host or another device (not capturable)
   bool value_shape;     // impl V: its result's shape depends on the values (not capturable)
+  AutocastPolicy autocast;
 };
 
 std::span<const OpInfo> all_ops() noexcept;

@@ -18,7 +18,7 @@ namespace kiln {
 class StridedBackend : public Backend {
  public:
   // ---- every op whose impl column in ops.def has an S (strided_backend.cpp) ----
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_WHEN(KILN_IMPL_STRIDED(impl))(result name params override;)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

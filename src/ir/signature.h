@@ -52,13 +52,13 @@ const OpSignature& signature(OpCode code) noexcept;
 template <OpCode code>
 struct OpTraits;
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  template <>                                                                       \
-  struct OpTraits<OpCode::name> {                                                   \
-    using Method = decltype(&Backend::name);                                        \
-    static constexpr Method kMethod = &Backend::name;                               \
-    static constexpr std::string_view kName = #name;                                \
-    static constexpr std::string_view kParams = #params;                            \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  template <>                                                                            \
+  struct OpTraits<OpCode::name> {                                                        \
+    using Method = decltype(&Backend::name);                                             \
+    static constexpr Method kMethod = &Backend::name;                                    \
+    static constexpr std::string_view kName = #name;                                     \
+    static constexpr std::string_view kParams = #params;                                 \
   };
 #include "kiln/detail/ops.def"
 #undef KILN_OP

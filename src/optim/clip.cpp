@@ -1,45 +1,13 @@
 #include "kiln/optim/clip.h"
 
 #include <cmath>
-#include <set>
 
 #include "kiln/detail/format.h"
+#include "optim/param_grads.h"
 
 namespace kiln::optim::detail {
-namespace {
 
 namespace ops = kiln::detail;
-
-// A parameter's tracked value and its gradient's plain value.
-struct ParamGrad {
-  Primitive param;
-  Primitive grad;
-};
-
-class CollectGrads final : public nn::Visitor {
- public:
-  explicit CollectGrads(const Gradients& grads) : grads_(grads) {}
-  void visit(const std::string&, nn::ParamSlot& slot) override {
-    // A parameter shared by several slots (tied weights) counts once, as in PyTorch.
-    if (!slot.trainable() || !seen_.insert(slot.primitive().get()).second) return;
-    if (std::optional<Primitive> g = ops::grad(slot.primitive(), grads_)) {
-      found.push_back({slot.primitive(), ops::inner(std::move(*g))});
-    }
-  }
-  std::vector<ParamGrad> found;
-
- private:
-  const Gradients& grads_;
-  std::set<const TensorPrimitive*> seen_;
-};
-
-std::vector<ParamGrad> collect(void* module, nn::detail::VisitFn visit, const Gradients& grads) {
-  CollectGrads collector(grads);
-  visit(module, collector);
-  return std::move(collector.found);
-}
-
-}  // namespace
 
 double clip_grad_norm(void* module, nn::detail::VisitFn visit, Gradients& grads, double max_norm,
                       const ClipNormOptions& options) {
@@ -47,7 +15,7 @@ double clip_grad_norm(void* module, nn::detail::VisitFn visit, Gradients& grads,
   if (!(max_norm >= 0)) ops::fail<InvalidArgument>(op, "max_norm ", max_norm, " must be >= 0");
   const double p = options.norm_type;
   if (!(p > 0)) ops::fail<InvalidArgument>(op, "norm_type ", p, " must be > 0 (or infinity)");
-  std::vector<ParamGrad> found = collect(module, visit, grads);
+  std::vector<ParamGrad> found = collect_param_grads(module, visit, grads);
   if (found.empty()) return 0.0;
   ops::Prims norms;
   norms.reserve(found.size());
@@ -83,7 +51,7 @@ void clip_grad_value(void* module, nn::detail::VisitFn visit, Gradients& grads, 
   if (!(clip_value >= 0)) {
     ops::fail<InvalidArgument>(op, "clip_value ", clip_value, " must be >= 0");
   }
-  for (ParamGrad& pg : collect(module, visit, grads)) {
+  for (ParamGrad& pg : collect_param_grads(module, visit, grads)) {
     ops::grad_replace(pg.param, grads, ops::clamp(std::move(pg.grad), -clip_value, clip_value));
   }
 }

@@ -1539,9 +1539,9 @@ Types apply(const Arguments& in, const Context& c, Rule rule) {
 
 Types dispatch(const Arguments& in) {
   switch (in.op.code) {
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  case OpCode::name:                                                                \
-    return apply<OpCode::name>(in, Context{#name, kKinds_##kinds},                  \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  case OpCode::name:                                                                     \
+    return apply<OpCode::name>(in, Context{#name, kKinds_##kinds},                       \
                                KILN_INFER_RULE_##availability(name, group, form));
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -228,8 +228,8 @@ Primitive RemoteBackend::to_device(Primitive x, Device device) {
 #define KILN_REMOTE_NOT(x) KILN_REMOTE_NOT_EXPANDED(x)
 #define KILN_REMOTE_NOT_EXPANDED(x) KILN_REMOTE_NOT_##x
 #define KILN_UNPAREN(...) __VA_ARGS__
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  KILN_WHEN(KILN_REMOTE_NOT(KILN_IS_PROBE(KILN_REMOTE_WRITTEN_OUT_##name)))         \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  KILN_WHEN(KILN_REMOTE_NOT(KILN_IS_PROBE(KILN_REMOTE_WRITTEN_OUT_##name)))              \
   (result RemoteBackend::name params { return ship<OpCode::name, result>(KILN_UNPAREN args); })
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -52,7 +52,7 @@ class RemoteBackend final : public Backend {
   // p as a tensor of this backend's server; DeviceMismatch naming op otherwise.
   const RemoteTensor& remote_tensor(const Primitive& p, std::string_view op) const;
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   result name params override;
 #include "kiln/detail/ops.def"
 #undef KILN_OP

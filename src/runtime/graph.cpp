@@ -16,8 +16,8 @@ namespace {
 // Runs every pending lazy op of device's hardware, on its fused chain (which autodiff<fusion<>>
 // shares) and on device's own.
 void flush_pending(const Device& device, const Device& hardware) {
-  backend_for(hardware.fused()).flush();
-  backend_for(device).flush();
+  chain_backend_for(hardware.fused()).flush();
+  chain_backend_for(device).flush();
 }
 
 }  // namespace
@@ -37,7 +37,7 @@ Graph capture(Device device, const std::function<void()>& region) {
   settings_for(hardware);
   flush_pending(device, hardware);
   std::shared_ptr<capturing::Recording> recording =
-      capturing::record_region(backend_for(hardware), hardware, [&] {
+      capturing::record_region(chain_backend_for(hardware), hardware, [&] {
         region();
         flush_pending(device, hardware);
       });
@@ -70,7 +70,7 @@ Primitive capture_host_values(const Device& device, DType dtype, std::int64_t co
     fail<InvalidArgument>("capture_host_values", "no capture is open on this thread");
   }
   const Device hardware = device.without_autodiff().without_fusion();
-  Backend& backend = backend_for(hardware);
+  Backend& backend = chain_backend_for(hardware);
   Primitive tensor;
   {
     const capturing::Session::Pause pause;
@@ -81,7 +81,7 @@ Primitive capture_host_values(const Device& device, DType dtype, std::int64_t co
     if (static_cast<std::int64_t>(numbers.size()) != count) {
       fail<InvalidArgument>("capture_host_values", "gave ", numbers.size(), " values for ", count);
     }
-    Backend& on = backend_for(hardware);
+    Backend& on = chain_backend_for(hardware);
     Primitive data = on.from_data(TensorData::from_vec(std::move(numbers), {count}), hardware);
     if (dtype != DType::F64) data = on.cast(std::move(data), dtype);
     on.assign(tensor, std::move(data));

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backends/cpu/cpu_backend.h"
+#include "decorators/autocast/autocast_layer.h"
 #include "decorators/autodiff/autodiff_backend.h"
 #include "decorators/capture/capture_backend.h"
 #include "decorators/fusion/fusion_backend.h"
@@ -25,7 +26,8 @@ class BackendCache {
  public:
   // The key of a backend: its device's kind and index, and which layers wrap its hardware
   // (bit 0: autodiff, bit 1: fusion, bit 2: the capture layer, under any other; autodiff wraps
-  // fusion: autodiff<fusion<capture<cuda>>>). 0 is the hardware alone.
+  // fusion: autodiff<fusion<capture<cuda>>>; bit 3: the autocast layer over all of them, bit 4
+  // its dtype, f16 when set). 0 is the hardware alone.
   struct Key {
     DeviceKind kind;
     int index;
@@ -48,7 +50,7 @@ class BackendCache {
 
  private:
   static constexpr int kSlotIndices = 64;
-  static constexpr unsigned kDecoratorChains = 8;
+  static constexpr unsigned kDecoratorChains = 32;
   static constexpr std::size_t kKinds = 3;  // DeviceKind: Cpu, Cuda, Remote
 
   std::atomic<Backend*>* slot_of(const Key& key) {
@@ -75,6 +77,8 @@ BackendCache& backend_cache() {
 constexpr unsigned kAutodiffBit = 1;
 constexpr unsigned kFusionBit = 2;
 constexpr unsigned kCaptureBit = 4;
+constexpr unsigned kAutocastBit = 8;
+constexpr unsigned kAutocastHalfBit = 16;
 
 // No function-local static here: its guard would be a second lock, taken before the cache's, while
 // a thread making a decorator chain takes the cache's lock and then asks for the CPU backend
@@ -166,9 +170,33 @@ Backend& decorated_backend(const Device& device) {
       });
 }
 
+// The autocast layer over device's chain, for ops of this thread inside an AutocastScope on its
+// hardware; nullptr outside one.
+Backend* autocast_layer(const Device& device) {
+  const std::optional<DType> dtype = autocast_dtype(device);
+  if (!dtype) return nullptr;
+  const unsigned chain = kCaptureBit | (device.is_autodiff() ? kAutodiffBit : 0) |
+                         (device.is_fused() ? kFusionBit : 0);
+  const unsigned bits = chain | kAutocastBit | (*dtype == DType::F16 ? kAutocastHalfBit : 0);
+  return &backend_cache().get(
+      {device.kind(), device.index(), bits}, [&]() -> std::shared_ptr<Backend> {
+        Backend& inner = decorated_backend(device);
+        std::shared_ptr<Backend> borrowed(std::shared_ptr<Backend>{}, &inner);
+        return std::make_shared<autocast::AutocastBackend>(std::move(borrowed), *dtype);
+      });
+}
+
 }  // namespace
 
-Backend& backend_for(const Device& device) { return decorated_backend(device); }
+Backend& backend_for(const Device& device) {
+  // One relaxed load while no scope lives anywhere (every program that does not use autocast).
+  if (autocast::live_scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (Backend* layer = autocast_layer(device)) return *layer;
+  }
+  return decorated_backend(device);
+}
+
+Backend& chain_backend_for(const Device& device) { return decorated_backend(device); }
 
 Backend& hardware_backend_for(const Device& device) { return hardware_backend(device); }
 

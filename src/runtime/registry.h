@@ -5,8 +5,12 @@
 
 namespace kiln {
 
-// The backend for device (the autodiff flag selects the autodiff chain).
+// The backend for device (the autodiff flag selects the autodiff chain; inside an AutocastScope
+// on this thread, the autocast layer over it).
 Backend& backend_for(const Device& device);
+// The chain device's flags ask for, never the autocast layer: for code that needs the chain's
+// own type (the autodiff backend).
+Backend& chain_backend_for(const Device& device);
 // The hardware backend of device itself, without the capture layer every chain ends in
 // (decorators/capture/capture_backend.h): for a backend that needs its peer's own type.
 Backend& hardware_backend_for(const Device& device);

@@ -51,22 +51,14 @@ void check_kind(const Primitive& p, bool float_ok, bool int_ok, bool bool_ok, co
   }
 }
 
-namespace {
-
-int float_rank(DType d) {
-  switch (d) {
-    case DType::F16:
-      return 1;
-    case DType::BF16:
-      return 1;
-    case DType::F32:
-      return 2;
-    case DType::F64:
-      return 3;
-    default:
-      return 0;
-  }
+DType wider_float(DType a, DType b) noexcept {
+  auto rank = [](DType d) { return d == DType::F64 ? 3 : d == DType::F32 ? 2 : 1; };
+  if (a == b) return a;
+  const int ra = rank(a), rb = rank(b);
+  return ra == rb ? DType::F32 : (ra > rb ? a : b);
 }
+
+namespace {
 
 DType wider_int(DType a, DType b) {
   const bool sa = is_signed_int(a), sb = is_signed_int(b);
@@ -96,8 +88,7 @@ void promote(Primitive& a, Primitive& b, const char* op) {
   }
   DType target = da;
   if (ka == Kind::Float) {
-    const int ra = float_rank(da), rb = float_rank(db);
-    target = ra == rb ? DType::F32 : (ra > rb ? da : db);
+    target = wider_float(da, db);
   } else if (ka == Kind::Int) {
     target = wider_int(da, db);
   }

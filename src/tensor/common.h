@@ -39,6 +39,9 @@ inline void check_bool(const Primitive& p, const char* op) {
   check_kind(p, false, false, true, op);
 }
 
+// The float dtype two float dtypes promote to: the wider, or f32 for f16 with bf16.
+DType wider_float(DType a, DType b) noexcept;
+
 // Brings a and b to one dtype: the wider of the two when they are of the same kind
 // (f16 with bf16 gives f32; signed with unsigned gives i64); DTypeMismatch across kinds.
 void promote(Primitive& a, Primitive& b, const char* op);

@@ -76,7 +76,7 @@ Backend& prepare_binary(Primitive& lhs, Primitive& rhs, const bool (&accepts)[3]
 #define KILN_CHECKED_REDUCE KILN_CHECKED_UNARY
 #define KILN_CHECKED_MANUAL(name, kinds)
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_CHECKED_##form(name, kinds)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

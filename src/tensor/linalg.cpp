@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "decorators/autocast/autocast_layer.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -136,6 +137,9 @@ Primitive linear_out_in(Primitive x, Primitive weight, std::optional<Primitive> 
                         " (PyTorch's layout, as nn::Linear and checkpoints store it; a weight "
                         "stored [in, out] is its transpose)");
   }
+  // Inside an autocast scope the weight is cast before the transpose makes a fresh view of it,
+  // so that its cast is made once per scope.
+  if (weight->dtype() == DType::F32) weight = autocast::cast_weight(weight);
   return linear(std::move(x), transpose(std::move(weight)), std::move(bias));
 }
 

@@ -5,6 +5,7 @@
 
 #include "contract/spatial_shape.h"
 #include "core/checked.h"
+#include "kiln/autocast.h"
 #include "tensor/common.h"
 
 namespace kiln::detail {
@@ -56,16 +57,21 @@ Sizes option(Sizes values, std::size_t dims, std::int64_t fallback, std::int64_t
   return values;
 }
 
-// Float kind for every operand, one dtype, one device; returns the backend to run on.
-Backend& check_operands(const Primitive& x, const Primitive* weight, const Primitive* bias,
-                        const char* op) {
+// Float kind for every operand, one dtype, one device; returns the backend to run on. Inside an
+// autocast scope operands of different float dtypes are promoted instead (the output of one
+// convolution in bf16 meets the next one's f32 weight), and the scope's layer casts them.
+Backend& check_operands(Primitive& x, Primitive* weight, Primitive* bias, const char* op) {
   check_float(x, op);
   Device device = x->device();
-  for (const Primitive* p : {weight, bias}) {
+  for (Primitive* p : {weight, bias}) {
     if (p == nullptr) continue;
     check_float(*p, op);
     backend_of(x, *p, op);
     device = joined(device, (*p)->device());
+    if ((*p)->dtype() != x->dtype() && autocast_dtype(device)) {
+      promote(x, *p, op);
+      if (weight != nullptr && p == bias) promote(x, *weight, op);
+    }
     if ((*p)->dtype() != x->dtype()) {
       fail<DTypeMismatch>(op, "input is ", dtype_name(x->dtype()), " but ",
                           p == weight ? "weight" : "bias", " is ", dtype_name((*p)->dtype()),

@@ -48,6 +48,13 @@ Device model_device(const std::vector<nn::NamedParam>& params) {
   return params.front().value->device().without_autodiff();
 }
 
+void check_precision(DType precision) {
+  if (precision != DType::F32 && precision != DType::BF16 && precision != DType::F16) {
+    kiln::detail::fail<InvalidArgument>("train::fit", "precision must be f32, bf16 or f16, not ",
+                                        dtype_name(precision));
+  }
+}
+
 bool capture_allowed() {
   const char* value = std::getenv("KILN_CAPTURE");
   return value == nullptr || std::string_view(value) != "0";

@@ -65,6 +65,9 @@ case "$scenario" in
     expect 1 "--sample-every must be at least 1, got 0" -- train charlm --sample-every 0
     expect 1 "must be a non-negative integer, got -1" -- train digits --seed -1
     expect 1 "must be a non-negative integer, got -2" -- train charlm --seed -2
+    expect 1 "--precision: f64 not in {f32,bf16,f16}" -- train charlm --precision f64
+    expect 1 "--precision: int8 not in {f32,bf16,f16}" -- train digits --precision int8
+    expect 0 "bf16 mixed precision" -- train charlm --steps 2 --sample-every 2 --precision bf16
     ;;
   out_dir)
     echo x >"$work/file"

@@ -32,8 +32,8 @@ struct DimOpCase {
 };
 #define KILN_GRAD_DIM_FORM_DIM KILN_PROBE
 #define KILN_GRAD_DIM_FORM_DIM_NONEMPTY KILN_PROBE
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)   \
-  KILN_WHEN(KILN_AND(KILN_IMPL_GRAD(impl), KILN_IS_PROBE(KILN_GRAD_DIM_FORM_##form))) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  KILN_WHEN(KILN_AND(KILN_IMPL_GRAD(impl), KILN_IS_PROBE(KILN_GRAD_DIM_FORM_##form)))    \
   (DimOpCase{#name, detail::name}, )
 const DimOpCase kDimOps[] = {
 #include "kiln/detail/ops.def"

@@ -16,7 +16,7 @@ namespace {
 // The entries as the fingerprint sees them.
 std::vector<std::string> entries() {
   std::vector<std::string> list;
-#define KILN_OP(name, group, kinds, result, parameters, arguments, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, parameters, arguments, availability, impl, form, amp) \
   list.push_back(#name " " #kinds " " #result " " #parameters " " #availability ";");
 #include "kiln/detail/ops.def"
 #undef KILN_OP

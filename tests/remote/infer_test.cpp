@@ -1149,8 +1149,8 @@ Cases cases_for(OpCode code) {
 #define KILN_TEST_CASES_DIM(name) &dim_cases<OpCode::name, false>
 #define KILN_TEST_CASES_DIM_NONEMPTY(name) &dim_cases<OpCode::name, true>
 #define KILN_TEST_CASES_MANUAL(name) nullptr
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  case OpCode::name:                                                                \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  case OpCode::name:                                                                     \
     return KILN_TEST_CASES_##form(name);
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -81,6 +81,31 @@ TEST(Learner, LoaderWorkersTrainTheSameModel) {
   std::filesystem::remove_all(threaded_dir);
 }
 
+// Mixed precision: the forward passes in bf16 or f16 (the scaler catching f16's overflows)
+// learn the blobs as the f32 run does, and the parameters and optimizer state stay f32.
+TEST(Learner, MixedPrecisionLearnsAndKeepsF32Parameters) {
+  for (const DType precision : {DType::BF16, DType::F16}) {
+    const TrainingRun run = testing::train({.epochs = 4, .precision = precision});
+    const EpochRecord& last = run.history.records().back();
+    EXPECT_GT(last.valid_accuracy, 0.95) << dtype_name(precision);
+    EXPECT_LT(last.train_loss, run.history.records().front().train_loss) << dtype_name(precision);
+    for (const nn::NamedParam& p : nn::named_parameters(run.model)) {
+      EXPECT_EQ(p.value->dtype(), DType::F32) << p.name;
+    }
+  }
+  std::ostringstream out;
+  const data::ClassificationBatcher batcher(kCpu);
+  const data::ClassificationLoader loader(blobs(8, 1), batcher, {.batch_size = 4});
+  optim::Sgd sgd;
+  EXPECT_THROW(fit(fresh_net(), sgd, optim::ConstantLr{0.1}, loader,
+                   static_cast<const data::ClassificationLoader*>(nullptr), classify,
+                   LearnerConfig{.epochs = 1,
+                                 .precision = DType::F64,
+                                 .progress = Progress::Style::Quiet,
+                                 .out = &out}),
+               InvalidArgument);
+}
+
 TEST(Learner, RejectsALossThatIsNotAScalar) {
   const data::ClassificationBatcher batcher(kCpu);
   const data::ClassificationLoader loader(blobs(8, 1), batcher, {.batch_size = 4});

@@ -77,6 +77,7 @@ struct RunOptions {
   std::map<std::string, std::string> settings = {};
   std::map<std::string, std::string> notes = {};
   std::size_t workers = 0;  // the loaders' worker threads (0: batches built on the training thread)
+  DType precision = DType::F32;
 };
 
 inline TrainingRun train(const RunOptions& options) {
@@ -95,6 +96,7 @@ inline TrainingRun train(const RunOptions& options) {
                        .seed = options.seed,
                        .settings = options.settings,
                        .notes = options.notes,
+                       .precision = options.precision,
                        .progress = Progress::Style::Lines,
                        .out = &out};
   run.model = fit(fresh_net(), adam, optim::CosineAnnealingLr{.base_lr = 0.02, .t_max = 40},

@@ -1,6 +1,8 @@
 // The subcommands of the `kiln` command line.
 #pragma once
 
+#include <kiln/dtype.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <istream>
@@ -21,9 +23,10 @@ std::filesystem::path shipped_data(const std::filesystem::path& relative);
 struct TrainDigitsOptions {
   int epochs = 30;
   std::uint64_t seed = 1;
-  std::filesystem::path data;       // digits.csv
-  std::filesystem::path directory;  // checkpoints, log and chart
-  bool fresh = false;               // ignore checkpoints in directory
+  std::filesystem::path data;                // digits.csv
+  std::filesystem::path directory;           // checkpoints, log and chart
+  bool fresh = false;                        // ignore checkpoints in directory
+  kiln::DType precision = kiln::DType::F32;  // f32, or bf16/f16 mixed precision (autocast)
 };
 // `kiln train digits`: trains and evaluates the digits classifier.
 int run_train_digits(const TrainDigitsOptions& options, std::ostream& out);
@@ -34,6 +37,7 @@ struct TrainCharlmOptions {
   std::int64_t context = 64;
   std::int64_t sample_every = 100;
   std::uint64_t seed = 1;
+  kiln::DType precision = kiln::DType::F32;  // f32, or bf16/f16 mixed precision (autocast)
 };
 // `kiln train charlm`: a small character-level transformer on a text file, printing samples.
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out);

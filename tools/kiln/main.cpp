@@ -66,6 +66,21 @@ const CLI::Validator kNonNegative(
     },
     "NONNEGATIVE");
 
+// --precision f32|bf16|f16: the forward passes' dtype (kiln/autocast.h for the mixed ones).
+void add_precision_option(CLI::App* command, kiln::DType& precision) {
+  command
+      ->add_option_function<std::string>(
+          "--precision",
+          [&precision](const std::string& name) {
+            precision = name == "bf16"  ? kiln::DType::BF16
+                        : name == "f16" ? kiln::DType::F16
+                                        : kiln::DType::F32;
+          },
+          "f32, or bf16/f16 mixed precision (products in the low type, the rest in f32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->default_str("f32");
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"kiln: tensors, autodiff and training in C++"};
   app.require_subcommand(1);
@@ -91,6 +106,7 @@ int run(int argc, char** argv) {
   digits_cmd->add_option("--out", digits.directory, "checkpoints, log.csv and chart.svg go here")
       ->capture_default_str();
   digits_cmd->add_flag("--fresh", digits.fresh, "start over instead of resuming from --out");
+  add_precision_option(digits_cmd, digits.precision);
 
   TrainCharlmOptions charlm;
   charlm.text = shipped_data("data/charlm/kiln.txt");
@@ -104,6 +120,7 @@ int run(int argc, char** argv) {
   charlm_cmd->add_option("--sample-every", charlm.sample_every, "steps between samples")
       ->capture_default_str();
   charlm_cmd->add_option("--seed", charlm.seed, "seed")->check(kNonNegative)->capture_default_str();
+  add_precision_option(charlm_cmd, charlm.precision);
 
   EmbedOptions embed;
   CLI::App* embed_cmd = app.add_subcommand(

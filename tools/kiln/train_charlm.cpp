@@ -95,7 +95,11 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
       nn::LinearConfig{width, vocabulary}.init(device)};
   out << "charlm: " << text.size() << " characters of " << options.text.string() << ", "
       << vocabulary << " distinct; " << nn::num_params(model) << " parameters on "
-      << device.to_string() << "\n";
+      << device.to_string()
+      << (options.precision == DType::F32
+              ? ""
+              : ", " + std::string(dtype_name(options.precision)) + " mixed precision")
+      << "\n";
 
   model = nn::train(std::move(model));
   optim::AdamW optimizer({.weight_decay = 0.01});
@@ -135,6 +139,7 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
     return generated;
   };
 
+  optim::GradScaler scaler = optim::GradScaler::for_dtype(options.precision);
   const auto started = std::chrono::steady_clock::now();
   double smoothed = 0;
   for (std::int64_t step = 1; step <= options.steps; ++step) {
@@ -150,13 +155,19 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
         Tensor<2, Int>::from_data(TensorData::from_vec(inputs, {batch, context}), device);
     const auto y =
         Tensor<1, Int>::from_data(TensorData::from_vec(targets, {batch * context}), device);
-    const Tensor<2> logits = model.forward(x).reshape<2>(Shape{batch * context, vocabulary});
-    const Tensor<1> loss = nn::cross_entropy(logits, y);
+    const Tensor<1> loss = [&] {
+      // Mixed precision: the forward pass under autocast, the loss (a log_softmax) in f32.
+      std::optional<AutocastScope> amp;
+      if (options.precision != DType::F32) amp.emplace(device, options.precision);
+      const Tensor<2> logits = model.forward(x).reshape<2>(Shape{batch * context, vocabulary});
+      return nn::cross_entropy(logits, y);
+    }();
     const double value = loss.into_scalar<double>();
     smoothed = step == 1 ? value : 0.9 * smoothed + 0.1 * value;
-    Gradients grads = loss.backward();
+    Gradients grads = scaler.scale(loss).backward();
+    scaler.unscale(model, grads);
     optim::clip_grad_norm(model, grads, 1.0);
-    optimizer.step(model, grads, schedule);
+    scaler.step(optimizer, model, grads, schedule);
     if (step % options.sample_every == 0 || step == options.steps) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

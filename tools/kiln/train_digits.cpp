@@ -71,7 +71,12 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
                    {"schedule", "cosine from 3e-3 to 1e-5 over all epochs"},
                    {"batch_size", "32"}},
       .notes = {{"data_path", absolute_path(options.data)}},
+      .precision = options.precision,
       .out = &out};
+  // Recorded only when mixed, so that runs made before the option resume as they were.
+  if (options.precision != DType::F32) {
+    config.settings["precision"] = std::string(dtype_name(options.precision));
+  }
   const auto started = std::chrono::steady_clock::now();
   const DigitsNet trained =
       train::fit(model, optimizer, schedule, train_loader, &valid_loader, classify, config);

@@ -9,7 +9,7 @@
 //                                                                    KILN_PROBE, else 0
 //
 // For example, the CPU backend declares the ops whose impl has a C by defining
-//   KILN_OP(name, group, kinds, result, params, args, availability, impl, form)
+//   KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp)
 // as KILN_WHEN(KILN_IMPL_CPU(impl))(result name params override;) around an include of ops.def.
 #pragma once
 

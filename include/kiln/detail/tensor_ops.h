@@ -39,7 +39,7 @@ using PrimPair = std::pair<Primitive, Primitive>;
 #define KILN_DETAIL_FORM_REDUCE_NONEMPTY KILN_DETAIL_FORM_UNARY
 #define KILN_DETAIL_FORM_DIM_NONEMPTY KILN_DETAIL_FORM_DIM
 #define KILN_DETAIL_FORM_MANUAL(name)
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_DETAIL_FORM_##form(name)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

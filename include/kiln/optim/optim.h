@@ -4,6 +4,7 @@
 
 #include "kiln/optim/adam.h"
 #include "kiln/optim/clip.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/rmsprop.h"
 #include "kiln/optim/scheduler.h"

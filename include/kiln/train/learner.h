@@ -36,12 +36,14 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autocast.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 #include "kiln/graph.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/record.h"
 #include "kiln/optim/clip.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/record/safetensors.h"
 #include "kiln/train/history.h"
@@ -86,6 +88,12 @@ struct LearnerConfig {
   // one CUDA graph launch per step). A step that cannot be captured (it reads to the host, e.g.
   // clip_grad_norm) runs eagerly, and the learner says why. KILN_CAPTURE=0 turns it off.
   bool capture = true;
+  // The precision of the forward passes: DType::F32, or DType::BF16 / DType::F16 for mixed
+  // precision (each step's and each validation pass's forward inside an AutocastScope on the
+  // model's device, kiln/autocast.h; parameters, gradients and the optimizer stay f32). F16 steps
+  // go through an optim::GradScaler: a step whose gradients overflow is skipped and the scale
+  // lowered. InvalidArgument for another dtype.
+  DType precision = DType::F32;
   Progress::Style progress = Progress::Style::Auto;
   std::ostream* out = &std::cout;
 };
@@ -154,6 +162,16 @@ Device model_device(const std::vector<nn::NamedParam>& params);
 double read_loss(const Tensor<1>& loss);
 // ShapeMismatch unless the step's loss has one element.
 void check_loss(const Tensor<1>& loss);
+
+// InvalidArgument unless precision is f32, bf16 or f16.
+void check_precision(DType precision);
+// forward() run inside an AutocastScope of precision on device (outside any for f32).
+template <class Forward>
+StepOutput forward_in(DType precision, const Device& device, Forward&& forward) {
+  if (precision == DType::F32) return forward();
+  const AutocastScope amp(device, precision);
+  return forward();
+}
 
 // Whether KILN_CAPTURE allows the learner to capture (anything but "0").
 bool capture_allowed();
@@ -246,11 +264,13 @@ class CapturedSteps {
 
 // One pass over loader without training (the model in validation mode), reporting to progress.
 template <class Model, class Loader, class Step>
-PassMetrics run_pass(const Model& model, const Loader& loader, Step& step, Progress* progress) {
+PassMetrics run_pass(const Model& model, const Loader& loader, Step& step, Progress* progress,
+                     DType precision = DType::F32) {
   const Model evaluated = nn::valid(model);
   PassMetrics metrics;
   for (auto& batch : loader.epoch(0)) {
-    StepOutput result = step(evaluated, batch);
+    StepOutput result = forward_in(precision, model_device(nn::named_parameters(evaluated)),
+                                   [&] { return step(evaluated, batch); });
     metrics.add(result, read_loss(result.loss));
     if (progress != nullptr) progress->update(result.samples, metrics.mean_loss());
   }
@@ -270,6 +290,7 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
     kiln::detail::fail<InvalidArgument>("train::fit", "epochs must be at least 1, got ",
                                         config.epochs);
   }
+  detail::check_precision(config.precision);
   model = nn::train(std::move(model));
   History history;
   int start = 0;
@@ -287,6 +308,7 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
   const Device device = detail::model_device(nn::named_parameters(model));
   detail::CapturedSteps<typename std::decay_t<decltype(*train_loader.epoch(0).begin())>> captured(
       config.capture && detail::capture_allowed());
+  optim::GradScaler scaler = optim::GradScaler::for_dtype(config.precision);
   for (int epoch = start + 1; epoch <= config.epochs; ++epoch) {
     const auto started = Progress::Clock::now();
     device.seed(config.seed + static_cast<std::uint64_t>(epoch));
@@ -300,13 +322,18 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
     Progress progress(out, label + " train", static_cast<std::int64_t>(train_loader.num_batches()),
                       config.progress);
     for (auto& batch : train_loader.epoch(static_cast<std::uint64_t>(epoch))) {
-      // One training step: forward, backward, clipping and the optimizer's update.
+      // One training step: forward (in config.precision), backward, clipping and the
+      // optimizer's update (skipped by the scaler when f16 gradients overflow).
       auto train_step = [&](const auto& input) {
-        StepOutput result = step(model, input);
+        StepOutput result =
+            detail::forward_in(config.precision, device, [&] { return step(model, input); });
         detail::check_loss(result.loss);
-        Gradients grads = result.loss.backward();
-        if (config.clip_grad_norm) optim::clip_grad_norm(model, grads, *config.clip_grad_norm);
-        optimizer.step(model, grads, schedule);
+        Gradients grads = scaler.scale(result.loss).backward();
+        if (config.clip_grad_norm) {
+          scaler.unscale(model, grads);
+          optim::clip_grad_norm(model, grads, *config.clip_grad_norm);
+        }
+        scaler.step(optimizer, model, grads, schedule);
         return result;
       };
       StepOutput result;
@@ -327,7 +354,7 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
       Progress check(out, label + " valid", static_cast<std::int64_t>(valid_loader->num_batches()),
                      config.progress);
       const detail::PassMetrics valid_metrics =
-          detail::run_pass(model, *valid_loader, step, &check);
+          detail::run_pass(model, *valid_loader, step, &check, config.precision);
       check.finish(valid_metrics.summary());
       record.valid_loss = valid_metrics.mean_loss();
       record.valid_accuracy = valid_metrics.accuracy();

@@ -33,7 +33,7 @@ class KILN_INTERNAL CpuBackend final : public StridedBackend {
   void assign(const Primitive& dst, Primitive src) override;
 
   // ---- every op whose impl column in ops.def has a C: a kernel in cpu_<family>.cpp ----
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_WHEN(KILN_IMPL_CPU(impl))(result name params override;)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

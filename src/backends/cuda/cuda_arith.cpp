@@ -106,7 +106,7 @@ Primitive CudaBackend::square(Primitive x) {
 // Every float op of form UNARY that ops.def gives a CUDA kernel (impl G) maps k_<name>, the
 // prelude function of that name (kernel_source.cpp): a new one needs only its line there.
 #define KILN_CUDA_FLOAT_UNARY_UNARY_F KILN_PROBE
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)                \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp)           \
   KILN_WHEN(KILN_AND(KILN_IMPL_CUDA(impl), KILN_IS_PROBE(KILN_CUDA_FLOAT_UNARY_##form##_##kinds))) \
   (Primitive CudaBackend::name(Primitive x) {                                                      \
     return map_unary(*this, std::move(x), #name, Accepts::Float, "k_" #name "(a)");                \

@@ -48,7 +48,7 @@ class CudaBackend final : public StridedBackend {
   std::int64_t min_fused_elements() const override { return 1; }
 
   // ---- every op whose impl column in ops.def has a G (every REQUIRED op among them) ----
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_WHEN(KILN_IMPL_CUDA(impl))(result name params override;)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

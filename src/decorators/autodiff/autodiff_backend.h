@@ -41,7 +41,7 @@ class KILN_INTERNAL AutodiffPassthrough : public ForwardingBackend {
     inner().assign(inner_of(dst), take_inner(std::move(src)));
   }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   result name params override;
 #include "kiln/detail/ops.def"
 #undef KILN_OP
@@ -91,7 +91,7 @@ class KILN_INTERNAL AutodiffBackend final : public AutodiffPassthrough {
   }
 
   // ---- the ops with backward rules: impl D in ops.def (rules_<family>.cpp) ----
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_WHEN(KILN_IMPL_GRAD(impl))(result name params override;)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

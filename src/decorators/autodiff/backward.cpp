@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 
+#include "decorators/autocast/autocast_layer.h"
 #include "decorators/autodiff/autodiff_backend.h"
 #include "kiln/detail/format.h"
 #include "runtime/registry.h"
@@ -29,6 +30,10 @@ void accumulate(Primitive& total, Primitive grad) {
 }  // namespace
 
 Gradients run_backward(const NodeRef& root, Primitive seed, const BackwardOptions& options) {
+  // A backward pass inside an AutocastScope runs each rule in the dtypes its forward op ran in
+  // (they are the saved tensors' and the incoming gradients' dtypes), as PyTorch's does: the
+  // autocast layer is not asked again.
+  const autocast::Suspension no_autocast;
   const bool create_graph = options.create_graph;
   const bool retain = options.retain_graph || create_graph;
   Context context(create_graph);

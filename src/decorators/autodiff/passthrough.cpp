@@ -72,11 +72,11 @@ T finish(const char* op, bool had_tracked_input, T result) {
 }  // namespace
 
 #define KILN_UNWRAP(x) unwrap(std::move(x))
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  result AutodiffPassthrough::name params {                                         \
-    const bool had_tracked_input = any_tracked args;                                \
-    return finish(#name, had_tracked_input,                                         \
-                  inner().name(KILN_MAP_EACH(KILN_UNWRAP, KILN_UNPAREN args)));     \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  result AutodiffPassthrough::name params {                                              \
+    const bool had_tracked_input = any_tracked args;                                     \
+    return finish(#name, had_tracked_input,                                              \
+                  inner().name(KILN_MAP_EACH(KILN_UNWRAP, KILN_UNPAREN args)));          \
   }
 #define KILN_UNPAREN(...) __VA_ARGS__
 #include "kiln/detail/ops.def"

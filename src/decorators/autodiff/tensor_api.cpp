@@ -44,7 +44,7 @@ namespace {
 using autodiff::AutodiffTensor;
 
 autodiff::AutodiffBackend& autodiff_backend(const Device& device) {
-  return static_cast<autodiff::AutodiffBackend&>(backend_for(device.autodiff()));
+  return static_cast<autodiff::AutodiffBackend&>(chain_backend_for(device.autodiff()));
 }
 
 // The leaf id of x, when x is a tensor made with require_grad.

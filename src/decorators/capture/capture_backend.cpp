@@ -12,11 +12,11 @@ bool CaptureBackend::check_from_environment() noexcept {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)    \
-  result CaptureBackend::name params {                                                 \
-    if (recording() != nullptr || check_.load(std::memory_order_relaxed)) [[unlikely]] \
-      return intercepted_##name(KILN_MOVE_ARGS(args));                                 \
-    return inner().name(KILN_MOVE_ARGS(args));                                         \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  result CaptureBackend::name params {                                                   \
+    if (recording() != nullptr || check_.load(std::memory_order_relaxed)) [[unlikely]]   \
+      return intercepted_##name(KILN_MOVE_ARGS(args));                                   \
+    return inner().name(KILN_MOVE_ARGS(args));                                           \
   }
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -47,7 +47,7 @@ class CaptureBackend final : public ForwardingBackend {
   // Ops the checker has replayed (tests).
   std::uint64_t checks_run() const noexcept { return checks_run_.load(std::memory_order_relaxed); }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   result name params override;
 #include "kiln/detail/ops.def"
 #undef KILN_OP
@@ -56,7 +56,7 @@ class CaptureBackend final : public ForwardingBackend {
   // Per op, out of the forwarding path (capture_recording.cpp, compiled for size): the op
   // recorded into the session open here, else the op under the checker. One function, not two:
   // each call site moves the op's arguments once more. Not exported: only this library calls it.
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   [[gnu::visibility("hidden")]] result intercepted_##name params;
 #include "kiln/detail/ops.def"
 #undef KILN_OP

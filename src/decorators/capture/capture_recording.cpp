@@ -57,11 +57,11 @@ Result CaptureBackend::checked(Args... args) {
   return (inner().*ir::OpTraits<code>::kMethod)(std::move(args)...);
 }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
-  result CaptureBackend::intercepted_##name params {                                \
-    if (Session* session = recording()) [[likely]]                                  \
-      return session->call<OpCode::name>(inner(), KILN_MOVE_ARGS(args));            \
-    return checked<OpCode::name, result>(KILN_MOVE_ARGS(args));                     \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  result CaptureBackend::intercepted_##name params {                                     \
+    if (Session* session = recording()) [[likely]]                                       \
+      return session->call<OpCode::name>(inner(), KILN_MOVE_ARGS(args));                 \
+    return checked<OpCode::name, result>(KILN_MOVE_ARGS(args));                          \
   }
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -50,7 +50,7 @@ class FusionPassthrough : public ForwardingBackend {
   void assign(const Primitive& dst, Primitive src) override;
 
   // (Not exported, unlike the class, whose type the tests name.)
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_INTERNAL result name params override;
 #include "kiln/detail/ops.def"
 #undef KILN_OP
@@ -142,7 +142,7 @@ class KILN_INTERNAL FusionBackend final : public FusionPassthrough {
   using FusionPassthrough::FusionPassthrough;
 
   // ---- the ops recorded lazily: impl F in ops.def (fusion_ops.cpp) ----
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_WHEN(KILN_IMPL_FUSE(impl))(result name params override;)
 #include "kiln/detail/ops.def"
 #undef KILN_OP

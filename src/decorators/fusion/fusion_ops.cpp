@@ -83,7 +83,7 @@ StepParams along_dim(std::int64_t dim) {
 #define KILN_FUSE_FORM_REDUCE(name)
 #define KILN_FUSE_FORM_REDUCE_NONEMPTY(name)
 #define KILN_FUSE_FORM_MANUAL(name)  // written out below
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form) \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
   KILN_WHEN(KILN_IMPL_FUSE(impl))(KILN_FUSE_FORM_##form(name))
 #include "kiln/detail/ops.def"
 #undef KILN_OP

@@ -44,10 +44,10 @@ T finish(const FusionPassthrough&, T value) {
 #define KILN_FUSION_NOT_EXPANDED(x) KILN_FUSION_NOT_##x
 #define KILN_UNWRAP(x) unwrap(*this, std::move(x))
 #define KILN_UNPAREN(...) __VA_ARGS__
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form)    \
-  KILN_WHEN(KILN_FUSION_NOT(KILN_IS_PROBE(KILN_FUSION_WRITTEN_OUT_##name)))            \
-  (result FusionPassthrough::name params {                                             \
-    return finish(*this, inner().name(KILN_MAP_EACH(KILN_UNWRAP, KILN_UNPAREN args))); \
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  KILN_WHEN(KILN_FUSION_NOT(KILN_IS_PROBE(KILN_FUSION_WRITTEN_OUT_##name)))              \
+  (result FusionPassthrough::name params {                                               \
+    return finish(*this, inner().name(KILN_MAP_EACH(KILN_UNWRAP, KILN_UNPAREN args)));   \
   })
 #include "kiln/detail/ops.def"
 #undef KILN_OP
