@@ -169,7 +169,7 @@ int Device::count(DeviceKind kind) {
   return 0;
 }
 
-std::string Device::backend_name() const { return backend_for(*this).name(); }
+std::string Device::backend_name() const { return chain_backend_for(*this).name(); }
 DeviceSettings Device::settings() const { return settings_for(*this); }
 void Device::set_default_dtypes(DType float_dtype, DType int_dtype, DType bool_dtype) const {
   set_default_dtypes_for(*this, float_dtype, int_dtype, bool_dtype);
