@@ -19,7 +19,7 @@ namespace kiln::bench {
 template <std::size_t D>
 float read_one(const Tensor<D>& t) {
   std::vector<Slice> first(D, Slice(0, 1));
-  return t.slice(first).into_data().template to_vec<float>()[0];
+  return static_cast<float>(t.slice(first).into_data().to_f64_vec()[0]);
 }
 
 inline void expect_near(double got, double want, double tolerance, const char* what) {

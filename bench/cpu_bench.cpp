@@ -130,6 +130,23 @@ void matmul(benchmark::State& state) {
 }
 BENCHMARK(matmul)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
+// bf16 operands and result (accumulated in f32): oneDNN's bf16 kernels where the CPU has them.
+void matmul_bf16(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  state.counters["flops"] = 2.0 * n * n * n;
+  guarded(state, [&] {
+    auto a = random_matrix(n, n).cast(DType::BF16);
+    auto b = random_matrix(n, n).cast(DType::BF16);
+    const auto av = a.into_data().to_f64_vec(), bv = b.into_data().to_f64_vec();
+    double want = 0;
+    for (std::int64_t k = 0; k < n; ++k) want += av[k] * bv[k * n];
+    expect_near(read_one(matmul_op(a, b)), want, 2e-2 * std::max(1.0, std::abs(want)),
+                "matmul_bf16[0, 0]");
+    for (auto _ : state) benchmark::DoNotOptimize(read_one(matmul_op(a, b)));
+  });
+}
+BENCHMARK(matmul_bf16)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
 void sgemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   state.counters["flops"] = 2.0 * n * n * n;

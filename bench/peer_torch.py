@@ -120,12 +120,14 @@ def workloads():
         return torch.rand(*shape, generator=g) * 2 - 1
 
     x16, y16 = rand(16), rand(16)
+    a_bf16, b_bf16 = rand(1024, 1024).bfloat16(), rand(1024, 1024).bfloat16()
     x, y, z = rand(LARGE, LARGE), rand(LARGE, LARGE), rand(LARGE, LARGE)
     conv_x, conv_w = rand(16, 64, 56, 56), rand(64, 64, 3, 3)
     return {
         # Read-free dispatch, as in the C++ small_add.
         "small_add": lambda: x16 + y16,
         "add_large": lambda: read_one(x + y),
+        "matmul_bf16/1024": lambda: read_one(a_bf16 @ b_bf16),
         "chain8_large": lambda: read_one(chain8(x, y, z)),
         "fma_exp_large": lambda: read_one(fma_exp(x, y, z)),
         "conv2d": lambda: read_one(F.conv2d(conv_x, conv_w, padding=1)),

@@ -153,6 +153,8 @@ def main():
             median("op_chain_plain/4096"), "kiln <= 0.5 us", per=64)
     for n in (1024, 2048):
         add_row(f"matmul f32 {n}^2", f"matmul/{n}", "sgemm", median(f"sgemm/{n}"), "ratio >= 0.9")
+    add_row("matmul bf16 1024^2", "matmul_bf16/1024", "torch", torch_time("matmul_bf16/1024"))
+    add_row("matmul bf16 1024^2", "matmul_bf16/1024", "kiln f32", median("matmul/1024"))
     add_bytes = kiln.get("add_large", {}).get("bytes")
     add_row("add 4096^2 f32", "add_large", "memcpy", median("memcpy_large"), "ratio >= 0.8",
             rate=(add_bytes, memcpy.get("bytes")) if add_bytes and memcpy.get("bytes") else None)

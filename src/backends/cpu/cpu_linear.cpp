@@ -1,6 +1,7 @@
 // linear: x [..., in] @ weight [in, out] + bias [out], as one gemm over the flattened rows.
 #include <algorithm>
 
+#include "backends/cpu/bf16_gemm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
@@ -10,6 +11,26 @@ namespace kiln {
 using namespace cpu;
 
 namespace {
+
+// The rows of x [..., in] as one matrix [rows, in]: its leading dims collapse, else a contiguous
+// copy, kept in holder.
+template <class T>
+MatrixRef<const T> input_rows(const CpuTensor& x, std::int64_t rows,
+                              std::shared_ptr<CpuTensor>& holder) {
+  const std::size_t rank = x.rank();
+  const std::int64_t in = x.shape()[rank - 1];
+  const CpuTensor* source = &x;
+  std::int64_t row_stride = in;
+  if (rank > 1) {
+    row_stride = collapsed_row_stride(x.shape().dims().data(), x.strides().data(), rank - 1, in);
+    if (row_stride < 0) {
+      holder = copy(x);
+      source = holder.get();
+      row_stride = in;
+    }
+  }
+  return {source->data_as<const T>(), rows, in, row_stride, source->strides()[rank - 1]};
+}
 
 // out [rows, out] = x [rows, in] @ w + bias, T = float or double; beta = 1 adds the bias rows
 // written into out beforehand.
@@ -30,22 +51,23 @@ void linear_into(const CpuTensor& x, const CpuTensor& w, const CpuTensor* bias, 
                    }
                  });
   }
-  // The rows of x as one matrix: its leading dims collapse, else a contiguous copy.
   std::shared_ptr<CpuTensor> holder;
-  const CpuTensor* source = &x;
-  std::int64_t row_stride = in;
-  if (rank > 1) {
-    row_stride = collapsed_row_stride(x.shape().dims().data(), x.strides().data(), rank - 1, in);
-    if (row_stride < 0) {
-      holder = copy(x);
-      source = holder.get();
-      row_stride = in;
-    }
-  }
-  const MatrixRef<const T> a{source->data_as<const T>(), rows, in, row_stride,
-                             source->strides()[rank - 1]};
+  const MatrixRef<const T> a = input_rows<T>(x, rows, holder);
   const MatrixRef<const T> b{w.data_as<const T>(), in, cols, w.strides()[0], w.strides()[1]};
   gemm<T>(a, b, {o, rows, cols, cols, 1}, T(1), bias != nullptr ? T(1) : T(0));
+}
+
+// out = x @ w + bias for bf16 on oneDNN, the bias added before the one rounding; false (nothing
+// written) where bf16_gemm declines, or the bias is a view with gaps.
+bool bf16_linear(const CpuTensor& x, const CpuTensor& w, const CpuTensor* bias, CpuTensor& out) {
+  if (bias != nullptr && bias->shape()[0] > 1 && bias->strides()[0] != 1) return false;
+  const std::int64_t in = x.shape()[x.rank() - 1], cols = w.shape()[1];
+  const std::int64_t rows = out.shape().num_elements() / std::max<std::int64_t>(cols, 1);
+  std::shared_ptr<CpuTensor> holder;
+  const MatrixRef<const bfloat16> b{w.data_as<const bfloat16>(), in, cols, w.strides()[0],
+                                    w.strides()[1]};
+  return bf16_gemm(input_rows<bfloat16>(x, rows, holder), b, out.data_as<bfloat16>(), cols,
+                   bias != nullptr ? bias->data_as<const bfloat16>() : nullptr);
 }
 
 }  // namespace
@@ -64,6 +86,11 @@ Primitive CpuBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bi
     case DType::F64:
       linear_into<double>(as_cpu(x), as_cpu(weight), bias ? &as_cpu(*bias) : nullptr, *out);
       return out;
+    case DType::BF16:
+      if (bf16_linear(as_cpu(x), as_cpu(weight), bias ? &as_cpu(*bias) : nullptr, *out)) {
+        return out;
+      }
+      break;
     default:
       break;
   }

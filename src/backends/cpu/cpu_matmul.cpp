@@ -1,8 +1,10 @@
 // matmul (batched, broadcasting leading dims) and cross.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
+#include "backends/cpu/bf16_gemm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/integer_math.h"
@@ -65,6 +67,25 @@ MatrixRef<const T> matrix_at(const CpuTensor& x, std::int64_t offset) {
           x.strides()[r - 1]};
 }
 
+// With one rhs shared by the batch and lhs rows that walk as one matrix, lhs as that matrix
+// [batch * M, K]: the batch folds into M (one big product, as for x [B, S, in] @ w [in, out]).
+template <class T>
+std::optional<MatrixRef<const T>> folded_lhs(const CpuTensor& lhs, const BatchPlan& plan) {
+  const bool rhs_shared =
+      std::all_of(plan.rhs.begin(), plan.rhs.end(), [](auto s) { return s == 0; });
+  if (plan.count <= 1 || !rhs_shared) return std::nullopt;
+  const std::size_t rl = lhs.rank();
+  const std::int64_t m = lhs.shape()[rl - 2], k = lhs.shape()[rl - 1];
+  detail::DimVector sizes(plan.batch.vector()), strides(plan.lhs);
+  sizes.push_back(m);
+  strides.push_back(lhs.strides()[rl - 2]);
+  const std::int64_t row_stride =
+      collapsed_row_stride(sizes.data(), strides.data(), sizes.size(), k);
+  if (row_stride < 0) return std::nullopt;
+  return MatrixRef<const T>{lhs.data_as<const T>(), plan.count * m, k, row_stride,
+                            lhs.strides()[rl - 1]};
+}
+
 // out (contiguous [batch..., M, N]) = lhs @ rhs through BLAS, T = float or double.
 template <class T>
 void blas_matmul(const CpuTensor& lhs, const CpuTensor& rhs, CpuTensor& out,
@@ -73,22 +94,9 @@ void blas_matmul(const CpuTensor& lhs, const CpuTensor& rhs, CpuTensor& out,
   const std::int64_t m = lhs.shape()[rl - 2], k = lhs.shape()[rl - 1];
   const std::int64_t n = rhs.shape()[rhs.rank() - 1];
   T* o = out.data_as<T>();
-  // One shared rhs and lhs rows that walk as one matrix: fold the batch into M (one big gemm,
-  // as for x [B, S, in] @ w [in, out]).
-  const bool rhs_shared =
-      std::all_of(plan.rhs.begin(), plan.rhs.end(), [](auto s) { return s == 0; });
-  if (plan.count > 1 && rhs_shared) {
-    detail::DimVector sizes(plan.batch.vector()), strides(plan.lhs);
-    sizes.push_back(m);
-    strides.push_back(lhs.strides()[rl - 2]);
-    const std::int64_t row_stride =
-        collapsed_row_stride(sizes.data(), strides.data(), sizes.size(), k);
-    if (row_stride >= 0) {
-      MatrixRef<const T> a{lhs.data_as<const T>(), plan.count * m, k, row_stride,
-                           lhs.strides()[rl - 1]};
-      gemm<T>(a, matrix_at<T>(rhs, 0), {o, plan.count * m, n, n, 1}, T(1), T(0));
-      return;
-    }
+  if (const std::optional<MatrixRef<const T>> a = folded_lhs<T>(lhs, plan)) {
+    gemm<T>(*a, matrix_at<T>(rhs, 0), {o, plan.count * m, n, n, 1}, T(1), T(0));
+    return;
   }
   auto one = [&](std::int64_t index) {
     std::int64_t l, r;
@@ -110,6 +118,30 @@ void blas_matmul(const CpuTensor& lhs, const CpuTensor& rhs, CpuTensor& out,
   } else {
     for (std::int64_t i = 0; i < plan.count; ++i) one(i);
   }
+}
+
+// out = lhs @ rhs for bf16 on oneDNN (bf16_gemm.h), batched as blas_matmul; false (nothing
+// written) where bf16_gemm declines the layout.
+bool bf16_matmul(const CpuTensor& lhs, const CpuTensor& rhs, CpuTensor& out,
+                 const BatchPlan& plan) {
+  const std::size_t rl = lhs.rank();
+  const std::int64_t m = lhs.shape()[rl - 2], n = rhs.shape()[rhs.rank() - 1];
+  bfloat16* o = out.data_as<bfloat16>();
+  if (const std::optional<MatrixRef<const bfloat16>> a = folded_lhs<bfloat16>(lhs, plan)) {
+    return bf16_gemm(*a, matrix_at<bfloat16>(rhs, 0), o, n);
+  }
+  auto one = [&](std::int64_t index) {
+    std::int64_t l, r;
+    plan.offsets(index, l, r);
+    return bf16_gemm(matrix_at<bfloat16>(lhs, l), matrix_at<bfloat16>(rhs, r), o + index * m * n,
+                     n);
+  };
+  // Every matrix has the first one's layout: if it is taken, all are.
+  if (!one(0)) return false;
+  parallel_for(plan.count - 1, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) one(i + 1);
+  });
+  return true;
 }
 
 // Integer products wrap around like the dtype: accumulating in the unsigned type of at least
@@ -194,8 +226,10 @@ Primitive CpuBackend::matmul(Primitive lhs, Primitive rhs) {
     case DType::F64:
       blas_matmul<double>(as_cpu(lhs), as_cpu(rhs), *out, plan);
       return out;
-    case DType::F16:
-    case DType::BF16: {
+    case DType::BF16:
+      if (bf16_matmul(as_cpu(lhs), as_cpu(rhs), *out, plan)) return out;
+      [[fallthrough]];
+    case DType::F16: {
       // 16-bit floats: products in f32, rounded once at the end.
       auto a = contiguous_as(lhs, DType::F32);
       auto b = contiguous_as(rhs, DType::F32);
