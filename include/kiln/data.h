@@ -3,6 +3,12 @@
 //   auto data = TensorData::from_vec(std::vector<float>{1, 2, 3, 4}, {2, 2});
 //   std::vector<float> values = data.to_vec<float>();     // DTypeMismatch if not F32
 //   TensorData as_half = data.convert(DType::F16);
+//
+// Quantized data (dtype QFloat) holds the raw blocks of a QuantScheme (<kiln/quant.h>) and
+// the logical shape of the values they encode:
+//   TensorData q = data.quantize(quant_scheme(QuantScheme::Kind::Q8_0));  // last dim % 32 == 0
+//   q.dtype() == DType::QFloat; q.scheme().kind; q.bytes();   // the blocks, as GGUF stores them
+//   TensorData f = q.dequantize();                             // F32, same shape
 #pragma once
 
 #include <cstddef>
@@ -14,6 +20,7 @@
 #include "kiln/detail/format.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/options.h"
 #include "kiln/shape.h"
 
 namespace kiln {
@@ -21,8 +28,13 @@ namespace kiln {
 class TensorData {
  public:
   TensorData() = default;
-  // Takes raw bytes; throws ShapeMismatch if their count disagrees with shape and dtype.
+  // Takes raw bytes; throws ShapeMismatch if their count disagrees with shape and dtype, and
+  // UnsupportedDType for QFloat, whose bytes need a scheme (TensorData::quantized).
   TensorData(std::vector<std::byte> bytes, Shape shape, DType dtype);
+  // Takes the raw blocks of a QFloat tensor of the given logical shape. InvalidArgument for a
+  // malformed scheme, ShapeMismatch if the last dim is not a whole number of blocks (or the
+  // shape is a scalar) or the byte count is not the one the scheme needs for shape.
+  static TensorData quantized(std::vector<std::byte> bytes, Shape shape, QuantScheme scheme);
 
   template <class T>
   static TensorData from_vec(const std::vector<T>& values, Shape shape) {
@@ -46,6 +58,8 @@ class TensorData {
   static TensorData full(Shape shape, double value, DType dtype);
 
   DType dtype() const noexcept { return dtype_; }
+  // The block layout of QFloat data; DTypeMismatch for any other dtype.
+  const QuantScheme& scheme() const;
   const Shape& shape() const noexcept { return shape_; }
   std::int64_t num_elements() const noexcept { return shape_.num_elements(); }
   std::span<const std::byte> bytes() const noexcept { return bytes_; }
@@ -70,10 +84,20 @@ class TensorData {
     check_dtype(dtype_of_v<T>);
     return {reinterpret_cast<const T*>(bytes_.data()), static_cast<std::size_t>(num_elements())};
   }
-  // The elements converted to double (any dtype): handy for tests and printing.
+  // The elements converted to double (any dtype; QFloat is dequantized): for tests, printing.
   std::vector<double> to_f64_vec() const;
-  // A copy converted to dtype (floats round to nearest even; float to int truncates).
+  // A copy converted to dtype (floats round to nearest even; float to int truncates; QFloat
+  // is dequantized first). UnsupportedDType for dtype QFloat: quantize names a scheme.
   TensorData convert(DType dtype) const;
+
+  // QFloat data decoded to F32 values of the same shape, bit for bit as llama.cpp's reference
+  // decodes GGUF blocks. DTypeMismatch unless the data is QFloat.
+  TensorData dequantize() const;
+  // Float data (any float dtype, converted to F32 first) encoded in scheme's blocks along the
+  // last dim. DTypeMismatch for non-float data, ShapeMismatch as for quantized(), InvalidArgument
+  // for a NaN or infinite value, UnsupportedOperation for a scheme kiln can decode but not
+  // encode (the k-quants).
+  TensorData quantize(const QuantScheme& scheme) const;
 
   std::string to_string() const;
 
@@ -84,6 +108,7 @@ class TensorData {
   std::vector<std::byte> bytes_;
   Shape shape_;
   DType dtype_ = DType::F32;
+  QuantScheme scheme_{};  // meaningful only for QFloat
 };
 
 }  // namespace kiln

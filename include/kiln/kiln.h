@@ -26,6 +26,8 @@
 #include "kiln/optim/optim.h"
 #include "kiln/options.h"
 #include "kiln/primitive.h"
+#include "kiln/quant.h"
+#include "kiln/record/gguf.h"
 #include "kiln/record/safetensors.h"
 #include "kiln/scalar.h"
 #include "kiln/shape.h"

@@ -98,13 +98,30 @@ struct AttentionOptions {
 // How the device combines a collective reduction.
 enum class ReduceOperation : std::uint8_t { Sum, Mean };
 
-// Quantization scheme for QFloat tensors (the quantization issue fills this in).
+// How a QFloat tensor stores its values: the block layout, which travels with the tensor.
+// GGUF's block types, byte for byte as llama.cpp's ggml lays them out (32 values per block for
+// Q4_0..Q8_0, 256 for the k-quants Q2_K..Q8_K), and kiln's own symmetric int8 schemes: one f32
+// scale followed by its int8 values, either per block of block_size values along the last dim
+// (Int8Block) or per row of the last dim (Int8Channel, block_size 0). Make one with
+// quant_scheme(kind) or int8_block_scheme(n) from <kiln/quant.h>, which document the layouts.
 struct QuantScheme {
-  enum class Mode : std::uint8_t { Symmetric };
-  enum class Value : std::uint8_t { Q8, Q4, Q2 };
-  Mode mode = Mode::Symmetric;
-  Value value = Value::Q8;
-  std::int64_t block_size = 0;  // 0: one scale per tensor
+  enum class Kind : std::uint8_t {
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    Int8Block,
+    Int8Channel,
+  };
+  Kind kind = Kind::Q8_0;
+  std::int64_t block_size = 32;  // values per block; fixed by a GGUF kind, 0 for Int8Channel
   bool operator==(const QuantScheme&) const = default;
 };
 

@@ -5,6 +5,7 @@
 
 #include "ir/check.h"
 #include "kiln/detail/format.h"
+#include "kiln/quant.h"
 
 namespace kiln::ir {
 namespace {
@@ -150,8 +151,8 @@ void mix_attribute(Hasher& hash, const Param& param, const Attribute& attribute)
           hash.mix(value.scale.has_value());
           hash.mix(value.is_causal);
         } else if constexpr (std::is_same_v<T, QuantScheme>) {
-          hash.mix(static_cast<std::uint64_t>(value.mode));
-          hash.mix(static_cast<std::uint64_t>(value.value));
+          hash.mix(static_cast<std::uint64_t>(value.kind));
+          hash.mix(static_cast<std::uint64_t>(value.block_size));
         } else if constexpr (std::is_same_v<T, DeviceAttr>) {
           hash.mix(static_cast<std::uint64_t>(value.kind));
           hash.mix(static_cast<std::uint64_t>(value.index));
@@ -267,6 +268,7 @@ bool same_attribute(const Attribute& a, const Attribute& b) {
           const auto bx = x.bytes();
           const auto by = y.bytes();
           return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+                 (x.dtype() != DType::QFloat || x.scheme() == y.scheme()) &&
                  std::equal(bx.begin(), bx.end(), by.begin(), by.end());
         } else {
           return x == y;
@@ -334,8 +336,7 @@ std::string to_string(const Attribute& attribute) {
           return "{scale=" + (value.scale ? number(*value.scale) : std::string("default")) +
                  ", is_causal=" + (value.is_causal ? "true" : "false") + "}";
         } else if constexpr (std::is_same_v<T, QuantScheme>) {
-          return kiln::detail::concat("{mode=", static_cast<int>(value.mode),
-                                      ", value=", static_cast<int>(value.value),
+          return kiln::detail::concat("{kind=", quant_kind_name(value.kind),
                                       ", block_size=", value.block_size, "}");
         } else if constexpr (std::is_same_v<T, DeviceAttr>) {
           std::string text = value.kind == DeviceKind::Cpu ? std::string("cpu")

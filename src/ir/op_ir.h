@@ -160,7 +160,8 @@ std::uint64_t structure_hash(const Op& op);
 void validate(const Program& program);
 
 inline constexpr std::uint32_t kWireMagic = 0x52494b4b;  // "KKIR" little-endian
-inline constexpr std::uint32_t kWireVersion = 1;
+// 2: QuantScheme names its block kind and QFloat data carries its scheme.
+inline constexpr std::uint32_t kWireVersion = 2;
 
 // Little-endian, length-prefixed:
 //   u32 magic, u32 version, u64 kBackendContractHash,

@@ -14,12 +14,30 @@
 #include "ir/check.h"
 #include "ir/op_ir.h"
 #include "kiln/detail/format.h"
+#include "kiln/quant.h"
 
 namespace kiln::ir {
 namespace {
 
 using wire::Reader;
 using wire::Writer;
+
+void write_scheme(Writer& out, const QuantScheme& scheme) {
+  out.u8(static_cast<std::uint8_t>(scheme.kind));
+  out.i64(scheme.block_size);
+}
+
+QuantScheme read_scheme(Reader& in) {
+  QuantScheme scheme;
+  scheme.kind = in.enumeration(QuantScheme::Kind::Int8Channel, "quant kind");
+  scheme.block_size = in.i64("quant block_size");
+  try {
+    check_quant_scheme(scheme, "wire");
+  } catch (const InvalidArgument& error) {
+    in.fail(error.what());
+  }
+  return scheme;
+}
 
 [[noreturn]] void fail_protocol(std::string message) {
   throw ProtocolError("[ir::deserialize] " + message);
@@ -103,9 +121,7 @@ void write_attribute(Writer& out, const Attribute& attribute) {
           out.f64(value.scale.value_or(0.0));
           out.boolean(value.is_causal);
         } else if constexpr (std::is_same_v<T, QuantScheme>) {
-          out.u8(static_cast<std::uint8_t>(value.mode));
-          out.u8(static_cast<std::uint8_t>(value.value));
-          out.i64(value.block_size);
+          write_scheme(out, value);
         } else if constexpr (std::is_same_v<T, DeviceAttr>) {
           out.u8(static_cast<std::uint8_t>(value.kind));
           out.u32(static_cast<std::uint32_t>(value.index));
@@ -159,6 +175,8 @@ Scalar read_scalar(Reader& in) {
 
 TensorData read_data_impl(Reader& in) {
   const DType dtype = in.dtype("data dtype");
+  const std::optional<QuantScheme> scheme =
+      dtype == DType::QFloat ? std::optional(read_scheme(in)) : std::nullopt;
   Shape shape = in.shape("data shape");
   std::uint64_t elements = 1;
   for (std::int64_t dim : shape.dims()) {
@@ -174,13 +192,23 @@ TensorData read_data_impl(Reader& in) {
     elements *= static_cast<std::uint64_t>(dim);
   }
   if (std::ranges::find(shape.dims(), 0) != shape.dims().end()) elements = 0;
+  std::uint64_t needed = elements * dtype_size(dtype);
+  if (scheme) {
+    try {
+      needed = quantized_bytes(shape, *scheme, "wire");
+    } catch (const Error& error) {
+      in.fail(error.what());
+    }
+  }
   const std::uint64_t length = in.u64("data length");
-  if (length != elements * dtype_size(dtype)) {
+  if (length != needed) {
     in.fail(kiln::detail::concat("data of ", dtype_name(dtype), " ", shape, " holds ", length,
-                                 " bytes where it needs ", elements * dtype_size(dtype)));
+                                 " bytes where it needs ", needed));
   }
   const auto bytes = in.take(static_cast<std::size_t>(length), "data bytes");
-  return TensorData(std::vector<std::byte>(bytes.begin(), bytes.end()), std::move(shape), dtype);
+  std::vector<std::byte> copy(bytes.begin(), bytes.end());
+  if (scheme) return TensorData::quantized(std::move(copy), std::move(shape), *scheme);
+  return TensorData(std::move(copy), std::move(shape), dtype);
 }
 
 Attribute read_attribute(Reader& in) {
@@ -270,11 +298,7 @@ Attribute read_attribute(Reader& in) {
       return o;
     }
     case AttributeKind::QuantScheme: {
-      QuantScheme q;
-      q.mode = in.enumeration(QuantScheme::Mode::Symmetric, "quant mode");
-      q.value = in.enumeration(QuantScheme::Value::Q2, "quant value");
-      q.block_size = in.i64("quant block_size");
-      return q;
+      return read_scheme(in);
     }
     case AttributeKind::Device: {
       DeviceAttr d;
@@ -329,6 +353,7 @@ void write_op(Writer& out, const Op& op) { write_op_impl(out, op); }
 Op read_op(Reader& in, std::size_t position) { return read_op_impl(in, position); }
 void write_data(Writer& out, const TensorData& data) {
   out.u8(static_cast<std::uint8_t>(data.dtype()));
+  if (data.dtype() == DType::QFloat) write_scheme(out, data.scheme());
   out.ints(data.shape().dims());
   out.u64(data.bytes().size());
   out.raw(data.bytes());

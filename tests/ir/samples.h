@@ -145,10 +145,8 @@ struct Sample<AttentionOptions> {
 template <>
 struct Sample<QuantScheme> {
   static QuantScheme make(int variant) {
-    QuantScheme scheme;
-    scheme.value = variant ? QuantScheme::Value::Q4 : QuantScheme::Value::Q8;
-    scheme.block_size = variant ? 32 : 0;
-    return scheme;
+    return variant ? QuantScheme{QuantScheme::Kind::Int8Block, 64}
+                   : QuantScheme{QuantScheme::Kind::Q4_K, 256};
   }
 };
 template <>

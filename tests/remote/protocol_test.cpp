@@ -102,8 +102,7 @@ std::vector<ir::Op> ops_with_every_attribute() {
   ops.push_back(make_op(OpCode::attention, {8, 8, 8, 9, ir::kNoTensor.index},
                         {AttentionOptions{std::nullopt, false}},
                         {type_of(DType::F32, {1, 2, 4, 8})}, 29));
-  ops.push_back(make_op(OpCode::quantize, {1},
-                        {QuantScheme{QuantScheme::Mode::Symmetric, QuantScheme::Value::Q4, 32}},
+  ops.push_back(make_op(OpCode::quantize, {1}, {QuantScheme{QuantScheme::Kind::Q4_0, 32}},
                         {type_of(DType::QFloat, s)}, 30));
   ops.push_back(make_op(OpCode::from_data, {},
                         {TensorData::from_vec(std::vector<float>{1, 2, 3, 4, 5, 6}, s),
