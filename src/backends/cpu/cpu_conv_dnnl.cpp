@@ -264,9 +264,18 @@ PlanCache& plan_cache() {
 }
 
 // Working memory a thread reuses from call to call: a fresh page costs a fault on its first
-// touch (about 15 us per 4 KiB here), so a buffer only grows.
+// touch (about 15 us per 4 KiB here). Buffers up to kKeptBytes are kept; larger ones, whose
+// faults are small beside the work that needs them, are released after each use.
+constexpr std::size_t kKeptBytes = std::size_t{64} << 20;
+
 class Staging {
  public:
+  void trim() {
+    if (size_ > kKeptBytes) {
+      data_.reset();
+      size_ = 0;
+    }
+  }
   std::byte* get(std::size_t bytes) {
     if (bytes > size_) {
       data_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, aligned(bytes))));
@@ -287,10 +296,11 @@ class Staging {
 // A thread's buffers: the primitive's scratchpad and inner copies, weights converted once for
 // a call's tasks, and a task's partial weight gradient.
 enum class Use { kTask, kSharedWeights, kPartial };
-std::byte* staging(Use use, std::size_t bytes) {
+Staging& buffer(Use use) {
   thread_local std::array<Staging, 3> buffers;
-  return buffers[static_cast<std::size_t>(use)].get(bytes);
+  return buffers[static_cast<std::size_t>(use)];
 }
+std::byte* staging(Use use, std::size_t bytes) { return buffer(use).get(bytes); }
 
 // Runs the plan on kiln's memory at `pointers` (one per operand) on the calling thread;
 // `ready_weights`: the weights already in the primitive's layout (null: converted here).
@@ -408,7 +418,10 @@ bool run_cut(const Problem& whole, const Cut& cut, const float* weight, Task&& t
   run_tasks(threads, cut.count, [&](std::int64_t t) {
     SingleThreadedDnnl team;
     task(parts[static_cast<std::size_t>(t)], *plans[static_cast<std::size_t>(t)], ready);
+    buffer(Use::kTask).trim();
+    buffer(Use::kPartial).trim();
   });
+  buffer(Use::kSharedWeights).trim();  // after every task: they read it
   return true;
 }
 

@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cmath>
+#include <functional>
 #include <random>
+#include <thread>
 
 #include "runtime/registry.h"
 #include "tensor/common.h"
@@ -273,6 +275,68 @@ TEST(CpuConv, ThreadCountsGiveTheSameResults) {
     check_geometry(one_image, DType::F32, false, std::to_string(threads) + " threads, 1 image");
   }
   set_num_threads(saved);
+}
+
+// f32 (oneDNN where kiln has it) against f64 (the im2col path) on the same values.
+void expect_f32_matches_f64(const std::function<Primitive(DType)>& op, const std::string& what) {
+  const std::vector<double> want = detail::into_data(op(DType::F64)).to_f64_vec();
+  expect_near_all(op(DType::F32), want, 1e-4, what);
+}
+
+TEST(CpuConv, TransposeWithPaddingOutBeyondStride) {
+  // padding_out 1 with stride 1 (allowed by dilation 2): the output has one position more than
+  // a convolution of that extent would give back, so oneDNN's padding after is the padding less
+  // one. oneDNN refuses the negative one of padding 0 and the im2col path takes it.
+  for (std::int64_t padding : {0, 1, 2}) {
+    const ConvTransposeOptions options{{1, 2}, {padding, 1}, {1, 1}, {2, 2}, 1};
+    expect_f32_matches_f64(
+        [&](DType dtype) {
+          const Primitive x = tensor(random_vector(3 * 8 * 9 * 7, 21), Shape{3, 8, 9, 7}, dtype);
+          const Primitive w = tensor(random_vector(8 * 4 * 9, 22), Shape{8, 4, 3, 3}, dtype);
+          return detail::conv_transpose(x, w, std::nullopt, options, 2);
+        },
+        "transpose with padding " + std::to_string(padding));
+  }
+}
+
+TEST(CpuConv, MoreShapesThanTheCacheHolds) {
+  // 150 distinct problems (the cache keeps 128), then the first again.
+  for (std::int64_t width : {5, 6, 7}) {
+    for (std::int64_t i = 0; i < 50; ++i) {
+      const std::int64_t w = width + i;
+      expect_f32_matches_f64(
+          [&](DType dtype) {
+            const Primitive x = tensor(random_vector(static_cast<std::size_t>(2 * 3 * 4 * w), 31),
+                                       Shape{2, 3, 4, w}, dtype);
+            const Primitive k = tensor(random_vector(4 * 3 * 6, 32), Shape{4, 3, 2, 3}, dtype);
+            return detail::conv(x, k, std::nullopt, ConvOptions{{1, 1}, {1, 1}, {1, 1}, 1}, 2);
+          },
+          "width " + std::to_string(w));
+    }
+  }
+}
+
+TEST(CpuConv, ConcurrentCallsShareTheCache) {
+  // Threads of the caller's own, each running convolutions of two shapes (one shared by all):
+  // the plans are made, found and run concurrently.
+  std::vector<std::thread> threads;
+  for (std::int64_t t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      for (std::int64_t width : {std::int64_t{9}, 10 + t}) {
+        expect_f32_matches_f64(
+            [&](DType dtype) {
+              const Primitive x = tensor(random_vector(static_cast<std::size_t>(4 * 16 * 8 * width),
+                                                       static_cast<std::uint64_t>(40 + t)),
+                                         Shape{4, 16, 8, width}, dtype);
+              const Primitive k =
+                  tensor(random_vector(32 * 16 * 9, 41), Shape{32, 16, 3, 3}, dtype);
+              return detail::conv(x, k, std::nullopt, ConvOptions{{1, 1}, {1, 1}, {1, 1}, 1}, 2);
+            },
+            "thread " + std::to_string(t) + " width " + std::to_string(width));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 TEST(CpuConv, EmptyBatchGivesEmptyResults) {
