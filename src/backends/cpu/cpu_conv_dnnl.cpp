@@ -118,14 +118,26 @@ struct Operand {
   bool output;
   memory::desc user, inner;
   std::optional<dnnl::reorder> convert;
+  memory::desc convert_scratchpad;
   std::size_t offset = 0;  // of the inner copy in the task's staging memory
+
+  // Runs the reorder from -> to on one thread; scratch: at least convert_scratchpad's size.
+  void run_convert(dnnl::stream& stream, const memory& from, const memory& to,
+                   std::byte* scratch) const {
+    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    if (convert_scratchpad.get_size() > 0) {
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(convert_scratchpad, stream.get_engine(), scratch));
+    }
+    convert->execute(stream, args);
+  }
 };
 
 struct Plan {
   dnnl::primitive primitive;
   std::vector<Operand> operands;  // in the order of the pointers run_plan is given
   memory::desc scratchpad;
-  std::size_t staging_bytes = 0;  // scratchpad and inner copies
+  std::size_t scratch_bytes = 0;  // the primitive's and the reorders' scratchpads (one at a time)
+  std::size_t staging_bytes = 0;  // scratchpads and inner copies
 };
 
 constexpr std::size_t kAlignment = 64;
@@ -210,12 +222,22 @@ std::shared_ptr<const Plan> make_plan(const Problem& p) {
                           {DNNL_ARG_DIFF_WEIGHTS, true, wei, pd.diff_weights_desc()}};
       }
     }
-    std::size_t offset = aligned(plan->scratchpad.get_size());
+    // Reorders get user scratchpads too: a library-managed one may be shared between
+    // primitives running on different threads.
+    std::size_t scratch = plan->scratchpad.get_size();
     for (Operand& o : plan->operands) {
       if (o.user == o.inner) continue;
-      o.convert =
-          o.output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine, o.inner, engine, o.user))
-                   : dnnl::reorder(dnnl::reorder::primitive_desc(engine, o.user, engine, o.inner));
+      const dnnl::reorder::primitive_desc pd =
+          o.output ? dnnl::reorder::primitive_desc(engine, o.inner, engine, o.user, attr)
+                   : dnnl::reorder::primitive_desc(engine, o.user, engine, o.inner, attr);
+      o.convert = dnnl::reorder(pd);
+      o.convert_scratchpad = pd.scratchpad_desc();
+      scratch = std::max(scratch, o.convert_scratchpad.get_size());
+    }
+    plan->scratch_bytes = aligned(scratch);
+    std::size_t offset = plan->scratch_bytes;
+    for (Operand& o : plan->operands) {
+      if (!o.convert) continue;
       o.offset = offset;
       offset += aligned(o.inner.get_size());
     }
@@ -326,13 +348,13 @@ void run_plan(const Plan& plan, std::span<void* const> pointers, const void* rea
         if (o.output) {
           outputs.emplace_back(&o, user);
         } else {
-          o.convert->execute(stream, user, inner);
+          o.run_convert(stream, user, inner, work);
         }
         args.emplace(o.arg, inner);
       }
     }
     plan.primitive.execute(stream, args);
-    for (auto& [o, user] : outputs) o->convert->execute(stream, args.at(o->arg), user);
+    for (auto& [o, user] : outputs) o->run_convert(stream, args.at(o->arg), user, work);
     stream.wait();
   } catch (const dnnl::error& e) {
     detail::fail<ExecutionError>("conv", "oneDNN failed: ", e.what());
@@ -406,7 +428,8 @@ bool run_cut(const Problem& whole, const Cut& cut, const float* weight, Task&& t
         dnnl::stream stream(cpu_engine());
         memory user(first.user, cpu_engine(), const_cast<float*>(weight));
         memory inner(first.inner, cpu_engine(), converted);
-        first.convert->execute(stream, user, inner);
+        first.run_convert(stream, user, inner,
+                          staging(Use::kTask, first.convert_scratchpad.get_size()));
         stream.wait();
       } catch (const dnnl::error& e) {
         detail::fail<ExecutionError>("conv", "oneDNN failed: ", e.what());
