@@ -34,12 +34,14 @@ using DnnlDims = memory::dims;
 enum class Pass : std::int64_t { kForward, kInputGrad, kWeightGrad };
 
 // One primitive's problem: the pass, the window, and the part of the tensors one task covers
-// (`batch` images, in_slice of the in_channels and out_slice of the out_channels).
+// (`batch` images, in_slice of the in_channels and out_slice of the out_channels, in `groups`
+// groups of in_per_group and out_per_group channels).
 struct Problem {
   Pass pass;
   std::int64_t dims;
   std::int64_t batch;
-  std::int64_t in_channels, out_channels, in_slice, out_slice, groups;
+  std::int64_t in_channels, out_channels, in_slice, out_slice;
+  std::int64_t groups, in_per_group, out_per_group;
   bool bias;
   Window w;
   bool operator==(const Problem&) const = default;
@@ -50,7 +52,7 @@ struct ProblemHash {
     std::size_t h = static_cast<std::size_t>(p.pass);
     const auto mix = [&](std::int64_t v) { h = h * 1000003 ^ std::hash<std::int64_t>{}(v); };
     for (std::int64_t v : {p.dims, p.batch, p.in_channels, p.out_channels, p.in_slice, p.out_slice,
-                           p.groups, std::int64_t{p.bias}}) {
+                           p.groups, p.in_per_group, p.out_per_group, std::int64_t{p.bias}}) {
       mix(v);
     }
     for (const Dims3* d :
@@ -95,12 +97,11 @@ memory::desc activation(const Problem& p, std::int64_t slice, std::int64_t total
 // kiln's weight [out, in / groups, kernel...]: oneDNN's [out_slice, in_slice, kernel...] (a block
 // of rows or columns), or [groups, out / groups, in / groups, kernel...] with groups.
 memory::desc weights(const Problem& p) {
-  const std::int64_t taps = p.w.kernel_size(), in_per_group = p.in_channels / p.groups;
+  const std::int64_t taps = p.w.kernel_size(), in_per_group = p.in_per_group;
   const DnnlDims kernel = tail(p.w.kernel, p.dims);
   if (p.groups > 1) {
-    const std::int64_t out_per_group = p.out_channels / p.groups;
-    return plain({p.groups, out_per_group, in_per_group},
-                 {out_per_group * in_per_group * taps, in_per_group * taps, taps}, kernel);
+    return plain({p.groups, p.out_per_group, in_per_group},
+                 {p.out_per_group * in_per_group * taps, in_per_group * taps, taps}, kernel);
   }
   return plain({p.out_slice, p.in_slice}, {in_per_group * taps, taps}, kernel);
 }
@@ -361,42 +362,77 @@ void run_plan(const Plan& plan, std::span<void* const> pointers, const void* rea
   }
 }
 
-// How a call is cut into tasks: `count` blocks of images, or of the channels that `slice` names
-// (every image in each).
+// What a call's tasks each take: a block of images, of input or output channels (every image),
+// or of groups.
+enum class Axis { kImages, kInChannels, kOutChannels, kGroups };
+
+// How a call is cut: `count` tasks over `axis`, `block` channels or groups each (the last may
+// have fewer).
 struct Cut {
   std::int64_t count = 1;
-  std::int64_t Problem::*slice = nullptr;
+  Axis axis = Axis::kImages;
+  std::int64_t block = 0;
 };
 
 // Channel blocks are whole multiples of oneDNN's 16-channel vector blocks.
 constexpr std::int64_t kChannelBlock = 16;
 
-Cut cut_for(const Problem& p, std::int64_t Problem::*channels) {
+// channels: the axis cut when there are fewer images than threads (the output channels of the
+// forward and of the weight gradient, whose tasks then own their rows; the input channels of
+// the input gradient).
+Cut cut_for(const Problem& p, Axis channels) {
   const double work = static_cast<double>(p.batch) * static_cast<double>(p.out_channels) *
-                      static_cast<double>(p.in_channels / p.groups) *
+                      static_cast<double>(p.in_per_group) *
                       static_cast<double>(p.w.kernel_size() * p.w.out_size());
   const std::int64_t threads = in_parallel_region() ? 1 : thread_count();
   if (threads <= 1 || work < static_cast<double>(kConvSerialWork)) return {};
   // Several image blocks per thread, handed out as threads come free (parallel.h): a thread
   // that loses its core to another process leaves its blocks to the others.
-  if (p.batch >= threads) return {std::min(p.batch, threads * kPiecesPerThread), nullptr};
-  if (p.groups == 1 && p.*channels % (threads * kChannelBlock) == 0) return {threads, channels};
-  return {};
+  if (p.batch >= threads) return {std::min(p.batch, threads * kPiecesPerThread), Axis::kImages};
+  // Fewer images: one block per thread of groups, or of channels in vector blocks.
+  std::int64_t units = p.groups, unit = 1;
+  if (p.groups == 1) {
+    unit = kChannelBlock;
+    units = ceil_div(channels == Axis::kInChannels ? p.in_channels : p.out_channels, unit);
+  }
+  if (units < 2) return {};
+  const std::int64_t block = ceil_div(units, std::min(threads, units));
+  return {ceil_div(units, block), p.groups == 1 ? channels : Axis::kGroups, block * unit};
 }
 
-// Task t's problem, and the first image and channel of its part.
+// Task t's problem, the first image and the first input and output channels of its part, and
+// the offset of its weights.
 struct Part {
   Problem problem;
-  std::int64_t image = 0, channel = 0;
+  std::int64_t image = 0, in_channel = 0, out_channel = 0, weight = 0;
 };
 Part part_of(const Problem& whole, const Cut& cut, std::int64_t t) {
   Part part{whole};
-  if (cut.slice == nullptr) {
-    part.image = whole.batch * t / cut.count;
-    part.problem.batch = whole.batch * (t + 1) / cut.count - part.image;
-  } else {
-    part.problem.*cut.slice = whole.*cut.slice / cut.count;
-    part.channel = t * part.problem.*cut.slice;
+  Problem& p = part.problem;
+  const std::int64_t first = t * cut.block, rows = whole.in_per_group * whole.w.kernel_size();
+  switch (cut.axis) {
+    case Axis::kImages:
+      part.image = whole.batch * t / cut.count;
+      p.batch = whole.batch * (t + 1) / cut.count - part.image;
+      break;
+    case Axis::kInChannels:
+      part.in_channel = first;
+      p.in_slice = std::min(cut.block, whole.in_channels - first);
+      part.weight = first * whole.w.kernel_size();
+      break;
+    case Axis::kOutChannels:
+      part.out_channel = first;
+      p.out_slice = std::min(cut.block, whole.out_channels - first);
+      part.weight = first * rows;
+      break;
+    case Axis::kGroups:
+      p.groups = std::min(cut.block, whole.groups - first);
+      part.in_channel = first * whole.in_per_group;
+      part.out_channel = first * whole.out_per_group;
+      p.in_slice = p.groups * whole.in_per_group;
+      p.out_slice = p.groups * whole.out_per_group;
+      part.weight = part.out_channel * rows;
+      break;
   }
   return part;
 }
@@ -416,7 +452,7 @@ bool run_cut(const Problem& whole, const Cut& cut, const float* weight, Task&& t
     if (!plans.back()) return false;
   }
   const void* ready = nullptr;
-  if (weight != nullptr && cut.slice == nullptr) {
+  if (weight != nullptr && cut.axis == Axis::kImages) {
     const Operand& first = plans[0]->operands[1];  // the weights, an input of this pass
     const bool shared = std::all_of(plans.begin(), plans.end(), [&](const auto& plan) {
       return plan->operands[1].inner == first.inner;
@@ -450,7 +486,8 @@ bool run_cut(const Problem& whole, const Cut& cut, const float* weight, Task&& t
 
 Problem whole_problem(Pass pass, const ConvSizes& s, const Window& w, bool bias) {
   const std::int64_t in = s.in_per_group * s.groups, out = s.out_per_group * s.groups;
-  return {pass, s.spatial_dims, s.batch, in, out, in, out, s.groups, bias, w};
+  return {pass,     s.spatial_dims, s.batch,         in,   out, in, out,
+          s.groups, s.in_per_group, s.out_per_group, bias, w};
 }
 
 // Empty tensors (no images, channels or positions) stay with the im2col path, which writes
@@ -466,13 +503,13 @@ bool dnnl_conv_forward(const float* x, const float* weight, const float* bias, f
                        const ConvSizes& s, const Window& w) {
   if (!has_work(s, w)) return false;
   const Problem whole = whole_problem(Pass::kForward, s, w, bias != nullptr);
-  const Cut cut = cut_for(whole, &Problem::out_slice);
+  const Cut cut = cut_for(whole, Axis::kOutChannels);
   return run_cut(whole, cut, weight, [&](const Part& part, const Plan& plan, const void* ready) {
     std::vector<void*> pointers{
-        const_cast<float*>(x + part.image * whole.in_channels * w.in_size()),
-        const_cast<float*>(weight + part.channel * s.rows)};
-    if (bias != nullptr) pointers.push_back(const_cast<float*>(bias + part.channel));
-    pointers.push_back(y + (part.image * whole.out_channels + part.channel) * w.out_size());
+        const_cast<float*>(x + (part.image * whole.in_channels + part.in_channel) * w.in_size()),
+        const_cast<float*>(weight + part.weight)};
+    if (bias != nullptr) pointers.push_back(const_cast<float*>(bias + part.out_channel));
+    pointers.push_back(y + (part.image * whole.out_channels + part.out_channel) * w.out_size());
     run_plan(plan, pointers, ready);
   });
 }
@@ -481,12 +518,13 @@ bool dnnl_conv_input_grad(const float* weight, const float* dy, float* dx, const
                           const Window& w) {
   if (!has_work(s, w)) return false;
   const Problem whole = whole_problem(Pass::kInputGrad, s, w, false);
-  const Cut cut = cut_for(whole, &Problem::in_slice);
+  const Cut cut = cut_for(whole, Axis::kInChannels);
   return run_cut(whole, cut, weight, [&](const Part& part, const Plan& plan, const void* ready) {
     const std::array<void*, 3> pointers{
-        const_cast<float*>(dy + part.image * whole.out_channels * w.out_size()),
-        const_cast<float*>(weight + part.channel * w.kernel_size()),
-        dx + (part.image * whole.in_channels + part.channel) * w.in_size()};
+        const_cast<float*>(dy +
+                           (part.image * whole.out_channels + part.out_channel) * w.out_size()),
+        const_cast<float*>(weight + part.weight),
+        dx + (part.image * whole.in_channels + part.in_channel) * w.in_size()};
     run_plan(plan, pointers, ready);
   });
 }
@@ -495,19 +533,20 @@ bool dnnl_conv_weight_grad(const float* x, const float* dy, float* dweight, cons
                            const Window& w) {
   if (!has_work(s, w)) return false;
   const Problem whole = whole_problem(Pass::kWeightGrad, s, w, false);
-  const Cut cut = cut_for(whole, &Problem::out_slice);
-  // Blocks of images each give a whole gradient, summed here; blocks of channels own theirs.
-  const bool partial = cut.slice == nullptr && cut.count > 1;
+  const Cut cut = cut_for(whole, Axis::kOutChannels);
+  // Blocks of images each give a whole gradient, summed here; other blocks own their rows.
+  const bool partial = cut.axis == Axis::kImages && cut.count > 1;
   const std::int64_t total = whole.out_channels * s.rows;
   std::mutex mutex;
   if (partial) std::fill_n(dweight, total, 0.0f);
   return run_cut(whole, cut, nullptr, [&](const Part& part, const Plan& plan, const void*) {
     float* target = partial ? reinterpret_cast<float*>(staging(
                                   Use::kPartial, static_cast<std::size_t>(total) * sizeof(float)))
-                            : dweight + part.channel * s.rows;
+                            : dweight + part.weight;
     const std::array<void*, 3> pointers{
-        const_cast<float*>(x + part.image * whole.in_channels * w.in_size()),
-        const_cast<float*>(dy + (part.image * whole.out_channels + part.channel) * w.out_size()),
+        const_cast<float*>(x + (part.image * whole.in_channels + part.in_channel) * w.in_size()),
+        const_cast<float*>(dy +
+                           (part.image * whole.out_channels + part.out_channel) * w.out_size()),
         target};
     run_plan(plan, pointers, nullptr);
     if (!partial) return;

@@ -248,8 +248,13 @@ TEST(CpuConv, GeometriesMatchReference) {
       {2, 3, 8, 16, 1, {1, 16, 16}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},  // pointwise
       // stride 2 over an odd extent without padding: the last row never read
       {2, 2, 16, 16, 1, {1, 15, 15}, {1, 2, 2}, {1, 2, 2}, {0, 0, 0}, {1, 1, 1}},
-      // one image, 64 channels: split over channels rather than images
+      // One image: blocks of channels (32 + 32, 32 + 16, 16 + 4 / 32 + 8) or of groups
+      // (16 + 16 depthwise, 2 + 1 groups) rather than of images.
       {2, 1, 64, 64, 1, {1, 12, 12}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {2, 1, 48, 48, 1, {1, 12, 12}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {1, 1, 40, 20, 1, {1, 1, 300}, {1, 1, 5}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},
+      {2, 1, 32, 32, 32, {1, 40, 40}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {2, 1, 24, 36, 3, {1, 20, 20}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     for (DType dtype : {DType::F32, DType::F64}) {
