@@ -1,10 +1,10 @@
 // Convolutions on oneDNN's primitives (conv_dnnl.h). A call is cut into tasks over kiln's
 // threads: blocks of images, or blocks of channels when there are fewer images than threads.
 // Each task runs the primitive on one thread with its own scratchpad and reorders its part of
-// the tensors between kiln's plain layout and the primitive's blocked one (on the 2-core Zen 5,
-// 3x3 64->64 at 56x56: blocked 15.3 ms with the reorders, plain NCHW (oneDNN's im2col + gemm)
-// 21.7, channels-last 18.8). Primitives and reorders are made once per problem and cached:
-// their creation compiles kernels.
+// the tensors between kiln's plain layout and the primitive's blocked one (a standalone test on
+// the 2-core Zen 5, forward 3x3 64->64 at 56x56, batch 16 over two threads: blocked 15.3 ms with
+// the reorders, plain NCHW (oneDNN's im2col + gemm) 21.7, channels-last 18.8). Primitives and
+// reorders are made once per problem and cached: their creation compiles kernels.
 #if KILN_HAVE_DNNL
 
 #include <algorithm>
@@ -190,6 +190,10 @@ std::shared_ptr<const Plan> make_plan(const Problem& p) {
                                              strides, dilation, before, after);
     };
     if (p.pass == Pass::kForward) {
+      // forward_training, even for inference: oneDNN 2.6 then picks its nChw16c kernel, where
+      // for forward_inference it picks brgconv on channels-last, whose reorders from kiln's
+      // layout cost more (conv2d bench row on the loaded machine: 21.4-22.2 ms against
+      // 26.7-29.7, interleaved).
       const dnnl::convolution_forward::primitive_desc pd(
           forward_desc(dnnl::prop_kind::forward_training), attr, engine);
       plan->primitive = dnnl::convolution_forward(pd);
