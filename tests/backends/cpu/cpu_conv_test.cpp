@@ -175,10 +175,11 @@ Reference reference(const Geometry& c, const std::vector<double>& x, const std::
 }
 
 // The convolution, its gradients and its transpose (the input gradient, plus a bias) on the CPU
-// backend against the float64 loops: in f32 these run on oneDNN's primitives where kiln has it,
-// in f64 on the im2col path. `permuted`: x and g are non-contiguous views (the first two dims
-// swapped in memory).
-void check_geometry(const Geometry& c, DType dtype, bool permuted, const std::string& what) {
+// backend against the float64 loops, in each of dtypes: in f32 these run on oneDNN's primitives
+// where kiln has it, in f64 on the im2col path. For each of `views`, true: x and g are
+// non-contiguous views (the first two dims swapped in memory).
+void check_geometry(const Geometry& c, std::initializer_list<DType> dtypes,
+                    std::initializer_list<bool> views, const std::string& what) {
   const Shape xs = c.shape(c.batch, c.in_channels, c.in);
   const Shape ws = c.shape(c.out_channels, c.in_channels / c.groups, c.kernel);
   const Shape ys = c.shape(c.batch, c.out_channels, c.out_extent());
@@ -187,35 +188,6 @@ void check_geometry(const Geometry& c, DType dtype, bool permuted, const std::st
   const auto g = random_vector(static_cast<std::size_t>(ys.num_elements()), 13);
   const auto bias = random_vector(static_cast<std::size_t>(c.out_channels), 14);
   const Reference want = reference(c, x, w, bias, g);
-  // values of [a, b, rest] stored as [b, a, rest], viewed back as [a, b, rest]
-  const auto input = [&](const std::vector<double>& v, const Shape& shape) {
-    if (!permuted) return tensor(v, shape, dtype);
-    const std::int64_t a = shape[0], b = shape[1],
-                       rest = shape.num_elements() / std::max<std::int64_t>(1, a * b);
-    std::vector<double> swapped(v.size());
-    for (std::int64_t i = 0; i < a; ++i)
-      for (std::int64_t j = 0; j < b; ++j)
-        for (std::int64_t k = 0; k < rest; ++k)
-          swapped[static_cast<std::size_t>((j * a + i) * rest + k)] =
-              v[static_cast<std::size_t>((i * b + j) * rest + k)];
-    detail::DimVector dims;
-    for (std::int64_t d : shape.dims()) dims.push_back(d);
-    std::swap(dims[0], dims[1]);
-    std::vector<std::int64_t> axes(shape.rank());
-    for (std::size_t d = 0; d < axes.size(); ++d) axes[d] = static_cast<std::int64_t>(d);
-    std::swap(axes[0], axes[1]);
-    return detail::permute(tensor(swapped, Shape(std::move(dims)), dtype), axes);
-  };
-  const Primitive px = input(x, xs), pg = input(g, ys), pw = tensor(w, ws, dtype);
-  const Primitive pb = tensor(bias, Shape{c.out_channels}, dtype);
-  const ConvOptions options{c.option(c.stride), c.option(c.padding), c.option(c.dilation),
-                            c.groups};
-  const double tol = dtype == DType::F64 ? 1e-10 : 1e-4;
-  Backend& backend = backend_for(Device::cpu());
-  expect_near_all(detail::conv(px, pw, pb, options, c.dims), want.y, tol, what + " forward");
-  expect_near_all(backend.conv_x_backward(px, pw, pg, options), want.dx, tol, what + " x grad");
-  expect_near_all(backend.conv_weight_backward(px, pw, pg, options), want.dw, tol,
-                  what + " w grad");
   // The transpose of g whose output has x's extent (padding_out gives the remainder the
   // convolution's division dropped) is the input gradient, plus its bias.
   std::array<std::int64_t, 3> padding_out{};
@@ -229,12 +201,48 @@ void check_geometry(const Geometry& c, DType dtype, bool permuted, const std::st
   for (std::size_t i = 0; i < transposed.size(); ++i)
     transposed[i] += transpose_bias[i / static_cast<std::size_t>(image) %
                                     static_cast<std::size_t>(c.in_channels)];
+  const ConvOptions options{c.option(c.stride), c.option(c.padding), c.option(c.dilation),
+                            c.groups};
   const ConvTransposeOptions transpose{c.option(c.stride), c.option(c.padding),
                                        c.option(padding_out), c.option(c.dilation), c.groups};
-  expect_near_all(
-      detail::conv_transpose(pg, pw, tensor(transpose_bias, Shape{c.in_channels}, dtype), transpose,
-                             c.dims),
-      transposed, tol, what + " transpose");
+  Backend& backend = backend_for(Device::cpu());
+  for (DType dtype : dtypes) {
+    for (bool permuted : views) {
+      // values of [a, b, rest] stored as [b, a, rest], viewed back as [a, b, rest]
+      const auto input = [&](const std::vector<double>& v, const Shape& shape) {
+        if (!permuted) return tensor(v, shape, dtype);
+        const std::int64_t a = shape[0], b = shape[1],
+                           rest = shape.num_elements() / std::max<std::int64_t>(1, a * b);
+        std::vector<double> swapped(v.size());
+        for (std::int64_t i = 0; i < a; ++i)
+          for (std::int64_t j = 0; j < b; ++j)
+            for (std::int64_t k = 0; k < rest; ++k)
+              swapped[static_cast<std::size_t>((j * a + i) * rest + k)] =
+                  v[static_cast<std::size_t>((i * b + j) * rest + k)];
+        detail::DimVector dims;
+        for (std::int64_t d : shape.dims()) dims.push_back(d);
+        std::swap(dims[0], dims[1]);
+        std::vector<std::int64_t> axes(shape.rank());
+        for (std::size_t d = 0; d < axes.size(); ++d) axes[d] = static_cast<std::int64_t>(d);
+        std::swap(axes[0], axes[1]);
+        return detail::permute(tensor(swapped, Shape(std::move(dims)), dtype), axes);
+      };
+      const std::string label =
+          what + " " + std::string(dtype_name(dtype)) + (permuted ? " permuted" : "");
+      const Primitive px = input(x, xs), pg = input(g, ys), pw = tensor(w, ws, dtype);
+      const Primitive pb = tensor(bias, Shape{c.out_channels}, dtype);
+      const double tol = dtype == DType::F64 ? 1e-10 : 1e-4;
+      expect_near_all(detail::conv(px, pw, pb, options, c.dims), want.y, tol, label + " forward");
+      expect_near_all(backend.conv_x_backward(px, pw, pg, options), want.dx, tol,
+                      label + " x grad");
+      expect_near_all(backend.conv_weight_backward(px, pw, pg, options), want.dw, tol,
+                      label + " w grad");
+      expect_near_all(
+          detail::conv_transpose(pg, pw, tensor(transpose_bias, Shape{c.in_channels}, dtype),
+                                 transpose, c.dims),
+          transposed, tol, label + " transpose");
+    }
+  }
 }
 
 TEST(CpuConv, GeometriesMatchReference) {
@@ -255,15 +263,14 @@ TEST(CpuConv, GeometriesMatchReference) {
       {1, 1, 40, 20, 1, {1, 1, 300}, {1, 1, 5}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},
       {2, 1, 32, 32, 32, {1, 40, 40}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
       {2, 1, 24, 36, 3, {1, 20, 20}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      // A weight gradient (9 MiB) too large for a copy per block of images: cut over channels.
+      {2, 2, 512, 512, 1, {1, 2, 2}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      // Three image channels, padded to 16 in oneDNN's blocked layout: im2col's input gradient.
+      {2, 4, 3, 32, 1, {1, 20, 20}, {1, 5, 5}, {1, 2, 2}, {0, 2, 2}, {1, 1, 1}},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    for (DType dtype : {DType::F32, DType::F64}) {
-      for (bool permuted : {false, true}) {
-        check_geometry(cases[i], dtype, permuted,
-                       "geometry " + std::to_string(i) + " " + std::string(dtype_name(dtype)) +
-                           (permuted ? " permuted" : ""));
-      }
-    }
+    check_geometry(cases[i], {DType::F32, DType::F64}, {false, true},
+                   "geometry " + std::to_string(i));
   }
 }
 
@@ -276,8 +283,8 @@ TEST(CpuConv, ThreadCountsGiveTheSameResults) {
   const int saved = num_threads();
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    check_geometry(images, DType::F32, false, std::to_string(threads) + " threads, 4 images");
-    check_geometry(one_image, DType::F32, false, std::to_string(threads) + " threads, 1 image");
+    check_geometry(images, {DType::F32}, {false}, std::to_string(threads) + " threads, 4 images");
+    check_geometry(one_image, {DType::F32}, {false}, std::to_string(threads) + " threads, 1 image");
   }
   set_num_threads(saved);
 }
@@ -346,9 +353,7 @@ TEST(CpuConv, ConcurrentCallsShareTheCache) {
 
 TEST(CpuConv, EmptyBatchGivesEmptyResults) {
   const Geometry c{2, 0, 4, 8, 1, {1, 5, 5}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}};
-  for (DType dtype : {DType::F32, DType::F64}) {
-    check_geometry(c, dtype, false, "empty batch " + std::string(dtype_name(dtype)));
-  }
+  check_geometry(c, {DType::F32, DType::F64}, {false}, "empty batch");
 }
 
 }  // namespace
