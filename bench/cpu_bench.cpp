@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "runtime/registry.h"
 
 namespace {
 
@@ -448,6 +449,53 @@ void conv2d(benchmark::State& state) {
   });
 }
 BENCHMARK(conv2d)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
+// ---- the gradients of that convolution (the backend's ops, as autodiff's rules call them) ----
+// Each row checks one element against float64 sums over the values that reach it.
+void conv2d_backward(benchmark::State& state, bool input_grad) {
+  constexpr std::int64_t batch = 16, channels = 64, side = 56;
+  state.counters["flops"] = 2.0 * batch * channels * side * side * channels * 9;
+  guarded(state, [&] {
+    const auto uniform = Distribution::uniform(-1, 1);
+    auto x = Tensor<4>::random({batch, channels, side, side}, uniform, kDevice);
+    auto w = Tensor<4>::random({channels, channels, 3, 3}, uniform, kDevice);
+    auto g = Tensor<4>::random({batch, channels, side, side}, uniform, kDevice);
+    const ConvOptions options{.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}};
+    Backend& backend = backend_for(kDevice);
+    const auto run = [&] {
+      return Tensor<4>::from_primitive(
+          input_grad
+              ? backend.conv_x_backward(x.primitive(), w.primitive(), g.primitive(), options)
+              : backend.conv_weight_backward(x.primitive(), w.primitive(), g.primitive(), options));
+    };
+    double want = 0;
+    if (input_grad) {
+      // dx[0, 0, 0, 0] = sum over c, i, j < 2 of g[0, c, i, j] w[c, 0, 1 - i, 1 - j].
+      const auto gv = g.slice({{0, 1}, Slice::all(), {0, 2}, {0, 2}}).into_data().to_f64_vec();
+      const auto wv = w.slice({Slice::all(), {0, 1}, {0, 2}, {0, 2}}).into_data().to_f64_vec();
+      for (std::size_t c = 0; c < static_cast<std::size_t>(channels); ++c)
+        for (std::size_t i = 0; i < 2; ++i)
+          for (std::size_t j = 0; j < 2; ++j)
+            want += gv[c * 4 + i * 2 + j] * wv[c * 4 + (1 - i) * 2 + (1 - j)];
+    } else {
+      // dw[0, 0, 1, 1] (the centre tap) = sum over images and positions of g[n, 0] x[n, 0].
+      const auto gv = g.slice({Slice::all(), {0, 1}}).into_data().to_f64_vec();
+      const auto xv = x.slice({Slice::all(), {0, 1}}).into_data().to_f64_vec();
+      for (std::size_t i = 0; i < gv.size(); ++i) want += gv[i] * xv[i];
+    }
+    const float got =
+        input_grad ? read_one(run())
+                   : run().slice({{0, 1}, {0, 1}, {1, 2}, {1, 2}}).into_data().to_vec<float>()[0];
+    expect_near(got, want, 1e-3, input_grad ? "conv2d_x_backward" : "conv2d_weight_backward");
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(read_one(run()));
+    }
+  });
+}
+void conv2d_x_backward(benchmark::State& state) { conv2d_backward(state, true); }
+BENCHMARK(conv2d_x_backward)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+void conv2d_weight_backward(benchmark::State& state) { conv2d_backward(state, false); }
+BENCHMARK(conv2d_weight_backward)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 
 // ---- softmax along the last dim of 4096² ----
 void run_softmax(benchmark::State& state, Device device) {

@@ -122,7 +122,7 @@ def workloads():
     x16, y16 = rand(16), rand(16)
     a_bf16, b_bf16 = rand(1024, 1024).bfloat16(), rand(1024, 1024).bfloat16()
     x, y, z = rand(LARGE, LARGE), rand(LARGE, LARGE), rand(LARGE, LARGE)
-    conv_x, conv_w = rand(16, 64, 56, 56), rand(64, 64, 3, 3)
+    conv_x, conv_w, conv_g = rand(16, 64, 56, 56), rand(64, 64, 3, 3), rand(16, 64, 56, 56)
     return {
         # Read-free dispatch, as in the C++ small_add.
         "small_add": lambda: x16 + y16,
@@ -131,6 +131,13 @@ def workloads():
         "chain8_large": lambda: read_one(chain8(x, y, z)),
         "fma_exp_large": lambda: read_one(fma_exp(x, y, z)),
         "conv2d": lambda: read_one(F.conv2d(conv_x, conv_w, padding=1)),
+        # The gradients alone, as the backward of a convolution computes them.
+        "conv2d_x_backward": lambda: read_one(
+            torch.nn.grad.conv2d_input(conv_x.shape, conv_w, conv_g, padding=1)
+        ),
+        "conv2d_weight_backward": lambda: read_one(
+            torch.nn.grad.conv2d_weight(conv_x, conv_w.shape, conv_g, padding=1)
+        ),
         "softmax_large": lambda: read_one(torch.softmax(x, dim=-1)),
         # cpu_bench's dropout rows: torch's own dropout (a bernoulli mask, scaled), and the same
         # chain as kiln's mask_fill row written out op by op.

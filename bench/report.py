@@ -166,6 +166,10 @@ def main():
     add_row("fma_exp 4096^2 f32, fused", "fma_exp_fused_large", "torch",
             torch_time("fma_exp_large"), "kiln <= 6 ms")
     add_row("conv2d 3x3 16x64x56x56", "conv2d", "torch", torch_time("conv2d"))
+    add_row("conv2d input grad, same shape", "conv2d_x_backward", "torch",
+            torch_time("conv2d_x_backward"))
+    add_row("conv2d weight grad, same shape", "conv2d_weight_backward", "torch",
+            torch_time("conv2d_weight_backward"))
     add_row("softmax 4096^2 dim -1", "softmax_large", "torch", torch_time("softmax_large"))
     add_row("softmax 4096^2 dim -1, fused", "softmax_fused_large", "torch",
             torch_time("softmax_large"), "kiln <= 3.5 ms")

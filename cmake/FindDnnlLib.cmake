@@ -1,9 +1,10 @@
 # Finds oneDNN (Debian's libdnnl-dev) and defines the interface target kiln_dnnl, which carries
 # KILN_HAVE_DNNL=1 when the library is there. The CPU backend's float products go to oneDNN's
-# sgemm, whose kernels follow the machine's vector width (AVX-512 where it has it); without
-# oneDNN they stay with OpenBLAS. Off under ThreadSanitizer: oneDNN brings libgomp, the TSan
+# sgemm and its float convolutions to oneDNN's convolution primitives, whose kernels follow the
+# machine's vector width (AVX-512 where it has it); without oneDNN they stay with OpenBLAS and
+# im2col. Off under ThreadSanitizer: oneDNN brings libgomp, the TSan
 # build runs on LLVM's OpenMP.
-option(KILN_DNNL "Use oneDNN's sgemm for the CPU backend's float products when it is installed" ON)
+option(KILN_DNNL "Use oneDNN for the CPU backend's float products and convolutions when installed" ON)
 add_library(kiln_dnnl INTERFACE)
 if(KILN_DNNL AND NOT KILN_TSAN)
   find_path(KILN_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
@@ -15,5 +16,5 @@ if(KILN_DNNL_INCLUDE_DIR AND KILN_DNNL_LIBRARY)
   target_link_libraries(kiln_dnnl INTERFACE $<BUILD_INTERFACE:${KILN_DNNL_LIBRARY}>)
   target_compile_definitions(kiln_dnnl INTERFACE $<BUILD_INTERFACE:KILN_HAVE_DNNL=1>)
 else()
-  message(STATUS "oneDNN: not used (float products on OpenBLAS; Debian: apt-get install libdnnl-dev)")
+  message(STATUS "oneDNN: not used (float products on OpenBLAS, convolutions on im2col; Debian: apt-get install libdnnl-dev)")
 endif()

@@ -3,10 +3,12 @@
 // channels), spread over kiln's threads; each task builds its block of the column matrix in a
 // per-thread buffer that stays in cache (im2col) and runs one single-threaded gemm on it. The
 // transpose and the input gradient run the gemm first and scatter the columns back (col2im).
-// Pointwise windows (1x1, stride 1, no padding) read the image directly.
+// Pointwise windows (1x1, stride 1, no padding) read the image directly. In builds with oneDNN,
+// f32 convolutions go to its primitives first (cpu_conv_dnnl.cpp); these kernels take the rest.
 
 #include <mutex>
 
+#include "backends/cpu/conv_dnnl.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/spatial.h"
@@ -40,17 +42,6 @@ Window conv_window(const Shape& x, const Shape& weight, const ConvOptions& o) {
   return w;
 }
 
-// The sizes every convolution kernel below needs.
-struct ConvSizes {
-  std::int64_t batch;
-  std::int64_t groups;
-  std::int64_t in_per_group;   // image channels per group
-  std::int64_t out_per_group;  // output channels per group
-  std::int64_t rows;           // in_per_group * kernel taps: rows of one group's column matrix
-};
-
-// Multiply-adds below which a convolution stays on one thread.
-constexpr std::int64_t kSerialWork = std::int64_t{1} << 18;
 // Bytes of one task's column block at most. Wide blocks keep the gemm efficient (OpenBLAS
 // slows down on narrow ones); this cap bounds the per-thread scratch and keeps the block in a
 // cache level above memory between im2col and the gemm that reads it.
@@ -102,7 +93,7 @@ template <class T, class Begin, class Task, class End>
 void run_tasks(std::int64_t tasks, std::int64_t work, std::int64_t scratch_size, Begin&& begin,
                Task&& task, End&& end) {
   const std::int64_t grain =
-      std::max<std::int64_t>(1, kSerialWork / std::max<std::int64_t>(1, work));
+      std::max<std::int64_t>(1, kConvSerialWork / std::max<std::int64_t>(1, work));
   const bool parallel =
       !in_parallel_region() && std::min<std::int64_t>(thread_count(), tasks / grain) > 1;
   SingleThreadedBlas blas(parallel);
@@ -153,6 +144,11 @@ void add_bias(T* y, const T* bias, std::int64_t batch, std::int64_t channels, st
 template <class T>
 void conv_forward(const T* x, const T* weight, const T* bias, T* y, const ConvSizes& s,
                   const Window& w) {
+#if KILN_HAVE_DNNL
+  if constexpr (std::is_same_v<T, float>) {
+    if (dnnl_conv_forward(x, weight, bias, y, s, w)) return;
+  }
+#endif
   const std::int64_t image = w.in_size(), plane = w.out_size();
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
@@ -189,6 +185,11 @@ void conv_forward(const T* x, const T* weight, const T* bias, T* y, const ConvSi
 // different channels writes disjoint planes, so tasks never race.
 template <class T>
 void conv_input_grad(const T* weight, const T* dy, T* dx, const ConvSizes& s, const Window& w) {
+#if KILN_HAVE_DNNL
+  if constexpr (std::is_same_v<T, float>) {
+    if (dnnl_conv_input_grad(weight, dy, dx, s, w)) return;
+  }
+#endif
   const std::int64_t image = w.in_size(), plane = w.out_size(), taps = w.kernel_size();
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
@@ -220,6 +221,11 @@ constexpr std::int64_t kAllPartialsBytes = std::int64_t{256} << 20;
 
 template <class T>
 void conv_weight_grad(const T* x, const T* dy, T* dweight, const ConvSizes& s, const Window& w) {
+#if KILN_HAVE_DNNL
+  if constexpr (std::is_same_v<T, float>) {
+    if (dnnl_conv_weight_grad(x, dy, dweight, s, w)) return;
+  }
+#endif
   const std::int64_t image = w.in_size(), plane = w.out_size(), taps = w.kernel_size();
   const std::int64_t in_channels = s.in_per_group * s.groups;
   const std::int64_t out_channels = s.out_per_group * s.groups;
@@ -285,7 +291,12 @@ void conv_weight_grad(const T* x, const T* dy, T* dweight, const ConvSizes& s, c
 
 ConvSizes conv_sizes(const Shape& x, const Shape& weight, std::int64_t groups, const Window& w) {
   const std::int64_t in_per_group = x[1] / groups;
-  return {x[0], groups, in_per_group, weight[0] / groups, in_per_group * w.kernel_size()};
+  return {x[0],
+          groups,
+          in_per_group,
+          weight[0] / groups,
+          in_per_group * w.kernel_size(),
+          static_cast<std::int64_t>(x.rank()) - 2};
 }
 
 }  // namespace
@@ -381,7 +392,12 @@ Primitive CpuBackend::conv_transpose(Primitive x, Primitive weight, OptionalPrim
   }
   const std::int64_t groups = options.groups;
   const std::int64_t out_per_group = ws[1];
-  const ConvSizes s{xs[0], groups, out_per_group, xs[1] / groups, out_per_group * w.kernel_size()};
+  const ConvSizes s{xs[0],
+                    groups,
+                    out_per_group,
+                    xs[1] / groups,
+                    out_per_group * w.kernel_size(),
+                    static_cast<std::int64_t>(xs.rank()) - 2};
   auto xin = compute_input(*this, x);
   auto win = compute_input(*this, weight);
   auto bin = bias ? compute_input(*this, *bias) : nullptr;

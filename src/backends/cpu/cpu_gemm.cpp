@@ -9,8 +9,9 @@
 #include <vector>
 
 #if KILN_HAVE_DNNL
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+
+#include "backends/cpu/dnnl_team.h"
 #endif
 
 #include "backends/cpu/elementwise.h"
@@ -76,13 +77,9 @@ MatrixRef<const T> packed(MatrixRef<const T> m, detail::Buffer<T>& buffer) {
 bool dnnl_product(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n,
                   std::int64_t k, float alpha, const float* a, std::int64_t lda, const float* b,
                   std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  const int team = omp_get_max_threads();
-  if (team != 1) omp_set_num_threads(1);
-  const dnnl_status_t status =
-      dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, alpha, a, lda,
-                 b, ldb, beta, c, ldc);
-  if (team != 1) omp_set_num_threads(team);
-  return status == dnnl_success;
+  SingleThreadedDnnl team;
+  return dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, alpha, a,
+                    lda, b, ldb, beta, c, ldc) == dnnl_success;
 }
 #endif
 

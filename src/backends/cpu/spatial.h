@@ -47,6 +47,7 @@ struct Window {
   Dims3 stride{1, 1, 1};
   Dims3 padding{0, 0, 0};
   Dims3 dilation{1, 1, 1};
+  bool operator==(const Window&) const = default;
 
   std::int64_t in_size() const { return product3(in); }
   std::int64_t out_size() const { return product3(out); }

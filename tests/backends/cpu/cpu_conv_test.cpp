@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <array>
 #include <cmath>
+#include <functional>
 #include <random>
+#include <thread>
 
 #include "runtime/registry.h"
 #include "tensor/common.h"
@@ -106,6 +109,251 @@ TEST(CpuConv, ParallelTasksMatchReference) {
     }
   }
   EXPECT_EQ(openblas_get_num_threads(), blas_threads) << "the BLAS thread count was not restored";
+}
+
+// A convolution over 1-3 spatial dims (the arrays right-aligned: unused leading dims are 1).
+struct Geometry {
+  std::size_t dims;
+  std::int64_t batch, in_channels, out_channels, groups;
+  std::array<std::int64_t, 3> in, kernel, stride, padding, dilation;
+
+  std::int64_t out(std::size_t d) const {
+    return (in[d] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
+  }
+  // [lead0, lead1, spatial...] keeping `dims` spatial dims.
+  Shape shape(std::int64_t lead0, std::int64_t lead1, const std::array<std::int64_t, 3>& s) const {
+    detail::DimVector v{lead0, lead1};
+    for (std::size_t d = 3 - dims; d < 3; ++d) v.push_back(s[d]);
+    return Shape(std::move(v));
+  }
+  std::array<std::int64_t, 3> out_extent() const { return {out(0), out(1), out(2)}; }
+  std::vector<std::int64_t> option(const std::array<std::int64_t, 3>& values) const {
+    return {values.begin() + static_cast<std::ptrdiff_t>(3 - dims), values.end()};
+  }
+};
+
+// y = conv(x, w) + bias, dx and dw for output gradient g, by direct float64 loops.
+struct Reference {
+  std::vector<double> y, dx, dw;
+};
+Reference reference(const Geometry& c, const std::vector<double>& x, const std::vector<double>& w,
+                    const std::vector<double>& bias, const std::vector<double>& g) {
+  const std::int64_t in_g = c.in_channels / c.groups, out_g = c.out_channels / c.groups;
+  const auto o = c.out_extent();
+  const std::int64_t plane = o[0] * o[1] * o[2], image = c.in[0] * c.in[1] * c.in[2];
+  const std::int64_t taps = c.kernel[0] * c.kernel[1] * c.kernel[2];
+  Reference r{std::vector<double>(g.size()), std::vector<double>(x.size()),
+              std::vector<double>(w.size())};
+  for (std::int64_t n = 0; n < c.batch; ++n)
+    for (std::int64_t co = 0; co < c.out_channels; ++co)
+      for (std::int64_t p = 0; p < plane; ++p) {
+        const std::int64_t pos[3] = {p / (o[1] * o[2]), p / o[2] % o[1], p % o[2]};
+        const auto yi = static_cast<std::size_t>((n * c.out_channels + co) * plane + p);
+        double sum = bias.empty() ? 0.0 : bias[static_cast<std::size_t>(co)];
+        for (std::int64_t ci = 0; ci < in_g; ++ci)
+          for (std::int64_t t = 0; t < taps; ++t) {
+            const std::int64_t tap[3] = {t / (c.kernel[1] * c.kernel[2]),
+                                         t / c.kernel[2] % c.kernel[1], t % c.kernel[2]};
+            std::int64_t at = 0;
+            bool inside = true;
+            for (std::size_t d = 0; d < 3; ++d) {
+              const std::int64_t i = pos[d] * c.stride[d] - c.padding[d] + tap[d] * c.dilation[d];
+              inside = inside && i >= 0 && i < c.in[d];
+              at = at * c.in[d] + i;
+            }
+            if (!inside) continue;
+            const std::int64_t channel = (co / out_g) * in_g + ci;
+            const auto xi = static_cast<std::size_t>((n * c.in_channels + channel) * image + at);
+            const auto wi = static_cast<std::size_t>((co * in_g + ci) * taps + t);
+            sum += x[xi] * w[wi];
+            r.dx[xi] += g[yi] * w[wi];
+            r.dw[wi] += g[yi] * x[xi];
+          }
+        r.y[yi] = sum;
+      }
+  return r;
+}
+
+// The convolution, its gradients and its transpose (the input gradient, plus a bias) on the CPU
+// backend against the float64 loops, in each of dtypes: in f32 these run on oneDNN's primitives
+// where kiln has it, in f64 on the im2col path. For each of `views`, true: x and g are
+// non-contiguous views (the first two dims swapped in memory).
+void check_geometry(const Geometry& c, std::initializer_list<DType> dtypes,
+                    std::initializer_list<bool> views, const std::string& what) {
+  const Shape xs = c.shape(c.batch, c.in_channels, c.in);
+  const Shape ws = c.shape(c.out_channels, c.in_channels / c.groups, c.kernel);
+  const Shape ys = c.shape(c.batch, c.out_channels, c.out_extent());
+  const auto x = random_vector(static_cast<std::size_t>(xs.num_elements()), 11);
+  const auto w = random_vector(static_cast<std::size_t>(ws.num_elements()), 12);
+  const auto g = random_vector(static_cast<std::size_t>(ys.num_elements()), 13);
+  const auto bias = random_vector(static_cast<std::size_t>(c.out_channels), 14);
+  const Reference want = reference(c, x, w, bias, g);
+  // The transpose of g whose output has x's extent (padding_out gives the remainder the
+  // convolution's division dropped) is the input gradient, plus its bias.
+  std::array<std::int64_t, 3> padding_out{};
+  for (std::size_t d = 0; d < 3; ++d) {
+    padding_out[d] = c.in[d] - ((c.out(d) - 1) * c.stride[d] - 2 * c.padding[d] +
+                                c.dilation[d] * (c.kernel[d] - 1) + 1);
+  }
+  const auto transpose_bias = random_vector(static_cast<std::size_t>(c.in_channels), 15);
+  std::vector<double> transposed = want.dx;
+  const std::int64_t image = xs.num_elements() / std::max<std::int64_t>(1, c.batch * c.in_channels);
+  for (std::size_t i = 0; i < transposed.size(); ++i)
+    transposed[i] += transpose_bias[i / static_cast<std::size_t>(image) %
+                                    static_cast<std::size_t>(c.in_channels)];
+  const ConvOptions options{c.option(c.stride), c.option(c.padding), c.option(c.dilation),
+                            c.groups};
+  const ConvTransposeOptions transpose{c.option(c.stride), c.option(c.padding),
+                                       c.option(padding_out), c.option(c.dilation), c.groups};
+  Backend& backend = backend_for(Device::cpu());
+  for (DType dtype : dtypes) {
+    for (bool permuted : views) {
+      // values of [a, b, rest] stored as [b, a, rest], viewed back as [a, b, rest]
+      const auto input = [&](const std::vector<double>& v, const Shape& shape) {
+        if (!permuted) return tensor(v, shape, dtype);
+        const std::int64_t a = shape[0], b = shape[1],
+                           rest = shape.num_elements() / std::max<std::int64_t>(1, a * b);
+        std::vector<double> swapped(v.size());
+        for (std::int64_t i = 0; i < a; ++i)
+          for (std::int64_t j = 0; j < b; ++j)
+            for (std::int64_t k = 0; k < rest; ++k)
+              swapped[static_cast<std::size_t>((j * a + i) * rest + k)] =
+                  v[static_cast<std::size_t>((i * b + j) * rest + k)];
+        detail::DimVector dims;
+        for (std::int64_t d : shape.dims()) dims.push_back(d);
+        std::swap(dims[0], dims[1]);
+        std::vector<std::int64_t> axes(shape.rank());
+        for (std::size_t d = 0; d < axes.size(); ++d) axes[d] = static_cast<std::int64_t>(d);
+        std::swap(axes[0], axes[1]);
+        return detail::permute(tensor(swapped, Shape(std::move(dims)), dtype), axes);
+      };
+      const std::string label =
+          what + " " + std::string(dtype_name(dtype)) + (permuted ? " permuted" : "");
+      const Primitive px = input(x, xs), pg = input(g, ys), pw = tensor(w, ws, dtype);
+      const Primitive pb = tensor(bias, Shape{c.out_channels}, dtype);
+      const double tol = dtype == DType::F64 ? 1e-10 : 1e-4;
+      expect_near_all(detail::conv(px, pw, pb, options, c.dims), want.y, tol, label + " forward");
+      expect_near_all(backend.conv_x_backward(px, pw, pg, options), want.dx, tol,
+                      label + " x grad");
+      expect_near_all(backend.conv_weight_backward(px, pw, pg, options), want.dw, tol,
+                      label + " w grad");
+      expect_near_all(
+          detail::conv_transpose(pg, pw, tensor(transpose_bias, Shape{c.in_channels}, dtype),
+                                 transpose, c.dims),
+          transposed, tol, label + " transpose");
+    }
+  }
+}
+
+TEST(CpuConv, GeometriesMatchReference) {
+  // {dims, batch, in, out, groups, in extent, kernel, stride, padding, dilation}
+  const std::vector<Geometry> cases{
+      {2, 4, 16, 32, 1, {1, 13, 11}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {2, 3, 12, 8, 4, {1, 9, 10}, {1, 3, 2}, {1, 2, 3}, {0, 1, 0}, {1, 2, 1}},
+      {2, 2, 8, 8, 8, {1, 12, 12}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},  // depthwise
+      {1, 5, 6, 10, 2, {1, 1, 40}, {1, 1, 5}, {1, 1, 2}, {0, 0, 3}, {1, 1, 2}},
+      {3, 2, 4, 6, 1, {6, 7, 5}, {3, 2, 3}, {2, 1, 1}, {1, 0, 2}, {1, 2, 1}},
+      {2, 3, 8, 16, 1, {1, 16, 16}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},  // pointwise
+      // stride 2 over an odd extent without padding: the last row never read
+      {2, 2, 16, 16, 1, {1, 15, 15}, {1, 2, 2}, {1, 2, 2}, {0, 0, 0}, {1, 1, 1}},
+      // One image: blocks of channels (32 + 32, 32 + 16, 16 + 4 / 32 + 8) or of groups
+      // (16 + 16 depthwise, 2 + 1 groups) rather than of images.
+      {2, 1, 64, 64, 1, {1, 12, 12}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {2, 1, 48, 48, 1, {1, 12, 12}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {1, 1, 40, 20, 1, {1, 1, 300}, {1, 1, 5}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},
+      {2, 1, 32, 32, 32, {1, 40, 40}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {2, 1, 24, 36, 3, {1, 20, 20}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      // A weight gradient (9 MiB) too large for a copy per block of images: cut over channels.
+      {2, 2, 512, 512, 1, {1, 2, 2}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      // Three image channels, padded to 16 in oneDNN's blocked layout: im2col's input gradient.
+      {2, 4, 3, 32, 1, {1, 20, 20}, {1, 5, 5}, {1, 2, 2}, {0, 2, 2}, {1, 1, 1}},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    check_geometry(cases[i], {DType::F32, DType::F64}, {false, true},
+                   "geometry " + std::to_string(i));
+  }
+}
+
+TEST(CpuConv, ThreadCountsGiveTheSameResults) {
+  // One thread (one task), two (image blocks, channel blocks for one image) and three (more
+  // threads than images).
+  const Geometry images{2, 4, 32, 32, 1, {1, 10, 10}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}};
+  Geometry one_image = images;
+  one_image.batch = 1;
+  const int saved = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    check_geometry(images, {DType::F32}, {false}, std::to_string(threads) + " threads, 4 images");
+    check_geometry(one_image, {DType::F32}, {false}, std::to_string(threads) + " threads, 1 image");
+  }
+  set_num_threads(saved);
+}
+
+// f32 (oneDNN where kiln has it) against f64 (the im2col path) on the same values.
+void expect_f32_matches_f64(const std::function<Primitive(DType)>& op, const std::string& what) {
+  const std::vector<double> want = detail::into_data(op(DType::F64)).to_f64_vec();
+  expect_near_all(op(DType::F32), want, 1e-4, what);
+}
+
+TEST(CpuConv, TransposeWithPaddingOutBeyondStride) {
+  // padding_out 1 with stride 1 (allowed by dilation 2): the output has one position more than
+  // a convolution of that extent would give back, so oneDNN's padding after is the padding less
+  // one. oneDNN refuses the negative one of padding 0 and the im2col path takes it.
+  for (std::int64_t padding : {0, 1, 2}) {
+    const ConvTransposeOptions options{{1, 2}, {padding, 1}, {1, 1}, {2, 2}, 1};
+    expect_f32_matches_f64(
+        [&](DType dtype) {
+          const Primitive x = tensor(random_vector(3 * 8 * 9 * 7, 21), Shape{3, 8, 9, 7}, dtype);
+          const Primitive w = tensor(random_vector(8 * 4 * 9, 22), Shape{8, 4, 3, 3}, dtype);
+          return detail::conv_transpose(x, w, std::nullopt, options, 2);
+        },
+        "transpose with padding " + std::to_string(padding));
+  }
+}
+
+TEST(CpuConv, MoreShapesThanTheCacheHolds) {
+  // 150 distinct problems (the cache keeps 128), then the first again.
+  for (std::int64_t width : {5, 6, 7}) {
+    for (std::int64_t i = 0; i < 50; ++i) {
+      const std::int64_t w = width + i;
+      expect_f32_matches_f64(
+          [&](DType dtype) {
+            const Primitive x = tensor(random_vector(static_cast<std::size_t>(2 * 3 * 4 * w), 31),
+                                       Shape{2, 3, 4, w}, dtype);
+            const Primitive k = tensor(random_vector(4 * 3 * 6, 32), Shape{4, 3, 2, 3}, dtype);
+            return detail::conv(x, k, std::nullopt, ConvOptions{{1, 1}, {1, 1}, {1, 1}, 1}, 2);
+          },
+          "width " + std::to_string(w));
+    }
+  }
+}
+
+TEST(CpuConv, ConcurrentCallsShareTheCache) {
+  // Threads of the caller's own, each running convolutions of two shapes (one shared by all):
+  // the plans are made, found and run concurrently.
+  std::vector<std::thread> threads;
+  for (std::int64_t t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      for (std::int64_t width : {std::int64_t{9}, 10 + t}) {
+        expect_f32_matches_f64(
+            [&](DType dtype) {
+              const Primitive x = tensor(random_vector(static_cast<std::size_t>(4 * 16 * 8 * width),
+                                                       static_cast<std::uint64_t>(40 + t)),
+                                         Shape{4, 16, 8, width}, dtype);
+              const Primitive k =
+                  tensor(random_vector(32 * 16 * 9, 41), Shape{32, 16, 3, 3}, dtype);
+              return detail::conv(x, k, std::nullopt, ConvOptions{{1, 1}, {1, 1}, {1, 1}, 1}, 2);
+            },
+            "thread " + std::to_string(t) + " width " + std::to_string(width));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
+TEST(CpuConv, EmptyBatchGivesEmptyResults) {
+  const Geometry c{2, 0, 4, 8, 1, {1, 5, 5}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}};
+  check_geometry(c, {DType::F32, DType::F64}, {false}, "empty batch");
 }
 
 }  // namespace
