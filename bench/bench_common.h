@@ -5,10 +5,12 @@
 
 #include <benchmark/benchmark.h>
 #include <kiln/kiln.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,6 +51,28 @@ inline std::vector<float> host_values(std::int64_t n, std::uint32_t seed) {
     v = static_cast<float>(x >> 8) / static_cast<float>(1u << 24) - 0.5f;  // [-0.5, 0.5)
   }
   return out;
+}
+
+// std::memcpy of count floats split over the OpenMP threads: the copy bandwidth baseline.
+inline void parallel_memcpy(float* target, const float* source, std::size_t count) {
+#pragma omp parallel
+  {
+    const std::size_t threads = static_cast<std::size_t>(omp_get_num_threads());
+    const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t begin = count * t / threads, end = count * (t + 1) / threads;
+    std::memcpy(target + begin, source + begin, (end - begin) * sizeof(float));
+  }
+}
+
+// The timed loop of a memcpy baseline: count floats copied per iteration.
+inline void time_parallel_memcpy(benchmark::State& state, std::size_t count) {
+  const std::vector<float> source = host_values(static_cast<std::int64_t>(count), 5);
+  std::vector<float> target(count);
+  for (auto _ : state) {
+    parallel_memcpy(target.data(), source.data(), count);
+    benchmark::DoNotOptimize(target.data());
+    benchmark::ClobberMemory();
+  }
 }
 
 }  // namespace kiln::bench

@@ -184,19 +184,7 @@ BENCHMARK(add_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3)
 void memcpy_large(benchmark::State& state) {
   const std::size_t count = static_cast<std::size_t>(kLarge * kLarge);
   state.counters["bytes"] = 2.0 * count * sizeof(float);
-  const std::vector<float> source = host_values(static_cast<std::int64_t>(count), 5);
-  std::vector<float> target(count);
-  for (auto _ : state) {
-#pragma omp parallel
-    {
-      const std::size_t threads = static_cast<std::size_t>(omp_get_num_threads());
-      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
-      const std::size_t begin = count * t / threads, end = count * (t + 1) / threads;
-      std::memcpy(target.data() + begin, source.data() + begin, (end - begin) * sizeof(float));
-    }
-    benchmark::DoNotOptimize(target.data());
-    benchmark::ClobberMemory();
-  }
+  time_parallel_memcpy(state, count);
 }
 BENCHMARK(memcpy_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
 

@@ -54,8 +54,7 @@
 namespace kiln::remote {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x4e4c494b;  // "KILN" little-endian
-// 2: the op IR wire format 2 (quantization schemes).
-inline constexpr std::uint32_t kProtocolVersion = 2;
+inline constexpr std::uint32_t kProtocolVersion = 1;
 inline constexpr std::uint32_t kMaxHelloBytes = 4096;
 // How long either side waits for the other's handshake frame: a peer that connects and says
 // nothing (or is not a kiln peer) does not hold a thread for ever.

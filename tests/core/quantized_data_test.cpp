@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <kiln/data.h>
 #include <kiln/quant.h>
+#include <kiln/tensor.h>
 
 #include "support/error_message.h"
 
@@ -102,6 +103,12 @@ TEST(QuantizedData, ConvertsThroughDequantization) {
   EXPECT_EQ(q.num_elements(), 64);
   EXPECT_EQ(q.convert(DType::QFloat == q.dtype() ? DType::QFloat : DType::F32).bytes().size(),
             q.bytes().size());
+}
+
+TEST(QuantizedData, DevicesRefuseQFloatUntilTheQuantizedOpsLand) {
+  const TensorData q = TensorData::from_vec(std::vector<float>(64, 0.5f), Shape{2, 32})
+                           .quantize(quant_scheme(Kind::Q8_0));
+  EXPECT_THROW((void)Tensor<2>::from_data(q, Device::cpu()), UnsupportedDType);
 }
 
 }  // namespace

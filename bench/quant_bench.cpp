@@ -1,0 +1,82 @@
+// Quantized matrix-vector products (src/backends/cpu/quant_matvec.h) against their floor: the
+// weight's bytes read once at the machine's copy bandwidth, measured here by a parallel memcpy
+// on the same threads. Each row reports bytes per second (weight bytes for the products, bytes
+// read plus written for memcpy); the target is a product at 80 % of memcpy's rate.
+//   build/bench/quant_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+#include <kiln/kiln.h>
+#include <omp.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "backends/cpu/quant_matvec.h"
+#include "bench_common.h"
+
+namespace {
+
+using namespace kiln;
+using namespace kiln::bench;
+
+// 8192 x 8192: 71 MB of Q8_0 and 38 MB of Q4_0, several times the last-level cache, so the
+// products stream the weight from memory as a model's layers do.
+constexpr std::int64_t kRows = 8192;
+constexpr std::int64_t kCols = 8192;
+
+void memcpy_floor(benchmark::State& state) {
+  const std::size_t count = std::size_t{16} << 20;  // 64 MiB of f32
+  time_parallel_memcpy(state, count);
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * 2 * count * sizeof(float)));
+}
+BENCHMARK(memcpy_floor)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+
+void quant_matvec(benchmark::State& state, QuantScheme::Kind kind, cpu::QuantIsa isa) {
+  guarded(state, [&] {
+    const TensorData weight =
+        TensorData::from_vec(host_values(kRows * kCols, 3), Shape{kRows, kCols})
+            .quantize(quant_scheme(kind));
+    const std::vector<float> x = host_values(kCols, 4);
+    std::vector<float> y(kRows);
+    // Spot check: one row against its dequantized dot product (the VNNI kernels round x to int8
+    // blocks: about 1e-3 relative here).
+    cpu::quantized_matvec(weight, x, y);
+    const std::vector<float> row =
+        TensorData::quantized(
+            {weight.bytes().begin(), weight.bytes().begin() + weight.bytes().size() / kRows},
+            Shape{1, kCols}, weight.scheme())
+            .dequantize()
+            .to_vec<float>();
+    double want = 0;
+    for (std::int64_t k = 0; k < kCols; ++k) want += double(row[k]) * x[k];
+    expect_near(y[0], want, 1e-2, "quantized_matvec");
+    if (!cpu::cpu_has(isa)) throw std::runtime_error("this CPU lacks the instruction set");
+    for (auto _ : state) {
+      cpu::quantized_matvec(weight, x, y, isa);
+      benchmark::DoNotOptimize(y.data());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * weight.bytes().size()));
+  });
+}
+// The best instruction set the CPU has (what kiln picks), and AVX2 beside it.
+BENCHMARK_CAPTURE(quant_matvec, q8_0, QuantScheme::Kind::Q8_0, cpu::best_quant_isa())
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5);
+BENCHMARK_CAPTURE(quant_matvec, q4_0, QuantScheme::Kind::Q4_0, cpu::best_quant_isa())
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5);
+BENCHMARK_CAPTURE(quant_matvec, q8_0_avx2, QuantScheme::Kind::Q8_0, cpu::QuantIsa::Avx2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5);
+BENCHMARK_CAPTURE(quant_matvec, q4_0_avx2, QuantScheme::Kind::Q4_0, cpu::QuantIsa::Avx2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5);
+
+}  // namespace
+
+BENCHMARK_MAIN();
