@@ -72,7 +72,9 @@ void expect_same(const GgufFile& a, const GgufFile& b) {
     const TensorData& y = b.tensors.at(name);
     EXPECT_EQ(x.dtype(), y.dtype()) << name;
     EXPECT_EQ(x.shape(), y.shape()) << name;
-    if (x.dtype() == DType::QFloat) EXPECT_EQ(x.scheme(), y.scheme()) << name;
+    if (x.dtype() == DType::QFloat) {
+      EXPECT_EQ(x.scheme(), y.scheme()) << name;
+    }
     EXPECT_TRUE(std::ranges::equal(x.bytes(), y.bytes())) << name;
   }
 }
