@@ -34,13 +34,14 @@ std::optional<DType> widest_float(const Args&... args) {
   return widest.dtype;
 }
 
-// Casts one argument of an op as its policy says; other arguments pass through, moved.
+// Casts one argument of an op as its policy says; other arguments pass through, moved. One
+// out-of-line function per argument kind, which every generated op calls.
 class Caster {
  public:
   Caster(Backend& inner, AutocastPolicy policy, std::optional<DType> target)
       : inner_(inner), policy_(policy), target_(target) {}
 
-  Primitive operator()(Primitive& p) const {
+  [[gnu::noinline]] Primitive operator()(Primitive& p) const {
     const DType d = p->dtype();
     if (!target_ || !is_float(d) || d == *target_) return std::move(p);
     switch (policy_) {
@@ -57,11 +58,11 @@ class Caster {
     }
     return std::move(p);
   }
-  OptionalPrimitive operator()(OptionalPrimitive& p) const {
+  [[gnu::noinline]] OptionalPrimitive operator()(OptionalPrimitive& p) const {
     if (p) return (*this)(*p);
     return std::nullopt;
   }
-  PrimitiveList operator()(PrimitiveList& ps) const {
+  [[gnu::noinline]] PrimitiveList operator()(PrimitiveList& ps) const {
     for (Primitive& p : ps) p = (*this)(p);
     return std::move(ps);
   }
