@@ -351,7 +351,8 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
           // to scale.
           Acc sum = 0;
           const float top = in_step == 1 && out_step == 1 ? lanes_max(a, length) : 0.0f;
-          float* e = stream || kLog ? exps.data() : o;
+          // log_softmax needs the sum alone: the exponentials are not stored.
+          float* e = kLog ? nullptr : stream ? exps.data() : o;
           if (in_step == 1 && out_step == 1 && vector_exp_sum(a, top, e, length, sum)) {
             if constexpr (kLog) {
               // logf of the rounded sum: a double log per row was a sixth of the time.

@@ -171,7 +171,7 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
       const auto live = static_cast<__mmask16>(n - i >= kFloatLanes ? 0xffff : (1u << (n - i)) - 1);
       const __m512 e = _mm512_maskz_mov_ps(
           live, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, in + i), offset)));
-      _mm512_mask_storeu_ps(out + i, live, e);
+      if (out != nullptr) _mm512_mask_storeu_ps(out + i, live, e);
       block = _mm512_add_ps(block, e);
     }
     flush(block);
@@ -187,12 +187,14 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
     const __m256 zero = _mm256_cmp_ps(a, zero_below, _CMP_LT_OQ);
     // max(floor, a) is a where a is NaN (the second operand), so NaN stays NaN.
     __m256 e = _mm256_andnot_ps(zero, vector_exp(_mm256_max_ps(floor, a)));
-    store(out + i, e);
+    alignas(32) float sums_only[8];
+    float* dst = out != nullptr ? out + i : sums_only;
+    store(dst, e);
     if (const int middle = _mm256_movemask_ps(_mm256_andnot_ps(zero, below)); middle != 0) {
       alignas(32) float arguments[8];
       _mm256_store_ps(arguments, a);
-      redo_subnormal_lanes(arguments, out + i, static_cast<unsigned>(middle), 8);
-      e = load(out + i);
+      redo_subnormal_lanes(arguments, dst, static_cast<unsigned>(middle), 8);
+      e = load(dst);
     }
     low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -201,8 +203,9 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
   _mm256_storeu_pd(lanes + 4, high);
 #endif
   for (; i < n; ++i) {
-    out[i] = std::exp(in[i] - shift);
-    lanes[i % 8] += static_cast<double>(out[i]);
+    const float e = std::exp(in[i] - shift);
+    if (out != nullptr) out[i] = e;
+    lanes[i % 8] += static_cast<double>(e);
   }
   sum = 0;
   for (double lane : lanes) sum += lane;

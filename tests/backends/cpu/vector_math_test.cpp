@@ -4,6 +4,8 @@
 // (-3.4e38), -inf, and scores 87 to 104 below the row's maximum, where libmvec's exp leaves its
 // fast path and the result is subnormal or rounds to 0; attention's softmax rows through the same
 // vector exp, with masked and causal keys.
+#include "backends/cpu/vector_math.h"
+
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -211,3 +213,36 @@ TEST(CpuAttention, MaskedAndCausalRowsLongerThanAVectorEqualFloat64Loops) {
 
 }  // namespace
 }  // namespace kiln::vector_math_test
+
+namespace kiln::cpu {
+namespace {
+
+// vector_exp_sum: the sum equals float64's sum of the exponentials of the shifted inputs (each
+// rounded to float, as stored), whether the exponentials are written out or not (log_softmax
+// asks for the sum alone), on every run length around the vector widths, with -inf and very
+// negative inputs that underflow.
+TEST(CpuVectorExpSum, TheSumWithAndWithoutTheExponentials) {
+  for (const std::int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 128, 257, 300}) {
+    std::vector<float> in(static_cast<std::size_t>(n));
+    const auto values = test::spread(n, static_cast<std::uint32_t>(n), -30.0, 0.0);
+    for (std::int64_t i = 0; i < n; ++i) in[i] = static_cast<float>(values[i]);
+    in[0] = -std::numeric_limits<float>::infinity();
+    if (n > 2) in[2] = -3.4e38f;
+    std::vector<float> out(in.size());
+    double with = 0, without = 0;
+    if (!vector_exp_sum(in.data(), 0.0f, out.data(), n, with)) GTEST_SKIP() << "no vector exp";
+    ASSERT_TRUE(vector_exp_sum(in.data(), 0.0f, nullptr, n, without));
+    EXPECT_EQ(with, without) << n;
+    double want = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      want += static_cast<double>(static_cast<float>(std::exp(static_cast<double>(in[i]))));
+      EXPECT_NEAR(out[i], std::exp(static_cast<double>(in[i])),
+                  2e-7 * std::exp(static_cast<double>(in[i])) + 1e-45)
+          << n << " [" << i << "]";
+    }
+    EXPECT_NEAR(with, want, 1e-6 * want) << n;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cpu
