@@ -66,6 +66,10 @@ class GradScaler {
   // a gradient is inf or NaN; updates the scale. Returns whether the optimizer stepped.
   template <nn::detail::Visitable M>
   bool step(Optimizer& optimizer, M& module, const Gradients& grads, double lr) {
+    if (!options_.enabled) {
+      optimizer.step(module, grads, lr);  // nothing to unscale or check
+      return true;
+    }
     Gradients unscaled = grads;
     if (!finish_step(unscale_module(&module, nn::detail::visit_fn<M>, unscaled))) return false;
     optimizer.step(module, unscaled, lr);
@@ -73,6 +77,10 @@ class GradScaler {
   }
   template <nn::detail::Visitable M, LrSchedule S>
   bool step(Optimizer& optimizer, M& module, const Gradients& grads, const S& schedule) {
+    if (!options_.enabled) {
+      optimizer.step(module, grads, schedule);  // nothing to unscale or check
+      return true;
+    }
     Gradients unscaled = grads;
     if (!finish_step(unscale_module(&module, nn::detail::visit_fn<M>, unscaled))) return false;
     optimizer.step(module, unscaled, schedule);

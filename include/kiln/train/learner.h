@@ -267,10 +267,10 @@ template <class Model, class Loader, class Step>
 PassMetrics run_pass(const Model& model, const Loader& loader, Step& step, Progress* progress,
                      DType precision = DType::F32) {
   const Model evaluated = nn::valid(model);
+  const Device device = model_device(nn::named_parameters(evaluated));
   PassMetrics metrics;
   for (auto& batch : loader.epoch(0)) {
-    StepOutput result = forward_in(precision, model_device(nn::named_parameters(evaluated)),
-                                   [&] { return step(evaluated, batch); });
+    StepOutput result = forward_in(precision, device, [&] { return step(evaluated, batch); });
     metrics.add(result, read_loss(result.loss));
     if (progress != nullptr) progress->update(result.samples, metrics.mean_loss());
   }

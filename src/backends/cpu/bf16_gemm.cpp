@@ -38,11 +38,6 @@ struct Plan {
   memory::desc a, b, c, bias, scratchpad;
 };
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
 // Whether the CPU multiplies bf16 natively; without, oneDNN emulates it slower than f32.
 bool native_bf16() {
   static const bool native = [] {
@@ -72,7 +67,7 @@ std::shared_ptr<const Plan> plan_for(const Layout& l) {
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::matmul::desc desc = l.bias ? dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.c)
                                            : dnnl::matmul::desc(plan.a, plan.b, plan.c);
-    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    const dnnl::matmul::primitive_desc pd(desc, attr, dnnl_cpu_engine());
     plan.scratchpad = pd.scratchpad_desc();
     plan.primitive = dnnl::matmul(pd);
     made = std::make_shared<const Plan>(std::move(plan));
@@ -88,11 +83,11 @@ std::shared_ptr<const Plan> plan_for(const Layout& l) {
 void execute(const Plan& plan, const bfloat16* a, const bfloat16* b, bfloat16* c,
              const bfloat16* bias) {
   thread_local std::vector<std::byte> scratch;
-  thread_local dnnl::stream stream(cpu_engine());
+  thread_local dnnl::stream stream(dnnl_cpu_engine());
   const std::size_t scratch_bytes = plan.scratchpad.get_size();
   if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
   auto wrap = [](const memory::desc& d, const void* p) {
-    return memory(d, cpu_engine(), const_cast<void*>(p));
+    return memory(d, dnnl_cpu_engine(), const_cast<void*>(p));
   };
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, wrap(plan.a, a)},

@@ -63,11 +63,6 @@ struct ProblemHash {
   }
 };
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
 // The last `dims` entries of a right-aligned triple.
 DnnlDims tail(const Dims3& values, std::int64_t dims) {
   return DnnlDims(values.end() - dims, values.end());
@@ -164,7 +159,7 @@ DnnlDims padding_after(const Problem& p) {
 
 // The primitive and its reorders for p, or null where oneDNN has none.
 std::shared_ptr<const Plan> make_plan(const Problem& p) {
-  const dnnl::engine& engine = cpu_engine();
+  const dnnl::engine& engine = dnnl_cpu_engine();
   const memory::desc src = activation(p, p.in_slice, p.in_channels, p.w.in);
   const memory::desc dst = activation(p, p.out_slice, p.out_channels, p.w.out);
   const memory::desc wei = weights(p);
@@ -341,7 +336,7 @@ std::byte* staging(Use use, std::size_t bytes) { return buffer(use).get(bytes); 
 // Runs the plan on kiln's memory at `pointers` (one per operand) on the calling thread;
 // `ready_weights`: the weights already in the primitive's layout (null: converted here).
 void run_plan(const Plan& plan, std::span<void* const> pointers, const void* ready_weights) {
-  const dnnl::engine& engine = cpu_engine();
+  const dnnl::engine& engine = dnnl_cpu_engine();
   try {
     dnnl::stream stream(engine);
     std::byte* work = staging(Use::kTask, plan.staging_bytes);
@@ -477,9 +472,9 @@ bool run_cut(const Problem& whole, const Cut& cut, const float* weight, Task&& t
       void* converted = staging(Use::kSharedWeights, first.inner.get_size());
       try {
         SingleThreadedDnnl team;
-        dnnl::stream stream(cpu_engine());
-        memory user(first.user, cpu_engine(), const_cast<float*>(weight));
-        memory inner(first.inner, cpu_engine(), converted);
+        dnnl::stream stream(dnnl_cpu_engine());
+        memory user(first.user, dnnl_cpu_engine(), const_cast<float*>(weight));
+        memory inner(first.inner, dnnl_cpu_engine(), converted);
         first.run_convert(stream, user, inner,
                           staging(Use::kTask, first.convert_scratchpad.get_size()));
         stream.wait();

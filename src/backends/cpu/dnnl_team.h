@@ -5,7 +5,15 @@
 
 #include <omp.h>
 
+namespace dnnl {
+struct engine;
+}
+
 namespace kiln::cpu {
+
+// The CPU engine every oneDNN primitive of the backend runs on (made on first use;
+// dnnl_engine.cpp).
+const dnnl::engine& dnnl_cpu_engine();
 
 // While alive, the calling thread's OpenMP team is one thread (its setting restored after).
 class SingleThreadedDnnl {

@@ -34,14 +34,13 @@ std::optional<DType> widest_float(const Args&... args) {
   return widest.dtype;
 }
 
-// Casts one argument of an op as its policy says; other arguments pass through, moved. One
-// out-of-line function per argument kind, which every generated op calls.
+// Casts one argument of an op as its policy says; other arguments pass through, moved.
 class Caster {
  public:
   Caster(Backend& inner, AutocastPolicy policy, std::optional<DType> target)
       : inner_(inner), policy_(policy), target_(target) {}
 
-  [[gnu::noinline]] Primitive operator()(Primitive& p) const {
+  Primitive operator()(Primitive& p) const {
     const DType d = p->dtype();
     if (!target_ || !is_float(d) || d == *target_) return std::move(p);
     switch (policy_) {
@@ -58,11 +57,11 @@ class Caster {
     }
     return std::move(p);
   }
-  [[gnu::noinline]] OptionalPrimitive operator()(OptionalPrimitive& p) const {
+  OptionalPrimitive operator()(OptionalPrimitive& p) const {
     if (p) return (*this)(*p);
     return std::nullopt;
   }
-  [[gnu::noinline]] PrimitiveList operator()(PrimitiveList& ps) const {
+  PrimitiveList operator()(PrimitiveList& ps) const {
     for (Primitive& p : ps) p = (*this)(p);
     return std::move(ps);
   }
