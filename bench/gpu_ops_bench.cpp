@@ -422,6 +422,65 @@ void conv2d(benchmark::State& state, DType dtype) {
   });
 }
 
+// attention/<dtype>/<seq>[/causal]: forward of batch 4, 16 heads, head dim 128 (the shape of
+// issue 19's target); "flops" counts the two products, halved under the causal cut (as
+// flash-attention's own benchmarks count). Eight query rows are checked against float64 sums
+// over the same (rounded) inputs.
+void attention_bench(benchmark::State& state, DType dtype, std::int64_t seq, bool causal) {
+  on_gpu(state, [&](const Device& device) {
+    const std::int64_t b = 4, h = 16, d = 128;
+    device.seed(kSeed + 5);
+    const auto q = Tensor<4>::random({b, h, seq, d}, Distribution::uniform(-1, 1), device, dtype);
+    const auto k = Tensor<4>::random({b, h, seq, d}, Distribution::uniform(-1, 1), device, dtype);
+    const auto v = Tensor<4>::random({b, h, seq, d}, Distribution::uniform(-1, 1), device, dtype);
+    const AttentionOptions options{.scale = std::nullopt, .is_causal = causal};
+    auto op = [&] { return module::attention(q, k, v, std::nullopt, std::nullopt, options); };
+    auto rows_of = [&](const Tensor<4>& t, std::int64_t head, std::int64_t row, std::int64_t n) {
+      return t
+          .slice(
+              {Slice::index(head / h), Slice::index(head % h), Slice(row, row + n), Slice::all()})
+          .into_data()
+          .to_f64_vec();
+    };
+    auto check = [&](const Tensor<4>& got) {
+      for (std::int64_t s = 0; s < 8; ++s) {
+        const std::int64_t head = (s * 11) % (b * h), row = (s * 997) % seq;
+        const std::vector<double> qs = rows_of(q, head, row, 1), ks = rows_of(k, head, 0, seq),
+                                  vs = rows_of(v, head, 0, seq), ys = rows_of(got, head, row, 1);
+        const std::int64_t keys = causal ? row + 1 : seq;
+        std::vector<double> w(static_cast<std::size_t>(keys));
+        double top = -1e300, total = 0;
+        for (std::int64_t j = 0; j < keys; ++j) {
+          double dot = 0;
+          for (std::int64_t i = 0; i < d; ++i) {
+            dot += qs[static_cast<std::size_t>(i)] * ks[static_cast<std::size_t>(j * d + i)];
+          }
+          w[static_cast<std::size_t>(j)] = dot / std::sqrt(static_cast<double>(d));
+          top = std::max(top, w[static_cast<std::size_t>(j)]);
+        }
+        for (double& x : w) total += (x = std::exp(x - top));
+        for (std::int64_t i = 0; i < d; ++i) {
+          double want = 0;
+          for (std::int64_t j = 0; j < keys; ++j) {
+            want += w[static_cast<std::size_t>(j)] * vs[static_cast<std::size_t>(j * d + i)];
+          }
+          want /= total;
+          const double value = ys[static_cast<std::size_t>(i)];
+          if (!(std::abs(value - want) <= 2e-2 * (1 + std::abs(want)))) {
+            throw std::runtime_error("attention: head " + std::to_string(head) + " row " +
+                                     std::to_string(row) + " dim " + std::to_string(i) + " is " +
+                                     std::to_string(value) + ", want " + std::to_string(want));
+          }
+        }
+      }
+    };
+    check(op());
+    check(time_ops(state, device, 3, op));
+    state.counters["flops"] =
+        4.0 * static_cast<double>(b * h * seq) * static_cast<double>(seq * d) / (causal ? 2 : 1);
+  });
+}
+
 // ---- topk and sort through the Tensor API (gpu_bench has the raw kiln_cuda_lib rows) ----
 void tensor_topk(benchmark::State& state) {
   on_gpu(state, [&](const Device& device) {
@@ -676,6 +735,15 @@ void register_all() {
   timed(RegisterBenchmark("small_add_host/16", small_add_host), 50);
   timed(RegisterBenchmark("chain8_host/64", chain8_host, false), 20);
   timed(RegisterBenchmark("chain8_host_fused/64", chain8_host, true), 20);
+  for (const std::int64_t seq : {4096, 16384}) {
+    for (const bool causal : {false, true}) {
+      const std::string name = "attention/bf16/" + std::to_string(seq) + (causal ? "/causal" : "");
+      timed(RegisterBenchmark(
+                name.c_str(),
+                [=](benchmark::State& s) { attention_bench(s, DType::BF16, seq, causal); }),
+            3);
+    }
+  }
   timed(RegisterBenchmark("conv2d/f32", [](benchmark::State& s) { conv2d(s, DType::F32); }), 5);
   timed(RegisterBenchmark("conv2d/bf16", [](benchmark::State& s) { conv2d(s, DType::BF16); }), 5);
   timed(RegisterBenchmark("tensor_topk/4096/32768/8", tensor_topk), 5);

@@ -162,6 +162,15 @@ def tensor_api_rows(results, dev, g, repeats):
         del x, w
     torch.backends.cudnn.allow_tf32 = True
 
+    for seq in (4096, 16384):
+        q, k, v = ((torch.rand(4, 16, seq, 128, device=dev, generator=g) * 2 - 1).to(torch.bfloat16)
+                   for _ in range(3))
+        for causal in (False, True):
+            name = f"attention/bf16/{seq}" + ("/causal" if causal else "")
+            record(name, lambda: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal), 3)
+        del q, k, v
+
     m = torch.rand(4096, 32768, device=dev, generator=g) * 2 - 1
     record("tensor_topk/4096/32768/8", lambda: torch.topk(m, 8, dim=-1), 2)
     del m

@@ -122,6 +122,10 @@ def main():
     add("chain8 64^2 host/op fused", "chain8_host_fused/64", "<= 0.5 us")
     add("conv2d 32x64x56x56 3x3 f32", "conv2d/f32", "", PEAK["f32"])
     add("conv2d 32x64x56x56 3x3 bf16", "conv2d/bf16", "", PEAK["bf16"])
+    for seq in (4096, 16384):
+        for causal in ("", "/causal"):
+            add(f"attention fwd bf16 4x16x{seq}x128{' causal' if causal else ''}",
+                f"attention/bf16/{seq}{causal}", "ratio >= 1", PEAK["bf16"])
     add("topk 8 of 4096x32768 f32", "tensor_topk/4096/32768/8")
     add("sort 16M f32 + i64 idx", "tensor_sort/16777216", "ratio >= 1")
     add("cumsum 16M f32, one row", "tensor_cumsum/16777216/0", FLOOR_TARGET)

@@ -167,6 +167,24 @@ case "$scenario" in
     kill "$server" 2>/dev/null
     wait "$server" 2>/dev/null
     ;;
+  tune)
+    # The autotune cache in a directory of the test's own: list, a line that does not parse
+    # skipped, clear, KILN_AUTOTUNE=0 said, a bad action refused.
+    export XDG_CACHE_HOME=$work/cache
+    expect 0 "0 choices" -- tune list
+    mkdir -p "$work/cache/kiln"
+    printf 'matmul f32 m 64 | sm_90\t0a0b\t12.5\t10\nnot a line\n' >"$work/cache/kiln/autotune.tsv"
+    expect 0 "1 choice" -- tune list
+    grep -qF "matmul f32 m 64 | sm_90" "$work/out" || fail "tune list lacks the key: $(cat "$work/out")"
+    grep -qF "measured faster: 10.0 us (heuristic 12.5 us)" "$work/out" ||
+      fail "tune list lacks the times: $(cat "$work/out")"
+    KILN_AUTOTUNE=0 expect 0 "KILN_AUTOTUNE=0: not used" -- tune list
+    expect 0 "forgot 1 choice" -- tune clear
+    [ -e "$work/cache/kiln/autotune.tsv" ] && fail "tune clear left the file"
+    expect 0 "0 choices" -- tune list
+    expect 1 "tune-action: bogus not in {list,clear}" -- tune bogus
+    expect 1 "tune-action is required" -- tune
+    ;;
   fusion_bisect)
     chains=$3
     # bisect STATUS TEXT ARGS...: kiln fusion-bisect ARGS; checks the status and TEXT in stdout.

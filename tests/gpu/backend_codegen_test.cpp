@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/fused_kernel.h"
@@ -450,6 +451,29 @@ TEST(GpuCodegen, FusedLoadKeysCoverTheLoad) {
   EXPECT_NE(ints.find("if (e0) *p.err_word = p.tok[0];"), std::string::npos);
   EXPECT_NE(fused_load_source(strided).find("p.strides[2][d]"), std::string::npos);
   EXPECT_EQ(fused_load_source(flat).find("p.strides"), std::string::npos);
+}
+
+TEST(GpuCodegen, AttentionKernelCompiles) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    for (std::int64_t depth : {16, 32, 64, 96, 128}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool mask = variant & 1, bias = variant & 2;
+        const std::string log = compile(attention_kernel_source(dtype, depth, mask, bias));
+        EXPECT_TRUE(log.empty()) << dtype_name(dtype) << " D" << depth << " mask " << mask
+                                 << " bias " << bias << ":\n"
+                                 << log.substr(0, 4000);
+      }
+    }
+  }
+}
+
+TEST(GpuCodegen, AttentionKernelAppliesToHalfTypesAndTileDepths) {
+  EXPECT_TRUE(attention_kernel_applies(DType::BF16, 64));
+  EXPECT_TRUE(attention_kernel_applies(DType::F16, 128));
+  EXPECT_FALSE(attention_kernel_applies(DType::F32, 64));
+  EXPECT_FALSE(attention_kernel_applies(DType::BF16, 72));
+  EXPECT_FALSE(attention_kernel_applies(DType::BF16, 256));
+  EXPECT_FALSE(attention_kernel_applies(DType::BF16, 0));
 }
 
 TEST(GpuCodegen, LayerNormCompiles) {

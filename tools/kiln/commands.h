@@ -16,6 +16,10 @@ namespace kiln::tools {
 // backend chain, and the dtype usage table per device.
 int run_info(std::ostream& out);
 
+// `kiln tune list|clear`: the autotune cache's choices (key, choice, heuristic and chosen times),
+// or forgets them all.
+int run_tune(const std::string& action, std::ostream& out);
+
 // Where data shipped with kiln is found: the source tree it was built from, or the installed
 // share directory.
 std::filesystem::path shipped_data(const std::filesystem::path& relative);

@@ -1,6 +1,6 @@
 // The kiln command line: `kiln info`, `kiln train digits`, `kiln train charlm [FILE]`,
 // `kiln embed MODEL_DIR TEXT...`, `kiln fusion-bisect -- CMD ARGS...`,
-// `kiln serve --token-file FILE [--host H] [--port P] [--device D]`.
+// `kiln serve --token-file FILE [--host H] [--port P] [--device D]`, `kiln tune list|clear`.
 // One error exit: whatever goes wrong (a bad option, kiln's errors, the file system's, memory)
 // ends as one line "kiln: ..." on stderr and exit status 1 (2 for fusion-bisect, whose 1 means
 // "found a group", as for diff and git bisect run).
@@ -155,6 +155,13 @@ int run(int argc, char** argv) {
                    "memory one client may hold on the device")
       ->capture_default_str();
 
+  std::string tune_action;
+  CLI::App* tune_cmd = app.add_subcommand(
+      "tune", "show (list) or reset (clear) the autotune cache of measured choices");
+  tune_cmd->add_option("tune-action", tune_action, "list or clear")
+      ->check(CLI::IsMember({"list", "clear"}))
+      ->required();
+
   check_commands(app, argc, argv);
   try {
     app.parse(argc, argv);
@@ -169,6 +176,7 @@ int run(int argc, char** argv) {
   if (embed_cmd->parsed()) return run_embed(embed, std::cin, std::cout);
   if (bisect_cmd->parsed()) return run_fusion_bisect(bisect, std::cout);
   if (serve_cmd->parsed()) return run_serve(serve, std::cout);
+  if (tune_cmd->parsed()) return run_tune(tune_action, std::cout);
   return 0;
 }
 
