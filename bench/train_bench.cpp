@@ -2,6 +2,12 @@
 // - digits_epoch: one epoch of `kiln train digits`' network (tools/kiln/digits_net.h; AdamW,
 //   batch 32, shuffled) over all 1,797 UCI digits, each
 //   step's loss read back as the learner does.
+// - gpt2_step/f32, gpt2_step/bf16: one training step of a GPT-2-small-shaped model (12 pre-norm
+//   causal layers, width 768, 12 heads, sequence 1024, batch 8, vocabulary 50,304, untied head,
+//   AdamW) on KILN_BENCH_DEVICE (default cpu), in f32 or under a bf16 AutocastScope; the loss read
+//   back each step; fused unless KILN_FUSION=0. KILN_BENCH_GPT2_LAYERS, _SEQ and _BATCH shrink it
+//   (the CPU's default is 2 layers, sequence 128, batch 2). bench/peer_torch_gpt2.py is the same
+//   step in PyTorch.
 #include <benchmark/benchmark.h>
 #include <kiln/data/classification.h>
 #include <kiln/data/digits.h>
@@ -10,6 +16,8 @@
 #include <kiln/optim/optim.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -52,6 +60,88 @@ void digits_epoch(benchmark::State& state) {
   });
 }
 BENCHMARK(digits_epoch)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+struct Gpt2 {
+  nn::Embedding tokens, positions;
+  nn::TransformerEncoder blocks;
+  nn::Linear head;
+  KILN_MODULE(tokens, positions, blocks, head)
+
+  Tensor<3> forward(const Tensor<2, Int>& ids) const {
+    const auto where = Tensor<1, Int>::arange(0, ids.dims()[1], ids.device()).unsqueeze(0);
+    const Tensor<3> h = tokens.forward(ids) + positions.forward(where);
+    return head.forward(blocks.forward(h, {.is_causal = true}));
+  }
+};
+
+std::int64_t env_int(const char* name, std::int64_t fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::stoll(value) : fallback;
+}
+
+void gpt2_step(benchmark::State& state, DType precision) {
+  kiln::bench::guarded(state, [&] {
+    const char* name = std::getenv("KILN_BENCH_DEVICE");
+    // Fused, as Device::default_device() is, unless KILN_FUSION=0.
+    const char* fusion = std::getenv("KILN_FUSION");
+    Device device = Device::parse(name != nullptr && *name != '\0' ? name : "cpu");
+    if (fusion == nullptr || std::string(fusion) != "0") device = device.fused();
+    const bool cpu = device.kind() == DeviceKind::Cpu;
+    const std::int64_t layers = env_int("KILN_BENCH_GPT2_LAYERS", cpu ? 2 : 12);
+    const std::int64_t seq = env_int("KILN_BENCH_GPT2_SEQ", cpu ? 128 : 1024);
+    const std::int64_t batch = env_int("KILN_BENCH_GPT2_BATCH", cpu ? 2 : 8);
+    const std::int64_t width = 768, vocabulary = 50304;
+    device.seed(1);
+    const nn::Initializer small = nn::Initializer::normal(0, 0.02);
+    Gpt2 model{nn::EmbeddingConfig{vocabulary, width, std::nullopt, small}.init(device),
+               nn::EmbeddingConfig{seq, width, std::nullopt, small}.init(device),
+               nn::TransformerEncoderConfig{.layer = {.d_model = width,
+                                                      .nhead = 12,
+                                                      .dim_feedforward = 4 * width,
+                                                      .dropout = 0.0,
+                                                      .activation = nn::FeedForwardActivation::Gelu,
+                                                      .norm_first = true},
+                                            .num_layers = layers,
+                                            .final_norm = true}
+                   .init(device),
+               nn::LinearConfig{width, vocabulary}.init(device)};
+    model = nn::train(std::move(model));
+    optim::AdamW optimizer({.weight_decay = 0.1});
+    const auto ids =
+        Tensor<2, Int>::random({batch, seq}, Distribution::uniform(0, vocabulary), device);
+    const auto targets =
+        Tensor<2, Int>::random({batch, seq}, Distribution::uniform(0, vocabulary), device)
+            .reshape<1>(Shape{batch * seq});
+    double first = std::nan(""), last = 0;
+    auto step = [&] {
+      const Tensor<1> loss = [&] {
+        std::optional<AutocastScope> amp;
+        if (precision != DType::F32) amp.emplace(device, precision);
+        const Tensor<2> logits = model.forward(ids).reshape<2>(Shape{batch * seq, vocabulary});
+        return nn::cross_entropy(logits, targets);
+      }();
+      last = loss.into_scalar<double>();
+      if (std::isnan(first)) first = last;
+      optimizer.step(model, loss.backward(), 3e-4);
+    };
+    step();  // the first step draws, compiles and allocates
+    for (auto _ : state) step();
+    // The same batch again and again: the loss must fall.
+    if (!(last < first)) {
+      throw std::runtime_error("gpt2_step: the loss did not decrease (" + std::to_string(first) +
+                               " -> " + std::to_string(last) + ")");
+    }
+    state.counters["tokens"] = static_cast<double>(batch * seq);
+  });
+}
+BENCHMARK_CAPTURE(gpt2_step, f32, DType::F32)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+BENCHMARK_CAPTURE(gpt2_step, bf16, DType::BF16)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 
 }  // namespace
 
