@@ -29,8 +29,8 @@ constexpr int kAutotuneCandidates = 8;
 // Autotuning (runtime/autotune.h; on unless KILN_AUTOTUNE=0): the first call of each plan times
 // the heuristic's best few algorithms on its own operands and keeps the fastest if it beats the
 // heuristic's first choice, remembered on disk by the plan's key and the machine, so a warm
-// process measures nothing. Measuring synchronises the stream: a call made while a CUDA graph is
-// being captured runs the heuristic's choice and leaves the measurement to a later call.
+// process measures nothing. Measuring synchronises the stream, which a CUDA graph capture does not
+// allow: a plan first used inside a capture keeps the heuristic's choice in this process.
 bool autotune_enabled() { return autotune::enabled(); }
 
 // One operand as cuBLASLt sees it: a column-major stored matrix and whether to transpose it.
@@ -549,10 +549,13 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                                                                CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &args.bias, sizeof(args.bias)));
     }
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    KILN_CUDA_CHECK("matmul", cudaStreamIsCapturing(stream, &capturing));
-    if (!plan->candidates.empty() && capturing == cudaStreamCaptureStatusNone) {
-      plan->algo = fastest(*plan, run, stream);
+    if (!plan->candidates.empty()) {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      KILN_CUDA_CHECK("matmul", cudaStreamIsCapturing(stream, &capturing));
+      // A plan first met inside a graph capture keeps the heuristic's choice for the rest of the
+      // process: a replay and the same product run eagerly then use one algorithm, and so give
+      // the same bits (a capture cannot measure).
+      if (capturing == cudaStreamCaptureStatusNone) plan->algo = fastest(*plan, run, stream);
       plan->candidates.clear();
     }
     run(plan->algo);
