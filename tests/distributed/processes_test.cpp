@@ -1,0 +1,43 @@
+// The collectives across processes: ctest runs these tests under
+// `kiln launch --nproc 3` (tests/CMakeLists.txt: distributed.processes), every rank the same
+// tests in the same order; run any other way they skip.
+#include <gtest/gtest.h>
+#include <kiln/distributed.h>
+#include <kiln/kiln.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "distributed/collective_checks.h"
+#include "support/error_message.h"
+
+namespace kiln {
+namespace {
+
+using namespace std::chrono_literals;
+
+#define KILN_LAUNCHED_GROUP(name)                                               \
+  if (std::getenv("KILN_WORLD_SIZE") == nullptr)                                \
+    GTEST_SKIP() << "run by `kiln launch` (ctest: distributed.processes)";      \
+  if (!distributed::available()) GTEST_SKIP() << "kiln was built without Gloo"; \
+  const ProcessGroup name = ProcessGroup::from_env(Device::cpu(), {.timeout = 60s})
+
+TEST(DistributedProcesses, EveryCollectiveAndDtype) {
+  KILN_LAUNCHED_GROUP(group);
+  EXPECT_GE(group.size(), 2);
+  EXPECT_EQ(group.backend_name(), "gloo");
+  test::check_every_collective(group, Device::cpu());
+}
+
+// Last: it leaves its group broken.
+TEST(DistributedProcesses, AMismatchIsADistributedErrorOnEveryRank) {
+  KILN_LAUNCHED_GROUP(group);
+  test::expect_error<DistributedError>(
+      [&] { distributed::all_reduce(Tensor<1>::ones({2 + group.rank()}, Device::cpu()), group); },
+      "all_reduce",
+      {"the ranks called different collectives", "rank 0: #0 all_reduce(sum) f32 [2]",
+       "rank 1: #0 all_reduce(sum) f32 [3]"});
+}
+
+}  // namespace
+}  // namespace kiln
