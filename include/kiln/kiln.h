@@ -38,6 +38,7 @@
 #include "kiln/text/sentence_encoder.h"
 #include "kiln/text/wordpiece.h"
 #include "kiln/threads.h"
+#include "kiln/train/data_parallel.h"
 #include "kiln/train/history.h"
 #include "kiln/train/learner.h"
 #include "kiln/train/progress.h"

@@ -192,6 +192,15 @@ case "$scenario" in
     OMP_NUM_THREADS=3 "$kiln" launch --nproc 2 -- sh -c 'echo "threads $OMP_NUM_THREADS"' >"$work/out"
     grep -qF '[rank 0] threads 3' "$work/out" || fail "launch: OMP_NUM_THREADS=3: $(cat "$work/out")"
     ;;
+  launch_digits)
+    # Data-parallel training over Gloo: rank 0 prints, with the world size.
+    expect 0 "[rank 0] world size 2: 16 images of every batch of 32 per rank" -- \
+      launch --nproc 2 -- kiln train digits --epochs 2 --out "$work/digits"
+    grep -qF "[rank 0] data parallel: 2 ranks (gloo)" "$work/out" || fail "launch: no data parallel line"
+    grep -qF "[rank 0] test accuracy" "$work/out" || fail "launch: no test accuracy"
+    if grep -q '^\[rank 1\]' "$work/out"; then fail "launch: rank 1 printed: $(cat "$work/out")"; fi
+    [ -f "$work/digits/log.csv" ] || fail "launch: rank 0 wrote no log"
+    ;;
   fusion_bisect)
     chains=$3
     # bisect STATUS TEXT ARGS...: kiln fusion-bisect ARGS; checks the status and TEXT in stdout.

@@ -1,4 +1,4 @@
-// The collectives across processes: ctest runs these tests under
+// The collectives and data-parallel training across processes: ctest runs these tests under
 // `kiln launch --nproc 3` (tests/CMakeLists.txt: distributed.processes), every rank the same
 // tests in the same order; run any other way they skip.
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "distributed/collective_checks.h"
+#include "distributed/data_parallel_checks.h"
 #include "support/error_message.h"
 
 namespace kiln {
@@ -27,6 +28,18 @@ TEST(DistributedProcesses, EveryCollectiveAndDtype) {
   EXPECT_GE(group.size(), 2);
   EXPECT_EQ(group.backend_name(), "gloo");
   test::check_every_collective(group, Device::cpu());
+}
+
+TEST(DistributedProcesses, DataParallelTrainingEqualsOneProcess) {
+  KILN_LAUNCHED_GROUP(group);
+  const Device device = Device::cpu().autodiff();
+  const Tensor<2> x = test::batch_features(device);
+  const Tensor<1, Int> y = test::batch_labels(device);
+  const auto expected = test::one_process_parameters(test::data_parallel_net(1, device), x, y);
+  const train::DataParallel ddp(group, {.bucket_bytes = 200});
+  test::expect_same_parameters(
+      test::data_parallel_parameters(ddp, test::data_parallel_net(1 + group.rank(), device), x, y),
+      expected, "rank " + std::to_string(group.rank()));
 }
 
 // Last: it leaves its group broken.
