@@ -306,13 +306,16 @@ class GlooCommunicator final : public Communicator {
     std::vector<Signature> theirs(peers.size());
     auto out = context_->createUnboundBuffer(writable(&mine), sizeof mine);
     auto in = context_->createUnboundBuffer(theirs.data(), theirs.size() * sizeof(Signature));
-    for (std::size_t i = 0; i < peers.size(); ++i) {
-      in->recv(peers[i], kSignatureSlot, i * sizeof(Signature), sizeof(Signature));
-    }
-    for (int peer : peers) out->send(peer, kSignatureSlot);
     std::vector<bool> answered(peers.size(), false);
+    int lost = -1;  // a peer whose connection failed as the exchange was set up
     const auto deadline = Clock::now() + timeout_;
     try {
+      for (std::size_t i = 0; i < peers.size(); ++i) {
+        lost = peers[i];
+        in->recv(peers[i], kSignatureSlot, i * sizeof(Signature), sizeof(Signature));
+        out->send(peers[i], kSignatureSlot);
+      }
+      lost = -1;
       for (std::size_t k = 0; k < peers.size(); ++k) {
         int source = -1;
         in->waitRecv(&source, remaining(deadline));
@@ -323,12 +326,12 @@ class GlooCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       std::vector<int> silent;
       for (std::size_t i = 0; i < peers.size(); ++i) {
-        if (!answered[i]) silent.push_back(peers[i]);
+        if (lost < 0 ? !answered[i] : peers[i] == lost) silent.push_back(peers[i]);
       }
       const std::string who = silent.empty() ? std::string("a rank") : rank_list(silent);
       kiln::detail::fail<DistributedError>(op, counted, " ", text_of(mine), " on rank ", rank(),
-                                           ": ", who, " did not answer within ",
-                                           seconds_text(timeout_), " (", e.what(), ")");
+                                           ": ", who, " did not answer (waited up to ",
+                                           seconds_text(timeout_), "): ", e.what());
     }
     bool agreed = true;
     for (std::size_t i = 0; i < peers.size(); ++i) {

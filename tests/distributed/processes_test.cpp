@@ -6,6 +6,7 @@
 #include <kiln/kiln.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "distributed/collective_checks.h"
@@ -50,6 +51,22 @@ TEST(DistributedProcesses, AMismatchIsADistributedErrorOnEveryRank) {
       "all_reduce",
       {"the ranks called different collectives", "rank 0: #0 all_reduce(sum) f32 [2]",
        "rank 1: #0 all_reduce(sum) f32 [3]"});
+}
+
+// Last of all: the last rank leaves; the others' next collective fails at once, not after the
+// timeout.
+TEST(DistributedProcesses, ARankThatExitsIsADistributedErrorNotAHang) {
+  KILN_LAUNCHED_GROUP(group);
+  group.barrier();  // every connection is up before one goes away
+  if (group.rank() == group.size() - 1) {
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  const auto started = std::chrono::steady_clock::now();
+  test::expect_error<DistributedError>(
+      [&] { distributed::all_reduce(Tensor<1>::ones({8}, Device::cpu()), group); }, "all_reduce",
+      {"did not answer"});
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 30s);
 }
 
 }  // namespace
