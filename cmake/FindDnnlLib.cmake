@@ -4,17 +4,11 @@
 # machine's vector width (AVX-512 where it has it); without oneDNN they stay with OpenBLAS and
 # im2col. Off under ThreadSanitizer: oneDNN brings libgomp, the TSan
 # build runs on LLVM's OpenMP.
+include(${CMAKE_CURRENT_LIST_DIR}/KilnOptionalLibrary.cmake)
 option(KILN_DNNL "Use oneDNN for the CPU backend's float products and convolutions when installed" ON)
-add_library(kiln_dnnl INTERFACE)
 if(KILN_DNNL AND NOT KILN_TSAN)
   find_path(KILN_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
   find_library(KILN_DNNL_LIBRARY NAMES dnnl)
 endif()
-if(KILN_DNNL_INCLUDE_DIR AND KILN_DNNL_LIBRARY)
-  message(STATUS "oneDNN: ${KILN_DNNL_LIBRARY} (headers ${KILN_DNNL_INCLUDE_DIR})")
-  target_include_directories(kiln_dnnl INTERFACE $<BUILD_INTERFACE:${KILN_DNNL_INCLUDE_DIR}>)
-  target_link_libraries(kiln_dnnl INTERFACE $<BUILD_INTERFACE:${KILN_DNNL_LIBRARY}>)
-  target_compile_definitions(kiln_dnnl INTERFACE $<BUILD_INTERFACE:KILN_HAVE_DNNL=1>)
-else()
-  message(STATUS "oneDNN: not used (float products on OpenBLAS, convolutions on im2col; Debian: apt-get install libdnnl-dev)")
-endif()
+kiln_optional_library(kiln_dnnl oneDNN KILN_DNNL KILN_HAVE_DNNL
+  "not used (float products on OpenBLAS, convolutions on im2col; Debian: apt-get install libdnnl-dev)")

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -25,6 +26,11 @@ struct BackwardOptions {
   // Record the backward pass itself, so gradients are tracked tensors that can be
   // differentiated again (second derivatives, Hessian-vector products). Implies retain_graph.
   bool create_graph = false;
+  // Called during the pass, on its thread, as soon as the gradient of a leaf is final (every op
+  // that read the leaf has passed its part back), with the leaf's id (detail::leaf_id) and the
+  // gradient the returned Gradients hold. Data-parallel training (kiln/train/data_parallel.h)
+  // starts reducing a bucket of gradients across processes this way while the pass goes on.
+  std::function<void(std::uint64_t leaf, const Primitive& grad)> on_leaf_gradient = {};
 };
 
 // The gradients one backward pass produced, one per tracked leaf (a tensor made with
@@ -80,6 +86,8 @@ Primitive detach(Primitive x);
 Gradients backward(const Primitive& root, std::optional<Primitive> seed,
                    const BackwardOptions& options);
 std::optional<Primitive> grad(const Primitive& x, const Gradients& grads);
+// The id under which Gradients keep x's gradient: x was made with require_grad (nullopt else).
+std::optional<std::uint64_t> leaf_id(const Primitive& x) noexcept;
 std::optional<Primitive> grad_remove(const Primitive& x, Gradients& grads);
 void grad_replace(const Primitive& x, Gradients& grads, Primitive grad);
 // The same values on the device without (inner) or with (from_inner) the autodiff flag.

@@ -50,6 +50,10 @@ KILN_DEFINE_ERROR(ProtocolError)
 KILN_DEFINE_ERROR(AuthenticationFailed)
 // The backend does not implement this op and the op has no default.
 KILN_DEFINE_ERROR(UnsupportedOperation)
+// A collective failed across processes (kiln/distributed.h): the ranks called different
+// collectives, or one did not answer within the group's timeout. The message names the
+// collective, its sequence number and the ranks; the group is unusable afterwards.
+KILN_DEFINE_ERROR(DistributedError)
 
 #undef KILN_DEFINE_ERROR
 

@@ -1,6 +1,7 @@
 // kiln: one include for the whole public API: tensors and devices, autodiff, modules (nn),
-// optimizers (optim), weights on disk (record), data loading (data), the training loop (train)
-// and text tokenization (text). Programs that want less include the headers they use.
+// optimizers (optim), weights on disk (record), data loading (data), the training loop (train),
+// process groups and collectives (distributed) and text tokenization (text). Programs that want
+// less include the headers they use.
 #pragma once
 
 #include "kiln/activation.h"
@@ -15,6 +16,7 @@
 #include "kiln/data/permutation.h"
 #include "kiln/data/views.h"
 #include "kiln/device.h"
+#include "kiln/distributed.h"
 #include "kiln/distribution.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
@@ -26,6 +28,7 @@
 #include "kiln/optim/optim.h"
 #include "kiln/options.h"
 #include "kiln/primitive.h"
+#include "kiln/process_group.h"
 #include "kiln/quant.h"
 #include "kiln/record/gguf.h"
 #include "kiln/record/safetensors.h"
@@ -35,6 +38,7 @@
 #include "kiln/text/sentence_encoder.h"
 #include "kiln/text/wordpiece.h"
 #include "kiln/threads.h"
+#include "kiln/train/data_parallel.h"
 #include "kiln/train/history.h"
 #include "kiln/train/learner.h"
 #include "kiln/train/progress.h"

@@ -95,8 +95,10 @@ struct AttentionOptions {
   bool operator==(const AttentionOptions&) const = default;
 };
 
-// How the device combines a collective reduction.
-enum class ReduceOperation : std::uint8_t { Sum, Mean };
+// How a collective reduction (kiln/distributed.h) combines the ranks' values element by element:
+// their sum, their mean (the sum divided by the group's size; integers rounded down, as
+// div_scalar rounds them), their maximum or their minimum.
+enum class ReduceOperation : std::uint8_t { Sum, Mean, Max, Min };
 
 // How a QFloat tensor stores its values: the block layout, which travels with the tensor.
 // GGUF's block types, byte for byte as llama.cpp's ggml lays them out (32 values per block for

@@ -17,6 +17,7 @@
 #include "kiln/distribution.h"
 #include "kiln/options.h"
 #include "kiln/primitive.h"
+#include "kiln/process_group.h"
 #include "kiln/scalar.h"
 
 namespace kiln {

@@ -1,5 +1,6 @@
 #include "kiln/data/loader.h"
 
+#include <limits>
 #include <numeric>
 #include <system_error>
 
@@ -17,6 +18,14 @@ void fail_null_loader_argument(const char* what) {
 
 void check_loader_options(const DataLoaderOptions& options) {
   if (options.batch_size == 0) fail<InvalidArgument>("DataLoader", "batch_size must be positive");
+  if (options.world_size == 0 || options.rank >= options.world_size) {
+    fail<InvalidArgument>("DataLoader", "rank ", options.rank, " is not in [0, world_size ",
+                          options.world_size, ")");
+  }
+  if (options.batch_size > std::numeric_limits<std::size_t>::max() / options.world_size) {
+    fail<InvalidArgument>("DataLoader", "batch_size ", options.batch_size, " times world_size ",
+                          options.world_size, " overflows");
+  }
   if (options.num_workers > kMaxLoaderWorkers) {
     fail<InvalidArgument>("DataLoader", "num_workers ", options.num_workers, " exceeds ",
                           kMaxLoaderWorkers);
@@ -24,18 +33,41 @@ void check_loader_options(const DataLoaderOptions& options) {
 }
 
 std::size_t num_batches(std::size_t size, const DataLoaderOptions& options) {
-  const std::size_t full = size / options.batch_size;
-  const bool partial = size % options.batch_size != 0;
+  const std::size_t global = options.batch_size * options.world_size;
+  const std::size_t full = size / global;
+  const bool partial = size % global != 0;
   return full + (partial && !options.drop_last ? 1 : 0);
 }
 
 std::vector<std::size_t> epoch_order(std::size_t size, const DataLoaderOptions& options,
                                      std::uint64_t epoch) {
-  // seed + epoch wraps modulo 2^64, which still makes a valid seed.
-  if (options.shuffle) return permutation(size, options.seed + epoch);
   std::vector<std::size_t> order(size);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  return order;
+  // seed + epoch wraps modulo 2^64, which still makes a valid seed.
+  if (options.shuffle) {
+    order = permutation(size, options.seed + epoch);
+  } else {
+    std::iota(order.begin(), order.end(), std::size_t{0});
+  }
+  if (options.world_size == 1) return order;
+  // This rank's part of each global batch, in order (see Shards in loader.h).
+  const std::size_t shards = options.world_size;
+  const std::size_t batch = options.batch_size;
+  const std::size_t full = size / (batch * shards);
+  std::vector<std::size_t> shard;
+  for (std::size_t k = 0; k < full; ++k) {
+    const auto from =
+        order.begin() + static_cast<std::ptrdiff_t>((k * shards + options.rank) * batch);
+    shard.insert(shard.end(), from, from + static_cast<std::ptrdiff_t>(batch));
+  }
+  if (num_batches(size, options) == full) return shard;
+  std::vector<std::size_t> tail(order.begin() + static_cast<std::ptrdiff_t>(full * batch * shards),
+                                order.end());
+  for (std::size_t i = 0; tail.size() < shards; ++i) tail.push_back(order[i % size]);
+  const std::size_t begin = options.rank * tail.size() / shards;
+  const std::size_t end = (options.rank + 1) * tail.size() / shards;
+  shard.insert(shard.end(), tail.begin() + static_cast<std::ptrdiff_t>(begin),
+               tail.begin() + static_cast<std::ptrdiff_t>(end));
+  return shard;
 }
 
 Prefetcher::Prefetcher(std::size_t num_batches, std::size_t num_workers, std::size_t capacity,

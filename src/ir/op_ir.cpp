@@ -17,10 +17,9 @@ constexpr OpSignature kSignatures[] = {
 };
 
 constexpr std::string_view kAttributeKindNames[] = {
-    "scalar",      "int",       "bool",           "double",       "dtype",
-    "shape",       "axes",      "slices",         "distribution", "update",
-    "reduce",      "conv",      "conv_transpose", "pool",         "unfold",
-    "interpolate", "attention", "quant_scheme",   "device",       "data"};
+    "scalar", "int",          "bool",      "double",       "dtype",  "shape",          "axes",
+    "slices", "distribution", "update",    "reduce",       "conv",   "conv_transpose", "pool",
+    "unfold", "interpolate",  "attention", "quant_scheme", "device", "data",           "group"};
 static_assert(std::size(kAttributeKindNames) == kAttributeKinds);
 
 std::string number(double value) {
@@ -162,6 +161,8 @@ void mix_attribute(Hasher& hash, const Param& param, const Attribute& attribute)
         } else if constexpr (std::is_same_v<T, TensorData>) {
           hash.mix(static_cast<std::uint64_t>(value.dtype()));
           hash.mix(value.shape().rank());
+        } else if constexpr (std::is_same_v<T, GroupAttr>) {
+          hash.mix(value.id);
         }
         // double: a value (epsilon), nothing of it in the key.
       },
@@ -244,6 +245,18 @@ Device DeviceAttr::to_device() const {
   return device;
 }
 
+GroupAttr GroupAttr::of(const ProcessGroup& group) {
+  return {group.id(), group.rank(), group.size(), std::make_shared<const ProcessGroup>(group)};
+}
+
+const ProcessGroup& GroupAttr::to_group() const {
+  if (!live) {
+    kiln::detail::fail<InvalidArgument>("ir::replay", "process group #", id,
+                                        " belongs to another process");
+  }
+  return *live;
+}
+
 std::string_view attribute_kind_name(AttributeKind kind) noexcept {
   const auto i = static_cast<std::size_t>(kind);
   return i < kAttributeKinds ? kAttributeKindNames[i] : "unknown";
@@ -310,7 +323,9 @@ std::string to_string(const Attribute& attribute) {
         } else if constexpr (std::is_same_v<T, IndexingUpdate>) {
           return std::string(update_name(value));
         } else if constexpr (std::is_same_v<T, ReduceOperation>) {
-          return value == ReduceOperation::Sum ? "sum" : "mean";
+          constexpr std::string_view names[] = {"sum", "mean", "max", "min"};
+          const auto i = static_cast<std::size_t>(value);
+          return std::string(i < std::size(names) ? names[i] : "?");
         } else if constexpr (std::is_same_v<T, ConvOptions>) {
           return "{stride=" + list(value.stride) + ", padding=" + list(value.padding) +
                  ", dilation=" + list(value.dilation) + ", groups=" + std::to_string(value.groups) +
@@ -346,6 +361,9 @@ std::string to_string(const Attribute& attribute) {
           if (value.autodiff) text += "+autodiff";
           if (value.fused) text += "+fused";
           return text;
+        } else if constexpr (std::is_same_v<T, GroupAttr>) {
+          return kiln::detail::concat("group#", value.id, "(rank ", value.rank, " of ", value.size,
+                                      ")");
         } else {
           static_assert(std::is_same_v<T, TensorData>);
           return "<data " + std::string(dtype_name(value.dtype())) + " " +

@@ -61,13 +61,30 @@ struct DeviceAttr {
   Device to_device() const;
 };
 
+// A ProcessGroup as plain data: a group is a live object of one process, so its number there
+// (ProcessGroup::id) travels, with its rank and size for printing; a recorded op also holds the
+// group itself, which to_group() returns (a deserialised one has none: InvalidArgument). Equal
+// by number, rank and size.
+struct GroupAttr {
+  std::uint64_t id = 0;
+  std::int32_t rank = 0;
+  std::int32_t size = 1;
+  std::shared_ptr<const ProcessGroup> live;
+  bool operator==(const GroupAttr& other) const noexcept {
+    return id == other.id && rank == other.rank && size == other.size;
+  }
+
+  static GroupAttr of(const ProcessGroup& group);
+  const ProcessGroup& to_group() const;
+};
+
 // Every non-tensor parameter type that ops.def uses. A parameter of a type missing here stops
 // the build (ir/signature.h), so a new op cannot lack an IR form silently.
 using Attribute =
     std::variant<Scalar, std::int64_t, bool, double, DType, Shape, Axes, ResolvedSlices,
                  Distribution, IndexingUpdate, ReduceOperation, ConvOptions, ConvTransposeOptions,
                  PoolOptions, UnfoldOptions, InterpolateOptions, AttentionOptions, QuantScheme,
-                 DeviceAttr, TensorData>;
+                 DeviceAttr, TensorData, GroupAttr>;
 
 // The alternatives of Attribute in order; the numbers are the wire encoding, never reordered.
 enum class AttributeKind : std::uint8_t {
@@ -91,9 +108,10 @@ enum class AttributeKind : std::uint8_t {
   QuantScheme,
   Device,
   Data,
+  Group,
 };
 inline constexpr std::size_t kAttributeKinds = std::variant_size_v<Attribute>;
-static_assert(static_cast<std::size_t>(AttributeKind::Data) + 1 == kAttributeKinds,
+static_assert(static_cast<std::size_t>(AttributeKind::Group) + 1 == kAttributeKinds,
               "AttributeKind lists the alternatives of Attribute");
 
 inline AttributeKind kind_of(const Attribute& attribute) noexcept {
@@ -160,8 +178,9 @@ std::uint64_t structure_hash(const Op& op);
 void validate(const Program& program);
 
 inline constexpr std::uint32_t kWireMagic = 0x52494b4b;  // "KKIR" little-endian
-// 2: QuantScheme names its block kind and QFloat data carries its scheme.
-inline constexpr std::uint32_t kWireVersion = 2;
+// 2: QuantScheme names its block kind and QFloat data carries its scheme. 3: process groups and
+// the reductions max and min (the collectives).
+inline constexpr std::uint32_t kWireVersion = 3;
 
 // Little-endian, length-prefixed:
 //   u32 magic, u32 version, u64 kBackendContractHash,

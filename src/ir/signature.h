@@ -77,6 +77,10 @@ template <>
 struct AttributeFor<Device> {
   using type = DeviceAttr;
 };
+template <>
+struct AttributeFor<ProcessGroup> {
+  using type = GroupAttr;
+};
 
 template <class T, class Variant>
 struct VariantIndex;
@@ -203,6 +207,9 @@ inline void add_argument(Op& op, IdSource& ids, const PrimitiveList& tensors) {
 inline void add_argument(Op& op, IdSource&, const Device& device) {
   op.attributes.emplace_back(DeviceAttr::of(device));
 }
+inline void add_argument(Op& op, IdSource&, const ProcessGroup& group) {
+  op.attributes.emplace_back(GroupAttr::of(group));
+}
 template <class T>
 void add_argument(Op& op, IdSource&, const T& value) {
   op.attributes.emplace_back(std::in_place_type<T>, value);
@@ -259,6 +266,8 @@ P argument(const ReplayInputs& in) {
     return list;
   } else if constexpr (std::is_same_v<P, Device>) {
     return std::get<DeviceAttr>(in.op.attributes[attributes_before<code>(I)]).to_device();
+  } else if constexpr (std::is_same_v<P, ProcessGroup>) {
+    return std::get<GroupAttr>(in.op.attributes[attributes_before<code>(I)]).to_group();
   } else {
     return std::get<P>(in.op.attributes[attributes_before<code>(I)]);
   }

@@ -128,6 +128,10 @@ void write_attribute(Writer& out, const Attribute& attribute) {
           out.boolean(value.autodiff);
           out.boolean(value.fused);
           out.text(value.url);
+        } else if constexpr (std::is_same_v<T, GroupAttr>) {
+          out.u64(value.id);
+          out.u32(static_cast<std::uint32_t>(value.rank));
+          out.u32(static_cast<std::uint32_t>(value.size));
         } else {
           static_assert(std::is_same_v<T, TensorData>);
           wire::write_data(out, value);
@@ -247,7 +251,7 @@ Attribute read_attribute(Reader& in) {
     case AttributeKind::IndexingUpdate:
       return in.enumeration(IndexingUpdate::Max, "indexing update");
     case AttributeKind::ReduceOperation:
-      return in.enumeration(ReduceOperation::Mean, "reduce operation");
+      return in.enumeration(ReduceOperation::Min, "reduce operation");
     case AttributeKind::Conv: {
       ConvOptions o;
       o.stride = in.ints("conv stride");
@@ -315,6 +319,19 @@ Attribute read_attribute(Reader& in) {
     }
     case AttributeKind::Data:
       return read_data_impl(in);
+    case AttributeKind::Group: {
+      GroupAttr g;
+      g.id = in.u64("group id");
+      const std::uint32_t rank = in.u32("group rank");
+      const std::uint32_t size = in.u32("group size");
+      if (size == 0 || rank >= size ||
+          size > static_cast<std::uint32_t>(std::numeric_limits<std::int32_t>::max())) {
+        in.fail(kiln::detail::concat("group rank ", rank, " of ", size, " out of range"));
+      }
+      g.rank = static_cast<std::int32_t>(rank);
+      g.size = static_cast<std::int32_t>(size);
+      return g;
+    }
   }
   in.fail(kiln::detail::concat("unknown attribute kind ", static_cast<int>(kind)));
 }

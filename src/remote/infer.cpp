@@ -1454,6 +1454,20 @@ constexpr auto kLater = [](const Context& c, const auto&...) -> Types {
   fail<UnsupportedOperation>(c.op, "is declared for an issue not yet landed (ops.def: LATER)");
 };
 
+// Collectives never travel: a client's RemoteBackend runs them through its own process group
+// (the contract's defaults, which read the values back), so a server refuses them.
+constexpr auto kLocalOnly = [](const Context& c, const auto&...) -> Types {
+  fail<UnsupportedOperation>(c.op,
+                             "is a collective: it runs in the process of its group, "
+                             "never on a server");
+};
+constexpr auto infer_all_reduce = kLocalOnly;
+constexpr auto infer_broadcast_from = kLocalOnly;
+constexpr auto infer_all_gather = kLocalOnly;
+constexpr auto infer_reduce_scatter = kLocalOnly;
+constexpr auto infer_send = kLocalOnly;
+constexpr auto infer_recv = kLocalOnly;
+
 // The op's arguments, read by the Backend method's parameter positions.
 struct Arguments {
   const ir::Op& op;
@@ -1481,6 +1495,10 @@ struct RuleArgument<PrimitiveList> {
 template <>
 struct RuleArgument<Device> {
   using type = const ir::DeviceAttr&;
+};
+template <>
+struct RuleArgument<ProcessGroup> {
+  using type = const ir::GroupAttr&;
 };
 
 template <OpCode code, std::size_t I, class P>

@@ -120,7 +120,7 @@ void RemoteBackend::assign(const Primitive& dst, Primitive src) {
   // src's handle goes after the command that reads it.
 }
 
-std::vector<Primitive> RemoteBackend::send(ir::Op op, std::vector<ir::TensorType>& input_types) {
+std::vector<Primitive> RemoteBackend::send_op(ir::Op op, std::vector<ir::TensorType>& input_types) {
   std::vector<const ir::TensorType*> types(op.inputs.size(), nullptr);
   std::size_t next = 0;
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
@@ -179,7 +179,7 @@ template <OpCode code, class Result, class... Args>
 Result RemoteBackend::ship(const Args&... args) {
   Inputs inputs(*this, op_info(code).name);
   ir::Op op = ir::Call<code>::make(inputs, args...);
-  return results_as<Result>(send(std::move(op), inputs.types));
+  return results_as<Result>(send_op(std::move(op), inputs.types));
 }
 
 // ---- ops written out: data in and out, and moves between devices ----
@@ -217,12 +217,41 @@ Primitive RemoteBackend::to_device(Primitive x, Device device) {
   return hardware_backend_for(target).from_data(std::move(data), target);
 }
 
+// ---- collectives: run here, through the group's communicator (the contract's defaults) ----
+
+Primitive RemoteBackend::all_reduce(Primitive x, ReduceOperation operation, ProcessGroup group) {
+  return Backend::all_reduce(std::move(x), operation, std::move(group));
+}
+Primitive RemoteBackend::broadcast_from(Primitive x, std::int64_t root, ProcessGroup group) {
+  return Backend::broadcast_from(std::move(x), root, std::move(group));
+}
+Primitive RemoteBackend::all_gather(Primitive x, ProcessGroup group) {
+  return Backend::all_gather(std::move(x), std::move(group));
+}
+Primitive RemoteBackend::reduce_scatter(Primitive x, ReduceOperation operation,
+                                        ProcessGroup group) {
+  return Backend::reduce_scatter(std::move(x), operation, std::move(group));
+}
+Primitive RemoteBackend::send(Primitive x, std::int64_t destination, ProcessGroup group) {
+  return Backend::send(std::move(x), destination, std::move(group));
+}
+Primitive RemoteBackend::recv(Shape shape, DType dtype, Device device, std::int64_t source,
+                              ProcessGroup group) {
+  return Backend::recv(std::move(shape), dtype, device, source, std::move(group));
+}
+
 // ---- every other op: sent as it is ----
 
 #define KILN_REMOTE_WRITTEN_OUT_from_data KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_into_data KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_read_many KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_to_device KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_all_reduce KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_broadcast_from KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_all_gather KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_reduce_scatter KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_send KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_recv KILN_PROBE
 #define KILN_REMOTE_NOT_0 1
 #define KILN_REMOTE_NOT_1 0
 #define KILN_REMOTE_NOT(x) KILN_REMOTE_NOT_EXPANDED(x)

@@ -62,7 +62,7 @@ class RemoteBackend final : public Backend {
   Result ship(const Args&... args);
   // op (its inputs and attributes filled in) with its results' ids and types, queued; the
   // results. input_types: one per op.inputs entry (null for an absent optional).
-  std::vector<Primitive> send(ir::Op op, std::vector<ir::TensorType>& input_types);
+  std::vector<Primitive> send_op(ir::Op op, std::vector<ir::TensorType>& input_types);
   void simple_command(CommandKind kind, std::uint64_t value = 0);
 
   const Device device_;

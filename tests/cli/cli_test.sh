@@ -185,6 +185,40 @@ case "$scenario" in
     expect 1 "tune-action: bogus not in {list,clear}" -- tune bogus
     expect 1 "tune-action is required" -- tune
     ;;
+  launch)
+    # Each rank's environment and its prefixed output; the store directory is gone afterwards.
+    # shellcheck disable=SC2016
+    expect 0 "[rank 1] rank 1 of 2" -- launch --nproc 2 -- \
+      sh -c 'echo "rank $KILN_RANK of $KILN_WORLD_SIZE, local $KILN_LOCAL_RANK"; echo "store $KILN_STORE"'
+    grep -qF "[rank 0] rank 0 of 2, local 0" "$work/out" || fail "launch: rank 0's line: $(cat "$work/out")"
+    store=$(sed -n 's/^\[rank 0\] store //p' "$work/out")
+    { [ -n "$store" ] && [ ! -e "$store" ]; } || fail "launch: the store '$store' was left behind"
+    # A failing rank stops the others (rank 0 would sleep a minute) and fails the launch.
+    start=$SECONDS
+    # shellcheck disable=SC2016
+    expect 1 "kiln: [launch] rank 1 of 2 exited with status 3; the other ranks were stopped" -- \
+      launch --nproc 2 -- sh -c '[ "$KILN_RANK" = 1 ] && exit 3; exec sleep 60'
+    [ $((SECONDS - start)) -lt 30 ] || fail "launch: the other rank was not stopped"
+    expect 1 "[launch] cannot run no-such-kiln-program" -- launch --nproc 2 -- no-such-kiln-program
+    expect 1 "--nproc" -- launch --nproc 0 -- true
+    expect 1 "--nproc" -- launch -- true
+    # The cores shared out among the ranks, unless OMP_NUM_THREADS says otherwise.
+    # shellcheck disable=SC2016
+    env -u OMP_NUM_THREADS "$kiln" launch --nproc 2 -- sh -c 'echo "threads $OMP_NUM_THREADS"' >"$work/out"
+    grep -qE '^\[rank 1\] threads [1-9][0-9]*$' "$work/out" || fail "launch: OMP_NUM_THREADS: $(cat "$work/out")"
+    # shellcheck disable=SC2016
+    OMP_NUM_THREADS=3 "$kiln" launch --nproc 2 -- sh -c 'echo "threads $OMP_NUM_THREADS"' >"$work/out"
+    grep -qF '[rank 0] threads 3' "$work/out" || fail "launch: OMP_NUM_THREADS=3: $(cat "$work/out")"
+    ;;
+  launch_digits)
+    # Data-parallel training over Gloo: rank 0 prints, with the world size.
+    expect 0 "[rank 0] world size 2: 16 images of every batch of 32 per rank" -- \
+      launch --nproc 2 -- kiln train digits --epochs 2 --out "$work/digits"
+    grep -qF "[rank 0] data parallel: 2 ranks (gloo)" "$work/out" || fail "launch: no data parallel line"
+    grep -qF "[rank 0] test accuracy" "$work/out" || fail "launch: no test accuracy"
+    if grep -q '^\[rank 1\]' "$work/out"; then fail "launch: rank 1 printed: $(cat "$work/out")"; fi
+    [ -f "$work/digits/log.csv" ] || fail "launch: rank 0 wrote no log"
+    ;;
   fusion_bisect)
     chains=$3
     # bisect STATUS TEXT ARGS...: kiln fusion-bisect ARGS; checks the status and TEXT in stdout.

@@ -19,7 +19,9 @@
 
 #include "conformance/conformance.h"
 #include "contract/op_code.h"
+#include "distributed/collective_checks.h"
 #include "runtime/registry.h"
+#include "support/ranks.h"
 
 namespace kiln {
 namespace {
@@ -1198,12 +1200,95 @@ std::vector<Case> transaction_cases() {
   return cases;
 }
 
+// The collectives' defaults (the CPU has no kernels of its own for them), called as Backend's
+// own on the two ranks of a thread group (a group of one where kiln was built without Gloo),
+// against the values every rank can compute (tests/distributed/collective_checks.h).
+std::vector<Case> distributed_cases() {
+  using Check = void (*)(const Env&, const ProcessGroup&, DType, const Primitive&);
+  static const Shape shape{4, 3};
+  auto on_ranks = [](std::string op, bool reduces, Check check) {
+    return Case{std::move(op), [reduces, check](const Env& env) {
+                  const std::vector<ProcessGroup> groups =
+                      distributed::available() ? ProcessGroup::threads(2)
+                                               : std::vector<ProcessGroup>{ProcessGroup::single()};
+                  const std::vector<DType> dtypes =
+                      reduces ? std::vector<DType>{DType::F32, DType::BF16, DType::I16, DType::U8}
+                              : std::vector<DType>{DType::F64, DType::F16, DType::I64, DType::Bool};
+                  test::expect_no_errors(test::on_ranks(groups, [&](const ProcessGroup& group) {
+                    for (DType dtype : dtypes) {
+                      const Primitive x =
+                          conformance::make_primitive(test::rank_values(shape, dtype, group.rank()),
+                                                      shape, dtype, Layout::Transposed, env.device);
+                      check(env, group, dtype, x);
+                    }
+                  }));
+                }};
+  };
+  std::vector<Case> cases;
+  cases.push_back(
+      on_ranks("all_reduce", true,
+               [](const Env& env, const ProcessGroup& group, DType dtype, const Primitive& x) {
+                 for (ReduceOperation op : {ReduceOperation::Mean, ReduceOperation::Min}) {
+                   conformance::expect_close(
+                       detail::into_data(env.defaults.Backend::all_reduce(x, op, group)), shape,
+                       dtype, test::reduced_values(shape, dtype, group.size(), op),
+                       "rank " + std::to_string(group.rank()) + " " + test::operation_name(op));
+                 }
+               }));
+  cases.push_back(on_ranks(
+      "reduce_scatter", true,
+      [](const Env& env, const ProcessGroup& group, DType dtype, const Primitive& x) {
+        const Shape chunk{4 / group.size(), 3};
+        conformance::expect_close(
+            detail::into_data(env.defaults.Backend::reduce_scatter(x, ReduceOperation::Max, group)),
+            chunk, dtype,
+            test::chunk_of(test::reduced_values(shape, dtype, group.size(), ReduceOperation::Max),
+                           group.rank(), group.size()),
+            "rank " + std::to_string(group.rank()));
+      }));
+  cases.push_back(on_ranks(
+      "broadcast_from", false,
+      [](const Env& env, const ProcessGroup& group, DType dtype, const Primitive& x) {
+        const int root = group.size() - 1;
+        conformance::expect_close(
+            detail::into_data(env.defaults.Backend::broadcast_from(x, root, group)), shape, dtype,
+            test::rank_values(shape, dtype, root), "rank " + std::to_string(group.rank()));
+      }));
+  cases.push_back(on_ranks(
+      "all_gather", false,
+      [](const Env& env, const ProcessGroup& group, DType dtype, const Primitive& x) {
+        std::vector<double> all;
+        for (int r = 0; r < group.size(); ++r) {
+          const std::vector<double> v = test::rank_values(shape, dtype, r);
+          all.insert(all.end(), v.begin(), v.end());
+        }
+        conformance::expect_close(detail::into_data(env.defaults.Backend::all_gather(x, group)),
+                                  Shape{4 * group.size(), 3}, dtype, all,
+                                  "rank " + std::to_string(group.rank()));
+      }));
+  // send and recv: rank 0 sends its x, rank 1 receives it (a group of one has no peer).
+  for (const char* op : {"send", "recv"}) {
+    cases.push_back(on_ranks(
+        op, false, [](const Env& env, const ProcessGroup& group, DType dtype, const Primitive& x) {
+          if (group.size() < 2) return;
+          if (group.rank() == 0) {
+            EXPECT_EQ(env.defaults.Backend::send(x, 1, group), x);  // send returns its input
+          } else {
+            conformance::expect_close(
+                detail::into_data(env.defaults.Backend::recv(shape, dtype, env.device, 0, group)),
+                shape, dtype, test::rank_values(shape, dtype, 0), "rank 1");
+          }
+        }));
+  }
+  return cases;
+}
+
 const std::vector<Case>& all_cases() {
   static const std::vector<Case> cases = [] {
     std::vector<Case> all;
-    for (auto group :
-         {creation_cases, arith_cases, unary_cases, compare_cases, reduce_cases, index_cases,
-          layout_cases, sort_cases, module_cases, activation_cases, transaction_cases}) {
+    for (auto group : {creation_cases, arith_cases, unary_cases, compare_cases, reduce_cases,
+                       index_cases, layout_cases, sort_cases, module_cases, activation_cases,
+                       transaction_cases, distributed_cases}) {
       for (Case& c : group()) all.push_back(std::move(c));
     }
     return all;

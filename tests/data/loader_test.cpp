@@ -71,6 +71,52 @@ TEST(DataLoader, BatchesInOrderWithAPartialLastBatch) {
   EXPECT_TRUE(collect(empty, 0).empty());
 }
 
+// Shards: rank r's batch k is part r of global batch k (batch_size * world_size items); a last,
+// smaller global batch is shared out evenly, padded from the start when it has fewer items than
+// ranks; every rank gets the same number of batches.
+std::vector<Batch> shard_batches(int items, std::size_t batch, std::size_t rank, std::size_t world,
+                                 bool shuffle = false, bool drop_last = false) {
+  DataLoader<int, Batch> loader(loader_numbers(items), identity,
+                                {.batch_size = batch,
+                                 .shuffle = shuffle,
+                                 .seed = 4,
+                                 .drop_last = drop_last,
+                                 .rank = rank,
+                                 .world_size = world});
+  std::vector<Batch> batches = collect(loader, 1);
+  EXPECT_EQ(batches.size(), loader.num_batches());
+  return batches;
+}
+
+TEST(DataLoader, ShardsEachGlobalBatchAcrossTheRanks) {
+  EXPECT_EQ(shard_batches(10, 2, 0, 2), (std::vector<Batch>{{0, 1}, {4, 5}, {8}}));
+  EXPECT_EQ(shard_batches(10, 2, 1, 2), (std::vector<Batch>{{2, 3}, {6, 7}, {9}}));
+  EXPECT_EQ(shard_batches(10, 2, 1, 2, false, true), (std::vector<Batch>{{2, 3}, {6, 7}}));
+  // Five items over four ranks: the last rank takes the odd one.
+  EXPECT_EQ(shard_batches(5, 4, 0, 4), (std::vector<Batch>{{0}}));
+  EXPECT_EQ(shard_batches(5, 4, 3, 4), (std::vector<Batch>{{3, 4}}));
+  // Two items over three ranks: the third gets the first item again.
+  EXPECT_EQ(shard_batches(2, 1, 2, 3), (std::vector<Batch>{{0}}));
+  // Shuffled, the ranks' batches joined in rank order are one process's batches of 2 * 3.
+  DataLoader<int, Batch> whole(loader_numbers(23), identity,
+                               {.batch_size = 6, .shuffle = true, .seed = 4});
+  const std::vector<Batch> expected = collect(whole, 1);
+  std::vector<std::vector<Batch>> ranks;
+  for (std::size_t r = 0; r < 3; ++r) ranks.push_back(shard_batches(23, 2, r, 3, true));
+  ASSERT_EQ(ranks[0].size(), expected.size());
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    Batch joined;
+    for (const auto& rank : ranks) joined.insert(joined.end(), rank[k].begin(), rank[k].end());
+    EXPECT_EQ(joined, expected[k]) << "global batch " << k;
+  }
+  EXPECT_THROW((DataLoader<int, Batch>(loader_numbers(4), identity,
+                                       {.batch_size = 2, .rank = 2, .world_size = 2})),
+               InvalidArgument);
+  EXPECT_THROW(
+      (DataLoader<int, Batch>(loader_numbers(4), identity, {.batch_size = 2, .world_size = 0})),
+      InvalidArgument);
+}
+
 TEST(DataLoader, NextWalksTheSameBatches) {
   DataLoader<int, Batch> loader(loader_numbers(5), identity, {.batch_size = 2});
   auto epoch = loader.epoch(0);

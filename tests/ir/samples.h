@@ -97,7 +97,7 @@ struct Sample<IndexingUpdate> {
 template <>
 struct Sample<ReduceOperation> {
   static ReduceOperation make(int variant) {
-    return variant ? ReduceOperation::Mean : ReduceOperation::Sum;
+    return variant ? ReduceOperation::Min : ReduceOperation::Mean;
   }
 };
 template <>
@@ -152,6 +152,13 @@ struct Sample<QuantScheme> {
 template <>
 struct Sample<Device> {
   static Device make(int variant) { return variant ? Device::cpu().autodiff() : Device::cpu(); }
+};
+template <>
+struct Sample<ProcessGroup> {
+  static ProcessGroup make(int variant) {
+    static const ProcessGroup groups[] = {ProcessGroup::single(), ProcessGroup::single()};
+    return groups[variant];
+  }
 };
 template <>
 struct Sample<TensorData> {

@@ -1110,6 +1110,8 @@ P placeholder_argument() {
     return f32({2});
   } else if constexpr (std::is_same_v<P, Device>) {
     return Device::cpu();
+  } else if constexpr (std::is_same_v<P, ProcessGroup>) {
+    return ProcessGroup::single();
   } else {
     return P{};
   }
@@ -1186,12 +1188,17 @@ std::vector<OpCode> every_op() {
 class InferMatchesCpu : public testing::TestWithParam<OpCode> {};
 
 // The op's cases run on the CPU backend; infer_types agrees with every result. A LATER op has no
-// backend to run it and is refused.
+// backend to run it, and a collective runs in its process group's process (a remote device's
+// client runs it there), so a server refuses both.
+bool refused_by_servers(const OpInfo& info) {
+  return info.availability == OpAvailability::Later || info.group == "distributed";
+}
+
 TEST_P(InferMatchesCpu, ResultTypes) {
   const OpCode code = GetParam();
   const OpInfo& info = op_info(code);
-  if (info.availability == OpAvailability::Later) {
-    // No backend runs it (the base throws): refused before its arguments are read.
+  if (refused_by_servers(info)) {
+    // Refused before its arguments are read.
     expect_refused<UnsupportedOperation>(placeholder_call(code));
     return;
   }
@@ -1207,13 +1214,13 @@ INSTANTIATE_TEST_SUITE_P(Infer, InferMatchesCpu, testing::ValuesIn(every_op()),
                            return std::string(op_info(param.param).name);
                          });
 
-// Coverage: every op of ops.def but the LATER ones has cases here (form-generated or written
-// out), so an op added to ops.def without them fails.
+// Coverage: every op of ops.def but those servers refuse has cases here (form-generated or
+// written out), so an op added to ops.def without them fails.
 TEST(InferCoverage, EveryOpOfOpsDefHasCases) {
   std::size_t ops = 0;
   for (const OpInfo& info : all_ops()) {
     ++ops;
-    if (info.availability == OpAvailability::Later) continue;
+    if (refused_by_servers(info)) continue;
     EXPECT_NE(any_cases_for(info.code), nullptr) << info.name << " has no cases";
   }
   std::size_t listed = 0;
@@ -1541,8 +1548,20 @@ TEST(InferRefuses, Pooling) {
 TEST(InferRefuses, LaterOps) {
   expect_refused<UnsupportedOperation>(RECORD(quantize, f32({2}), QuantScheme{}));
   expect_refused<UnsupportedOperation>(RECORD(dequantize, f32({2}), DType::F32));
-  expect_refused<UnsupportedOperation>(RECORD(all_reduce, f32({2}), ReduceOperation::Sum));
-  expect_refused<UnsupportedOperation>(RECORD(broadcast_from, f32({2}), Device::cpu()));
+}
+
+TEST(InferRefuses, Collectives) {
+  const ProcessGroup group = ProcessGroup::single();
+  const std::vector<std::string> why{"collective", "never on a server"};
+  expect_refused<UnsupportedOperation>(RECORD(all_reduce, f32({2}), ReduceOperation::Sum, group),
+                                       why);
+  expect_refused<UnsupportedOperation>(RECORD(broadcast_from, f32({2}), 0, group), why);
+  expect_refused<UnsupportedOperation>(RECORD(all_gather, f32({2}), group), why);
+  expect_refused<UnsupportedOperation>(
+      RECORD(reduce_scatter, f32({2}), ReduceOperation::Max, group), why);
+  expect_refused<UnsupportedOperation>(RECORD(send, f32({2}), 1, group), why);
+  expect_refused<UnsupportedOperation>(RECORD(recv, Shape{2}, DType::F32, Device::cpu(), 1, group),
+                                       why);
 }
 
 // The op and its input types must agree with ops.def and with each other.

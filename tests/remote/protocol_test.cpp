@@ -80,8 +80,9 @@ std::vector<ir::Op> ops_with_every_attribute() {
       {type_of(DType::F32, Shape{5})}, 20));
   ops.push_back(make_op(OpCode::scatter, {1, 3, 4}, {std::int64_t{0}, IndexingUpdate::Max},
                         {type_of(DType::F32, s)}, 21));
-  ops.push_back(
-      make_op(OpCode::all_reduce, {1}, {ReduceOperation::Mean}, {type_of(DType::F32, s)}, 22));
+  ops.push_back(make_op(OpCode::all_reduce, {1},
+                        {ReduceOperation::Max, ir::GroupAttr::of(ProcessGroup::single())},
+                        {type_of(DType::F32, s)}, 22));
   ops.push_back(make_op(OpCode::conv, {5, 6, ir::kNoTensor.index},
                         {ConvOptions{{1, 2}, {0, 1}, {1, 1}, 1}},
                         {type_of(DType::F32, {1, 4, 3, 3})}, 23));

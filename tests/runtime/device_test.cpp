@@ -14,6 +14,7 @@
 
 #include "runtime/cuda_plugin.h"
 #include "support/fresh_process.h"
+#include "support/scoped_env.h"
 
 namespace kiln {
 namespace {
@@ -31,30 +32,7 @@ std::string expect_error(F&& f) {
   return {};
 }
 
-// Sets KILN_DEVICE for one scope, restoring what was there.
-// Sets (or, given null, unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 class ScopedDeviceEnv : public ScopedEnv {
  public:

@@ -65,6 +65,16 @@ struct FusionBisectOptions {
 // error (main exits 2).
 int run_fusion_bisect(const FusionBisectOptions& options, std::ostream& out);
 
+struct LaunchOptions {
+  int nproc = 1;
+  std::vector<std::string> command;  // PROGRAM ARGS..., run without a shell
+};
+// `kiln launch --nproc N -- PROGRAM ARGS...`: N ranks of a process group on this host (their
+// environment: KILN_RANK, KILN_LOCAL_RANK, KILN_WORLD_SIZE, KILN_STORE), their output on out and
+// err, line by line, prefixed "[rank R] ". Returns 0 when every rank exits with 0; ExecutionError
+// naming the first rank that fails (the others are stopped).
+int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& err);
+
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 7878;  // 0: any free port (printed when listening)

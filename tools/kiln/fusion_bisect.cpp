@@ -2,12 +2,9 @@
 // changes the program's output. CMD runs with every group step by step (the reference), fused
 // (counting its groups), then with KILN_FUSION_LIMIT=N for a binary search over N; the group
 // controls it sets are described in src/decorators/fusion/group_controls.h.
-#include <fcntl.h>
 #include <kiln/detail/format.h>
 #include <kiln/error.h>
 #include <poll.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,8 +23,7 @@
 #include <vector>
 
 #include "tools/kiln/commands.h"
-
-extern char** environ;
+#include "tools/kiln/process.h"
 
 namespace kiln::tools {
 namespace {
@@ -47,78 +43,12 @@ struct Outcome {
 constexpr std::string_view kControlled[] = {"KILN_FUSION", "KILN_FUSION_LIMIT", "KILN_FUSION_ONLY",
                                             "KILN_FUSION_DESCRIBE", "KILN_FUSION_COUNT_FILE"};
 
-using Settings = std::vector<std::pair<std::string, std::string>>;
-
-std::vector<std::string> environment_with(const Settings& settings) {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    const std::string_view name = text.substr(0, text.find('='));
-    if (std::find(std::begin(kControlled), std::end(kControlled), name) == std::end(kControlled)) {
-      env.emplace_back(text);
-    }
-  }
-  for (const auto& [name, value] : settings) env.push_back(name + "=" + value);
-  return env;
-}
-
-std::vector<char*> pointers(std::vector<std::string>& strings) {
-  std::vector<char*> result;
-  for (std::string& s : strings) result.push_back(s.data());
-  result.push_back(nullptr);
-  return result;
-}
-
-// Closes a descriptor when it goes out of scope.
-class Descriptor {
- public:
-  explicit Descriptor(int fd = -1) noexcept : fd_(fd) {}
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  Descriptor& operator=(Descriptor&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Descriptor() { reset(); }
-  int get() const noexcept { return fd_; }
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
-// A pipe whose ends close with it; the child gets the write end through dup2 only.
-struct Pipe {
-  Descriptor read, write;
-  Pipe() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0)
-      detail::fail<ExecutionError>(kOp, "cannot make a pipe: ", std::strerror(errno));
-    read = Descriptor(fds[0]);
-    write = Descriptor(fds[1]);
-  }
-};
-
 // Runs command (execvp's search, its arguments as given: no shell) with settings added to the
 // environment and stdin from /dev/null; both outputs read through pipes until it ends.
 Outcome run(const std::vector<std::string>& command, const Settings& settings) {
-  Pipe out_pipe, err_pipe;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe.write.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe.write.get(), 2);
-  std::vector<std::string> args(command.begin(), command.end());
-  std::vector<std::string> env = environment_with(settings);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, args[0].c_str(), &actions, nullptr,
-                                     pointers(args).data(), pointers(env).data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0)
-    detail::fail<ExecutionError>(kOp, "cannot run ", command[0], ": ", std::strerror(spawned));
+  Pipe out_pipe(kOp), err_pipe(kOp);
+  const pid_t pid = spawn(command, environment_with(kControlled, settings), out_pipe.write.get(),
+                          err_pipe.write.get(), kOp);
   out_pipe.write.reset();
   err_pipe.write.reset();
   Outcome outcome;
@@ -142,11 +72,7 @@ Outcome run(const std::vector<std::string>& command, const Settings& settings) {
       }
     }
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) detail::fail<ExecutionError>(kOp, "waitpid: ", std::strerror(errno));
-  }
-  outcome.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  outcome.status = wait_for(pid, kOp);
   return outcome;
 }
 

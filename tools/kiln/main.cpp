@@ -1,6 +1,7 @@
 // The kiln command line: `kiln info`, `kiln train digits`, `kiln train charlm [FILE]`,
 // `kiln embed MODEL_DIR TEXT...`, `kiln fusion-bisect -- CMD ARGS...`,
-// `kiln serve --token-file FILE [--host H] [--port P] [--device D]`, `kiln tune list|clear`.
+// `kiln serve --token-file FILE [--host H] [--port P] [--device D]`,
+// `kiln launch --nproc N -- PROGRAM ARGS...`, `kiln tune list|clear`.
 // One error exit: whatever goes wrong (a bad option, kiln's errors, the file system's, memory)
 // ends as one line "kiln: ..." on stderr and exit status 1 (2 for fusion-bisect, whose 1 means
 // "found a group", as for diff and git bisect run).
@@ -140,6 +141,15 @@ int run(int argc, char** argv) {
   bisect_cmd->add_option("command", bisect.command, "-- CMD ARGS...: the program to run")
       ->required();
 
+  LaunchOptions launch;
+  CLI::App* launch_cmd = app.add_subcommand(
+      "launch", "run PROGRAM as N processes, the ranks of a process group (data parallel)");
+  launch_cmd->add_option("--nproc", launch.nproc, "processes (ranks) to start")
+      ->check(CLI::Range(1, 1024))
+      ->required();
+  launch_cmd->add_option("command", launch.command, "-- PROGRAM ARGS...: what each rank runs")
+      ->required();
+
   ServeOptions serve;
   CLI::App* serve_cmd =
       app.add_subcommand("serve", "run remote clients' ops (remote://HOST:PORT devices) here");
@@ -177,6 +187,7 @@ int run(int argc, char** argv) {
   if (bisect_cmd->parsed()) return run_fusion_bisect(bisect, std::cout);
   if (serve_cmd->parsed()) return run_serve(serve, std::cout);
   if (tune_cmd->parsed()) return run_tune(tune_action, std::cout);
+  if (launch_cmd->parsed()) return run_launch(launch, std::cout, std::cerr);
   return 0;
 }
 

@@ -1,11 +1,16 @@
 // `kiln train digits`: a classifier of the UCI handwritten digits (8x8 images), the main job of
-// `./run demo`. A small convolutional network trained with AdamW and a cosine schedule.
+// `./run demo`. A small convolutional network trained with AdamW and a cosine schedule. Under
+// `kiln launch --nproc N` it trains data-parallel (kiln/train/data_parallel.h): each of the N
+// ranks takes 32 / N images of every batch of 32 (rounded up), so the run is the one-process run
+// up to the order of float sums; rank 0 prints and writes the run directory.
 #include <kiln/data/classification.h>
 #include <kiln/data/digits.h>
 #include <kiln/data/views.h>
+#include <kiln/distributed.h>
 #include <kiln/kiln.h>
 #include <kiln/nn/nn.h>
 #include <kiln/optim/optim.h>
+#include <kiln/train/data_parallel.h>
 #include <kiln/train/learner.h>
 
 #include <iomanip>
@@ -30,13 +35,17 @@ std::string absolute_path(const std::filesystem::path& path) {
 
 }  // namespace
 
-int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
+int run_train_digits(const TrainDigitsOptions& options, std::ostream& all_ranks_out) {
   constexpr std::string_view kOp = "train digits";
   require_range(kOp, "--epochs", options.epochs, 1);
+  const Device device = Device::default_device();
+  // One process, or a rank of `kiln launch`; rank 0 alone prints.
+  const ProcessGroup group = ProcessGroup::from_env(device);
+  std::ostream quiet(nullptr);
+  std::ostream& out = group.rank() == 0 ? all_ranks_out : quiet;
   // Read once with a limit before the CSV reader sees it: an endless or huge --data is an
   // error, and the fingerprint tells a resumed run whether its data changed.
   const std::string fingerprint = fingerprint_file(options.data, kGiB, kOp);
-  const Device device = Device::default_device();
   device.seed(options.seed);
   const auto digits = data::load_digits(options.data);
   // 80% to train on, 20% held out for the test accuracy; a tenth of the training part validates.
@@ -47,9 +56,18 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
       << "\n";
 
   const data::ClassificationBatcher batcher(device);
-  const data::ClassificationLoader train_loader(
-      training, batcher,
-      {.batch_size = 32, .shuffle = true, .seed = options.seed, .num_workers = 1});
+  std::optional<train::DataParallel> data_parallel;
+  const std::size_t world = static_cast<std::size_t>(group.size());
+  const std::size_t batch_per_rank = (32 + world - 1) / world;
+  data::DataLoaderOptions train_options{
+      .batch_size = batch_per_rank, .shuffle = true, .seed = options.seed, .num_workers = 1};
+  if (group.size() > 1) {
+    data_parallel.emplace(group);
+    train_options = data_parallel->shard(train_options);
+    out << "world size " << group.size() << ": " << batch_per_rank << " images of every batch of "
+        << batch_per_rank * world << " per rank\n";
+  }
+  const data::ClassificationLoader train_loader(training, batcher, train_options);
   const data::ClassificationLoader valid_loader(validation, batcher, {.batch_size = 256});
   const data::ClassificationLoader test_loader(test, batcher, {.batch_size = 256});
 
@@ -69,10 +87,11 @@ int run_train_digits(const TrainDigitsOptions& options, std::ostream& out) {
                    {"split", "80% train (a tenth of it validation), 20% test"},
                    {"optimizer", "AdamW, weight decay 1e-4"},
                    {"schedule", "cosine from 3e-3 to 1e-5 over all epochs"},
-                   {"batch_size", "32"}},
+                   {"batch_size", std::to_string(batch_per_rank * world)}},
       .notes = {{"data_path", absolute_path(options.data)}},
       .precision = options.precision,
-      .out = &out};
+      .out = &out,
+      .data_parallel = data_parallel ? &*data_parallel : nullptr};
   // Recorded only when mixed, so that runs made before the option resume as they were.
   if (options.precision != DType::F32) {
     config.settings["precision"] = std::string(dtype_name(options.precision));

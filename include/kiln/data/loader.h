@@ -18,6 +18,12 @@
 // order, and the last batch is smaller unless drop_last drops it. The batches are the same, in
 // the same order, whatever num_workers is: runs are reproducible from (seed, epoch).
 //
+// Shards. With world_size > 1 (data-parallel training, kiln/train/data_parallel.h), the epoch's
+// order is cut into global batches of batch_size * world_size items, and this loader's batch k is
+// part `rank` of global batch k: batch_size items, or an even share of a last, smaller global
+// batch (padded from the start of the order when it has fewer items than ranks). Every rank gets
+// the same number of batches, and together they visit each item once per epoch (padding aside).
+//
 // Workers. With num_workers > 0, that many threads build batches ahead of the consumer, at most
 // `prefetch` of them ready or in the making at once. The dataset's get() and the batcher are
 // then called from several threads at the same time. An exception thrown for batch k (by get()
@@ -52,12 +58,15 @@ struct DataLoaderOptions {
   bool drop_last = false;       // omit a last batch smaller than batch_size
   std::size_t num_workers = 0;  // threads building batches ahead; 0: built on the caller's thread
   std::size_t prefetch = 0;     // batches ready or being built ahead; 0: 2 * num_workers
+  std::size_t rank = 0;         // this loader's shard of each global batch (see Shards)
+  std::size_t world_size = 1;   // shards per global batch
 };
 
 namespace detail {
 
 [[noreturn]] void fail_null_loader_argument(const char* what);
-// InvalidArgument for batch_size 0 or more than kMaxLoaderWorkers workers.
+// InvalidArgument for batch_size 0, more than kMaxLoaderWorkers workers, or a rank outside
+// [0, world_size).
 void check_loader_options(const DataLoaderOptions& options);
 inline constexpr std::size_t kMaxLoaderWorkers = 256;
 std::size_t num_batches(std::size_t size, const DataLoaderOptions& options);

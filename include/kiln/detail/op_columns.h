@@ -37,6 +37,7 @@
 #define KILN_IMPL_BITS_D 0, 0, 1, 0, 0, 0, 0, 0
 #define KILN_IMPL_BITS_SD 0, 0, 1, 1, 0, 0, 0, 0
 #define KILN_IMPL_BITS_S 0, 0, 0, 1, 0, 0, 0, 0
+#define KILN_IMPL_BITS_R 0, 0, 0, 0, 0, 0, 1, 0
 #define KILN_IMPL_BITS_NONE 0, 0, 0, 0, 0, 0, 0, 0
 
 // The arguments are expanded before the call, so a column's token becomes its bits first.

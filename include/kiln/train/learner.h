@@ -23,6 +23,14 @@
 // run. Checkpoints carry a checksum of their tensors; when the newest is corrupt or unreadable,
 // the run resumes from the one before it (two are kept) and prints a warning line, and when
 // none is usable, InvalidArgument says why for each.
+//
+// Data-parallel training (LearnerConfig::data_parallel, kiln/train/data_parallel.h): every rank
+// calls fit with the same model, optimizer and configuration and its own shard of the training
+// data (DataParallel::shard); rank 0's parameters are broadcast first, each backward pass
+// averages the gradients over the ranks, and the epoch's losses and accuracies are summed over
+// the ranks, so every rank logs the same numbers. Rank 0 alone prints, and writes and resumes the
+// run directory: the other ranks resume from the checkpoint rank 0 chose (the directory must be
+// reachable from every rank) and write nothing. Data-parallel steps are not captured.
 #pragma once
 
 #include <cmath>
@@ -46,6 +54,7 @@
 #include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/record/safetensors.h"
+#include "kiln/train/data_parallel.h"
 #include "kiln/train/history.h"
 #include "kiln/train/progress.h"
 
@@ -96,6 +105,9 @@ struct LearnerConfig {
   DType precision = DType::F32;
   Progress::Style progress = Progress::Style::Auto;
   std::ostream* out = &std::cout;
+  // Data-parallel training over this rank's group (see the header comment); not owned. Null: one
+  // process.
+  const DataParallel* data_parallel = nullptr;
 };
 
 // The files of a run directory: run.json (the configuration), model-N.safetensors and
@@ -159,6 +171,10 @@ int prepare_run(const LearnerConfig& config, const std::vector<nn::NamedParam>& 
                 const std::function<void(const Checkpoint&)>& restore, History& history);
 
 Device model_device(const std::vector<nn::NamedParam>& params);
+// Data-parallel runs (src/distributed/data_parallel.cpp): metrics summed over the ranks (their
+// losses, samples and hits), and rank 0's epoch to continue after, on every rank.
+void sum_over_ranks(PassMetrics& metrics, const DataParallel& data_parallel);
+int rank0_start(int start, const DataParallel& data_parallel);
 double read_loss(const Tensor<1>& loss);
 // ShapeMismatch unless the step's loss has one element.
 void check_loss(const Tensor<1>& loss);
@@ -284,7 +300,10 @@ template <nn::detail::Visitable Model, class Schedule, class TrainLoader, class 
 Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
           const TrainLoader& train_loader, const ValidLoader* valid_loader, Step step,
           const LearnerConfig& config, History* history_out = nullptr) {
-  std::ostream& out = *config.out;
+  const DataParallel* ddp = config.data_parallel;
+  const bool lead = ddp == nullptr || ddp->rank() == 0;  // prints and writes the run directory
+  std::ostream quiet(nullptr);
+  std::ostream& out = lead ? *config.out : quiet;
   const RunFiles files{config.directory};
   if (config.epochs < 1) {
     kiln::detail::fail<InvalidArgument>("train::fit", "epochs must be at least 1, got ",
@@ -303,11 +322,21 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
       optimizer.load_state_dict(restored, checkpoint.optimizer);
       model = std::move(restored);
     };
-    start = detail::prepare_run(config, nn::named_parameters(model), restore, history);
+    if (lead) start = detail::prepare_run(config, nn::named_parameters(model), restore, history);
+    // The other ranks resume from the checkpoint rank 0 chose.
+    if (ddp != nullptr) start = detail::rank0_start(start, *ddp);
+    if (!lead && start > 0) restore(detail::read_checkpoint(files, start));
+  }
+  if (ddp != nullptr) {
+    model = ddp->broadcast_parameters(std::move(model));
+    out << "data parallel: " << ddp->world_size() << " ranks (" << ddp->group().backend_name()
+        << "), gradients averaged in buckets of "
+        << static_cast<double>(ddp->options().bucket_bytes) / (1 << 20) << " MiB "
+        << (ddp->options().overlap ? "during" : "after") << " each backward pass\n";
   }
   const Device device = detail::model_device(nn::named_parameters(model));
   detail::CapturedSteps<typename std::decay_t<decltype(*train_loader.epoch(0).begin())>> captured(
-      config.capture && detail::capture_allowed());
+      config.capture && detail::capture_allowed() && ddp == nullptr);
   optim::GradScaler scaler = optim::GradScaler::for_dtype(config.precision);
   for (int epoch = start + 1; epoch <= config.epochs; ++epoch) {
     const auto started = Progress::Clock::now();
@@ -328,7 +357,8 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
         StepOutput result =
             detail::forward_in(config.precision, device, [&] { return step(model, input); });
         detail::check_loss(result.loss);
-        Gradients grads = scaler.scale(result.loss).backward();
+        Gradients grads = ddp != nullptr ? ddp->backward(model, scaler.scale(result.loss))
+                                         : scaler.scale(result.loss).backward();
         if (config.clip_grad_norm) {
           scaler.unscale(model, grads);
           optim::clip_grad_norm(model, grads, *config.clip_grad_norm);
@@ -346,6 +376,7 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
       train_metrics.add(result, loss);
       progress.update(result.samples, train_metrics.mean_loss());
     }
+    if (ddp != nullptr) detail::sum_over_ranks(train_metrics, *ddp);
     progress.finish(train_metrics.summary());
     record.train_loss = train_metrics.mean_loss();
     record.train_accuracy = train_metrics.accuracy();
@@ -353,15 +384,16 @@ Model fit(Model model, optim::Optimizer& optimizer, const Schedule& schedule,
     if (valid_loader != nullptr) {
       Progress check(out, label + " valid", static_cast<std::int64_t>(valid_loader->num_batches()),
                      config.progress);
-      const detail::PassMetrics valid_metrics =
+      detail::PassMetrics valid_metrics =
           detail::run_pass(model, *valid_loader, step, &check, config.precision);
+      if (ddp != nullptr) detail::sum_over_ranks(valid_metrics, *ddp);
       check.finish(valid_metrics.summary());
       record.valid_loss = valid_metrics.mean_loss();
       record.valid_accuracy = valid_metrics.accuracy();
     }
     record.seconds = std::chrono::duration<double>(Progress::Clock::now() - started).count();
     history.add(record);
-    if (!config.directory.empty()) {
+    if (!config.directory.empty() && lead) {
       files.commit(epoch, nn::to_record(model), optimizer.state_dict(), history);
     }
   }

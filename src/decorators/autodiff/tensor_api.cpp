@@ -56,6 +56,8 @@ std::optional<std::uint64_t> leaf_of(const Primitive& x) {
 
 }  // namespace
 
+std::optional<std::uint64_t> leaf_id(const Primitive& x) noexcept { return leaf_of(x); }
+
 Primitive require_grad(Primitive x, bool require) {
   if (!x->device().is_autodiff()) {
     fail<AutodiffError>("require_grad", "a tensor on ", x->device().to_string(),

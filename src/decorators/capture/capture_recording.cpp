@@ -8,6 +8,7 @@
 
 #include "decorators/capture/capture_backend.h"
 #include "kiln/detail/format.h"
+#include "kiln/detail/op_columns.h"
 
 namespace kiln::capturing {
 
@@ -57,12 +58,31 @@ Result CaptureBackend::checked(Args... args) {
   return (inner().*ir::OpTraits<code>::kMethod)(std::move(args)...);
 }
 
-#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
-  result CaptureBackend::intercepted_##name params {                                     \
-    if (Session* session = recording()) [[likely]]                                       \
-      return session->call<OpCode::name>(inner(), KILN_MOVE_ARGS(args));                 \
-    return checked<OpCode::name, result>(KILN_MOVE_ARGS(args));                          \
+// Ops a capture refuses (impl R or V: values to the host or another device, a shape from the
+// values) are refused inside a region, and the checker runs them as they are: no recording path.
+#define KILN_CAPTURE_OR(a, b) KILN_CAPTURE_OR_EXPANDED(a, b)
+#define KILN_CAPTURE_OR_EXPANDED(a, b) KILN_CAPTURE_OR_##a##b
+#define KILN_CAPTURE_OR_00 0
+#define KILN_CAPTURE_OR_01 1
+#define KILN_CAPTURE_OR_10 1
+#define KILN_CAPTURE_OR_11 1
+#define KILN_CAPTURE_REFUSES(impl) \
+  KILN_CAPTURE_OR(KILN_IMPL_HOST(impl), KILN_IMPL_VALUE_SHAPE(impl))
+#define KILN_CAPTURE_INTERCEPT_0(name, result, params, args)             \
+  result CaptureBackend::intercepted_##name params {                     \
+    if (Session* session = recording()) [[likely]]                       \
+      return session->call<OpCode::name>(inner(), KILN_MOVE_ARGS(args)); \
+    return checked<OpCode::name, result>(KILN_MOVE_ARGS(args));          \
   }
+#define KILN_CAPTURE_INTERCEPT_1(name, result, params, args)                   \
+  result CaptureBackend::intercepted_##name params {                           \
+    if (recording() != nullptr) Session::refuse_if_uncapturable(OpCode::name); \
+    return inner().name(KILN_MOVE_ARGS(args));                                 \
+  }
+#define KILN_CAPTURE_INTERCEPT(refused) KILN_CAPTURE_INTERCEPT_EXPANDED(refused)
+#define KILN_CAPTURE_INTERCEPT_EXPANDED(refused) KILN_CAPTURE_INTERCEPT_##refused
+#define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \
+  KILN_CAPTURE_INTERCEPT(KILN_CAPTURE_REFUSES(impl))(name, result, params, args)
 #include "kiln/detail/ops.def"
 #undef KILN_OP
 

@@ -33,6 +33,11 @@ void Session::refuse(std::string_view op, std::string_view why) {
 
 void Session::refuse_if_uncapturable(OpCode code) {
   const OpInfo& info = op_info(code);
+  if (info.group == "distributed") {
+    refuse(info.name,
+           "a collective exchanges values with the other ranks of its process group through the "
+           "host; call it outside the region");
+  }
   if (info.host_transfer) {
     refuse(info.name,
            "it moves values to the host or to another device, which a replay would not do "

@@ -336,6 +336,17 @@ TEST(Capture, EveryOpOpsDefMarksUncapturableIsRefused) {
   const Tensor<2> x = random_tensor(3, 4, 2, cpu);
   const Primitive mask = x.greater_elem(0.0).primitive();
   Backend& backend = backend_for(cpu);
+  const ProcessGroup alone = ProcessGroup::single(cpu);
+  // send and recv on a group of one run into the missing peer, which is their running.
+  const auto without_peer = [](std::function<void()> run) {
+    return [run] {
+      try {
+        run();
+      } catch (const InvalidArgument& e) {
+        if (std::string(e.what()).find("no other rank") == std::string::npos) throw;
+      }
+    };
+  };
   const std::map<std::string, std::function<void()>> cases = {
       {"into_data", [&] { (void)backend.into_data(x.primitive()).get(); }},
       {"read_many",
@@ -345,6 +356,14 @@ TEST(Capture, EveryOpOpsDefMarksUncapturableIsRefused) {
       {"to_device", [&] { (void)backend.to_device(x.primitive(), cpu); }},
       {"argwhere", [&] { (void)backend.argwhere(mask, DType::I64); }},
       {"mask_select", [&] { (void)backend.mask_select(x.primitive(), mask); }},
+      // The collectives, on a group of one (outside a region they return their input).
+      {"all_reduce", [&] { (void)backend.all_reduce(x.primitive(), ReduceOperation::Sum, alone); }},
+      {"broadcast_from", [&] { (void)backend.broadcast_from(x.primitive(), 0, alone); }},
+      {"all_gather", [&] { (void)backend.all_gather(x.primitive(), alone); }},
+      {"reduce_scatter",
+       [&] { (void)backend.reduce_scatter(x.primitive(), ReduceOperation::Max, alone); }},
+      {"send", without_peer([&] { (void)backend.send(x.primitive(), 1, alone); })},
+      {"recv", without_peer([&] { (void)backend.recv({2}, DType::F32, cpu, 1, alone); })},
   };
   std::size_t marked = 0;
   for (const OpInfo& op : all_ops()) {

@@ -1,5 +1,6 @@
 // A program outside the kiln tree, built against the installed package: kiln::kiln brings the
-// tensor library, nn and text (kiln_nn) and data and train (kiln_train), each used here.
+// tensor library, nn and text (kiln_nn), data and train (kiln_train) and process groups
+// (kiln_dist), each used here.
 #include <kiln/kiln.h>
 
 #include <cstdio>
@@ -19,6 +20,10 @@ int main() {
     return 3;
   } catch (const Error&) {
   }
+  const ProcessGroup alone = ProcessGroup::single(Device::cpu());
+  if (distributed::all_reduce(a, alone, ReduceOperation::Max).into_data().to_vec<float>() !=
+      std::vector<float>{1, 1, 1, 1})
+    return 5;
   std::puts("consumer ok");
   return 0;
 }
