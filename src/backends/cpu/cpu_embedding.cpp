@@ -42,6 +42,8 @@ std::vector<std::int64_t> checked_indices(const Primitive& indices, std::int64_t
 }  // namespace
 
 Primitive CpuBackend::embedding(Primitive weights, Primitive indices) {
+  if (weights->dtype() == DType::QFloat) [[unlikely]]
+    weights = dequantize(std::move(weights), DType::F32);
   const DType dtype = weights->dtype();
   const CpuTensor& w = as_cpu(weights);
   const std::int64_t rows = w.shape()[0], width = w.shape()[1];

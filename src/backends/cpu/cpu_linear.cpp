@@ -73,6 +73,8 @@ bool bf16_linear(const CpuTensor& x, const CpuTensor& w, const CpuTensor* bias, 
 }  // namespace
 
 Primitive CpuBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bias) {
+  if (weight->dtype() == DType::QFloat) [[unlikely]]
+    weight = dequantize(std::move(weight), x->dtype());
   const DType dtype = x->dtype();
   detail::DimVector dims(x->shape().vector());
   dims.back() = weight->shape()[1];

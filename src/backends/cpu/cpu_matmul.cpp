@@ -203,6 +203,8 @@ constexpr DType accumulator_dtype() {
 }  // namespace
 
 Primitive CpuBackend::matmul(Primitive lhs, Primitive rhs) {
+  if (rhs->dtype() == DType::QFloat) [[unlikely]]
+    rhs = dequantize(std::move(rhs), lhs->dtype());
   const DType dtype = lhs->dtype();
   const Shape& sl = lhs->shape();
   const Shape& sr = rhs->shape();

@@ -1,0 +1,63 @@
+// The CPU backend's QFloat primitive: the raw blocks of a QuantScheme on CpuStorage, row-major
+// over `stored` (blocks along its last dim, as TensorData::quantized holds them), seen through a
+// permutation of its dims. permute and swap_dims make views of the same blocks in O(1), so that
+// `x.matmul(w.transpose())` reaches the product with the weight still quantized; every other op
+// sees the tensor dequantized (the tensor layer's rule, tensor/common.h).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/allocator.h"
+#include "contract/backend.h"
+
+namespace kiln::cpu {
+
+class CpuQuantTensor final : public TensorPrimitive {
+ public:
+  // The blocks of `stored`, viewed with dim i showing dim axes[i] of stored (cpu_quant.cpp).
+  CpuQuantTensor(QuantScheme scheme, const Shape& stored, Axes axes,
+                 std::shared_ptr<CpuStorage> blocks);
+  // Fresh blocks of shape, in stored order.
+  CpuQuantTensor(QuantScheme scheme, const Shape& shape, std::shared_ptr<CpuStorage> blocks);
+
+  bool storage_unique() const noexcept override { return blocks_.use_count() == 1; }
+
+  const QuantScheme& scheme() const noexcept { return scheme_; }
+  // The shape the blocks encode, row-major, blocks along its last dim.
+  const Shape& stored_shape() const noexcept { return stored_; }
+  const Axes& axes() const noexcept { return axes_; }
+  // True when the view is the stored shape itself (no dim moved).
+  bool in_stored_order() const noexcept {
+    for (std::size_t i = 0; i < axes_.size(); ++i) {
+      if (axes_[i] != static_cast<std::int64_t>(i)) return false;
+    }
+    return true;
+  }
+  // True for [cols, rows] over stored [rows, cols]: a weight's transpose, whose blocks run along
+  // a product's inner dim.
+  bool is_transposed_matrix() const noexcept {
+    return axes_.size() == 2 && axes_[0] == 1 && axes_[1] == 0;
+  }
+  const std::shared_ptr<CpuStorage>& storage() const noexcept { return blocks_; }
+  const std::byte* blocks() const noexcept { return blocks_->data(); }
+
+  static Axes identity(std::size_t rank);
+
+ private:
+  QuantScheme scheme_;
+  Shape stored_;
+  Axes axes_;
+  std::shared_ptr<CpuStorage> blocks_;
+};
+
+inline const CpuQuantTensor& as_quantized(const Primitive& p) noexcept {
+  return static_cast<const CpuQuantTensor&>(*p);
+}
+
+// from_data and into_data of QFloat data (cpu_quant.cpp): the blocks copied as they are. A view
+// whose blocks no longer run along its last dim reads back dequantized, as f32.
+Primitive quantized_from_data(const TensorData& data);
+TensorData quantized_into_data(Backend& backend, const Primitive& x);
+
+}  // namespace kiln::cpu
