@@ -60,4 +60,15 @@ inline const CpuQuantTensor& as_quantized(const Primitive& p) noexcept {
 Primitive quantized_from_data(const TensorData& data);
 TensorData quantized_into_data(Backend& backend, const Primitive& x);
 
+// x [..., k] @ weight (+ bias [n]) for a QFloat matrix weight viewed [k, n]
+// (cpu_quant_product.cpp): matmul's and linear's product in x's dtype, computed in f32 on the
+// blocks.
+Primitive quantized_product(Backend& backend, Primitive x, const Primitive& weight,
+                            OptionalPrimitive bias);
+// embedding from a QFloat table [rows, width] in stored order: the rows index names (checked,
+// in indices' row-major order, whose shape is indices_shape), decoded to f32; the rest of the
+// table stays as it is.
+Primitive quantized_rows(const CpuQuantTensor& table, const std::vector<std::int64_t>& index,
+                         const Shape& indices_shape);
+
 }  // namespace kiln::cpu
