@@ -180,7 +180,8 @@ class Tensor {
   // ---- quantization (<kiln/quant.h>) ----
   // The values encoded in scheme's blocks along the last dim: a QFloat tensor of the same shape
   // (ShapeMismatch unless the last dim is a whole number of blocks, InvalidArgument for a NaN or
-  // infinite value, UnsupportedOperation for a scheme kiln decodes but cannot encode). A product
+  // infinite value, UnsupportedOperation for a scheme kiln decodes but cannot encode: Q2_K, Q3_K,
+  // Q5_K, Q8_K). A product
   // whose weight it is reads its blocks (x.matmul(q.transpose()), module::linear, embedding);
   // every other op sees its values dequantized to f32, so q + x is a float tensor.
   Tensor quantize(const QuantScheme& scheme) const requires std::is_same_v<K, Float> {

@@ -331,6 +331,11 @@ TEST(QuantizedTensor, ErrorsNameTheOpAndTheValues) {
         (void)Tensor<2>::zeros({1, 256}, device).quantize(quant_scheme(Kind::Q2_K));
       },
       "quantize", {"Q2_K"});
+  expect_error<ShapeMismatch>(
+      [&] {
+        (void)Tensor<2>::zeros({1, 96}, device).quantize(quant_scheme(Kind::Q4_K));
+      },
+      "quantize", {"[1, 96]", "Q4_K's 256"});
   expect_error<InvalidArgument>(
       [&] {
         (void)Tensor<2>::zeros({1, 32}, device).quantize(QuantScheme{Kind::Q8_0, 16});

@@ -118,11 +118,12 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<Kind, QuantIsa>>
          kIsas[static_cast<int>(std::get<1>(info.param))];
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    KindsAndIsas, QuantProduct,
-    ::testing::Combine(::testing::Values(Kind::Q8_0, Kind::Q4_0, Kind::Q4_1, Kind::Q5_0),
-                       ::testing::Values(QuantIsa::Scalar, QuantIsa::Avx2, QuantIsa::Avx512)),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(KindsAndIsas, QuantProduct,
+                         ::testing::Combine(::testing::Values(Kind::Q8_0, Kind::Q4_0, Kind::Q4_1,
+                                                              Kind::Q5_0, Kind::Q4_K),
+                                            ::testing::Values(QuantIsa::Scalar, QuantIsa::Avx2,
+                                                              QuantIsa::Avx512)),
+                         case_name);
 
 TEST(QuantMatvec, IsTheProductOfOneRow) {
   std::mt19937 rng(33);
