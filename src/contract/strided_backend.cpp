@@ -53,6 +53,8 @@ Primitive StridedBackend::unfold(Primitive x, std::int64_t dim, std::int64_t siz
 }
 
 Primitive StridedBackend::slice(Primitive x, ResolvedSlices slices) {
+  if (x->dtype() == DType::QFloat) [[unlikely]]
+    return slice_quantized(std::move(x), std::move(slices));
   const StridedTensor& t = as_strided(x);
   return view_on(t, strided::slice(t.shape(), t.strides(), t.offset(), slices));
 }
@@ -74,6 +76,10 @@ Primitive StridedBackend::slice_assign(Primitive x, ResolvedSlices slices, Primi
 
 Primitive StridedBackend::permute_quantized(Primitive, Axes) {
   detail::fail<UnsupportedDType>("permute", name(), " cannot store qfloat tensors");
+}
+
+Primitive StridedBackend::slice_quantized(Primitive, ResolvedSlices) {
+  detail::fail<UnsupportedDType>("slice", name(), " cannot store qfloat tensors");
 }
 
 void StridedBackend::assign(const Primitive& dst, Primitive src) {

@@ -30,7 +30,7 @@ Backend& backend_of(const Primitive& a, const Primitive& b, const char* op);
 // tensor operands here, and here is the tensor layer's one rule for quantized tensors: a QFloat
 // operand (of the Float kind) is replaced by its values dequantized to f32, so that an op sees
 // QFloat only where it reads the blocks themselves (dequantize, the weight of linear and matmul,
-// embedding's table, permute and swap_dims, reads and moves), which do not call this on it.
+// embedding's table, permute, swap_dims and slice, reads and moves), which do not call this on it.
 void check_kind(Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op);
 inline void check_float(Primitive& p, const char* op) { check_kind(p, true, false, false, op); }
 inline void check_numeric(Primitive& p, const char* op) { check_kind(p, true, true, false, op); }

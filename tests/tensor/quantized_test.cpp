@@ -223,9 +223,10 @@ TEST(QuantizedTensor, OtherOpsSeeTheDequantizedValues) {
     EXPECT_EQ(q.greater_elem(0.0).into_data().to_vec<bool>()[0], v[0] > 0) << context;
     // Layout, indexing and joins.
     EXPECT_EQ(q.reshape<1>(Shape{192}).into_data().to_f64_vec(), v) << context;
-    const TensorData row = q.slice({{2, 3}}).into_data();
-    EXPECT_EQ(row.dtype(), DType::F32) << context;
-    EXPECT_EQ(row.to_f64_vec()[5], at(2, 5)) << context;
+    // A slice within the rows (not whole rows of blocks) is float.
+    const TensorData part = q.slice({{2, 3}, {4, 9}}).into_data();
+    EXPECT_EQ(part.dtype(), DType::F32) << context;
+    EXPECT_EQ(part.to_f64_vec()[1], at(2, 5)) << context;
     const TensorData joined = Tensor<2>::cat({q, q}, 0).into_data();
     EXPECT_EQ(joined.shape(), (Shape{12, 32})) << context;
     EXPECT_EQ(joined.to_f64_vec()[6 * 32 + 7], at(0, 7)) << context;
@@ -274,6 +275,49 @@ TEST(QuantizedTensor, PermutedViewsKeepTheBlocks) {
     const auto back = view.permute({1, 2, 0});
     EXPECT_TRUE(same_bytes(back.into_data(), data)) << context;
     EXPECT_TRUE(same_bytes(q.swap_dims(0, 2).swap_dims(0, 2).into_data(), data)) << context;
+  }
+}
+
+// Whole rows along the first dim are a range of the blocks: a view, still QFloat (a fused qkv
+// weight's parts, as MultiheadAttention narrows its in_proj_weight); any other slice, or rows
+// of a permuted view, is taken of the dequantized values.
+TEST(QuantizedTensor, SlicesOfWholeRowsKeepTheBlocks) {
+  const TensorData data = TensorData::from_vec(normal(6 * 2 * 32, 18), Shape{6, 2, 32})
+                              .quantize(quant_scheme(Kind::Q5_0));
+  const std::size_t row_bytes = data.bytes().size() / 6;
+  const std::vector<double> v = reference_values(data);
+  for (const Device& device : devices()) {
+    const std::string context = device.to_string();
+    const auto q = Tensor<3>::from_data(data, device);
+    for (const auto& [start, end] : {std::pair<std::int64_t, std::int64_t>{1, 4}, {5, 6}, {2, 2}}) {
+      const auto rows = q.narrow(0, start, end - start);
+      EXPECT_EQ(rows.dtype(), DType::QFloat) << context;
+      const TensorData got = rows.into_data();
+      const TensorData want = TensorData::quantized(
+          {data.bytes().begin() + start * row_bytes, data.bytes().begin() + end * row_bytes},
+          Shape{end - start, 2, 32}, data.scheme());
+      EXPECT_TRUE(same_bytes(got, want)) << context << " rows " << start << ".." << end;
+      // Views of the view: its rows again, its transpose into a product.
+      if (end - start >= 2) {
+        EXPECT_TRUE(same_bytes(rows.slice({{1, 2}}).into_data(),
+                               TensorData::quantized({want.bytes().begin() + row_bytes,
+                                                      want.bytes().begin() + 2 * row_bytes},
+                                                     Shape{1, 2, 32}, data.scheme())))
+            << context;
+      }
+    }
+    // Stepped rows and slices inside a row: the values.
+    const std::vector<double> stepped = q.slice({Slice(0, 6, 2)}).into_data().to_f64_vec();
+    ASSERT_EQ(stepped.size(), 3u * 64);
+    for (std::size_t i = 0; i < 64; ++i) EXPECT_EQ(stepped[64 + i], v[128 + i]) << context;
+    const TensorData inner = q.slice({{0, 6}, {1, 2}}).into_data();
+    EXPECT_EQ(inner.dtype(), DType::F32);
+    EXPECT_EQ(inner.to_f64_vec()[32], v[64 + 32]) << context;
+    // Rows of the transposed view are columns of the blocks: the values.
+    const TensorData columns = q.swap_dims(0, 2).narrow(0, 3, 1).into_data();
+    EXPECT_EQ(columns.dtype(), DType::F32);
+    EXPECT_EQ(columns.shape(), (Shape{1, 2, 6}));
+    EXPECT_EQ(columns.to_f64_vec()[1], v[64 + 3]) << context;
   }
 }
 

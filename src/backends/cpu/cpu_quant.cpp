@@ -19,12 +19,13 @@ using namespace cpu;
 namespace cpu {
 
 CpuQuantTensor::CpuQuantTensor(QuantScheme scheme, const Shape& stored, Axes axes,
-                               std::shared_ptr<CpuStorage> blocks)
+                               std::shared_ptr<CpuStorage> blocks, std::int64_t offset)
     : TensorPrimitive(DType::QFloat, stored, Device::cpu()),
       scheme_(scheme),
       stored_(stored),
       axes_(std::move(axes)),
-      blocks_(std::move(blocks)) {
+      blocks_(std::move(blocks)),
+      offset_(offset) {
   for (std::size_t i = 0; i < axes_.size(); ++i) {
     shape_[i] = stored[static_cast<std::size_t>(axes_[i])];
   }
@@ -103,7 +104,26 @@ Primitive CpuBackend::permute_quantized(Primitive x, Axes axes) {
   // Dim i of the new view shows dim axes[i] of x, which shows dim q.axes()[axes[i]] of stored.
   for (std::int64_t& a : axes) a = q.axes()[static_cast<std::size_t>(a)];
   return std::make_shared<CpuQuantTensor>(q.scheme(), q.stored_shape(), std::move(axes),
-                                          q.storage());
+                                          q.storage(), q.offset());
+}
+
+Primitive CpuBackend::slice_quantized(Primitive x, ResolvedSlices slices) {
+  const CpuQuantTensor& q = as_quantized(x);
+  const Shape& stored = q.stored_shape();
+  // Whole rows along the first dim of the stored order are a range of the blocks.
+  bool rows = q.in_stored_order() && slices[0].step == 1;
+  for (std::size_t d = 1; d < slices.size(); ++d) {
+    rows = rows && slices[d].start == 0 && slices[d].step == 1 && slices[d].length == stored[d];
+  }
+  if (!rows) return StridedBackend::slice(dequantize(std::move(x), DType::F32), std::move(slices));
+  Shape part = stored;
+  part[0] = slices[0].length;
+  const std::int64_t row_bytes =
+      stored[0] == 0
+          ? 0
+          : static_cast<std::int64_t>(quantized_bytes(stored, q.scheme(), "slice")) / stored[0];
+  return std::make_shared<CpuQuantTensor>(q.scheme(), part, CpuQuantTensor::identity(part.rank()),
+                                          q.storage(), q.offset() + slices[0].start * row_bytes);
 }
 
 namespace cpu {
@@ -118,7 +138,7 @@ Primitive quantized_from_data(const TensorData& data) {
 TensorData quantized_into_data(Backend& backend, const Primitive& x) {
   const CpuQuantTensor& q = as_quantized(x);
   if (!q.in_stored_order()) return backend.into_data(backend.dequantize(x, DType::F32)).get();
-  std::vector<std::byte> bytes(q.storage()->bytes());
+  std::vector<std::byte> bytes(quantized_bytes(q.stored_shape(), q.scheme(), "into_data"));
   if (!bytes.empty()) std::memcpy(bytes.data(), q.blocks(), bytes.size());
   return TensorData::quantized(std::move(bytes), q.stored_shape(), q.scheme());
 }

@@ -1,8 +1,9 @@
-// The CPU backend's QFloat primitive: the raw blocks of a QuantScheme on CpuStorage, row-major
-// over `stored` (blocks along its last dim, as TensorData::quantized holds them), seen through a
-// permutation of its dims. permute and swap_dims make views of the same blocks in O(1), so that
-// `x.matmul(w.transpose())` reaches the product with the weight still quantized; every other op
-// sees the tensor dequantized (the tensor layer's rule, tensor/common.h).
+// The CPU backend's QFloat primitive: the raw blocks of a QuantScheme on CpuStorage from a byte
+// offset, row-major over `stored` (blocks along its last dim, as TensorData::quantized holds
+// them), seen through a permutation of its dims. permute and swap_dims make views of the same
+// blocks in O(1), so that `x.matmul(w.transpose())` reaches the product with the weight still
+// quantized, and so does a slice of whole rows along the first dim (a fused qkv weight's
+// parts); every other op sees the tensor dequantized (the tensor layer's rule, tensor/common.h).
 #pragma once
 
 #include <memory>
@@ -15,9 +16,10 @@ namespace kiln::cpu {
 
 class CpuQuantTensor final : public TensorPrimitive {
  public:
-  // The blocks of `stored`, viewed with dim i showing dim axes[i] of stored (cpu_quant.cpp).
+  // The blocks of `stored` from byte `offset` of blocks, viewed with dim i showing dim axes[i]
+  // of stored (cpu_quant.cpp).
   CpuQuantTensor(QuantScheme scheme, const Shape& stored, Axes axes,
-                 std::shared_ptr<CpuStorage> blocks);
+                 std::shared_ptr<CpuStorage> blocks, std::int64_t offset = 0);
   // Fresh blocks of shape, in stored order.
   CpuQuantTensor(QuantScheme scheme, const Shape& shape, std::shared_ptr<CpuStorage> blocks);
 
@@ -40,7 +42,8 @@ class CpuQuantTensor final : public TensorPrimitive {
     return axes_.size() == 2 && axes_[0] == 1 && axes_[1] == 0;
   }
   const std::shared_ptr<CpuStorage>& storage() const noexcept { return blocks_; }
-  const std::byte* blocks() const noexcept { return blocks_->data(); }
+  const std::byte* blocks() const noexcept { return blocks_->data() + offset_; }
+  std::int64_t offset() const noexcept { return offset_; }
 
   static Axes identity(std::size_t rank);
 
@@ -49,6 +52,7 @@ class CpuQuantTensor final : public TensorPrimitive {
   Shape stored_;
   Axes axes_;
   std::shared_ptr<CpuStorage> blocks_;
+  std::int64_t offset_;
 };
 
 inline const CpuQuantTensor& as_quantized(const Primitive& p) noexcept {
