@@ -99,7 +99,8 @@ void quant_batch(benchmark::State& state, std::optional<QuantScheme::Kind> kind)
         TensorData::from_vec(host_values(batch * kBatchCols, 7), {batch, kBatchCols}), device);
     // Spot check: the first product against its dequantized float64 dot product (the VNNI
     // kernels round x to int8 blocks: here about 0.02 off).
-    const std::vector<float> row = w.slice({{0, 1}}).into_data().to_vec<float>();
+    const Tensor<2> first = w.slice({{0, 1}});  // a quantized weight's row stays quantized
+    const std::vector<float> row = (kind ? first.dequantize() : first).into_data().to_vec<float>();
     const std::vector<float> xs = host_values(batch * kBatchCols, 7);
     double want = 0;
     for (std::int64_t k = 0; k < kBatchCols; ++k) want += double(row[k]) * xs[k];

@@ -10,10 +10,8 @@
 
 namespace kiln::cpu {
 
-// Values per block of Q8_0 and Q4_0, and bytes per block of x encoded for the VNNI kernels (an
-// f32 scale and 32 int8 codes).
+// Values per block of Q8_0 and Q4_0.
 inline constexpr int kQuantBlock = 32;
-inline constexpr std::int64_t kEncodedBlock = 4 + kQuantBlock;
 // Rows of x a group kernel multiplies with a row of W at once.
 inline constexpr int kQuantGroup = 4;
 
@@ -30,5 +28,12 @@ struct QuantKernels {
 
 // The kernels of kind (Q8_0 or Q4_0) for isa (Avx2 or Avx512, which the CPU has).
 QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept;
+
+// Bytes of a row of x of `blocks` blocks encoded for kind's VNNI kernels, and the encoding: each
+// block's int8 codes round(x / d), d = max |x| / 127 (halves away from zero, as kiln's int8
+// blocks), laid out as those kernels read them. The values must be finite.
+std::int64_t encoded_row_bytes(QuantScheme::Kind kind, std::int64_t blocks) noexcept;
+void encode_row(QuantScheme::Kind kind, const float* x, std::int64_t blocks,
+                std::byte* out) noexcept;
 
 }  // namespace kiln::cpu

@@ -51,7 +51,8 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
   lanes.reserve(static_cast<std::size_t>(batch));
   lane_row.reserve(static_cast<std::size_t>(batch));
   if (k.encoded) {
-    encoded.resize(static_cast<std::size_t>(batch * blocks * kEncodedBlock));
+    const std::int64_t encoded_bytes = encoded_row_bytes(w.scheme.kind, blocks);
+    encoded.resize(static_cast<std::size_t>(batch * encoded_bytes));
     std::vector<char> finite(static_cast<std::size_t>(batch));
     parallel_for(batch,
                  std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(w.cols, 1)),
@@ -60,8 +61,7 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
                      const float* row = x + m * w.cols;
                      finite[static_cast<std::size_t>(m)] = all_finite(row, w.cols);
                      if (finite[static_cast<std::size_t>(m)]) {
-                       quant::quantize_int8(row, blocks, kBlock,
-                                            encoded.data() + m * blocks * kEncodedBlock);
+                       encode_row(w.scheme.kind, row, blocks, encoded.data() + m * encoded_bytes);
                      }
                    }
                  });
@@ -70,7 +70,7 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
         float_rows.push_back(m);
         continue;
       }
-      lanes.push_back(encoded.data() + m * blocks * kEncodedBlock);
+      lanes.push_back(encoded.data() + m * encoded_bytes);
       lane_row.push_back(m);
     }
   } else {
