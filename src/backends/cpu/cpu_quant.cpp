@@ -135,6 +135,21 @@ Primitive quantized_from_data(const TensorData& data) {
   return std::make_shared<CpuQuantTensor>(data.scheme(), data.shape(), std::move(storage));
 }
 
+void assign_quantized(const Primitive& dst, const Primitive& src) {
+  const CpuQuantTensor& to = as_quantized(dst);
+  if (src->dtype() != DType::QFloat || as_quantized(src).scheme() != to.scheme() ||
+      as_quantized(src).stored_shape() != to.stored_shape() ||
+      as_quantized(src).axes() != to.axes()) {
+    detail::fail<UnsupportedDType>("assign",
+                                   "a qfloat tensor takes only blocks of its own "
+                                   "scheme and layout");
+  }
+  const std::size_t bytes = quantized_bytes(to.stored_shape(), to.scheme(), "assign");
+  if (bytes != 0) {
+    std::memmove(to.storage()->data() + to.offset(), as_quantized(src).blocks(), bytes);
+  }
+}
+
 TensorData quantized_into_data(Backend& backend, const Primitive& x) {
   const CpuQuantTensor& q = as_quantized(x);
   if (!q.in_stored_order()) return backend.into_data(backend.dequantize(x, DType::F32)).get();

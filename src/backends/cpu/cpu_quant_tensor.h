@@ -64,6 +64,11 @@ inline const CpuQuantTensor& as_quantized(const Primitive& p) noexcept {
 Primitive quantized_from_data(const TensorData& data);
 TensorData quantized_into_data(Backend& backend, const Primitive& x);
 
+// dst's blocks take src's (CpuBackend::assign of a QFloat tensor: a capture's replay writing a
+// quantize's result again): both of one scheme, stored shape and view (UnsupportedDType
+// otherwise; the tensor layer writes no QFloat tensor in place itself).
+void assign_quantized(const Primitive& dst, const Primitive& src);
+
 // x [..., k] @ weight (+ bias [n]) for a QFloat matrix weight viewed [k, n]
 // (cpu_quant_product.cpp): matmul's and linear's product in x's dtype, computed in f32 on the
 // blocks.
