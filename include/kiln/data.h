@@ -96,7 +96,7 @@ class TensorData {
   // Float data (any float dtype, converted to F32 first) encoded in scheme's blocks along the
   // last dim. DTypeMismatch for non-float data, ShapeMismatch as for quantized(), InvalidArgument
   // for a NaN or infinite value, UnsupportedOperation for a scheme kiln can decode but not
-  // encode (the k-quants).
+  // encode (Q2_K, Q3_K, Q5_K, Q8_K; can_quantize).
   TensorData quantize(const QuantScheme& scheme) const;
 
   std::string to_string() const;

@@ -26,7 +26,11 @@
 //   Int8Block    block_size values, 4 + block_size bytes: f32 d, int8 q; x = d * q
 //   Int8Channel  one block per row of the last dim, laid out as Int8Block
 // kiln's int8 encoders are symmetric: d = max|x| / 127 and q = round(x / d), halves away from
-// zero, as ggml encodes Q8_0. Blocks run along the last (innermost) dim, row after row.
+// zero, as ggml encodes Q8_0. Q4_K and Q6_K are encoded with llama.cpp's reference algorithms (a
+// search for each sub-block's scale, and min, by weighted squared error; then each value's
+// nearest code under the scales it decodes with); their bytes may differ from llama.cpp's where
+// the searches' float sums round differently. Blocks run along the last (innermost) dim, row
+// after row.
 #pragma once
 
 #include <cstddef>
@@ -56,7 +60,8 @@ void check_quant_scheme(const QuantScheme& scheme, std::string_view op);
 // dim that is not a whole number of blocks, OutOfMemory past kiln's size limits.
 [[nodiscard]] std::size_t quantized_bytes(const Shape& shape, const QuantScheme& scheme,
                                           std::string_view op = "quantized_bytes");
-// True where kiln can encode float values in scheme (not the k-quants, which it only decodes).
+// True where kiln can encode float values in scheme: all but Q2_K, Q3_K, Q5_K and Q8_K, which it
+// only decodes.
 [[nodiscard]] bool can_quantize(const QuantScheme& scheme) noexcept;
 
 }  // namespace kiln

@@ -177,6 +177,21 @@ class Tensor {
   Tensor<D, Int> int_() const { return kind_cast<Int>(); }
   Tensor<D, Bool> bool_() const { return kind_cast<Bool>(); }
 
+  // ---- quantization (<kiln/quant.h>) ----
+  // The values encoded in scheme's blocks along the last dim: a QFloat tensor of the same shape
+  // (ShapeMismatch unless the last dim is a whole number of blocks, InvalidArgument for a NaN or
+  // infinite value, UnsupportedOperation for a scheme kiln decodes but cannot encode: Q2_K, Q3_K,
+  // Q5_K, Q8_K). A product
+  // whose weight it is reads its blocks (x.matmul(q.transpose()), module::linear, embedding);
+  // every other op sees its values dequantized to f32, so q + x is a float tensor.
+  Tensor quantize(const QuantScheme& scheme) const requires std::is_same_v<K, Float> {
+    return Tensor(detail::quantize(primitive_, scheme));
+  }
+  // A QFloat tensor's values decoded to a float dtype (DTypeMismatch for any other tensor).
+  Tensor dequantize(DType dtype = DType::F32) const requires std::is_same_v<K, Float> {
+    return Tensor(detail::dequantize(primitive_, dtype));
+  }
+
   // ---- maths, comparisons, logic, bitwise, reductions and scans: the ops whose form column in
   // ops.def names a method. Binary ops broadcast; comparisons give Bool; full reductions give
   // shape [1] and *_dim ones keep the dim with size 1; cumulative ops keep the shape. The kinds

@@ -28,6 +28,8 @@ Primitive StridedBackend::expand(Primitive x, Shape shape) {
 }
 
 Primitive StridedBackend::permute(Primitive x, Axes axes) {
+  if (x->dtype() == DType::QFloat) [[unlikely]]
+    return permute_quantized(std::move(x), std::move(axes));
   const StridedTensor& t = as_strided(x);
   return view_on(t, strided::permute(t.shape(), t.strides(), t.offset(), axes));
 }
@@ -51,6 +53,8 @@ Primitive StridedBackend::unfold(Primitive x, std::int64_t dim, std::int64_t siz
 }
 
 Primitive StridedBackend::slice(Primitive x, ResolvedSlices slices) {
+  if (x->dtype() == DType::QFloat) [[unlikely]]
+    return slice_quantized(std::move(x), std::move(slices));
   const StridedTensor& t = as_strided(x);
   return view_on(t, strided::slice(t.shape(), t.strides(), t.offset(), slices));
 }
@@ -68,6 +72,14 @@ Primitive StridedBackend::slice_assign(Primitive x, ResolvedSlices slices, Primi
   Primitive region = StridedBackend::slice(out, std::move(slices));
   if (region->shape().num_elements() > 0) copy_elements(as_strided(region), as_strided(values), op);
   return out;
+}
+
+Primitive StridedBackend::permute_quantized(Primitive, Axes) {
+  detail::fail<UnsupportedDType>("permute", name(), " cannot store qfloat tensors");
+}
+
+Primitive StridedBackend::slice_quantized(Primitive, ResolvedSlices) {
+  detail::fail<UnsupportedDType>("slice", name(), " cannot store qfloat tensors");
 }
 
 void StridedBackend::assign(const Primitive& dst, Primitive src) {
@@ -91,9 +103,12 @@ std::int32_t StridedBackend::writable_leaf(const FusedProgram& program, std::siz
   const std::int32_t leaf = program.leaf_for_output(k);
   if (leaf < 0) return -1;
   const FusedStep& step = program.steps[static_cast<std::size_t>(program.outputs[k])];
-  const StridedTensor& into = as_strided(program.leaves[static_cast<std::size_t>(leaf)]);
-  if (!into.is_contiguous() || into.dtype() != step.dtype || into.shape() != step.shape) return -1;
+  const Primitive& leaf_tensor = program.leaves[static_cast<std::size_t>(leaf)];
+  if (leaf_tensor->dtype() != step.dtype) return -1;
+  const StridedTensor& into = as_strided(leaf_tensor);
+  if (!into.is_contiguous() || into.shape() != step.shape) return -1;
   for (const Primitive& other : program.leaves) {
+    if (other->dtype() == DType::QFloat) continue;  // blocks on storage of their own
     const StridedTensor& t = as_strided(other);
     if (&t == &into || t.storage_key() != into.storage_key()) continue;
     if (t.shape() != into.shape() || t.strides() != into.strides() || t.offset() != into.offset()) {

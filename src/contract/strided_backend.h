@@ -41,6 +41,11 @@ class StridedBackend : public Backend {
   virtual Primitive contiguous_copy(const StridedTensor& x, const char* op) = 0;
   // dst[...] = src[...] for two views of the same shape and dtype, any strides.
   virtual void copy_elements(StridedTensor& dst, const StridedTensor& src, const char* op) = 0;
+  // permute (and swap_dims) and slice of a QFloat tensor, which is not a StridedTensor: views of
+  // the same blocks where they can be. The base throws UnsupportedDType (a backend that cannot
+  // store QFloat never gets one).
+  virtual Primitive permute_quantized(Primitive x, Axes axes);
+  virtual Primitive slice_quantized(Primitive x, ResolvedSlices slices);
 };
 
 }  // namespace kiln

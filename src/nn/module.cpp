@@ -5,6 +5,7 @@
 
 #include "kiln/autodiff.h"
 #include "kiln/detail/format.h"
+#include "kiln/nn/quantize.h"
 
 namespace kiln::nn {
 
@@ -96,8 +97,8 @@ void for_each(void* module, VisitFn visit, F f) {
   visit(module, visitor);
 }
 
-// Gives every slot the value make(slot) computes, through set_primitive (the explicit path: the
-// new values may differ in device, dtype or mode). A tensor shared by several slots (tied
+// Gives every slot the value make(name, slot) computes, through set_primitive (the explicit path:
+// the new values may differ in device, dtype or mode). A tensor shared by several slots (tied
 // weights) is made once and stays shared; every value is made before any slot changes, so a
 // failure leaves the module as it was.
 template <class Make>
@@ -105,9 +106,9 @@ void replace_each(void* module, VisitFn visit, Make make) {
   std::vector<ParamSlot*> slots;
   std::vector<Primitive> values;
   std::map<const TensorPrimitive*, Primitive> made;
-  for_each(module, visit, [&](const std::string&, ParamSlot& slot) {
+  for_each(module, visit, [&](const std::string& name, ParamSlot& slot) {
     auto [it, fresh] = made.try_emplace(slot.primitive().get());
-    if (fresh) it->second = make(slot);
+    if (fresh) it->second = make(name, slot);
     slots.push_back(&slot);
     values.push_back(it->second);
   });
@@ -143,7 +144,7 @@ std::vector<NamedParam> named_parameters(void* module, VisitFn visit) {
 void to_device(void* module, VisitFn visit, const Device& device) {
   // Keep the module's mode: a tracked parameter stays tracked where the device records
   // gradients, and the device's autodiff flag follows the parameter's.
-  replace_each(module, visit, [&](const ParamSlot& slot) {
+  replace_each(module, visit, [&](const std::string&, const ParamSlot& slot) {
     const Primitive& p = slot.primitive();
     return in_mode_of(p, kiln::detail::detach(p), device);
   });
@@ -154,22 +155,59 @@ void cast(void* module, VisitFn visit, DType dtype) {
     fail<DTypeMismatch>("nn::cast", "parameters are float tensors; ", dtype_name(dtype),
                         " is not a float dtype");
   }
-  replace_each(module, visit, [&](const ParamSlot& slot) {
+  replace_each(module, visit, [&](const std::string&, const ParamSlot& slot) {
     const Primitive& p = slot.primitive();
-    // Integer and bool buffers (token ids, masks) mean the same in any float model.
-    if (slot.kind() != Kind::Float) return p;
+    // Integer and bool buffers (token ids, masks) mean the same in any float model; quantized
+    // weights keep their blocks (nn::quantize).
+    if (slot.kind() != Kind::Float || p->dtype() == DType::QFloat) return p;
     return in_mode_of(p, kiln::detail::cast(kiln::detail::detach(p), dtype), p->device());
   });
 }
 
 void set_tracking(void* module, VisitFn visit, bool track) {
-  replace_each(module, visit, [&](const ParamSlot& slot) {
+  replace_each(module, visit, [&](const std::string&, const ParamSlot& slot) {
     const Primitive& p = slot.primitive();
     if (!track) return kiln::detail::inner(kiln::detail::detach(p));
     Primitive on = kiln::detail::to_device(kiln::detail::detach(p), p->device().autodiff());
-    if (slot.trainable()) on = kiln::detail::require_grad(std::move(on), true);
+    // A quantized weight is a constant (it has no gradient).
+    if (slot.trainable() && p->dtype() != DType::QFloat) {
+      on = kiln::detail::require_grad(std::move(on), true);
+    }
     return on;
   });
+}
+
+void quantize(void* module, VisitFn visit, const QuantScheme& scheme,
+              const QuantizeOptions& options) {
+  constexpr std::string_view kOp = "nn::quantize";
+  for (const QuantScheme* s : {&scheme, options.fallback ? &*options.fallback : nullptr}) {
+    if (s == nullptr) continue;
+    check_quant_scheme(*s, kOp);
+    if (!can_quantize(*s)) {
+      fail<UnsupportedOperation>(kOp, "kiln decodes ", quant_kind_name(s->kind),
+                                 " but does not encode it");
+    }
+  }
+  // Rows of `length` values hold whole blocks of s (int8_channel's block is the row).
+  auto fits = [](const QuantScheme& s, std::int64_t length) {
+    return length > 0 && (s.kind == QuantScheme::Kind::Int8Channel || length % s.block_size == 0);
+  };
+  std::vector<QuantizedWeight> report;
+  replace_each(module, visit, [&](const std::string& name, const ParamSlot& slot) {
+    const Primitive& p = slot.primitive();
+    if (!slot.trainable() || slot.rank() != 2 || !is_float(p->dtype())) return p;
+    const std::int64_t length = p->shape()[1];
+    std::optional<QuantScheme> chosen;
+    if (fits(scheme, length)) {
+      chosen = scheme;
+    } else if (options.fallback && fits(*options.fallback, length)) {
+      chosen = options.fallback;
+    }
+    report.push_back({name, p->shape(), chosen});
+    if (!chosen) return p;
+    return kiln::detail::quantize(kiln::detail::detach(p), *chosen);
+  });
+  if (options.report != nullptr) *options.report = std::move(report);
 }
 
 std::string describe(void* module, VisitFn visit, std::string_view type_name) {

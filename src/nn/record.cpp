@@ -63,11 +63,12 @@ std::int64_t counter_value(std::string_view op, std::string_view origin, const s
 }
 
 // Whether a record entry of dtype stored can fill a slot of kind: a float slot takes any float
-// (converted to its dtype, as PyTorch's copy_ does), an Int or Bool slot an entry of its kind.
+// (converted to its dtype, as PyTorch's copy_ does) or quantized blocks (dequantized), an Int or
+// Bool slot an entry of its kind.
 bool loads_into(DType stored, Kind kind) {
   switch (kind) {
     case Kind::Float:
-      return is_float(stored);
+      return is_float(stored) || stored == DType::QFloat;
     case Kind::Int:
       return is_int(stored);
     case Kind::Bool:
@@ -273,8 +274,10 @@ void load_entries(void* module, VisitFn visit, const record::TensorMap& file,
     const Primitive& current = s.slot->primitive();
     const TensorData& stored = tensors.at(s.name)->second;
     // A float slot keeps its dtype; an Int or Bool buffer takes the record's (an i64 entry stays
-    // i64, whatever the buffer held before).
-    const bool keep = stored.dtype() == current->dtype() || s.slot->kind() != Kind::Float;
+    // i64, whatever the buffer held before), and so does a quantized weight (nn::quantize): the
+    // record's blocks, or its float values.
+    const bool keep = stored.dtype() == current->dtype() || s.slot->kind() != Kind::Float ||
+                      current->dtype() == DType::QFloat;
     TensorData data = !keep     ? stored.convert(current->dtype())
                       : movable ? std::move(const_cast<TensorData&>(stored))
                                 : stored;

@@ -84,11 +84,15 @@ void quantize_blocks(QuantScheme::Kind kind, BlockSize block, const float* in, s
       return quantize_q5_1(in, blocks, out);
     case Kind::Q8_0:
       return quantize_q8_0(in, blocks, out);
+    case Kind::Q4_K:
+      return quantize_q4_k(in, blocks, out);
+    case Kind::Q6_K:
+      return quantize_q6_k(in, blocks, out);
     case Kind::Int8Block:
     case Kind::Int8Channel:
       return quantize_int8(in, blocks, block.values, out);
     default:
-      return;  // the k-quants: can_quantize is false, and callers check it
+      return;  // Q2_K, Q3_K, Q5_K, Q8_K: can_quantize is false, and callers check it
   }
 }
 

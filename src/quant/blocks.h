@@ -52,4 +52,17 @@ inline std::uint8_t byte_at(const std::byte* p, std::int64_t i) noexcept {
   return static_cast<std::uint8_t>(p[i]);
 }
 
+// The 6-bit scale and min of sub-block j (of 8) packed in Q4_K and Q5_K's 12 bytes: the first
+// four whole in the low six bits of bytes 0-3 and 4-7, the last four split between the nibbles
+// of bytes 8-11 and the top two bits of bytes 0-7.
+inline void scale_min(const std::byte* packed, int j, int& scale, int& min) noexcept {
+  if (j < 4) {
+    scale = byte_at(packed, j) & 63;
+    min = byte_at(packed, j + 4) & 63;
+  } else {
+    scale = (byte_at(packed, j + 4) & 0x0F) | ((byte_at(packed, j - 4) >> 6) << 4);
+    min = (byte_at(packed, j + 4) >> 4) | ((byte_at(packed, j) >> 6) << 4);
+  }
+}
+
 }  // namespace kiln::quant

@@ -26,6 +26,8 @@ void dequantize_q4_k(const std::byte* in, std::int64_t blocks, float* out);
 void dequantize_q5_k(const std::byte* in, std::int64_t blocks, float* out);
 void dequantize_q6_k(const std::byte* in, std::int64_t blocks, float* out);
 void dequantize_q8_k(const std::byte* in, std::int64_t blocks, float* out);
+void quantize_q4_k(const float* in, std::int64_t blocks, std::byte* out);
+void quantize_q6_k(const float* in, std::int64_t blocks, std::byte* out);
 
 // kiln's int8 blocks: an f32 scale and `values` int8 values each.
 void dequantize_int8(const std::byte* in, std::int64_t blocks, std::int64_t values, float* out);

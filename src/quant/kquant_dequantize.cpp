@@ -27,19 +27,6 @@ inline int k_nibble(const std::byte* qs, int i) noexcept {
   return (i % 64) < 32 ? (b & 0x0F) : (b >> 4);
 }
 
-// The 6-bit scale and min of sub-block j (of 8) packed in Q4_K and Q5_K's 12 bytes: the first
-// four whole in the low six bits of bytes 0-3 and 4-7, the last four split between the nibbles
-// of bytes 8-11 and the top two bits of bytes 0-7.
-inline void scale_min(const std::byte* packed, int j, int& scale, int& min) noexcept {
-  if (j < 4) {
-    scale = byte_at(packed, j) & 63;
-    min = byte_at(packed, j + 4) & 63;
-  } else {
-    scale = (byte_at(packed, j + 4) & 0x0F) | ((byte_at(packed, j - 4) >> 6) << 4);
-    min = (byte_at(packed, j + 4) >> 4) | ((byte_at(packed, j) >> 6) << 4);
-  }
-}
-
 // Q3_K's sixteen 6-bit scales: low nibbles from bytes 0-7 (sub-blocks 0-7 the low halves, 8-15
 // the high halves), top two bits from bytes 8-11 (bit pair j / 4 of byte 8 + j % 4).
 inline int q3_scale(const std::byte* packed, int j) noexcept {

@@ -93,6 +93,8 @@ bool can_quantize(const QuantScheme& scheme) noexcept {
     case Kind::Q5_0:
     case Kind::Q5_1:
     case Kind::Q8_0:
+    case Kind::Q4_K:
+    case Kind::Q6_K:
     case Kind::Int8Block:
     case Kind::Int8Channel:
       return true;

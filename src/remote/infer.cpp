@@ -347,6 +347,16 @@ Types infer_cast(const Context& c, const TensorType& x, DType dtype) {
   return {{dtype, x.shape}};
 }
 
+// Quantized tensors stay on the devices that store them (the CPU): the protocol carries no
+// QFloat tensor (check_input_type), and the ops that would make or read one are refused here.
+Types refuse_quantized(const Context& c) {
+  fail<UnsupportedDType>(c.op, "qfloat tensors are not supported on remote devices yet");
+}
+Types infer_quantize(const Context& c, const TensorType&, const QuantScheme&) {
+  return refuse_quantized(c);
+}
+Types infer_dequantize(const Context& c, const TensorType&, DType) { return refuse_quantized(c); }
+
 Types infer_read_many(const Context& c, std::span<const TensorType* const> xs) {
   for (const TensorType* x : xs) check_kind(c, *x, "a read tensor");
   return {};

@@ -75,7 +75,9 @@ std::string RemoteBackend::name() const {
 DTypeUsageSet RemoteBackend::dtype_usage(DType dtype) const {
   const auto d = static_cast<std::size_t>(dtype);
   DTypeUsageSet usage;
-  if (d >= kDTypeCount) return usage;
+  // The protocol carries no QFloat tensor (infer.cpp refuses them), whatever the server's
+  // backend stores.
+  if (d >= kDTypeCount || dtype == DType::QFloat) return usage;
   const std::uint8_t bits = channel_->welcome().usage[d];
   for (DTypeUsage u : {DTypeUsage::Storage, DTypeUsage::Arithmetic, DTypeUsage::Accelerated}) {
     if ((bits & static_cast<std::uint8_t>(u)) != 0) usage.insert(u);

@@ -34,8 +34,12 @@ Backend& backend_of(const Primitive& a, const Primitive& b, const char* op) {
   return backend_for(joined(da, db));
 }
 
-void check_kind(const Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op) {
+void check_kind(Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op) {
   const DType d = p->dtype();
+  if (d == DType::QFloat && float_ok) [[unlikely]] {
+    dequantize_operand(p);
+    return;
+  }
   const bool ok = (float_ok && is_float(d)) || (int_ok && is_int(d)) || (bool_ok && is_bool(d));
   if (!ok) {
     std::string expected;

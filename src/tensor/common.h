@@ -26,18 +26,20 @@ inline Device joined(const Device& a, const Device& b) noexcept {
 // otherwise); the chain of joined().
 Backend& backend_of(const Primitive& a, const Primitive& b, const char* op);
 
-// Throws DTypeMismatch unless p's dtype is of one of the allowed kinds.
-void check_kind(const Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op);
-inline void check_float(const Primitive& p, const char* op) {
-  check_kind(p, true, false, false, op);
-}
-inline void check_numeric(const Primitive& p, const char* op) {
-  check_kind(p, true, true, false, op);
-}
-inline void check_int(const Primitive& p, const char* op) { check_kind(p, false, true, false, op); }
-inline void check_bool(const Primitive& p, const char* op) {
-  check_kind(p, false, false, true, op);
-}
+// Throws DTypeMismatch unless p's dtype is of one of the allowed kinds. Every op checks its
+// tensor operands here, and here is the tensor layer's one rule for quantized tensors: a QFloat
+// operand (of the Float kind) is replaced by its values dequantized to f32, so that an op sees
+// QFloat only where it reads the blocks themselves (dequantize, the weight of linear and matmul,
+// embedding's table, permute, swap_dims and slice, reads and moves), which do not call this on it.
+void check_kind(Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op);
+inline void check_float(Primitive& p, const char* op) { check_kind(p, true, false, false, op); }
+inline void check_numeric(Primitive& p, const char* op) { check_kind(p, true, true, false, op); }
+inline void check_int(Primitive& p, const char* op) { check_kind(p, false, true, false, op); }
+inline void check_bool(Primitive& p, const char* op) { check_kind(p, false, false, true, op); }
+// The check of the ops that take every kind (layout, indexing, joins): it only dequantizes.
+inline void check_any_kind(Primitive& p, const char* op) { check_kind(p, true, true, true, op); }
+// x (QFloat) replaced by its values dequantized to f32 on its device (quantized.cpp).
+void dequantize_operand(Primitive& x);
 
 // The float dtype two float dtypes promote to: the wider, or f32 for f16 with bf16.
 DType wider_float(DType a, DType b) noexcept;

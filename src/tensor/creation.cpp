@@ -13,6 +13,11 @@ namespace {
 
 DType creation_dtype(std::optional<DType> dtype, const Device& device, Kind kind, const char* op) {
   const DType d = dtype ? *dtype : default_dtype(device, kind);
+  if (d == DType::QFloat) {
+    fail<UnsupportedDType>(op,
+                           "a qfloat tensor holds the blocks of a scheme: make it with "
+                           "quantize(scheme) or from quantized TensorData");
+  }
   if (kind_of(d) != kind) {
     fail<DTypeMismatch>(op, "dtype ", dtype_name(d), " is not of the ", kind_name(kind),
                         " kind of the tensor");

@@ -13,7 +13,7 @@ constexpr bool kAccepts_B[] = {false, false, true};
 constexpr bool kAccepts_FI[] = {true, true, false};
 constexpr bool kAccepts_FIB[] = {true, true, true};
 
-void check_kinds(const Primitive& p, const bool (&accepts)[3], const char* op) {
+void check_kinds(Primitive& p, const bool (&accepts)[3], const char* op) {
   check_kind(p, accepts[0], accepts[1], accepts[2], op);
 }
 

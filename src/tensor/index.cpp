@@ -10,8 +10,10 @@ namespace kiln::detail {
 namespace {
 
 // The backend that runs an op over several operands: all on the same hardware (DeviceMismatch
-// naming both devices otherwise); a tracked operand makes the op tracked.
-Backend& backend_of_all(std::initializer_list<const Primitive*> operands, const char* op) {
+// naming both devices otherwise); a tracked operand makes the op tracked. The operands pass the
+// kind check of ops that take every kind (a quantized one is dequantized).
+Backend& backend_of_all(std::initializer_list<Primitive*> operands, const char* op) {
+  for (Primitive* p : operands) check_any_kind(*p, op);
   const Primitive& first = **operands.begin();
   Device chosen = first->device();
   for (const Primitive* p : operands) {
@@ -211,6 +213,7 @@ Primitive slice_assign(Primitive x, const std::vector<Slice>& slices, Primitive 
 
 Primitive slice_fill(Primitive x, const std::vector<Slice>& slices, Scalar value) {
   const char* op = "slice_fill";
+  check_any_kind(x, op);
   check_scalar_fits(x, value, op);
   ResolvedSlices resolved = resolve_all(x->shape(), slices, op);
   const Shape region = region_shape(resolved);

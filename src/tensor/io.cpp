@@ -37,7 +37,9 @@ Scalar into_scalar(const Primitive& x) {
     fail<InvalidArgument>("into_scalar", "a tensor of shape ", x->shape().to_string(), " has ",
                           count, " elements; into_scalar needs exactly one");
   }
-  const TensorData data = into_data(x);
+  Primitive value = x;
+  check_any_kind(value, "into_scalar");
+  const TensorData data = into_data(std::move(value));
   return visit_dtype(data.dtype(), "into_scalar", [&]<class T>(type_tag<T>) -> Scalar {
     const T value = data.as_span<T>()[0];
     if constexpr (std::is_arithmetic_v<T>) {
@@ -62,6 +64,12 @@ std::vector<TensorData> read_many(Prims xs) {
 
 void assign(const Primitive& dst, Primitive src) {
   const char* op = "assign";
+  if (dst->dtype() == DType::QFloat) {
+    fail<UnsupportedDType>(op,
+                           "a qfloat tensor is not written in place: quantize the new values "
+                           "into a tensor of their own");
+  }
+  check_any_kind(src, op);
   if (!dst->device().same_hardware(src->device())) {
     fail<DeviceMismatch>(op, "cannot write a tensor on ", src->device().to_string(),
                          " into a tensor on ", dst->device().to_string(),
@@ -105,6 +113,11 @@ Primitive to_device(Primitive x, Device device) {
 }
 
 Primitive cast(Primitive x, DType dtype) {
+  if (x->dtype() == dtype) return x;
+  if (dtype == DType::QFloat) {
+    fail<UnsupportedDType>("cast", "cannot cast to qfloat: quantize(scheme) names the blocks");
+  }
+  check_any_kind(x, "cast");
   if (x->dtype() == dtype) return x;
   Backend& backend = backend_of(x);
   if (!backend.dtype_usage(dtype).contains(DTypeUsage::Storage)) {

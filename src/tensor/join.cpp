@@ -15,6 +15,7 @@ namespace {
 // operand makes it tracked.
 Backend& prepare_join(Prims& xs, const char* op) {
   if (xs.empty()) fail<InvalidArgument>(op, "cannot join an empty list of tensors");
+  for (Primitive& x : xs) check_any_kind(x, op);
   const Primitive& first = xs.front();
   Device chosen = first->device();
   for (std::size_t i = 0; i < xs.size(); ++i) {
@@ -105,6 +106,7 @@ Primitive stack(Prims xs, std::int64_t dim) {
 
 Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) {
   const char* op = "repeat_dim";
+  check_any_kind(x, op);
   dim = normalize_dim(dim, x->rank(), op);
   if (times < 0) fail<InvalidArgument>(op, "cannot repeat a negative number of times: ", times);
   if (times == 1) return x;
@@ -117,6 +119,7 @@ Primitive repeat_dim(Primitive x, std::int64_t dim, std::int64_t times) {
 
 Primitive repeat(Primitive x, std::vector<std::int64_t> times) {
   const char* op = "repeat";
+  check_any_kind(x, op);
   if (times.size() != x->rank()) {
     fail<InvalidArgument>(op, times.size(), " repeat counts given for rank ", x->rank());
   }
@@ -137,6 +140,7 @@ Primitive repeat(Primitive x, std::vector<std::int64_t> times) {
 
 Prims split_sizes(Primitive x, std::vector<std::int64_t> sizes, std::int64_t dim) {
   const char* op = "split_sizes";
+  check_any_kind(x, op);
   dim = normalize_dim(dim, x->rank(), op);
   const std::int64_t n = dim_size(x, dim);
   std::int64_t total = 0;

@@ -7,6 +7,7 @@
 namespace kiln::detail {
 
 Primitive reshape(Primitive x, Shape shape, std::size_t expected_rank) {
+  check_any_kind(x, "reshape");
   const char* op = "reshape";
   if (shape.rank() != expected_rank) {
     fail<ShapeMismatch>(op, "target shape ", shape.to_string(), " has rank ", shape.rank(),
@@ -44,6 +45,7 @@ Primitive reshape(Primitive x, Shape shape, std::size_t expected_rank) {
 }
 
 Primitive expand(Primitive x, Shape shape) {
+  check_any_kind(x, "expand");
   const Shape& from = x->shape();
   if (shape.rank() < from.rank()) {
     fail<ShapeMismatch>("expand", "cannot expand ", from.to_string(), " to the lower rank ",
@@ -91,6 +93,7 @@ Primitive transpose(Primitive x) {
 }
 
 Primitive flip(Primitive x, std::vector<std::int64_t> axes) {
+  check_any_kind(x, "flip");
   std::vector<bool> seen(x->rank(), false);
   for (std::int64_t& a : axes) {
     a = normalize_dim(a, x->rank(), "flip");
@@ -102,6 +105,7 @@ Primitive flip(Primitive x, std::vector<std::int64_t> axes) {
 }
 
 Primitive squeeze(Primitive x, std::int64_t dim) {
+  check_any_kind(x, "squeeze");
   dim = normalize_dim(dim, x->rank(), "squeeze");
   const Shape& from = x->shape();
   if (from[static_cast<std::size_t>(dim)] != 1) {
@@ -114,6 +118,7 @@ Primitive squeeze(Primitive x, std::int64_t dim) {
 }
 
 Primitive squeeze_all(Primitive x, std::size_t expected_rank) {
+  check_any_kind(x, "squeeze_all");
   DimVector dims;
   for (std::int64_t d : x->shape().dims()) {
     if (d != 1) dims.push_back(d);
@@ -127,6 +132,7 @@ Primitive squeeze_all(Primitive x, std::size_t expected_rank) {
 }
 
 Primitive unsqueeze(Primitive x, std::int64_t dim) {
+  check_any_kind(x, "unsqueeze");
   dim = normalize_dim(dim, x->rank() + 1, "unsqueeze");
   DimVector dims(x->shape().vector());
   dims.insert(static_cast<std::size_t>(dim), 1);
@@ -134,6 +140,7 @@ Primitive unsqueeze(Primitive x, std::int64_t dim) {
 }
 
 Primitive flatten(Primitive x, std::int64_t start_dim, std::int64_t end_dim) {
+  check_any_kind(x, "flatten");
   start_dim = normalize_dim(start_dim, x->rank(), "flatten");
   end_dim = normalize_dim(end_dim, x->rank(), "flatten");
   if (start_dim > end_dim) {
@@ -151,6 +158,7 @@ Primitive flatten(Primitive x, std::int64_t start_dim, std::int64_t end_dim) {
   return backend_of(x).reshape(std::move(x), Shape(std::move(dims)));
 }
 
+// slice and narrow take a QFloat tensor as it is: whole rows of its blocks are a view.
 Primitive slice(Primitive x, const std::vector<Slice>& slices) {
   const Shape& shape = x->shape();
   if (slices.size() > shape.rank()) {
@@ -180,6 +188,7 @@ Primitive narrow(Primitive x, std::int64_t dim, std::int64_t start, std::int64_t
 }
 
 Primitive unfold(Primitive x, std::int64_t dim, std::int64_t size, std::int64_t step) {
+  check_any_kind(x, "unfold");
   dim = normalize_dim(dim, x->rank(), "unfold");
   if (size <= 0 || step <= 0) {
     fail<InvalidArgument>("unfold", "size ", size, " and step ", step, " must be positive");

@@ -63,7 +63,9 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 Primitive matmul(Primitive lhs, Primitive rhs) {
   const char* op = "matmul";
   check_numeric(lhs, op);
-  check_numeric(rhs, op);
+  // A quantized rhs (a weight) reaches the backend as it is: its product reads the blocks.
+  const bool quantized = rhs->dtype() == DType::QFloat && is_float(lhs->dtype());
+  if (!quantized) check_numeric(rhs, op);
   Backend& backend = backend_of(lhs, rhs, op);
   const Shape& a = lhs->shape();
   const Shape& b = rhs->shape();
@@ -84,7 +86,7 @@ Primitive matmul(Primitive lhs, Primitive rhs) {
                           " cannot be broadcast (", da, " vs ", db, ")");
     }
   }
-  promote(lhs, rhs, op);
+  if (!quantized) promote(lhs, rhs, op);
   return backend.matmul(std::move(lhs), std::move(rhs));
 }
 
@@ -107,7 +109,10 @@ Primitive cross(Primitive lhs, Primitive rhs, std::int64_t dim) {
 Primitive linear(Primitive x, Primitive weight, std::optional<Primitive> bias) {
   const char* op = "linear";
   check_float(x, op);
-  check_float(weight, op);
+  // A quantized weight reaches the backend as it is (matmul's rule); x and bias are promoted
+  // between themselves.
+  const bool quantized = weight->dtype() == DType::QFloat;
+  if (!quantized) check_float(weight, op);
   if (bias) check_float(*bias, op);
   Backend& backend = bias ? backend_of_all({&x, &weight, &*bias}, op) : backend_of(x, weight, op);
   check_rank(weight, 2, "weight [in, out]", op);
@@ -117,8 +122,10 @@ Primitive linear(Primitive x, Primitive weight, std::optional<Primitive> bias) {
     fail<ShapeMismatch>(op, "input shape ", x->shape().to_string(), " has ", in,
                         " features but weight [in, out] has shape ", weight->shape().to_string());
   }
-  if (bias) {
-    check_vector(*bias, weight->shape()[1], "bias", op);
+  if (bias) check_vector(*bias, weight->shape()[1], "bias", op);
+  if (quantized) {
+    if (bias) promote(x, *bias, op);
+  } else if (bias) {
     promote_all({&x, &weight, &*bias}, op);
   } else {
     promote(x, weight, op);
@@ -164,7 +171,7 @@ Primitive layer_norm(Primitive x, Primitive gamma, std::optional<Primitive> beta
 Primitive batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mean,
                      Primitive variance, double epsilon) {
   const char* op = "batch_norm";
-  for (const Primitive* p : {&x, &gamma, &beta, &mean, &variance}) check_float(*p, op);
+  for (Primitive* p : {&x, &gamma, &beta, &mean, &variance}) check_float(*p, op);
   Backend& backend = backend_of_all({&x, &gamma, &beta, &mean, &variance}, op);
   if (x->rank() < 2) {
     fail<ShapeMismatch>(op, "input must have rank >= 2 (N, C, ...), got shape ",
@@ -183,7 +190,8 @@ Primitive batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mea
 
 Primitive embedding(Primitive weights, Primitive indices) {
   const char* op = "embedding";
-  check_float(weights, op);
+  // A quantized table reaches the backend as it is: only the rows looked up are dequantized.
+  if (weights->dtype() != DType::QFloat) check_float(weights, op);
   check_int(indices, op);
   Backend& backend = backend_of(weights, indices, op);
   check_rank(weights, 2, "weights [V, E]", op);
@@ -193,7 +201,7 @@ Primitive embedding(Primitive weights, Primitive indices) {
 Primitive attention(Primitive query, Primitive key, Primitive value, std::optional<Primitive> mask,
                     std::optional<Primitive> bias, AttentionOptions options) {
   const char* op = "attention";
-  for (const Primitive* p : {&query, &key, &value}) check_float(*p, op);
+  for (Primitive* p : {&query, &key, &value}) check_float(*p, op);
   if (mask) check_bool(*mask, op);
   if (bias) check_float(*bias, op);
   std::vector<const Primitive*> operands{&query, &key, &value};

@@ -123,13 +123,21 @@ PrimPair min_dim_with_indices(Primitive x, std::int64_t dim) {
 
 // ---- any, all (every kind: "x != 0") ----
 
-Primitive any(Primitive x) { return backend_of(x).any(std::move(x)); }
-Primitive all(Primitive x) { return backend_of(x).all(std::move(x)); }
+Primitive any(Primitive x) {
+  check_any_kind(x, "any");
+  return backend_of(x).any(std::move(x));
+}
+Primitive all(Primitive x) {
+  check_any_kind(x, "all");
+  return backend_of(x).all(std::move(x));
+}
 Primitive any_dim(Primitive x, std::int64_t dim) {
+  check_any_kind(x, "any_dim");
   dim = normalize_dim(dim, x->rank(), "any_dim");
   return backend_of(x).any_dim(std::move(x), dim);
 }
 Primitive all_dim(Primitive x, std::int64_t dim) {
+  check_any_kind(x, "all_dim");
   dim = normalize_dim(dim, x->rank(), "all_dim");
   return backend_of(x).all_dim(std::move(x), dim);
 }

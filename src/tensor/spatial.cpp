@@ -135,7 +135,7 @@ void check_kernel_not_empty(const Primitive& weight, const char* op) {
 }
 
 // Fills and checks pooling options for x with `dims` spatial dims.
-PoolOptions pool_options(const Primitive& x, PoolOptions o, std::size_t dims, bool is_max,
+PoolOptions pool_options(Primitive& x, PoolOptions o, std::size_t dims, bool is_max,
                          const char* op) {
   check_spatial_dims(dims, 3, op);
   check_float(x, op);

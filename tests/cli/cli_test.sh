@@ -68,6 +68,17 @@ case "$scenario" in
     expect 1 "--precision: f64 not in {f32,bf16,f16}" -- train charlm --precision f64
     expect 1 "--precision: int8 not in {f32,bf16,f16}" -- train digits --precision int8
     expect 0 "bf16 mixed precision" -- train charlm --steps 2 --sample-every 2 --precision bf16
+    expect 1 "--quantize: q2_k not in {q8_0,q4_k}" -- train charlm --quantize q2_k
+    expect 1 "--width must be a multiple of the 4 heads, got 6" -- train charlm --width 6
+    expect 1 "--width must be between 4 and 1024, got 0" -- train charlm --width 0
+    # The last tenth held out: the float and the quantized model's validation losses.
+    expect 0 "loss  f32 " -- train charlm --steps 2 --sample-every 2 --quantize q8_0
+    grep -qE "weights quantized as Q8_0 x11" "$work/out" || fail "no Q8_0 weights: $(cat "$work/out")"
+    grep -qE "q8_0 [0-9.]+  \([-+][0-9.]+ %\)" "$work/out" || fail "no q8_0 loss: $(cat "$work/out")"
+    # q4_k: rows of 96 and 384 values are not whole 256-value blocks; they take Q5_0.
+    expect 0 "weights quantized as Q5_0 x11" -- train charlm --steps 2 --sample-every 2 --quantize q4_k
+    expect 0 "weights quantized as Q4_K x11" -- \
+      train charlm --steps 2 --sample-every 2 --quantize q4_k --width 256 --context 16
     ;;
   out_dir)
     echo x >"$work/file"
@@ -86,6 +97,9 @@ case "$scenario" in
     expect 1 "$work: is a directory, not a file" -- train charlm "$work"
     printf 'tiny' >"$work/tiny.txt"
     expect 1 "has 4 characters; it needs more than the context of 64" -- train charlm "$work/tiny.txt"
+    head -c 100 /dev/zero | tr '\0' 'a' >"$work/short.txt"
+    expect 1 "has 100 characters: too few to hold out 65 for validation" -- \
+      train charlm "$work/short.txt" --quantize q8_0
     ;;
   resume)
     run="$work/run"

@@ -20,6 +20,7 @@
 #include "conformance/conformance.h"
 #include "contract/op_code.h"
 #include "distributed/collective_checks.h"
+#include "kiln/quant.h"
 #include "runtime/registry.h"
 #include "support/ranks.h"
 
@@ -1280,6 +1281,64 @@ std::vector<Case> distributed_cases() {
           }
         }));
   }
+// quantize and dequantize through the host (TensorData's codecs) against the backend's kernels:
+// the same blocks, and the same values in every float dtype, for views in every layout and for
+// a transposed quantized tensor (its default reads it back decoded).
+std::vector<Case> quantized_cases() {
+  using Kind = QuantScheme::Kind;
+  std::vector<Case> cases;
+  cases.push_back(
+      {"quantize", [](const Env& env) {
+         std::uint64_t seed = 151;
+         for (DType dtype : kFloatDTypes) {
+           for (Layout layout : kLayouts) {
+             for (const Shape& shape : {Shape{3, 64}, Shape{0, 32}}) {
+               for (const QuantScheme& scheme : {quant_scheme(Kind::Q4_0), quant_scheme(Kind::Q5_1),
+                                                 quant_scheme(Kind::Q8_0), int8_channel_scheme()}) {
+                 const Primitive x = input(env, shape, dtype, layout, seed++, -3, 3,
+                                           /*specials=*/false);
+                 const TensorData a = detail::into_data(env.defaults.Backend::quantize(x, scheme));
+                 const TensorData b = detail::into_data(env.backend.quantize(x, scheme));
+                 const std::string context = describe(dtype, layout, shape) + " " +
+                                             std::string(quant_kind_name(scheme.kind));
+                 ASSERT_EQ(a.dtype(), DType::QFloat) << context;
+                 EXPECT_EQ(a.scheme(), b.scheme()) << context;
+                 EXPECT_EQ(a.shape(), b.shape()) << context;
+                 EXPECT_TRUE(std::equal(a.bytes().begin(), a.bytes().end(), b.bytes().begin(),
+                                        b.bytes().end()))
+                     << context;
+               }
+             }
+           }
+         }
+       }});
+  cases.push_back(
+      {"dequantize", [](const Env& env) {
+         std::uint64_t seed = 152;
+         for (const QuantScheme& scheme :
+              {quant_scheme(Kind::Q4_1), quant_scheme(Kind::Q8_0), int8_block_scheme(8)}) {
+           const Shape shape{4, 64};
+           const TensorData q =
+               TensorData::from_vec(conformance::random_values(shape, DType::F32, seed++), shape)
+                   .quantize(scheme);
+           const Primitive stored = env.backend.from_data(q, env.device);
+           const Primitive transposed = env.backend.swap_dims(stored, 0, 1);
+           for (DType dtype : kFloatDTypes) {
+             for (const Primitive& x : {stored, transposed}) {
+               const std::string context =
+                   std::string(dtype_name(dtype)) + " " + x->shape().to_string();
+               const Primitive a = env.defaults.Backend::dequantize(x, dtype);
+               expect_same(a, env.backend.dequantize(x, dtype), context);
+               // In stored order, against the host's decoding.
+               const Primitive in_order = x == stored ? a : env.backend.swap_dims(a, 0, 1);
+               conformance::expect_close(
+                   detail::into_data(in_order), shape, dtype,
+                   conformance::representable(q.dequantize().to_f64_vec(), dtype),
+                   context + " (default vs the host's decoding)");
+             }
+           }
+         }
+       }});
   return cases;
 }
 
@@ -1288,7 +1347,7 @@ const std::vector<Case>& all_cases() {
     std::vector<Case> all;
     for (auto group : {creation_cases, arith_cases, unary_cases, compare_cases, reduce_cases,
                        index_cases, layout_cases, sort_cases, module_cases, activation_cases,
-                       transaction_cases, distributed_cases}) {
+                       transaction_cases, distributed_cases, quantized_cases}) {
       for (Case& c : group()) all.push_back(std::move(c));
     }
     return all;

@@ -101,6 +101,19 @@ inline double f16(const std::byte* p, int at) {
   return static_cast<double>(static_cast<float>(half::from_bits(bits)));
 }
 
+// The 6-bit scale and min of sub-block j of a Q4_K or Q5_K block, unpacked from its 12 bytes at
+// offset 4 as the format describes the packing.
+inline void k4_scale_min(const std::byte* block, int j, int& scale, int& min) {
+  const std::byte* s = block + 4;
+  if (j < 4) {
+    scale = u8(s, j) & 63;
+    min = u8(s, j + 4) & 63;
+  } else {
+    scale = (u8(s, j + 4) & 0xf) | ((u8(s, j - 4) >> 6) << 4);
+    min = (u8(s, j + 4) >> 4) | ((u8(s, j) >> 6) << 4);
+  }
+}
+
 // One block of `kind` decoded in float64.
 inline std::vector<double> reference_block(Kind kind, const std::byte* x) {
   std::vector<double> y(static_cast<std::size_t>(layout(kind).values));
@@ -179,16 +192,7 @@ inline std::vector<double> reference_block(Kind kind, const std::byte* x) {
     case Kind::Q5_K: {
       const bool five = kind == Kind::Q5_K;
       const double d = f16(x, 0), dmin = f16(x, 2);
-      const std::byte* s = x + 4;
-      auto scale_min = [&](int j, int& sc, int& mn) {
-        if (j < 4) {
-          sc = u8(s, j) & 63;
-          mn = u8(s, j + 4) & 63;
-        } else {
-          sc = (u8(s, j + 4) & 0xf) | ((u8(s, j - 4) >> 6) << 4);
-          mn = (u8(s, j + 4) >> 4) | ((u8(s, j) >> 6) << 4);
-        }
-      };
+      auto scale_min = [&](int j, int& sc, int& mn) { k4_scale_min(x, j, sc, mn); };
       const int qs = five ? 48 : 16;
       int out = 0;
       for (int j = 0; j < 4; ++j) {  // 64 values per step: low nibbles, then high nibbles

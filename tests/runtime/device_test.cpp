@@ -192,7 +192,9 @@ TEST(Device, CpuDTypeUsage) {
     EXPECT_FALSE(cpu.dtype_usage(dtype).contains(DTypeUsage::Accelerated)) << dtype_name(dtype);
     EXPECT_TRUE(cpu.supports_dtype(dtype)) << dtype_name(dtype);
   }
-  EXPECT_TRUE(cpu.dtype_usage(DType::QFloat).empty());
+  // QFloat tensors are stored (as blocks); ops other than the quantized ones compute on their
+  // dequantized values.
+  EXPECT_EQ(cpu.dtype_usage(DType::QFloat), DTypeUsageSet{DTypeUsage::Storage});
   EXPECT_FALSE(cpu.supports_dtype(DType::QFloat));
 }
 

@@ -42,6 +42,10 @@ struct TrainCharlmOptions {
   std::int64_t sample_every = 100;
   std::uint64_t seed = 1;
   kiln::DType precision = kiln::DType::F32;  // f32, or bf16/f16 mixed precision (autocast)
+  std::int64_t width = 96;                   // the model's width (a multiple of its 4 heads)
+  // "q8_0" or "q4_k": hold out the text's last tenth, and after training print the validation
+  // loss of the float model and of its quantized copy (nn::quantize). Empty: neither.
+  std::string quantize;
 };
 // `kiln train charlm`: a small character-level transformer on a text file, printing samples.
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out);

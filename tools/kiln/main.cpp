@@ -122,6 +122,13 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   charlm_cmd->add_option("--seed", charlm.seed, "seed")->check(kNonNegative)->capture_default_str();
   add_precision_option(charlm_cmd, charlm.precision);
+  charlm_cmd->add_option("--width", charlm.width, "the model's width (a multiple of 4, to 1024)")
+      ->capture_default_str();
+  charlm_cmd
+      ->add_option("--quantize", charlm.quantize,
+                   "hold out the text's last tenth and compare the validation loss of the float "
+                   "model and its quantized weights: q8_0 or q4_k")
+      ->check(CLI::IsMember({"q8_0", "q4_k"}));
 
   EmbedOptions embed;
   CLI::App* embed_cmd = app.add_subcommand(

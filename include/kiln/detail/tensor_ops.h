@@ -188,6 +188,12 @@ Primitive batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mea
 Primitive attention(Primitive query, Primitive key, Primitive value, std::optional<Primitive> mask,
                     std::optional<Primitive> bias, AttentionOptions options);
 
+// ---- quantization ----
+// x's values encoded in scheme's blocks along the last dim (a QFloat tensor of x's shape).
+Primitive quantize(Primitive x, QuantScheme scheme);
+// A QFloat tensor's values decoded to the float dtype.
+Primitive dequantize(Primitive x, DType dtype);
+
 // ---- printing ----
 std::string to_string(const Primitive& x);
 

@@ -13,6 +13,7 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/norm.h"
 #include "kiln/nn/pool.h"
+#include "kiln/nn/quantize.h"
 #include "kiln/nn/rnn.h"
 #include "kiln/nn/sequential.h"
 #include "kiln/nn/stateless.h"

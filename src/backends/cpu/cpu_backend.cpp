@@ -7,7 +7,7 @@
 namespace kiln {
 
 DTypeUsageSet CpuBackend::dtype_usage(DType dtype) const {
-  if (dtype == DType::QFloat) return {};
+  if (dtype == DType::QFloat) return {DTypeUsage::Storage};  // cpu_quant_tensor.h
   if (dtype == DType::Bool) return {DTypeUsage::Storage, DTypeUsage::Arithmetic};
   return {DTypeUsage::Storage, DTypeUsage::Arithmetic};
 }

@@ -43,6 +43,9 @@ class KILN_INTERNAL CpuBackend final : public StridedBackend {
   Primitive view_on(const StridedTensor& base, strided::View view) override;
   Primitive contiguous_copy(const StridedTensor& x, const char* op) override;
   void copy_elements(StridedTensor& dst, const StridedTensor& src, const char* op) override;
+  // Views of the same blocks (cpu_quant.cpp).
+  Primitive permute_quantized(Primitive x, Axes axes) override;
+  Primitive slice_quantized(Primitive x, ResolvedSlices slices) override;
 
   std::atomic<std::uint64_t> seed_{0x5eed'0000'0000'0001ull};
   std::atomic<std::uint64_t> counter_{0};

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_quant_tensor.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/elementwise.h"
 #include "backends/cpu/loops.h"
@@ -18,6 +19,11 @@ using namespace cpu;
 namespace {
 
 void check_storage_dtype(const CpuBackend& backend, DType dtype, const char* op) {
+  if (dtype == DType::QFloat) {
+    detail::fail<UnsupportedDType>(op,
+                                   "a qfloat tensor is made by quantize(scheme) or from "
+                                   "quantized TensorData");
+  }
   if (!backend.dtype_usage(dtype).contains(DTypeUsage::Storage)) {
     detail::fail<UnsupportedDType>(op, "the cpu backend cannot store ", dtype_name(dtype));
   }
@@ -33,6 +39,7 @@ void fill(T* out, std::int64_t n, T value) {
 }  // namespace
 
 Primitive CpuBackend::from_data(TensorData data, Device) {
+  if (data.dtype() == DType::QFloat) return quantized_from_data(data);
   check_storage_dtype(*this, data.dtype(), "from_data");
   auto out = make_tensor(data.dtype(), data.shape());
   const auto bytes = data.bytes();
@@ -81,6 +88,11 @@ Primitive CpuBackend::random(Shape shape, Distribution distribution, DType dtype
 }
 
 ReadFuture CpuBackend::into_data(Primitive x) {
+  if (x->dtype() == DType::QFloat) {
+    std::promise<TensorData> promise;
+    promise.set_value(quantized_into_data(*this, x));
+    return promise.get_future();
+  }
   auto c = contiguous(x);
   const std::size_t bytes =
       static_cast<std::size_t>(c->shape().num_elements()) * dtype_size(c->dtype());

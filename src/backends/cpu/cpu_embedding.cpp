@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_quant_tensor.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
 #include "core/buffer.h"
@@ -42,6 +43,14 @@ std::vector<std::int64_t> checked_indices(const Primitive& indices, std::int64_t
 }  // namespace
 
 Primitive CpuBackend::embedding(Primitive weights, Primitive indices) {
+  if (weights->dtype() == DType::QFloat) [[unlikely]] {
+    const CpuQuantTensor& table = as_quantized(weights);
+    if (table.in_stored_order()) {
+      return quantized_rows(table, checked_indices(indices, table.shape()[0], "embedding"),
+                            indices->shape());
+    }
+    weights = dequantize(std::move(weights), DType::F32);
+  }
   const DType dtype = weights->dtype();
   const CpuTensor& w = as_cpu(weights);
   const std::int64_t rows = w.shape()[0], width = w.shape()[1];

@@ -1,6 +1,7 @@
 // StridedBackend's hooks: the layout ops themselves (views, and copies where a view cannot do) are
 // written once for the CPU and CUDA backends in src/contract/strided_backend.cpp.
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_quant_tensor.h"
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cpu/loops.h"
 
@@ -22,6 +23,7 @@ void CpuBackend::copy_elements(StridedTensor& dst, const StridedTensor& src, con
 }
 
 void CpuBackend::assign(const Primitive& dst, Primitive src) {
+  if (dst->dtype() == DType::QFloat) return assign_quantized(dst, src);
   CpuTensor& to = as_cpu(dst);
   CpuTensor& from = as_cpu(src);
   const bool movable = can_mut(src) && to.storage_unique() && to.is_contiguous() &&

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/bf16_gemm.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_quant_tensor.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
 
@@ -73,6 +74,8 @@ bool bf16_linear(const CpuTensor& x, const CpuTensor& w, const CpuTensor* bias, 
 }  // namespace
 
 Primitive CpuBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bias) {
+  if (weight->dtype() == DType::QFloat) [[unlikely]]
+    return quantized_product(*this, std::move(x), weight, std::move(bias));
   const DType dtype = x->dtype();
   detail::DimVector dims(x->shape().vector());
   dims.back() = weight->shape()[1];

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/bf16_gemm.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_quant_tensor.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/integer_math.h"
 #include "backends/cpu/loops.h"
@@ -203,6 +204,11 @@ constexpr DType accumulator_dtype() {
 }  // namespace
 
 Primitive CpuBackend::matmul(Primitive lhs, Primitive rhs) {
+  if (rhs->dtype() == DType::QFloat) [[unlikely]] {
+    // A quantized weight: the product reads its blocks; a batch of them is decoded first.
+    if (rhs->rank() == 2) return quantized_product(*this, std::move(lhs), rhs, std::nullopt);
+    rhs = dequantize(std::move(rhs), lhs->dtype());
+  }
   const DType dtype = lhs->dtype();
   const Shape& sl = lhs->shape();
   const Shape& sr = rhs->shape();

@@ -1,18 +1,18 @@
-// Quantized matrix-vector products. Each row's dot product walks its blocks once: the codes are
-// widened to float in registers, multiplied with x and scaled by the block's f16 scale. AVX-512
-// and AVX2 kernels are compiled for their targets here and picked at run time, so one binary
-// runs on any x86-64 CPU.
+// Products with quantized weights (quant_matvec.h). Q8_0 and Q4_0 walk each row of W once per 64
+// rows of x, its codes widened in registers and multiplied with up to four rows of x at a time
+// by the kernels of quant_kernels.cpp, picked at run time for the CPU (so one binary runs on any
+// x86-64 CPU); this driver loops over rows and threads (compiled for size: a kernel call per
+// row of W and four rows of x). Other schemes decode tiles of W's rows and call gemm.
 #include "backends/cpu/quant_matvec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/quant_kernels.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 #include "kiln/quant.h"
@@ -23,116 +23,111 @@ namespace kiln::cpu {
 namespace {
 
 using Kind = QuantScheme::Kind;
-// x is the float values, or for the VNNI kernels their int8 blocks.
-using RowDot = float (*)(const std::byte* row, const std::byte* x, std::int64_t blocks);
 
-constexpr int kBlock = 32;
+constexpr int kBlock = kQuantBlock;
+constexpr int kGroup = kQuantGroup;
+// Rows of x per pass over W: the rows of a pass stay in cache (64 x 4096 values encoded:
+// 288 KiB) while W streams once.
+constexpr std::int64_t kPass = 64;
 
-// Any CPU: each block decoded by the reference decoder, then a float dot product.
-template <Kind kKind>
-float dot_scalar(const std::byte* row, const std::byte* x_bytes, std::int64_t blocks) {
-  const auto* x = reinterpret_cast<const float*>(x_bytes);
-  const quant::BlockSize size = quant::block_size(QuantScheme{kKind, kBlock}, 0);
-  float sum = 0.0f;
-  float values[kBlock];
-  for (std::int64_t b = 0; b < blocks; ++b, row += size.bytes, x += kBlock) {
-    quant::dequantize_blocks(kKind, size, row, 1, values);
-    for (int j = 0; j < kBlock; ++j) sum += values[j] * x[j];
+bool all_finite(const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return false;
   }
-  return sum;
+  return true;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-
-inline std::uint16_t scale_bits(const std::byte* block) {
-  std::uint16_t bits;
-  std::memcpy(&bits, block, 2);
-  return bits;
-}
-
-__attribute__((target("avx2"))) inline float horizontal_sum(__m256 v) {
-  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
-  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
-}
-
-// Q4_0's 16 bytes of nibbles as the 32 codes minus 8, int8 in value order.
-__attribute__((target("avx2"))) inline void q4_codes(const std::byte* qs, __m128i& low,
-                                                     __m128i& high) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i eight = _mm_set1_epi8(8);
-  low = _mm_sub_epi8(_mm_and_si128(raw, mask), eight);
-  high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), eight);
-}
-
-// AVX-512 with VNNI: x is first encoded as int8 blocks of 32 with an f32 scale each (kiln's
-// int8 blocks, as llama.cpp encodes activations), so each block's dot product is one int8
-// multiply-add instruction: |w| times x with w's sign, summed in int32, then scaled by both
-// blocks' scales. This reads the weight at memory speed, where widening every code to float
-// is compute-bound (a third of the copy bandwidth on a Zen 4 core).
-template <Kind kKind>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) float dot_vnni(
-    const std::byte* row, const std::byte* xq, std::int64_t blocks) {
-  constexpr std::int64_t kBytes = kKind == Kind::Q8_0 ? 34 : 18;
-  __m256 acc = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < blocks; ++b, row += kBytes, xq += 4 + kBlock) {
-    __m256i w;
-    if constexpr (kKind == Kind::Q8_0) {
-      w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
-    } else {
-      __m128i low;
-      __m128i high;
-      q4_codes(row + 2, low, high);
-      w = _mm256_set_m128i(high, low);
+// Q8_0 and Q4_0 on the blocks (isa Avx2 or Avx512).
+void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch, float* out,
+                       QuantIsa isa) {
+  const std::int64_t blocks = w.cols / kBlock;
+  const std::int64_t row_bytes = blocks * (w.scheme.kind == Kind::Q8_0 ? 34 : 18);
+  const QuantKernels k = quant_kernels(w.scheme.kind, isa);
+  // The rows of x as the kernels read them (`lanes`, each with the row of out it fills); with
+  // VNNI, rows that are not all finite have no int8 code and go through the AVX2 kernel instead.
+  std::vector<const std::byte*> lanes;
+  std::vector<std::int64_t> lane_row, float_rows;
+  std::vector<std::byte> encoded;
+  lanes.reserve(static_cast<std::size_t>(batch));
+  lane_row.reserve(static_cast<std::size_t>(batch));
+  if (k.encoded) {
+    const std::int64_t encoded_bytes = encoded_row_bytes(w.scheme.kind, blocks);
+    encoded.resize(static_cast<std::size_t>(batch * encoded_bytes));
+    std::vector<char> finite(static_cast<std::size_t>(batch));
+    parallel_for(batch,
+                 std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(w.cols, 1)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t m = begin; m < end; ++m) {
+                     const float* row = x + m * w.cols;
+                     finite[static_cast<std::size_t>(m)] = all_finite(row, w.cols);
+                     if (finite[static_cast<std::size_t>(m)]) {
+                       encode_row(w.scheme.kind, row, blocks, encoded.data() + m * encoded_bytes);
+                     }
+                   }
+                 });
+    for (std::int64_t m = 0; m < batch; ++m) {
+      if (!finite[static_cast<std::size_t>(m)]) {
+        float_rows.push_back(m);
+        continue;
+      }
+      lanes.push_back(encoded.data() + m * encoded_bytes);
+      lane_row.push_back(m);
     }
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 4));
-    const __m256i dot =
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-    float dx;
-    std::memcpy(&dx, xq, 4);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scale_bits(row)) * dx), _mm256_cvtepi32_ps(dot),
-                          acc);
-  }
-  return horizontal_sum(acc);
-}
-
-template <Kind kKind>
-__attribute__((target("avx2,f16c,fma"))) float dot_avx2(const std::byte* row,
-                                                        const std::byte* x_bytes,
-                                                        std::int64_t blocks) {
-  const auto* x = reinterpret_cast<const float*>(x_bytes);
-  constexpr std::int64_t kBytes = kKind == Kind::Q8_0 ? 34 : 18;
-  __m256 acc = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < blocks; ++b, row += kBytes, x += kBlock) {
-    __m128i low;
-    __m128i high;
-    if constexpr (kKind == Kind::Q8_0) {
-      low = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2));
-      high = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 18));
-    } else {
-      q4_codes(row + 2, low, high);
+  } else {
+    for (std::int64_t m = 0; m < batch; ++m) {
+      lanes.push_back(reinterpret_cast<const std::byte*>(x + m * w.cols));
+      lane_row.push_back(m);
     }
-    auto widen = [](__m128i codes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)); };
-    __m256 part = _mm256_mul_ps(widen(low), _mm256_loadu_ps(x));
-    part = _mm256_fmadd_ps(widen(_mm_srli_si128(low, 8)), _mm256_loadu_ps(x + 8), part);
-    part = _mm256_fmadd_ps(widen(high), _mm256_loadu_ps(x + 16), part);
-    part = _mm256_fmadd_ps(widen(_mm_srli_si128(high, 8)), _mm256_loadu_ps(x + 24), part);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scale_bits(row))), part, acc);
   }
-  return horizontal_sum(acc);
+  const QuantKernels plain = quant_kernels(w.scheme.kind, QuantIsa::Avx2);
+  const auto count = static_cast<std::int64_t>(lanes.size());
+  const std::int64_t work =
+      w.cols * std::min<std::int64_t>(std::max<std::int64_t>(batch, 1), kPass);
+  parallel_for(w.rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(work, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 float dots[kGroup];
+                 for (std::int64_t pass = 0; pass < count; pass += kPass) {
+                   const std::int64_t last = std::min(count, pass + kPass);
+                   for (std::int64_t r = begin; r < end; ++r) {
+                     const std::byte* row = w.blocks + r * row_bytes;
+                     std::int64_t i = pass;
+                     for (; i + kGroup <= last; i += kGroup) {
+                       k.group(row, lanes.data() + i, blocks, dots);
+                       for (int j = 0; j < kGroup; ++j) out[lane_row[i + j] * w.rows + r] = dots[j];
+                     }
+                     for (; i < last; ++i) {
+                       k.one(row, lanes.data() + i, blocks, &out[lane_row[i] * w.rows + r]);
+                     }
+                   }
+                 }
+                 for (std::int64_t m : float_rows) {
+                   const auto* xm = reinterpret_cast<const std::byte*>(x + m * w.cols);
+                   for (std::int64_t r = begin; r < end; ++r) {
+                     plain.one(w.blocks + r * row_bytes, &xm, blocks, &out[m * w.rows + r]);
+                   }
+                 }
+               });
 }
 
-#endif
-
-template <Kind kKind>
-RowDot row_dot(QuantIsa isa) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (isa == QuantIsa::Avx512) return dot_vnni<kKind>;
-  if (isa == QuantIsa::Avx2) return dot_avx2<kKind>;
-#endif
-  (void)isa;
-  return dot_scalar<kKind>;
+// Any scheme: tiles of W's rows decoded to f32 (about 64 KiB each, in cache) and multiplied
+// with x by gemm, tiles spread over the threads.
+void product_on_decoded_tiles(const QuantMatrix& w, const float* x, std::int64_t batch,
+                              float* out) {
+  const quant::BlockSize block = quant::block_size(w.scheme, w.cols);
+  const std::int64_t row_bytes = w.cols / block.values * block.bytes;
+  const std::int64_t tile = std::clamp<std::int64_t>(16384 / w.cols, 1, w.rows);
+  const std::int64_t tiles = (w.rows + tile - 1) / tile;
+  parallel_for(tiles, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> decoded(static_cast<std::size_t>(tile * w.cols));
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t first = t * tile;
+      const std::int64_t n = std::min(tile, w.rows - first);
+      quant::dequantize_blocks(w.scheme.kind, block, w.blocks + first * row_bytes,
+                               n * w.cols / block.values, decoded.data());
+      gemm<float>({x, batch, w.cols, w.cols, 1}, {decoded.data(), w.cols, n, 1, w.cols},
+                  {out + first, batch, n, w.rows, 1}, 1.0f, 0.0f);
+    }
+  });
 }
 
 }  // namespace
@@ -163,15 +158,23 @@ QuantIsa best_quant_isa() noexcept {
   return best;
 }
 
+void quantized_matmul(const QuantMatrix& w, const float* x, std::int64_t batch, float* out,
+                      QuantIsa isa) {
+  if (w.rows == 0 || batch == 0) return;
+  if (w.cols == 0) {
+    std::fill(out, out + batch * w.rows, 0.0f);
+    return;
+  }
+  const bool on_blocks = w.scheme.kind == Kind::Q8_0 || w.scheme.kind == Kind::Q4_0;
+  if (on_blocks && isa != QuantIsa::Scalar) return product_on_blocks(w, x, batch, out, isa);
+  product_on_decoded_tiles(w, x, batch, out);
+}
+
 void quantized_matvec(const TensorData& weight, std::span<const float> x, std::span<float> y,
                       QuantIsa isa) {
   constexpr std::string_view kOp = "quantized_matvec";
-  if (weight.dtype() != DType::QFloat ||
-      (weight.scheme().kind != Kind::Q8_0 && weight.scheme().kind != Kind::Q4_0)) {
-    detail::fail<UnsupportedOperation>(kOp, "needs a Q8_0 or Q4_0 weight, got ",
-                                       weight.dtype() == DType::QFloat
-                                           ? quant_kind_name(weight.scheme().kind)
-                                           : dtype_name(weight.dtype()));
+  if (weight.dtype() != DType::QFloat) {
+    detail::fail<DTypeMismatch>(kOp, "needs a qfloat weight, got ", dtype_name(weight.dtype()));
   }
   const Shape& shape = weight.shape();
   if (shape.rank() != 2 || static_cast<std::int64_t>(x.size()) != shape[1] ||
@@ -188,26 +191,8 @@ void quantized_matvec(const TensorData& weight, std::span<const float> x, std::s
       detail::fail<InvalidArgument>(kOp, "x[", k, "] is ", x[k], ": the values must be finite");
     }
   }
-  const Kind kind = weight.scheme().kind;
-  const std::int64_t rows = shape[0];
-  const std::int64_t blocks = shape[1] / kBlock;
-  const std::int64_t row_bytes = blocks * (kind == Kind::Q8_0 ? 34 : 18);
-  const std::byte* w = weight.bytes().data();
-  const RowDot dot = kind == Kind::Q8_0 ? row_dot<Kind::Q8_0>(isa) : row_dot<Kind::Q4_0>(isa);
-  // The VNNI kernels take x as int8 blocks (an f32 scale and 32 codes each), encoded once here.
-  std::vector<std::byte> encoded;
-  const std::byte* x_arg = reinterpret_cast<const std::byte*>(x.data());
-  if (isa == QuantIsa::Avx512) {
-    encoded.resize(static_cast<std::size_t>(blocks * (4 + kBlock)));
-    quant::quantize_int8(x.data(), blocks, kBlock, encoded.data());
-    x_arg = encoded.data();
-  }
-  parallel_for(rows,
-               std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(shape[1], 1)),
-               [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t r = begin; r < end; ++r)
-                   y[r] = dot(w + r * row_bytes, x_arg, blocks);
-               });
+  quantized_matmul({weight.scheme(), weight.bytes().data(), shape[0], shape[1]}, x.data(), 1,
+                   y.data(), isa);
 }
 
 }  // namespace kiln::cpu

@@ -1,11 +1,17 @@
-// Matrix-vector products with quantized weights: y = W x for a QFloat weight W of shape
-// [rows, cols] in Q8_0 or Q4_0 and float x of cols values, rows spread over kiln's threads.
-// With AVX-512 VNNI, x is encoded as int8 blocks of 32 (an f32 scale each, as llama.cpp encodes
-// activations) and each block's dot product is an int8 multiply-add: every product then differs
-// from the dequantized float product by at most sum_k |W[r, k]| * d_x(k) / 2, d_x(k) being the
-// scale of x's block holding k (max |x| of the block / 127). The AVX2 and scalar kernels widen
-// the codes to float and multiply with x itself. bench/quant_bench.cpp measures them against a
-// memcpy.
+// Products with quantized weights: out = x Wᵀ for a QFloat weight W [rows, cols] (its blocks run
+// along cols, the product's inner dim, as a linear layer's [out, in] weight stores them) and
+// `batch` rows of f32 x, rows of W spread over kiln's threads.
+//
+// Q8_0 and Q4_0 run on the blocks. With AVX-512 VNNI, x is encoded as int8 blocks of 32 (an f32
+// scale each, as llama.cpp encodes activations) and each block's dot product is an int8
+// multiply-add: every product then differs from the dequantized float product by at most
+// sum_k |W[r, k]| * d_x(k) / 2, d_x(k) being the scale of x's block holding k (max |x| of the
+// block / 127). The AVX2 kernels widen the codes to float and multiply with x itself. Both take
+// up to four rows of x per pass over a row of W, so a batch reads W from memory once per 64 rows
+// of x. A row of x holding NaN or infinity goes through the float kernel (it has no int8 code).
+// Every other scheme, and the Scalar "instruction set", decode a few rows of W at a time to f32
+// (in cache) and multiply them with gemm: W is never decoded whole. bench/quant_bench.cpp
+// measures the kernels against a memcpy.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +29,22 @@ QuantIsa best_quant_isa() noexcept;
 // Whether the running CPU can run isa.
 bool cpu_has(QuantIsa isa) noexcept;
 
-// y[r] = sum_k W[r, k] x[k]. UnsupportedOperation unless weight is QFloat in Q8_0 or Q4_0,
-// ShapeMismatch unless it is 2-D with x.size() == cols and y.size() == rows; InvalidArgument
-// for a NaN or infinite x, or an isa the CPU lacks.
+// A QFloat matrix [rows, cols]: scheme's blocks, row after row (cols a whole number of blocks).
+struct QuantMatrix {
+  QuantScheme scheme;
+  const std::byte* blocks = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+};
+
+// out[m * rows + r] = sum_k W[r, k] x[m * cols + k] for every row r of W and m < batch. isa must
+// be one the CPU has.
+void quantized_matmul(const QuantMatrix& w, const float* x, std::int64_t batch, float* out,
+                      QuantIsa isa = best_quant_isa());
+
+// y = W x for QFloat data W [rows, cols]: ShapeMismatch unless W is 2-D with x.size() == cols
+// and y.size() == rows, DTypeMismatch unless it is QFloat; InvalidArgument for a NaN or infinite
+// x, or an isa the CPU lacks.
 void quantized_matvec(const TensorData& weight, std::span<const float> x, std::span<float> y,
                       QuantIsa isa = best_quant_isa());
 

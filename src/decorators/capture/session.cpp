@@ -192,6 +192,8 @@ namespace {
 // Writes value into held, a value the region made that is still held. A held view that repeats
 // elements (expand's stride 0) shows one element along such a dim: that element is written.
 void write_output(Backend& backend, const Primitive& held, Primitive value) {
+  // A QFloat tensor is blocks, not a strided view (and repeats nothing): written whole.
+  if (held->dtype() == DType::QFloat) return backend.assign(held, std::move(value));
   const auto& view = as_strided(held);
   ResolvedSlices slices;
   bool repeats = false;

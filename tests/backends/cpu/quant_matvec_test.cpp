@@ -1,13 +1,16 @@
-// Quantized matrix-vector products against the float64 product of the dequantized weight, on
-// every instruction set the CPU has, one and many threads' worth of rows, and empty shapes. The
-// VNNI kernels encode x in int8 blocks, so their bound adds x's rounding: half a step of x's
-// block scale times |W| (quant_matvec.h).
+// Products with quantized weights against the float64 product of the dequantized weight, on
+// every instruction set the CPU has: one row of x and batches that cross the kernels' groups of
+// four and passes of 64 rows, one and many threads' worth of weight rows, every scheme (Q8_0 and
+// Q4_0 on their blocks, the others on decoded tiles), rows of x with NaN or infinity, and empty
+// shapes. The VNNI kernels encode x in int8 blocks, so their bound adds x's rounding: half a
+// step of x's block scale times |W| (quant_matvec.h).
 #include "backends/cpu/quant_matvec.h"
 
 #include <gtest/gtest.h>
 #include <kiln/data.h>
 #include <kiln/quant.h>
 
+#include <cmath>
 #include <random>
 
 namespace kiln::cpu {
@@ -22,38 +25,90 @@ std::vector<float> normal(std::size_t n, std::mt19937& rng) {
   return v;
 }
 
-class QuantMatvec : public ::testing::TestWithParam<std::tuple<Kind, QuantIsa>> {};
+// The bound on |got - want| of one product: x's int8 rounding on VNNI (Q8_0 and Q4_0), float
+// rounding otherwise.
+struct Reference {
+  double want = 0;
+  double bound = 0;
+};
 
-TEST_P(QuantMatvec, EqualsTheDequantizedProduct) {
+Reference reference(const std::vector<float>& dense, const float* x, std::int64_t r,
+                    std::int64_t cols, bool int8_x) {
+  Reference out;
+  double magnitude = 0;
+  for (std::int64_t b = 0; b < cols / 32; ++b) {
+    double amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double(x[b * 32 + j])));
+    for (int j = 0; j < 32; ++j) {
+      const std::int64_t k = b * 32 + j;
+      const double w = dense[static_cast<std::size_t>(r * cols + k)];
+      out.want += w * x[k];
+      magnitude += std::fabs(w * x[k]);
+      if (int8_x) out.bound += std::fabs(w) * amax / 127 / 2;
+    }
+  }
+  out.bound = out.bound * 1.001 + 1e-5 * magnitude + 1e-30;
+  return out;
+}
+
+class QuantProduct : public ::testing::TestWithParam<std::tuple<Kind, QuantIsa>> {};
+
+TEST_P(QuantProduct, EqualsTheDequantizedProduct) {
   const auto [kind, isa] = GetParam();
   if (!cpu_has(isa)) GTEST_SKIP() << "this CPU lacks the instruction set";
+  const bool int8_x = isa == QuantIsa::Avx512 && (kind == Kind::Q8_0 || kind == Kind::Q4_0);
+  const QuantScheme scheme = quant_scheme(kind);
+  const std::int64_t unit = scheme.block_size;
   std::mt19937 rng(31);
-  for (auto [rows, cols] :
-       {std::pair<std::int64_t, std::int64_t>{1, 32}, {7, 96}, {300, 4096}, {0, 64}, {5, 0}}) {
-    const TensorData w = TensorData::from_vec(normal(rows * cols, rng), Shape{rows, cols})
-                             .quantize(quant_scheme(kind));
-    const std::vector<float> x = normal(cols, rng);
-    std::vector<float> y(rows, -1.0f);
-    quantized_matvec(w, x, y, isa);
+  for (auto [rows, cols, batch] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 1},
+                                   {7, 3, 1},
+                                   {300, 16, 1},
+                                   {5, 2, 3},
+                                   {9, 4, 4},
+                                   {33, 3, 70},
+                                   {0, 2, 3},
+                                   {5, 0, 2},
+                                   {4, 2, 0}}) {
+    cols *= unit;
+    const TensorData w =
+        TensorData::from_vec(normal(rows * cols, rng), Shape{rows, cols}).quantize(scheme);
+    std::vector<float> x = normal(cols * batch, rng);
+    std::vector<float> y(rows * batch, -1.0f);
+    quantized_matmul({scheme, w.bytes().data(), rows, cols}, x.data(), batch, y.data(), isa);
     const std::vector<float> dense = w.dequantize().to_vec<float>();
-    std::vector<double> half_step(cols, 0.0);  // d_x / 2 of each value's block of 32
-    if (isa == QuantIsa::Avx512) {
-      for (std::int64_t b = 0; b < cols / 32; ++b) {
-        double amax = 0;
-        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double(x[b * 32 + j])));
-        for (int j = 0; j < 32; ++j) half_step[b * 32 + j] = amax / 127 / 2;
+    for (std::int64_t m = 0; m < batch; ++m) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Reference ref = reference(dense, x.data() + m * cols, r, cols, int8_x);
+        ASSERT_NEAR(y[m * rows + r], ref.want, ref.bound)
+            << rows << "x" << cols << " batch " << batch << " row " << m << ", " << r;
       }
     }
-    for (std::int64_t r = 0; r < rows; ++r) {
-      double want = 0, magnitude = 0, rounding = 0;
-      for (std::int64_t k = 0; k < cols; ++k) {
-        want += double(dense[r * cols + k]) * x[k];
-        magnitude += std::fabs(double(dense[r * cols + k]) * x[k]);
-        rounding += std::fabs(double(dense[r * cols + k])) * half_step[k];
-      }
-      EXPECT_NEAR(y[r], want, rounding * 1.001 + 1e-6 * magnitude + 1e-30)
-          << rows << "x" << cols << " row " << r;
-    }
+  }
+}
+
+// A row of x with NaN or infinity has no int8 code: it is multiplied in float, NaN and
+// infinities propagating as in the float product; the other rows are unaffected.
+TEST_P(QuantProduct, NonFiniteRowsPropagate) {
+  const auto [kind, isa] = GetParam();
+  if (!cpu_has(isa)) GTEST_SKIP() << "this CPU lacks the instruction set";
+  const QuantScheme scheme = quant_scheme(kind);
+  const std::int64_t rows = 6, cols = 2 * scheme.block_size, batch = 6;
+  std::mt19937 rng(32);
+  // Positive weights, so that an infinite x gives an infinite product of its sign.
+  std::vector<float> values = normal(rows * cols, rng);
+  for (float& v : values) v = std::fabs(v) + 0.5f;
+  const TensorData w = TensorData::from_vec(values, Shape{rows, cols}).quantize(scheme);
+  std::vector<float> x(cols * batch, 1.0f);
+  x[1 * cols + 3] = std::nanf("");
+  x[3 * cols + 0] = INFINITY;
+  x[4 * cols + 5] = -INFINITY;
+  std::vector<float> y(rows * batch);
+  quantized_matmul({scheme, w.bytes().data(), rows, cols}, x.data(), batch, y.data(), isa);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(std::isnan(y[1 * rows + r])) << r;
+    EXPECT_EQ(y[3 * rows + r], INFINITY) << r;
+    EXPECT_EQ(y[4 * rows + r], -INFINITY) << r;
+    for (std::int64_t m : {0, 2, 5}) EXPECT_TRUE(std::isfinite(y[m * rows + r])) << m << ", " << r;
   }
 }
 
@@ -63,11 +118,23 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<Kind, QuantIsa>>
          kIsas[static_cast<int>(std::get<1>(info.param))];
 }
 
-INSTANTIATE_TEST_SUITE_P(KindsAndIsas, QuantMatvec,
-                         ::testing::Combine(::testing::Values(Kind::Q8_0, Kind::Q4_0),
+INSTANTIATE_TEST_SUITE_P(KindsAndIsas, QuantProduct,
+                         ::testing::Combine(::testing::Values(Kind::Q8_0, Kind::Q4_0, Kind::Q4_1,
+                                                              Kind::Q5_0, Kind::Q4_K),
                                             ::testing::Values(QuantIsa::Scalar, QuantIsa::Avx2,
                                                               QuantIsa::Avx512)),
                          case_name);
+
+TEST(QuantMatvec, IsTheProductOfOneRow) {
+  std::mt19937 rng(33);
+  const TensorData w =
+      TensorData::from_vec(normal(3 * 64, rng), Shape{3, 64}).quantize(quant_scheme(Kind::Q5_1));
+  const std::vector<float> x = normal(64, rng);
+  std::vector<float> y(3), want(3);
+  quantized_matvec(w, x, y);
+  quantized_matmul({w.scheme(), w.bytes().data(), 3, 64}, x.data(), 1, want.data());
+  EXPECT_EQ(y, want);
+}
 
 TEST(QuantMatvecErrors, NamesWhatIsWrong) {
   const TensorData w =
@@ -75,11 +142,8 @@ TEST(QuantMatvecErrors, NamesWhatIsWrong) {
   std::vector<float> x(32), y(2), short_x(31);
   EXPECT_THROW(quantized_matvec(w, short_x, y), ShapeMismatch);
   EXPECT_THROW(quantized_matvec(w, x, std::span(y).first(1)), ShapeMismatch);
-  const TensorData q41 =
-      TensorData::from_vec(std::vector<float>(64), Shape{2, 32}).quantize(quant_scheme(Kind::Q4_1));
-  EXPECT_THROW(quantized_matvec(q41, x, y), UnsupportedOperation);
   EXPECT_THROW(quantized_matvec(TensorData::from_vec(std::vector<float>(64), Shape{2, 32}), x, y),
-               UnsupportedOperation);
+               DTypeMismatch);
   const TensorData w3 = TensorData::from_vec(std::vector<float>(64), Shape{1, 2, 32})
                             .quantize(quant_scheme(Kind::Q8_0));
   EXPECT_THROW(quantized_matvec(w3, x, y), ShapeMismatch);

@@ -1,0 +1,39 @@
+// The SIMD kernels of the quantized products (quant_matvec.h), compiled for their targets here
+// (-O3) and picked at run time: dot products of a row of a Q8_0 or Q4_0 weight with one or four
+// rows of x. quant_matvec.cpp drives them over rows and threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cpu/quant_matvec.h"
+
+namespace kiln::cpu {
+
+// Values per block of Q8_0 and Q4_0.
+inline constexpr int kQuantBlock = 32;
+// Rows of x a group kernel multiplies with a row of W at once.
+inline constexpr int kQuantGroup = 4;
+
+// out[i] = dot(row, xs[i]) for i < 1 or kQuantGroup rows; xs are f32 rows, or for the VNNI
+// kernels int8 blocks.
+using GroupDot = void (*)(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
+                          float* out);
+
+struct QuantKernels {
+  GroupDot group = nullptr;  // kQuantGroup rows of x
+  GroupDot one = nullptr;    // one row
+  bool encoded = false;      // x as int8 blocks (the VNNI kernels)
+};
+
+// The kernels of kind (Q8_0 or Q4_0) for isa (Avx2 or Avx512, which the CPU has).
+QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept;
+
+// Bytes of a row of x of `blocks` blocks encoded for kind's VNNI kernels, and the encoding: each
+// block's int8 codes round(x / d), d = max |x| / 127 (halves away from zero, as kiln's int8
+// blocks), laid out as those kernels read them. The values must be finite.
+std::int64_t encoded_row_bytes(QuantScheme::Kind kind, std::int64_t blocks) noexcept;
+void encode_row(QuantScheme::Kind kind, const float* x, std::int64_t blocks,
+                std::byte* out) noexcept;
+
+}  // namespace kiln::cpu
