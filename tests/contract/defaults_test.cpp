@@ -1281,6 +1281,9 @@ std::vector<Case> distributed_cases() {
           }
         }));
   }
+  return cases;
+}
+
 // quantize and dequantize through the host (TensorData's codecs) against the backend's kernels:
 // the same blocks, and the same values in every float dtype, for views in every layout and for
 // a transposed quantized tensor (its default reads it back decoded).
