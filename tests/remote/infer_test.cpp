@@ -1219,8 +1219,8 @@ INSTANTIATE_TEST_SUITE_P(Infer, InferMatchesCpu, testing::ValuesIn(every_op()),
                            return std::string(op_info(param.param).name);
                          });
 
-// Coverage: every op of ops.def but those servers refuse and the quantized ones has cases here (form-generated or
-// written out), so an op added to ops.def without them fails.
+// Coverage: every op of ops.def but those servers refuse and the quantized ones has cases here
+// (form-generated or written out), so an op added to ops.def without them fails.
 TEST(InferCoverage, EveryOpOfOpsDefHasCases) {
   std::size_t ops = 0;
   for (const OpInfo& info : all_ops()) {
