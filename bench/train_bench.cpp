@@ -22,6 +22,7 @@
 #include <string>
 
 #include "bench_common.h"
+#include "tools/kiln/causal_lm.h"
 #include "tools/kiln/digits_net.h"
 
 namespace {
@@ -61,19 +62,6 @@ void digits_epoch(benchmark::State& state) {
 }
 BENCHMARK(digits_epoch)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
-struct Gpt2 {
-  nn::Embedding tokens, positions;
-  nn::TransformerEncoder blocks;
-  nn::Linear head;
-  KILN_MODULE(tokens, positions, blocks, head)
-
-  Tensor<3> forward(const Tensor<2, Int>& ids) const {
-    const auto where = Tensor<1, Int>::arange(0, ids.dims()[1], ids.device()).unsqueeze(0);
-    const Tensor<3> h = tokens.forward(ids) + positions.forward(where);
-    return head.forward(blocks.forward(h, {.is_causal = true}));
-  }
-};
-
 std::int64_t env_int(const char* name, std::int64_t fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? std::stoll(value) : fallback;
@@ -93,18 +81,19 @@ void gpt2_step(benchmark::State& state, DType precision) {
     const std::int64_t width = 768, vocabulary = 50304;
     device.seed(1);
     const nn::Initializer small = nn::Initializer::normal(0, 0.02);
-    Gpt2 model{nn::EmbeddingConfig{vocabulary, width, std::nullopt, small}.init(device),
-               nn::EmbeddingConfig{seq, width, std::nullopt, small}.init(device),
-               nn::TransformerEncoderConfig{.layer = {.d_model = width,
-                                                      .nhead = 12,
-                                                      .dim_feedforward = 4 * width,
-                                                      .dropout = 0.0,
-                                                      .activation = nn::FeedForwardActivation::Gelu,
-                                                      .norm_first = true},
-                                            .num_layers = layers,
-                                            .final_norm = true}
-                   .init(device),
-               nn::LinearConfig{width, vocabulary}.init(device)};
+    tools::CausalLm model{
+        nn::EmbeddingConfig{vocabulary, width, std::nullopt, small}.init(device),
+        nn::EmbeddingConfig{seq, width, std::nullopt, small}.init(device),
+        nn::TransformerEncoderConfig{.layer = {.d_model = width,
+                                               .nhead = 12,
+                                               .dim_feedforward = 4 * width,
+                                               .dropout = 0.0,
+                                               .activation = nn::FeedForwardActivation::Gelu,
+                                               .norm_first = true},
+                                     .num_layers = layers,
+                                     .final_norm = true}
+            .init(device),
+        nn::LinearConfig{width, vocabulary}.init(device)};
     model = nn::train(std::move(model));
     optim::AdamW optimizer({.weight_decay = 0.1});
     const auto ids =

@@ -72,6 +72,16 @@ void load_locked(Table& t) {
   }
 }
 
+// The file read again (another process may have added choices since), this process's own
+// choices kept over the file's.
+void reload_locked(Table& t) {
+  std::map<std::string, Choice, std::less<>> mine = std::move(t.choices);
+  t.choices.clear();
+  t.loaded = false;
+  load_locked(t);
+  for (auto& [key, c] : mine) t.choices.insert_or_assign(key, std::move(c));
+}
+
 void save_locked(const Table& t) {
   const std::string& path = t.path;
   if (path.empty()) return;
@@ -125,13 +135,7 @@ void remember(const Choice& choice) {
   if (choice.key.empty() || !clean(choice.key) || !clean(choice.choice)) return;
   Table& t = table();
   std::lock_guard lock(t.mutex);
-  load_locked(t);
-  // Another process may have added choices since this one read the file: take them first.
-  t.loaded = false;
-  std::map<std::string, Choice, std::less<>> mine = std::move(t.choices);
-  t.choices.clear();
-  load_locked(t);
-  for (auto& [key, c] : mine) t.choices.insert_or_assign(key, std::move(c));
+  reload_locked(t);
   t.choices.insert_or_assign(choice.key, choice);
   save_locked(t);
 }
@@ -139,11 +143,7 @@ void remember(const Choice& choice) {
 std::vector<Choice> entries() {
   Table& t = table();
   std::lock_guard lock(t.mutex);
-  t.loaded = false;
-  std::map<std::string, Choice, std::less<>> mine = std::move(t.choices);
-  t.choices.clear();
-  load_locked(t);
-  for (auto& [key, c] : mine) t.choices.emplace(key, std::move(c));
+  reload_locked(t);
   std::vector<Choice> out;
   out.reserve(t.choices.size());
   for (const auto& [key, c] : t.choices) out.push_back(c);

@@ -13,6 +13,7 @@
 #include <span>
 
 #include "kiln/detail/format.h"
+#include "tools/kiln/causal_lm.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/input.h"
 
@@ -21,20 +22,7 @@ namespace {
 
 constexpr std::string_view kOp = "train charlm";
 
-struct CharModel {
-  nn::Embedding tokens, positions;
-  nn::TransformerEncoder encoder;
-  nn::Linear head;
-  KILN_MODULE(tokens, positions, encoder, head)
-
-  // ids [batch, length] -> logits [batch, length, vocabulary]
-  Tensor<3> forward(const Tensor<2, Int>& ids) const {
-    const std::int64_t length = ids.dims()[1];
-    const auto where = Tensor<1, Int>::arange(0, length, ids.device()).unsqueeze(0);
-    const Tensor<3> h = tokens.forward(ids) + positions.forward(where);
-    return head.forward(encoder.forward(h, {.is_causal = true}));
-  }
-};
+using CharModel = CausalLm;
 
 std::string read_text(const std::filesystem::path& path, std::int64_t context) {
   std::string s = read_file_limited(path, kGiB, kOp);

@@ -23,13 +23,11 @@ bool rows_aligned(const CudaTensor& t) {
   return t.data() % 16 == 0;
 }
 
-// Strides over (batch, head, row) with 0 along a broadcast dim.
-void row_strides(const CudaTensor& t, std::int64_t* out) {
-  for (std::size_t d = 0; d < 3; ++d) out[d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
-}
-
-void score_strides(const CudaTensor& t, std::int64_t* out) {
-  for (std::size_t d = 0; d < 4; ++d) out[d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+// The strides of t's first `dims` dims, 0 along a broadcast dim: (batch, head, row) of q, k and
+// v, (batch, head, query, key) of a mask or bias.
+template <std::size_t dims>
+void broadcast_strides(const CudaTensor& t, std::int64_t (&out)[dims]) {
+  for (std::size_t d = 0; d < dims; ++d) out[d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
 }
 
 }  // namespace
@@ -72,16 +70,16 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
   p.k = k.data();
   p.v = v.data();
   p.out = out->data();
-  row_strides(q, p.q_strides);
-  row_strides(k, p.k_strides);
-  row_strides(v, p.v_strides);
+  broadcast_strides(q, p.q_strides);
+  broadcast_strides(k, p.k_strides);
+  broadcast_strides(v, p.v_strides);
   if (mask) {
     p.mask = as_cuda(*mask).data();
-    score_strides(as_cuda(*mask), p.mask_strides);
+    broadcast_strides(as_cuda(*mask), p.mask_strides);
   }
   if (bias) {
     p.bias = as_cuda(*bias).data();
-    score_strides(as_cuda(*bias), p.bias_strides);
+    broadcast_strides(as_cuda(*bias), p.bias_strides);
   }
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(depth)));
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
