@@ -1,10 +1,12 @@
 // Quantized matrix-vector products (src/backends/cpu/quant_matvec.h) against their floor: the
 // weight's bytes read once at the machine's copy bandwidth, measured here by a parallel memcpy
 // on the same threads. Each row reports bytes per second (weight bytes for the products, bytes
-// read plus written for memcpy); the target is a product at 80 % of memcpy's rate.
+// read plus written for memcpy, bytes read for read_floor); the target is a product at
+// 80 % of memcpy's rate, and read_floor is the rate no product that reads its weight can pass.
 // quant_batch rows: batches of 1, 8 and 32 rows through the Tensor API, beside the f32 product.
 //   build/bench/quant_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 #include <kiln/kiln.h>
 #include <omp.h>
 
@@ -33,6 +35,51 @@ void memcpy_floor(benchmark::State& state) {
       static_cast<std::int64_t>(state.iterations() * 2 * count * sizeof(float)));
 }
 BENCHMARK(memcpy_floor)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+
+// The read-only floor: a matrix-vector product reads its weight and writes almost nothing, so
+// the rate at which the threads can only read memory bounds it more tightly than memcpy's
+// (whose writes also cost a read of each target line). Each thread folds its share of 256 MiB
+// into four AVX2 registers with xor (one cycle each, so the adds' latency hides nothing).
+__attribute__((target("avx2"))) std::uint64_t fold(const std::byte* data, std::size_t bytes) {
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
+  for (std::size_t i = 0; i + 128 <= bytes; i += 128) {
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 32 * k));
+      acc[k] = _mm256_xor_si256(acc[k], v);
+    }
+  }
+  const __m256i all =
+      _mm256_xor_si256(_mm256_xor_si256(acc[0], acc[1]), _mm256_xor_si256(acc[2], acc[3]));
+  return static_cast<std::uint64_t>(_mm256_extract_epi64(all, 0) ^ _mm256_extract_epi64(all, 3));
+}
+
+void read_floor(benchmark::State& state) {
+  const std::size_t bytes = std::size_t{256} << 20;
+  std::vector<std::byte> data(bytes);
+  for (std::size_t i = 0; i < bytes; i += 4096) data[i] = std::byte(i >> 12);
+  // Spot check: the fold of a page-strided pattern is the xor of its bytes.
+  std::uint8_t want = 0;
+  for (std::size_t i = 0; i < bytes; i += 4096) want ^= static_cast<std::uint8_t>(i >> 12);
+  std::uint64_t got = 0;
+  for (auto _ : state) {
+    got = 0;
+#pragma omp parallel reduction(^ : got)
+    {
+      const std::size_t threads = static_cast<std::size_t>(omp_get_num_threads());
+      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t begin = bytes / 128 * t / threads * 128;
+      const std::size_t end = bytes / 128 * (t + 1) / threads * 128;
+      got ^= fold(data.data() + begin, end - begin);
+    }
+    benchmark::DoNotOptimize(got);
+  }
+  // Every byte lands in lane byte (i mod 32); the 4096-byte stride keeps them in lane 0, and
+  // the fold takes lanes 0 and 3's low bytes.
+  if ((got & 0xff) != want) state.SkipWithError("read_floor: wrong fold");
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+}
+BENCHMARK(read_floor)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 void quant_matvec(benchmark::State& state, QuantScheme::Kind kind, cpu::QuantIsa isa) {
   guarded(state, [&] {

@@ -191,6 +191,14 @@ class Tensor {
   Tensor dequantize(DType dtype = DType::F32) const requires std::is_same_v<K, Float> {
     return Tensor(detail::dequantize(primitive_, dtype));
   }
+  // Fake quantization, for quantization-aware training: a float tensor in this tensor's dtype
+  // holding the values scheme's blocks would decode to (quantize then dequantize, the errors of
+  // quantize), whose gradient passes straight through to this tensor unchanged (the
+  // straight-through estimator). On a device that holds no QFloat tensors (cuda) the blocks are
+  // made on the host.
+  Tensor fake_quantize(const QuantScheme& scheme) const requires std::is_same_v<K, Float> {
+    return Tensor(detail::fake_quantize(primitive_, scheme));
+  }
 
   // ---- maths, comparisons, logic, bitwise, reductions and scans: the ops whose form column in
   // ops.def names a method. Binary ops broadcast; comparisons give Bool; full reductions give

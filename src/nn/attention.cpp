@@ -77,7 +77,7 @@ Tensor<3> MultiHeadAttention::forward(const Tensor<3>& query, const Tensor<3>& k
         op, "query ", query.shape().to_string(), ", key ", key.shape().to_string(), " and value ",
         value.shape().to_string(), " must share the batch, and key and value the length");
   }
-  const Tensor<2> packed = in_proj_weight.val();
+  const Tensor<2> packed = in_proj_weight.forward_value();
   auto project = [&](const Tensor<3>& x, std::int64_t part) {
     std::optional<Tensor<1>> b;
     if (in_proj_bias) b = in_proj_bias->val().narrow(0, part * embed, embed);

@@ -29,7 +29,7 @@ Embedding EmbeddingConfig::init(const Device& device) const {
 template <std::size_t D>
 requires(D >= 1 && D <= 4) Tensor<D + 1> Embedding::forward(const Tensor<D, Int>& indices)
 const {
-  const Tensor<D + 1> rows = module::embedding(weight.val(), indices);
+  const Tensor<D + 1> rows = module::embedding(weight.forward_value(), indices);
   if (!padding_idx || !rows.is_require_grad()) return rows;
   // Positions that read the padding row take its value cut from the graph, so that row
   // gets no gradient.

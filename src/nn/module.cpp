@@ -1,6 +1,7 @@
 #include "kiln/nn/module.h"
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "kiln/autodiff.h"
@@ -62,6 +63,11 @@ void ParamSlot::assign(Primitive value, std::string_view name) {
   } else {
     primitive_ = kiln::detail::to_device(kiln::detail::detach(std::move(value)), device);
   }
+}
+
+Primitive ParamSlot::forward_primitive() const {
+  if (!fake_quant_ || primitive_->dtype() == DType::QFloat) return primitive_;
+  return kiln::detail::fake_quantize(primitive_, *fake_quant_);
 }
 
 void Counter::set(std::int64_t value) {
@@ -177,36 +183,87 @@ void set_tracking(void* module, VisitFn visit, bool track) {
   });
 }
 
-void quantize(void* module, VisitFn visit, const QuantScheme& scheme,
-              const QuantizeOptions& options) {
-  constexpr std::string_view kOp = "nn::quantize";
-  for (const QuantScheme* s : {&scheme, options.fallback ? &*options.fallback : nullptr}) {
-    if (s == nullptr) continue;
-    check_quant_scheme(*s, kOp);
-    if (!can_quantize(*s)) {
-      fail<UnsupportedOperation>(kOp, "kiln decodes ", quant_kind_name(s->kind),
-                                 " but does not encode it");
+namespace {
+
+// The schemes nn::quantize and nn::prepare_qat give: checked, and for each trainable 2-D float
+// parameter the scheme whose blocks its rows hold whole (the main one, else the fallback).
+class SchemeChoice {
+ public:
+  SchemeChoice(const QuantScheme& scheme, const QuantizeOptions& options, std::string_view op)
+      : schemes_{scheme, options.fallback.value_or(scheme)} {
+    for (const QuantScheme& s : schemes_) {
+      check_quant_scheme(s, op);
+      if (!can_quantize(s)) {
+        fail<UnsupportedOperation>(op, "kiln decodes ", quant_kind_name(s.kind),
+                                   " but does not encode it");
+      }
     }
   }
+  static bool eligible(const ParamSlot& slot) {
+    return slot.trainable() && slot.rank() == 2 && is_float(slot.primitive()->dtype());
+  }
   // Rows of `length` values hold whole blocks of s (int8_channel's block is the row).
-  auto fits = [](const QuantScheme& s, std::int64_t length) {
-    return length > 0 && (s.kind == QuantScheme::Kind::Int8Channel || length % s.block_size == 0);
-  };
+  std::optional<QuantScheme> operator()(const ParamSlot& slot) const {
+    const std::int64_t length = slot.primitive()->shape()[1];
+    for (const QuantScheme& s : schemes_) {
+      if (length > 0 && (s.kind == QuantScheme::Kind::Int8Channel || length % s.block_size == 0)) {
+        return s;
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  QuantScheme schemes_[2];  // the scheme, then the fallback (the scheme again without one)
+};
+
+// nn::prepare_qat's marks: each eligible parameter takes the scheme `choose` gives it, reported
+// once per tensor; without a choice, every mark is cleared (nn::quantize's blocks need none).
+class MarkFakeQuant final : public Visitor {
+ public:
+  MarkFakeQuant(const SchemeChoice* choose, std::vector<QuantizedWeight>* report)
+      : choose_(choose), report_(report) {}
+  void visit(const std::string& name, ParamSlot& slot) override {
+    if (choose_ == nullptr) return slot.set_fake_quant({});
+    if (!SchemeChoice::eligible(slot)) return;
+    slot.set_fake_quant((*choose_)(slot));
+    if (seen_.insert(slot.primitive().get()).second) {
+      report_->push_back({name, slot.primitive()->shape(), slot.fake_quant()});
+    }
+  }
+
+ private:
+  const SchemeChoice* choose_;
+  std::vector<QuantizedWeight>* report_;
+  std::set<const TensorPrimitive*> seen_;
+};
+
+}  // namespace
+
+void quantize(void* module, VisitFn visit, const QuantScheme& scheme,
+              const QuantizeOptions& options) {
+  const SchemeChoice choose(scheme, options, "nn::quantize");
   std::vector<QuantizedWeight> report;
   replace_each(module, visit, [&](const std::string& name, const ParamSlot& slot) {
     const Primitive& p = slot.primitive();
-    if (!slot.trainable() || slot.rank() != 2 || !is_float(p->dtype())) return p;
-    const std::int64_t length = p->shape()[1];
-    std::optional<QuantScheme> chosen;
-    if (fits(scheme, length)) {
-      chosen = scheme;
-    } else if (options.fallback && fits(*options.fallback, length)) {
-      chosen = options.fallback;
-    }
+    if (!SchemeChoice::eligible(slot)) return p;
+    // A weight trained with fake quantization takes the scheme it was trained for.
+    const std::optional<QuantScheme> chosen = slot.fake_quant() ? slot.fake_quant() : choose(slot);
     report.push_back({name, p->shape(), chosen});
     if (!chosen) return p;
     return kiln::detail::quantize(kiln::detail::detach(p), *chosen);
   });
+  MarkFakeQuant clear(nullptr, nullptr);
+  visit(module, clear);
+  if (options.report != nullptr) *options.report = std::move(report);
+}
+
+void prepare_qat(void* module, VisitFn visit, const QuantScheme& scheme,
+                 const QuantizeOptions& options) {
+  const SchemeChoice choose(scheme, options, "nn::prepare_qat");
+  std::vector<QuantizedWeight> report;
+  MarkFakeQuant mark(&choose, &report);
+  visit(module, mark);
   if (options.report != nullptr) *options.report = std::move(report);
 }
 

@@ -74,7 +74,7 @@ std::optional<Tensor<1>> value_of(const std::optional<Param<1>>& p) {
 // x W^T + b for every step at once ([T, B, in] -> [T, B, G * H]) or one step ([B, H] -> ...).
 template <std::size_t D>
 Tensor<D> project(const Tensor<D>& x, const Param<2>& weight, const std::optional<Param<1>>& bias) {
-  return module::linear(x, weight.val(), value_of(bias));
+  return module::linear(x, weight.forward_value(), value_of(bias));
 }
 
 // Gate k of [B, G * H].

@@ -77,6 +77,10 @@ case "$scenario" in
     grep -qE "q8_0 [0-9.]+  \([-+][0-9.]+ %\)" "$work/out" || fail "no q8_0 loss: $(cat "$work/out")"
     # q4_k: rows of 96 and 384 values are not whole 256-value blocks; they take Q5_0.
     expect 0 "weights quantized as Q5_0 x11" -- train charlm --steps 2 --sample-every 2 --quantize q4_k
+    # Quantization-aware training: the float model's loss is its fake-quantized forward.
+    expect 0 "loss  f32 fake-quantized " -- train charlm --steps 2 --sample-every 2 --quantize q4_k --qat
+    grep -qE "weights quantized as Q5_0 x11" "$work/out" || fail "QAT lost the fallback: $(cat "$work/out")"
+    expect 1 "--qat trains for the scheme --quantize names" -- train charlm --steps 2 --qat
     expect 0 "weights quantized as Q4_K x11" -- \
       train charlm --steps 2 --sample-every 2 --quantize q4_k --width 256 --context 16
     ;;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 #include <kiln/nn/nn.h>
+#include <kiln/optim/sgd.h>
 #include <kiln/record/gguf.h>
 
 #include <cmath>
@@ -198,6 +199,94 @@ TEST(Quantize, Errors) {
                            {.fallback = quant_scheme(QKind::Q5_K)});
       },
       "nn::quantize", {"Q5_K"});
+}
+
+// Quantization-aware training (nn::prepare_qat): the weights nn::quantize would take are marked,
+// stay float and train; the forward pass computes what the quantized model's dequantized weights
+// compute, bit for bit; their gradients are that model's gradients (straight through).
+TEST(PrepareQat, MarksWhatQuantizeWouldAndForwardsTheDecodedWeights) {
+  for (const Device& device : {Device::cpu(), Device::cpu().fused()}) {
+    const Tiny model = make_tiny(device);
+    const nn::QuantizeOptions fallback{.fallback = quant_scheme(QKind::Q5_0)};
+    std::vector<nn::QuantizedWeight> marked, quantized;
+    const Tiny qat = nn::prepare_qat(model, quant_scheme(QKind::Q4_K),
+                                     {.fallback = fallback.fallback, .report = &marked});
+    const Tiny q = nn::quantize(model, quant_scheme(QKind::Q4_K),
+                                {.fallback = fallback.fallback, .report = &quantized});
+    ASSERT_EQ(marked.size(), quantized.size());
+    for (std::size_t i = 0; i < marked.size(); ++i) {
+      EXPECT_EQ(marked[i].name, quantized[i].name);
+      EXPECT_EQ(marked[i].scheme, quantized[i].scheme) << marked[i].name;
+    }
+    for (const auto& [name, dtype] : dtypes(qat)) EXPECT_EQ(dtype, DType::F32) << name;
+    EXPECT_EQ(qat.hidden.weight.fake_quant(), quant_scheme(QKind::Q5_0));
+    EXPECT_FALSE(qat.hidden.bias->fake_quant().has_value());
+    EXPECT_FALSE(model.hidden.weight.fake_quant().has_value());  // the module passed in
+    EXPECT_EQ(qat.forward(ids(device)).into_data().to_f64_vec(),
+              dequantized(q).forward(ids(device)).into_data().to_f64_vec())
+        << device;
+  }
+}
+
+TEST(PrepareQat, GradientsPassStraightThroughToTheFloatWeights) {
+  const Device device = Device::cpu();
+  const Tiny model = make_tiny(device);
+  const QuantScheme q8 = quant_scheme(QKind::Q8_0);
+  const Tiny qat = nn::train(nn::prepare_qat(model, q8));
+  const Tiny reference = nn::train(dequantized(nn::quantize(model, q8)));
+  EXPECT_EQ(qat.head.weight.fake_quant(), q8);  // training keeps the mark
+  const Gradients got = qat.forward(ids(device.autodiff())).square().sum().backward();
+  const Gradients want = reference.forward(ids(device.autodiff())).square().sum().backward();
+  const std::vector<nn::NamedParam> a = nn::named_parameters(qat);
+  const std::vector<nn::NamedParam> b = nn::named_parameters(reference);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::optional<Primitive> ga = detail::grad(a[i].value, got);
+    const std::optional<Primitive> gb = detail::grad(b[i].value, want);
+    ASSERT_TRUE(ga && gb) << a[i].name;
+    const std::vector<double> x = detail::into_data(*ga).to_f64_vec();
+    const std::vector<double> y = detail::into_data(*gb).to_f64_vec();
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t j = 0; j < x.size(); ++j) {
+      ASSERT_NEAR(x[j], y[j], 1e-5 * (1 + std::fabs(y[j]))) << a[i].name << " " << j;
+    }
+  }
+}
+
+// A QAT model trains (its loss falls), and nn::quantize then encodes each weight in the scheme it
+// was trained for, giving the model that was trained (within the int8 rounding of the
+// activations in the quantized products).
+TEST(PrepareQat, TrainsAndQuantizesToTheSchemeItTrainedFor) {
+  const Device device = Device::cpu();
+  Tiny qat = nn::train(nn::prepare_qat(make_tiny(device), quant_scheme(QKind::Q4_0)));
+  optim::Sgd sgd;
+  auto loss = [&](const Tiny& m) { return m.forward(ids(device.autodiff())).square().mean(); };
+  const double first = loss(qat).into_scalar<double>();
+  for (int step = 0; step < 20; ++step) sgd.step(qat, loss(qat).backward(), 0.05);
+  EXPECT_LT(loss(qat).into_scalar<double>(), 0.7 * first);
+  const Tiny trained = nn::valid(qat);
+  EXPECT_EQ(trained.tokens.weight.fake_quant(), quant_scheme(QKind::Q4_0));
+  const Tiny q = nn::quantize(trained, quant_scheme(QKind::Q8_0));  // the trained-for Q4_0 wins
+  EXPECT_EQ(nn::to_record(q).at("hidden.weight").scheme().kind, QKind::Q4_0);
+  EXPECT_FALSE(q.hidden.weight.fake_quant().has_value());
+  const std::vector<double> want = trained.forward(ids(device)).into_data().to_f64_vec();
+  const std::vector<double> got = q.forward(ids(device)).into_data().to_f64_vec();
+  double scale = 0;
+  for (double v : want) scale = std::max(scale, std::fabs(v));
+  // Trained weights have larger outliers than fresh ones: x's int8 rounding costs a little more.
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 3e-2 * scale) << i;
+}
+
+TEST(PrepareQat, Errors) {
+  const Tiny model = make_tiny(Device::cpu());
+  test::expect_error<UnsupportedOperation>(
+      [&] { (void)nn::prepare_qat(model, quant_scheme(QKind::Q2_K)); }, "nn::prepare_qat",
+      {"Q2_K"});
+  test::expect_error<InvalidArgument>(
+      [&] {
+        (void)nn::prepare_qat(model, QuantScheme{QKind::Q8_0, 64});
+      },
+      "nn::prepare_qat", {"block size 32"});
 }
 
 }  // namespace

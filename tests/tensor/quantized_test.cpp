@@ -11,58 +11,24 @@
 #include <cmath>
 #include <random>
 
-#include "quant/block_reference.h"
 #include "support/error_message.h"
+#include "tensor/quantized_values.h"
 
 namespace kiln {
 namespace {
 
 using Kind = QuantScheme::Kind;
 using test::expect_error;
+using namespace quantized_values;
 
 constexpr Kind kEncodable[] = {Kind::Q4_0, Kind::Q4_1, Kind::Q5_0, Kind::Q5_1, Kind::Q8_0};
 constexpr Kind kEveryGguf[] = {Kind::Q4_0, Kind::Q4_1, Kind::Q5_0, Kind::Q5_1,
                                Kind::Q8_0, Kind::Q2_K, Kind::Q3_K, Kind::Q4_K,
                                Kind::Q5_K, Kind::Q6_K, Kind::Q8_K};
 
-std::vector<Device> devices() {
-  const Device cpu = Device::cpu();
-  return {cpu, cpu.fused(), cpu.autodiff(), cpu.fused().autodiff()};
-}
-
-std::vector<float> normal(std::int64_t n, std::uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Every value of a QFloat TensorData decoded by the float64 reference of the block formulas.
-std::vector<double> reference_values(const TensorData& q) {
-  const quant_testing::Layout layout = quant_testing::layout(q.scheme().kind);
-  std::vector<double> out;
-  const std::int64_t blocks = q.num_elements() / layout.values;
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::vector<double> block =
-        quant_testing::reference_block(q.scheme().kind, q.bytes().data() + b * layout.bytes);
-    out.insert(out.end(), block.begin(), block.end());
-  }
-  return out;
-}
-
 bool same_bytes(const TensorData& a, const TensorData& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::equal(a.bytes().begin(), a.bytes().end(), b.bytes().begin(), b.bytes().end());
-}
-
-void expect_values(const TensorData& got, const std::vector<double>& want, double tolerance,
-                   const std::string& context) {
-  const std::vector<double> values = got.to_f64_vec();
-  ASSERT_EQ(values.size(), want.size()) << context;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    ASSERT_NEAR(values[i], want[i], tolerance * (1 + std::fabs(want[i]))) << context << " at " << i;
-  }
 }
 
 TEST(QuantizedTensor, UploadsAndReadsKeepEveryByteOfEveryKind) {

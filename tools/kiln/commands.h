@@ -46,6 +46,9 @@ struct TrainCharlmOptions {
   // "q8_0" or "q4_k": hold out the text's last tenth, and after training print the validation
   // loss of the float model and of its quantized copy (nn::quantize). Empty: neither.
   std::string quantize;
+  // With quantize: train with the weights fake-quantized in that scheme (nn::prepare_qat), so
+  // that the quantized copy is the model that was trained.
+  bool qat = false;
 };
 // `kiln train charlm`: a small character-level transformer on a text file, printing samples.
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out);

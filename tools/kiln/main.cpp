@@ -129,6 +129,9 @@ int run(int argc, char** argv) {
                    "hold out the text's last tenth and compare the validation loss of the float "
                    "model and its quantized weights: q8_0 or q4_k")
       ->check(CLI::IsMember({"q8_0", "q4_k"}));
+  charlm_cmd->add_flag("--qat", charlm.qat,
+                       "with --quantize: quantization-aware training (the weights fake-quantized "
+                       "in that scheme while training)");
 
   EmbedOptions embed;
   CLI::App* embed_cmd = app.add_subcommand(

@@ -107,6 +107,18 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
     }
   }
   const std::size_t trained = ids.size() - held_out;
+  if (options.qat && options.quantize.empty()) {
+    kiln::detail::fail<InvalidArgument>(kOp,
+                                        "--qat trains for the scheme --quantize names; "
+                                        "give --quantize q8_0 or q4_k");
+  }
+  // llama.cpp's rule for weights whose rows are not whole 256-value blocks: Q4_K falls back to
+  // Q5_0 (charlm's default rows of 96 and 384 values all do; --width 256 avoids it).
+  const bool q4_k = options.quantize == "q4_k";
+  const QuantScheme scheme = quant_scheme(q4_k ? QuantScheme::Kind::Q4_K : QuantScheme::Kind::Q8_0);
+  std::vector<nn::QuantizedWeight> report;
+  nn::QuantizeOptions quantize_options{.report = &report};
+  if (q4_k) quantize_options.fallback = quant_scheme(QuantScheme::Kind::Q5_0);
 
   const Device device = Device::default_device();
   device.seed(options.seed);
@@ -132,7 +144,8 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
       << (options.precision == DType::F32
               ? ""
               : ", " + std::string(dtype_name(options.precision)) + " mixed precision")
-      << "\n";
+      << (options.qat ? ", weights fake-quantized as " + options.quantize + " (QAT)" : "") << "\n";
+  if (options.qat) model = nn::prepare_qat(std::move(model), scheme, quantize_options);
 
   model = nn::train(std::move(model));
   optim::AdamW optimizer({.weight_decay = 0.01});
@@ -211,15 +224,6 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
     }
   }
   if (!options.quantize.empty()) {
-    // llama.cpp's rule for weights whose rows are not whole 256-value blocks: Q4_K falls back to
-    // Q5_0 (charlm's default rows of 96 and 384 values all do; --width 256 avoids it).
-    const bool q4_k = options.quantize == "q4_k";
-    const QuantScheme scheme =
-        quant_scheme(q4_k ? QuantScheme::Kind::Q4_K : QuantScheme::Kind::Q8_0);
-    nn::QuantizeOptions quantize_options;
-    std::vector<nn::QuantizedWeight> report;
-    quantize_options.report = &report;
-    if (q4_k) quantize_options.fallback = quant_scheme(QuantScheme::Kind::Q5_0);
     const CharModel evaluated = nn::valid(model);
     const CharModel quantized = nn::quantize(evaluated, scheme, quantize_options);
     const std::span<const std::uint8_t> validation(ids.data() + trained, held_out);
@@ -234,10 +238,11 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
         << (held_out - 1) / static_cast<std::size_t>(context) << " windows of " << context << "; "
         << report.size() << " weights quantized as";
     for (const auto& [name, count] : schemes) out << " " << name << " x" << count;
-    out << "\n  loss  f32 " << std::setprecision(4) << std::fixed << float_loss << "  "
-        << options.quantize << " " << quantized_loss << "  (" << std::showpos
-        << std::setprecision(2) << 100.0 * (quantized_loss - float_loss) / float_loss
-        << std::noshowpos << " %)\n";
+    // Under QAT the float model's forward already sees its weights fake-quantized.
+    out << "\n  loss  " << (options.qat ? "f32 fake-quantized " : "f32 ") << std::setprecision(4)
+        << std::fixed << float_loss << "  " << options.quantize << " " << quantized_loss << "  ("
+        << std::showpos << std::setprecision(2)
+        << 100.0 * (quantized_loss - float_loss) / float_loss << std::noshowpos << " %)\n";
   }
   return 0;
 }

@@ -193,6 +193,8 @@ Primitive attention(Primitive query, Primitive key, Primitive value, std::option
 Primitive quantize(Primitive x, QuantScheme scheme);
 // A QFloat tensor's values decoded to the float dtype.
 Primitive dequantize(Primitive x, DType dtype);
+// x's values as scheme's blocks decode them, in x's dtype, with the identity's gradient.
+Primitive fake_quantize(Primitive x, QuantScheme scheme);
 
 // ---- printing ----
 std::string to_string(const Primitive& x);

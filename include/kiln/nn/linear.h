@@ -16,14 +16,14 @@ struct Linear {
   std::optional<Param<1>> bias;  // [out]
   KILN_MODULE(weight, bias)
 
-  std::int64_t in_features() const { return weight.val().dims()[1]; }
-  std::int64_t out_features() const { return weight.val().dims()[0]; }
+  std::int64_t in_features() const { return weight.primitive()->shape()[1]; }
+  std::int64_t out_features() const { return weight.primitive()->shape()[0]; }
 
   template <std::size_t D>
   Tensor<D> forward(const Tensor<D>& x) const {
     std::optional<Tensor<1>> b;
     if (bias) b = bias->val();
-    return module::linear(x, weight.val(), b);
+    return module::linear(x, weight.forward_value(), b);
   }
 };
 

@@ -64,6 +64,12 @@ class ParamSlot {
   // shape, dtype, device or mode): nn::to_device, nn::cast, nn::train and nn::valid use it. New
   // values for a parameter go through assign, which checks them.
   void set_primitive(Primitive p);
+  // The scheme forward passes fake-quantize the value with (quantization-aware training,
+  // nn::prepare_qat), if any: see Param::forward_value.
+  const std::optional<QuantScheme>& fake_quant() const noexcept { return fake_quant_; }
+  void set_fake_quant(std::optional<QuantScheme> scheme) noexcept { fake_quant_ = scheme; }
+  // The value forward passes compute with (Param::forward_value).
+  Primitive forward_primitive() const;
 
  protected:
   ParamSlot(std::size_t rank, bool trainable, Kind kind) noexcept
@@ -74,6 +80,7 @@ class ParamSlot {
   std::size_t rank_;
   bool trainable_;
   Kind kind_;
+  std::optional<QuantScheme> fake_quant_;
 };
 
 // A trainable tensor of rank D. Assigning a tensor gives it a new value, checked (ParamSlot::
@@ -89,6 +96,10 @@ class Param : public ParamSlot {
   }
   Tensor<D> val() const { return Tensor<D>::from_primitive(primitive_); }
   operator Tensor<D>() const { return val(); }  // NOLINT: a parameter reads as its tensor
+  // The value a forward pass computes with: val(), or under quantization-aware training
+  // (nn::prepare_qat) val().fake_quantize(scheme), whose gradient reaches val() unchanged. The
+  // layers of kiln/nn read their weights through it; a module's own products may too.
+  Tensor<D> forward_value() const { return Tensor<D>::from_primitive(forward_primitive()); }
   Param& operator=(const Tensor<D>& value) {
     assign(value.primitive());
     return *this;

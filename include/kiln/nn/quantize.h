@@ -17,6 +17,11 @@
 // their blocks. Records: nn::save writes safetensors, which hold no QFloat (UnsupportedDType);
 // nn::to_record gives the blocks, which record::save_gguf writes and nn::load_record takes
 // back (into a QFloat parameter as they are, into a float one dequantized).
+//
+// Quantization-aware training (fake quantization, straight-through gradients):
+//   auto qat = nn::prepare_qat(model, quant_scheme(QuantScheme::Kind::Q4_K));
+//   ... train qat as any model (nn::train, an optimizer, Learner) ...
+//   auto q4 = nn::quantize(nn::valid(qat), quant_scheme(QuantScheme::Kind::Q4_K));
 #pragma once
 
 #include <optional>
@@ -46,6 +51,8 @@ struct QuantizeOptions {
 namespace detail {
 void quantize(void* module, VisitFn visit, const QuantScheme& scheme,
               const QuantizeOptions& options);
+void prepare_qat(void* module, VisitFn visit, const QuantScheme& scheme,
+                 const QuantizeOptions& options);
 }  // namespace detail
 
 // The module with its 2-D weights quantized in scheme (InvalidArgument for a malformed scheme,
@@ -53,6 +60,19 @@ void quantize(void* module, VisitFn visit, const QuantScheme& scheme,
 template <detail::Visitable M>
 M quantize(M module, const QuantScheme& scheme, const QuantizeOptions& options = {}) {
   detail::quantize(&module, detail::visit_fn<M>, scheme, options);
+  return module;
+}
+
+// Quantization-aware training: the module with the weights nn::quantize would quantize (the same
+// choice of scheme and fallback, the same report) marked for fake quantization. They stay float
+// parameters that train as before, but forward passes see them as their blocks would decode
+// (Param::forward_value, Tensor::fake_quantize), and their gradients pass straight through to
+// the float values. nn::quantize of the trained module then encodes each marked weight in the
+// scheme it was trained for. The layers of kiln/nn read weights through forward_value; a
+// module's own products on its Params take part when they do too.
+template <detail::Visitable M>
+M prepare_qat(M module, const QuantScheme& scheme, const QuantizeOptions& options = {}) {
+  detail::prepare_qat(&module, detail::visit_fn<M>, scheme, options);
   return module;
 }
 
