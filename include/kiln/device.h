@@ -28,6 +28,11 @@ struct DeviceSettings {
   bool operator==(const DeviceSettings&) const = default;
 };
 
+// What an elementwise op or an op along a dim returns when an operand is QFloat
+// (Device::set_quant_propagation): a float tensor (Dequantize), or that result encoded again in
+// the operand's blocks (Requantize).
+enum class QuantPropagation : std::uint8_t { Dequantize, Requantize };
+
 struct MemoryStats {
   std::int64_t bytes_in_use = 0;       // held by live tensors
   std::int64_t bytes_reserved = 0;     // held by the backend (in use + cached for reuse)
@@ -102,6 +107,18 @@ class Device {
   //   gpu.set_allow_tf32(true);   // f32 matmuls on gpu from here on use tf32
   void set_allow_tf32(bool allow) const;
   bool allow_tf32() const;
+  // What the ops whose Tensor methods ops.def generates (the elementwise maths, comparisons,
+  // reductions and ops along a dim) return when an operand on this device is QFloat: they
+  // compute on the dequantized values, and under Dequantize (the default) return that float
+  // tensor; under Requantize the result is encoded again in the scheme of the first QFloat
+  // operand, where it is a float tensor whose last dim holds whole blocks of that scheme and
+  // takes no gradient (otherwise it stays float; a NaN or infinite value then throws
+  // InvalidArgument, as quantize does). Products, lookups, views and the other ops are not
+  // affected: a product with a quantized weight returns its activations' dtype either way. A
+  // run-time switch of the hardware device, like allow_tf32 (burn's QuantPropagation).
+  //   cpu.set_quant_propagation(QuantPropagation::Requantize);   // q * 2 stays QFloat
+  void set_quant_propagation(QuantPropagation propagation) const;
+  QuantPropagation quant_propagation() const;
   DTypeUsageSet dtype_usage(DType dtype) const;
   bool supports_dtype(DType dtype) const;
   void seed(std::uint64_t seed) const;

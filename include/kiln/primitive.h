@@ -11,6 +11,8 @@
 
 namespace kiln {
 
+struct QuantScheme;
+
 class TensorPrimitive {
  public:
   TensorPrimitive(DType dtype, Shape&& shape, Device device)
@@ -28,6 +30,9 @@ class TensorPrimitive {
   Device device() const noexcept { return device_; }
   // True when the backing memory is owned by this primitive alone (no other view shares it).
   virtual bool storage_unique() const noexcept = 0;
+  // A QFloat tensor's blocks' scheme, where its backend keeps one with it (the CPU); null for
+  // every other tensor (Device::set_quant_propagation reads it).
+  virtual const QuantScheme* quant_scheme() const noexcept { return nullptr; }
 
  protected:
   DType dtype_;

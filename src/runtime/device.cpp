@@ -20,13 +20,15 @@ std::mutex& remotes_mutex() {
   return m;
 }
 
-// The tf32 switch of each hardware device (kind, index); absent means off.
-struct Tf32Flags {
+// The run-time switches of each hardware device (kind, index): tf32 (absent means off) and the
+// quantized propagation (absent means Dequantize).
+struct RuntimeFlags {
   std::mutex mutex;
-  std::map<std::pair<int, int>, bool> allowed;
+  std::map<std::pair<int, int>, bool> tf32;
+  std::map<std::pair<int, int>, QuantPropagation> propagation;
 };
-Tf32Flags& tf32_flags() {
-  static Tf32Flags flags;
+RuntimeFlags& runtime_flags() {
+  static RuntimeFlags flags;
   return flags;
 }
 
@@ -175,15 +177,26 @@ void Device::set_default_dtypes(DType float_dtype, DType int_dtype, DType bool_d
   set_default_dtypes_for(*this, float_dtype, int_dtype, bool_dtype);
 }
 void Device::set_allow_tf32(bool allow) const {
-  Tf32Flags& flags = tf32_flags();
+  RuntimeFlags& flags = runtime_flags();
   std::lock_guard lock(flags.mutex);
-  flags.allowed[{static_cast<int>(kind()), index()}] = allow;
+  flags.tf32[{static_cast<int>(kind()), index()}] = allow;
 }
 bool Device::allow_tf32() const {
-  Tf32Flags& flags = tf32_flags();
+  RuntimeFlags& flags = runtime_flags();
   std::lock_guard lock(flags.mutex);
-  const auto found = flags.allowed.find({static_cast<int>(kind()), index()});
-  return found != flags.allowed.end() && found->second;
+  const auto found = flags.tf32.find({static_cast<int>(kind()), index()});
+  return found != flags.tf32.end() && found->second;
+}
+void Device::set_quant_propagation(QuantPropagation propagation) const {
+  RuntimeFlags& flags = runtime_flags();
+  std::lock_guard lock(flags.mutex);
+  flags.propagation[{static_cast<int>(kind()), index()}] = propagation;
+}
+QuantPropagation Device::quant_propagation() const {
+  RuntimeFlags& flags = runtime_flags();
+  std::lock_guard lock(flags.mutex);
+  const auto found = flags.propagation.find({static_cast<int>(kind()), index()});
+  return found != flags.propagation.end() ? found->second : QuantPropagation::Dequantize;
 }
 DTypeUsageSet Device::dtype_usage(DType dtype) const {
   return backend_for(*this).dtype_usage(dtype);

@@ -34,9 +34,11 @@ Backend& backend_of(const Primitive& a, const Primitive& b, const char* op) {
   return backend_for(joined(da, db));
 }
 
-void check_kind(Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op) {
+void check_kind(Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op,
+                Requantize* requantize) {
   const DType d = p->dtype();
   if (d == DType::QFloat && float_ok) [[unlikely]] {
+    if (requantize != nullptr) requantize->note(p);
     dequantize_operand(p);
     return;
   }

@@ -31,7 +31,10 @@ Backend& backend_of(const Primitive& a, const Primitive& b, const char* op);
 // operand (of the Float kind) is replaced by its values dequantized to f32, so that an op sees
 // QFloat only where it reads the blocks themselves (dequantize, the weight of linear and matmul,
 // embedding's table, permute, swap_dims and slice, reads and moves), which do not call this on it.
-void check_kind(Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op);
+class Requantize;
+// requantize (the ops ops.def generates) notes a QFloat p's scheme before p is dequantized.
+void check_kind(Primitive& p, bool float_ok, bool int_ok, bool bool_ok, const char* op,
+                Requantize* requantize = nullptr);
 inline void check_float(Primitive& p, const char* op) { check_kind(p, true, false, false, op); }
 inline void check_numeric(Primitive& p, const char* op) { check_kind(p, true, true, false, op); }
 inline void check_int(Primitive& p, const char* op) { check_kind(p, false, true, false, op); }
@@ -40,6 +43,28 @@ inline void check_bool(Primitive& p, const char* op) { check_kind(p, false, fals
 inline void check_any_kind(Primitive& p, const char* op) { check_kind(p, true, true, true, op); }
 // x (QFloat) replaced by its values dequantized to f32 on its device (quantized.cpp).
 void dequantize_operand(Primitive& x);
+// Device::set_quant_propagation's Requantize for the ops ops.def generates (generated.cpp): the
+// scheme of the first QFloat operand whose device asks for results in its blocks, noted before
+// the operand is dequantized, and the result encoded in it where it can be (quantized.cpp).
+class Requantize {
+ public:
+  // operand (QFloat): its scheme, unless one was noted already or its device does not ask.
+  void note(const Primitive& operand);
+  // The op's result, encoded in place where a noted scheme asks for it (the wrappers return it
+  // by name, so that it is not moved through a temporary).
+  void operator()(Primitive& result) const {
+    if (noted_) [[unlikely]]
+      encode(result);
+  }
+
+ private:
+  void encode(Primitive& result) const;
+  // Plain values, the scheme's set only once noted: the wrappers stay free of clean-up code and
+  // of stores they do not need.
+  QuantScheme::Kind kind_;
+  std::int64_t block_size_;
+  bool noted_ = false;
+};
 
 // The float dtype two float dtypes promote to: the wider, or f32 for f16 with bf16.
 DType wider_float(DType a, DType b) noexcept;

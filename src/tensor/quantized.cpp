@@ -53,6 +53,30 @@ Primitive fake_quantize(Primitive x, QuantScheme scheme) {
   return add(sub(x, detach(x)), std::move(values));
 }
 
+void Requantize::note(const Primitive& operand) {
+  const QuantScheme* scheme = operand->quant_scheme();
+  if (noted_ || scheme == nullptr ||
+      operand->device().quant_propagation() != QuantPropagation::Requantize) {
+    return;
+  }
+  kind_ = scheme->kind;
+  block_size_ = scheme->block_size;
+  noted_ = true;
+}
+
+void Requantize::encode(Primitive& result) const {
+  const QuantScheme scheme_{kind_, block_size_};
+  const Shape& shape = result->shape();
+  if (!is_float(result->dtype()) || shape.rank() == 0 || is_require_grad(result) ||
+      !can_quantize(scheme_)) {
+    return;
+  }
+  const std::int64_t last = shape[shape.rank() - 1];
+  if (scheme_.kind == QuantScheme::Kind::Int8Channel ? last > 0 : last % scheme_.block_size == 0) {
+    result = quantize(std::move(result), scheme_);
+  }
+}
+
 void dequantize_operand(Primitive& x) { x = dequantize(std::move(x), DType::F32); }
 
 }  // namespace kiln::detail

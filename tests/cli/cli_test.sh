@@ -68,7 +68,7 @@ case "$scenario" in
     expect 1 "--precision: f64 not in {f32,bf16,f16}" -- train charlm --precision f64
     expect 1 "--precision: int8 not in {f32,bf16,f16}" -- train digits --precision int8
     expect 0 "bf16 mixed precision" -- train charlm --steps 2 --sample-every 2 --precision bf16
-    expect 1 "--quantize: q2_k not in {q8_0,q4_k}" -- train charlm --quantize q2_k
+    expect 1 "--quantize: q2_k not in {q8_0,q4_0,q4_k}" -- train charlm --quantize q2_k
     expect 1 "--width must be a multiple of the 4 heads, got 6" -- train charlm --width 6
     expect 1 "--width must be between 4 and 1024, got 0" -- train charlm --width 0
     # The last tenth held out: the float and the quantized model's validation losses.

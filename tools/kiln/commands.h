@@ -43,8 +43,8 @@ struct TrainCharlmOptions {
   std::uint64_t seed = 1;
   kiln::DType precision = kiln::DType::F32;  // f32, or bf16/f16 mixed precision (autocast)
   std::int64_t width = 96;                   // the model's width (a multiple of its 4 heads)
-  // "q8_0" or "q4_k": hold out the text's last tenth, and after training print the validation
-  // loss of the float model and of its quantized copy (nn::quantize). Empty: neither.
+  // "q8_0", "q4_0" or "q4_k": hold out the text's last tenth, and after training print the
+  // validation loss of the float model and of its quantized copy (nn::quantize). Empty: neither.
   std::string quantize;
   // With quantize: train with the weights fake-quantized in that scheme (nn::prepare_qat), so
   // that the quantized copy is the model that was trained.

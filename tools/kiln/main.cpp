@@ -127,8 +127,8 @@ int run(int argc, char** argv) {
   charlm_cmd
       ->add_option("--quantize", charlm.quantize,
                    "hold out the text's last tenth and compare the validation loss of the float "
-                   "model and its quantized weights: q8_0 or q4_k")
-      ->check(CLI::IsMember({"q8_0", "q4_k"}));
+                   "model and its quantized weights: q8_0, q4_0 or q4_k")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k"}));
   charlm_cmd->add_flag("--qat", charlm.qat,
                        "with --quantize: quantization-aware training (the weights fake-quantized "
                        "in that scheme while training)");

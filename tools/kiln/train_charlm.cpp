@@ -110,12 +110,14 @@ int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out) {
   if (options.qat && options.quantize.empty()) {
     kiln::detail::fail<InvalidArgument>(kOp,
                                         "--qat trains for the scheme --quantize names; "
-                                        "give --quantize q8_0 or q4_k");
+                                        "give --quantize q8_0, q4_0 or q4_k");
   }
   // llama.cpp's rule for weights whose rows are not whole 256-value blocks: Q4_K falls back to
   // Q5_0 (charlm's default rows of 96 and 384 values all do; --width 256 avoids it).
   const bool q4_k = options.quantize == "q4_k";
-  const QuantScheme scheme = quant_scheme(q4_k ? QuantScheme::Kind::Q4_K : QuantScheme::Kind::Q8_0);
+  const QuantScheme scheme = quant_scheme(q4_k                         ? QuantScheme::Kind::Q4_K
+                                          : options.quantize == "q4_0" ? QuantScheme::Kind::Q4_0
+                                                                       : QuantScheme::Kind::Q8_0);
   std::vector<nn::QuantizedWeight> report;
   nn::QuantizeOptions quantize_options{.report = &report};
   if (q4_k) quantize_options.fallback = quant_scheme(QuantScheme::Kind::Q5_0);

@@ -24,6 +24,7 @@ class CpuQuantTensor final : public TensorPrimitive {
   CpuQuantTensor(QuantScheme scheme, const Shape& shape, std::shared_ptr<CpuStorage> blocks);
 
   bool storage_unique() const noexcept override { return blocks_.use_count() == 1; }
+  const QuantScheme* quant_scheme() const noexcept override { return &scheme_; }
 
   const QuantScheme& scheme() const noexcept { return scheme_; }
   // The shape the blocks encode, row-major, blocks along its last dim.

@@ -23,6 +23,8 @@ class AutodiffTensor final : public TensorPrimitive {
     return inner_.use_count() == 1 && inner_->storage_unique();
   }
 
+  const QuantScheme* quant_scheme() const noexcept override { return inner_->quant_scheme(); }
+
   const Primitive& inner() const noexcept { return inner_; }
   const NodeRef& node() const noexcept { return node_; }
   bool tracked() const noexcept { return node_ != nullptr; }

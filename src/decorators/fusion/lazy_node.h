@@ -65,6 +65,10 @@ class FusionTensor final : public TensorPrimitive {
 
   // The decorator hands inner tensors to the inner backend as shared handles, never for reuse.
   bool storage_unique() const noexcept override { return false; }
+  const QuantScheme* quant_scheme() const noexcept override {
+    const Primitive* inner = known_value();
+    return inner != nullptr ? (*inner)->quant_scheme() : nullptr;
+  }
   // The inner tensor, when this handle was made computed; null when it was made pending.
   const Primitive& value() const noexcept { return value_; }
   // The inner tensor when it is known without the decorator's lock: made computed, or pending
