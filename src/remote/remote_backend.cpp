@@ -17,7 +17,7 @@ class Inputs final : public ir::IdSource {
 
   ir::TensorId id_of(const Primitive& p) override {
     const RemoteTensor& tensor = backend_.remote_tensor(p, op_);
-    types.push_back({p->dtype(), p->shape()});
+    types.push_back(tensor.type());
     return {tensor.id()};
   }
   std::vector<ir::TensorType> types;
@@ -75,9 +75,7 @@ std::string RemoteBackend::name() const {
 DTypeUsageSet RemoteBackend::dtype_usage(DType dtype) const {
   const auto d = static_cast<std::size_t>(dtype);
   DTypeUsageSet usage;
-  // The protocol carries no QFloat tensor (infer.cpp refuses them), whatever the server's
-  // backend stores.
-  if (d >= kDTypeCount || dtype == DType::QFloat) return usage;
+  if (d >= kDTypeCount) return usage;
   const std::uint8_t bits = channel_->welcome().usage[d];
   for (DTypeUsage u : {DTypeUsage::Storage, DTypeUsage::Arithmetic, DTypeUsage::Accelerated}) {
     if ((bits & static_cast<std::uint8_t>(u)) != 0) usage.insert(u);
@@ -188,8 +186,7 @@ Result RemoteBackend::ship(const Args&... args) {
 
 Primitive RemoteBackend::from_data(TensorData data, Device) {
   const std::uint32_t id = channel_->new_id();
-  auto result = std::make_shared<RemoteTensor>(ir::TensorType{data.dtype(), data.shape()}, device_,
-                                               channel_.get(), id);
+  auto result = std::make_shared<RemoteTensor>(type_of(data), device_, channel_.get(), id);
   channel_->upload(id, data);
   return result;
 }
