@@ -184,7 +184,19 @@ Result RemoteBackend::ship(const Args&... args) {
 
 // ---- ops written out: data in and out, and moves between devices ----
 
+void RemoteBackend::check_stores_quantized(const char* op) const {
+  if (!dtype_usage(DType::QFloat).contains(DTypeUsage::Storage)) {
+    detail::fail<UnsupportedDType>(op, name(), " cannot store qfloat tensors");
+  }
+}
+
+Primitive RemoteBackend::quantize(Primitive x, QuantScheme scheme) {
+  check_stores_quantized("quantize");
+  return ship<OpCode::quantize, Primitive>(x, scheme);
+}
+
 Primitive RemoteBackend::from_data(TensorData data, Device) {
+  if (data.dtype() == DType::QFloat) check_stores_quantized("from_data");
   const std::uint32_t id = channel_->new_id();
   auto result = std::make_shared<RemoteTensor>(type_of(data), device_, channel_.get(), id);
   channel_->upload(id, data);
@@ -243,6 +255,7 @@ Primitive RemoteBackend::recv(Shape shape, DType dtype, Device device, std::int6
 
 #define KILN_REMOTE_WRITTEN_OUT_from_data KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_into_data KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_quantize KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_read_many KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_to_device KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_all_reduce KILN_PROBE

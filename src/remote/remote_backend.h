@@ -72,6 +72,9 @@ class RemoteBackend final : public Backend {
   // results. input_types: one per op.inputs entry (null for an absent optional).
   std::vector<Primitive> send_op(ir::Op op, std::vector<ir::TensorType>& input_types);
   void simple_command(CommandKind kind, std::uint64_t value = 0);
+  // UnsupportedDType naming op at the call, as locally, where the server's device cannot store
+  // QFloat tensors.
+  void check_stores_quantized(const char* op) const;
 
   const Device device_;
   std::unique_ptr<Channel> channel_;

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -1046,6 +1047,46 @@ TEST(RemoteServer, QuantizedErrorsAreTheCpus) {
     expect_same(q.dequantize().into_data(),
                 weight_values(2, 32).quantize(int8_channel_scheme()).dequantize());
   }
+}
+
+// A server whose device stores no QFloat (a GPU's) has its device refuse them at the call, as
+// that device does locally; the client sends nothing for them.
+TEST(RemoteServer, AServerThatCannotStoreQFloatRefusesThemAtTheCall) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::string address = "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+  std::promise<void> done;
+  std::thread server([&] {
+    asio::ip::tcp::socket socket(io);
+    acceptor.accept(socket);
+    std::array<std::byte, kFrameHeaderBytes> head;
+    asio::read(socket, asio::buffer(head));
+    Bytes hello(read_frame_header(head, kMaxHelloBytes).length);
+    asio::read(socket, asio::buffer(hello));
+    Welcome welcome;
+    welcome.backend_name = "cuda:0";
+    for (std::size_t d = 0; d + 1 < kDTypeCount; ++d) {  // the CPU's, but for qfloat
+      for (DTypeUsage u : {DTypeUsage::Storage, DTypeUsage::Arithmetic, DTypeUsage::Accelerated}) {
+        if (Device::cpu().dtype_usage(static_cast<DType>(d)).contains(u))
+          welcome.usage[d] |= static_cast<std::uint8_t>(u);
+      }
+    }
+    asio::write(socket, asio::buffer(encode_frame(FrameKind::Welcome, [&](Writer& out) {
+                  write_welcome(out, welcome);
+                })));
+    done.get_future().wait();
+  });
+  const Device dev = Device::remote("remote://" + address, kRemoteToken);
+  EXPECT_FALSE(dev.supports_dtype(DType::QFloat));
+  EXPECT_TRUE(dev.supports_dtype(DType::F32));
+  const TensorData blocks = weight_values(2, 32).quantize(scheme_of(QuantScheme::Kind::Q8_0));
+  expect_error<UnsupportedDType>([&] { (void)Tensor<2>::from_data(blocks, dev); }, "from_data",
+                                 {"cannot store qfloat"});
+  const auto zeros = Tensor<2>::zeros({2, 32}, dev);
+  expect_error<UnsupportedDType>([&] { (void)zeros.quantize(scheme_of(QuantScheme::Kind::Q8_0)); },
+                                 "quantize", {"cuda:0", "cannot store qfloat"});
+  done.set_value();
+  server.join();
 }
 
 // A malformed QFloat upload ends its session with a ProtocolError naming what was wrong; a
