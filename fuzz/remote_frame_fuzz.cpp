@@ -36,6 +36,7 @@
 #include "contract/contract.h"
 #include "ir/wire.h"
 #include "kiln/error.h"
+#include "kiln/quant.h"
 #include "remote/connection.h"
 #include "remote/infer.h"
 #include "remote/protocol.h"
@@ -333,8 +334,7 @@ std::vector<std::byte> upload_frame(std::uint32_t id, std::uint64_t hash, const 
   return frame(FrameKind::Upload, [&](Writer& out) {
     out.u32(id);
     out.u64(hash);
-    out.u8(static_cast<std::uint8_t>(data.dtype()));
-    out.ints(data.shape().dims());
+    ir::wire::write_data_head(out, data);
     out.u64(offset);
     out.u64(n);
     out.raw(data.bytes().subspan(offset, n));
@@ -474,6 +474,31 @@ std::vector<std::vector<std::byte>> seed_upload() {
   return frames;
 }
 
+// QFloat blocks, uploaded and made by quantize: viewed, multiplied, looked up, decoded, read.
+std::vector<std::vector<std::byte>> seed_quantized() {
+  std::vector<float> values(2 * 64);
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k % 9) - 4.f;
+  const TensorData blocks =
+      TensorData::from_vec(values, {2, 64}).quantize(quant_scheme(QuantScheme::Kind::Q4_0));
+  std::vector<std::vector<std::byte>> frames;
+  frames.push_back(upload_frame(0, 0, blocks, 0, blocks.bytes().size()));
+  Script s;
+  s.types = {remote::type_of(blocks)};
+  const auto x = s.data(values, {2, 64});
+  const auto q8 = s.op(OpCode::quantize, {x}, {quant_scheme(QuantScheme::Kind::Q8_0)});
+  const auto t = s.op(OpCode::swap_dims, {0}, {std::int64_t{0}, std::int64_t{1}});
+  s.op(OpCode::matmul, {x, t}, {});
+  s.op(OpCode::linear, {x, t, ir::kNoTensor.index}, {});
+  s.op(OpCode::dequantize, {q8}, {DType::BF16});
+  s.op(OpCode::slice, {q8}, {ResolvedSlices{{1, 1, 1}, {0, 64, 1}}});
+  s.op(OpCode::permute, {t}, {Axes{1, 0}});
+  s.op(OpCode::embedding, {0, s.ints({1, 0, 1}, {3})}, {});
+  s.plain(remote::CommandKind::Read, 1, q8);
+  s.plain(remote::CommandKind::Read, 2, t);
+  frames.push_back(s.frame());
+  return frames;
+}
+
 std::vector<std::vector<std::byte>> seed_hello() {
   remote::Hello hello;
   hello.contract = kBackendContractHash;
@@ -498,6 +523,15 @@ std::vector<std::vector<std::byte>> seed_client() {
     remote::write_reply_header(out, 2, remote::ErrorCode::Ok);
     out.type({DType::I64, Shape{3, 0, 2}});
   }));
+  const QuantScheme q4 = quant_scheme(QuantScheme::Kind::Q4_0);
+  frames.push_back(frame(FrameKind::Reply, [&](Writer& out) {
+    remote::write_reply_header(out, 5, remote::ErrorCode::Ok);
+    ir::wire::write_data(out, TensorData::full({2, 32}, 1.5, DType::F32).quantize(q4));
+  }));
+  frames.push_back(frame(FrameKind::Reply, [&](Writer& out) {
+    remote::write_reply_header(out, 6, remote::ErrorCode::Ok);
+    out.type({DType::QFloat, Shape{32, 2}, q4, {1, 0}});
+  }));
   frames.push_back(frame(FrameKind::Reply, [&](Writer& out) {
     remote::write_reply_header(out, 3, remote::ErrorCode::Ok);
     remote::write_stats(out, MemoryStats{1024, 4096, 2048});
@@ -514,8 +548,9 @@ std::vector<std::vector<std::byte>> seed_client() {
 
 void write_seeds(const std::string& directory) {
   const std::pair<const char*, std::vector<std::vector<std::byte>> (*)()> seeds[] = {
-      {"ops_basic", seed_ops_basic}, {"ops_nn", seed_ops_nn}, {"session", seed_session},
-      {"upload", seed_upload},       {"hello", seed_hello},   {"client", seed_client}};
+      {"ops_basic", seed_ops_basic}, {"ops_nn", seed_ops_nn},       {"session", seed_session},
+      {"upload", seed_upload},       {"quantized", seed_quantized}, {"hello", seed_hello},
+      {"client", seed_client}};
   for (const auto& [name, make] : seeds) {
     std::vector<std::byte> bytes;
     for (const std::vector<std::byte>& f : make()) bytes.insert(bytes.end(), f.begin(), f.end());

@@ -41,7 +41,10 @@ std::string id_text(TensorId id) {
 }
 
 std::string type_text(const TensorType& type) {
-  return std::string(dtype_name(type.dtype)) + " " + type.shape.to_string();
+  std::string text = std::string(dtype_name(type.dtype)) + " " + type.shape.to_string();
+  if (type.dtype != DType::QFloat) return text;
+  text += " " + to_string(Attribute(type.scheme));
+  return type.axes.empty() ? text : text + " axes " + list(type.axes);
 }
 
 bool same_bits(double a, double b) {
@@ -102,6 +105,10 @@ class Hasher {
 void mix_type(Hasher& hash, const TensorType& type) {
   hash.mix(static_cast<std::uint64_t>(type.dtype));
   hash.mix(type.shape.rank());
+  if (type.dtype != DType::QFloat) return;
+  hash.mix(static_cast<std::uint64_t>(type.scheme.kind));
+  hash.mix(static_cast<std::uint64_t>(type.scheme.block_size));
+  for (std::int64_t axis : type.axes) hash.mix(static_cast<std::uint64_t>(axis));
 }
 
 // The parts of an attribute that are structure (see structure_hash in op_ir.h).

@@ -40,9 +40,17 @@ struct TensorId {
 // An absent optional tensor (conv's bias, attention's mask).
 inline constexpr TensorId kNoTensor{0xffffffffu};
 
+// A value's dtype and shape; a QFloat value's type also names its blocks: their scheme, and for a
+// view that moved their dims (permute, swap_dims) the dim of the stored shape (blocks along its
+// last dim) that each of its dims shows, `axes` (empty in stored order). Both stay default for
+// every other dtype. A Recorder knows a primitive's dtype and shape only: it records a QFloat
+// value with the default scheme and axes (the remote layer, src/remote/infer.h, tracks the real
+// ones and checks them).
 struct TensorType {
   DType dtype = DType::F32;
   Shape shape;
+  QuantScheme scheme{};
+  Axes axes{};
   bool operator==(const TensorType&) const = default;
 };
 
@@ -158,14 +166,14 @@ std::string to_string(const Program& program);
 
 // A hash of a program's structure, the key of a compiled kernel or a captured graph. In it:
 // op codes, input wiring (ids, absent optionals), the program's inputs and every output's dtype
-// and rank, the kinds of all attributes, and the values of the attributes that change what a
-// kernel does: dtypes, bools, enums (indexing update, reduce operation, interpolation mode,
-// distribution kind, quantization mode and bits), devices, integer parameters named dim* and
-// axis lists named `axes` (which dims a kernel walks), the flags of option structs and the
-// ranks of their per-dim vectors. Not in it: scalar values (only their kind), doubles, every
-// size (shapes, other integers such as arange's bounds or topk's k, output_size, strides,
-// paddings, kernel sizes, groups), slice bounds and tensor data; they are parameters of a
-// kernel, not part of its key.
+// and rank (and a QFloat value's scheme and axes), the kinds of all attributes, and the values of
+// the attributes that change what a kernel does: dtypes, bools, enums (indexing update, reduce
+// operation, interpolation mode, distribution kind, quantization mode and bits), devices, integer
+// parameters named dim* and axis lists named `axes` (which dims a kernel walks), the flags of
+// option structs and the ranks of their per-dim vectors. Not in it: scalar values (only their
+// kind), doubles, every size (shapes, other integers such as arange's bounds or topk's k,
+// output_size, strides, paddings, kernel sizes, groups), slice bounds and tensor data; they are
+// parameters of a kernel, not part of its key.
 std::uint64_t structure_hash(const Program& program);
 std::uint64_t structure_hash(const Op& op);
 
@@ -179,12 +187,14 @@ void validate(const Program& program);
 
 inline constexpr std::uint32_t kWireMagic = 0x52494b4b;  // "KKIR" little-endian
 // 2: QuantScheme names its block kind and QFloat data carries its scheme. 3: process groups and
-// the reductions max and min (the collectives).
-inline constexpr std::uint32_t kWireVersion = 3;
+// the reductions max and min (the collectives). 4: a QFloat tensor type carries its scheme and
+// axes.
+inline constexpr std::uint32_t kWireVersion = 4;
 
 // Little-endian, length-prefixed:
 //   u32 magic, u32 version, u64 kBackendContractHash,
-//   u32 n, n × (u32 id, tensor type: u8 dtype, u32 rank, rank × i64),
+//   u32 n, n × (u32 id, tensor type: u8 dtype, [QFloat: u8 kind, i64 block size, u32 n,
+//               n × i64 axes], u32 rank, rank × i64),
 //   u32 n, n × (u32 byte length, op: u16 code, u32 n, n × u32 id, u32 n, n × (u8 kind, payload),
 //               u32 n, n × (u32 id, tensor type)),
 //   u32 n, n × u32 id.

@@ -19,25 +19,10 @@
 namespace kiln::ir {
 namespace {
 
+using wire::read_scheme;
 using wire::Reader;
+using wire::write_scheme;
 using wire::Writer;
-
-void write_scheme(Writer& out, const QuantScheme& scheme) {
-  out.u8(static_cast<std::uint8_t>(scheme.kind));
-  out.i64(scheme.block_size);
-}
-
-QuantScheme read_scheme(Reader& in) {
-  QuantScheme scheme;
-  scheme.kind = in.enumeration(QuantScheme::Kind::Int8Channel, "quant kind");
-  scheme.block_size = in.i64("quant block_size");
-  try {
-    check_quant_scheme(scheme, "wire");
-  } catch (const InvalidArgument& error) {
-    in.fail(error.what());
-  }
-  return scheme;
-}
 
 [[noreturn]] void fail_protocol(std::string message) {
   throw ProtocolError("[ir::deserialize] " + message);
@@ -366,12 +351,27 @@ Op read_op_impl(Reader& in, std::size_t position) {
 
 namespace wire {
 
+void write_scheme(Writer& out, const QuantScheme& scheme) {
+  out.u8(static_cast<std::uint8_t>(scheme.kind));
+  out.i64(scheme.block_size);
+}
+
+QuantScheme read_scheme(Reader& in) {
+  QuantScheme scheme;
+  scheme.kind = in.enumeration(QuantScheme::Kind::Int8Channel, "quant kind");
+  scheme.block_size = in.i64("quant block_size");
+  try {
+    check_quant_scheme(scheme, "wire");
+  } catch (const InvalidArgument& error) {
+    in.fail(error.what());
+  }
+  return scheme;
+}
+
 void write_op(Writer& out, const Op& op) { write_op_impl(out, op); }
 Op read_op(Reader& in, std::size_t position) { return read_op_impl(in, position); }
 void write_data(Writer& out, const TensorData& data) {
-  out.u8(static_cast<std::uint8_t>(data.dtype()));
-  if (data.dtype() == DType::QFloat) write_scheme(out, data.scheme());
-  out.ints(data.shape().dims());
+  write_data_head(out, data);
   out.u64(data.bytes().size());
   out.raw(data.bytes());
 }

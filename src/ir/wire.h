@@ -47,10 +47,8 @@ class Writer {
   void raw(std::span<const std::byte> data) {
     bytes_.insert(bytes_.end(), data.begin(), data.end());
   }
-  void type(const TensorType& t) {
-    u8(static_cast<std::uint8_t>(t.dtype));
-    ints(t.shape.dims());
-  }
+  // u8 dtype, [QFloat: scheme, axes], shape (layout in op_ir.h); defined below.
+  void type(const TensorType& t);
 
   std::size_t size() const noexcept { return bytes_.size(); }
   // Writes value over the 4 bytes at offset (a length reserved earlier).
@@ -145,12 +143,7 @@ class Reader {
   }
   DType dtype(std::string_view what) { return enumeration(DType::QFloat, what); }
   Shape shape(std::string_view what) { return Shape(ints(what)); }
-  TensorType type(std::string_view what) {
-    TensorType t;
-    t.dtype = dtype(what);
-    t.shape = shape(what);
-    return t;
-  }
+  TensorType type(std::string_view what);
 
  private:
   std::span<const std::byte> bytes_;
@@ -165,8 +158,37 @@ void write_op(Writer& out, const Op& op);
 // Reads one op written by write_op, checking every field against ops.def's signature of its code
 // (not its ids: those are the reader's to check). position names it in errors.
 Op read_op(Reader& in, std::size_t position);
-// A TensorData: u8 dtype, its shape, u64 byte length, the bytes.
+// A TensorData: u8 dtype, [QFloat: its scheme], its shape, u64 byte length, the bytes.
 void write_data(Writer& out, const TensorData& data);
 TensorData read_data(Reader& in);
+// A QuantScheme: u8 kind, i64 block size; read_scheme refuses one check_quant_scheme refuses.
+void write_scheme(Writer& out, const QuantScheme& scheme);
+QuantScheme read_scheme(Reader& in);
+// The part of write_data before the byte length (a reply or an upload sends the bytes after it).
+inline void write_data_head(Writer& out, const TensorData& data) {
+  out.u8(static_cast<std::uint8_t>(data.dtype()));
+  if (data.dtype() == DType::QFloat) write_scheme(out, data.scheme());
+  out.ints(data.shape().dims());
+}
+
+inline void Writer::type(const TensorType& t) {
+  u8(static_cast<std::uint8_t>(t.dtype));
+  if (t.dtype == DType::QFloat) {
+    write_scheme(*this, t.scheme);
+    ints(t.axes);
+  }
+  ints(t.shape.dims());
+}
+
+inline TensorType Reader::type(std::string_view what) {
+  TensorType t;
+  t.dtype = dtype(what);
+  if (t.dtype == DType::QFloat) {
+    t.scheme = read_scheme(*this);
+    t.axes = ints(what);
+  }
+  t.shape = shape(what);
+  return t;
+}
 
 }  // namespace kiln::ir::wire

@@ -175,9 +175,13 @@ void Channel::send_batch_locked() {
 }
 
 std::uint64_t Channel::hash_of(const TensorData& data) const {
-  // The type is part of the key: equal bytes as another dtype or shape are another tensor.
+  // The type is part of the key: equal bytes as another dtype, scheme or shape are another tensor.
   std::vector<std::int64_t> type(data.shape().dims().begin(), data.shape().dims().end());
   type.push_back(static_cast<std::int64_t>(data.dtype()));
+  if (data.dtype() == DType::QFloat) {
+    type.push_back(static_cast<std::int64_t>(data.scheme().kind));
+    type.push_back(data.scheme().block_size);
+  }
   const std::uint64_t type_hash = XXH3_64bits(type.data(), type.size() * sizeof(std::int64_t));
   // One thread: hashing runs at the speed of memory, and a second thread only shared it (a 64 MB
   // upload hashed in 4 ms on one core, 5.5 ms on two).
@@ -214,8 +218,7 @@ void Channel::upload(std::uint32_t id, const TensorData& data) {
       const std::size_t start = begin_frame(head, FrameKind::Upload);
       head.u32(id);
       head.u64(hash);
-      head.u8(static_cast<std::uint8_t>(data.dtype()));
-      head.ints(data.shape().dims());
+      ir::wire::write_data_head(head, data);
       head.u64(offset);
       head.u64(n);
       head.patch_u32(start,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "contract/spatial_shape.h"
 #include "core/checked.h"
 #include "kiln/detail/format.h"
+#include "kiln/quant.h"
 #include "tensor/common.h"
 
 namespace kiln::remote {
@@ -62,6 +64,8 @@ std::string dtype_text(DType dtype) {
 
 // ---- dtypes --------------------------------------------------------------------------------
 
+bool quantized(const TensorType& t) { return t.dtype == DType::QFloat; }
+
 bool of_kinds(DType dtype, Kinds kinds) {
   return (kinds.float_ok && is_float(dtype)) || (kinds.int_ok && is_int(dtype)) ||
          (kinds.bool_ok && is_bool(dtype));
@@ -108,12 +112,16 @@ void check_same_dtype(const Context& c, const TensorType& a, std::string_view wh
   }
 }
 
-// A dtype attribute the enum defines and a backend can store (qfloat awaits its issue).
+// A dtype attribute the enum defines and an op can make: qfloat holds a scheme's blocks, which
+// only quantize (or an upload of them) makes.
 void check_dtype_value(const Context& c, DType dtype, std::string_view what) {
   if (!valid_dtype(dtype)) {
     fail<InvalidArgument>(c.op, what, " is an unknown dtype ", static_cast<int>(dtype));
   }
-  if (dtype == DType::QFloat) fail<UnsupportedDType>(c.op, what, " qfloat is not supported yet");
+  if (dtype == DType::QFloat) {
+    fail<UnsupportedDType>(c.op, what,
+                           " qfloat names no scheme: quantize(scheme) makes the blocks");
+  }
 }
 
 // A dtype attribute of the op's kinds (creation ops).
@@ -288,14 +296,16 @@ Types along_dim(const Context& c, const TensorType& x, std::int64_t dim, bool re
 // ---- creation and movement -----------------------------------------------------------------
 
 Types infer_from_data(const Context& c, const TensorData& data, const ir::DeviceAttr&) {
-  check_dtype_kind(c, data.dtype(), "data dtype");
-  const std::size_t bytes = checked::dense_bytes(data.shape(), data.dtype(), c.op);
+  const bool blocks = data.dtype() == DType::QFloat;
+  if (!blocks) check_dtype_kind(c, data.dtype(), "data dtype");
+  const std::size_t bytes = blocks ? quantized_bytes(data.shape(), data.scheme(), c.op)
+                                   : checked::dense_bytes(data.shape(), data.dtype(), c.op);
   if (data.bytes().size() != bytes) {
     fail<ShapeMismatch>(c.op, data.bytes().size(), " bytes given but shape ",
                         data.shape().to_string(), " of ", dtype_text(data.dtype()), " needs ",
                         bytes);
   }
-  return {{data.dtype(), data.shape()}};
+  return {type_of(data)};
 }
 
 Types creation(const Context& c, const Shape& shape, DType dtype) {
@@ -331,13 +341,13 @@ Types infer_random(const Context& c, const Shape& shape, const Distribution& dis
 }
 
 Types infer_into_data(const Context& c, const TensorType& x) {
-  check_kind(c, x, "the input");
+  if (!quantized(x)) check_kind(c, x, "the input");
   return {};
 }
 
 // The device is the server's to choose: not checked here.
 Types infer_to_device(const Context& c, const TensorType& x, const ir::DeviceAttr&) {
-  check_kind(c, x, "the input");
+  if (!quantized(x)) check_kind(c, x, "the input");
   return {x};
 }
 
@@ -347,18 +357,46 @@ Types infer_cast(const Context& c, const TensorType& x, DType dtype) {
   return {{dtype, x.shape}};
 }
 
-// Quantized tensors stay on the devices that store them (the CPU): the protocol carries no
-// QFloat tensor (check_input_type), and the ops that would make or read one are refused here.
-Types refuse_quantized(const Context& c) {
-  fail<UnsupportedDType>(c.op, "qfloat tensors are not supported on remote devices yet");
+// The tensor layer's checks of quantize (tensor/quantized.cpp): the blocks of x's shape.
+Types infer_quantize(const Context& c, const TensorType& x, const QuantScheme& scheme) {
+  check_float(c, x, "the input");
+  (void)quantized_bytes(x.shape, scheme, c.op);
+  if (!can_quantize(scheme)) {
+    fail<UnsupportedOperation>(c.op, "kiln decodes ", quant_kind_name(scheme.kind),
+                               " but does not encode it");
+  }
+  return {{DType::QFloat, x.shape, scheme}};
 }
-Types infer_quantize(const Context& c, const TensorType&, const QuantScheme&) {
-  return refuse_quantized(c);
+
+Types infer_dequantize(const Context& c, const TensorType& x, DType dtype) {
+  if (!quantized(x)) {
+    fail<DTypeMismatch>(c.op, "the tensor is ", dtype_text(x.dtype), ", not qfloat");
+  }
+  check_dtype_value(c, dtype, "dtype");
+  if (!is_float(dtype)) {
+    fail<DTypeMismatch>(c.op, "dequantizes to a float dtype, not ", dtype_text(dtype));
+  }
+  return {{dtype, x.shape}};
 }
-Types infer_dequantize(const Context& c, const TensorType&, DType) { return refuse_quantized(c); }
+
+// A view of QFloat x whose dim i shows x's dim axes[i]: the same blocks, axes composed (empty
+// again once they are back in stored order).
+TensorType quantized_view(const TensorType& x, const Axes& axes, Shape shape) {
+  TensorType out{DType::QFloat, std::move(shape), x.scheme};
+  bool stored_order = true;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const auto a = static_cast<std::size_t>(axes[i]);
+    out.axes.push_back(x.axes.empty() ? axes[i] : x.axes[a]);
+    stored_order = stored_order && out.axes.back() == static_cast<std::int64_t>(i);
+  }
+  if (stored_order) out.axes.clear();
+  return out;
+}
 
 Types infer_read_many(const Context& c, std::span<const TensorType* const> xs) {
-  for (const TensorType* x : xs) check_kind(c, *x, "a read tensor");
+  for (const TensorType* x : xs) {
+    if (!quantized(*x)) check_kind(c, *x, "a read tensor");
+  }
   return {};
 }
 
@@ -377,9 +415,11 @@ Types infer_clamp_max(const Context& c, const TensorType& x, const Scalar& max) 
   return infer_scalar(c, x, max);
 }
 
+// A QFloat rhs (a weight) takes a float lhs and gives lhs's dtype.
 Types infer_matmul(const Context& c, const TensorType& lhs, const TensorType& rhs) {
+  if (quantized(rhs)) check_float(c, lhs, "lhs");
   check_kind(c, lhs, "lhs");
-  check_kind(c, rhs, "rhs");
+  if (!quantized(rhs)) check_kind(c, rhs, "rhs");
   const Shape& a = lhs.shape;
   const Shape& b = rhs.shape;
   if (a.rank() < 2 || b.rank() < 2) {
@@ -402,7 +442,7 @@ Types infer_matmul(const Context& c, const TensorType& lhs, const TensorType& rh
     }
     dims[batch - i] = da == 1 ? db : da;
   }
-  check_same_dtype(c, lhs, "lhs", rhs, "rhs");
+  if (!quantized(rhs)) check_same_dtype(c, lhs, "lhs", rhs, "rhs");
   dims[batch] = a[a.rank() - 2];
   dims[batch + 1] = b[b.rank() - 1];
   return {{lhs.dtype, Shape(std::move(dims))}};
@@ -614,9 +654,18 @@ Shape region_of(const Context& c, const Shape& shape, const ResolvedSlices& slic
   return Shape(std::move(dims));
 }
 
+// A slice of QFloat x in stored order that keeps whole rows along its first dim is a view of its
+// blocks; any other slice of it is of its values, f32 (the CPU backend's rule).
 Types infer_slice(const Context& c, const TensorType& x, const ResolvedSlices& slices) {
-  check_kind(c, x, "the input");
-  return {{x.dtype, region_of(c, x.shape, slices)}};
+  if (!quantized(x)) check_kind(c, x, "the input");
+  Shape region = region_of(c, x.shape, slices);
+  if (!quantized(x)) return {{x.dtype, std::move(region)}};
+  bool rows = x.axes.empty() && slices[0].step == 1;
+  for (std::size_t d = 1; d < slices.size(); ++d) {
+    rows = rows && slices[d].start == 0 && slices[d].step == 1 && slices[d].length == x.shape[d];
+  }
+  if (rows) return {{DType::QFloat, std::move(region), x.scheme}};
+  return {{DType::F32, std::move(region)}};
 }
 
 // values arrive expanded to the region (the tensor layer broadcasts them before the call).
@@ -703,23 +752,24 @@ void check_axes(const Context& c, const Axes& axes, std::size_t rank) {
   }
 }
 
+// A QFloat x gives a view of its blocks (quantized_view).
 Types infer_permute(const Context& c, const TensorType& x, const Axes& axes) {
-  check_kind(c, x, "the input");
+  if (!quantized(x)) check_kind(c, x, "the input");
   const std::size_t rank = x.shape.rank();
   if (axes.size() != rank) fail<InvalidArgument>(c.op, axes.size(), " axes given for rank ", rank);
   check_axes(c, axes, rank);
   DimVector dims(rank);
   for (std::size_t i = 0; i < rank; ++i) dims[i] = x.shape[static_cast<std::size_t>(axes[i])];
+  if (quantized(x)) return {quantized_view(x, axes, Shape(std::move(dims)))};
   return {{x.dtype, Shape(std::move(dims))}};
 }
 
 Types infer_swap_dims(const Context& c, const TensorType& x, std::int64_t dim1, std::int64_t dim2) {
-  check_kind(c, x, "the input");
-  const std::size_t a = dim_of(c, dim1, x.shape.rank(), "dim1");
-  const std::size_t b = dim_of(c, dim2, x.shape.rank(), "dim2");
-  Shape out = x.shape;
-  std::swap(out[a], out[b]);
-  return {{x.dtype, out}};
+  Axes axes(x.shape.rank());
+  std::iota(axes.begin(), axes.end(), 0);
+  std::swap(axes[dim_of(c, dim1, x.shape.rank(), "dim1")],
+            axes[dim_of(c, dim2, x.shape.rank(), "dim2")]);
+  return infer_permute(c, x, axes);
 }
 
 Types infer_flip(const Context& c, const TensorType& x, const Axes& axes) {
@@ -1264,7 +1314,7 @@ Types infer_fold_patches(const Context& c, const TensorType& x, const Axes& outp
 
 // indices [...] pick rows of weights [V, E]: [..., E].
 Shape embedding_output(const Context& c, const TensorType& weights, const TensorType& indices) {
-  check_float(c, weights, "the weights");
+  if (!quantized(weights)) check_float(c, weights, "the weights");
   check_int(c, indices, "indices");
   check_rank(c, weights, 2, "weights [V, E]");
   DimVector dims(indices.shape.vector());
@@ -1274,8 +1324,10 @@ Shape embedding_output(const Context& c, const TensorType& weights, const Tensor
   return out;
 }
 
+// A QFloat table's rows are looked up decoded, as f32.
 Types infer_embedding(const Context& c, const TensorType& weights, const TensorType& indices) {
-  return {{weights.dtype, embedding_output(c, weights, indices)}};
+  const DType dtype = quantized(weights) ? DType::F32 : weights.dtype;
+  return {{dtype, embedding_output(c, weights, indices)}};
 }
 
 Types infer_embedding_backward(const Context& c, const TensorType& weights,
@@ -1284,11 +1336,11 @@ Types infer_embedding_backward(const Context& c, const TensorType& weights,
   return {weights};
 }
 
-// x [..., in] @ weight [in, out] (+ bias [out]).
+// x [..., in] @ weight [in, out] (+ bias [out]); a QFloat weight gives x's dtype.
 Types infer_linear(const Context& c, const TensorType& x, const TensorType& weight,
                    const TensorType* bias) {
   check_float(c, x, "the input");
-  check_float(c, weight, "the weight");
+  if (!quantized(weight)) check_float(c, weight, "the weight");
   if (bias) check_float(c, *bias, "the bias");
   check_rank(c, weight, 2, "weight [in, out]");
   check_min_rank(c, x, 1, "input");
@@ -1298,7 +1350,7 @@ Types infer_linear(const Context& c, const TensorType& x, const TensorType& weig
                         " features but weight [in, out] has shape ", weight.shape.to_string());
   }
   if (bias) check_vector(c, *bias, weight.shape[1], "bias");
-  check_same_dtype(c, weight, "weight", x, "the input");
+  if (!quantized(weight)) check_same_dtype(c, weight, "weight", x, "the input");
   if (bias) check_same_dtype(c, *bias, "bias", x, "the input");
   const Shape out = with_dim(x.shape, x.shape.rank() - 1, weight.shape[1]);
   check_count(c, out);
@@ -1640,17 +1692,45 @@ std::size_t check_structure(const ir::Op& op, std::span<const TensorType* const>
   return list_size;
 }
 
-// An input type a tensor could have: a dtype the enum defines (qfloat awaits its issue), dims
-// >= 0, at most 2^48 elements.
-void check_input_type(const TensorType& type, std::size_t k, std::string_view name) {
+// Whether input k of the op may be QFloat: where the tensor layer hands a QFloat tensor over as
+// it is (ops.def's quantized group names them), the reads and moves; every other op gets it
+// dequantized.
+bool takes_quantized(OpCode code, std::size_t k) {
+  switch (code) {
+    case OpCode::matmul:
+    case OpCode::linear:
+      return k == 1;
+    case OpCode::embedding:
+    case OpCode::permute:
+    case OpCode::swap_dims:
+    case OpCode::slice:
+    case OpCode::dequantize:
+    case OpCode::into_data:
+    case OpCode::to_device:
+      return k == 0;
+    case OpCode::read_many:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// An input type a tensor could have: a dtype the enum defines, dims >= 0, at most 2^48
+// elements; a QFloat one where the op takes it, with blocks its shape can have.
+void check_input_type(const TensorType& type, std::size_t k, OpCode code, std::string_view name) {
   if (!valid_dtype(type.dtype)) {
     fail<InvalidArgument>(name, "input ", k, " has an unknown dtype ",
                           static_cast<int>(type.dtype));
   }
-  if (type.dtype == DType::QFloat) {
-    fail<UnsupportedDType>(name, "input ", k, " is qfloat, which is not supported yet");
-  }
   checked::check_shape(type.shape, name);
+  if (!quantized(type)) return;
+  if (!takes_quantized(code, k)) {
+    fail<UnsupportedDType>(name, "input ", k,
+                           " is qfloat: the tensor layer gives this op its values dequantized");
+  }
+  if (std::string problem = quant_problem(type); !problem.empty()) {
+    fail<InvalidArgument>(name, "input ", k, ": ", problem);
+  }
 }
 
 // A result: dims >= 0 (or -1 where the values decide, ops of impl V) and at most 2^48 elements.
@@ -1666,6 +1746,38 @@ void check_result(const TensorType& type, bool value_shape, std::string_view nam
 
 }  // namespace
 
+ir::TensorType type_of(const TensorData& data) {
+  if (data.dtype() != DType::QFloat) return {data.dtype(), data.shape()};
+  return {DType::QFloat, data.shape(), data.scheme()};
+}
+
+Shape stored_shape(const TensorType& type) {
+  Shape stored = type.shape;
+  for (std::size_t i = 0; i < type.axes.size(); ++i)
+    stored[static_cast<std::size_t>(type.axes[i])] = type.shape[i];
+  return stored;
+}
+
+std::string quant_problem(const TensorType& type) {
+  if (type.dtype != DType::QFloat) return {};
+  const std::size_t rank = type.shape.rank();
+  std::vector<bool> seen(rank, false);
+  for (std::int64_t axis : type.axes) {
+    if (type.axes.size() != rank || axis < 0 || static_cast<std::size_t>(axis) >= rank ||
+        seen[static_cast<std::size_t>(axis)]) {
+      return "qfloat axes " + list(type.axes) + " are not a permutation of the dims of " +
+             type.shape.to_string();
+    }
+    seen[static_cast<std::size_t>(axis)] = true;
+  }
+  try {
+    (void)quantized_bytes(stored_shape(type), type.scheme, "qfloat");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return {};
+}
+
 std::vector<ir::TensorType> infer_types(const ir::Op& op,
                                         std::span<const ir::TensorType* const> inputs) {
   if (static_cast<std::size_t>(op.code) >= all_ops().size()) {
@@ -1674,7 +1786,7 @@ std::vector<ir::TensorType> infer_types(const ir::Op& op,
   const std::string_view name = ir::signature(op.code).name;
   const std::size_t list_size = check_structure(op, inputs, name);
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    if (inputs[k]) check_input_type(*inputs[k], k, name);
+    if (inputs[k]) check_input_type(*inputs[k], k, op.code, name);
   }
   Types out = dispatch(Arguments{op, inputs, list_size});
   const bool value_shape = op_info(op.code).value_shape;

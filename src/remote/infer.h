@@ -12,7 +12,9 @@
 // An op is checked as the backend receives it, after the tensor layer's work: dims already
 // non-negative, operands already promoted to one dtype, reshape's -1 already resolved, slices
 // already resolved against the shape, option vectors already complete (one entry per spatial
-// dim). Anything else is refused.
+// dim). Anything else is refused. A QFloat input (its type with its scheme and axes) is taken
+// only where the tensor layer hands one over as it is (matmul's and linear's weight, embedding's
+// table, the views, dequantize, reads and moves); a QFloat result's type names its blocks.
 #pragma once
 
 #include "ir/op_ir.h"
@@ -30,5 +32,14 @@ namespace kiln::remote {
 // argwhere), the value-dependent dims are -1 in the returned shape.
 std::vector<ir::TensorType> infer_types(const ir::Op& op,
                                         std::span<const ir::TensorType* const> inputs);
+
+// data's type (a QFloat one's scheme, in stored order).
+ir::TensorType type_of(const TensorData& data);
+// The shape a QFloat type's blocks are stored in: its shape with its axes undone.
+Shape stored_shape(const ir::TensorType& type);
+// What makes a QFloat type impossible (axes that are not a permutation of its dims, a scheme
+// kiln does not know or that its stored shape cannot hold), as a message; empty when nothing
+// does or the type is not QFloat.
+std::string quant_problem(const ir::TensorType& type);
 
 }  // namespace kiln::remote

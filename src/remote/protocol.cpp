@@ -333,6 +333,7 @@ Upload read_upload(std::span<const std::byte> body) {
   upload.id = in.u32("upload id");
   upload.hash = in.u64("content hash");
   upload.dtype = in.dtype("upload dtype");
+  if (upload.dtype == DType::QFloat) upload.scheme = ir::wire::read_scheme(in);
   upload.shape = in.shape("upload shape");
   upload.offset = in.u64("upload offset");
   const std::uint64_t n = in.u64("chunk length");

@@ -9,8 +9,9 @@
 //   client -> server
 //     Hello     u32 kProtocolMagic, u32 version, u64 ops.def contract hash, text token
 //     Commands  u32 n, n x (u8 CommandKind, fields): a batch, run in order (below)
-//     Upload    u32 id, u64 content hash, u8 dtype, shape, u64 offset, u64 n, n bytes: a chunk of
-//               a tensor's bytes; the tensor is bound to id once its last chunk arrives
+//     Upload    u32 id, u64 content hash, u8 dtype, [QFloat: its scheme], shape, u64 offset, u64 n,
+//               n bytes: a chunk of a tensor's bytes (a QFloat tensor's blocks); the tensor is
+//               bound to id once its last chunk arrives
 //   server -> client
 //     Welcome   text backend name, 3 x u8 default dtypes (float, int, bool), kDTypeCount x u8
 //               DTypeUsageSet bits, u64 max frame bytes, u64 max session bytes, u32 max tensors
@@ -54,7 +55,8 @@
 namespace kiln::remote {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x4e4c494b;  // "KILN" little-endian
-inline constexpr std::uint32_t kProtocolVersion = 1;
+// 2: QFloat tensors (their scheme in uploads, replies and types).
+inline constexpr std::uint32_t kProtocolVersion = 2;
 inline constexpr std::uint32_t kMaxHelloBytes = 4096;
 // How long either side waits for the other's handshake frame: a peer that connects and says
 // nothing (or is not a kiln peer) does not hold a thread for ever.
@@ -120,6 +122,7 @@ struct Upload {
   std::uint32_t id = 0;
   std::uint64_t hash = 0;
   DType dtype = DType::F32;
+  QuantScheme scheme;  // QFloat only
   Shape shape;
   std::uint64_t offset = 0;
   std::span<const std::byte> bytes;  // into the frame it was read from

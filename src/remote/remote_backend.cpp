@@ -17,7 +17,7 @@ class Inputs final : public ir::IdSource {
 
   ir::TensorId id_of(const Primitive& p) override {
     const RemoteTensor& tensor = backend_.remote_tensor(p, op_);
-    types.push_back({p->dtype(), p->shape()});
+    types.push_back(tensor.type());
     return {tensor.id()};
   }
   std::vector<ir::TensorType> types;
@@ -75,9 +75,7 @@ std::string RemoteBackend::name() const {
 DTypeUsageSet RemoteBackend::dtype_usage(DType dtype) const {
   const auto d = static_cast<std::size_t>(dtype);
   DTypeUsageSet usage;
-  // The protocol carries no QFloat tensor (infer.cpp refuses them), whatever the server's
-  // backend stores.
-  if (d >= kDTypeCount || dtype == DType::QFloat) return usage;
+  if (d >= kDTypeCount) return usage;
   const std::uint8_t bits = channel_->welcome().usage[d];
   for (DTypeUsage u : {DTypeUsage::Storage, DTypeUsage::Arithmetic, DTypeUsage::Accelerated}) {
     if ((bits & static_cast<std::uint8_t>(u)) != 0) usage.insert(u);
@@ -186,10 +184,21 @@ Result RemoteBackend::ship(const Args&... args) {
 
 // ---- ops written out: data in and out, and moves between devices ----
 
+void RemoteBackend::check_stores_quantized(const char* op) const {
+  if (!dtype_usage(DType::QFloat).contains(DTypeUsage::Storage)) {
+    detail::fail<UnsupportedDType>(op, name(), " cannot store qfloat tensors");
+  }
+}
+
+Primitive RemoteBackend::quantize(Primitive x, QuantScheme scheme) {
+  check_stores_quantized("quantize");
+  return ship<OpCode::quantize, Primitive>(x, scheme);
+}
+
 Primitive RemoteBackend::from_data(TensorData data, Device) {
+  if (data.dtype() == DType::QFloat) check_stores_quantized("from_data");
   const std::uint32_t id = channel_->new_id();
-  auto result = std::make_shared<RemoteTensor>(ir::TensorType{data.dtype(), data.shape()}, device_,
-                                               channel_.get(), id);
+  auto result = std::make_shared<RemoteTensor>(type_of(data), device_, channel_.get(), id);
   channel_->upload(id, data);
   return result;
 }
@@ -246,6 +255,7 @@ Primitive RemoteBackend::recv(Shape shape, DType dtype, Device device, std::int6
 
 #define KILN_REMOTE_WRITTEN_OUT_from_data KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_into_data KILN_PROBE
+#define KILN_REMOTE_WRITTEN_OUT_quantize KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_read_many KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_to_device KILN_PROBE
 #define KILN_REMOTE_WRITTEN_OUT_all_reduce KILN_PROBE

@@ -18,18 +18,26 @@ namespace kiln::remote {
 class RemoteTensor final : public TensorPrimitive {
  public:
   RemoteTensor(const ir::TensorType& type, Device device, Channel* channel, std::uint32_t id)
-      : TensorPrimitive(type.dtype, type.shape, device), channel_(channel), id_(id) {}
+      : TensorPrimitive(type.dtype, type.shape, device),
+        channel_(channel),
+        id_(id),
+        scheme_(type.scheme),
+        axes_(type.axes) {}
   ~RemoteTensor() override { channel_->release(id_); }
   // The client never writes a value in place: the server owns the storage.
   bool storage_unique() const noexcept override { return false; }
   Channel* channel() const noexcept { return channel_; }
   std::uint32_t id() const noexcept { return id_; }
+  // Its type as the server holds it: a QFloat tensor's scheme and axes with its dtype and shape.
+  ir::TensorType type() const { return {dtype_, shape_, scheme_, axes_}; }
   // The shape the server found for a value-shaped result (before the handle is handed out).
   void set_shape(Shape shape) noexcept { shape_ = std::move(shape); }
 
  private:
   Channel* channel_;
   std::uint32_t id_;
+  QuantScheme scheme_;
+  Axes axes_;
 };
 
 class RemoteBackend final : public Backend {
@@ -64,6 +72,9 @@ class RemoteBackend final : public Backend {
   // results. input_types: one per op.inputs entry (null for an absent optional).
   std::vector<Primitive> send_op(ir::Op op, std::vector<ir::TensorType>& input_types);
   void simple_command(CommandKind kind, std::uint64_t value = 0);
+  // UnsupportedDType naming op at the call, as locally, where the server's device cannot store
+  // QFloat tensors.
+  void check_stores_quantized(const char* op) const;
 
   const Device device_;
   std::unique_ptr<Channel> channel_;

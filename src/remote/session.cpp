@@ -4,6 +4,7 @@
 
 #include "contract/contract.h"
 #include "ir/check.h"
+#include "kiln/quant.h"
 #include "remote/infer.h"
 
 namespace kiln::remote {
@@ -16,6 +17,7 @@ using ir::wire::Writer;
 }
 
 std::uint64_t bytes_of(const ir::TensorType& type) {
+  if (type.dtype == DType::QFloat) return quantized_bytes(stored_shape(type), type.scheme);
   std::uint64_t elements = 1;
   for (std::int64_t dim : type.shape.dims()) {
     if (dim <= 0) return 0;  // empty, or not known yet (a value-shaped result)
@@ -27,7 +29,10 @@ std::uint64_t bytes_of(const ir::TensorType& type) {
 // Whether an inferred type (-1 where the values decide; the client sends 0 there) admits what
 // the client said.
 bool admits(const ir::TensorType& inferred, const ir::TensorType& told) {
-  if (inferred.dtype != told.dtype || inferred.shape.rank() != told.shape.rank()) return false;
+  if (inferred.dtype != told.dtype || inferred.shape.rank() != told.shape.rank() ||
+      inferred.scheme != told.scheme || inferred.axes != told.axes) {
+    return false;
+  }
   for (std::size_t d = 0; d < told.shape.rank(); ++d) {
     if (inferred.shape[d] != (inferred.shape[d] == -1 ? -1 : told.shape[d]) ||
         (inferred.shape[d] == -1 && told.shape[d] != 0)) {
@@ -122,7 +127,7 @@ void Session::run(const Command& c, Bindings bindings) {
       return;
     case CommandKind::Evict:
       if (const auto found = cache_.find(c.value); found != cache_.end()) {
-        bytes_ -= std::min(bytes_, bytes_of({found->second->dtype(), found->second->shape()}));
+        bytes_ -= std::min(bytes_, bytes_of(found->second.second));
         cache_.erase(found);
       }
       failed_uploads_.erase(c.value);
@@ -181,7 +186,8 @@ void Session::bind(std::uint32_t id, Primitive value, const ir::TensorType& type
   Slot& slot = slots_[id];
   slot.bound = true;
   slot.failure.reset();
-  slot.type = {value->dtype(), value->shape()};
+  slot.type = type;  // with a QFloat value's scheme and axes
+  slot.type.shape = value->shape();
   slot.bytes = shares_cache ? 0 : bytes_of(type);
   slot.shares_cache = shares_cache;
   bytes_ += slot.bytes;
@@ -325,8 +331,12 @@ void Session::run_op(const ir::Op& sent, Bindings bindings) {
 void Session::upload(const Upload& chunk) {
   if (chunk.offset == 0) {
     fresh(chunk.id, "an upload writes");
-    ir::TensorType type{chunk.dtype, chunk.shape};
+    const bool blocks = chunk.dtype == DType::QFloat;
+    ir::TensorType type{chunk.dtype, chunk.shape, chunk.scheme};
     ir::internal::check_type(type, "upload", [](std::string message) { end_session(message); });
+    // An honest client's blocks fit their shape (TensorData::quantized checked them).
+    if (std::string problem = quant_problem(type); !problem.empty())
+      end_session("upload id " + std::to_string(chunk.id) + ": " + problem);
     // The product of the dims that are not 0, saturating past the limit: a shape such as
     // [0, 2^62] holds nothing, and is still refused, as TensorData refuses it.
     std::uint64_t elements = 1;
@@ -340,12 +350,14 @@ void Session::upload(const Upload& chunk) {
         elements *= static_cast<std::uint64_t>(dim);
       }
     }
-    const std::uint64_t total = empty ? 0 : elements * dtype_size(chunk.dtype);
+    const std::uint64_t total = blocks  ? bytes_of(type)
+                                : empty ? 0
+                                        : elements * dtype_size(chunk.dtype);
     try {
       // A tensor larger than a whole session may hold is sent by an honest client whose user
       // made one: an OutOfMemory at its read, like an op's result that does not fit, not the
       // end of the session.
-      if (elements > limits_.max_session_bytes || total > limits_.max_session_bytes) {
+      if ((!blocks && elements > limits_.max_session_bytes) || total > limits_.max_session_bytes) {
         kiln::detail::fail<OutOfMemory>("upload", dtype_name(chunk.dtype), " ", chunk.shape,
                                         " is larger than the server allows a session (",
                                         limits_.max_session_bytes, " bytes)");
@@ -356,7 +368,9 @@ void Session::upload(const Upload& chunk) {
       return fail_upload(chunk.id, chunk.hash, type);
     }
     PendingUpload pending;
-    pending.data = TensorData(std::vector<std::byte>(total), chunk.shape, chunk.dtype);
+    pending.data =
+        blocks ? TensorData::quantized(std::vector<std::byte>(total), chunk.shape, chunk.scheme)
+               : TensorData(std::vector<std::byte>(total), chunk.shape, chunk.dtype);
     pending.hash = chunk.hash;
     uploads_.emplace(chunk.id, std::move(pending));
     bytes_ += total;  // held while it arrives; moved to the slot when complete
@@ -372,7 +386,8 @@ void Session::upload(const Upload& chunk) {
   std::span<std::byte> target = pending.data.bytes();
   if (chunk.offset != pending.received || chunk.bytes.size() > target.size() - chunk.offset ||
       chunk.dtype != pending.data.dtype() || chunk.shape != pending.data.shape() ||
-      chunk.hash != pending.hash) {
+      chunk.hash != pending.hash ||
+      (chunk.dtype == DType::QFloat && chunk.scheme != pending.data.scheme())) {
     end_session(kiln::detail::concat("upload id ", chunk.id, ": a chunk of ", chunk.bytes.size(),
                                      " bytes at offset ", chunk.offset, " after ", pending.received,
                                      " of ", target.size(),
@@ -389,7 +404,7 @@ void Session::upload(const Upload& chunk) {
   bytes_ -= total;
   ++totals_.uploads;
   totals_.upload_bytes += total;
-  const ir::TensorType type{done.data.dtype(), done.data.shape()};
+  const ir::TensorType type = type_of(done.data);
   Primitive value;
   try {
     value = backend_.from_data(std::move(done.data), device_);
@@ -400,7 +415,7 @@ void Session::upload(const Upload& chunk) {
   // one is the slot's own and counted as such, or repeated uploads would escape the limit.
   const bool cached = done.hash != 0 && !cache_.contains(done.hash);
   if (cached) {
-    cache_.emplace(done.hash, value);
+    cache_.emplace(done.hash, std::pair{value, type});
     failed_uploads_.erase(done.hash);
     bytes_ += total;  // the cache's reference; the slot counts nothing while it shares it
   }
@@ -426,17 +441,21 @@ void Session::from_cache(std::uint32_t id, std::uint64_t hash) {
     return bind_failure(id, failed->second.first, failed->second.second);
   }
   ++totals_.cache_hits;
-  const Primitive& value = found->second;
-  bind(id, value, {value->dtype(), value->shape()}, true);
+  bind(id, found->second.first, found->second.second, true);
 }
 
 void Session::materialize(std::uint32_t id) {
   Slot& slot = slots_[id];
   const std::uint64_t bytes = bytes_of(slot.type);
   reserve_bytes(bytes, "upload");
-  Primitive own = backend_.empty(slot.type.shape, slot.type.dtype, device_);
-  backend_.assign(own, values_[id]);
-  values_[id] = std::move(own);
+  // A cached upload is in stored order: a QFloat one's blocks copy through its data.
+  if (slot.type.dtype == DType::QFloat) {
+    values_[id] = backend_.from_data(backend_.into_data(values_[id]).get(), device_);
+  } else {
+    Primitive own = backend_.empty(slot.type.shape, slot.type.dtype, device_);
+    backend_.assign(own, values_[id]);
+    values_[id] = std::move(own);
+  }
   slot.shares_cache = false;
   bytes_ += bytes - std::min(bytes, slot.bytes);
   slot.bytes = bytes;
@@ -493,8 +512,7 @@ void Session::read(std::uint64_t request, std::uint32_t id) {
   Writer head;
   const std::size_t start = begin_frame(head, FrameKind::Reply);
   write_reply_header(head, request, ErrorCode::Ok);
-  head.u8(static_cast<std::uint8_t>(data.dtype()));
-  head.ints(data.shape().dims());
+  ir::wire::write_data_head(head, data);
   head.u64(data.bytes().size());
   const std::size_t length = head.size() - start - kFrameHeaderBytes + data.bytes().size();
   if (length > std::numeric_limits<std::uint32_t>::max()) {

@@ -88,7 +88,7 @@ class Session {
   std::vector<Primitive> values_;  // the value of each slot (null: failed or unbound)
   std::uint64_t bytes_ = 0;
   std::unordered_map<std::uint32_t, PendingUpload> uploads_;
-  std::unordered_map<std::uint64_t, Primitive> cache_;
+  std::unordered_map<std::uint64_t, std::pair<Primitive, ir::TensorType>> cache_;
   // Uploads that failed (memory), by content hash, with their types and failures.
   std::unordered_map<std::uint64_t, std::pair<ir::TensorType, std::shared_ptr<const Failure>>>
       failed_uploads_;

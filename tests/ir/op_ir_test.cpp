@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ir/samples.h"
+#include "ir/wire.h"
 
 namespace kiln::ir_test {
 
@@ -157,6 +158,41 @@ TEST(OpIr, StructureHashSeesScalarKindsButNotValues) {
   };
   EXPECT_EQ(hash_of(1.0), hash_of(-3.5));
   EXPECT_NE(hash_of(1.0), hash_of(std::int64_t{1}));
+}
+
+// A QFloat value's type names its scheme and axes: they travel, print and hash; a float type's
+// encoding and hash are what they were (nothing is added for it).
+TEST(OpIr, QuantizedTypesCarryTheirSchemeAndAxes) {
+  auto program_of = [](const ir::TensorType& weight) {
+    ir::Recorder recorder;
+    recorder.record<OpCode::dequantize>(tensor(DType::F32, weight.shape),
+                                        tensor(DType::QFloat, weight.shape), DType::F32);
+    ir::Program program = recorder.program();
+    program.inputs[0].type = weight;
+    return program;
+  };
+  const QuantScheme q4{QuantScheme::Kind::Q4_K, 256};
+  const ir::TensorType stored{DType::QFloat, {2, 256}, q4};
+  const ir::TensorType transposed{DType::QFloat, {256, 2}, q4, {1, 0}};
+  for (const ir::TensorType& type : {stored, transposed}) {
+    const ir::Program program = program_of(type);
+    const ir::Program back = ir::deserialize(ir::serialize(program));
+    EXPECT_EQ(back, program);
+    EXPECT_EQ(back.inputs[0].type, type);
+    EXPECT_EQ(ir::structure_hash(back), ir::structure_hash(program));
+  }
+  EXPECT_NE(ir::to_string(program_of(transposed))
+                .find("qfloat [256, 2] {kind=Q4_K, "
+                      "block_size=256} axes [1, 0]"),
+            std::string::npos)
+      << ir::to_string(program_of(transposed));
+  const std::uint64_t hash = ir::structure_hash(program_of(stored));
+  EXPECT_NE(ir::structure_hash(program_of({DType::QFloat, {2, 256}})), hash);
+  EXPECT_NE(ir::structure_hash(program_of({DType::QFloat, {2, 256}, q4, {0, 1}})), hash);
+  // A float type is a dtype and a shape on the wire: u8, u32 rank, rank x i64.
+  ir::wire::Writer out;
+  out.type({DType::F32, {2, 3}});
+  EXPECT_EQ(out.size(), 1u + 4 + 2 * 8);
 }
 
 // ---- validation ----

@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_quant_tensor.h"
 #include "ir/op_ir.h"
 #include "kiln/detail/tensor_ops.h"
+#include "kiln/quant.h"
 #include "runtime/registry.h"
 #include "support/error_message.h"
 
@@ -40,6 +42,38 @@ Primitive zeros(DType dtype, const Shape& shape) { return tensor(dtype, shape, 0
 Primitive floats(const Shape& shape) { return tensor(DType::F32, shape); }
 Primitive indices(const Shape& shape) { return zeros(DType::I64, shape); }
 Primitive mask(const Shape& shape) { return tensor(DType::Bool, shape); }
+// The blocks of a CPU tensor of ones in scheme (Q8_0 by default), and views of them.
+Primitive blocks(const Shape& shape, QuantScheme scheme = quant_scheme(QuantScheme::Kind::Q8_0)) {
+  return cpu().quantize(floats(shape), scheme);
+}
+Primitive permuted(Primitive x, Axes axes) { return cpu().permute(std::move(x), std::move(axes)); }
+
+// A CPU tensor's type, with a QFloat tensor's scheme and axes (a Recorder records neither).
+TensorType cpu_type(const Primitive& p) {
+  TensorType type{p->dtype(), p->shape()};
+  if (p->dtype() != DType::QFloat) return type;
+  const cpu::CpuQuantTensor& q = cpu::as_quantized(p);
+  type.scheme = q.scheme();
+  if (!q.in_stored_order()) type.axes = q.axes();
+  return type;
+}
+
+// The distinct tensors among a call's arguments, in order: the inputs a Recorder numbers.
+void collect(std::vector<Primitive>& out, const Primitive& p) {
+  if (std::ranges::find(out, p) == out.end()) out.push_back(p);
+}
+void collect(std::vector<Primitive>& out, const OptionalPrimitive& p) {
+  if (p) collect(out, *p);
+}
+void collect(std::vector<Primitive>& out, const PrimitiveList& list) {
+  for (const Primitive& p : list) collect(out, p);
+}
+void collect(std::vector<Primitive>& out, const PrimitivePair& pair) {
+  out.push_back(pair.first);
+  out.push_back(pair.second);
+}
+template <class T>
+void collect(std::vector<Primitive>&, const T&) {}
 
 // The comparisons each op had (the coverage test expects at least one per op).
 std::map<OpCode, int>& comparisons() {
@@ -49,7 +83,10 @@ std::map<OpCode, int>& comparisons() {
 
 // -1 in an inferred shape (a value-dependent dim) matches any size.
 bool matches(const TensorType& inferred, const TensorType& real) {
-  if (inferred.dtype != real.dtype || inferred.shape.rank() != real.shape.rank()) return false;
+  if (inferred.dtype != real.dtype || inferred.shape.rank() != real.shape.rank() ||
+      inferred.scheme != real.scheme || inferred.axes != real.axes) {
+    return false;
+  }
   for (std::size_t i = 0; i < real.shape.rank(); ++i) {
     if (inferred.shape[i] != -1 && inferred.shape[i] != real.shape[i]) return false;
   }
@@ -57,7 +94,10 @@ bool matches(const TensorType& inferred, const TensorType& real) {
 }
 
 std::string text(const TensorType& type) {
-  return std::string(dtype_name(type.dtype)) + " " + type.shape.to_string();
+  std::string out = std::string(dtype_name(type.dtype)) + " " + type.shape.to_string();
+  if (type.dtype != DType::QFloat) return out;
+  return out + " " + std::string(quant_kind_name(type.scheme.kind)) + " axes " +
+         Shape(type.axes).to_string();
 }
 
 // A recorded call: the op, and the types of its tensor inputs as infer_types takes them.
@@ -79,8 +119,8 @@ struct Recorded {
 };
 
 // Calls the op on the CPU backend (with copies of args: the recorder reads them after), records
-// the call, and expects infer_types, given only the input types and the attributes, to give the
-// types of the real results.
+// the call (a QFloat tensor's type as the CPU holds it), and expects infer_types, given only the
+// input types and the attributes, to give the types of the real results.
 template <OpCode code, class R, class... P>
 void expect_inferred(R (Backend::*method)(P...), const std::type_identity_t<P>&... args) {
   ++comparisons()[code];
@@ -93,7 +133,15 @@ void expect_inferred(R (Backend::*method)(P...), const std::type_identity_t<P>&.
   }
   ir::Recorder recorder;
   recorder.record<code>(result, args...);
-  const Recorded recorded{recorder.program()};
+  Recorded recorded{recorder.program()};
+  std::vector<Primitive> inputs, outputs;
+  (collect(inputs, args), ...);
+  collect(outputs, result);
+  ir::Program& program = recorded.program;
+  ASSERT_EQ(program.inputs.size(), inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) program.inputs[i].type = cpu_type(inputs[i]);
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    program.ops.back().output_types[i] = cpu_type(outputs[i]);
   const ir::Op& op = recorded.op();
   std::vector<TensorType> inferred;
   try {
@@ -274,6 +322,9 @@ MANUAL_CASES(from_data) {
                   Device::cpu());
   EXPECT_INFERRED(from_data, TensorData::from_vec(std::vector<bool>{true}, Shape{}), Device::cpu());
   EXPECT_INFERRED(from_data, TensorData::full({2, 1, 2}, 3, DType::BF16), Device::cpu());
+  EXPECT_INFERRED(from_data,
+                  TensorData::full({3, 64}, 1, DType::F32).quantize(int8_block_scheme(16)),
+                  Device::cpu());
 }
 
 template <OpCode code>
@@ -318,12 +369,14 @@ MANUAL_CASES(into_data) {
   for (DType dtype : dtypes_of(OpCode::into_data)) {
     EXPECT_INFERRED(into_data, tensor(dtype, {2, 3}));
   }
+  EXPECT_INFERRED(into_data, permuted(blocks({2, 32}), {1, 0}));
 }
 
 MANUAL_CASES(to_device) {
   for (const Shape& shape : some_shapes()) {
     EXPECT_INFERRED(to_device, tensor(DType::I32, shape), Device::cpu());
   }
+  EXPECT_INFERRED(to_device, permuted(blocks({2, 32}), {1, 0}), Device::cpu());
 }
 
 MANUAL_CASES(cast) {
@@ -336,6 +389,7 @@ MANUAL_CASES(cast) {
 
 MANUAL_CASES(read_many) {
   EXPECT_INFERRED(read_many, PrimitiveList{floats({2}), tensor(DType::Bool, {0, 1})});
+  EXPECT_INFERRED(read_many, PrimitiveList{blocks({1, 32}), floats({2})});
   EXPECT_INFERRED(read_many, PrimitiveList{tensor(DType::I64, {3})});
   EXPECT_INFERRED(read_many, PrimitiveList{});
 }
@@ -369,6 +423,13 @@ MANUAL_CASES(matmul) {
   for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::I64, DType::I32, DType::U8}) {
     for (const auto& [a, b] : pairs) EXPECT_INFERRED(matmul, tensor(dtype, a), tensor(dtype, b));
   }
+  // A QFloat rhs: a weight's transpose, a weight in stored order, a batch of them.
+  for (DType dtype : kFloats) {
+    EXPECT_INFERRED(matmul, tensor(dtype, {3, 64}), permuted(blocks({5, 64}), {1, 0}));
+    EXPECT_INFERRED(matmul, tensor(dtype, {2, 3, 64}), blocks({64, 32}));
+    EXPECT_INFERRED(matmul, tensor(dtype, {0, 32}), permuted(blocks({4, 32}), {1, 0}));
+  }
+  EXPECT_INFERRED(matmul, floats({2, 3, 4}), blocks({2, 4, 6}, int8_channel_scheme()));
 }
 
 MANUAL_CASES(cross) {
@@ -553,6 +614,16 @@ MANUAL_CASES(slice) {
     }
   }
   EXPECT_INFERRED(slice, floats({5, 6}), ResolvedSlices{{1, 2, 1}, {5, 2, -2}});
+  // Of QFloat: whole rows in stored order are a view of the blocks, any other slice is f32.
+  const Primitive q = blocks({4, 3, 32});
+  EXPECT_INFERRED(slice, q, ResolvedSlices{{1, 2, 1}, {0, 3, 1}, {0, 32, 1}});
+  EXPECT_INFERRED(slice, q, ResolvedSlices{{4, 0, 1}, {0, 3, 1}, {0, 32, 1}});
+  EXPECT_INFERRED(slice, q, ResolvedSlices{{0, 2, 2}, {0, 3, 1}, {0, 32, 1}});
+  EXPECT_INFERRED(slice, q, ResolvedSlices{{0, 4, 1}, {1, 2, 1}, {0, 32, 1}});
+  EXPECT_INFERRED(slice, q, ResolvedSlices{{0, 4, 1}, {0, 3, 1}, {0, 16, 1}});
+  EXPECT_INFERRED(slice, permuted(q, {1, 0, 2}), ResolvedSlices{{0, 3, 1}, {0, 4, 1}, {0, 32, 1}});
+  EXPECT_INFERRED(slice, permuted(permuted(q, {1, 0, 2}), {1, 0, 2}),
+                  ResolvedSlices{{0, 1, 1}, {0, 3, 1}, {0, 32, 1}});
 }
 
 MANUAL_CASES(slice_assign) {
@@ -650,6 +721,11 @@ MANUAL_CASES(permute) {
       EXPECT_INFERRED(permute, tensor(dtype, x), axes);
     }
   }
+  // Of QFloat: views of the blocks, their axes composed (back in stored order: none).
+  const Primitive q = permuted(blocks({2, 3, 32}), {2, 0, 1});
+  for (const Axes& axes : {Axes{0, 1, 2}, Axes{1, 2, 0}, Axes{2, 1, 0}, Axes{1, 0, 2}}) {
+    EXPECT_INFERRED(permute, q, axes);
+  }
 }
 
 MANUAL_CASES(swap_dims) {
@@ -659,6 +735,9 @@ MANUAL_CASES(swap_dims) {
       EXPECT_INFERRED(swap_dims, tensor(dtype, x), random_dim(x), random_dim(x));
     }
   }
+  EXPECT_INFERRED(swap_dims, blocks({3, 32}), 0, 1);
+  EXPECT_INFERRED(swap_dims, permuted(blocks({3, 32}), {1, 0}), 1, 0);
+  EXPECT_INFERRED(swap_dims, blocks({2, 3, 32}), 1, 1);
 }
 
 MANUAL_CASES(flip) {
@@ -955,6 +1034,11 @@ MANUAL_CASES(embedding) {
     EXPECT_INFERRED(embedding, tensor(dtype, {10, 4}), zeros(DType::I32, {5}));
     EXPECT_INFERRED(embedding, tensor(dtype, {3, 0}), indices({0}));
   }
+  // A QFloat table, in stored order or not: its rows decoded, f32.
+  EXPECT_INFERRED(embedding, blocks({10, 32}), indices({2, 3}));
+  EXPECT_INFERRED(embedding, blocks({10, 256}, quant_scheme(QuantScheme::Kind::Q4_K)),
+                  zeros(DType::I32, {5}));
+  EXPECT_INFERRED(embedding, permuted(blocks({10, 32}), {1, 0}), indices({4}));
 }
 
 MANUAL_CASES(embedding_backward) {
@@ -972,6 +1056,35 @@ MANUAL_CASES(linear) {
       EXPECT_INFERRED(linear, tensor(dtype, x), tensor(dtype, {3, 5}), std::nullopt);
       EXPECT_INFERRED(linear, tensor(dtype, x), tensor(dtype, {3, 5}), tensor(dtype, {5}));
     }
+    // A QFloat weight [in, out], the transpose of one stored [out, in].
+    const Primitive weight = permuted(blocks({5, 64}), {1, 0});
+    EXPECT_INFERRED(linear, tensor(dtype, {2, 64}), weight, std::nullopt);
+    EXPECT_INFERRED(linear, tensor(dtype, {3, 2, 64}), weight, tensor(dtype, {5}));
+  }
+}
+
+// quantization
+
+MANUAL_CASES(quantize) {
+  const QuantScheme schemes[] = {
+      quant_scheme(QuantScheme::Kind::Q8_0), quant_scheme(QuantScheme::Kind::Q4_0),
+      quant_scheme(QuantScheme::Kind::Q4_K), int8_channel_scheme(), int8_block_scheme(16)};
+  for (DType dtype : kFloats) {
+    for (const QuantScheme& scheme : schemes) {
+      for (const Shape& shape : {Shape{256}, Shape{2, 256}, Shape{0, 256}, Shape{2, 0, 256}}) {
+        EXPECT_INFERRED(quantize, tensor(dtype, shape), scheme);
+      }
+    }
+  }
+  EXPECT_INFERRED(quantize, floats({3, 5}), int8_channel_scheme());
+  EXPECT_INFERRED(quantize, floats({3, 0}), quant_scheme(QuantScheme::Kind::Q4_K));
+}
+
+MANUAL_CASES(dequantize) {
+  for (DType dtype : kFloats) {
+    EXPECT_INFERRED(dequantize, blocks({2, 64}), dtype);
+    EXPECT_INFERRED(dequantize, blocks({0, 256}, quant_scheme(QuantScheme::Kind::Q6_K)), dtype);
+    EXPECT_INFERRED(dequantize, permuted(blocks({2, 3, 32}), {2, 0, 1}), dtype);
   }
 }
 
@@ -1189,8 +1302,7 @@ class InferMatchesCpu : public testing::TestWithParam<OpCode> {};
 
 // The op's cases run on the CPU backend; infer_types agrees with every result. A LATER op has no
 // backend to run it, and a collective runs in its process group's process (a remote device's
-// client runs it there), so a server refuses both; the quantized ops are refused too, as remote
-// devices do not hold QFloat tensors yet.
+// client runs it there), so a server refuses both.
 bool refused_by_servers(const OpInfo& info) {
   return info.availability == OpAvailability::Later || info.group == "distributed";
 }
@@ -1201,10 +1313,6 @@ TEST_P(InferMatchesCpu, ResultTypes) {
   if (refused_by_servers(info)) {
     // Refused before its arguments are read.
     expect_refused<UnsupportedOperation>(placeholder_call(code));
-    return;
-  }
-  if (info.group == "quantized") {
-    expect_refused<UnsupportedDType>(placeholder_call(code), {"remote"});
     return;
   }
   const Cases cases = any_cases_for(code);
@@ -1219,13 +1327,13 @@ INSTANTIATE_TEST_SUITE_P(Infer, InferMatchesCpu, testing::ValuesIn(every_op()),
                            return std::string(op_info(param.param).name);
                          });
 
-// Coverage: every op of ops.def but those servers refuse and the quantized ones has cases here
-// (form-generated or written out), so an op added to ops.def without them fails.
+// Coverage: every op of ops.def but those servers refuse has cases here (form-generated or
+// written out), so an op added to ops.def without them fails.
 TEST(InferCoverage, EveryOpOfOpsDefHasCases) {
   std::size_t ops = 0;
   for (const OpInfo& info : all_ops()) {
     ++ops;
-    if (refused_by_servers(info) || info.group == "quantized") continue;
+    if (refused_by_servers(info)) continue;
     EXPECT_NE(any_cases_for(info.code), nullptr) << info.name << " has no cases";
   }
   std::size_t listed = 0;
@@ -1274,6 +1382,38 @@ TEST(InferRefuses, InputTypesNoTensorHas) {
   expect_refused<InvalidArgument>(RECORD(neg, f32({3, -1})), {"negative"});
   expect_refused<InvalidArgument>(RECORD(neg, typed(static_cast<DType>(99), {3})), {"99"});
   expect_refused<UnsupportedDType>(RECORD(reshape, typed(DType::QFloat, {3}), Shape{3}));
+}
+
+// A QFloat tensor reaches only the ops the tensor layer hands it to as it is, with a type its
+// blocks can have; quantize and dequantize check what the tensor layer checks.
+TEST(InferRefuses, QuantizedTensors) {
+  const Primitive q = typed(DType::QFloat, {4, 32});  // Q8_0, the default scheme of a type
+  expect_refused<UnsupportedDType>(RECORD(add, q, q), {"input 0 is qfloat", "dequantized"});
+  expect_refused<UnsupportedDType>(RECORD(matmul, q, f32({32, 2})), {"input 0"});
+  expect_refused<UnsupportedDType>(RECORD(quantize, q, quant_scheme(QuantScheme::Kind::Q8_0)));
+  expect_refused<DTypeMismatch>(RECORD(matmul, i64({2, 4}), q), {"lhs"});
+  expect_refused<InvalidArgument>(RECORD(permute, typed(DType::QFloat, {4, 30}), Axes{1, 0}),
+                                  {"not a multiple", "32"});
+  expect_refused<InvalidArgument>(RECORD(permute, typed(DType::QFloat, {}), Axes{}));
+  Recorded bad_axes = RECORD(dequantize, q, DType::F32);
+  bad_axes.program.inputs[0].type.axes = {0, 0};
+  expect_refused<InvalidArgument>(bad_axes, {"axes [0, 0]", "permutation"});
+  Recorded unknown_scheme = RECORD(dequantize, q, DType::F32);
+  unknown_scheme.program.inputs[0].type.scheme.block_size = 7;
+  expect_refused<InvalidArgument>(unknown_scheme, {"7"});
+
+  expect_refused<DTypeMismatch>(RECORD(dequantize, f32({4, 32}), DType::F32), {"not qfloat"});
+  expect_refused<DTypeMismatch>(RECORD(dequantize, q, DType::I32), {"i32"});
+  expect_refused<UnsupportedDType>(RECORD(dequantize, q, DType::QFloat));
+  expect_refused<DTypeMismatch>(
+      RECORD(quantize, i64({2, 32}), quant_scheme(QuantScheme::Kind::Q8_0)));
+  expect_refused<ShapeMismatch>(
+      RECORD(quantize, f32({2, 30}), quant_scheme(QuantScheme::Kind::Q8_0)), {"[2, 30]", "32"});
+  expect_refused<ShapeMismatch>(RECORD(quantize, f32({}), int8_channel_scheme()));
+  expect_refused<UnsupportedOperation>(
+      RECORD(quantize, f32({1, 256}), quant_scheme(QuantScheme::Kind::Q2_K)), {"Q2_K"});
+  expect_refused<InvalidArgument>(
+      RECORD(quantize, f32({1, 64}), QuantScheme{QuantScheme::Kind::Q8_0, 64}), {"64"});
 }
 
 TEST(InferRefuses, ElementwiseOperands) {

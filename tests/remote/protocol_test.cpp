@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "contract/contract.h"
+#include "kiln/quant.h"
 
 namespace kiln::remote {
 namespace {
@@ -33,6 +34,10 @@ std::span<const std::byte> body_of(const Bytes& whole) {
 }
 
 ir::TensorType type_of(DType dtype, Shape shape) { return {dtype, std::move(shape)}; }
+// A QFloat type: Q4_0 blocks, seen through axes.
+ir::TensorType q4_type(Shape shape, Axes axes = {}) {
+  return {DType::QFloat, std::move(shape), quant_scheme(QuantScheme::Kind::Q4_0), std::move(axes)};
+}
 
 ir::Op make_op(OpCode code, std::vector<std::uint32_t> inputs,
                std::vector<ir::Attribute> attributes, std::vector<ir::TensorType> types,
@@ -104,7 +109,8 @@ std::vector<ir::Op> ops_with_every_attribute() {
                         {AttentionOptions{std::nullopt, false}},
                         {type_of(DType::F32, {1, 2, 4, 8})}, 29));
   ops.push_back(make_op(OpCode::quantize, {1}, {QuantScheme{QuantScheme::Kind::Q4_0, 32}},
-                        {type_of(DType::QFloat, s)}, 30));
+                        {q4_type({2, 32})}, 30));
+  ops.push_back(make_op(OpCode::permute, {30}, {Axes{1, 0}}, {q4_type({32, 2}, {1, 0})}, 33));
   ops.push_back(make_op(OpCode::from_data, {},
                         {TensorData::from_vec(std::vector<float>{1, 2, 3, 4, 5, 6}, s),
                          ir::DeviceAttr::of(Device::cpu())},
@@ -213,6 +219,25 @@ Bytes upload_frame(std::span<const std::byte> chunk, std::uint64_t offset) {
   });
 }
 
+// Q4_K blocks of [2, 256], as the client uploads them (its data head, then the chunk).
+TensorData test_blocks() {
+  std::vector<float> values(512);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(static_cast<float>(i));
+  return TensorData::from_vec(values, Shape{2, 256})
+      .quantize(quant_scheme(QuantScheme::Kind::Q4_K));
+}
+Bytes blocks_upload_frame() {
+  const TensorData data = test_blocks();
+  return encode_frame(FrameKind::Upload, [&](Writer& out) {
+    out.u32(4);
+    out.u64(0);
+    ir::wire::write_data_head(out, data);
+    out.u64(0);
+    out.u64(data.bytes().size());
+    out.raw(data.bytes());
+  });
+}
+
 Bytes data_reply_frame() {
   return encode_frame(FrameKind::Reply, [](Writer& out) {
     write_reply_header(out, 42, ErrorCode::Ok);
@@ -255,10 +280,19 @@ std::vector<Sample> valid_frames() {
   samples.push_back({Body::Commands, commands_frame(ops)});
   const TensorData data = test_data();
   samples.push_back({Body::Upload, upload_frame(data.bytes().subspan(8), 8)});
+  samples.push_back({Body::Upload, blocks_upload_frame()});
   samples.push_back({Body::DataReply, data_reply_frame()});
+  samples.push_back({Body::DataReply, encode_frame(FrameKind::Reply, [](Writer& out) {
+                       write_reply_header(out, 43, ErrorCode::Ok);
+                       ir::wire::write_data(out, test_blocks());
+                     })});
   samples.push_back({Body::TypeReply, encode_frame(FrameKind::Reply, [](Writer& out) {
                        write_reply_header(out, 7, ErrorCode::Ok);
                        out.type(type_of(DType::BF16, {0, 5, 1}));
+                     })});
+  samples.push_back({Body::TypeReply, encode_frame(FrameKind::Reply, [](Writer& out) {
+                       write_reply_header(out, 7, ErrorCode::Ok);
+                       out.type(q4_type({32, 2, 3}, {2, 0, 1}));
                      })});
   samples.push_back({Body::StatsReply, encode_frame(FrameKind::Reply, [](Writer& out) {
                        write_reply_header(out, 8, ErrorCode::Ok);
@@ -411,6 +445,32 @@ TEST(RemoteProtocol, UploadRoundTrips) {
   // An empty chunk (a zero-size tensor) is a valid upload too.
   const Upload empty = read_upload(body_of(upload_frame({}, 0)));
   EXPECT_TRUE(empty.bytes.empty());
+  // QFloat blocks carry their scheme.
+  const TensorData blocks = test_blocks();
+  const Upload q = read_upload(body_of(blocks_upload_frame()));
+  EXPECT_EQ(q.dtype, DType::QFloat);
+  EXPECT_EQ(q.scheme, blocks.scheme());
+  EXPECT_EQ(q.shape, (Shape{2, 256}));
+  ASSERT_EQ(q.bytes.size(), blocks.bytes().size());
+  EXPECT_TRUE(std::equal(q.bytes.begin(), q.bytes.end(), blocks.bytes().begin()));
+}
+
+TEST(RemoteProtocol, QuantizedUploadWithAnUnknownSchemeIsAProtocolError) {
+  Bytes bytes = blocks_upload_frame();
+  // After the id, the hash and the dtype: the scheme's kind, then its block size.
+  const std::size_t kind = kFrameHeaderBytes + 4 + 8 + 1;
+  Bytes unknown_kind = bytes;
+  unknown_kind[kind] = std::byte{0x40};
+  EXPECT_EQ(outcome(Body::Upload, body_of(unknown_kind)), "ProtocolError");
+  Bytes wrong_size = bytes;
+  wrong_size[kind + 1] = std::byte{7};  // Q4_K with 7 values a block (256 is 00 01 ...)
+  wrong_size[kind + 2] = std::byte{0};
+  try {
+    read_upload(body_of(wrong_size));
+    ADD_FAILURE() << "a Q4_K scheme of 7 values a block was read";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RemoteProtocol, RepliesRoundTripWithEveryBody) {
@@ -427,7 +487,14 @@ TEST(RemoteProtocol, RepliesRoundTripWithEveryBody) {
     if (sample.body == Body::TypeReply) {
       const Reply reply = read_reply(body_of(sample.bytes));
       EXPECT_EQ(reply.request, 7u);
-      EXPECT_EQ(decode_type(reply.body), type_of(DType::BF16, {0, 5, 1}));
+      const ir::TensorType type = decode_type(reply.body);
+      EXPECT_TRUE(type == type_of(DType::BF16, {0, 5, 1}) ||
+                  type == q4_type({32, 2, 3}, {2, 0, 1}));
+    } else if (sample.body == Body::DataReply && read_reply(body_of(sample.bytes)).request == 43) {
+      const TensorData got = decode_data(read_reply(body_of(sample.bytes)).body);
+      EXPECT_EQ(got.scheme(), test_blocks().scheme());
+      EXPECT_EQ(got.shape(), test_blocks().shape());
+      EXPECT_TRUE(std::ranges::equal(got.bytes(), test_blocks().bytes()));
     } else if (sample.body == Body::StatsReply) {
       const MemoryStats stats = decode_stats(read_reply(body_of(sample.bytes)).body);
       EXPECT_EQ(stats.bytes_in_use, 1);

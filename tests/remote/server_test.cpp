@@ -10,15 +10,19 @@
 #include <gtest/gtest.h>
 #include <kiln/activation.h>
 #include <kiln/kiln.h>
+#include <kiln/module_ops.h>
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,6 +69,21 @@ Bytes upload_frame(std::uint32_t id, std::span<const std::byte> bytes, std::uint
     out.u64(offset);
     out.u64(bytes.size());
     out.raw(bytes);
+  });
+}
+
+// An Upload frame of one chunk of n zero bytes at offset, QFloat blocks of scheme and shape.
+Bytes blocks_frame(std::uint32_t id, const QuantScheme& scheme, std::vector<std::int64_t> shape,
+                   std::size_t n, std::uint64_t offset = 0) {
+  return encode_frame(FrameKind::Upload, [&](Writer& out) {
+    out.u32(id);
+    out.u64(0);
+    out.u8(static_cast<std::uint8_t>(DType::QFloat));
+    ir::wire::write_scheme(out, scheme);
+    out.ints(shape);
+    out.u64(offset);
+    out.u64(n);
+    out.raw(std::vector<std::byte>(n));
   });
 }
 
@@ -243,11 +262,6 @@ TEST(RemoteServer, SettingsAndDTypeUsageAreTheServersCpu) {
   EXPECT_EQ(dev.settings(), Device::cpu().settings());
   for (std::size_t d = 0; d < kDTypeCount; ++d) {
     const auto dtype = static_cast<DType>(d);
-    // The protocol carries no QFloat tensor: the remote device does not hold them, the CPU does.
-    if (dtype == DType::QFloat) {
-      EXPECT_TRUE(dev.dtype_usage(dtype).empty());
-      continue;
-    }
     EXPECT_EQ(dev.dtype_usage(dtype), Device::cpu().dtype_usage(dtype)) << dtype_name(dtype);
     EXPECT_EQ(dev.supports_dtype(dtype), Device::cpu().supports_dtype(dtype)) << dtype_name(dtype);
   }
@@ -606,6 +620,12 @@ TEST(RemoteServer, SessionByteLimitIsOutOfMemoryAtTheRead) {
     expect_error<OutOfMemory>([&] { (uploaded + 1.0).into_data(); }, "upload", {"1048576"});
   }
   EXPECT_EQ((small * 3.0).into_data().to_vec<float>(), (std::vector<float>(4, 3.f)));
+  // QFloat blocks count their own bytes: Q8_0's 1,114,112 do not fit, Q4_0's 589,824 do.
+  const TensorData values = TensorData::full(Shape{1024, 1024}, 0.5, DType::F32);
+  const auto q8 = Tensor<2>::from_data(values.quantize(quant_scheme(QuantScheme::Kind::Q8_0)), dev);
+  expect_error<OutOfMemory>([&] { q8.into_data(); }, "upload", {"1048576"});
+  const TensorData q4 = values.quantize(quant_scheme(QuantScheme::Kind::Q4_0));
+  EXPECT_TRUE(std::ranges::equal(Tensor<2>::from_data(q4, dev).into_data().bytes(), q4.bytes()));
   // Freed memory can be used again.
   const auto fits = Tensor<1>::full({1 << 17}, 1.0, dev);  // 512 KiB
   EXPECT_EQ(fits.sum().into_scalar<float>(), static_cast<float>(1 << 17));
@@ -867,6 +887,262 @@ TEST(RemoteServer, ViewsOfACachedUploadSeeAnAssign) {
     const auto view = uploaded.slice({Slice(0, 4)});
     uploaded.assign(Tensor<1>::full(uploaded.shape(), -1.0, dev));
     EXPECT_EQ(view.into_data().to_vec<float>(), std::vector<float>(4, -1.f));
+  }
+}
+
+// ---- quantized tensors -------------------------------------------------------------------------
+
+// Values of shape [rows, cols], of n(0, 1)'s size, a fixed sequence.
+TensorData weight_values(std::int64_t rows, std::int64_t cols) {
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    v[k] = std::sin(0.37f * static_cast<float>(k)) * (0.5f + static_cast<float>(k % 7) * 0.25f);
+  }
+  return floats(std::move(v), {rows, cols});
+}
+
+QuantScheme scheme_of(QuantScheme::Kind kind) { return quant_scheme(kind); }
+
+std::vector<QuantScheme> some_schemes() {
+  return {scheme_of(QuantScheme::Kind::Q8_0), scheme_of(QuantScheme::Kind::Q4_0),
+          scheme_of(QuantScheme::Kind::Q4_K), int8_channel_scheme()};
+}
+
+// Equal TensorData: dtype, scheme, shape and every byte.
+void expect_same(const TensorData& got, const TensorData& expected) {
+  ASSERT_EQ(got.dtype(), expected.dtype());
+  if (got.dtype() == DType::QFloat) {
+    EXPECT_EQ(got.scheme(), expected.scheme());
+  }
+  EXPECT_EQ(got.shape(), expected.shape());
+  EXPECT_TRUE(std::ranges::equal(got.bytes(), expected.bytes()));
+}
+
+TEST(RemoteServer, QuantizedTensorsRoundTripBitForBit) {
+  const Device dev = test::remote_device();
+  for (const QuantScheme& scheme : some_schemes()) {
+    SCOPED_TRACE(quant_kind_name(scheme.kind));
+    const TensorData blocks = weight_values(6, 512).quantize(scheme);
+    const auto there = Tensor<2>::from_data(blocks, dev);
+    EXPECT_EQ(there.dtype(), DType::QFloat);
+    EXPECT_EQ(there.shape(), (Shape{6, 512}));
+    expect_same(there.into_data(), blocks);
+    const auto moved = Tensor<2>::from_data(blocks, Device::cpu()).to_device(dev);
+    EXPECT_EQ(moved.device(), dev);
+    expect_same(moved.into_data(), blocks);
+    const auto back = moved.to_device(Device::cpu());
+    EXPECT_EQ(back.device(), Device::cpu());
+    expect_same(back.into_data(), blocks);
+    // Through the autodiff and fused forms of the device too.
+    expect_same(Tensor<2>::from_data(blocks, dev.autodiff()).into_data(), blocks);
+    expect_same(Tensor<2>::from_data(blocks, dev.fused()).to_device(dev).into_data(), blocks);
+  }
+}
+
+TEST(RemoteServer, LargeQuantizedUploadsAreCachedByScheme) {
+  OwnServer own;
+  const Device dev = own.device();
+  Channel& channel = remote_backend(dev).channel();
+  // 1.4 MB of Q5_0 blocks, and the same bytes as Q5_K blocks (22 bytes per 32 values both): the
+  // scheme is part of what the cache knows them by.
+  const TensorData q5_0 = weight_values(8192, 256).quantize(scheme_of(QuantScheme::Kind::Q5_0));
+  const TensorData q5_k =
+      TensorData::quantized(std::vector<std::byte>(q5_0.bytes().begin(), q5_0.bytes().end()),
+                            q5_0.shape(), scheme_of(QuantScheme::Kind::Q5_K));
+  const std::uint64_t hits = channel.cache_hits();
+  const auto first = Tensor<2>::from_data(q5_0, dev);
+  const auto other = Tensor<2>::from_data(q5_k, dev);
+  const auto again = Tensor<2>::from_data(q5_0, dev);
+  EXPECT_EQ(channel.cache_hits(), hits + 1);
+  expect_same(first.into_data(), q5_0);
+  expect_same(other.into_data(), q5_k);
+  expect_same(again.into_data(), q5_0);
+  // A view of a cached upload (the weight's transpose) gets blocks of its own, the same ones.
+  const auto x = Tensor<2>::from_data(weight_values(2, 256), dev);
+  const auto local_q = Tensor<2>::from_data(q5_0, Device::cpu());
+  const auto local_x = Tensor<2>::from_data(weight_values(2, 256), Device::cpu());
+  expect_same(x.matmul(again.transpose()).into_data(),
+              local_x.matmul(local_q.transpose()).into_data());
+  expect_same(again.narrow(0, 8000, 192).into_data(), local_q.narrow(0, 8000, 192).into_data());
+  expect_same(Tensor<2>::from_data(q5_0, dev).into_data(), q5_0);
+}
+
+// Every quantized op on the remote device: the server's CPU kernels, the local CPU's bytes.
+std::vector<TensorData> quantized_ops(Device dev, const QuantScheme& scheme) {
+  const auto q = Tensor<2>::from_data(weight_values(8, 256), dev).quantize(scheme);  // [out, in]
+  const auto x = Tensor<2>::from_data(weight_values(3, 256), dev);
+  const auto bias =
+      Tensor<1>::from_data(TensorData::from_vec(std::vector<float>{1, -2, 3, 0, 5, 6, -7, 8}), dev);
+  const auto ids = Tensor<2, Int>::from_data(
+      TensorData::from_vec(std::vector<std::int64_t>{7, 0, 3, 3, 1, 6}, Shape{2, 3}), dev);
+  // Views of whole rows, and a transpose brought back, keep the blocks.
+  EXPECT_EQ(q.narrow(0, 2, 3).dtype(), DType::QFloat);
+  EXPECT_EQ(q.transpose().dtype(), DType::QFloat);
+  EXPECT_EQ(q.transpose().transpose().narrow(0, 1, 2).dtype(), DType::QFloat);
+  EXPECT_EQ(q.slice({Slice(0, 2), Slice(0, 64)}).dtype(), DType::F32);
+  return {q.into_data(),
+          q.dequantize().into_data(),
+          q.dequantize(DType::BF16).into_data(),
+          x.matmul(q.transpose()).into_data(),
+          x.cast(DType::F64).matmul(q.transpose()).into_data(),
+          module::linear(x, q, bias).into_data(),
+          module::linear(x, q).into_data(),
+          module::embedding(q, ids).into_data(),
+          q.narrow(0, 2, 3).into_data(),
+          q.transpose().into_data(),
+          q.transpose().transpose().narrow(0, 1, 2).into_data(),
+          q.slice({Slice(0, 2), Slice(0, 64)}).into_data(),
+          (q + 1.0).into_data(),
+          q.matmul(x.transpose()).into_data()};
+}
+
+TEST(RemoteServer, QuantizedOpsEqualTheLocalCpu) {
+  const Device dev = test::remote_device();
+  for (const QuantScheme& scheme : some_schemes()) {
+    SCOPED_TRACE(quant_kind_name(scheme.kind));
+    for (const auto& [there, here] :
+         {std::pair{dev, Device::cpu()}, std::pair{dev.fused(), Device::cpu().fused()},
+          std::pair{dev.autodiff(), Device::cpu()}}) {
+      SCOPED_TRACE(there.to_string());
+      const std::vector<TensorData> got = quantized_ops(there, scheme);
+      const std::vector<TensorData> expected = quantized_ops(here, scheme);
+      ASSERT_EQ(got.size(), expected.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE("result " + std::to_string(i));
+        expect_same(got[i], expected[i]);
+      }
+    }
+  }
+  // A remote quantize gives the bytes the host's encoder gives.
+  const TensorData values = weight_values(4, 256);
+  expect_same(Tensor<2>::from_data(values, dev).quantize(int8_block_scheme(64)).into_data(),
+              values.quantize(int8_block_scheme(64)));
+}
+
+TEST(RemoteServer, QuantizedErrorsAreTheCpus) {
+  for (const Device dev : {Device::cpu(), test::remote_device()}) {
+    SCOPED_TRACE(dev.to_string());
+    std::vector<float> values(64, 1.f);
+    values[5] = std::nanf("");
+    const auto nan = Tensor<2>::from_data(floats(values, {2, 32}), dev);
+    auto q = Tensor<2>::from_data(weight_values(2, 32), dev).quantize(int8_channel_scheme());
+    // The CPU backend refuses a NaN at the call, a server at the read.
+    expect_error<InvalidArgument>(
+        [&] { nan.quantize(scheme_of(QuantScheme::Kind::Q8_0)).into_data(); }, "quantize",
+        {"nan", "flat index 5"});
+    // The tensor layer refuses the others at the call, on the client.
+    expect_error<UnsupportedOperation>(
+        [&] {
+          (void)Tensor<2>::from_data(weight_values(1, 256), dev)
+              .quantize(scheme_of(QuantScheme::Kind::Q2_K));
+        },
+        "quantize", {"Q2_K"});
+    expect_error<ShapeMismatch>(
+        [&] { (void)q.dequantize().narrow(1, 0, 30).quantize(scheme_of(QuantScheme::Kind::Q8_0)); },
+        "quantize", {"[2, 30]"});
+    expect_error<UnsupportedDType>([&] { q.assign(q); }, "assign", {"qfloat"});
+    expect_error<DTypeMismatch>([&] { (void)nan.dequantize(); }, "dequantize", {"not qfloat"});
+    expect_error<DTypeMismatch>([&] { (void)nan.cast(DType::QFloat); }, "cast", {"qfloat"});
+    // And the session goes on.
+    expect_same(q.dequantize().into_data(),
+                weight_values(2, 32).quantize(int8_channel_scheme()).dequantize());
+  }
+}
+
+// A server whose device stores no QFloat (a GPU's) has its device refuse them at the call, as
+// that device does locally; the client sends nothing for them.
+TEST(RemoteServer, AServerThatCannotStoreQFloatRefusesThemAtTheCall) {
+  // Its welcome: the CPU's dtype usage, but none for qfloat (made here: the registry is busy
+  // while Device::remote waits for the welcome).
+  Welcome welcome;
+  welcome.backend_name = "cuda:0";
+  for (std::size_t d = 0; d + 1 < kDTypeCount; ++d) {
+    for (DTypeUsage u : {DTypeUsage::Storage, DTypeUsage::Arithmetic, DTypeUsage::Accelerated}) {
+      if (Device::cpu().dtype_usage(static_cast<DType>(d)).contains(u))
+        welcome.usage[d] |= static_cast<std::uint8_t>(u);
+    }
+  }
+  const Bytes welcome_frame =
+      encode_frame(FrameKind::Welcome, [&](Writer& out) { write_welcome(out, welcome); });
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::string address = "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+  std::promise<void> done;
+  std::thread server([&] {
+    asio::ip::tcp::socket socket(io);
+    acceptor.accept(socket);
+    std::array<std::byte, kFrameHeaderBytes> head;
+    asio::read(socket, asio::buffer(head));
+    Bytes hello(read_frame_header(head, kMaxHelloBytes).length);
+    asio::read(socket, asio::buffer(hello));
+    asio::write(socket, asio::buffer(welcome_frame));
+    done.get_future().wait();
+  });
+  struct Stop {  // the server goes however the test ends
+    std::promise<void>& done;
+    std::thread& thread;
+    ~Stop() {
+      done.set_value();
+      thread.join();
+    }
+  } stop{done, server};
+  const Device dev = Device::remote("remote://" + address, kRemoteToken);
+  EXPECT_FALSE(dev.supports_dtype(DType::QFloat));
+  EXPECT_TRUE(dev.supports_dtype(DType::F32));
+  const TensorData blocks = weight_values(2, 32).quantize(scheme_of(QuantScheme::Kind::Q8_0));
+  expect_error<UnsupportedDType>([&] { (void)Tensor<2>::from_data(blocks, dev); }, "from_data",
+                                 {"cannot store qfloat"});
+  const auto zeros = Tensor<2>::zeros({2, 32}, dev);
+  expect_error<UnsupportedDType>([&] { (void)zeros.quantize(scheme_of(QuantScheme::Kind::Q8_0)); },
+                                 "quantize", {"cuda:0", "cannot store qfloat"});
+}
+
+// A malformed QFloat upload ends its session with a ProtocolError naming what was wrong; a
+// well-formed one, read back, comes with its scheme.
+TEST(RemoteServer, MalformedQuantizedUploadsEndTheSession) {
+  remote::Server& server = test::remote_server();
+  const QuantScheme q8 = scheme_of(QuantScheme::Kind::Q8_0);  // 34 bytes per 32 values
+  {
+    RawClient raw(server.port());
+    raw.handshake();
+    raw.send(blocks_frame(3, q8, {2, 32}, 68));
+    raw.send(commands_frame({request(CommandKind::Read, 9, 3)}));
+    const auto reply = raw.receive();
+    ASSERT_TRUE(reply.has_value());
+    const TensorData data = decode_data(read_reply(reply->second).body);
+    EXPECT_EQ(data.scheme(), q8);
+    EXPECT_EQ(data.shape(), (Shape{2, 32}));
+    EXPECT_EQ(data.bytes().size(), 68u);
+  }
+  struct Case {
+    std::string name;
+    std::vector<Bytes> frames;
+    std::string expected;  // in the refusal's message
+  };
+  const std::vector<Case> cases = {
+      {"a last dim that is no whole number of blocks",
+       {blocks_frame(1, q8, {2, 30}, 64)},
+       "not a multiple"},
+      {"more bytes than the blocks take", {blocks_frame(1, q8, {2, 32}, 100)}, "of 68 bytes"},
+      {"a scheme kiln does not know",
+       {blocks_frame(1, QuantScheme{q8.kind, 16}, {2, 16}, 36)},
+       "Q8_0 has block size 32, got 16"},
+      {"blocks of a scalar", {blocks_frame(1, int8_block_scheme(4), {}, 0)}, "at least one dim"},
+      {"chunks that change the scheme",
+       {blocks_frame(1, q8, {2, 32}, 34), blocks_frame(1, int8_block_scheme(30), {2, 32}, 34, 34)},
+       "agree on the tensor"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::uint64_t ended = server.ended_sessions();
+    RawClient raw(server.port());
+    raw.handshake();
+    for (const Bytes& frame : c.frames) raw.send(frame);
+    const auto [code, message] = raw.refusal();
+    EXPECT_EQ(code, ErrorCode::ProtocolError) << message;
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_TRUE(raw.closed_by_server());
+    EXPECT_TRUE(wait_until([&] { return server.ended_sessions() > ended; }));
   }
 }
 
