@@ -26,6 +26,9 @@ class RemoteTensor final : public TensorPrimitive {
   ~RemoteTensor() override { channel_->release(id_); }
   // The client never writes a value in place: the server owns the storage.
   bool storage_unique() const noexcept override { return false; }
+  const QuantScheme* quant_scheme() const noexcept override {
+    return dtype_ == DType::QFloat ? &scheme_ : nullptr;
+  }
   Channel* channel() const noexcept { return channel_; }
   std::uint32_t id() const noexcept { return id_; }
   // Its type as the server holds it: a QFloat tensor's scheme and axes with its dtype and shape.

@@ -1019,6 +1019,27 @@ TEST(RemoteServer, QuantizedOpsEqualTheLocalCpu) {
               values.quantize(int8_block_scheme(64)));
 }
 
+// Requantize (Device::set_quant_propagation) and fake quantization on a remote device give the
+// local CPU's bytes.
+TEST(RemoteServer, RequantizedAndFakeQuantizedResultsEqualTheLocalCpu) {
+  const Device dev = test::remote_device();
+  const QuantScheme q8 = quant_scheme(QuantScheme::Kind::Q8_0);
+  const TensorData values = weight_values(4, 64);
+  for (const Device& device : {dev, Device::cpu()}) {
+    device.set_quant_propagation(QuantPropagation::Requantize);
+  }
+  const TensorData got = (Tensor<2>::from_data(values, dev).quantize(q8) * 3.0).into_data();
+  const TensorData want =
+      (Tensor<2>::from_data(values, Device::cpu()).quantize(q8) * 3.0).into_data();
+  for (const Device& device : {dev, Device::cpu()}) {
+    device.set_quant_propagation(QuantPropagation::Dequantize);
+  }
+  EXPECT_EQ(got.dtype(), DType::QFloat);
+  expect_same(got, want);
+  expect_same(Tensor<2>::from_data(values, dev.autodiff()).fake_quantize(q8).into_data(),
+              Tensor<2>::from_data(values, Device::cpu()).fake_quantize(q8).into_data());
+}
+
 TEST(RemoteServer, QuantizedErrorsAreTheCpus) {
   for (const Device dev : {Device::cpu(), test::remote_device()}) {
     SCOPED_TRACE(dev.to_string());

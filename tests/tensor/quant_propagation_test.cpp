@@ -2,7 +2,8 @@
 // ops ops.def generates return their result on a QFloat operand encoded in its scheme where the
 // result's rows hold whole blocks, bit for bit the host encoder's bytes of the float result;
 // every other result (bool, reductions, products, layout ops, tracked results) stays as under
-// Dequantize, the default; on the plain, fused, autodiff and fused autodiff CPU devices.
+// Dequantize, the default; on the plain, fused, autodiff and fused autodiff CPU devices (remote
+// devices: tests/remote/server_test.cpp).
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 #include <kiln/quant.h>
