@@ -4,7 +4,8 @@
 //   the cost per op as the client sees it (the server runs them meanwhile; the read waits for
 //   the last one). remote and local (the CPU device in this process) side by side.
 // - upload/MB: Tensor::from_data of MB megabytes of f32 whose content changes every iteration
-//   (no cache hit), then a one-element read: bytes/s on the wire into the server's memory. The
+//   (no cache hit), then a sync (the server holds it): bytes/s on the wire into the server's
+//   memory. The
 //   TensorData handed over is copied before the timed region (the caller's copy, which a local
 //   device takes as well).
 // - upload_repeated/MB: the same content again each iteration: one hash on the client and a
@@ -77,7 +78,9 @@ void upload_on(benchmark::State& state, bool repeated) {
       TensorData copy = data;
       state.ResumeTiming();
       const auto t = Tensor<1>::from_data(std::move(copy), device);
-      benchmark::DoNotOptimize(read_one(t));
+      // Waits for the server to hold it, without a view: a view of a tensor bound from the
+      // upload cache would copy it (its storage is the cache's), which is not the upload's cost.
+      device.sync();
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * n * 4);
   });
