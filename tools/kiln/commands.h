@@ -46,6 +46,10 @@ struct TrainCharlmOptions {
   // "q8_0" or "q4_k": hold out the text's last tenth, and after training print the validation
   // loss of the float model and of its quantized copy (nn::quantize). Empty: neither.
   std::string quantize;
+  // "cuda:0,cuda:1": data-parallel training with one rank per device, each a thread of this
+  // process (ProcessGroup::threads; NCCL between GPUs). Empty: the default device, one rank, or
+  // a rank of `kiln launch` (ProcessGroup::from_env).
+  std::string devices;
 };
 // `kiln train charlm`: a small character-level transformer on a text file, printing samples.
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out);

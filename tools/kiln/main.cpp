@@ -129,6 +129,9 @@ int run(int argc, char** argv) {
                    "hold out the text's last tenth and compare the validation loss of the float "
                    "model and its quantized weights: q8_0 or q4_k")
       ->check(CLI::IsMember({"q8_0", "q4_k"}));
+  charlm_cmd->add_option("--devices", charlm.devices,
+                         "train data-parallel, a rank per device of this comma-separated list "
+                         "(cuda:0,cuda:1), each with its share of every batch");
 
   EmbedOptions embed;
   CLI::App* embed_cmd = app.add_subcommand(
