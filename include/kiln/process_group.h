@@ -9,13 +9,17 @@
 //
 // Outside a launcher, from_env() is a group of one process (rank 0 of 1), whose collectives
 // return their input, so one program runs either way. ProcessGroup::threads(n) makes the n ranks
-// of a group inside one process, one per thread (tests, experiments).
+// of a group inside one process, one per thread (tests, experiments); ProcessGroup::threads({
+// Device::cuda(0), Device::cuda(1)}) puts rank i on GPU i, several GPUs driven from one process.
 //
 // The transport is Gloo's TCP transport (the engine of PyTorch's CPU collectives), its
 // rendezvous a directory of files (Gloo's FileStore) that every rank can reach; kiln is built
 // with it when Debian's libgloo-dev is found (KILN_HAVE_GLOO), and without it a group of more
 // than one rank throws UnsupportedOperation saying so. Tensors on any device take part: the
-// backends' collective ops (ops.def's distributed group) move their values through the host.
+// backends' collective ops (ops.def's distributed group) move their values through the host,
+// except where a backend has a transport of its own: the CUDA backend moves cuda tensors between
+// GPUs with NCCL, loaded at run time (README.md, "NCCL on cuda"), and uses the group's communicator
+// to agree on each call and to hand out NCCL's unique id.
 //
 // No silent hangs: every collective carries a sequence number and a signature (the collective,
 // dtype, shape, reduction, root or peer, dim), which the ranks exchange and compare before any
@@ -29,6 +33,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,6 +65,12 @@ enum class CollectiveKind : std::uint8_t {
   Barrier
 };
 
+// How a call's data moves: through the Communicator itself (host bytes), or over NCCL between
+// GPUs, which the CUDA backend drives after the communicator has checked the call
+// (Communicator::check). Part of the call's signature: ranks that would move the data by
+// different ways are a mismatch, not a hang.
+enum class Transport : std::uint8_t { Communicator, Nccl };
+
 // What one call is, as the ranks that take part must agree on it before data moves. all_gather
 // and reduce_scatter join and split dim 0.
 struct Collective {
@@ -68,11 +79,12 @@ struct Collective {
   Shape shape;
   ReduceOperation operation = ReduceOperation::Sum;  // AllReduce, ReduceScatter
   std::int64_t peer = 0;  // Broadcast: the root; Send: the destination; Recv: the source
+  Transport transport = Transport::Communicator;
 };
 
 // "all_reduce", "broadcast", ...
 std::string_view collective_name(CollectiveKind kind) noexcept;
-// "all_reduce(sum) f32 [2, 3]", "send(to 1) i64 [4]".
+// "all_reduce(sum) f32 [2, 3]", "send(to 1) i64 [4]", "all_reduce(mean) bf16 [8] over nccl".
 std::string describe(const Collective& what);
 
 // The transport of a ProcessGroup: the ranks' values as host bytes. kiln implements it with
@@ -103,6 +115,21 @@ class Communicator {
   virtual void send(const Collective& what, std::span<const std::byte> data, int destination) = 0;
   virtual void recv(const Collective& what, std::span<std::byte> data, int source) = 0;
   virtual void barrier() = 0;
+
+  // ---- for a backend that moves the data over a transport of its own (NCCL on cuda) ----
+  // The check of the other calls without their data: every rank that takes part makes the call
+  // `what` (numbered like the others), else DistributedError; then the caller moves the data.
+  virtual void check(const Collective& what) = 0;
+  // How long a call waits for the other ranks (DistributedOptions::timeout).
+  virtual std::chrono::milliseconds timeout() const = 0;
+  // The group is broken by a failure outside the communicator (NCCL's error or timeout): every
+  // later call throws DistributedError quoting reason (the first reason stays).
+  virtual void set_broken(const std::string& reason) = 0;
+  // What a transport keeps for this group under key (the CUDA backend: its NCCL communicator of
+  // one GPU): made by make on the first call for key (the others wait), destroyed with the
+  // communicator. With an empty make, the one kept or null.
+  virtual std::shared_ptr<void> attachment(const std::string& key,
+                                           const std::function<std::shared_ptr<void>()>& make) = 0;
 };
 
 }  // namespace distributed
@@ -123,18 +150,27 @@ class ProcessGroup {
   static ProcessGroup from_env(Device device = Device::default_device(),
                                DistributedOptions options = {});
   // The `size` ranks of one group inside this process (rank i is element i), connected over
-  // loopback TCP; each rank's collectives are called from a thread of its own.
+  // loopback TCP; each rank's collectives are called from a thread of its own. Every rank
+  // computes on device.
   static std::vector<ProcessGroup> threads(int size, Device device = Device::cpu(),
                                            DistributedOptions options = {});
-  // A group of this process alone: every collective returns its input (a mean divides by 1).
+  // One rank per device, rank i computing on devices[i]: several GPUs from one process,
+  //   auto ranks = ProcessGroup::threads({Device::cuda(0), Device::cuda(1)});
+  // (between 1 and 64 devices; InvalidArgument otherwise).
+  static std::vector<ProcessGroup> threads(const std::vector<Device>& devices,
+                                           DistributedOptions options = {});
+  // A group of this process alone: every collective gives back its input's values (a mean
+  // divides by 1; cuda tensors with NCCL come back as copies).
   static ProcessGroup single(Device device = Device::cpu());
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   // The device this rank computes on.
   const Device& device() const noexcept { return device_; }
-  // "gloo", "single".
-  std::string backend_name() const { return communicator_->name(); }
+  // How tensors on device() move: "nccl" on a cuda device where NCCL is used (the CUDA plugin
+  // loads it, and the group has not chosen the host path for that GPU: README.md, "NCCL on cuda"),
+  // else the communicator's "gloo" or "single".
+  std::string backend_name() const;
   // A number unique in this process (the op IR names groups by it); copies share it.
   std::uint64_t id() const noexcept { return id_; }
   distributed::Communicator& communicator() const noexcept { return *communicator_; }

@@ -1,9 +1,10 @@
 // Gloo's TCP transport behind a ProcessGroup. Before each call the ranks that take part exchange
-// a fixed-size signature (sequence number, collective, dtype, shape, reduction, root or peer)
-// over one slot of each pair, in order, and compare them: a mismatch is a DistributedError on
-// every rank that sees it, and a rank that sends nothing within the timeout is named. Only then do
-// Gloo's algorithms move the data (allreduce, broadcast, allgather; a ring over Gloo's unbound
-// buffers for reduce-scatter, which this Gloo lacks; unbound buffers for send and recv).
+// a fixed-size signature (sequence number, collective, dtype, shape, reduction, root or peer,
+// transport) over one slot of each pair, in order, and compare them: a mismatch is a
+// DistributedError on every rank that sees it, and a rank that sends nothing within the timeout
+// is named. Only then do Gloo's algorithms move the data (allreduce, broadcast, allgather; a ring
+// over Gloo's unbound buffers for reduce-scatter, which this Gloo lacks; unbound buffers for send
+// and recv), or, for check, the caller (the CUDA backend over NCCL).
 #include "distributed/gloo_communicator.h"
 
 #include <gloo/allgather.h>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "distributed/attachments.h"
 #include "distributed/reduction.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -46,8 +48,10 @@ struct Signature {
   std::uint8_t dtype = 0;
   std::uint8_t operation = 0;
   std::uint8_t rank = 0;  // of the shape (at most 255 dims are told apart; more hash the same)
+  std::uint8_t transport = 0;
+  std::uint8_t unused[7] = {};
 };
-static_assert(sizeof(Signature) == 128);
+static_assert(sizeof(Signature) == 136);
 
 std::uint64_t hash_dims(const Shape& shape) {
   std::uint64_t hash = 14695981039346656037ull;
@@ -71,6 +75,7 @@ Signature signature_of(const Collective& what, std::uint64_t sequence, int sende
   s.dtype = static_cast<std::uint8_t>(what.dtype);
   s.operation = static_cast<std::uint8_t>(what.operation);
   s.rank = static_cast<std::uint8_t>(std::min<std::size_t>(what.shape.rank(), 255));
+  s.transport = static_cast<std::uint8_t>(what.transport);
   return s;
 }
 
@@ -79,13 +84,15 @@ Signature signature_of(const Collective& what, std::uint64_t sequence, int sende
 std::string text_of(const Signature& s) {
   const bool valid = s.kind <= static_cast<std::uint8_t>(CollectiveKind::Barrier) &&
                      s.dtype <= static_cast<std::uint8_t>(DType::QFloat) &&
-                     s.operation <= static_cast<std::uint8_t>(ReduceOperation::Min);
+                     s.operation <= static_cast<std::uint8_t>(ReduceOperation::Min) &&
+                     s.transport <= static_cast<std::uint8_t>(Transport::Nccl);
   if (!valid) return concat("#", s.sequence, " (an unreadable signature)");
   Collective what;
   what.kind = static_cast<CollectiveKind>(s.kind);
   what.dtype = static_cast<DType>(s.dtype);
   what.operation = static_cast<ReduceOperation>(s.operation);
   what.peer = s.peer;
+  what.transport = static_cast<Transport>(s.transport);
   const std::size_t shown = std::min<std::size_t>(s.rank, kSignatureDims);
   what.shape = Shape(std::span<const std::int64_t>(s.dims, shown));
   std::string text = concat("#", s.sequence, " ", describe(what));
@@ -101,7 +108,7 @@ bool reduces(CollectiveKind kind) {
 bool matches(const Signature& mine, const Signature& theirs, int me, int from) {
   if (theirs.sender != static_cast<std::uint32_t>(from) || theirs.sequence != mine.sequence ||
       theirs.dtype != mine.dtype || theirs.rank != mine.rank ||
-      theirs.shape_hash != mine.shape_hash ||
+      theirs.transport != mine.transport || theirs.shape_hash != mine.shape_hash ||
       std::memcmp(theirs.dims, mine.dims, sizeof mine.dims) != 0) {
     return false;
   }
@@ -213,6 +220,26 @@ class GlooCommunicator final : public Communicator {
   void barrier() override {
     // The signatures' exchange is itself a barrier: each rank waits for every other's.
     collective(Collective{}, [] {});
+  }
+
+  void check(const Collective& what) override {
+    if (what.kind == CollectiveKind::Send || what.kind == CollectiveKind::Recv) {
+      transfer(what, static_cast<int>(what.peer), [] {});
+    } else {
+      collective(what, [] {});
+    }
+  }
+
+  milliseconds timeout() const override { return timeout_; }
+
+  void set_broken(const std::string& reason) override {
+    std::lock_guard lock(mutex_);
+    if (broken_.empty()) broken_ = reason;
+  }
+
+  std::shared_ptr<void> attachment(const std::string& key,
+                                   const std::function<std::shared_ptr<void>()>& make) override {
+    return attachments_.get(key, make);
   }
 
  private:
@@ -355,6 +382,8 @@ class GlooCommunicator final : public Communicator {
   std::uint64_t collectives_ = 0;
   std::vector<std::uint64_t> transfers_;  // per peer
   std::string broken_;                    // why the group is unusable, once it is
+  // Last: destroyed first, while the connections still stand.
+  Attachments attachments_;
 };
 
 }  // namespace

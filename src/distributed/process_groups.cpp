@@ -8,9 +8,11 @@
 #include <exception>
 #include <thread>
 
+#include "distributed/attachments.h"
 #include "kiln/detail/format.h"
 #include "kiln/distributed.h"
 #include "kiln/error.h"
+#include "runtime/cuda_plugin.h"
 
 #ifdef KILN_HAVE_GLOO
 #include <gloo/rendezvous/file_store.h>
@@ -63,35 +65,64 @@ std::string describe(const Collective& what) {
       break;
   }
   if (what.kind == CollectiveKind::Barrier) return text;
-  return concat(text, " ", dtype_name(what.dtype), " ", what.shape.to_string());
+  text = concat(text, " ", dtype_name(what.dtype), " ", what.shape.to_string());
+  return what.transport == Transport::Nccl ? text + " over nccl" : text;
 }
 
 namespace {
 
-// One rank alone: nothing to exchange, nobody to disagree with.
+// One rank alone: nothing to exchange, nobody to disagree with; broken only by a failure of a
+// device's transport (set_broken).
 class SingleCommunicator final : public Communicator {
  public:
+  explicit SingleCommunicator(std::chrono::milliseconds timeout) : timeout_(timeout) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return "single"; }
-  void all_reduce(const Collective&, std::span<std::byte>, DType, ReduceOperation) override {}
-  void broadcast(const Collective&, std::span<std::byte>, int) override {}
-  void all_gather(const Collective&, std::span<const std::byte> in,
+  void all_reduce(const Collective& what, std::span<std::byte>, DType, ReduceOperation) override {
+    check(what);
+  }
+  void broadcast(const Collective& what, std::span<std::byte>, int) override { check(what); }
+  void all_gather(const Collective& what, std::span<const std::byte> in,
                   std::span<std::byte> out) override {
+    check(what);
     std::copy(in.begin(), in.end(), out.begin());
   }
-  void reduce_scatter(const Collective&, std::span<const std::byte> in, std::span<std::byte> out,
-                      DType, ReduceOperation) override {
+  void reduce_scatter(const Collective& what, std::span<const std::byte> in,
+                      std::span<std::byte> out, DType, ReduceOperation) override {
+    check(what);
     std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
   }
-  void send(const Collective& what, std::span<const std::byte>, int) override { alone(what); }
-  void recv(const Collective& what, std::span<std::byte>, int) override { alone(what); }
-  void barrier() override {}
+  void send(const Collective& what, std::span<const std::byte>, int) override { check(what); }
+  void recv(const Collective& what, std::span<std::byte>, int) override { check(what); }
+  void barrier() override { check(Collective{}); }
+  void check(const Collective& what) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!broken_.empty()) {
+        fail<DistributedError>(collective_name(what.kind),
+                               "the process group is broken since: ", broken_);
+      }
+    }
+    if (what.kind == CollectiveKind::Send || what.kind == CollectiveKind::Recv) {
+      fail<InvalidArgument>(collective_name(what.kind), "a group of one process has no other rank");
+    }
+  }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  void set_broken(const std::string& reason) override {
+    std::lock_guard lock(mutex_);
+    if (broken_.empty()) broken_ = reason;
+  }
+  std::shared_ptr<void> attachment(const std::string& key,
+                                   const std::function<std::shared_ptr<void>()>& make) override {
+    return attachments_.get(key, make);
+  }
 
  private:
-  [[noreturn]] static void alone(const Collective& what) {
-    fail<InvalidArgument>(collective_name(what.kind), "a group of one process has no other rank");
-  }
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::string broken_;
+  Attachments attachments_;
 };
 
 constexpr const char* kFromEnv = "ProcessGroup::from_env";
@@ -150,11 +181,64 @@ void check_timeout(const DistributedOptions& options, const char* op) {
 }
 #endif
 
+// The groups of `size` ranks in this process, rank r computing on device_of(r).
+std::vector<ProcessGroup> thread_groups(int size, const std::function<Device(int)>& device_of,
+                                        const DistributedOptions& options, const char* op) {
+  if (size < 1 || size > 64) {
+    fail<InvalidArgument>(op, "the number of ranks must be between 1 and 64, got ", size);
+  }
+  check_timeout(options, op);
+  if (size == 1) {
+    return {ProcessGroup(std::make_shared<SingleCommunicator>(options.timeout), device_of(0))};
+  }
+#ifdef KILN_HAVE_GLOO
+  // The ranks connect to one another at once: each waits in connect for the others.
+  gloo::rendezvous::HashStore store;
+  std::vector<std::shared_ptr<Communicator>> communicators(static_cast<std::size_t>(size));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < size; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        communicators[static_cast<std::size_t>(r)] =
+            connect_gloo(store, r, size, "127.0.0.1", options.timeout);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  std::vector<ProcessGroup> groups;
+  for (int r = 0; r < size; ++r) {
+    groups.emplace_back(std::move(communicators[static_cast<std::size_t>(r)]), device_of(r));
+  }
+  return groups;
+#else
+  (void)device_of;
+  no_gloo(op, size);
+#endif
+}
+
 }  // namespace
 }  // namespace distributed
 
 ProcessGroup ProcessGroup::single(Device device) {
-  return ProcessGroup(std::make_shared<distributed::SingleCommunicator>(), device);
+  return ProcessGroup(
+      std::make_shared<distributed::SingleCommunicator>(DistributedOptions{}.timeout), device);
+}
+
+std::string ProcessGroup::backend_name() const {
+  // A cuda device's collectives may go over NCCL, which the plugin knows about.
+  if (device_.kind() == DeviceKind::Cuda) {
+    if (const CudaPluginApi* api = cuda_plugin(nullptr)) {
+      std::string transport = api->collective_transport(*communicator_, device_.index());
+      if (!transport.empty()) return transport;
+    }
+  }
+  return communicator_->name();
 }
 
 ProcessGroup ProcessGroup::from_env(Device device, DistributedOptions options) {
@@ -167,7 +251,9 @@ ProcessGroup ProcessGroup::from_env(Device device, DistributedOptions options) {
                             " is set without a world size above 1 "
                             "(KILN_WORLD_SIZE or OMPI_COMM_WORLD_SIZE)");
     }
-    return single(device);
+    options.timeout = timeout_from_env(options.timeout);
+    check_timeout(options, kFromEnv);
+    return ProcessGroup(std::make_shared<SingleCommunicator>(options.timeout), device);
   }
   if (*size < 1 || *size > (1 << 20)) {
     fail<InvalidArgument>(kFromEnv, "the world size ", *size, " is not between 1 and 2^20");
@@ -210,40 +296,16 @@ ProcessGroup ProcessGroup::from_env(Device device, DistributedOptions options) {
 
 std::vector<ProcessGroup> ProcessGroup::threads(int size, Device device,
                                                 DistributedOptions options) {
-  using namespace distributed;
-  constexpr const char* kOp = "ProcessGroup::threads";
-  if (size < 1 || size > 64) {
-    fail<InvalidArgument>(kOp, "the size must be between 1 and 64, got ", size);
-  }
-  check_timeout(options, kOp);
-  if (size == 1) return {single(device)};
-#ifdef KILN_HAVE_GLOO
-  // The ranks connect to one another at once: each waits in connect for the others.
-  gloo::rendezvous::HashStore store;
-  std::vector<std::shared_ptr<Communicator>> communicators(static_cast<std::size_t>(size));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < size; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        communicators[static_cast<std::size_t>(r)] =
-            connect_gloo(store, r, size, "127.0.0.1", options.timeout);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
-  std::vector<ProcessGroup> groups;
-  for (auto& communicator : communicators) groups.emplace_back(std::move(communicator), device);
-  return groups;
-#else
-  (void)device;
-  no_gloo(kOp, size);
-#endif
+  return distributed::thread_groups(
+      size, [&](int) { return device; }, options, "ProcessGroup::threads");
+}
+
+std::vector<ProcessGroup> ProcessGroup::threads(const std::vector<Device>& devices,
+                                                DistributedOptions options) {
+  return distributed::thread_groups(
+      static_cast<int>(std::min<std::size_t>(devices.size(), 1 << 20)),
+      [&](int r) { return devices[static_cast<std::size_t>(r)]; }, options,
+      "ProcessGroup::threads");
 }
 
 }  // namespace kiln

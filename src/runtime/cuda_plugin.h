@@ -12,6 +12,7 @@
 
 #include "contract/backend.h"
 #include "contract/contract.h"
+#include "kiln/process_group.h"
 
 namespace kiln {
 
@@ -42,6 +43,13 @@ struct CudaPluginApi {
   KernelCacheStats (*kernel_cache_stats)(int index) = nullptr;
   // Forgets the kernels loaded in this process (the disk cache stays): tests of the disk cache.
   void (*clear_kernel_memory_cache)(int index) = nullptr;
+  // NCCL as this process loads it for the collectives of cuda tensors (loading it on the first
+  // call): "NCCL 2.28.9 (/usr/lib/.../libnccl.so.2)" with *loaded true, or why the collectives
+  // go through the host instead.
+  std::string (*nccl_status)(bool* loaded) = nullptr;
+  // How group's collectives of tensors on GPU index move: "nccl", or empty for the group's own
+  // communicator (NCCL is not loaded, or the group chose the host path for that GPU).
+  std::string (*collective_transport)(distributed::Communicator& group, int index) = nullptr;
 };
 
 // The plugin's table, loading the plugin on the first call; nullptr with the reason when kiln

@@ -249,6 +249,114 @@ TEST(Collectives, SendAndRecvOfDifferentShapesAreADistributedError) {
       errors, {"rank 0: #0 send(to 1) f32 [3]; rank 1: #0 recv(from 0) f32 [4]"});
 }
 
+TEST(Collectives, ThreadsOnAListOfDevicesPutRankIOnDeviceI) {
+  if (!distributed::available()) GTEST_SKIP() << "kiln was built without Gloo";
+  const Device plain = Device::cpu(), tracked = Device::cpu().autodiff();
+  const std::vector<ProcessGroup> groups =
+      ProcessGroup::threads({plain, tracked}, DistributedOptions{.timeout = 30s});
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].device(), plain);
+  EXPECT_EQ(groups[1].device(), tracked);
+  EXPECT_EQ(groups[1].rank(), 1);
+  EXPECT_EQ(groups[0].backend_name(), "gloo");
+  test::expect_no_errors(on_ranks(groups, [](const ProcessGroup& group) {
+    const auto x = Tensor<1>::full({2}, group.rank() + 1.0, group.device().without_autodiff());
+    EXPECT_EQ(distributed::all_reduce(x, group).into_data().to_vec<float>(),
+              std::vector<float>(2, 3.0f));
+  }));
+  const std::vector<ProcessGroup> one = ProcessGroup::threads({tracked});
+  EXPECT_EQ(one.at(0).device(), tracked);
+  EXPECT_EQ(one[0].size(), 1);
+  expect_error<InvalidArgument>([] { ProcessGroup::threads(std::vector<Device>{}); },
+                                "ProcessGroup::threads", {"between 1 and 64, got 0"});
+}
+
+// What a backend with a transport of its own uses (the CUDA backend over NCCL): the check of a
+// call without its data, the group's timeout, breaking the group, and attachments.
+TEST(Collectives, ACheckedCallAgreesLikeTheOthersAndItsTransportIsPartOfIt) {
+  KILN_THREAD_GROUP(groups, 2, 10s);
+  using distributed::Collective;
+  using distributed::CollectiveKind;
+  using distributed::Transport;
+  const Collective nccl{CollectiveKind::AllReduce, DType::BF16, Shape{4},
+                        ReduceOperation::Mean,     0,           Transport::Nccl};
+  test::expect_no_errors(
+      on_ranks(groups, [&](const ProcessGroup& group) { group.communicator().check(nccl); }));
+  // The next call is #1 on both ranks, and a host call does not match a call over NCCL.
+  const auto errors = on_ranks(groups, [&](const ProcessGroup& group) {
+    Collective mine = nccl;
+    if (group.rank() == 1) mine.transport = Transport::Communicator;
+    group.communicator().check(mine);
+  });
+  test::expect_rank_errors<DistributedError>(
+      errors, {"rank 0: #1 all_reduce(mean) bf16 [4] over nccl; rank 1: #1 all_reduce(mean) bf16 "
+               "[4]"});
+}
+
+TEST(Collectives, ACheckedSendMeetsACheckedRecv) {
+  KILN_THREAD_GROUP(groups, 2, 10s);
+  using distributed::Collective;
+  using distributed::CollectiveKind;
+  test::expect_no_errors(on_ranks(groups, [](const ProcessGroup& group) {
+    const bool sender = group.rank() == 0;
+    group.communicator().check(Collective{sender ? CollectiveKind::Send : CollectiveKind::Recv,
+                                          DType::I32, Shape{3}, ReduceOperation::Sum,
+                                          sender ? 1 : 0, distributed::Transport::Nccl});
+  }));
+}
+
+TEST(Collectives, AGroupBrokenFromOutsideThrowsTheReasonAtEveryLaterCall) {
+  KILN_THREAD_GROUP(groups, 2, 10s);
+  for (const ProcessGroup& group : groups) {
+    group.communicator().set_broken("[all_reduce] NCCL gave up");
+    group.communicator().set_broken("a later reason is not kept");
+  }
+  for (const ProcessGroup& group : groups) {
+    expect_error<DistributedError>(
+        [&] { group.barrier(); }, "barrier",
+        {"the process group is broken since: [all_reduce] NCCL gave up"});
+  }
+  const ProcessGroup single = ProcessGroup::single();
+  single.communicator().set_broken("[broadcast] NCCL gave up");
+  expect_error<DistributedError>([&] { single.barrier(); }, "barrier", {"NCCL gave up"});
+  expect_error<DistributedError>([&] { single.communicator().check(distributed::Collective{}); },
+                                 "barrier", {"gave up"});
+}
+
+TEST(Collectives, TimeoutsAreTheGroupsOwn) {
+  KILN_THREAD_GROUP(groups, 2, 7s);
+  EXPECT_EQ(groups[1].communicator().timeout(), 7s);
+  EXPECT_EQ(ProcessGroup::single().communicator().timeout(), DistributedOptions{}.timeout);
+  EXPECT_EQ(ProcessGroup::threads(1, Device::cpu(), {.timeout = 3s})[0].communicator().timeout(),
+            3s);
+}
+
+TEST(Collectives, AttachmentsAreMadeOnceAndLiveAsLongAsTheGroup) {
+  std::weak_ptr<void> kept;
+  {
+    const ProcessGroup group = ProcessGroup::single();
+    int made = 0;
+    const auto make = [&] {
+      ++made;
+      return std::static_pointer_cast<void>(std::make_shared<int>(42));
+    };
+    EXPECT_EQ(group.communicator().attachment("nccl cuda:0", {}), nullptr);
+    const std::shared_ptr<void> first = group.communicator().attachment("nccl cuda:0", make);
+    const std::shared_ptr<void> again = group.communicator().attachment("nccl cuda:0", make);
+    EXPECT_EQ(first, again);
+    EXPECT_EQ(*static_cast<int*>(first.get()), 42);
+    EXPECT_EQ(group.communicator().attachment("nccl cuda:0", {}), first);
+    EXPECT_EQ(made, 1);
+    (void)group.communicator().attachment("nccl cuda:1", make);
+    EXPECT_EQ(made, 2);
+    kept = first;
+    // Copies share it.
+    const ProcessGroup copy = group;
+    EXPECT_EQ(copy.communicator().attachment("nccl cuda:0", {}), first);
+  }
+  EXPECT_TRUE(kept.expired());
+}
+
 TEST(ProcessGroup, FromAnEnvironmentWithoutAWorldIsOneProcess) {
   const test::ScopedEnv size("KILN_WORLD_SIZE", nullptr), rank("KILN_RANK", nullptr),
       mpi_size("OMPI_COMM_WORLD_SIZE", nullptr), mpi_rank("OMPI_COMM_WORLD_RANK", nullptr);

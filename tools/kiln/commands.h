@@ -49,6 +49,10 @@ struct TrainCharlmOptions {
   // With quantize: train with the weights fake-quantized in that scheme (nn::prepare_qat), so
   // that the quantized copy is the model that was trained.
   bool qat = false;
+  // "cuda:0,cuda:1": data-parallel training with one rank per device, each a thread of this
+  // process (ProcessGroup::threads; NCCL between GPUs). Empty: the default device, one rank, or
+  // a rank of `kiln launch` (ProcessGroup::from_env).
+  std::string devices;
 };
 // `kiln train charlm`: a small character-level transformer on a text file, printing samples.
 int run_train_charlm(const TrainCharlmOptions& options, std::ostream& out);

@@ -34,6 +34,16 @@ int run_info(std::ostream& out) {
     out << "  cuda     compiled in, unavailable: " << cuda_reason << "\n";
   } else {
     out << "  cuda     compiled in, available (" << gpus << (gpus == 1 ? " GPU" : " GPUs") << ")\n";
+    // The collectives of cuda tensors: NCCL where it loads, else the host (README.md, "NCCL on
+    // cuda").
+    bool loaded = false;
+    const std::string nccl = cuda_plugin(nullptr)->nccl_status(&loaded);
+    out << "  nccl     "
+        << (loaded ? "loaded: " + nccl + ", for collectives of cuda tensors"
+                   : "not used (collectives of cuda tensors go through the "
+                     "host): " +
+                         nccl)
+        << "\n";
   }
   std::string remote_reason;
   bool remote_not_compiled = false;

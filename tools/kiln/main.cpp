@@ -132,6 +132,9 @@ int run(int argc, char** argv) {
   charlm_cmd->add_flag("--qat", charlm.qat,
                        "with --quantize: quantization-aware training (the weights fake-quantized "
                        "in that scheme while training)");
+  charlm_cmd->add_option("--devices", charlm.devices,
+                         "train data-parallel, a rank per device of this comma-separated list "
+                         "(cuda:0,cuda:1), each with its share of every batch");
 
   EmbedOptions embed;
   CLI::App* embed_cmd = app.add_subcommand(

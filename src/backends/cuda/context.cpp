@@ -73,6 +73,12 @@ std::uint32_t Context::error_token(const char* op, const char* what) {
   return static_cast<std::uint32_t>(tokens_.size());
 }
 
+void Context::report_failure(const char* op, const std::string& what) {
+  const std::uint32_t token = error_token(op, what.c_str());
+  // A kernel's own failure, if one came first, keeps its place.
+  if (*error_word_host_ == 0) *error_word_host_ = token;
+}
+
 std::string Context::in_flight() const {
   const std::uint32_t count = launch_count_.load(std::memory_order_relaxed);
   const std::uint32_t first = count > kLaunchNames ? count - kLaunchNames : 0;

@@ -84,6 +84,9 @@ class Context {
     const std::uint32_t slot = launch_count_.fetch_add(1, std::memory_order_relaxed);
     launched_[slot % kLaunchNames].store(op, std::memory_order_relaxed);
   }
+  // A failure of op found on the host after its work was queued (an NCCL call its watchdog
+  // aborted): the next synchronisation or read on the device throws ExecutionError with what.
+  void report_failure(const char* op, const std::string& what);
   // Waits for the stream and throws ExecutionError naming the op that failed, if one did.
   void synchronize(const char* op);
   // After an event or stream wait: throws if a kernel reported an error (clears it).

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/nccl_transport.h"
 #include "kiln/version.h"
 #include "runtime/cuda_plugin.h"
 
@@ -67,8 +68,28 @@ void clear_kernel_memory_cache(int index) {
   backend(index)->runtime().compiler.clear_memory_cache();
 }
 
-const CudaPluginApi kApi{kBackendContractHash, device_count,       device_info,
-                         make_backend,         kernel_cache_stats, clear_kernel_memory_cache};
+std::string nccl_status_of(bool* loaded) {
+#ifdef KILN_HAVE_NCCL
+  return nccl_status(loaded);
+#else
+  *loaded = false;
+  return "the CUDA plugin was built without NCCL's header (nccl.h): collectives of cuda tensors "
+         "go through the host";
+#endif
+}
+
+std::string collective_transport(distributed::Communicator& group, int index) {
+#ifdef KILN_HAVE_NCCL
+  return nccl_transport_name(group, index);
+#else
+  (void)group, (void)index;
+  return {};
+#endif
+}
+
+const CudaPluginApi kApi{kBackendContractHash, device_count,        device_info,
+                         make_backend,         kernel_cache_stats,  clear_kernel_memory_cache,
+                         nccl_status_of,       collective_transport};
 
 }  // namespace
 }  // namespace kiln::cuda

@@ -289,6 +289,15 @@ CUresult CUDAAPI cuDeviceGetName(char* name, int length, CUdevice device) {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
+  if (const CUresult status = enter("cuDeviceGetUuid")) return status;
+  if (device < 0 || device >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(uuid->bytes, 0, sizeof uuid->bytes);
+  uuid->bytes[0] = static_cast<char>(device + 1);
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuDeviceTotalMem(std::size_t* bytes, CUdevice device) {
   if (const CUresult status = enter("cuDeviceTotalMem")) return status;
   if (device < 0 || device >= kDevices) return CUDA_ERROR_INVALID_DEVICE;
@@ -469,6 +478,11 @@ CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
   return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent event) {
+  if (const CUresult status = enter("cuEventQuery")) return status;
+  return event != nullptr && event->magic == kLive ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent event) {
