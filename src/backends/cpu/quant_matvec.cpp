@@ -3,16 +3,19 @@
 // by the kernels of quant_kernels.cpp, picked at run time for the CPU (so one binary runs on any
 // x86-64 CPU); this driver loops over rows and threads (compiled for size: a kernel call per
 // row of W and four rows of x). Other schemes decode tiles of W's rows and call gemm.
-#include "backends/cpu/quant_matvec.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/quant_kernels.h"
+#include "backends/cpu/quant_matvec.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
 #include "kiln/quant.h"
@@ -132,14 +135,23 @@ void product_on_decoded_tiles(const QuantMatrix& w, const float* x, std::int64_t
 
 }  // namespace
 
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+// CPUID leaf 1's F16C bit (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+#endif
+
 bool cpu_has(QuantIsa isa) noexcept {
 #if defined(__x86_64__) && defined(__GNUC__)
   switch (isa) {
     case QuantIsa::Scalar:
       return true;
     case QuantIsa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case QuantIsa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
