@@ -376,8 +376,10 @@ TEST(GpuQuant, ProductsMatchTheCpusQuantizedProduct) {
         return module::linear(Tensor<2>::from_data(xd, d), Tensor<2>::from_data(w, d), std::nullopt)
             .into_data();
       };
-      // The CPU may round x to int8 blocks (its VNNI kernels): within that rounding.
-      test::expect_near_all(on(device), on(Device::cpu()), 2e-2,
+      // The CPU's VNNI kernels round x to int8 blocks for Q8_0 and Q4_0: within that rounding;
+      // its other products are f32 sums of the decoded weight, as the GPU's.
+      const bool int8_x = scheme.kind == QKind::Q8_0 || scheme.kind == QKind::Q4_0;
+      test::expect_near_all(on(device), on(Device::cpu()), int8_x ? 0.1 : 1e-3,
                             name_of(scheme) + " rows " + std::to_string(rows));
     }
   }
