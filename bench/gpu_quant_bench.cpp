@@ -6,6 +6,10 @@
 //                              bandwidth (issue 20: >= 85 % at 4096x4096 and 14336x4096)
 //   batch/<kind>/<rows>/<n>x<k>   x[rows, k] · Wᵀ against the same product with W in bf16
 //                              (cuBLASLt): the quantized time over bf16's (issue 20: <= 1 at 8, 32)
+//   int8_gemm/8192             kiln_cuda_lib's int8 x int8 -> int32 product (lib/int8_matmul.h)
+//                              at 8192^3 against lib::matmul in bf16 at 8192^3, CUDA events
+//                              around 5 products: tera-operations per second and the ratio
+//                              (issue 20: >= 1.6)
 // Each product is checked against the CPU's quantized product first. Times are per product:
 // kKernelsPerGraph products captured in one CUDA graph (kiln::capture), replayed, the wall time
 // over a device sync divided (the launch cost of the host is not in it); the eager time (one
@@ -25,6 +29,9 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "backends/cuda/lib/int8_matmul.h"
+#include "backends/cuda/lib/matmul.h"
 
 namespace {
 
@@ -80,6 +87,66 @@ std::vector<float> normal_values(std::int64_t n, std::uint32_t seed) {
   std::vector<float> v(static_cast<std::size_t>(n));
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// Seconds per call of run on the default stream: CUDA events around 5 calls, after one that warms
+// up (plans, autotuning), median of repeats.
+template <class Run>
+double time_events(int repeats, Run run) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  run();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  std::vector<double> samples;
+  for (int r = 0; r < repeats; ++r) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    for (int i = 0; i < 5; ++i) run();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    samples.push_back(ms * 1e-3 / 5);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(samples);
+}
+
+// int8 x int8 -> int32 at n^3 against bf16 (f32 accumulation) at n^3: seconds of each.
+std::pair<double, double> int8_against_bf16(std::int64_t n, int repeats) {
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  const auto elements = static_cast<std::size_t>(n * n);
+  check(cudaMalloc(&a, elements * 2), "cudaMalloc");
+  check(cudaMalloc(&b, elements * 2), "cudaMalloc");
+  check(cudaMalloc(&c, elements * 4), "cudaMalloc");
+  // Small codes (and bf16 values 2^-k-ish): any bits serve a timing; 0x01 bytes are both.
+  check(cudaMemset(a, 1, elements * 2), "cudaMemset");
+  check(cudaMemset(b, 1, elements * 2), "cudaMemset");
+  const cuda::lib::Int8MatmulDesc int8{n, n, n, n, n, n};
+  const double int8_seconds =
+      time_events(repeats, [&] { cuda::lib::int8_matmul(int8, a, b, c, nullptr); });
+  // The int32 sums of n products of 1 * 1.
+  std::int32_t first = 0;
+  check(cudaMemcpy(&first, c, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (first != n) {
+    std::fprintf(stderr, "gpu_quant_bench: int8_gemm gave %d, want %lld\n", first,
+                 static_cast<long long>(n));
+    std::exit(1);
+  }
+  cuda::lib::MatmulDesc bf16;
+  bf16.dtype = DType::BF16;
+  bf16.m = bf16.n = bf16.k = n;
+  bf16.a = {n, 1, 0};
+  bf16.b = {n, 1, 0};
+  bf16.c = {n, 1, 0};
+  const double bf16_seconds = time_events(repeats, [&] {
+    cuda::lib::matmul(bf16, {a, b, c, nullptr}, nullptr);
+  });
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return {int8_seconds, bf16_seconds};
 }
 
 struct Timing {
@@ -189,7 +256,18 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("targets: matvec >= 85%% of memcpy; batch 8 and 32 at most 1.00x bf16's time\n");
+    const std::int64_t gemm = quick ? 4096 : 8192;
+    const auto [int8_seconds, bf16_seconds] = int8_against_bf16(gemm, repeats);
+    const double ops = 2.0 * static_cast<double>(gemm) * gemm * gemm;
+    std::printf("%-34s %10.1f %10s %10s %10.2fx\n",
+                ("int8_gemm/" + std::to_string(gemm) + " (TOPS)").c_str(),
+                ops / int8_seconds / 1e12, "-", "-", bf16_seconds / int8_seconds);
+    std::printf("%-34s %10.1f %10s %10s %12s\n",
+                ("  bf16 cuBLASLt/" + std::to_string(gemm) + " (TFLOPS)").c_str(),
+                ops / bf16_seconds / 1e12, "-", "-", "-");
+    std::printf(
+        "targets: matvec >= 85%% of memcpy; batch 8 and 32 at most 1.00x bf16's time; "
+        "int8_gemm at least 1.60x bf16's throughput\n");
   } catch (const Error& e) {
     std::fprintf(stderr, "gpu_quant_bench: %s\n", e.what());
     return 1;
