@@ -133,5 +133,92 @@ KILN_CONFORMANCE_ROW(dequantize, ({"dequantize"})) {
   }
 }
 
+// matmul and linear whose weight is a QFloat matrix viewed [k, n] (the transpose of its [n, k]
+// blocks, as a model multiplies by it), and embedding from a QFloat table: against float64
+// products and lookups of the decoded weight, for every float dtype and layout of x, batches of
+// one and several rows, 3-D x, empty x. Within the f32 sums of the magnitudes plus the rounding to
+// x's dtype. The schemes are ones the CPU decodes into its gemm (its VNNI kernels for Q8_0 and
+// Q4_0 round x to int8 blocks first, which these bounds do not allow).
+KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
+  if (!stores_quantized(device)) return;
+  const std::int64_t k = 256;
+  const std::vector<QuantScheme> schemes = {quant_scheme(Kind::Q4_K), quant_scheme(Kind::Q5_1),
+                                            int8_channel_scheme()};
+  const std::vector<Shape> x_shapes = {{3, k}, {1, k}, {2, 3, k}, {0, k}};
+  std::uint64_t seed = 9300;
+  for (const QuantScheme& scheme : schemes) {
+    for (std::int64_t n : {5, 70}) {
+      const std::vector<double> wv = random_values({n, k}, DType::F32, seed++);
+      const TensorData w =
+          TensorData::from_vec(std::vector<float>(wv.begin(), wv.end()), {n, k}).quantize(scheme);
+      const std::vector<double> dense = w.dequantize().to_f64_vec();
+      const std::vector<double> bv = random_values({n}, DType::F32, seed++);
+      for (DType dtype : kFloatDTypes) {
+        for (Layout layout : kLayouts) {
+          for (const Shape& xs : x_shapes) {
+            const std::vector<double> x = representable(random_values(xs, dtype, seed++), dtype);
+            const std::vector<double> b = representable(bv, dtype);
+            const std::int64_t rows = xs.num_elements() / k;
+            std::vector<std::int64_t> od = xs.to_vector();
+            od.back() = n;
+            const Shape out(od);
+            for (bool with_bias : {false, true}) {
+              std::vector<double> want(static_cast<std::size_t>(rows * n));
+              std::vector<double> magnitude(want.size());
+              for (std::int64_t r = 0; r < rows; ++r) {
+                for (std::int64_t j = 0; j < n; ++j) {
+                  double sum = with_bias ? b[static_cast<std::size_t>(j)] : 0.0;
+                  double size = std::fabs(sum);
+                  for (std::int64_t p = 0; p < k; ++p) {
+                    const double v = x[static_cast<std::size_t>(r * k + p)] *
+                                     dense[static_cast<std::size_t>(j * k + p)];
+                    sum += v;
+                    size += std::fabs(v);
+                  }
+                  want[static_cast<std::size_t>(r * n + j)] = sum;
+                  magnitude[static_cast<std::size_t>(r * n + j)] = size;
+                }
+              }
+              const std::string ctx = context(device, dtype, layout, xs) + " " +
+                                      std::string(quant_kind_name(scheme.kind)) + " n " +
+                                      std::to_string(n) + (with_bias ? " bias" : "");
+              const Primitive weight = detail::transpose(upload_quantized(w, device));
+              const Primitive xp = make_primitive(x, xs, dtype, layout, device);
+              const TensorData got = detail::into_data(
+                  with_bias
+                      ? detail::linear(xp, weight,
+                                       make_primitive(b, {n}, dtype, Layout::Contiguous, device))
+                      : detail::matmul(xp, weight));
+              ASSERT_EQ(got.dtype(), dtype) << ctx;
+              ASSERT_EQ(got.shape(), out) << ctx;
+              const std::vector<double> g = got.to_f64_vec();
+              const double rounding = dtype == DType::F64 ? 1e-7 : tolerance(dtype);
+              int reported = 0;
+              for (std::size_t i = 0; i < g.size(); ++i) {
+                const double bound = 2e-5 * magnitude[i] + rounding * std::fabs(want[i]) + 1e-12;
+                if (!(std::fabs(g[i] - want[i]) <= bound) && reported++ < 3) {
+                  ADD_FAILURE() << ctx << " at " << i << ": " << g[i] << " vs " << want[i];
+                }
+              }
+            }
+          }
+        }
+      }
+      // The rows of the table that ids names, decoded: the host decoder's values.
+      const std::vector<std::int64_t> ids = {n - 1, 0, 2, 0};
+      const TensorData got = detail::into_data(detail::embedding(
+          upload_quantized(w, device),
+          detail::from_data(TensorData::from_vec(ids, {2, 2}), device, kiln::Kind::Int, 2)));
+      std::vector<double> rows;
+      for (std::int64_t id : ids) {
+        rows.insert(rows.end(), dense.begin() + id * k, dense.begin() + (id + 1) * k);
+      }
+      expect_close(
+          got, Shape{2, 2, k}, DType::F32, rows,
+          "embedding " + device.to_string() + " " + std::string(quant_kind_name(scheme.kind)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::conformance

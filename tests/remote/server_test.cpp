@@ -1070,8 +1070,8 @@ TEST(RemoteServer, QuantizedErrorsAreTheCpus) {
   }
 }
 
-// A server whose device stores no QFloat (a GPU's) has its device refuse them at the call, as
-// that device does locally; the client sends nothing for them.
+// A server whose device stores no QFloat (a welcome that offers none) has its device refuse them
+// at the call, as that device does locally; the client sends nothing for them.
 TEST(RemoteServer, AServerThatCannotStoreQFloatRefusesThemAtTheCall) {
   // Its welcome: the CPU's dtype usage, but none for qfloat (made here: the registry is busy
   // while Device::remote waits for the welcome).

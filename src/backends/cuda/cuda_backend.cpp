@@ -5,7 +5,9 @@ namespace kiln::cuda {
 CudaBackend::CudaBackend(int index) : runtime_(index) {}
 
 DTypeUsageSet CudaBackend::dtype_usage(DType dtype) const {
-  if (dtype == DType::QFloat) return {};
+  // QFloat tensors hold a scheme's blocks (cuda_quant_tensor.h): stored, and read by the products,
+  // embedding and dequantize; every other op sees them dequantized.
+  if (dtype == DType::QFloat) return {DTypeUsage::Storage};
   DTypeUsageSet usage{DTypeUsage::Storage, DTypeUsage::Arithmetic};
   // Tensor cores: f16 and bf16 from sm_70/sm_80, f32 through tf32 from sm_80.
   const int major = runtime_.context.major();

@@ -41,6 +41,9 @@ class CudaBackend final : public StridedBackend {
   std::unique_ptr<DeviceGraph> end_device_capture(bool keep) override;
 
   Runtime& runtime() noexcept { return runtime_; }
+  // A QFloat dst takes src's blocks (a capture's replay writing a quantize's result again:
+  // cuda_quant.cpp); every other tensor StridedBackend's copy.
+  void assign(const Primitive& dst, Primitive src) override;
 
   // A fused group: its runs of elementwise steps as one generated kernel each (cuda_fused.cpp).
   std::vector<Primitive> run_fused(const FusedProgram& program) override;
@@ -74,6 +77,9 @@ class CudaBackend final : public StridedBackend {
   Primitive view_on(const StridedTensor& base, strided::View view) override;
   Primitive contiguous_copy(const StridedTensor& x, const char* op) override;
   void copy_elements(StridedTensor& dst, const StridedTensor& src, const char* op) override;
+  // Views of the same blocks (cuda_quant.cpp).
+  Primitive permute_quantized(Primitive x, Axes axes) override;
+  Primitive slice_quantized(Primitive x, ResolvedSlices slices) override;
 
   Runtime runtime_;
   std::atomic<std::uint64_t> seed_{0x5eed'0000'0000'0001ull};  // the CPU backend's default

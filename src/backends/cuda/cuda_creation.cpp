@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/cuda_quant_tensor.h"
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/pinned.h"
@@ -16,7 +17,9 @@ namespace {
 
 void check_storage(DType dtype, const char* op) {
   if (dtype == DType::QFloat) {
-    detail::fail<UnsupportedDType>(op, "the cuda backend cannot store ", dtype_name(dtype));
+    detail::fail<UnsupportedDType>(op,
+                                   "a qfloat tensor is made by quantize(scheme) or from "
+                                   "quantized TensorData");
   }
 }
 
@@ -29,6 +32,7 @@ struct PendingRead {
   std::size_t bytes = 0;
   Shape shape;
   DType dtype = DType::F32;
+  QuantScheme scheme;  // of QFloat blocks
 
   PendingRead() = default;
   PendingRead(PendingRead&&) noexcept = default;
@@ -39,6 +43,16 @@ struct PendingRead {
 };
 
 PendingRead queue_read(CudaBackend& backend, const Primitive& x) {
+  if (x->dtype() == DType::QFloat) {
+    // The blocks byte for byte; a view whose blocks no longer run along its last dim decoded.
+    const CudaQuantTensor& q = as_quantized(x);
+    if (!q.in_stored_order()) return queue_read(backend, backend.dequantize(x, DType::F32));
+    PendingRead read = queue_read(backend, block_bytes(q));
+    read.shape = q.stored_shape();
+    read.dtype = DType::QFloat;
+    read.scheme = q.scheme();
+    return read;
+  }
   Runtime& rt = backend.runtime();
   TensorPtr c = backend.contiguous(x, "into_data");
   PendingRead read;
@@ -81,13 +95,16 @@ TensorData finish_read(PendingRead& read) {
   std::vector<std::byte> host(read.bytes);
   if (read.bytes > 0) std::memcpy(host.data(), read.staging->data, read.bytes);
   read.staging.reset();
+  if (read.dtype == DType::QFloat) {
+    return TensorData::quantized(std::move(host), std::move(read.shape), read.scheme);
+  }
   return TensorData(std::move(host), std::move(read.shape), read.dtype);
 }
 
 }  // namespace
 
 Primitive CudaBackend::from_data(TensorData data, Device) {
-  check_storage(data.dtype(), "from_data");
+  if (data.dtype() != DType::QFloat) check_storage(data.dtype(), "from_data");
   if (runtime_.context.capturing_here()) {
     detail::fail<InvalidArgument>(
         "from_data",
@@ -95,6 +112,7 @@ Primitive CudaBackend::from_data(TensorData data, Device) {
         "each replay, after it is gone; make the tensor before capture() (assign new "
         "values into it between replays)");
   }
+  if (data.dtype() == DType::QFloat) return quantized_from_data(*this, data);
   TensorPtr out = make_tensor(data.dtype(), data.shape(), "from_data");
   const auto bytes = data.bytes();
   if (!bytes.empty()) {
@@ -188,32 +206,50 @@ ReadManyFuture CudaBackend::read_many(PrimitiveList xs) {
   });
 }
 
+namespace {
+
+// src (contiguous, on from's GPU) copied to a fresh tensor on to's GPU without the host: each
+// stream waits for the other so neither the source nor the destination block is still in use by
+// earlier work when the copy runs.
+TensorPtr peer_copy(CudaBackend& from, const TensorPtr& src, CudaBackend& to) {
+  TensorPtr dst = to.make_tensor(src->dtype(), src->shape(), "to_device");
+  const std::size_t bytes =
+      static_cast<std::size_t>(src->shape().num_elements()) * dtype_size(src->dtype());
+  Runtime& here = from.runtime();
+  Runtime& there = to.runtime();
+  auto dst_ready = record_event(there, "to_device");
+  here.context.make_current();
+  KILN_CUDA_CHECK("to_device", cuStreamWaitEvent(here.context.stream(), dst_ready.get(), 0));
+  if (bytes > 0) {
+    KILN_CUDA_CHECK("to_device",
+                    cuMemcpyPeerAsync(dst->data(), there.context.context(), src->data(),
+                                      here.context.context(), bytes, here.context.stream()));
+  }
+  auto copied = record_event(here, "to_device");
+  there.context.make_current();
+  KILN_CUDA_CHECK("to_device", cuStreamWaitEvent(there.context.stream(), copied.get(), 0));
+  here.context.make_current();
+  return dst;
+}
+
+}  // namespace
+
 Primitive CudaBackend::to_device(Primitive x, Device device) {
   if (x->device().same_hardware(device)) return x;
   if (device.kind() != DeviceKind::Cuda) return Backend::to_device(std::move(x), device);
   auto* other =
       dynamic_cast<CudaBackend*>(&hardware_backend_for(device.without_autodiff().without_fusion()));
   if (other == nullptr) return Backend::to_device(std::move(x), device);
-  // GPU to GPU without the host: each stream waits for the other so neither the source nor the
-  // destination block is still in use by earlier work when the copy runs.
-  TensorPtr src = contiguous(x, "to_device");
-  TensorPtr dst = other->make_tensor(src->dtype(), src->shape(), "to_device");
-  const std::size_t bytes =
-      static_cast<std::size_t>(src->shape().num_elements()) * dtype_size(src->dtype());
-  Runtime& there = other->runtime();
-  auto dst_ready = record_event(there, "to_device");
-  runtime_.context.make_current();
-  KILN_CUDA_CHECK("to_device", cuStreamWaitEvent(runtime_.context.stream(), dst_ready.get(), 0));
-  if (bytes > 0) {
-    KILN_CUDA_CHECK("to_device", cuMemcpyPeerAsync(dst->data(), there.context.context(),
-                                                   src->data(), runtime_.context.context(), bytes,
-                                                   runtime_.context.stream()));
+  if (x->dtype() == DType::QFloat) {
+    const CudaQuantTensor& q = as_quantized(x);
+    // A view whose blocks no longer run along its last dim moves decoded, as it reads back.
+    if (!q.in_stored_order()) return to_device(dequantize(std::move(x), DType::F32), device);
+    TensorPtr blocks = peer_copy(*this, block_bytes(q), *other);
+    return std::make_shared<CudaQuantTensor>(q.scheme(), q.stored_shape(),
+                                             CudaQuantTensor::identity(q.stored_shape().rank()),
+                                             other->device(), blocks->storage(), 0);
   }
-  auto copied = record_event(runtime_, "to_device");
-  there.context.make_current();
-  KILN_CUDA_CHECK("to_device", cuStreamWaitEvent(there.context.stream(), copied.get(), 0));
-  runtime_.context.make_current();
-  return dst;
+  return peer_copy(*this, contiguous(x, "to_device"), *other);
 }
 
 }  // namespace kiln::cuda

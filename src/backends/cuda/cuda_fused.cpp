@@ -89,6 +89,12 @@ void signature_of(const FusedProgram& program, std::vector<std::uint64_t>& words
   words.reserve(8 + 12 * (program.leaves.size() + program.steps.size()));
   words.push_back(program.leaves.size());
   for (const Primitive& leaf : program.leaves) {
+    if (leaf->dtype() == DType::QFloat) {
+      // A quantized weight (a product's leaf) is blocks, not a strided view, whose layout these
+      // words cannot say: the group is not planned (random's rule).
+      words.clear();
+      return;
+    }
     const auto& t = static_cast<const CudaTensor&>(*leaf);
     words.push_back(static_cast<std::uint64_t>(t.dtype()) | std::uint64_t(t.rank()) << 8);
     for (std::size_t d = 0; d < t.rank(); ++d) {

@@ -4,6 +4,7 @@
 // or where cuBLASLt does not take the layouts, the default's composition runs. linear_epilogue
 // is also how a fused group runs a product with the bias and activation recorded after it
 // (cuda_fused.cpp).
+#include "backends/cuda/cuda_quant_tensor.h"
 #include "backends/cuda/lib_call.h"
 
 namespace kiln::cuda {
@@ -31,6 +32,8 @@ Rows rows_of(const CudaTensor& x) {
 }  // namespace
 
 Primitive CudaBackend::linear(Primitive x, Primitive weight, OptionalPrimitive bias) {
+  if (weight->dtype() == DType::QFloat) [[unlikely]]
+    return quantized_product(*this, std::move(x), weight, std::move(bias));
   if (bias) {
     if (Primitive out = linear_epilogue(x, weight, &*bias, lib::Epilogue::Bias)) return out;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/cuda_quant_tensor.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/int_matmul_source.h"
 #include "backends/cuda/lib/matmul.h"
@@ -196,6 +197,11 @@ void run_plan(Runtime& runtime, const Plan& plan, const CudaTensor& a, const Cud
 
 Primitive CudaBackend::matmul(Primitive lhs, Primitive rhs) {
   const char* op = "matmul";
+  if (rhs->dtype() == DType::QFloat) [[unlikely]] {
+    // A quantized weight: the product reads its blocks; a batch of them is decoded first.
+    if (rhs->rank() == 2) return quantized_product(*this, std::move(lhs), rhs, std::nullopt);
+    rhs = dequantize(std::move(rhs), lhs->dtype());
+  }
   const DType dtype = lhs->dtype();
   const Shape& sl = lhs->shape();
   const Shape& sr = rhs->shape();

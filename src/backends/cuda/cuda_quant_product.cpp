@@ -1,0 +1,143 @@
+// matmul and linear whose weight is a QFloat matrix, and embedding from a QFloat table: the
+// product reads the blocks in kiln_quant_product (quant.h), never decoding the weight whole; the
+// lookup decodes only the rows it reads. A weight the kernel does not take (in its stored order
+// as the right operand, a kind or int8 block size it does not read, a GPU before sm_80) is decoded
+// and multiplied in f32, as the CPU computes every quantized product.
+#include <algorithm>
+
+#include "backends/cuda/cuda_quant_tensor.h"
+#include "backends/cuda/kernel_source.h"
+#include "backends/cuda/lib_call.h"
+#include "backends/cuda/quant.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// Rows of x per launch: the partial sums of a launch take splits x rows x n floats.
+constexpr std::int64_t kRowsPerLaunch = 256;
+// Blocks of threads per SM the grid aims at (splitting k when the rows of W alone are fewer):
+// 64 weight rows each, so 4,096 rows give 64 blocks, too few to keep the memory busy alone.
+constexpr std::int64_t kBlocksPerSm = 8;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// x [..., k] as [rows, k] of f32 decoded weight values, in f32: the CPU's way.
+Primitive float_product(CudaBackend& backend, Primitive x, const Primitive& weight,
+                        OptionalPrimitive bias) {
+  const DType dtype = x->dtype();
+  Primitive values = backend.dequantize(weight, DType::F32);
+  Primitive xf = backend.cast(std::move(x), DType::F32);
+  if (bias) bias = backend.cast(std::move(*bias), DType::F32);
+  Primitive y = backend.linear(std::move(xf), std::move(values), std::move(bias));
+  return backend.cast(std::move(y), dtype);
+}
+
+}  // namespace
+
+Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& weight,
+                            OptionalPrimitive bias) {
+  const char* op = bias ? "linear" : "matmul";
+  Runtime& runtime = backend.runtime();
+  const CudaQuantTensor& w = as_quantized(weight);
+  const DType dtype = x->dtype();
+  const std::int64_t k = weight->shape()[0], n = weight->shape()[1];
+  detail::DimVector dims(x->shape().vector());
+  dims.back() = n;
+  const Shape out_shape(std::move(dims));
+  if (out_shape.num_elements() == 0) return backend.make_tensor(dtype, out_shape, op);
+  const std::int64_t rows = out_shape.num_elements() / n;
+  // The kernel's x: f16 or bf16 as it is, any other float as f32 in three bf16 parts.
+  const DType xdtype = dtype == DType::F16 || dtype == DType::BF16 ? dtype : DType::F32;
+  QuantProductKernel plan;
+  if (w.is_transposed_matrix() && runtime.context.major() >= 8) {
+    plan = plan_quant_product(w.scheme(), k, xdtype, std::min(rows, kRowsPerLaunch));
+  }
+  if (!plan.applies) return float_product(backend, std::move(x), weight, std::move(bias));
+
+  // x's rows, k 16-bit values each, 8-byte aligned (plane after plane for f32's parts).
+  TensorPtr planes;
+  if (xdtype == DType::F32) {
+    TensorPtr values = backend.contiguous(backend.cast(std::move(x), DType::F32), op);
+    planes = backend.make_tensor(DType::BF16, Shape{3, rows, k}, op);
+    QuantSplitParams p{values->data(), planes->data(), rows * k};
+    CUfunction split = runtime.compiler.function("quant_split", "kiln_quant_split",
+                                                 [] { return quant_split_source(); });
+    runtime.launch(op, split, runtime.blocks_for(rows * k, 256), 256, p);
+  } else {
+    planes = backend.contiguous(x, op);
+    x.reset();
+    if (planes->data() % 16 != 0) {
+      TensorPtr aligned = backend.make_tensor(planes->dtype(), planes->shape(), op);
+      backend.copy_into(*aligned, *planes, op);
+      planes = std::move(aligned);
+    }
+  }
+  TensorPtr b = bias ? backend.contiguous(*bias, op) : nullptr;
+  TensorPtr out = backend.make_tensor(dtype, out_shape, op);
+
+  CUfunction product = runtime.compiler.function(plan.key(), "kiln_quant_product",
+                                                 [&] { return quant_product_source(plan); });
+  const DType bias_dtype = b ? b->dtype() : DType::Bool;
+  const std::string reduce_key =
+      std::string("quant_reduce:") + short_name(dtype) + ":" + (b ? short_name(bias_dtype) : "-");
+  CUfunction reduce = runtime.compiler.function(
+      reduce_key, "kiln_quant_reduce", [&] { return quant_reduce_source(dtype, bias_dtype); });
+  const std::int64_t row_tiles = ceil_div(n, kQuantTileRows);
+  const std::int64_t tiles = ceil_div(k, kQuantTileValues);
+  const std::int64_t columns = static_cast<std::int64_t>(plan.column_tiles) * 8;
+  const std::int64_t sms = runtime.context.sm_count();
+  const auto shared = static_cast<unsigned>(plan.shared_bytes());
+  for (std::int64_t first = 0; first < rows; first += kRowsPerLaunch) {
+    const std::int64_t count = std::min(kRowsPerLaunch, rows - first);
+    const std::int64_t groups = ceil_div(count, columns);
+    // Split k where the rows of W and x alone give too few blocks to fill the GPU.
+    const std::int64_t wanted =
+        std::clamp(ceil_div(kBlocksPerSm * sms, row_tiles * groups), std::int64_t{1}, tiles);
+    const std::int64_t tiles_per_split = ceil_div(tiles, wanted);
+    const std::int64_t splits = ceil_div(tiles, tiles_per_split);
+    const std::int64_t blocks = row_tiles * groups * splits;
+    if (blocks > 0x7fffffff) {
+      detail::fail<InvalidArgument>(op, "a weight of ", n, " rows needs ", blocks,
+                                    " blocks of threads, more than a grid holds");
+    }
+    Workspace partial(runtime, static_cast<std::size_t>(splits * count * n) * sizeof(float), op);
+    QuantProductParams p{};
+    p.weight = w.blocks();
+    p.x = planes->data() + static_cast<CUdeviceptr>(first * k * 2);
+    p.partial = reinterpret_cast<std::uintptr_t>(partial.get());
+    p.n = n;
+    p.k = k;
+    p.rows = count;
+    p.row_bytes = w.row_bytes();
+    p.plane = rows * k;
+    p.int8_block = plan.int8_block;
+    p.row_tiles = static_cast<std::int32_t>(row_tiles);
+    p.column_groups = static_cast<std::int32_t>(groups);
+    p.splits = static_cast<std::int32_t>(splits);
+    p.tiles_per_split = static_cast<std::int32_t>(tiles_per_split);
+    runtime.launch(op, product, static_cast<unsigned>(blocks), kQuantThreads, p, shared);
+
+    QuantReduceParams r{};
+    r.partial = p.partial;
+    r.bias = b ? b->data() : 0;
+    r.out = out->data() +
+            static_cast<CUdeviceptr>(first * n * static_cast<std::int64_t>(dtype_size(dtype)));
+    r.total = count * n;
+    r.n = n;
+    r.splits = static_cast<std::int32_t>(splits);
+    runtime.launch(op, reduce, runtime.blocks_for(count * n, 256), 256, r);
+  }
+  return out;
+}
+
+Primitive CudaBackend::embedding(Primitive weights, Primitive indices) {
+  if (weights->dtype() == DType::QFloat) [[unlikely]] {
+    const CudaQuantTensor& table = as_quantized(weights);
+    if (table.in_stored_order()) return quantized_rows(*this, table, indices);
+    weights = dequantize(std::move(weights), DType::F32);
+  }
+  return Backend::embedding(std::move(weights), std::move(indices));
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,104 @@
+// The generated kernels that read QFloat blocks on the GPU (quant_source.cpp; the block readings
+// themselves are quant_blocks.h, shared with the host tests):
+//   - kiln_quant_decode: blocks to f32, every value the host decoder's bit for bit; with an index
+//     it decodes only the rows it names (embedding from a quantized table).
+//   - kiln_quant_product: y[rows, n] = x[rows, k] · W[n, k]ᵀ for W's blocks, decoded in registers
+//     and multiplied on the tensor cores (mma.m16n8k16): the codes of a step of 16 or 32 values
+//     are exact 16-bit floats (A), x is B (f16 or bf16 as it is; an f32 x as three bf16 parts
+//     that add up to it exactly, kiln_quant_split), each step's sums are scaled in f32. A block of
+//     4 warps takes 64 rows of W and up to 32 rows of x; the rows of W stream through shared
+//     memory in tiles of 256 values (cp.async, 16-byte words, two stages); splits of k are summed
+//     by kiln_quant_reduce, which adds the bias and writes x's dtype. Batch 1 is one column of
+//     the product: the weight is read once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/dtype.h"
+#include "kiln/options.h"
+
+namespace kiln::cuda {
+
+inline constexpr int kQuantTileValues = 256;  // values of a weight row per pipeline stage
+inline constexpr int kQuantTileRows = 64;     // weight rows per block of threads (4 warps of 16)
+inline constexpr int kQuantThreads = 128;
+inline constexpr int kQuantStages = 2;
+inline constexpr int kQuantMaxColumnTiles = 4;  // 8 rows of x each: 32 per block
+
+// Mirrors struct P of kiln_quant_decode: same members, same order.
+struct QuantDecodeParams {
+  std::uint64_t blocks;      // byte address of the table's row 0
+  std::uint64_t out;         // f32 [rows, width]
+  std::uint64_t index;       // i64 [rows] (indexed kernels), else 0
+  std::uint64_t error_word;  // written with error_token for an index out of range
+  std::int64_t rows;         // rows decoded
+  std::int64_t width;        // values per row
+  std::int64_t row_bytes;
+  std::int64_t table_rows;  // rows the index may name
+  std::int64_t int8_block;  // values per block of the int8 schemes
+  std::uint32_t error_token;
+  std::uint32_t pad;
+};
+
+// The module with kiln_quant_decode for kind (any kind; int8 schemes take their block size at run
+// time), reading row index[i] into row i when indexed.
+std::string quant_decode_source(QuantScheme::Kind kind, bool indexed);
+
+// How kiln_quant_product reads a weight. applies is false where it cannot (a kind or int8 block
+// size it does not take); the product then decodes the weight and multiplies in float.
+struct QuantProductKernel {
+  bool applies = false;
+  QuantScheme::Kind kind = QuantScheme::Kind::Q8_0;
+  // 0 for the GGUF kinds; for the int8 schemes 1 where whole blocks fill a tile (block sizes
+  // 16..256 dividing 256), 2 where a tile lies inside one block (multiples of 256, and
+  // int8_channel).
+  int int8_form = 0;
+  std::int64_t int8_block = 0;
+  std::int64_t tile_bytes = 0;  // bytes of one row's full tile
+  int row_stride = 0;           // bytes of shared memory per weight row and stage
+  bool bf16 = true;             // the 16-bit type of the operands (f16 only for an f16 x)
+  int terms = 1;                // parts of x: 3 for f32 (exact in three bf16)
+  int column_tiles = 1;         // tiles of 8 rows of x per block
+  // The kernel's cache key: everything its source depends on.
+  std::string key() const;
+  std::size_t shared_bytes() const {
+    return static_cast<std::size_t>(kQuantStages) * kQuantTileRows * row_stride;
+  }
+};
+
+// The product kernel for a weight of scheme whose rows hold k values, multiplied by rows rows of
+// an x of dtype x (F32, F16 or BF16).
+QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k, DType x,
+                                      std::int64_t rows);
+
+// Mirrors struct P of kiln_quant_product: same members, same order.
+struct QuantProductParams {
+  std::uint64_t weight;   // byte address of W's row 0
+  std::uint64_t x;        // [terms][plane] of 16-bit values: x's rows, k each
+  std::uint64_t partial;  // f32 [splits][rows][n]
+  std::int64_t n, k, rows, row_bytes, plane, int8_block;
+  std::int32_t row_tiles, column_groups, splits, tiles_per_split;
+};
+std::string quant_product_source(const QuantProductKernel& kernel);
+
+// Mirrors struct P of kiln_quant_reduce.
+struct QuantReduceParams {
+  std::uint64_t partial, bias, out;
+  std::int64_t total, n;
+  std::int32_t splits, pad;
+};
+// out[i] = sum over splits of partial (+ bias[i % n]) as dtype out; bias of dtype bias, or none
+// (DType::Bool stands for none).
+std::string quant_reduce_source(DType out, DType bias);
+
+// Mirrors struct P of kiln_quant_split.
+struct QuantSplitParams {
+  std::uint64_t x, out;
+  std::int64_t total;
+};
+// f32 x as three bf16 planes hi, mid, lo with hi + mid + lo == x exactly (each the leading bits
+// of what the ones before leave; NaN and infinity in hi alone).
+std::string quant_split_source();
+
+}  // namespace kiln::cuda

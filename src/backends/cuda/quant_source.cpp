@@ -1,0 +1,201 @@
+// Sources of the quantized kernels (quant.h): the prelude, the block readings and the kernel
+// bodies (quant_blocks.h, quant_kernels.h, embedded by CMake) and an extern "C" entry that
+// instantiates one body's template for the kind and shape at hand.
+#include <fmt/format.h>
+
+#include "backends/cuda/kernel_source.h"
+#include "backends/cuda/quant.h"
+#include "backends/cuda/quant_blocks_source.h"
+#include "backends/cuda/quant_kernels_source.h"
+
+namespace kiln::cuda {
+
+using namespace fmt::literals;
+using Kind = QuantScheme::Kind;
+
+namespace {
+
+// The struct of quant_blocks.h that reads kind.
+const char* kind_struct(Kind kind) {
+  switch (kind) {
+    case Kind::Q4_0:
+      return "KqQ4_0";
+    case Kind::Q4_1:
+      return "KqQ4_1";
+    case Kind::Q5_0:
+      return "KqQ5_0";
+    case Kind::Q5_1:
+      return "KqQ5_1";
+    case Kind::Q8_0:
+      return "KqQ8_0";
+    case Kind::Q2_K:
+      return "KqQ2_K";
+    case Kind::Q3_K:
+      return "KqQ3_K";
+    case Kind::Q4_K:
+      return "KqQ4_K";
+    case Kind::Q5_K:
+      return "KqQ5_K";
+    case Kind::Q6_K:
+      return "KqQ6_K";
+    case Kind::Q8_K:
+      return "KqQ8_K";
+    case Kind::Int8Block:
+    case Kind::Int8Channel:
+      return "KqInt8";
+  }
+  return "KqQ8_0";
+}
+
+bool is_int8(Kind kind) { return kind == Kind::Int8Block || kind == Kind::Int8Channel; }
+
+// Values and bytes of a GGUF kind's block (quant/blocks.h's table).
+struct Block {
+  int values, bytes;
+};
+Block gguf_block(Kind kind) {
+  switch (kind) {
+    case Kind::Q4_0:
+      return {32, 18};
+    case Kind::Q4_1:
+      return {32, 20};
+    case Kind::Q5_0:
+      return {32, 22};
+    case Kind::Q5_1:
+      return {32, 24};
+    case Kind::Q8_0:
+      return {32, 34};
+    case Kind::Q2_K:
+      return {256, 84};
+    case Kind::Q3_K:
+      return {256, 110};
+    case Kind::Q4_K:
+      return {256, 144};
+    case Kind::Q5_K:
+      return {256, 176};
+    case Kind::Q6_K:
+      return {256, 210};
+    case Kind::Q8_K:
+      return {256, 292};
+    default:
+      return {0, 0};
+  }
+}
+
+// ---- reduce ----
+constexpr const char* kReduceKernel = R"CUDA(
+struct P {{
+  u64 partial, bias, out;
+  i64 total, n;
+  int splits, pad;
+}};
+extern "C" __global__ void __launch_bounds__(256) kiln_quant_reduce(const P p) {{
+  const float* partial = (const float*)p.partial;
+  const i64 step = (i64)gridDim.x * blockDim.x;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < p.total; i += step) {{
+    float s = partial[i];
+    for (int k = 1; k < p.splits; ++k) s += partial[k * p.total + i];
+    {add_bias}
+    (({out_t}*)p.out)[i] = {store};
+  }}
+}}
+)CUDA";
+
+// Shared memory per weight row and stage: the tile's bytes at any of 16 starting offsets, a
+// multiple of 16 bytes; an odd multiple of 16 so the 8 rows a warp reads at once start in
+// different banks.
+int row_stride_for(std::int64_t tile_bytes) {
+  std::int64_t stride = (tile_bytes + 15 + 15) / 16 * 16;
+  if (stride % 32 == 0) stride += 16;
+  return static_cast<int>(stride);
+}
+
+// The shared texts every quantized module starts with.
+std::string quant_module() {
+  return kernel_prelude() + kQuantBlocksSource + kQuantKernelsSource +
+         "\nusing namespace kiln::cuda::quant_blocks;\n";
+}
+
+}  // namespace
+
+std::string quant_decode_source(Kind kind, bool indexed) {
+  const std::string body = is_int8(kind)
+                               ? fmt::format("kq_decode_int8<{}>(p);", indexed)
+                               : fmt::format("kq_decode<{}, {}>(p);", kind_struct(kind), indexed);
+  return quant_module() + fmt::format(
+                              "extern \"C\" __global__ void __launch_bounds__(256) "
+                              "kiln_quant_decode(const KqDecodeParams p) {{ {} }}\n",
+                              body);
+}
+
+QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k, DType x,
+                                      std::int64_t rows) {
+  QuantProductKernel plan;
+  plan.kind = scheme.kind;
+  if (k <= 0 || k % 16 != 0) return plan;
+  if (is_int8(scheme.kind)) {
+    const std::int64_t block = scheme.kind == Kind::Int8Channel ? k : scheme.block_size;
+    if (block <= 0 || block % 16 != 0) return plan;
+    if (block <= kQuantTileValues && kQuantTileValues % block == 0) {
+      plan.int8_form = 1;
+      plan.tile_bytes = kQuantTileValues / block * (block + 4);
+    } else if (block % kQuantTileValues == 0 || scheme.kind == Kind::Int8Channel) {
+      // A channel's one block is the row: a tile lies inside it for any k (the last one short).
+      plan.int8_form = 2;
+      plan.tile_bytes = kQuantTileValues;
+    } else {
+      return plan;
+    }
+    plan.int8_block = block;
+  } else {
+    const Block block = gguf_block(scheme.kind);
+    if (block.values == 0 || k % block.values != 0) return plan;
+    plan.tile_bytes = kQuantTileValues / block.values * block.bytes;
+  }
+  plan.row_stride = row_stride_for(plan.tile_bytes);
+  plan.bf16 = x != DType::F16;
+  plan.terms = x == DType::F32 ? 3 : 1;
+  const std::int64_t tiles = (rows + 7) / 8;
+  plan.column_tiles = tiles >= 4 ? 4 : (tiles >= 2 ? 2 : 1);
+  plan.applies = true;
+  return plan;
+}
+
+std::string QuantProductKernel::key() const {
+  return fmt::format("quant_product:{}:{}:{}:{}:{}:{}", kind_struct(kind), int8_form,
+                     bf16 ? "bf16" : "f16", terms, column_tiles, row_stride);
+}
+
+std::string quant_product_source(const QuantProductKernel& kernel) {
+  return quant_module() +
+         fmt::format(
+             "extern \"C\" __global__ void __launch_bounds__({threads}) "
+             "kiln_quant_product(const KqProductParams p) {{\n"
+             "  extern __shared__ __align__(16) unsigned char smem[];\n"
+             "  kq_product<{kind}, {bf16}, {terms}, {nt}, {int8}, {stride}, {stages}>(p, smem);\n"
+             "}}\n",
+             "threads"_a = kQuantThreads, "kind"_a = kind_struct(kernel.kind),
+             "bf16"_a = kernel.bf16, "terms"_a = kernel.terms, "nt"_a = kernel.column_tiles,
+             "int8"_a = kernel.int8_form, "stride"_a = kernel.row_stride,
+             "stages"_a = kQuantStages);
+}
+
+std::string quant_reduce_source(DType out, DType bias) {
+  const bool has_bias = bias != DType::Bool;
+  const std::string add_bias =
+      has_bias ? fmt::format("s += (float)({});",
+                             load_expression(
+                                 bias, fmt::format("(({}*)p.bias)[i % p.n]", storage_type(bias))))
+               : std::string();
+  return kernel_prelude() + fmt::format(kReduceKernel, "add_bias"_a = add_bias,
+                                        "out_t"_a = storage_type(out),
+                                        "store"_a = store_expression(out, "s"));
+}
+
+std::string quant_split_source() {
+  return quant_module() +
+         "extern \"C\" __global__ void __launch_bounds__(256) "
+         "kiln_quant_split(const KqSplitParams p) { kq_split(p); }\n";
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,400 @@
+// The quantized kernels' bodies (src/backends/cuda/quant_kernels.h, the templates NVRTC
+// instantiates) run on the host, without a GPU: an emulated grid runs a host thread per CUDA
+// thread, __syncthreads is a barrier of the block's threads, cp.async a copy, and mma.sync a
+// barrier of the warp's 32 lanes around PTX's m16n8k16 computed from all their fragments. So the
+// tile staging (weights at any alignment), the splits of k, the predicates on rows past the ends
+// and every index of kiln_quant_product, kiln_quant_decode and kiln_quant_split are checked
+// against float64 references and the host decoder here; the GPU run checks the CUDA itself.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <barrier>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cuda/quant.h"
+#include "backends/cuda/quant_blocks.h"
+#include "backends/cuda/quant_kernels.h"
+#include "quant/block_reference.h"
+
+namespace gpu_quant_emulated {
+
+namespace qb = kiln::cuda::quant_blocks;
+
+// What the threads of one emulated block share.
+struct Warp {
+  Warp() : barrier(32) {}
+  std::barrier<> barrier;
+  unsigned a[32][4];
+  unsigned b[32][2];
+};
+struct Block {
+  explicit Block(unsigned threads)
+      : barrier(static_cast<std::ptrdiff_t>(threads)), warps(threads / 32) {}
+  std::barrier<> barrier;
+  std::vector<Warp> warps;
+};
+
+thread_local unsigned t_thread = 0, t_block = 0, t_threads = 0, t_blocks = 0;
+thread_local Block* t_shared = nullptr;
+
+// body(smem) for every thread of blocks blocks of threads threads, a block at a time.
+template <class Body>
+void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body body) {
+  for (unsigned b = 0; b < blocks; ++b) {
+    Block block(threads);
+    // Shared memory is 16-byte aligned, as the kernels' declaration asks.
+    std::vector<unsigned char> storage(shared_bytes + 16, 0xA5);
+    unsigned char* smem =
+        storage.data() + (16 - reinterpret_cast<std::uintptr_t>(storage.data()) % 16) % 16;
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    for (unsigned i = 0; i < threads; ++i) {
+      pool.emplace_back([&, i] {
+        t_thread = i;
+        t_block = b;
+        t_threads = threads;
+        t_blocks = blocks;
+        t_shared = &block;
+        body(smem);
+      });
+    }
+    for (std::thread& t : pool) t.join();
+  }
+}
+
+float half_value(unsigned pair, int which, bool bf16) {
+  return qb::kq_elem_to_float((pair >> (16 * which)) & 0xFFFF, bf16);
+}
+
+}  // namespace gpu_quant_emulated
+
+// The primitives quant_kernels.h declares for the host.
+namespace kiln::cuda::quant_blocks {
+
+unsigned kq_thread() { return gpu_quant_emulated::t_thread; }
+unsigned kq_block() { return gpu_quant_emulated::t_block; }
+unsigned kq_block_threads() { return gpu_quant_emulated::t_threads; }
+unsigned kq_grid_blocks() { return gpu_quant_emulated::t_blocks; }
+void kq_sync() { gpu_quant_emulated::t_shared->barrier.arrive_and_wait(); }
+
+// PTX's mma.m16n8k16.row.col, f32 accumulators: lane 4g + t holds A (16 x 16, row-major)
+// elements (g, 2t..2t+1) in a[0], (g + 8, 2t..) in a[1], (g, 2t + 8..) in a[2], (g + 8, 2t + 8..)
+// in a[3]; B (16 x 8) elements (2t..2t+1, g) in b0 and (2t + 8.., g) in b1; C (16 x 8) elements
+// (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Products summed in double, rounded once.
+void kq_host_mma(float* c, const unsigned* a, unsigned b0, unsigned b1, bool bf16) {
+  using namespace gpu_quant_emulated;
+  const unsigned lane = t_thread % 32;
+  Warp& warp = t_shared->warps[t_thread / 32];
+  for (int i = 0; i < 4; ++i) warp.a[lane][i] = a[i];
+  warp.b[lane][0] = b0;
+  warp.b[lane][1] = b1;
+  warp.barrier.arrive_and_wait();
+  const int g = static_cast<int>(lane) / 4, t = static_cast<int>(lane) % 4;
+  // A[row][k] and B[k][col] from the lanes that hold them.
+  auto a_at = [&](int row, int k) {
+    const int owner = 4 * (row % 8) + (k % 8) / 2;
+    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return static_cast<double>(half_value(warp.a[owner][reg], k % 2, bf16));
+  };
+  auto b_at = [&](int k, int col) {
+    const int owner = 4 * col + (k % 8) / 2;
+    return static_cast<double>(half_value(warp.b[owner][k >= 8 ? 1 : 0], k % 2, bf16));
+  };
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int i = 0; i < 4; ++i) {
+    double sum = c[i];
+    for (int k = 0; k < 16; ++k) sum += a_at(rows[i], k) * b_at(k, cols[i]);
+    c[i] = static_cast<float>(sum);
+  }
+  warp.barrier.arrive_and_wait();  // every lane has read the fragments before any is rewritten
+}
+
+}  // namespace kiln::cuda::quant_blocks
+
+namespace gpu_quant_emulated {
+
+using kiln::DType;
+using kiln::QuantScheme;
+using kiln::Shape;
+using kiln::TensorData;
+using QKind = QuantScheme::Kind;
+
+std::vector<float> normal_values(std::int64_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A [rows, cols] weight of scheme: the encoder's blocks of normal values, or random blocks of
+// modest scales for the kinds kiln only decodes.
+TensorData weight_of(const QuantScheme& scheme, std::int64_t rows, std::int64_t cols,
+                     std::uint32_t seed) {
+  if (kiln::can_quantize(scheme)) {
+    return TensorData::from_vec(normal_values(rows * cols, seed), Shape{rows, cols})
+        .quantize(scheme);
+  }
+  std::mt19937 rng(seed);
+  const auto layout = kiln::quant_testing::layout(scheme.kind);
+  std::vector<std::byte> bytes = kiln::quant_testing::random_blocks(
+      scheme.kind, static_cast<int>(rows * cols / layout.values), rng);
+  for (std::size_t b = 0; b < bytes.size() / static_cast<std::size_t>(layout.bytes); ++b) {
+    for (int at : kiln::quant_testing::f16_fields(scheme.kind)) {
+      const auto bits = static_cast<std::uint16_t>(0x1800 + (rng() & 0x0FFF) + ((rng() & 1) << 15));
+      std::memcpy(bytes.data() + b * static_cast<std::size_t>(layout.bytes) + at, &bits, 2);
+    }
+    if (scheme.kind == QKind::Q8_K) {
+      const float d = std::uniform_real_distribution<float>(-0.01f, 0.01f)(rng);
+      std::memcpy(bytes.data() + b * static_cast<std::size_t>(layout.bytes), &d, 4);
+    }
+  }
+  return TensorData::quantized(std::move(bytes), Shape{rows, cols}, scheme);
+}
+
+// bytes copied to a host buffer at an address that is `misalign` past a 16-byte boundary.
+struct Placed {
+  std::vector<unsigned char> storage;
+  const unsigned char* data = nullptr;
+};
+Placed place(std::span<const std::byte> bytes, std::size_t misalign) {
+  Placed p;
+  p.storage.resize(bytes.size() + 64);
+  auto* base = p.storage.data();
+  base += (16 - reinterpret_cast<std::uintptr_t>(base) % 16) % 16 + misalign;
+  std::memcpy(base, bytes.data(), bytes.size());
+  p.data = base;
+  return p;
+}
+
+std::uint64_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+// The plugin's x planes: 16-bit values of x, or f32 x in three bf16 parts through
+// kiln_quant_split's body.
+std::vector<unsigned short> planes_of(const std::vector<float>& x, DType dtype) {
+  std::vector<unsigned short> planes;
+  if (dtype == DType::F32) {
+    planes.resize(3 * x.size());
+    qb::KqSplitParams p{address(x.data()), address(planes.data()),
+                        static_cast<long long>(x.size())};
+    launch(2, 64, 0, [&](unsigned char*) { qb::kq_split(p); });
+  } else {
+    for (float v : x) {
+      planes.push_back(static_cast<unsigned short>(qb::kq_float_to_elem(v, dtype == DType::BF16)));
+    }
+  }
+  return planes;
+}
+
+// x [rows, k] times the weight's transpose through kq_product's body on the emulated grid, in
+// `splits` splits of k, the partial sums summed as kiln_quant_reduce sums them.
+template <class K, bool kBf16, int kTerms, int kNt, int kInt8, int kStride>
+std::vector<float> emulate_product(const TensorData& w, std::size_t misalign,
+                                   const std::vector<unsigned short>& planes, std::int64_t rows,
+                                   int splits) {
+  const std::int64_t n = w.shape()[0], k = w.shape()[1];
+  const Placed weight = place(w.bytes(), misalign);
+  const QuantScheme& scheme = w.scheme();
+  const std::int64_t tiles = (k + 255) / 256;
+  qb::KqProductParams p{};
+  p.weight = address(weight.data);
+  p.x = address(planes.data());
+  p.n = n;
+  p.k = k;
+  p.rows = rows;
+  p.row_bytes = static_cast<long long>(w.bytes().size()) / n;
+  p.plane = rows * k;
+  p.int8_block = scheme.kind == QKind::Int8Channel ? k : scheme.block_size;
+  p.row_tiles = static_cast<int>((n + 63) / 64);
+  p.column_groups = static_cast<int>((rows + kNt * 8 - 1) / (kNt * 8));
+  p.tiles_per_split = static_cast<int>((tiles + splits - 1) / splits);
+  p.splits = static_cast<int>((tiles + p.tiles_per_split - 1) / p.tiles_per_split);
+  std::vector<float> partial(static_cast<std::size_t>(p.splits * rows * n), NAN);
+  p.partial = address(partial.data());
+  const auto blocks = static_cast<unsigned>(p.row_tiles * p.column_groups * p.splits);
+  launch(blocks, kiln::cuda::kQuantThreads, 2 * 64 * kStride, [&](unsigned char* smem) {
+    qb::kq_product<K, kBf16, kTerms, kNt, kInt8, kStride, kiln::cuda::kQuantStages>(p, smem);
+  });
+  std::vector<float> out(static_cast<std::size_t>(rows * n));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    float s = partial[i];
+    for (int j = 1; j < p.splits; ++j) s += partial[static_cast<std::size_t>(j) * out.size() + i];
+    out[i] = s;
+  }
+  return out;
+}
+
+// got [rows, n] against float64 sums of x times the decoded weight, within f32 sums of the
+// magnitudes.
+void expect_product(const std::vector<float>& got, const std::vector<float>& x, const TensorData& w,
+                    std::int64_t rows, const std::string& what) {
+  const std::int64_t n = w.shape()[0], k = w.shape()[1];
+  const TensorData decoded = w.dequantize();
+  const auto dense = decoded.as_span<float>();
+  int reported = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double want = 0, magnitude = 0;
+      for (std::int64_t i = 0; i < k; ++i) {
+        const double v = static_cast<double>(x[static_cast<std::size_t>(r * k + i)]) *
+                         dense[static_cast<std::size_t>(j * k + i)];
+        want += v;
+        magnitude += std::fabs(v);
+      }
+      const double g = got[static_cast<std::size_t>(r * n + j)];
+      if (!(std::fabs(g - want) <= 2e-6 * magnitude + 1e-30) && reported++ < 5) {
+        ADD_FAILURE() << what << " row " << r << " output " << j << ": " << g << " vs " << want;
+      }
+    }
+  }
+}
+
+// One configuration end to end: the plan the plugin makes must be the template instance run.
+template <class K, bool kBf16, int kTerms, int kNt, int kInt8, int kStride>
+void check(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std::int64_t rows, int splits,
+           std::size_t misalign, std::uint32_t seed) {
+  const DType dtype = kTerms == 3 ? DType::F32 : (kBf16 ? DType::BF16 : DType::F16);
+  const auto plan = kiln::cuda::plan_quant_product(scheme, k, dtype, rows);
+  const std::string what = plan.key() + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                           " rows " + std::to_string(rows) + " splits " + std::to_string(splits) +
+                           " misaligned " + std::to_string(misalign);
+  ASSERT_TRUE(plan.applies) << what;
+  ASSERT_EQ(plan.row_stride, kStride) << what;
+  ASSERT_EQ(plan.column_tiles, kNt) << what;
+  ASSERT_EQ(plan.int8_form, kInt8) << what;
+  ASSERT_EQ(plan.terms, kTerms) << what;
+  ASSERT_EQ(plan.bf16, kBf16) << what;
+  const TensorData w = weight_of(scheme, n, k, seed);
+  std::vector<float> x = normal_values(rows * k, seed + 1);
+  if (kTerms == 1) {  // the values the 16-bit x holds
+    for (float& v : x) v = qb::kq_elem_to_float(qb::kq_float_to_elem(v, kBf16), kBf16);
+  }
+  const std::vector<unsigned short> planes = planes_of(x, dtype);
+  const std::vector<float> got =
+      emulate_product<K, kBf16, kTerms, kNt, kInt8, kStride>(w, misalign, planes, rows, splits);
+  expect_product(got, x, w, rows, what);
+}
+
+TEST(GpuQuantEmulated, ProductOfEveryKind) {
+  // n = 80: a second block of weight rows, 16 of them real; k: tiles of 256 with a short last one
+  // where the kind allows (544 = 2 x 256 + 32); rows 5: one column tile, three lanes' columns past
+  // the end. Weights at an address 6 bytes past a 16-byte boundary and rows of sizes that are no
+  // multiple of 16: every row's tile starts at its own offset in its smem slot.
+  check<qb::KqQ4_0, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 80, 544, 5, 2, 6, 4001);
+  check<qb::KqQ4_1, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_1), 80, 544, 5, 1, 2, 4002);
+  check<qb::KqQ5_0, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_0), 80, 544, 5, 3, 10, 4003);
+  check<qb::KqQ5_1, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_1), 80, 544, 5, 2, 0, 4004);
+  check<qb::KqQ8_0, true, 1, 1, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 80, 544, 5, 2, 14, 4005);
+  check<qb::KqQ2_K, true, 1, 1, 0, 112>(kiln::quant_scheme(QKind::Q2_K), 80, 768, 5, 2, 4, 4006);
+  check<qb::KqQ3_K, true, 1, 1, 0, 144>(kiln::quant_scheme(QKind::Q3_K), 80, 768, 5, 3, 6, 4007);
+  check<qb::KqQ4_K, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 80, 768, 5, 2, 8, 4008);
+  check<qb::KqQ5_K, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_K), 80, 768, 5, 1, 2, 4009);
+  check<qb::KqQ6_K, true, 1, 1, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 80, 768, 5, 2, 6, 4010);
+  check<qb::KqQ8_K, true, 1, 1, 0, 336>(kiln::quant_scheme(QKind::Q8_K), 80, 768, 5, 2, 12, 4011);
+  check<qb::KqInt8, true, 1, 1, 1, 304>(kiln::int8_block_scheme(32), 80, 544, 5, 2, 2, 4012);
+  check<qb::KqInt8, true, 1, 1, 1, 336>(kiln::int8_block_scheme(16), 80, 544, 5, 2, 6, 4013);
+  check<qb::KqInt8, true, 1, 1, 2, 272>(kiln::int8_block_scheme(512), 80, 1024, 5, 2, 8, 4014);
+  check<qb::KqInt8, true, 1, 1, 2, 272>(kiln::int8_channel_scheme(), 80, 1040, 5, 3, 6, 4015);
+}
+
+TEST(GpuQuantEmulated, ProductColumnTilesHalfTypesAndF32Parts) {
+  // 33 rows: four column tiles and a second group of them with one real row; f16 with two tiles;
+  // f32 x in three bf16 parts.
+  check<qb::KqQ4_0, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 70, 288, 33, 2, 2, 4020);
+  check<qb::KqQ4_K, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 64, 512, 33, 1, 0, 4021);
+  check<qb::KqQ8_0, false, 1, 2, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 72, 544, 12, 2, 4, 4022);
+  check<qb::KqQ6_K, false, 1, 2, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 72, 512, 16, 2, 6, 4023);
+  check<qb::KqQ4_1, false, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_1), 24, 544, 3, 3, 2, 4024);
+  check<qb::KqQ4_0, true, 3, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 40, 544, 2, 2, 6, 4025);
+  check<qb::KqQ5_1, true, 3, 2, 0, 208>(kiln::quant_scheme(QKind::Q5_1), 40, 288, 9, 1, 2, 4026);
+  check<qb::KqInt8, true, 3, 1, 2, 272>(kiln::int8_channel_scheme(), 40, 528, 4, 2, 6, 4027);
+}
+
+// kq_decode's and kq_decode_int8's bodies on the emulated grid: every kind the host decoder's
+// values bit for bit, rows by index with one out of range (its token written, zeros decoded).
+template <class K, bool kIndexed>
+void check_decode(QKind kind, std::uint32_t seed) {
+  const QuantScheme scheme = kind == QKind::Int8Block     ? kiln::int8_block_scheme(48)
+                             : kind == QKind::Int8Channel ? kiln::int8_channel_scheme()
+                                                          : kiln::quant_scheme(kind);
+  const std::int64_t cols =
+      scheme.kind == QKind::Int8Block ? 96 : (scheme.block_size == 256 ? 512 : 96);
+  const TensorData w = weight_of(scheme, 7, cols, seed);
+  const TensorData decoded = w.dequantize();
+  const auto want = decoded.as_span<float>();
+  const Placed blocks = place(w.bytes(), 6);
+  const std::vector<long long> index = {6, 0, 3, 9, 3};
+  const std::int64_t rows = kIndexed ? static_cast<std::int64_t>(index.size()) : 7;
+  std::vector<float> out(static_cast<std::size_t>(rows * cols) + 8, NAN);
+  float* aligned = out.data() + (32 - reinterpret_cast<std::uintptr_t>(out.data()) % 32) % 32 / 4;
+  unsigned error_word = 0;
+  qb::KqDecodeParams p{};
+  p.blocks = address(blocks.data);
+  p.out = address(aligned);
+  p.index = kIndexed ? address(index.data()) : 0;
+  p.error_word = address(&error_word);
+  p.rows = rows;
+  p.width = cols;
+  p.row_bytes = static_cast<long long>(w.bytes().size()) / 7;
+  p.table_rows = 7;
+  p.int8_block = scheme.kind == QKind::Int8Channel ? cols : scheme.block_size;
+  p.error_token = 77;
+  launch(3, 64, 0, [&](unsigned char*) {
+    if constexpr (std::is_same_v<K, qb::KqInt8>) {
+      qb::kq_decode_int8<kIndexed>(p);
+    } else {
+      qb::kq_decode<K, kIndexed>(p);
+    }
+  });
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const long long source = kIndexed ? index[static_cast<std::size_t>(r)] : r;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float got = aligned[r * cols + c];
+      const float expected = source < 7 ? want[static_cast<std::size_t>(source * cols + c)] : 0.0f;
+      ASSERT_TRUE((std::isnan(got) && std::isnan(expected)) ||
+                  std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(expected))
+          << kiln::quant_kind_name(kind) << " row " << r << " value " << c << ": " << got << " vs "
+          << expected;
+    }
+  }
+  EXPECT_EQ(error_word, kIndexed ? 77u : 0u) << kiln::quant_kind_name(kind);
+}
+
+TEST(GpuQuantEmulated, DecodeOfEveryKind) {
+  check_decode<qb::KqQ4_0, false>(QKind::Q4_0, 4030);
+  check_decode<qb::KqQ4_1, true>(QKind::Q4_1, 4031);
+  check_decode<qb::KqQ5_0, false>(QKind::Q5_0, 4032);
+  check_decode<qb::KqQ5_1, true>(QKind::Q5_1, 4033);
+  check_decode<qb::KqQ8_0, true>(QKind::Q8_0, 4034);
+  check_decode<qb::KqQ2_K, false>(QKind::Q2_K, 4035);
+  check_decode<qb::KqQ3_K, true>(QKind::Q3_K, 4036);
+  check_decode<qb::KqQ4_K, false>(QKind::Q4_K, 4037);
+  check_decode<qb::KqQ5_K, true>(QKind::Q5_K, 4038);
+  check_decode<qb::KqQ6_K, false>(QKind::Q6_K, 4039);
+  check_decode<qb::KqQ8_K, true>(QKind::Q8_K, 4040);
+  check_decode<qb::KqInt8, false>(QKind::Int8Block, 4041);
+  check_decode<qb::KqInt8, true>(QKind::Int8Channel, 4042);
+}
+
+TEST(GpuQuantEmulated, ParamsMirrorTheHostStructs) {
+  static_assert(sizeof(qb::KqDecodeParams) == sizeof(kiln::cuda::QuantDecodeParams));
+  static_assert(sizeof(qb::KqProductParams) == sizeof(kiln::cuda::QuantProductParams));
+  static_assert(sizeof(qb::KqSplitParams) == sizeof(kiln::cuda::QuantSplitParams));
+  static_assert(offsetof(qb::KqDecodeParams, error_token) ==
+                offsetof(kiln::cuda::QuantDecodeParams, error_token));
+  static_assert(offsetof(qb::KqProductParams, tiles_per_split) ==
+                offsetof(kiln::cuda::QuantProductParams, tiles_per_split));
+  static_assert(offsetof(qb::KqProductParams, int8_block) ==
+                offsetof(kiln::cuda::QuantProductParams, int8_block));
+  SUCCEED();
+}
+
+}  // namespace gpu_quant_emulated
