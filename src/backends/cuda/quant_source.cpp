@@ -7,6 +7,7 @@
 #include "backends/cuda/quant.h"
 #include "backends/cuda/quant_blocks_source.h"
 #include "backends/cuda/quant_kernels_source.h"
+#include "quant/blocks.h"
 
 namespace kiln::cuda {
 
@@ -48,39 +49,6 @@ const char* kind_struct(Kind kind) {
 }
 
 bool is_int8(Kind kind) { return kind == Kind::Int8Block || kind == Kind::Int8Channel; }
-
-// Values and bytes of a GGUF kind's block (quant/blocks.h's table).
-struct Block {
-  int values, bytes;
-};
-Block gguf_block(Kind kind) {
-  switch (kind) {
-    case Kind::Q4_0:
-      return {32, 18};
-    case Kind::Q4_1:
-      return {32, 20};
-    case Kind::Q5_0:
-      return {32, 22};
-    case Kind::Q5_1:
-      return {32, 24};
-    case Kind::Q8_0:
-      return {32, 34};
-    case Kind::Q2_K:
-      return {256, 84};
-    case Kind::Q3_K:
-      return {256, 110};
-    case Kind::Q4_K:
-      return {256, 144};
-    case Kind::Q5_K:
-      return {256, 176};
-    case Kind::Q6_K:
-      return {256, 210};
-    case Kind::Q8_K:
-      return {256, 292};
-    default:
-      return {0, 0};
-  }
-}
 
 // ---- reduce ----
 constexpr const char* kReduceKernel = R"CUDA(
@@ -148,7 +116,7 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
     }
     plan.int8_block = block;
   } else {
-    const Block block = gguf_block(scheme.kind);
+    const quant::BlockSize block = quant::block_size(scheme, k);
     if (block.values == 0 || k % block.values != 0) return plan;
     plan.tile_bytes = kQuantTileValues / block.values * block.bytes;
   }
