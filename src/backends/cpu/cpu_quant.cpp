@@ -35,12 +35,6 @@ CpuQuantTensor::CpuQuantTensor(QuantScheme scheme, const Shape& shape,
                                std::shared_ptr<CpuStorage> blocks)
     : CpuQuantTensor(scheme, shape, identity(shape.rank()), std::move(blocks)) {}
 
-Axes CpuQuantTensor::identity(std::size_t rank) {
-  Axes axes(rank);
-  for (std::size_t i = 0; i < rank; ++i) axes[i] = static_cast<std::int64_t>(i);
-  return axes;
-}
-
 }  // namespace cpu
 
 namespace {
@@ -101,21 +95,17 @@ Primitive CpuBackend::dequantize(Primitive x, DType dtype) {
 
 Primitive CpuBackend::permute_quantized(Primitive x, Axes axes) {
   const CpuQuantTensor& q = as_quantized(x);
-  // Dim i of the new view shows dim axes[i] of x, which shows dim q.axes()[axes[i]] of stored.
-  for (std::int64_t& a : axes) a = q.axes()[static_cast<std::size_t>(a)];
-  return std::make_shared<CpuQuantTensor>(q.scheme(), q.stored_shape(), std::move(axes),
+  return std::make_shared<CpuQuantTensor>(q.scheme(), q.stored_shape(),
+                                          quant_view::permuted(q.axes(), std::move(axes)),
                                           q.storage(), q.offset());
 }
 
 Primitive CpuBackend::slice_quantized(Primitive x, ResolvedSlices slices) {
   const CpuQuantTensor& q = as_quantized(x);
   const Shape& stored = q.stored_shape();
-  // Whole rows along the first dim of the stored order are a range of the blocks.
-  bool rows = q.in_stored_order() && slices[0].step == 1;
-  for (std::size_t d = 1; d < slices.size(); ++d) {
-    rows = rows && slices[d].start == 0 && slices[d].step == 1 && slices[d].length == stored[d];
+  if (!quant_view::whole_rows(q.axes(), stored, slices)) {
+    return StridedBackend::slice(dequantize(std::move(x), DType::F32), std::move(slices));
   }
-  if (!rows) return StridedBackend::slice(dequantize(std::move(x), DType::F32), std::move(slices));
   Shape part = stored;
   part[0] = slices[0].length;
   const std::int64_t row_bytes =

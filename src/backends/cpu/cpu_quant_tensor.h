@@ -11,6 +11,7 @@
 
 #include "backends/cpu/allocator.h"
 #include "contract/backend.h"
+#include "contract/quant_view.h"
 
 namespace kiln::cpu {
 
@@ -31,12 +32,7 @@ class CpuQuantTensor final : public TensorPrimitive {
   const Shape& stored_shape() const noexcept { return stored_; }
   const Axes& axes() const noexcept { return axes_; }
   // True when the view is the stored shape itself (no dim moved).
-  bool in_stored_order() const noexcept {
-    for (std::size_t i = 0; i < axes_.size(); ++i) {
-      if (axes_[i] != static_cast<std::int64_t>(i)) return false;
-    }
-    return true;
-  }
+  bool in_stored_order() const noexcept { return quant_view::in_stored_order(axes_); }
   // True for [cols, rows] over stored [rows, cols]: a weight's transpose, whose blocks run along
   // a product's inner dim.
   bool is_transposed_matrix() const noexcept {
@@ -46,7 +42,7 @@ class CpuQuantTensor final : public TensorPrimitive {
   const std::byte* blocks() const noexcept { return blocks_->data() + offset_; }
   std::int64_t offset() const noexcept { return offset_; }
 
-  static Axes identity(std::size_t rank);
+  static Axes identity(std::size_t rank) { return quant_view::identity(rank); }
 
  private:
   QuantScheme scheme_;

@@ -23,25 +23,12 @@ CudaQuantTensor::CudaQuantTensor(QuantScheme scheme, const Shape& stored, Axes a
   }
 }
 
-bool CudaQuantTensor::in_stored_order() const noexcept {
-  for (std::size_t i = 0; i < axes_.size(); ++i) {
-    if (axes_[i] != static_cast<std::int64_t>(i)) return false;
-  }
-  return true;
-}
-
 std::size_t CudaQuantTensor::bytes() const { return quantized_bytes(stored_, scheme_, "qfloat"); }
 
 std::int64_t CudaQuantTensor::row_bytes() const {
   const std::int64_t rows =
       stored_.num_elements() / std::max<std::int64_t>(stored_.dims().back(), 1);
   return rows == 0 ? 0 : static_cast<std::int64_t>(bytes()) / rows;
-}
-
-Axes CudaQuantTensor::identity(std::size_t rank) {
-  Axes axes(rank);
-  for (std::size_t i = 0; i < rank; ++i) axes[i] = static_cast<std::int64_t>(i);
-  return axes;
 }
 
 TensorPtr block_bytes(const CudaQuantTensor& q) {
@@ -158,21 +145,17 @@ Primitive CudaBackend::dequantize(Primitive x, DType dtype) {
 
 Primitive CudaBackend::permute_quantized(Primitive x, Axes axes) {
   const CudaQuantTensor& q = as_quantized(x);
-  // Dim i of the new view shows dim axes[i] of x, which shows dim q.axes()[axes[i]] of stored.
-  for (std::int64_t& a : axes) a = q.axes()[static_cast<std::size_t>(a)];
-  return std::make_shared<CudaQuantTensor>(q.scheme(), q.stored_shape(), std::move(axes),
+  return std::make_shared<CudaQuantTensor>(q.scheme(), q.stored_shape(),
+                                           quant_view::permuted(q.axes(), std::move(axes)),
                                            q.device(), q.storage(), q.offset());
 }
 
 Primitive CudaBackend::slice_quantized(Primitive x, ResolvedSlices slices) {
   const CudaQuantTensor& q = as_quantized(x);
   const Shape& stored = q.stored_shape();
-  // Whole rows along the first dim of the stored order are a range of the blocks.
-  bool rows = q.in_stored_order() && slices[0].step == 1;
-  for (std::size_t d = 1; d < slices.size(); ++d) {
-    rows = rows && slices[d].start == 0 && slices[d].step == 1 && slices[d].length == stored[d];
+  if (!quant_view::whole_rows(q.axes(), stored, slices)) {
+    return StridedBackend::slice(dequantize(std::move(x), DType::F32), std::move(slices));
   }
-  if (!rows) return StridedBackend::slice(dequantize(std::move(x), DType::F32), std::move(slices));
   Shape part = stored;
   part[0] = slices[0].length;
   const std::int64_t row_bytes =

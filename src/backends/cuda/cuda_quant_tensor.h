@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_tensor.h"
+#include "contract/quant_view.h"
 
 namespace kiln::cuda {
 
@@ -27,7 +28,7 @@ class CudaQuantTensor final : public TensorPrimitive {
   // The shape the blocks encode, row-major, blocks along its last dim.
   const Shape& stored_shape() const noexcept { return stored_; }
   const Axes& axes() const noexcept { return axes_; }
-  bool in_stored_order() const noexcept;
+  bool in_stored_order() const noexcept { return quant_view::in_stored_order(axes_); }
   // [cols, rows] over stored [rows, cols]: a weight's transpose, its blocks along a product's
   // inner dim.
   bool is_transposed_matrix() const noexcept {
@@ -44,7 +45,7 @@ class CudaQuantTensor final : public TensorPrimitive {
   // Bytes of one row of the stored shape's last dim.
   std::int64_t row_bytes() const;
 
-  static Axes identity(std::size_t rank);
+  static Axes identity(std::size_t rank) { return quant_view::identity(rank); }
 
  private:
   QuantScheme scheme_;
