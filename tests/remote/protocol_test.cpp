@@ -443,11 +443,13 @@ TEST(RemoteProtocol, UploadRoundTrips) {
   ASSERT_EQ(got.bytes.size(), data.bytes().size() - 8);
   EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), data.bytes().begin() + 8));
   // An empty chunk (a zero-size tensor) is a valid upload too.
-  const Upload empty = read_upload(body_of(upload_frame({}, 0)));
+  const Bytes empty_frame = upload_frame({}, 0);
+  const Upload empty = read_upload(body_of(empty_frame));
   EXPECT_TRUE(empty.bytes.empty());
   // QFloat blocks carry their scheme.
   const TensorData blocks = test_blocks();
-  const Upload q = read_upload(body_of(blocks_upload_frame()));
+  const Bytes blocks_frame = blocks_upload_frame();  // the upload's bytes are a view of it
+  const Upload q = read_upload(body_of(blocks_frame));
   EXPECT_EQ(q.dtype, DType::QFloat);
   EXPECT_EQ(q.scheme, blocks.scheme());
   EXPECT_EQ(q.shape, (Shape{2, 256}));
