@@ -63,7 +63,8 @@ class Scalar {
   // an out-of-range double is undefined).
   template <class I>
   static constexpr I truncate(double v) noexcept {
-    constexpr double high = -2.0 * static_cast<double>(std::numeric_limits<I>::min());  // 2^bits-1
+    // 2^(bits - 1): I's maximum plus one, the first double past it.
+    constexpr double high = -static_cast<double>(std::numeric_limits<I>::min());
     if (v != v) return 0;
     if (v >= high) return std::numeric_limits<I>::max();
     if (v <= static_cast<double>(std::numeric_limits<I>::min()))

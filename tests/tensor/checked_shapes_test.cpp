@@ -340,6 +340,12 @@ TEST(CheckedShapes, ScalarConversionsSaturate) {
   EXPECT_EQ(Scalar(1e10).as<std::int32_t>(), std::numeric_limits<std::int32_t>::max());
   EXPECT_EQ(Scalar(-1e10).as<std::int16_t>(), std::numeric_limits<std::int16_t>::min());
   EXPECT_EQ(Scalar(-7.9).as<std::int8_t>(), -7);
+  // Between the maximum and twice it (the remote frame fuzzer's 2^63 went through a cast).
+  EXPECT_EQ(Scalar(9223372036854775808.0).as<std::int64_t>(), kMax);
+  EXPECT_EQ(Scalar(1.5e19).as<std::int64_t>(), kMax);
+  EXPECT_EQ(Scalar(3e9).as<std::int32_t>(), std::numeric_limits<std::int32_t>::max());
+  EXPECT_EQ(Scalar(200.0).as<std::int8_t>(), 127);
+  EXPECT_EQ(Scalar(-9223372036854775808.0).as<std::int64_t>(), kMin);
 }
 
 }  // namespace
