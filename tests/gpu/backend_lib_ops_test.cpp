@@ -4,7 +4,6 @@
 // batch, sorts along a non-last dim of permuted views, index dtypes other than i32/i64, long scan
 // rows. Each result is compared with the CPU backend on the same data. The integer matmul kernel's
 // source also compiles with NVRTC here without a GPU.
-#include <nvrtc.h>
 
 #include <cmath>
 #include <functional>
@@ -14,6 +13,7 @@
 
 #include "backends/cuda/int_matmul_source.h"
 #include "gpu/gpu_test_support.h"
+#include "gpu/nvrtc_errors.h"
 #include "kiln/detail/tensor_ops.h"
 #include "runtime/registry.h"
 
@@ -27,27 +27,6 @@ using test::expect_same;
 using test::host_random;
 using test::tolerance_of;
 
-// NVRTC's errors compiling source for sm_90; empty when it compiles.
-std::string compile_errors(const std::string& source) {
-  nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    return "nvrtcCreateProgram failed";
-  }
-  const char* options[] = {"--gpu-architecture=sm_90", "--std=c++17", "-default-device"};
-  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
-  std::string log;
-  if (result != NVRTC_SUCCESS) {
-    std::size_t size = 0;
-    nvrtcGetProgramLogSize(program, &size);
-    log.assign(size, '\0');
-    nvrtcGetProgramLog(program, log.data());
-    log = std::string(nvrtcGetErrorString(result)) + "\n" + log;
-  }
-  nvrtcDestroyProgram(&program);
-  return log;
-}
-
 const DType kIntTypes[] = {DType::I64, DType::I32, DType::I16, DType::I8,
                            DType::U64, DType::U32, DType::U16, DType::U8};
 
@@ -55,7 +34,7 @@ const DType kIntTypes[] = {DType::I64, DType::I32, DType::I16, DType::I8,
 
 TEST(GpuCodegen, IntMatmulKernelCompiles) {
   for (DType dtype : kIntTypes) {
-    const std::string log = compile_errors(cuda::int_matmul_source(dtype));
+    const std::string log = kiln::test::nvrtc_errors(cuda::int_matmul_source(dtype));
     EXPECT_TRUE(log.empty()) << dtype_name(dtype) << ":\n" << log.substr(0, 4000);
   }
 }

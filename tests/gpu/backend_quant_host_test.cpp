@@ -6,7 +6,6 @@
 // against a float64 product; the plans; and every quantized kernel compiled by NVRTC for sm_90.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
-#include <nvrtc.h>
 
 #include <array>
 #include <bit>
@@ -19,6 +18,7 @@
 
 #include "backends/cuda/quant.h"
 #include "backends/cuda/quant_blocks.h"
+#include "gpu/nvrtc_errors.h"
 #include "quant/block_reference.h"
 
 namespace gpu_quant_host {
@@ -463,27 +463,6 @@ TEST(GpuQuantHost, ProductPlansTakeEveryKindAndFitSharedMemory) {
   EXPECT_FALSE(plan_quant_product(kiln::quant_scheme(QKind::Q4_K), 0, DType::BF16, 1).applies);
 }
 
-// NVRTC's log for source compiled as the plugin compiles it (sm_90, cubin); empty on success.
-std::string nvrtc_errors(const std::string& source) {
-  nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    return "nvrtcCreateProgram failed";
-  }
-  const char* options[] = {"--gpu-architecture=sm_90", "--std=c++17", "-default-device"};
-  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
-  std::string log;
-  if (result != NVRTC_SUCCESS) {
-    std::size_t size = 0;
-    nvrtcGetProgramLogSize(program, &size);
-    log.assign(size, '\0');
-    nvrtcGetProgramLog(program, log.data());
-    log = std::string(nvrtcGetErrorString(result)) + "\n" + log;
-  }
-  nvrtcDestroyProgram(&program);
-  return log;
-}
-
 bool every_instance() {
   const char* which = std::getenv("KILN_CODEGEN");
   return which != nullptr && std::string(which) == "all";
@@ -494,9 +473,9 @@ TEST(GpuCodegen, QuantKernelsCompile) {
   // product variant (x f16, f32 in three parts, 1 / 2 / 4 column tiles) and the indexed decodes.
   for (QKind kind : kAllKinds) {
     const std::string name = name_of(kind);
-    EXPECT_EQ(nvrtc_errors(kiln::cuda::quant_decode_source(kind, false)), "") << name;
+    EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_decode_source(kind, false)), "") << name;
     if (every_instance()) {
-      EXPECT_EQ(nvrtc_errors(kiln::cuda::quant_decode_source(kind, true)), "") << name;
+      EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_decode_source(kind, true)), "") << name;
     }
     for (DType x : {DType::BF16, DType::F16, DType::F32}) {
       for (std::int64_t rows : {1, 16, 32}) {
@@ -504,18 +483,19 @@ TEST(GpuCodegen, QuantKernelsCompile) {
         const auto plan = kiln::cuda::plan_quant_product(scheme_of(kind), 4096, x, rows);
         const std::string source = kiln::cuda::quant_product_source(plan);
         EXPECT_NE(source.find("kiln_quant_product(const KqProductParams p)"), std::string::npos);
-        EXPECT_EQ(nvrtc_errors(source), "") << plan.key();
+        EXPECT_EQ(kiln::test::nvrtc_errors(source), "") << plan.key();
       }
     }
   }
   // The int8 forms beside int8_block(32)'s: a tile inside a block.
-  EXPECT_EQ(nvrtc_errors(kiln::cuda::quant_product_source(
+  EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_product_source(
                 kiln::cuda::plan_quant_product(kiln::int8_channel_scheme(), 4096, DType::BF16, 1))),
             "");
-  EXPECT_EQ(nvrtc_errors(kiln::cuda::quant_decode_source(QKind::Q4_K, true)), "");
-  EXPECT_EQ(nvrtc_errors(kiln::cuda::quant_reduce_source(DType::BF16, DType::BF16)), "");
-  EXPECT_EQ(nvrtc_errors(kiln::cuda::quant_reduce_source(DType::F64, DType::Bool)), "");
-  EXPECT_EQ(nvrtc_errors(kiln::cuda::quant_split_source()), "");
+  EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_decode_source(QKind::Q4_K, true)), "");
+  EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_reduce_source(DType::BF16, DType::BF16)),
+            "");
+  EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_reduce_source(DType::F64, DType::Bool)), "");
+  EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_split_source()), "");
 }
 
 }  // namespace gpu_quant_host
