@@ -30,8 +30,12 @@ using distributed::detail::all_reduce;
 using distributed::detail::broadcast;
 using distributed::detail::reduce_scatter;
 
-// Why these tests cannot run here (fewer than `gpus` GPUs, no NCCL), or empty.
-std::string missing(int gpus) {
+// Why a test of `ranks` ranks on `gpus` GPUs cannot run here (fewer GPUs, no NCCL, or several
+// ranks in a kiln built without Gloo), or empty.
+std::string missing(int gpus, int ranks) {
+  if (ranks > 1 && !distributed::available()) {
+    return "kiln was built without Gloo: no group of " + std::to_string(ranks) + " ranks";
+  }
   std::string reason;
   const int count = cuda_device_count(&reason);
   if (count == 0) return "no CUDA device: " + reason;
@@ -43,8 +47,8 @@ std::string missing(int gpus) {
   return loaded ? "" : "no NCCL: " + status;
 }
 
-#define KILN_NCCL_REQUIRE(gpus)                                                          \
-  if (const std::string kiln_missing = ::gpu_nccl::missing(gpus); !kiln_missing.empty()) \
+#define KILN_NCCL_REQUIRE(gpus, ranks)                                                          \
+  if (const std::string kiln_missing = ::gpu_nccl::missing(gpus, ranks); !kiln_missing.empty()) \
   GTEST_SKIP() << kiln_missing
 
 Kind kind_of(DType dtype) {
@@ -203,7 +207,7 @@ std::vector<ProcessGroup> two_gpu_ranks(std::chrono::milliseconds timeout, bool 
 }
 
 TEST(GpuNccl, OneRankGroupRunsEveryCollectiveOverNccl) {
-  KILN_NCCL_REQUIRE(1);
+  KILN_NCCL_REQUIRE(1, 1);
   const ProcessGroup group = ProcessGroup::single(Device::cuda(0));
   EXPECT_EQ(group.backend_name(), "nccl");
   check_every_collective(group);
@@ -216,7 +220,7 @@ TEST(GpuNccl, OneRankGroupRunsEveryCollectiveOverNccl) {
 }
 
 TEST(GpuNccl, EveryCollectiveAndDTypeOnTwoGpus) {
-  KILN_NCCL_REQUIRE(2);
+  KILN_NCCL_REQUIRE(2, 2);
   const std::vector<ProcessGroup> groups = two_gpu_ranks(60s);
   test::expect_no_errors(test::on_ranks(groups, [](const ProcessGroup& group) {
     check_every_collective(group);
@@ -226,14 +230,14 @@ TEST(GpuNccl, EveryCollectiveAndDTypeOnTwoGpus) {
 }
 
 TEST(GpuNccl, EveryCollectiveAndDTypeOnTwoGpusThroughFusionAndAutodiff) {
-  KILN_NCCL_REQUIRE(2);
+  KILN_NCCL_REQUIRE(2, 2);
   const std::vector<ProcessGroup> groups = two_gpu_ranks(60s, true);
   test::expect_no_errors(
       test::on_ranks(groups, [](const ProcessGroup& group) { check_every_collective(group); }));
 }
 
 TEST(GpuNccl, MismatchedCallsAreADistributedErrorNotAHang) {
-  KILN_NCCL_REQUIRE(2);
+  KILN_NCCL_REQUIRE(2, 2);
   const std::vector<ProcessGroup> groups = two_gpu_ranks(20s);
   const auto started = std::chrono::steady_clock::now();
   const auto errors = test::on_ranks(groups, [](const ProcessGroup& group) {
@@ -255,7 +259,7 @@ TEST(GpuNccl, MismatchedCallsAreADistributedErrorNotAHang) {
 }
 
 TEST(GpuNccl, ARankOnTheCpuAgainstRanksOverNcclIsADistributedError) {
-  KILN_NCCL_REQUIRE(2);
+  KILN_NCCL_REQUIRE(2, 2);
   const std::vector<ProcessGroup> groups = two_gpu_ranks(20s);
   const auto errors = test::on_ranks(groups, [](const ProcessGroup& group) {
     distributed::all_reduce(Tensor<1>::ones({4}, group.device()), group).into_data();
@@ -267,7 +271,7 @@ TEST(GpuNccl, ARankOnTheCpuAgainstRanksOverNcclIsADistributedError) {
 }
 
 TEST(GpuNccl, ARankOnTheCpuAtTheSetUpIsADistributedError) {
-  KILN_NCCL_REQUIRE(1);
+  KILN_NCCL_REQUIRE(1, 2);
   const std::vector<ProcessGroup> groups =
       ProcessGroup::threads({Device::cuda(0), Device::cpu()}, DistributedOptions{.timeout = 20s});
   const auto errors = test::on_ranks(groups, [](const ProcessGroup& group) {
@@ -279,7 +283,7 @@ TEST(GpuNccl, ARankOnTheCpuAtTheSetUpIsADistributedError) {
 }
 
 TEST(GpuNccl, TwoRanksOnOneGpuTakeTheHostPath) {
-  KILN_NCCL_REQUIRE(1);
+  KILN_NCCL_REQUIRE(1, 2);
   const std::vector<ProcessGroup> groups =
       ProcessGroup::threads(2, Device::cuda(0), DistributedOptions{.timeout = 30s});
   test::expect_no_errors(test::on_ranks(groups, [](const ProcessGroup& group) {
@@ -292,7 +296,7 @@ TEST(GpuNccl, TwoRanksOnOneGpuTakeTheHostPath) {
 }
 
 TEST(GpuNccl, DataParallelOnTwoGpusEqualsOneProcess) {
-  KILN_NCCL_REQUIRE(2);
+  KILN_NCCL_REQUIRE(2, 2);
   const Device gpu0 = Device::cuda(0).autodiff();
   const Tensor<2> x = test::batch_features(gpu0);
   const Tensor<1, Int> y = test::batch_labels(gpu0);
@@ -367,7 +371,7 @@ TEST(GpuNccl, StalledCallChild) {
 }
 
 TEST(GpuNccl, AStalledCallIsAbortedAfterTheTimeout) {
-  KILN_NCCL_REQUIRE(2);
+  KILN_NCCL_REQUIRE(2, 2);
   const auto child = test::run_child("GpuNccl.StalledCallChild", {"KILN_NCCL_CHILD=stalled"}, 300);
   EXPECT_EQ(child.status, 0) << child.output;
   EXPECT_NE(child.output.find("[       OK ] GpuNccl.StalledCallChild"), std::string::npos)

@@ -16,27 +16,6 @@ namespace kiln {
 
 using namespace cpu;
 
-namespace cpu {
-
-CpuQuantTensor::CpuQuantTensor(QuantScheme scheme, const Shape& stored, Axes axes,
-                               std::shared_ptr<CpuStorage> blocks, std::int64_t offset)
-    : TensorPrimitive(DType::QFloat, stored, Device::cpu()),
-      scheme_(scheme),
-      stored_(stored),
-      axes_(std::move(axes)),
-      blocks_(std::move(blocks)),
-      offset_(offset) {
-  for (std::size_t i = 0; i < axes_.size(); ++i) {
-    shape_[i] = stored[static_cast<std::size_t>(axes_[i])];
-  }
-}
-
-CpuQuantTensor::CpuQuantTensor(QuantScheme scheme, const Shape& shape,
-                               std::shared_ptr<CpuStorage> blocks)
-    : CpuQuantTensor(scheme, shape, identity(shape.rank()), std::move(blocks)) {}
-
-}  // namespace cpu
-
 namespace {
 
 // The blocks of q decoded to f32, contiguous over its stored shape.

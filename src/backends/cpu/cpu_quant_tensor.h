@@ -1,12 +1,9 @@
-// The CPU backend's QFloat primitive: the raw blocks of a QuantScheme on CpuStorage from a byte
-// offset, row-major over `stored` (blocks along its last dim, as TensorData::quantized holds
-// them), seen through a permutation of its dims. permute and swap_dims make views of the same
-// blocks in O(1), so that `x.matmul(w.transpose())` reaches the product with the weight still
-// quantized, and so does a slice of whole rows along the first dim (a fused qkv weight's
-// parts); every other op sees the tensor dequantized (the tensor layer's rule, tensor/common.h).
+// The CPU backend's QFloat primitive: quant_view::QuantTensor (the blocks of a scheme seen
+// through a permutation of their dims) on CpuStorage, and the QFloat paths of the CPU backend.
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/allocator.h"
@@ -15,41 +12,18 @@
 
 namespace kiln::cpu {
 
-class CpuQuantTensor final : public TensorPrimitive {
+class CpuQuantTensor final : public quant_view::QuantTensor<CpuStorage> {
  public:
   // The blocks of `stored` from byte `offset` of blocks, viewed with dim i showing dim axes[i]
-  // of stored (cpu_quant.cpp).
+  // of stored.
   CpuQuantTensor(QuantScheme scheme, const Shape& stored, Axes axes,
-                 std::shared_ptr<CpuStorage> blocks, std::int64_t offset = 0);
+                 std::shared_ptr<CpuStorage> blocks, std::int64_t offset = 0)
+      : QuantTensor(scheme, stored, std::move(axes), Device::cpu(), std::move(blocks), offset) {}
   // Fresh blocks of shape, in stored order.
-  CpuQuantTensor(QuantScheme scheme, const Shape& shape, std::shared_ptr<CpuStorage> blocks);
+  CpuQuantTensor(QuantScheme scheme, const Shape& shape, std::shared_ptr<CpuStorage> blocks)
+      : CpuQuantTensor(scheme, shape, identity(shape.rank()), std::move(blocks)) {}
 
-  bool storage_unique() const noexcept override { return blocks_.use_count() == 1; }
-  const QuantScheme* quant_scheme() const noexcept override { return &scheme_; }
-
-  const QuantScheme& scheme() const noexcept { return scheme_; }
-  // The shape the blocks encode, row-major, blocks along its last dim.
-  const Shape& stored_shape() const noexcept { return stored_; }
-  const Axes& axes() const noexcept { return axes_; }
-  // True when the view is the stored shape itself (no dim moved).
-  bool in_stored_order() const noexcept { return quant_view::in_stored_order(axes_); }
-  // True for [cols, rows] over stored [rows, cols]: a weight's transpose, whose blocks run along
-  // a product's inner dim.
-  bool is_transposed_matrix() const noexcept {
-    return axes_.size() == 2 && axes_[0] == 1 && axes_[1] == 0;
-  }
-  const std::shared_ptr<CpuStorage>& storage() const noexcept { return blocks_; }
   const std::byte* blocks() const noexcept { return blocks_->data() + offset_; }
-  std::int64_t offset() const noexcept { return offset_; }
-
-  static Axes identity(std::size_t rank) { return quant_view::identity(rank); }
-
- private:
-  QuantScheme scheme_;
-  Shape stored_;
-  Axes axes_;
-  std::shared_ptr<CpuStorage> blocks_;
-  std::int64_t offset_;
 };
 
 inline const CpuQuantTensor& as_quantized(const Primitive& p) noexcept {

@@ -10,19 +10,6 @@
 
 namespace kiln::cuda {
 
-CudaQuantTensor::CudaQuantTensor(QuantScheme scheme, const Shape& stored, Axes axes, Device device,
-                                 std::shared_ptr<Storage> blocks, std::int64_t offset)
-    : TensorPrimitive(DType::QFloat, stored, device),
-      scheme_(scheme),
-      stored_(stored),
-      axes_(std::move(axes)),
-      blocks_(std::move(blocks)),
-      offset_(offset) {
-  for (std::size_t i = 0; i < axes_.size(); ++i) {
-    shape_[i] = stored[static_cast<std::size_t>(axes_[i])];
-  }
-}
-
 std::size_t CudaQuantTensor::bytes() const { return quantized_bytes(stored_, scheme_, "qfloat"); }
 
 std::int64_t CudaQuantTensor::row_bytes() const {

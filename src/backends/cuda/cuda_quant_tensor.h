@@ -1,12 +1,9 @@
-// The CUDA backend's QFloat primitive, as the CPU's (backends/cpu/cpu_quant_tensor.h): the raw
-// blocks of a QuantScheme in device storage from a byte offset, row-major over `stored` (blocks
-// along its last dim, as TensorData::quantized holds them), seen through a permutation of its
-// dims. permute and swap_dims make views of the same blocks in O(1), so `x.matmul(w.transpose())`
-// reaches the product with the weight still quantized, and so does a slice of whole rows along
-// the first dim; every other op sees the tensor dequantized (the tensor layer's rule).
+// The CUDA backend's QFloat primitive: quant_view::QuantTensor (the blocks of a scheme seen
+// through a permutation of their dims) in device storage, and the QFloat paths of the plugin.
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_tensor.h"
@@ -14,28 +11,15 @@
 
 namespace kiln::cuda {
 
-class CudaQuantTensor final : public TensorPrimitive {
+class CudaQuantTensor final : public quant_view::QuantTensor<Storage> {
  public:
   // The blocks of `stored` from byte `offset` of blocks, viewed with dim i showing dim axes[i]
   // of stored.
   CudaQuantTensor(QuantScheme scheme, const Shape& stored, Axes axes, Device device,
-                  std::shared_ptr<Storage> blocks, std::int64_t offset);
-
-  bool storage_unique() const noexcept override { return blocks_.use_count() == 1; }
-  const QuantScheme* quant_scheme() const noexcept override { return &scheme_; }
-
-  const QuantScheme& scheme() const noexcept { return scheme_; }
-  // The shape the blocks encode, row-major, blocks along its last dim.
-  const Shape& stored_shape() const noexcept { return stored_; }
-  const Axes& axes() const noexcept { return axes_; }
-  bool in_stored_order() const noexcept { return quant_view::in_stored_order(axes_); }
-  // [cols, rows] over stored [rows, cols]: a weight's transpose, its blocks along a product's
-  // inner dim.
-  bool is_transposed_matrix() const noexcept {
-    return axes_.size() == 2 && axes_[0] == 1 && axes_[1] == 0;
+                  std::shared_ptr<Storage> blocks, std::int64_t offset)
+      : QuantTensor(scheme, stored, std::move(axes), std::move(device), std::move(blocks), offset) {
   }
-  const std::shared_ptr<Storage>& storage() const noexcept { return blocks_; }
-  std::int64_t offset() const noexcept { return offset_; }
+
   // Device address of the first block.
   CUdeviceptr blocks() const noexcept {
     return blocks_->pointer() + static_cast<CUdeviceptr>(offset_);
@@ -44,15 +28,6 @@ class CudaQuantTensor final : public TensorPrimitive {
   std::size_t bytes() const;
   // Bytes of one row of the stored shape's last dim.
   std::int64_t row_bytes() const;
-
-  static Axes identity(std::size_t rank) { return quant_view::identity(rank); }
-
- private:
-  QuantScheme scheme_;
-  Shape stored_;
-  Axes axes_;
-  std::shared_ptr<Storage> blocks_;
-  std::int64_t offset_;
 };
 
 inline const CudaQuantTensor& as_quantized(const Primitive& p) noexcept {
