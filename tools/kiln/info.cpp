@@ -54,7 +54,13 @@ int run_info(std::ostream& out) {
   } else {
     out << "  remote   compiled in, unavailable: " << remote_reason << "\n";
   }
-  out << "  autodiff compiled in (a decorator: Device::autodiff())\n\n";
+  out << "  autodiff compiled in (a decorator: Device::autodiff())\n";
+  out << "  gloo     "
+      << (distributed::available()
+              ? "compiled in (process groups of several ranks; kiln launch)"
+              : "not compiled in (process groups of one rank only; Debian: apt-get install "
+                "libgloo-dev)")
+      << "\n\n";
 
   std::vector<Device> devices;
   for (int i = 0; i < Device::count(DeviceKind::Cpu); ++i) devices.push_back(Device::cpu());

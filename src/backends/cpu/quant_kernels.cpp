@@ -193,6 +193,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void do
   for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
 }
 
+// d times the low 8 int8 codes of part, as floats. (A function, not a lambda: clang gives a
+// lambda none of its enclosing function's target attributes.)
+__attribute__((target("avx2"))) inline __m256 scaled_codes(__m256 d, __m128i part) {
+  return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part)));
+}
+
 // AVX2: each block's codes widened to float once and scaled, then multiplied with each row of x.
 template <Kind kKind, int kCount>
 __attribute__((target("avx2,f16c,fma"))) void dots_avx2(const std::byte* row,
@@ -205,11 +211,8 @@ __attribute__((target("avx2,f16c,fma"))) void dots_avx2(const std::byte* row,
     const __m128i low = _mm256_castsi256_si128(codes);
     const __m128i high = _mm256_extracti128_si256(codes, 1);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row)));
-    auto widen = [&](__m128i part) {
-      return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part)));
-    };
-    const __m256 w[4] = {widen(low), widen(_mm_srli_si128(low, 8)), widen(high),
-                         widen(_mm_srli_si128(high, 8))};
+    const __m256 w[4] = {scaled_codes(d, low), scaled_codes(d, _mm_srli_si128(low, 8)),
+                         scaled_codes(d, high), scaled_codes(d, _mm_srli_si128(high, 8))};
     for (int i = 0; i < kCount; ++i) {
       const float* x = reinterpret_cast<const float*>(xs[i]) + b * kBlock;
       __m256 sum = acc[i];
