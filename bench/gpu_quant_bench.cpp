@@ -14,7 +14,8 @@
 // kKernelsPerGraph products captured in one CUDA graph (kiln::capture), replayed, the wall time
 // over a device sync divided (the launch cost of the host is not in it); the eager time (one
 // call after another, then a sync) is printed beside it. Medians of --repeats replays.
-//   gpu_quant_bench [--repeats N] [--quick]
+//   gpu_quant_bench [--repeats N] [--quick] [--only KIND]   (KIND q4_0, q4_k or q8_0; --only
+//   leaves out the int8 product too)
 #include <cuda_runtime_api.h>
 #include <kiln/graph.h>
 #include <kiln/kiln.h>
@@ -22,6 +23,7 @@
 #include <kiln/quant.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -209,9 +211,11 @@ void verify(const Tensor<2>& got, const TensorData& x, const TensorData& w, cons
 int main(int argc, char** argv) {
   int repeats = 7;
   bool quick = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
   try {
     const Device device = Device::cuda(0);
@@ -219,7 +223,14 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10s %10s %10s %12s\n", "row", "graph us", "eager us", "GB/s", "vs target");
     std::printf("%-34s %10s %10s %10.1f %12s\n", "memcpy (read + write)", "-", "-", copy / 1e9,
                 "-");
-    const std::vector<QKind> kinds = {QKind::Q4_0, QKind::Q4_K, QKind::Q8_0};
+    std::vector<QKind> kinds = {QKind::Q4_0, QKind::Q4_K, QKind::Q8_0};
+    if (!only.empty()) {
+      std::erase_if(kinds, [&](QKind kind) {
+        std::string name(quant_kind_name(kind));
+        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return name != only;
+      });
+    }
     // [n, k]: a square projection and an MLP's up (14336 x 4096) and down (4096 x 14336).
     std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
         {4096, 4096}, {14336, 4096}, {4096, 14336}};
@@ -257,6 +268,7 @@ int main(int argc, char** argv) {
       }
     }
     const std::int64_t gemm = quick ? 4096 : 8192;
+    if (!only.empty()) return 0;
     const auto [int8_seconds, bf16_seconds] = int8_against_bf16(gemm, repeats);
     const double ops = 2.0 * static_cast<double>(gemm) * gemm * gemm;
     std::printf("%-34s %10.1f %10s %10s %10.2fx\n",

@@ -1,18 +1,23 @@
 // int8 × int8 → int32 products through cuBLASLt (int8_matmul.h). A row-major C[m, n] is cuBLASLt's
 // column-major n × m result of op(B) = T on B stored k × n (ld ldb) times op(A) = N on A stored
-// k × m (ld lda): the TN form of its int8 kernels. Plans (descriptors and the heuristic's
-// algorithm) are kept per shape; one handle per device, one workspace per (device, stream).
+// k × m (ld lda): the TN form of its int8 kernels. Plans (descriptors and the algorithm) are kept
+// per shape; one handle per device, one workspace per (device, stream). The algorithm is
+// autotuned among the heuristic's best few as the float products' are (lt_autotune.h).
 #include "backends/cuda/lib/int8_matmul.h"
 
 #include <cublasLt.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/lib/lt_autotune.h"
+#include "runtime/autotune.h"
 
 namespace kiln::cuda::lib {
 
@@ -26,6 +31,8 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic's runners-up, until autotuned
+  std::string tune_key;
   std::mutex call;
   ~Plan() {
     if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
@@ -50,7 +57,7 @@ Registry& registry() {
   return *r;
 }
 
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const Int8MatmulDesc& d) {
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const Int8MatmulDesc& d, int device) {
   auto plan = std::make_unique<Plan>();
   KILN_CUDA_CHECK(kOp, cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
   const cublasOperation_t transposed = CUBLAS_OP_T, plain = CUBLAS_OP_N;
@@ -75,17 +82,28 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const Int8MatmulDesc& d
   KILN_CUDA_CHECK(kOp, cublasLtMatmulPreferenceSetAttribute(
                            preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                            sizeof(workspace)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::array<cublasLtMatmulHeuristicResult_t, kLtAutotuneCandidates> results{};
+  const int wanted = autotune::enabled() ? kLtAutotuneCandidates : 1;
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, plan->op, plan->a, plan->b, plan->c, plan->c, preference, 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->c, plan->c,
+                                     preference, wanted, results.data(), &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
     detail::fail<UnsupportedOperation>(kOp, "cuBLASLt has no int8 algorithm for m ", d.m, ", n ",
                                        d.n, ", k ", d.k, " (leading dims ", d.lda, ", ", d.ldb,
                                        ", ", d.ldc, ")");
   }
   KILN_CUDA_CHECK(kOp, status);
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  if (found > 1) {
+    plan->tune_key = detail::concat("int8_matmul m ", d.m, " n ", d.n, " k ", d.k, " ld ", d.lda,
+                                    ",", d.ldb, ",", d.ldc, " | ", lt_machine_key(device, kOp));
+    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
+    if (const auto algo = remembered_algo(plan->tune_key, plan->candidates)) {
+      plan->algo = *algo;
+      plan->candidates.clear();
+    }
+  }
   return plan;
 }
 
@@ -145,7 +163,7 @@ void int8_matmul(const Int8MatmulDesc& d, const void* a, const void* b, void* c,
     std::unique_ptr<Plan>& slot = r.plans[key];
     if (!slot) {
       try {
-        slot = make_plan(handle, d);
+        slot = make_plan(handle, d, device);
       } catch (...) {
         r.plans.erase(key);
         throw;
@@ -155,9 +173,19 @@ void int8_matmul(const Int8MatmulDesc& d, const void* a, const void* b, void* c,
   }
   const std::int32_t one = 1, zero = 0;
   std::lock_guard lock(plan->call);
-  KILN_CUDA_CHECK(
-      kOp, cublasLtMatmul(handle, plan->op, &one, b, plan->a, a, plan->b, &zero, c, plan->c, c,
-                          plan->c, &plan->algo, workspace, kWorkspaceBytes, stream));
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    KILN_CUDA_CHECK(
+        kOp, cublasLtMatmul(handle, plan->op, &one, b, plan->a, a, plan->b, &zero, c, plan->c, c,
+                            plan->c, &algo, workspace, kWorkspaceBytes, stream));
+  };
+  if (!plan->candidates.empty()) {
+    // As the float products: a plan first met inside a capture keeps the heuristic's choice.
+    if (!stream_capturing(stream, kOp)) {
+      plan->algo = fastest_algo(plan->tune_key, plan->candidates, run, stream, kOp);
+    }
+    plan->candidates.clear();
+  }
+  run(plan->algo);
 }
 
 }  // namespace kiln::cuda::lib

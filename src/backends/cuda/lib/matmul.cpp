@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/lib/lt_autotune.h"
 #include "backends/cuda/lib/matmul_epilogue.h"
-#include "kiln/version.h"
 #include "runtime/autotune.h"
 
 namespace kiln::cuda::lib {
@@ -24,13 +24,9 @@ namespace kiln::cuda::lib {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // NVIDIA's advice for Hopper
-constexpr int kAutotuneCandidates = 8;
+constexpr int kAutotuneCandidates = kLtAutotuneCandidates;
 
-// Autotuning (runtime/autotune.h; on unless KILN_AUTOTUNE=0): the first call of each plan times
-// the heuristic's best few algorithms on its own operands and keeps the fastest if it beats the
-// heuristic's first choice, remembered on disk by the plan's key and the machine, so a warm
-// process measures nothing. Measuring synchronises the stream, which a CUDA graph capture does not
-// allow: a plan first used inside a capture keeps the heuristic's choice in this process.
+// Autotuning: lt_autotune.h.
 bool autotune_enabled() { return autotune::enabled(); }
 
 // One operand as cuBLASLt sees it: a column-major stored matrix and whether to transpose it.
@@ -320,86 +316,14 @@ bool try_plan(Plan& plan, cublasLtHandle_t handle, const MatmulDesc& d, const Pl
   return true;
 }
 
-// The machine part of an autotune key: what makes a measured choice valid elsewhere.
-std::string machine_of(int device) {
-  int major = 0, minor = 0, sms = 0, driver = 0, runtime = 0;
-  KILN_CUDA_CHECK("matmul",
-                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  KILN_CUDA_CHECK("matmul",
-                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  KILN_CUDA_CHECK("matmul", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  KILN_CUDA_CHECK("matmul", cudaDriverGetVersion(&driver));
-  KILN_CUDA_CHECK("matmul", cudaRuntimeGetVersion(&runtime));
-  return detail::concat("sm_", major, minor, "/", sms, "sm/driver ", driver, "/cuda ", runtime,
-                        "/cublasLt ", cublasLtGetVersion(), "/kiln ", kVersion);
-}
-
 std::string tune_key_of(const PlanKey& key) {
-  static std::mutex mutex;
-  static std::unordered_map<std::int64_t, std::string> machines;
-  std::string machine;
-  {
-    std::lock_guard lock(mutex);
-    std::string& m = machines[key.device];
-    if (m.empty()) m = machine_of(static_cast<int>(key.device));
-    machine = m;
-  }
+  const std::string machine = lt_machine_key(static_cast<int>(key.device), "matmul");
   return detail::concat("matmul ", dtype_name(static_cast<DType>(key.dtype)), " compute ",
                         key.compute, " epilogue ", key.epilogue, " m ", key.m, " n ", key.n, " k ",
                         key.k, " batch ", key.batch, " a ", key.a_rs, ",", key.a_cs, ",", key.a_bs,
                         " b ", key.b_rs, ",", key.b_cs, ",", key.b_bs, " c ", key.c_rs, ",",
                         key.c_cs, ",", key.c_bs, " align ", key.align_a, ",", key.align_b, ",",
                         key.align_c, ",", key.align_bias, " | ", machine);
-}
-
-// The remembered choice among the plan's candidates, if the cache has one the heuristic offered
-// again (anything else is ignored and measured afresh).
-std::optional<cublasLtMatmulAlgo_t> remembered(const Plan& plan) {
-  const std::optional<autotune::Choice> known = autotune::find(plan.tune_key);
-  if (!known) return std::nullopt;
-  cublasLtMatmulAlgo_t algo{};
-  if (!autotune::from_hex(known->choice, &algo, sizeof(algo))) return std::nullopt;
-  for (const auto& candidate : plan.candidates) {
-    if (std::memcmp(&candidate, &algo, sizeof(algo)) == 0) return algo;
-  }
-  return std::nullopt;
-}
-
-// Times each candidate (one warm-up, then three runs between events) and keeps the fastest when
-// it beats the heuristic's first choice (autotune::measure), remembering the choice.
-template <class Run>
-cublasLtMatmulAlgo_t fastest(const Plan& plan, Run&& run, cudaStream_t stream) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  KILN_CUDA_CHECK("matmul", cudaEventCreate(&start));
-  KILN_CUDA_CHECK("matmul", cudaEventCreate(&stop));
-  const auto& candidates = plan.candidates;
-  auto seconds = [&](int i) {
-    const cublasLtMatmulAlgo_t& algo = candidates[static_cast<std::size_t>(i)];
-    run(algo);
-    KILN_CUDA_CHECK("matmul", cudaEventRecord(start, stream));
-    for (int r = 0; r < 3; ++r) run(algo);
-    KILN_CUDA_CHECK("matmul", cudaEventRecord(stop, stream));
-    KILN_CUDA_CHECK("matmul", cudaEventSynchronize(stop));
-    float ms = 0;
-    KILN_CUDA_CHECK("matmul", cudaEventElapsedTime(&ms, start, stop));
-    return ms * 1e-3 / 3;
-  };
-  auto encode = [&](int i) {
-    return autotune::to_hex(&candidates[static_cast<std::size_t>(i)], sizeof(cublasLtMatmulAlgo_t));
-  };
-  cublasLtMatmulAlgo_t best = candidates.front();
-  try {
-    const std::string choice =
-        autotune::measure(plan.tune_key, static_cast<int>(candidates.size()), seconds, encode);
-    autotune::from_hex(choice, &best, sizeof(best));
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
 }
 
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const MatmulDesc& d, const Problem& p,
@@ -422,7 +346,8 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const MatmulDesc& d, co
   // A plan whose choice is remembered measures nothing.
   auto settle = [&] {
     if (plan->candidates.empty()) return;
-    if (const std::optional<cublasLtMatmulAlgo_t> algo = remembered(*plan)) {
+    if (const std::optional<cublasLtMatmulAlgo_t> algo =
+            remembered_algo(plan->tune_key, plan->candidates)) {
       plan->algo = *algo;
       plan->candidates.clear();
     }
@@ -550,12 +475,12 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                                                                &args.bias, sizeof(args.bias)));
     }
     if (!plan->candidates.empty()) {
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      KILN_CUDA_CHECK("matmul", cudaStreamIsCapturing(stream, &capturing));
       // A plan first met inside a graph capture keeps the heuristic's choice for the rest of the
       // process: a replay and the same product run eagerly then use one algorithm, and so give
       // the same bits (a capture cannot measure).
-      if (capturing == cudaStreamCaptureStatusNone) plan->algo = fastest(*plan, run, stream);
+      if (!stream_capturing(stream, "matmul")) {
+        plan->algo = fastest_algo(plan->tune_key, plan->candidates, run, stream, "matmul");
+      }
       plan->candidates.clear();
     }
     run(plan->algo);

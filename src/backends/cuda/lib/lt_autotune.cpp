@@ -1,0 +1,87 @@
+#include "backends/cuda/lib/lt_autotune.h"
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "backends/cuda/check.h"
+#include "kiln/version.h"
+#include "runtime/autotune.h"
+
+namespace kiln::cuda::lib {
+
+std::string lt_machine_key(int device, const char* op) {
+  static std::mutex mutex;
+  static std::unordered_map<int, std::string> machines;
+  std::lock_guard lock(mutex);
+  std::string& machine = machines[device];
+  if (!machine.empty()) return machine;
+  int major = 0, minor = 0, sms = 0, driver = 0, runtime = 0;
+  KILN_CUDA_CHECK(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  KILN_CUDA_CHECK(op, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  KILN_CUDA_CHECK(op, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  KILN_CUDA_CHECK(op, cudaDriverGetVersion(&driver));
+  KILN_CUDA_CHECK(op, cudaRuntimeGetVersion(&runtime));
+  machine = detail::concat("sm_", major, minor, "/", sms, "sm/driver ", driver, "/cuda ", runtime,
+                           "/cublasLt ", cublasLtGetVersion(), "/kiln ", kVersion);
+  return machine;
+}
+
+std::optional<cublasLtMatmulAlgo_t> remembered_algo(
+    const std::string& key, const std::vector<cublasLtMatmulAlgo_t>& candidates) {
+  const std::optional<autotune::Choice> known = autotune::find(key);
+  if (!known) return std::nullopt;
+  cublasLtMatmulAlgo_t algo{};
+  if (!autotune::from_hex(known->choice, &algo, sizeof(algo))) return std::nullopt;
+  for (const auto& candidate : candidates) {
+    if (std::memcmp(&candidate, &algo, sizeof(algo)) == 0) return algo;
+  }
+  return std::nullopt;
+}
+
+cublasLtMatmulAlgo_t fastest_algo(const std::string& key,
+                                  const std::vector<cublasLtMatmulAlgo_t>& candidates,
+                                  const std::function<void(const cublasLtMatmulAlgo_t&)>& run,
+                                  cudaStream_t stream, const char* op) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  KILN_CUDA_CHECK(op, cudaEventCreate(&start));
+  if (const cudaError_t status = cudaEventCreate(&stop); status != cudaSuccess) {
+    cudaEventDestroy(start);
+    KILN_CUDA_CHECK(op, status);
+  }
+  auto seconds = [&](int i) {
+    const cublasLtMatmulAlgo_t& algo = candidates[static_cast<std::size_t>(i)];
+    run(algo);
+    KILN_CUDA_CHECK(op, cudaEventRecord(start, stream));
+    for (int r = 0; r < 3; ++r) run(algo);
+    KILN_CUDA_CHECK(op, cudaEventRecord(stop, stream));
+    KILN_CUDA_CHECK(op, cudaEventSynchronize(stop));
+    float ms = 0;
+    KILN_CUDA_CHECK(op, cudaEventElapsedTime(&ms, start, stop));
+    return ms * 1e-3 / 3;
+  };
+  auto encode = [&](int i) {
+    return autotune::to_hex(&candidates[static_cast<std::size_t>(i)], sizeof(cublasLtMatmulAlgo_t));
+  };
+  cublasLtMatmulAlgo_t best = candidates.front();
+  try {
+    const std::string choice =
+        autotune::measure(key, static_cast<int>(candidates.size()), seconds, encode);
+    autotune::from_hex(choice, &best, sizeof(best));
+  } catch (...) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    throw;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+bool stream_capturing(cudaStream_t stream, const char* op) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(op, cudaStreamIsCapturing(stream, &capturing));
+  return capturing != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace kiln::cuda::lib
