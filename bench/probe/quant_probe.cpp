@@ -26,14 +26,19 @@ int main(int argc, char** argv) {
   std::vector<float> w(static_cast<std::size_t>(n * k)), x(static_cast<std::size_t>(rows * k));
   for (float& v : w) v = dist(rng);
   for (float& v : x) v = dist(rng);
-  const Device device = Device::cuda(0);
-  const auto q =
-      Tensor<2>::from_data(TensorData::from_vec(w, Shape{n, k}).quantize(scheme), device);
-  const auto xs =
-      Tensor<2>::from_data(TensorData::from_vec(x, Shape{rows, k}), device).cast(DType::BF16);
-  Tensor<2> y;
-  for (int i = 0; i < calls; ++i) y = xs.matmul(q.transpose());
-  std::printf("%s %lldx%lld rows %lld: y[0] = %g\n", kind.c_str(), n, k, rows,
-              y.slice({Slice(0, 1), Slice(0, 1)}).into_data().to_f64_vec()[0]);
+  try {
+    const Device device = Device::cuda(0);
+    const auto q =
+        Tensor<2>::from_data(TensorData::from_vec(w, Shape{n, k}).quantize(scheme), device);
+    const auto xs =
+        Tensor<2>::from_data(TensorData::from_vec(x, Shape{rows, k}), device).cast(DType::BF16);
+    Tensor<2> y;
+    for (int i = 0; i < calls; ++i) y = xs.matmul(q.transpose());
+    std::printf("%s %lldx%lld rows %lld: y[0] = %g\n", kind.c_str(), n, k, rows,
+                y.slice({Slice(0, 1), Slice(0, 1)}).into_data().to_f64_vec()[0]);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "quant_probe: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }
