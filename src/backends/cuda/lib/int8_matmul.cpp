@@ -30,9 +30,7 @@ constexpr std::int64_t kMaxK = std::int64_t{1} << 17;  // 2^17 * 127 * 128 < 2^3
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic's runners-up, until autotuned
-  std::string tune_key;
+  LtChoice choice;  // the algorithm, autotuned (lt_autotune.h)
   std::mutex call;
   ~Plan() {
     if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
@@ -94,16 +92,9 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const Int8MatmulDesc& d
                                        ", ", d.ldc, ")");
   }
   KILN_CUDA_CHECK(kOp, status);
-  plan->algo = results[0].algo;
-  if (found > 1) {
-    plan->tune_key = detail::concat("int8_matmul m ", d.m, " n ", d.n, " k ", d.k, " ld ", d.lda,
+  plan->choice.key = detail::concat("int8_matmul m ", d.m, " n ", d.n, " k ", d.k, " ld ", d.lda,
                                     ",", d.ldb, ",", d.ldc, " | ", lt_machine_key(device, kOp));
-    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
-    if (const auto algo = remembered_algo(plan->tune_key, plan->candidates)) {
-      plan->algo = *algo;
-      plan->candidates.clear();
-    }
-  }
+  plan->choice.offer(results.data(), found);
   return plan;
 }
 
@@ -178,14 +169,7 @@ void int8_matmul(const Int8MatmulDesc& d, const void* a, const void* b, void* c,
         kOp, cublasLtMatmul(handle, plan->op, &one, b, plan->a, a, plan->b, &zero, c, plan->c, c,
                             plan->c, &algo, workspace, kWorkspaceBytes, stream));
   };
-  if (!plan->candidates.empty()) {
-    // As the float products: a plan first met inside a capture keeps the heuristic's choice.
-    if (!stream_capturing(stream, kOp)) {
-      plan->algo = fastest_algo(plan->tune_key, plan->candidates, run, stream, kOp);
-    }
-    plan->candidates.clear();
-  }
-  run(plan->algo);
+  run(plan->choice.settle(run, stream, kOp));
 }
 
 }  // namespace kiln::cuda::lib

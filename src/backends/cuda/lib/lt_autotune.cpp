@@ -27,6 +27,8 @@ std::string lt_machine_key(int device, const char* op) {
   return machine;
 }
 
+namespace {
+
 std::optional<cublasLtMatmulAlgo_t> remembered_algo(
     const std::string& key, const std::vector<cublasLtMatmulAlgo_t>& candidates) {
   const std::optional<autotune::Choice> known = autotune::find(key);
@@ -82,6 +84,29 @@ bool stream_capturing(cudaStream_t stream, const char* op) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   KILN_CUDA_CHECK(op, cudaStreamIsCapturing(stream, &capturing));
   return capturing != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+void LtChoice::offer(const cublasLtMatmulHeuristicResult_t* results, int found) {
+  algo = results[0].algo;
+  candidates.clear();
+  if (found < 2) return;
+  for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
+  if (const std::optional<cublasLtMatmulAlgo_t> known = remembered_algo(key, candidates)) {
+    algo = *known;
+    candidates.clear();
+  }
+}
+
+const cublasLtMatmulAlgo_t& LtChoice::settle(
+    const std::function<void(const cublasLtMatmulAlgo_t&)>& run, cudaStream_t stream,
+    const char* op) {
+  if (!candidates.empty()) {
+    if (!stream_capturing(stream, op)) algo = fastest_algo(key, candidates, run, stream, op);
+    candidates.clear();
+  }
+  return algo;
 }
 
 }  // namespace kiln::cuda::lib

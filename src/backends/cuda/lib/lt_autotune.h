@@ -23,20 +23,20 @@ inline constexpr int kLtAutotuneCandidates = 8;
 // versions): what makes a measured choice valid elsewhere. Cached per device.
 std::string lt_machine_key(int device, const char* op);
 
-// The remembered choice of key among candidates, if the cache has one the heuristic offered again
-// (anything else is ignored and measured afresh).
-std::optional<cublasLtMatmulAlgo_t> remembered_algo(
-    const std::string& key, const std::vector<cublasLtMatmulAlgo_t>& candidates);
+// A plan's algorithm among the heuristic's candidates: remembered on disk, else measured on the
+// plan's first call outside a capture (the heuristic's own choice stays for a plan first met
+// inside one: its replays and its eager runs then give the same bits).
+struct LtChoice {
+  std::string key;  // the autotune key (shape, dtypes, machine); set before offer
+  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's best few, until settled
 
-// Times each candidate with run (one warm-up, then three runs between events on stream) and
-// returns the fastest when it beats the first, the heuristic's (autotune::measure), remembering the
-// choice under key.
-cublasLtMatmulAlgo_t fastest_algo(const std::string& key,
-                                  const std::vector<cublasLtMatmulAlgo_t>& candidates,
-                                  const std::function<void(const cublasLtMatmulAlgo_t&)>& run,
-                                  cudaStream_t stream, const char* op);
-
-// Whether the stream is recording a CUDA graph (no measuring then).
-bool stream_capturing(cudaStream_t stream, const char* op);
+  // The heuristic's results, best first: the first is the algorithm until the choice is made;
+  // a choice the cache remembers among them is taken now.
+  void offer(const cublasLtMatmulHeuristicResult_t* results, int found);
+  // The algorithm to run: on the first call, the fastest candidate as run times it on stream.
+  const cublasLtMatmulAlgo_t& settle(const std::function<void(const cublasLtMatmulAlgo_t&)>& run,
+                                     cudaStream_t stream, const char* op);
+};
 
 }  // namespace kiln::cuda::lib

@@ -196,13 +196,11 @@ struct Plan {
   Problem problem;
   MatmulDescPtr op;
   LayoutPtr first, second, out;
-  cublasLtMatmulAlgo_t algo{};
-  std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic's runners-up, until autotuned
-  std::string tune_key;                          // the plan's autotune key
-  bool fused_bias = false;                       // bias handled by cuBLASLt
-  Activation after = Activation::None;           // activation left for apply_epilogue
-  bool bias_after = false;                       // bias left for apply_epilogue
-  std::mutex call;                               // the bias pointer is an attribute of `op`
+  LtChoice choice;                      // the algorithm, autotuned (lt_autotune.h)
+  bool fused_bias = false;              // bias handled by cuBLASLt
+  Activation after = Activation::None;  // activation left for apply_epilogue
+  bool bias_after = false;              // bias left for apply_epilogue
+  std::mutex call;                      // the bias pointer is an attribute of `op`
 };
 
 // One cuBLASLt handle per device and one workspace per (device, stream), created on first use
@@ -308,11 +306,7 @@ bool try_plan(Plan& plan, cublasLtHandle_t handle, const MatmulDesc& d, const Pl
       preference.get(), wanted, results.data(), &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return false;
   KILN_CUDA_CHECK("matmul", status);
-  plan.algo = results[0].algo;
-  plan.candidates.clear();
-  if (found > 1) {
-    for (int i = 0; i < found; ++i) plan.candidates.push_back(results[i].algo);
-  }
+  plan.choice.offer(results.data(), found);
   return true;
 }
 
@@ -342,20 +336,10 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const MatmulDesc& d, co
   const bool separate = activation == Activation::Gelu ||
                         (d.dtype == DType::F64 && activation == Activation::GeluTanh);
   const Activation fusable = separate ? Activation::None : activation;
-  if (autotune_enabled()) plan->tune_key = tune_key_of(key);
-  // A plan whose choice is remembered measures nothing.
-  auto settle = [&] {
-    if (plan->candidates.empty()) return;
-    if (const std::optional<cublasLtMatmulAlgo_t> algo =
-            remembered_algo(plan->tune_key, plan->candidates)) {
-      plan->algo = *algo;
-      plan->candidates.clear();
-    }
-  };
+  if (autotune_enabled()) plan->choice.key = tune_key_of(key);
   if (try_plan(*plan, handle, d, key, bias, fusable)) {
     plan->fused_bias = bias;
     plan->after = separate ? activation : Activation::None;
-    settle();
     return plan;
   }
   // No algorithm with that epilogue (f64 has few): the plain product, then the epilogue pass.
@@ -363,7 +347,6 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const MatmulDesc& d, co
       try_plan(*plan, handle, d, key, false, Activation::None)) {
     plan->bias_after = bias;
     plan->after = activation;
-    settle();
     return plan;
   }
   detail::fail<UnsupportedOperation>("matmul", "cuBLASLt has no algorithm for ",
@@ -474,16 +457,7 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                                                                CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &args.bias, sizeof(args.bias)));
     }
-    if (!plan->candidates.empty()) {
-      // A plan first met inside a graph capture keeps the heuristic's choice for the rest of the
-      // process: a replay and the same product run eagerly then use one algorithm, and so give
-      // the same bits (a capture cannot measure).
-      if (!stream_capturing(stream, "matmul")) {
-        plan->algo = fastest_algo(plan->tune_key, plan->candidates, run, stream, "matmul");
-      }
-      plan->candidates.clear();
-    }
-    run(plan->algo);
+    run(plan->choice.settle(run, stream, "matmul"));
   }
   if (plan->bias_after || plan->after != Activation::None) {
     apply_epilogue(d, args.c, plan->bias_after ? args.bias : nullptr, plan->after, false, stream);
