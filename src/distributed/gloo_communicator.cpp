@@ -12,6 +12,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstring>
@@ -386,10 +387,27 @@ class GlooCommunicator final : public Communicator {
   Attachments attachments_;
 };
 
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that has exited would end this rank
+// with SIGPIPE instead of the DistributedError the write's EPIPE becomes. Ignore the signal, as
+// Python (and so torch.distributed) does, unless the program installed a handler of its own.
+void ignore_broken_pipes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> connect_gloo(gloo::rendezvous::Store& store, int rank, int size,
                                            const std::string& hostname, milliseconds timeout) {
+  ignore_broken_pipes();
   try {
     gloo::transport::tcp::attr attr(hostname.c_str());
     auto device = gloo::transport::tcp::CreateDevice(attr);

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <kiln/distributed.h>
 #include <kiln/kiln.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +43,20 @@ TEST(DistributedProcesses, DataParallelTrainingEqualsOneProcess) {
   test::expect_same_parameters(
       test::data_parallel_parameters(ddp, test::data_parallel_net(1 + group.rank(), device), x, y),
       expected, "rank " + std::to_string(group.rank()));
+}
+
+// A write to a peer that has gone must come back as EPIPE (and so a DistributedError), not end the
+// rank with SIGPIPE: Gloo's sockets do not ask for MSG_NOSIGNAL.
+TEST(DistributedProcesses, AWriteToAClosedPeerIsAnErrorNotASignal) {
+  KILN_LAUNCHED_GROUP(group);
+  group.barrier();  // no rank leaves (closing its connections) while another still connects
+  int ends[2];
+  ASSERT_EQ(pipe(ends), 0);
+  close(ends[0]);
+  const char byte = 'k';
+  EXPECT_EQ(write(ends[1], &byte, 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  close(ends[1]);
 }
 
 // Last: it leaves its group broken.
