@@ -29,11 +29,18 @@ struct QuantKernels {
 // The kernels of kind (Q8_0 or Q4_0) for isa (Avx2 or Avx512, which the CPU has).
 QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept;
 
-// Bytes of a row of x of `blocks` blocks encoded for kind's VNNI kernels, and the encoding: each
-// block's int8 codes round(x / d), d = max |x| / 127 (halves away from zero, as kiln's int8
-// blocks), laid out as those kernels read them. The values must be finite.
-std::int64_t encoded_row_bytes(QuantScheme::Kind kind, std::int64_t blocks) noexcept;
-void encode_row(QuantScheme::Kind kind, const float* x, std::int64_t blocks,
-                std::byte* out) noexcept;
+// Bytes of a row of x of `blocks` blocks encoded for the VNNI kernels (Q8_0's and Q4_0's alike),
+// and the encoding: each block's int8 codes round(x / d), d = max |x| / 127 (halves away from
+// zero, as kiln's int8 blocks), laid out as those kernels read them. The values must be finite.
+std::int64_t encoded_row_bytes(std::int64_t blocks) noexcept;
+void encode_row(const float* x, std::int64_t blocks, std::byte* out) noexcept;
+
+// Block b of a row encode_row wrote: its scale d, the sum of its codes and its 32 codes.
+struct EncodedBlock {
+  float scale = 0;
+  std::int32_t sum = 0;
+  const std::int8_t* codes = nullptr;
+};
+EncodedBlock encoded_block(const std::byte* row, std::int64_t b) noexcept;
 
 }  // namespace kiln::cpu

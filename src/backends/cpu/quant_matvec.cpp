@@ -54,7 +54,7 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
   lanes.reserve(static_cast<std::size_t>(batch));
   lane_row.reserve(static_cast<std::size_t>(batch));
   if (k.encoded) {
-    const std::int64_t encoded_bytes = encoded_row_bytes(w.scheme.kind, blocks);
+    const std::int64_t encoded_bytes = encoded_row_bytes(blocks);
     encoded.resize(static_cast<std::size_t>(batch * encoded_bytes));
     std::vector<char> finite(static_cast<std::size_t>(batch));
     parallel_for(batch,
@@ -64,7 +64,7 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
                      const float* row = x + m * w.cols;
                      finite[static_cast<std::size_t>(m)] = all_finite(row, w.cols);
                      if (finite[static_cast<std::size_t>(m)]) {
-                       encode_row(w.scheme.kind, row, blocks, encoded.data() + m * encoded_bytes);
+                       encode_row(row, blocks, encoded.data() + m * encoded_bytes);
                      }
                    }
                  });
@@ -138,9 +138,13 @@ void product_on_decoded_tiles(const QuantMatrix& w, const float* x, std::int64_t
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 // CPUID leaf 1's F16C bit (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+// Asked once: in a virtual machine each CPUID traps to the hypervisor (microseconds).
 bool has_f16c() noexcept {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  static const bool f16c = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
+  return f16c;
 }
 }  // namespace
 #endif
@@ -155,6 +159,7 @@ bool cpu_has(QuantIsa isa) noexcept {
     case QuantIsa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+             __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni") &&
              cpu_has(QuantIsa::Avx2);
   }
   return false;

@@ -21,7 +21,8 @@
 
 namespace kiln::cpu {
 
-// The instruction sets a kernel is written for, widest last (Avx512: with VNNI and VL).
+// The instruction sets a kernel is written for, widest last (Avx512: with BW, VL, VNNI, VBMI and
+// GFNI, as Ice Lake and Zen 4 on have them).
 enum class QuantIsa : std::uint8_t { Scalar, Avx2, Avx512 };
 
 // The widest the running CPU has (chosen once, at the first call).

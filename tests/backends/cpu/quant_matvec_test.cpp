@@ -11,7 +11,11 @@
 #include <kiln/quant.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+
+#include "backends/cpu/quant_kernels.h"
+#include "quant/kernels.h"
 
 namespace kiln::cpu {
 namespace {
@@ -66,6 +70,8 @@ TEST_P(QuantProduct, EqualsTheDequantizedProduct) {
                                    {5, 2, 3},
                                    {9, 4, 4},
                                    {33, 3, 70},
+                                   {6, 11, 5},  // a group of eight blocks and a partial one
+                                   {3, 19, 9},
                                    {0, 2, 3},
                                    {5, 0, 2},
                                    {4, 2, 0}}) {
@@ -134,6 +140,37 @@ TEST(QuantMatvec, IsTheProductOfOneRow) {
   quantized_matvec(w, x, y);
   quantized_matmul({w.scheme(), w.bytes().data(), 3, 64}, x.data(), 1, want.data());
   EXPECT_EQ(y, want);
+}
+
+// The VNNI kernels' encoding of x is kiln's int8 blocks (quant::quantize_int8), code for code:
+// halves round away from zero (x = k + 1/2 with scale 1), zero blocks, and a partial last group.
+TEST(QuantMatvecEncoding, IsKilnsInt8Blocks) {
+  if (!cpu_has(QuantIsa::Avx512)) GTEST_SKIP() << "no VNNI kernels on this CPU";
+  std::mt19937 rng(34);
+  const std::int64_t blocks = 13;
+  std::vector<float> x = normal(blocks * 32, rng);
+  for (int j = 0; j < 32; ++j) x[j] = j == 0 ? 127.0f : static_cast<float>(j % 9) - 4.5f;
+  for (int j = 0; j < 32; ++j) x[2 * 32 + j] = 0.0f;
+  for (int j = 0; j < 32; ++j) x[3 * 32 + j] *= 1e-30f;
+  std::vector<std::byte> encoded(static_cast<std::size_t>(encoded_row_bytes(blocks)));
+  encode_row(x.data(), blocks, encoded.data());
+  std::vector<std::byte> want(static_cast<std::size_t>(blocks * 36));
+  quant::quantize_int8(x.data(), blocks, 32, want.data());
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const EncodedBlock got = encoded_block(encoded.data(), b);
+    float scale;
+    std::memcpy(&scale, want.data() + b * 36, 4);
+    EXPECT_EQ(got.scale, scale) << "block " << b;
+    std::int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const auto code = static_cast<std::int8_t>(want[static_cast<std::size_t>(b * 36 + 4 + j)]);
+      EXPECT_EQ(got.codes[j], code) << "block " << b << " value " << j;
+      sum += code;
+    }
+    EXPECT_EQ(got.sum, sum) << "block " << b;
+  }
+  EXPECT_EQ(encoded_block(encoded.data(), 0).codes[1], -4);  // -3.5 rounds to -4
+  EXPECT_EQ(encoded_block(encoded.data(), 0).codes[5], 1);   // 0.5 rounds to 1
 }
 
 TEST(QuantMatvecErrors, NamesWhatIsWrong) {
