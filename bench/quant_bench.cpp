@@ -205,6 +205,10 @@ BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q4_0, QuantScheme::Kind::Q4_0)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
+BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q4_k, QuantScheme::Kind::Q4_K)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 
 // The best instruction set the CPU has (what kiln picks), and AVX2 beside it.
 BENCHMARK_CAPTURE(quant_matvec, q8_0, QuantScheme::Kind::Q8_0, cpu::best_quant_isa())
@@ -262,6 +266,7 @@ void batches(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(quant_batch, q8_0, QuantScheme::Kind::Q8_0)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q4_0, QuantScheme::Kind::Q4_0)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q4_k, QuantScheme::Kind::Q4_K)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, f32, std::nullopt)->Apply(batches);
 
 }  // namespace

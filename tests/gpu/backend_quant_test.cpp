@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/quant_matvec.h"
 #include "gpu/gpu_test_support.h"
 #include "quant/block_reference.h"
 
@@ -416,9 +417,9 @@ TEST(GpuQuant, ProductsMatchTheCpusQuantizedProduct) {
         return module::linear(Tensor<2>::from_data(xd, d), Tensor<2>::from_data(w, d), std::nullopt)
             .into_data();
       };
-      // The CPU's VNNI kernels round x to int8 blocks of 32 (scale amax / 127) for Q8_0 and
-      // Q4_0; its other products are f32 sums of the decoded weight, as the GPU's.
-      const bool int8_x = scheme.kind == QKind::Q8_0 || scheme.kind == QKind::Q4_0;
+      // The CPU's VNNI kernels round x to int8 blocks of 32 (scale amax / 127) for Q8_0, Q4_0
+      // and Q4_K; its other products are f32 sums of the decoded weight, as the GPU's.
+      const bool int8_x = cpu::rounds_x_to_int8(scheme.kind);
       expect_within_x_rounding(on(device), on(Device::cpu()), xd, w, int8_x ? 32 : 0,
                                name_of(scheme) + " rows " + std::to_string(rows));
     }

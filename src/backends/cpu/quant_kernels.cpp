@@ -226,6 +226,18 @@ __attribute__((target("avx512f,avx512vl"))) inline __m256i block_sums(const __m5
   return _mm256_add_epi32(_mm512_castsi512_si256(g), _mm512_extracti64x4_epi64(g, 1));
 }
 
+// The eight blocks' dot products of a group's codes (two blocks a register, unsigned) with x's
+// group xg, in lane_of's order.
+__attribute__((target("avx512f,avx512vl,avx512vnni"))) inline __m256i group_dots(
+    const __m512i w[kGroupBlocks / 2], const std::byte* xg) {
+  __m512i dots[kGroupBlocks / 2];
+  for (int m = 0; m < kGroupBlocks / 2; ++m) {
+    dots[m] =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[m], _mm512_loadu_si512(xg + m * 2 * kBlock));
+  }
+  return block_sums(dots);
+}
+
 // AVX-512 with VNNI, eight blocks at a time, two a register: each pair's codes plus offset times
 // x's codes is one multiply-add, the eight blocks' int32 lanes are summed into one register of
 // eight block sums, less the offsets' part, and only those eight are scaled in float. (Scaling
@@ -252,14 +264,10 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
     const __m256 dw = group_codes<kKind>(row, w);
     for (int i = 0; i < kCount; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
-      __m512i d[kGroupBlocks / 2];
-      for (int m = 0; m < kGroupBlocks / 2; ++m) {
-        d[m] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[m],
-                                   _mm512_loadu_si512(xg + m * 2 * kBlock));
-      }
+      const __m256i dots = group_dots(w, xg);
       const __m256i offsets = _mm256_slli_epi32(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + kGroupSums)), kCodeShift<kKind>);
-      const __m256i sums = _mm256_sub_epi32(block_sums(d), offsets);
+      const __m256i sums = _mm256_sub_epi32(dots, offsets);
       const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, dx), acc[i]);
     }
@@ -281,6 +289,93 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
     }
     out[i] = sum;
   }
+}
+
+// AVX-512 with VNNI, Q4_K: a block of 256 values is a group of x's eight blocks of 32, and its
+// eight sub-blocks are those blocks. Each sub-block's value is d * scale_j * q - dmin * min_j,
+// q its nibble (0-15, VNNI's unsigned operand as it is), so its dot product with x's block j is
+// dx_j * (d * scale_j * (sum of q times x's codes) - dmin * min_j * (sum of x's codes)).
+// Sub-blocks 2c and 2c + 1 are the low and high nibbles of the same 32 bytes: one broadcast
+// and one GF(2) affine transform give both.
+constexpr std::int64_t kQ4KBytes = 144;
+
+// A Q4_K block's eight sub-block scales d * scale_j and mins dmin * min_j, in lane_of's order,
+// from its twelve bytes of 6-bit fields (quant::scale_min), all eight at once: one byte permute
+// picks each field's low bits (sub-blocks 0-3: the 6 low bits of bytes j and j + 4; 4-7: a
+// nibble of byte j + 4), another its top two bits (4-7: bits 6-7 of bytes j - 4 and j).
+__attribute__((target("avx2,f16c"))) inline void q4_k_scales(const std::byte* block, __m256& scales,
+                                                             __m256& mins) {
+  struct Tables {
+    std::array<std::uint8_t, 16> low, high, keep, keep_shifted, keep_top;
+  };
+  alignas(16) static constexpr Tables kTables = [] {
+    Tables t{};
+    for (int p = 0; p < 16; ++p) {
+      const bool is_min = p >= 8;
+      const int lane = p % 8;
+      const int j = lane < 4 ? 2 * lane : 2 * (lane - 4) + 1;  // the sub-block at that lane
+      const auto at = static_cast<std::size_t>(p);
+      t.low[at] = static_cast<std::uint8_t>(!is_min && j < 4 ? j : j + 4);
+      t.high[at] = j < 4 ? 0x80 : static_cast<std::uint8_t>(is_min ? j : j - 4);
+      t.keep[at] = j < 4 ? 63 : is_min ? 0 : 15;
+      t.keep_shifted[at] = j >= 4 && is_min ? 15 : 0;
+      t.keep_top[at] = j < 4 ? 0 : 0x30;
+    }
+    return t;
+  }();
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));
+  const __m128i low = _mm_shuffle_epi8(
+      packed, _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.low.data())));
+  const __m128i high = _mm_shuffle_epi8(
+      packed, _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.high.data())));
+  const __m128i fields = _mm_or_si128(
+      _mm_or_si128(
+          _mm_and_si128(low, _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.keep.data()))),
+          _mm_and_si128(_mm_srli_epi16(low, 4), _mm_load_si128(reinterpret_cast<const __m128i*>(
+                                                    kTables.keep_shifted.data())))),
+      _mm_and_si128(_mm_srli_epi16(high, 2),
+                    _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.keep_top.data()))));
+  scales = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(scale_bits(block))),
+                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(fields)));
+  mins = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(scale_bits(block + 2))),
+                       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(fields, 8))));
+}
+
+template <int kCount>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) void dots_vnni_q4_k(
+    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
+  constexpr long long kLowNibble = 0x0102040800000000;
+  constexpr long long kHighNibble = 0x1020408000000000;
+  const __m512i nibbles = _mm512_set_epi64(kHighNibble, kHighNibble, kHighNibble, kHighNibble,
+                                           kLowNibble, kLowNibble, kLowNibble, kLowNibble);
+  const std::int64_t groups = blocks / kGroupBlocks;
+  __m256 acc[kCount];
+  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g, row += kQ4KBytes) {
+    for (std::int64_t line = 0; line < kQ4KBytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
+    }
+    __m256 dw;
+    __m256 mw;
+    q4_k_scales(row, dw, mw);
+    __m512i w[kGroupBlocks / 2];
+    for (int c = 0; c < kGroupBlocks / 2; ++c) {
+      w[c] = _mm512_gf2p8affine_epi64_epi8(
+          _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * c))),
+          nibbles, 0);
+    }
+    for (int i = 0; i < kCount; ++i) {
+      const std::byte* xg = xs[i] + g * kGroupBytes;
+      const __m256 code_sums =
+          _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + kGroupSums)));
+      const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
+      const __m256 block =
+          _mm256_fmsub_ps(dw, _mm256_cvtepi32_ps(group_dots(w, xg)), _mm256_mul_ps(mw, code_sums));
+      acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
+    }
+  }
+  for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
 }
 
 // d times the low 8 int8 codes of part, as floats. (A function, not a lambda: clang gives a
@@ -328,7 +423,21 @@ QuantKernels kernels_for([[maybe_unused]] QuantIsa isa) {
 }  // namespace
 
 QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept {
-  return kind == Kind::Q8_0 ? kernels_for<Kind::Q8_0>(isa) : kernels_for<Kind::Q4_0>(isa);
+  switch (kind) {
+    case Kind::Q8_0:
+      return kernels_for<Kind::Q8_0>(isa);
+    case Kind::Q4_0:
+      return kernels_for<Kind::Q4_0>(isa);
+    case Kind::Q4_K:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (isa == QuantIsa::Avx512) {
+        return {dots_vnni_q4_k<kQuantGroup>, dots_vnni_q4_k<1>, true};
+      }
+#endif
+      return {};
+    default:
+      return {};
+  }
 }
 
 std::int64_t encoded_row_bytes(std::int64_t blocks) noexcept {

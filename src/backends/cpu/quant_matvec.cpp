@@ -40,11 +40,14 @@ bool all_finite(const float* x, std::int64_t n) {
   return true;
 }
 
-// Q8_0 and Q4_0 on the blocks (isa Avx2 or Avx512).
+void product_on_decoded_tiles(const QuantMatrix& w, const float* x, std::int64_t batch, float* out);
+
+// Q8_0 and Q4_0 on the blocks (isa Avx2 or Avx512), Q4_K (Avx512).
 void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch, float* out,
                        QuantIsa isa) {
   const std::int64_t blocks = w.cols / kBlock;
-  const std::int64_t row_bytes = blocks * (w.scheme.kind == Kind::Q8_0 ? 34 : 18);
+  const quant::BlockSize block = quant::block_size(w.scheme, w.cols);
+  const std::int64_t row_bytes = w.cols / block.values * block.bytes;
   const QuantKernels k = quant_kernels(w.scheme.kind, isa);
   // The rows of x as the kernels read them (`lanes`, each with the row of out it fills); with
   // VNNI, rows that are not all finite have no int8 code and go through the AVX2 kernel instead.
@@ -103,6 +106,7 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
                      }
                    }
                  }
+                 if (plain.one == nullptr) return;  // below
                  for (std::int64_t m : float_rows) {
                    const auto* xm = reinterpret_cast<const std::byte*>(x + m * w.cols);
                    for (std::int64_t r = begin; r < end; ++r) {
@@ -110,6 +114,13 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
                    }
                  }
                });
+  // Rows of x that are not all finite, for a kind without a float kernel on its blocks (Q4_K):
+  // on decoded tiles, a row at a time.
+  if (plain.one == nullptr) {
+    for (std::int64_t m : float_rows) {
+      product_on_decoded_tiles(w, x + m * w.cols, 1, out + m * w.rows);
+    }
+  }
 }
 
 // Any scheme: tiles of W's rows decoded to f32 (about 64 KiB each, in cache) and multiplied
@@ -168,6 +179,10 @@ bool cpu_has(QuantIsa isa) noexcept {
 #endif
 }
 
+bool rounds_x_to_int8(QuantScheme::Kind kind, QuantIsa isa) noexcept {
+  return isa != QuantIsa::Scalar && quant_kernels(kind, isa).encoded;
+}
+
 QuantIsa best_quant_isa() noexcept {
   static const QuantIsa best = cpu_has(QuantIsa::Avx512) ? QuantIsa::Avx512
                                : cpu_has(QuantIsa::Avx2) ? QuantIsa::Avx2
@@ -182,8 +197,9 @@ void quantized_matmul(const QuantMatrix& w, const float* x, std::int64_t batch, 
     std::fill(out, out + batch * w.rows, 0.0f);
     return;
   }
-  const bool on_blocks = w.scheme.kind == Kind::Q8_0 || w.scheme.kind == Kind::Q4_0;
-  if (on_blocks && isa != QuantIsa::Scalar) return product_on_blocks(w, x, batch, out, isa);
+  const bool on_blocks =
+      isa != QuantIsa::Scalar && quant_kernels(w.scheme.kind, isa).one != nullptr;
+  if (on_blocks) return product_on_blocks(w, x, batch, out, isa);
   product_on_decoded_tiles(w, x, batch, out);
 }
 

@@ -42,8 +42,7 @@ Expected expected(const std::vector<double>& x, std::int64_t rows, const TensorD
                   const std::vector<double>& bias, DType dtype) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
   const std::vector<double> dense = w.dequantize().to_f64_vec();
-  const bool int8_x = cpu::best_quant_isa() == cpu::QuantIsa::Avx512 &&
-                      (w.scheme().kind == Kind::Q8_0 || w.scheme().kind == Kind::Q4_0);
+  const bool int8_x = cpu::rounds_x_to_int8(w.scheme().kind);
   const double eps = dtype == DType::BF16 ? 1.0 / 128 : dtype == DType::F16 ? 1.0 / 1024 : 1e-6;
   Expected out;
   for (std::int64_t m = 0; m < rows; ++m) {

@@ -60,7 +60,9 @@ class QuantProduct : public ::testing::TestWithParam<std::tuple<Kind, QuantIsa>>
 TEST_P(QuantProduct, EqualsTheDequantizedProduct) {
   const auto [kind, isa] = GetParam();
   if (!cpu_has(isa)) GTEST_SKIP() << "this CPU lacks the instruction set";
-  const bool int8_x = isa == QuantIsa::Avx512 && (kind == Kind::Q8_0 || kind == Kind::Q4_0);
+  const bool int8_x = rounds_x_to_int8(kind, isa);
+  EXPECT_EQ(int8_x, isa == QuantIsa::Avx512 &&
+                        (kind == Kind::Q8_0 || kind == Kind::Q4_0 || kind == Kind::Q4_K));
   const QuantScheme scheme = quant_scheme(kind);
   const std::int64_t unit = scheme.block_size;
   std::mt19937 rng(31);
