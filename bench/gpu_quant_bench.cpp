@@ -34,10 +34,12 @@
 
 #include "backends/cuda/lib/int8_matmul.h"
 #include "backends/cuda/lib/matmul.h"
+#include "median.h"
 
 namespace {
 
 using namespace kiln;
+using bench::median;
 using Clock = std::chrono::steady_clock;
 using QKind = QuantScheme::Kind;
 
@@ -48,11 +50,6 @@ void check(cudaError_t status, const char* call) {
     std::fprintf(stderr, "gpu_quant_bench: %s failed: %s\n", call, cudaGetErrorString(status));
     std::exit(1);
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Device-to-device copy bandwidth in bytes per second (read + write), median of repeats.

@@ -23,6 +23,7 @@
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/quant_matvec.h"
 #include "bench_common.h"
+#include "median.h"
 
 namespace {
 
@@ -124,11 +125,6 @@ void quant_matvec(benchmark::State& state, QuantScheme::Kind kind, cpu::QuantIsa
   });
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 // The figure, measured so that noise cannot make it: the product and a copy of 64 MiB
 // (memcpy_floor's) timed in turns, so that both see the same moment of this machine, whose
 // bandwidth another tenant can halve for seconds at a time (separate rows, seconds apart, take
@@ -160,7 +156,7 @@ void quant_matvec_vs_memcpy(benchmark::State& state, QuantScheme::Kind kind) {
       run();
       return std::chrono::duration<double>(Clock::now() - start).count();
     };
-    // read_floor's fold over the copy's source and target (128 MiB), on kiln's threads.
+    // read_floor's fold over the copy's source (64 MiB), on kiln's threads.
     const auto* words = reinterpret_cast<const std::byte*>(source.data());
     const std::size_t read_bytes = static_cast<std::size_t>(count) * sizeof(float);
     std::uint64_t folded = 0;

@@ -116,6 +116,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void encode_row_in
   }
 }
 
+// Bit matrices of GF(2) affine transforms of bytes (gf2p8affine, one per 64-bit lane; byte 7 - i
+// says which input bits make output bit i): a byte's low nibble, and its high nibble shifted down.
+constexpr long long kLowNibble = 0x0102040800000000;
+constexpr long long kHighNibble = 0x1020408000000000;
+
 // log2 of the offset the VNNI kernels add to a weight's codes: 128 or 8.
 template <Kind kKind>
 constexpr int kCodeShift = kKind == Kind::Q8_0 ? 7 : 3;
@@ -199,11 +204,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,gfni,f16c"))) inline
     const __m512i pairs[4] = {
         _mm512_permutex2var_epi8(a, index[0], b), _mm512_permutex2var_epi8(a, index[1], b),
         _mm512_permutexvar_epi8(index[2], b), _mm512_permutex2var_epi8(b, index[3], c)};
-    // One affine transform over GF(2) per byte takes the low nibble of each block's first copy
-    // and the high nibble, shifted down, of its second: a bit matrix per 64-bit lane, whose
-    // byte 7 - i says which bits of the input make bit i of the output.
-    constexpr long long kLowNibble = 0x0102040800000000;
-    constexpr long long kHighNibble = 0x1020408000000000;
+    // The low nibble of each block's first copy, the high one (shifted down) of its second.
     const __m512i nibbles = _mm512_set_epi64(kHighNibble, kHighNibble, kLowNibble, kLowNibble,
                                              kHighNibble, kHighNibble, kLowNibble, kLowNibble);
     for (int m = 0; m < 4; ++m) w[m] = _mm512_gf2p8affine_epi64_epi8(pairs[m], nibbles, 0);
@@ -344,8 +345,6 @@ __attribute__((target("avx2,f16c"))) inline void q4_k_scales(const std::byte* bl
 template <int kCount>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) void dots_vnni_q4_k(
     const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
-  constexpr long long kLowNibble = 0x0102040800000000;
-  constexpr long long kHighNibble = 0x1020408000000000;
   const __m512i nibbles = _mm512_set_epi64(kHighNibble, kHighNibble, kHighNibble, kHighNibble,
                                            kLowNibble, kLowNibble, kLowNibble, kLowNibble);
   const std::int64_t groups = blocks / kGroupBlocks;
