@@ -2,7 +2,9 @@
 // valid arguments (every dtype kind it accepts, broadcasting, zero-size shapes, rank 0 to 4),
 // its recorded result types compared with what infer_types computes from the input types and the
 // attributes alone; then hostile arguments, each refused with the tensor layer's error type and a
-// message naming the op.
+// message naming the op. Built where the remote backend is (it links src/remote).
+#ifdef KILN_HAVE_REMOTE_SERVER
+
 #include "remote/infer.h"
 
 #include <gtest/gtest.h>
@@ -2314,3 +2316,5 @@ TEST(InferRefusesAsTheTensorLayer, RandomCalls) {
 }
 
 }  // namespace kiln::remote_test
+
+#endif  // KILN_HAVE_REMOTE_SERVER
