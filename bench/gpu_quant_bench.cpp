@@ -13,7 +13,10 @@
 // Each product is checked against the CPU's quantized product first. Times are per product:
 // kKernelsPerGraph products captured in one CUDA graph (kiln::capture), replayed, the wall time
 // over a device sync divided (the launch cost of the host is not in it); the eager time (one
-// call after another, then a sync) is printed beside it. Medians of --repeats replays.
+// call after another, then a sync) is printed beside it. Medians of --repeats replays. The
+// products take their weight in turns from copies that together hold at least 2.5 times the
+// L2 cache (up to kKernelsPerGraph copies), so every product reads its weight from device memory
+// as a model's layers do, not from L2 where the last product left it; bf16's rows the same.
 //   gpu_quant_bench [--repeats N] [--quick] [--only KIND]   (KIND q4_0, q4_k or q8_0; --only
 //   leaves out the int8 product too)
 #include <cuda_runtime_api.h>
@@ -148,18 +151,26 @@ std::pair<double, double> int8_against_bf16(std::int64_t n, int repeats) {
   return {int8_seconds, bf16_seconds};
 }
 
+// Copies of a weight of `bytes` bytes that together hold 2.5 times the L2 cache.
+int weight_copies(std::size_t bytes) {
+  int l2 = 0;
+  check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute");
+  const double wanted = std::ceil(2.5 * l2 / static_cast<double>(bytes));
+  return static_cast<int>(std::clamp(wanted, 1.0, static_cast<double>(kKernelsPerGraph)));
+}
+
 struct Timing {
   double graph = 0;  // seconds per product, replayed in a CUDA graph
   double eager = 0;  // seconds per product, called one after another
 };
 
-// Seconds per call of product on device: captured kKernelsPerGraph at a time and replayed, and
-// eagerly.
+// Seconds per call of product(i) on device: captured kKernelsPerGraph at a time (i = 0, 1, ...)
+// and replayed, and eagerly.
 template <class Product>
 Timing time_product(const Device& device, int repeats, Product product) {
   Tensor<2> held;
   Graph graph = capture(device, [&] {
-    for (int i = 0; i < kKernelsPerGraph; ++i) held = product();
+    for (int i = 0; i < kKernelsPerGraph; ++i) held = product(i);
   });
   Timing timing;
   std::vector<double> samples;
@@ -175,7 +186,7 @@ Timing time_product(const Device& device, int repeats, Product product) {
   std::vector<Tensor<2>> results(kKernelsPerGraph);
   for (int r = 0; r < repeats + 1; ++r) {
     const auto start = Clock::now();
-    for (auto& y : results) y = product();
+    for (int i = 0; i < kKernelsPerGraph; ++i) results[static_cast<std::size_t>(i)] = product(i);
     device.sync();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (r > 0) samples.push_back(seconds / kKernelsPerGraph);
@@ -220,6 +231,10 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10s %10s %10s %12s\n", "row", "graph us", "eager us", "GB/s", "vs target");
     std::printf("%-34s %10s %10s %10.1f %12s\n", "memcpy (read + write)", "-", "-", copy / 1e9,
                 "-");
+    int l2 = 0;
+    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute");
+    std::printf("L2 cache %.1f MiB: each row's weight copies hold at least 2.5 times it\n",
+                l2 / 1048576.0);
     std::vector<QKind> kinds = {QKind::Q4_0, QKind::Q4_K, QKind::Q8_0};
     if (!only.empty()) {
       std::erase_if(kinds, [&](QKind kind) {
@@ -236,8 +251,9 @@ int main(int argc, char** argv) {
       for (const auto& [n, k] : shapes) {
         const TensorData w =
             TensorData::from_vec(normal_values(n * k, 7), Shape{n, k}).quantize(quant_scheme(kind));
-        const auto q = Tensor<2>::from_data(w, device);
-        const auto qt = q.transpose();
+        const int copies = weight_copies(w.bytes().size());
+        std::vector<Tensor<2>> qt;  // the weight's copies, transposed
+        for (int c = 0; c < copies; ++c) qt.push_back(Tensor<2>::from_data(w, device).transpose());
         const std::string shape = std::to_string(n) + "x" + std::to_string(k);
         for (std::int64_t rows : {1, 8, 32}) {
           const TensorData xd =
@@ -245,8 +261,9 @@ int main(int argc, char** argv) {
           const auto x = Tensor<2>::from_data(xd, device);
           const std::string row = (rows == 1 ? "matvec/" : "batch" + std::to_string(rows) + "/") +
                                   std::string(quant_kind_name(kind)) + "/" + shape;
-          verify(x.matmul(qt), xd, w, row.c_str());
-          const Timing quantized = time_product(device, repeats, [&] { return x.matmul(qt); });
+          verify(x.matmul(qt[0]), xd, w, row.c_str());
+          const Timing quantized =
+              time_product(device, repeats, [&](int i) { return x.matmul(qt[i % copies]); });
           if (rows == 1) {
             const double rate = static_cast<double>(w.bytes().size()) / quantized.graph;
             std::printf("%-34s %10.2f %10.2f %10.1f %11.0f%%\n", row.c_str(), quantized.graph * 1e6,
@@ -254,9 +271,12 @@ int main(int argc, char** argv) {
             continue;
           }
           // The same product with the weight decoded to bf16, through cuBLASLt.
-          const auto dense = q.dequantize(DType::BF16);
-          const auto dt = dense.transpose();
-          const Timing bf16 = time_product(device, repeats, [&] { return x.matmul(dt); });
+          const int dense_copies = weight_copies(static_cast<std::size_t>(n * k * 2));
+          std::vector<Tensor<2>> dt;
+          for (int c = 0; c < dense_copies; ++c)
+            dt.push_back(qt[0].transpose().dequantize(DType::BF16).transpose());
+          const Timing bf16 =
+              time_product(device, repeats, [&](int i) { return x.matmul(dt[i % dense_copies]); });
           std::printf("%-34s %10.2f %10.2f %10s %10.2fx\n", row.c_str(), quantized.graph * 1e6,
                       quantized.eager * 1e6, "-", quantized.graph / bf16.graph);
           std::printf("%-34s %10.2f %10.2f %10s %12s\n", ("  bf16 cuBLASLt " + shape).c_str(),

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <bit>
 #include <cmath>
@@ -23,6 +25,7 @@
 #include "backends/cuda/quant_blocks.h"
 #include "backends/cuda/quant_kernels.h"
 #include "quant/block_reference.h"
+#include "support/int8_rounded_x.h"
 
 namespace gpu_quant_emulated {
 
@@ -34,6 +37,7 @@ struct Warp {
   std::barrier<> barrier;
   unsigned a[32][4];
   unsigned b[32][2];
+  unsigned word[32];
 };
 struct Block {
   explicit Block(unsigned threads)
@@ -84,6 +88,23 @@ unsigned kq_block() { return gpu_quant_emulated::t_block; }
 unsigned kq_block_threads() { return gpu_quant_emulated::t_threads; }
 unsigned kq_grid_blocks() { return gpu_quant_emulated::t_blocks; }
 void kq_sync() { gpu_quant_emulated::t_shared->barrier.arrive_and_wait(); }
+void kq_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+void kq_warp_sync() {
+  gpu_quant_emulated::t_shared->warps[gpu_quant_emulated::t_thread / 32].barrier.arrive_and_wait();
+}
+// Every lane's value, then each lane reads its partner's; a second barrier before any lane's next
+// value overwrites its slot.
+unsigned kq_shfl_xor(unsigned v, int mask) {
+  using namespace gpu_quant_emulated;
+  Warp& warp = t_shared->warps[t_thread / 32];
+  const unsigned lane = t_thread % 32;
+  warp.word[lane] = v;
+  warp.barrier.arrive_and_wait();
+  const unsigned other = warp.word[lane ^ static_cast<unsigned>(mask)];
+  warp.barrier.arrive_and_wait();
+  return other;
+}
+unsigned kq_ticket(unsigned* counter) { return std::atomic_ref<unsigned>(*counter).fetch_add(1); }
 
 // PTX's mma.m16n8k16.row.col, f32 accumulators: lane 4g + t holds A (16 x 16, row-major)
 // elements (g, 2t..2t+1) in a[0], (g + 8, 2t..) in a[1], (g, 2t + 8..) in a[2], (g + 8, 2t + 8..)
@@ -194,12 +215,44 @@ std::vector<unsigned short> planes_of(const std::vector<float>& x, DType dtype) 
   return planes;
 }
 
-// x [rows, k] times the weight's transpose through kq_product's body on the emulated grid, in
-// `splits` splits of k, the partial sums summed as kiln_quant_reduce sums them.
+// What a product kernel writes, set in p (whose n, rows, splits, row_tiles and column_groups
+// are set): NaN-filled output and partial sums, split-k counters at 0, the bias if any. take()
+// checks that the launch left the counters at 0 and gives the output.
+struct Outputs {
+  Outputs(qb::KqProductParams& p, const std::vector<float>& bias)
+      : partial(static_cast<std::size_t>(p.splits * p.rows * p.n), NAN),
+        out(static_cast<std::size_t>(p.rows * p.n), NAN),
+        counters(static_cast<std::size_t>(p.row_tiles * p.column_groups), 0) {
+    p.partial = p.splits > 1 ? address(partial.data()) : 0;
+    p.out = address(out.data());
+    p.bias = bias.empty() ? 0 : address(bias.data());
+    p.counters = address(counters.data());
+  }
+  std::vector<float> take() {
+    for (std::size_t i = 0; i < counters.size(); ++i) {
+      EXPECT_EQ(counters[i], 0u) << "split-k counter " << i << " after the launch";
+    }
+    return std::move(out);
+  }
+  std::vector<float> partial, out;
+  std::vector<unsigned> counters;
+};
+
+// The generated kernel's KqOut on the host: f32 out, plus an f32 bias where there is one.
+struct HostOut {
+  static void store(const qb::KqProductParams& p, long long at, long long row, float s) {
+    if (p.bias != 0) s += reinterpret_cast<const float*>(p.bias)[row];
+    reinterpret_cast<float*>(p.out)[at] = s;
+  }
+};
+
+// x [rows, k] times the weight's transpose (plus bias, where it is not empty) through
+// kq_product's body on the emulated grid, in `splits` splits of k, the last split of each output
+// tile summing them; the split-k counters must be 0 again after.
 template <class K, bool kBf16, int kTerms, int kNt, int kInt8, int kStride>
 std::vector<float> emulate_product(const TensorData& w, std::size_t misalign,
                                    const std::vector<unsigned short>& planes, std::int64_t rows,
-                                   int splits) {
+                                   int splits, const std::vector<float>& bias) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
   const Placed weight = place(w.bytes(), misalign);
   const QuantScheme& scheme = w.scheme();
@@ -217,32 +270,27 @@ std::vector<float> emulate_product(const TensorData& w, std::size_t misalign,
   p.column_groups = static_cast<int>((rows + kNt * 8 - 1) / (kNt * 8));
   p.tiles_per_split = static_cast<int>((tiles + splits - 1) / splits);
   p.splits = static_cast<int>((tiles + p.tiles_per_split - 1) / p.tiles_per_split);
-  std::vector<float> partial(static_cast<std::size_t>(p.splits * rows * n), NAN);
-  p.partial = address(partial.data());
+  Outputs outputs(p, bias);
   const auto blocks = static_cast<unsigned>(p.row_tiles * p.column_groups * p.splits);
   launch(blocks, kiln::cuda::kQuantThreads, 2 * 64 * kStride, [&](unsigned char* smem) {
-    qb::kq_product<K, kBf16, kTerms, kNt, kInt8, kStride, kiln::cuda::kQuantStages>(p, smem);
+    qb::kq_product<K, kBf16, kTerms, kNt, kInt8, kStride, kiln::cuda::kQuantStages, HostOut>(p,
+                                                                                             smem);
   });
-  std::vector<float> out(static_cast<std::size_t>(rows * n));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    float s = partial[i];
-    for (int j = 1; j < p.splits; ++j) s += partial[static_cast<std::size_t>(j) * out.size() + i];
-    out[i] = s;
-  }
-  return out;
+  return outputs.take();
 }
 
 // got [rows, n] against float64 sums of x times the decoded weight, within f32 sums of the
 // magnitudes.
 void expect_product(const std::vector<float>& got, const std::vector<float>& x, const TensorData& w,
-                    std::int64_t rows, const std::string& what) {
+                    const std::vector<float>& bias, std::int64_t rows, const std::string& what) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
   const TensorData decoded = w.dequantize();
   const auto dense = decoded.as_span<float>();
   int reported = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t j = 0; j < n; ++j) {
-      double want = 0, magnitude = 0;
+      double want = bias.empty() ? 0.0 : bias[static_cast<std::size_t>(j)];
+      double magnitude = std::fabs(want);
       for (std::int64_t i = 0; i < k; ++i) {
         const double v = static_cast<double>(x[static_cast<std::size_t>(r * k + i)]) *
                          dense[static_cast<std::size_t>(j * k + i)];
@@ -278,9 +326,11 @@ void check(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std::int64
     for (float& v : x) v = qb::kq_elem_to_float(qb::kq_float_to_elem(v, kBf16), kBf16);
   }
   const std::vector<unsigned short> planes = planes_of(x, dtype);
-  const std::vector<float> got =
-      emulate_product<K, kBf16, kTerms, kNt, kInt8, kStride>(w, misalign, planes, rows, splits);
-  expect_product(got, x, w, rows, what);
+  // A bias on odd seeds: added once, by the only split or by the last.
+  const std::vector<float> bias = seed % 2 == 1 ? normal_values(n, seed + 2) : std::vector<float>{};
+  const std::vector<float> got = emulate_product<K, kBf16, kTerms, kNt, kInt8, kStride>(
+      w, misalign, planes, rows, splits, bias);
+  expect_product(got, x, w, bias, rows, what);
 }
 
 TEST(GpuQuantEmulated, ProductOfEveryKind) {
@@ -382,6 +432,114 @@ TEST(GpuQuantEmulated, DecodeOfEveryKind) {
   check_decode<qb::KqQ8_K, true>(QKind::Q8_K, 4040);
   check_decode<qb::KqInt8, false>(QKind::Int8Block, 4041);
   check_decode<qb::KqInt8, true>(QKind::Int8Channel, 4042);
+}
+
+// x [rows, k] (f32 values; bf16's or f16's where x_type says so) times the weight's transpose
+// (plus bias) through kq_matvec's body on the emulated grid, as the plan for these shapes
+// launches it: blocks of 64 rows of W by splits of 1024 values of k.
+template <class K, int kCols, int kStages, int kX>
+std::vector<float> emulate_matvec(const kiln::cuda::QuantProductKernel& plan, const TensorData& w,
+                                  std::size_t misalign, const void* x, std::int64_t rows,
+                                  const std::vector<float>& bias) {
+  const std::int64_t n = w.shape()[0], k = w.shape()[1];
+  const Placed weight = place(w.bytes(), misalign);
+  qb::KqProductParams p{};
+  p.weight = address(weight.data);
+  p.x = address(x);
+  p.n = n;
+  p.k = k;
+  p.rows = rows;
+  p.row_bytes = static_cast<long long>(w.bytes().size()) / n;
+  p.row_tiles = static_cast<int>((n + 63) / 64);
+  p.column_groups = static_cast<int>((rows + kCols - 1) / kCols);
+  p.tiles_per_split = kiln::cuda::kQuantMatvecChunk / 32;
+  p.splits =
+      static_cast<int>((k + kiln::cuda::kQuantMatvecChunk - 1) / kiln::cuda::kQuantMatvecChunk);
+  Outputs outputs(p, bias);
+  EXPECT_EQ(plan.shared_bytes(),
+            static_cast<std::size_t>(qb::kKqMvWarps * kStages * qb::kq_mv_stage_bytes<K>() +
+                                     qb::kq_mv_x_bytes<kCols>()));
+  const auto blocks = static_cast<unsigned>(p.row_tiles * p.splits * p.column_groups);
+  launch(blocks, kiln::cuda::kQuantMatvecThreads, plan.shared_bytes(),
+         [&](unsigned char* smem) { qb::kq_matvec<K, kCols, kStages, kX, HostOut>(p, smem); });
+  return outputs.take();
+}
+
+// One matrix-vector configuration: the plan must be the template instance run; the result
+// against float64 sums of the int8-rounded x times the decoded weight (plus bias), row
+// `nan_row` of x holding a NaN (its outputs NaN).
+template <class K, int kCols, int kStages, int kX>
+void check_matvec(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std::int64_t rows,
+                  std::size_t misalign, std::uint32_t seed, std::int64_t nan_row = -1) {
+  const DType dtype = kX == 0 ? DType::F32 : (kX == 1 ? DType::BF16 : DType::F16);
+  const auto plan = kiln::cuda::plan_quant_product(scheme, k, dtype, rows);
+  const std::string what = plan.key() + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                           " rows " + std::to_string(rows) + " misaligned " +
+                           std::to_string(misalign);
+  ASSERT_TRUE(plan.applies && plan.matvec) << what;
+  ASSERT_EQ(plan.matvec_rows, kCols) << what;
+  ASSERT_EQ(plan.stages, kStages) << what;
+  ASSERT_EQ(plan.x_type, kX) << what;
+  const TensorData w = weight_of(scheme, n, k, seed);
+  std::vector<float> x = normal_values(rows * k, seed + 1);
+  std::vector<unsigned short> halves;
+  if (kX != 0) {  // the values the 16-bit x holds
+    for (float& v : x) {
+      halves.push_back(static_cast<unsigned short>(qb::kq_float_to_elem(v, kX == 1)));
+      v = qb::kq_elem_to_float(halves.back(), kX == 1);
+    }
+  }
+  if (nan_row >= 0) {
+    x[static_cast<std::size_t>(nan_row * k + 37)] = NAN;
+    if (kX != 0) halves[static_cast<std::size_t>(nan_row * k + 37)] = 0x7FC0;
+  }
+  const std::vector<float> bias = seed % 2 == 1 ? normal_values(n, seed + 2) : std::vector<float>{};
+  const std::vector<float> got = emulate_matvec<K, kCols, kStages, kX>(
+      plan, w, misalign, kX == 0 ? static_cast<const void*>(x.data()) : halves.data(), rows, bias);
+  const std::vector<double> xr = kiln::test::int8_rounded_x({x.begin(), x.end()}, k);
+  const TensorData decoded = w.dequantize();
+  const auto dense = decoded.as_span<float>();
+  int reported = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double g = got[static_cast<std::size_t>(r * n + j)];
+      if (r == nan_row) {
+        if (!std::isnan(g) && reported++ < 5) ADD_FAILURE() << what << " row " << r << ": " << g;
+        continue;
+      }
+      double want = bias.empty() ? 0.0 : bias[static_cast<std::size_t>(j)];
+      double magnitude = std::fabs(want);
+      for (std::int64_t i = 0; i < k; ++i) {
+        const double v =
+            xr[static_cast<std::size_t>(r * k + i)] * dense[static_cast<std::size_t>(j * k + i)];
+        want += v;
+        magnitude += std::fabs(v);
+      }
+      if (!(std::fabs(g - want) <= 2e-6 * magnitude + 1e-30) && reported++ < 5) {
+        ADD_FAILURE() << what << " row " << r << " output " << j << ": " << g << " vs " << want;
+      }
+    }
+  }
+}
+
+TEST(GpuQuantEmulated, MatvecOfEveryKind) {
+  // n = 80: a second block of 64 weight rows with 16 real (warps whose rows run out); k = 2304:
+  // splits of 1024, 1024 and 256 values (lanes past the last chunk idle, the last split of each
+  // tile summing all three); weights at addresses past a 16-byte boundary. One row of x (kCols 1)
+  // in bf16, three (kCols 4, one row past them) in f32 and f16, four with a NaN in one.
+  check_matvec<qb::KqQ4_0, 1, 5, 1>(kiln::quant_scheme(QKind::Q4_0), 80, 2304, 1, 6, 4101);
+  check_matvec<qb::KqQ4_1, 4, 4, 0>(kiln::quant_scheme(QKind::Q4_1), 80, 2304, 3, 2, 4102);
+  check_matvec<qb::KqQ5_0, 1, 4, 2>(kiln::quant_scheme(QKind::Q5_0), 80, 2304, 1, 10, 4103);
+  check_matvec<qb::KqQ5_1, 1, 4, 1>(kiln::quant_scheme(QKind::Q5_1), 80, 2304, 1, 0, 4104);
+  check_matvec<qb::KqQ8_0, 4, 2, 0>(kiln::quant_scheme(QKind::Q8_0), 80, 2304, 4, 14, 4105, 3);
+  check_matvec<qb::KqQ2_K, 1, 8, 1>(kiln::quant_scheme(QKind::Q2_K), 80, 2304, 1, 4, 4106);
+  check_matvec<qb::KqQ3_K, 2, 6, 1>(kiln::quant_scheme(QKind::Q3_K), 80, 2304, 2, 6, 4107);
+  check_matvec<qb::KqQ4_K, 1, 5, 1>(kiln::quant_scheme(QKind::Q4_K), 80, 2304, 1, 8, 4108);
+  check_matvec<qb::KqQ5_K, 4, 4, 2>(kiln::quant_scheme(QKind::Q5_K), 80, 2304, 3, 2, 4109);
+  check_matvec<qb::KqQ6_K, 1, 3, 1>(kiln::quant_scheme(QKind::Q6_K), 80, 2304, 1, 6, 4110);
+  check_matvec<qb::KqQ8_K, 1, 2, 1>(kiln::quant_scheme(QKind::Q8_K), 80, 2304, 1, 12, 4111);
+  // One split (k = 512): the only split writes the output.
+  check_matvec<qb::KqQ4_0, 1, 5, 0>(kiln::quant_scheme(QKind::Q4_0), 70, 512, 1, 2, 4112, 0);
 }
 
 TEST(GpuQuantEmulated, ParamsMirrorTheHostStructs) {

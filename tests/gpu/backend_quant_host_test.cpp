@@ -469,8 +469,9 @@ bool every_instance() {
 }
 
 TEST(GpuCodegen, QuantKernelsCompile) {
-  // Every kind's decode and product once (bf16 x, one column tile); with KILN_CODEGEN=all every
-  // product variant (x f16, f32 in three parts, 1 / 2 / 4 column tiles) and the indexed decodes.
+  // Every kind's decode and products once (bf16 x: the matrix-vector kernel, the tiled one of two
+  // column tiles); with KILN_CODEGEN=all every product variant (x f16, f32 in three parts, 1 / 2 /
+  // 4 column tiles) and the indexed decodes.
   for (QKind kind : kAllKinds) {
     const std::string name = name_of(kind);
     EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_decode_source(kind, false)), "") << name;
@@ -479,10 +480,13 @@ TEST(GpuCodegen, QuantKernelsCompile) {
     }
     for (DType x : {DType::BF16, DType::F16, DType::F32}) {
       for (std::int64_t rows : {1, 16, 32}) {
-        if (!every_instance() && (x != DType::BF16 || rows != 1)) continue;
+        // Rows 1 take the matrix-vector kernel, 16 the tiled one.
+        if (!every_instance() && (x != DType::BF16 || rows == 32)) continue;
         const auto plan = kiln::cuda::plan_quant_product(scheme_of(kind), 4096, x, rows);
         const std::string source = kiln::cuda::quant_product_source(plan);
-        EXPECT_NE(source.find("kiln_quant_product(const KqProductParams p)"), std::string::npos);
+        EXPECT_NE(source.find(plan.matvec ? "kiln_quant_matvec(const KqProductParams p)"
+                                          : "kiln_quant_product(const KqProductParams p)"),
+                  std::string::npos);
         EXPECT_EQ(kiln::test::nvrtc_errors(source), "") << plan.key();
       }
     }
@@ -492,9 +496,14 @@ TEST(GpuCodegen, QuantKernelsCompile) {
                 kiln::cuda::plan_quant_product(kiln::int8_channel_scheme(), 4096, DType::BF16, 1))),
             "");
   EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_decode_source(QKind::Q4_K, true)), "");
-  EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_reduce_source(DType::BF16, DType::BF16)),
-            "");
-  EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_reduce_source(DType::F64, DType::Bool)), "");
+  // The outputs beside bf16's without a bias: f64 (an f64 x's) with an f32 bias, f16 with f16's.
+  for (const auto& [out, bias] : {std::pair{DType::F64, DType::F32}, {DType::F16, DType::F16}}) {
+    auto plan = kiln::cuda::plan_quant_product(scheme_of(QKind::Q4_0), 4096,
+                                               out == DType::F16 ? out : DType::F32, 1);
+    plan.out = out;
+    plan.bias = bias;
+    EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_product_source(plan)), "") << plan.key();
+  }
   EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_split_source()), "");
 }
 

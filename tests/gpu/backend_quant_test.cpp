@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "backends/cpu/quant_matvec.h"
+#include "backends/cuda/quant.h"
 #include "gpu/gpu_test_support.h"
 #include "quant/block_reference.h"
+#include "support/int8_rounded_x.h"
 
 using namespace kiln;
 
@@ -297,9 +299,19 @@ TEST(GpuQuant, Errors) {
 struct Reference {
   std::vector<double> values, magnitudes;
 };
-Reference reference(const std::vector<double>& x, std::int64_t rows, const TensorData& w,
+// Whether the product of rows rows of x with a weight of scheme rounds x to int8 blocks of 32
+// (kiln_quant_matvec: a GGUF kind, at most 4 rows).
+bool rounds_x(const QuantScheme& scheme, std::int64_t rows) {
+  return rows <= kiln::cuda::kQuantMatvecMaxRows && scheme.kind != QKind::Int8Block &&
+         scheme.kind != QKind::Int8Channel;
+}
+
+Reference reference(const std::vector<double>& x_values, std::int64_t rows, const TensorData& w,
                     const std::vector<double>& bias) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
+  // x as the product sees it.
+  const std::vector<double> x =
+      rounds_x(w.scheme(), rows) ? test::int8_rounded_x(x_values, k) : x_values;
   const std::vector<double> dense = w.dequantize().to_f64_vec();
   Reference out;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -418,8 +430,9 @@ TEST(GpuQuant, ProductsMatchTheCpusQuantizedProduct) {
             .into_data();
       };
       // The CPU's VNNI kernels round x to int8 blocks of 32 (scale amax / 127) for Q8_0, Q4_0
-      // and Q4_K; its other products are f32 sums of the decoded weight, as the GPU's.
-      const bool int8_x = cpu::rounds_x_to_int8(scheme.kind);
+      // and Q4_K, the GPU's matrix-vector kernel for every GGUF kind at up to 4 rows; the other
+      // products are f32 sums of the decoded weight.
+      const bool int8_x = cpu::rounds_x_to_int8(scheme.kind) || rounds_x(scheme, rows);
       expect_within_x_rounding(on(device), on(Device::cpu()), xd, w, int8_x ? 32 : 0,
                                name_of(scheme) + " rows " + std::to_string(rows));
     }

@@ -39,6 +39,8 @@ Context::Context(int index) : index_(index) {
   error_word_host_ = static_cast<volatile std::uint32_t*>(host);
   *error_word_host_ = 0;
   KILN_CUDA_CHECK(op, cuMemHostGetDevicePointer(&error_word_device_, host, 0));
+  KILN_CUDA_CHECK(op, cuMemAlloc(&split_counters_, kSplitCounters * sizeof(std::uint32_t)));
+  KILN_CUDA_CHECK(op, cuMemsetD32(split_counters_, 0, kSplitCounters));
   dispatcher_ = std::make_unique<Dispatcher>(context_, stream_, index_);
 }
 
@@ -50,6 +52,7 @@ Context::~Context() {
   cuCtxSetCurrent(context_);
   if (stream_ != nullptr) cuStreamDestroy(stream_);
   if (error_word_host_ != nullptr) cuMemFreeHost(const_cast<std::uint32_t*>(error_word_host_));
+  if (split_counters_ != 0) cuMemFree(split_counters_);
   cuDevicePrimaryCtxRelease(device_);
 }
 

@@ -69,6 +69,14 @@ class Context {
       wait_for_capture_end();
   }
 
+  // ---- split-k counters ----
+  // kSplitCounters u32 counters, all 0 (made with the context, so never inside a capture). A
+  // kernel that splits its sums over blocks takes a ticket per output tile and the last block
+  // sets the counter back to 0, so every launch finds them 0: the stream runs one launch at a
+  // time.
+  static constexpr std::size_t kSplitCounters = 1 << 14;
+  CUdeviceptr split_counters() const noexcept { return split_counters_; }
+
   // ---- deferred errors ----
   // A token a kernel writes to error_word() when it fails; the op name is reported at the read.
   std::uint32_t error_token(const char* op, const char* what);
@@ -104,6 +112,7 @@ class Context {
   int major_ = 0, minor_ = 0, sm_count_ = 0;
   volatile std::uint32_t* error_word_host_ = nullptr;
   CUdeviceptr error_word_device_ = 0;
+  CUdeviceptr split_counters_ = 0;
   mutable std::mutex mutex_;
   std::vector<std::string> tokens_;  // token - 1 -> "op: what"
   // The most recent launched op names (distinct from their predecessor), a ring.

@@ -33,6 +33,72 @@ Primitive float_product(CudaBackend& backend, Primitive x, const Primitive& weig
   return backend.cast(std::move(y), dtype);
 }
 
+// Refuses a grid of more blocks than a launch takes.
+void check_grid(const char* op, std::int64_t n, std::int64_t blocks) {
+  if (blocks > 0x7fffffff) {
+    detail::fail<InvalidArgument>(op, "a weight of ", n, " rows needs ", blocks,
+                                  " blocks of threads, more than a grid holds");
+  }
+}
+
+// What both product kernels are told of W, x (its first row at address x), the output (at out),
+// the partial sums of the splits of k (splits floats of each output, or none), the bias and the
+// split-k counters.
+QuantProductParams product_params(Runtime& runtime, const CudaQuantTensor& w, std::int64_t n,
+                                  std::int64_t k, std::int64_t rows, CUdeviceptr x,
+                                  const Workspace& partial, CUdeviceptr out, const TensorPtr& b) {
+  QuantProductParams p{};
+  p.weight = w.blocks();
+  p.x = x;
+  p.partial = reinterpret_cast<std::uintptr_t>(partial.get());
+  p.out = out;
+  p.bias = b ? b->data() : 0;
+  p.counters = runtime.context.split_counters();
+  p.n = n;
+  p.k = k;
+  p.rows = rows;
+  p.row_bytes = w.row_bytes();
+  return p;
+}
+
+// y = x · Wᵀ (+ bias) for at most kQuantMatvecMaxRows rows of x through kiln_quant_matvec: x as
+// it is (f32, f16 or bf16; f64 as f32), k split in chunks of kQuantMatvecChunk values, a block
+// per 64 rows of W, split and group of x's rows.
+Primitive matvec(CudaBackend& backend, QuantProductKernel& plan, Primitive x,
+                 const CudaQuantTensor& w, std::int64_t n, std::int64_t k, std::int64_t rows,
+                 OptionalPrimitive bias, const char* op) {
+  Runtime& runtime = backend.runtime();
+  const DType dtype = x->dtype();
+  detail::DimVector dims(x->shape().vector());
+  dims.back() = n;
+  const DType xdtype = dtype == DType::F16 || dtype == DType::BF16 ? dtype : DType::F32;
+  TensorPtr values =
+      backend.contiguous(xdtype == dtype ? std::move(x) : backend.cast(x, xdtype), op);
+  TensorPtr b = bias ? backend.contiguous(*bias, op) : nullptr;
+  TensorPtr out = backend.make_tensor(dtype, Shape(std::move(dims)), op);
+  plan.out = dtype;
+  plan.bias = b ? b->dtype() : DType::Bool;
+  CUfunction kernel = runtime.compiler.function(plan.key(), "kiln_quant_matvec",
+                                                [&] { return quant_product_source(plan); });
+  const std::int64_t row_tiles = ceil_div(n, kQuantTileRows);
+  const std::int64_t splits = ceil_div(k, kQuantMatvecChunk);
+  const std::int64_t groups = ceil_div(rows, plan.matvec_rows);
+  const std::int64_t blocks = row_tiles * splits * groups;
+  check_grid(op, n, blocks);
+  const std::size_t partial_bytes =
+      splits > 1 ? static_cast<std::size_t>(splits * rows * n) * sizeof(float) : 0;
+  Workspace partial(runtime, partial_bytes, op);
+  QuantProductParams p =
+      product_params(runtime, w, n, k, rows, values->data(), partial, out->data(), b);
+  p.row_tiles = static_cast<std::int32_t>(row_tiles);
+  p.column_groups = static_cast<std::int32_t>(groups);
+  p.splits = static_cast<std::int32_t>(splits);
+  p.tiles_per_split = kQuantMatvecChunk / 32;  // blocks of 32 values
+  runtime.launch(op, kernel, static_cast<unsigned>(blocks), kQuantMatvecThreads, p,
+                 static_cast<unsigned>(plan.shared_bytes()));
+  return out;
+}
+
 }  // namespace
 
 Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& weight,
@@ -54,6 +120,14 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
     plan = plan_quant_product(w.scheme(), k, xdtype, std::min(rows, kRowsPerLaunch));
   }
   if (!plan.applies) return float_product(backend, std::move(x), weight, std::move(bias));
+  // The matrix-vector kernel sums its splits of k with a counter per 64 rows of W: a weight of
+  // more rows than the counters cover (a million) and more than one split takes the tiled one.
+  if (plan.matvec &&
+      (k <= kQuantMatvecChunk || ceil_div(n, kQuantTileRows) * ceil_div(rows, plan.matvec_rows) <=
+                                     std::int64_t{Context::kSplitCounters})) {
+    return matvec(backend, plan, std::move(x), w, n, k, rows, std::move(bias), op);
+  }
+  plan.matvec = false;
 
   // x's rows, k 16-bit values each, 8-byte aligned (plane after plane for f32's parts).
   TensorPtr planes;
@@ -75,14 +149,11 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
   }
   TensorPtr b = bias ? backend.contiguous(*bias, op) : nullptr;
   TensorPtr out = backend.make_tensor(dtype, out_shape, op);
+  plan.out = dtype;
+  plan.bias = b ? b->dtype() : DType::Bool;
 
   CUfunction product = runtime.compiler.function(plan.key(), "kiln_quant_product",
                                                  [&] { return quant_product_source(plan); });
-  const DType bias_dtype = b ? b->dtype() : DType::Bool;
-  const std::string reduce_key =
-      std::string("quant_reduce:") + short_name(dtype) + ":" + (b ? short_name(bias_dtype) : "-");
-  CUfunction reduce = runtime.compiler.function(
-      reduce_key, "kiln_quant_reduce", [&] { return quant_reduce_source(dtype, bias_dtype); });
   const std::int64_t row_tiles = ceil_div(n, kQuantTileRows);
   const std::int64_t tiles = ceil_div(k, kQuantTileValues);
   const std::int64_t columns = static_cast<std::int64_t>(plan.column_tiles) * 8;
@@ -91,25 +162,23 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
   for (std::int64_t first = 0; first < rows; first += kRowsPerLaunch) {
     const std::int64_t count = std::min(kRowsPerLaunch, rows - first);
     const std::int64_t groups = ceil_div(count, columns);
-    // Split k where the rows of W and x alone give too few blocks to fill the GPU.
-    const std::int64_t wanted =
+    // Split k where the rows of W and x alone give too few blocks to fill the GPU; a tile of the
+    // output per split-k counter.
+    std::int64_t wanted =
         std::clamp(ceil_div(kBlocksPerSm * sms, row_tiles * groups), std::int64_t{1}, tiles);
+    if (row_tiles * groups > static_cast<std::int64_t>(Context::kSplitCounters)) wanted = 1;
     const std::int64_t tiles_per_split = ceil_div(tiles, wanted);
     const std::int64_t splits = ceil_div(tiles, tiles_per_split);
     const std::int64_t blocks = row_tiles * groups * splits;
-    if (blocks > 0x7fffffff) {
-      detail::fail<InvalidArgument>(op, "a weight of ", n, " rows needs ", blocks,
-                                    " blocks of threads, more than a grid holds");
-    }
-    Workspace partial(runtime, static_cast<std::size_t>(splits * count * n) * sizeof(float), op);
-    QuantProductParams p{};
-    p.weight = w.blocks();
-    p.x = planes->data() + static_cast<CUdeviceptr>(first * k * 2);
-    p.partial = reinterpret_cast<std::uintptr_t>(partial.get());
-    p.n = n;
-    p.k = k;
-    p.rows = count;
-    p.row_bytes = w.row_bytes();
+    check_grid(op, n, blocks);
+    const std::size_t partial_bytes =
+        splits > 1 ? static_cast<std::size_t>(splits * count * n) * sizeof(float) : 0;
+    Workspace partial(runtime, partial_bytes, op);
+    QuantProductParams p = product_params(
+        runtime, w, n, k, count, planes->data() + static_cast<CUdeviceptr>(first * k * 2), partial,
+        out->data() +
+            static_cast<CUdeviceptr>(first * n * static_cast<std::int64_t>(dtype_size(dtype))),
+        b);
     p.plane = rows * k;
     p.int8_block = plan.int8_block;
     p.row_tiles = static_cast<std::int32_t>(row_tiles);
@@ -117,16 +186,6 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
     p.splits = static_cast<std::int32_t>(splits);
     p.tiles_per_split = static_cast<std::int32_t>(tiles_per_split);
     runtime.launch(op, product, static_cast<unsigned>(blocks), kQuantThreads, p, shared);
-
-    QuantReduceParams r{};
-    r.partial = p.partial;
-    r.bias = b ? b->data() : 0;
-    r.out = out->data() +
-            static_cast<CUdeviceptr>(first * n * static_cast<std::int64_t>(dtype_size(dtype)));
-    r.total = count * n;
-    r.n = n;
-    r.splits = static_cast<std::int32_t>(splits);
-    runtime.launch(op, reduce, runtime.blocks_for(count * n, 256), 256, r);
   }
   return out;
 }

@@ -7,9 +7,14 @@
 //     are exact 16-bit floats (A), x is B (f16 or bf16 as it is; an f32 x as three bf16 parts
 //     that add up to it exactly, kiln_quant_split), each step's sums are scaled in f32. A block of
 //     4 warps takes 64 rows of W and up to 32 rows of x; the rows of W stream through shared
-//     memory in tiles of 256 values (cp.async, 16-byte words, two stages); splits of k are summed
-//     by kiln_quant_reduce, which adds the bias and writes x's dtype. Batch 1 is one column of
-//     the product: the weight is read once.
+//     memory in tiles of 256 values (cp.async, 16-byte words, two stages). Where k is split over
+//     blocks, the last block of a tile to finish sums the splits (a counter per tile); it, or the
+//     only split, adds the bias and writes x's dtype. Batch 1 is one column of the product: the
+//     weight is read once, in one launch.
+//   - kiln_quant_matvec: the same product for up to 4 rows of x and a GGUF kind (decoding's
+//     matrix-vector products): x rounded to int8 blocks of 32 and multiplied with the codes by
+//     dp4a, each warp streaming its rows of W through its own stages of shared memory; the
+//     weight is read once at the speed of the memory (quant_kernels.h).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +30,10 @@ inline constexpr int kQuantTileRows = 64;     // weight rows per block of thread
 inline constexpr int kQuantThreads = 128;
 inline constexpr int kQuantStages = 2;
 inline constexpr int kQuantMaxColumnTiles = 4;  // 8 rows of x each: 32 per block
+inline constexpr int kQuantMatvecMaxRows = 4;   // rows of x kiln_quant_matvec takes
+inline constexpr int kQuantMatvecColumns = 4;   // rows of x per block of it, at most
+inline constexpr int kQuantMatvecThreads = 256;
+inline constexpr int kQuantMatvecChunk = 1024;  // values of k per split
 
 // Mirrors struct P of kiln_quant_decode: same members, same order.
 struct QuantDecodeParams {
@@ -60,11 +69,19 @@ struct QuantProductKernel {
   bool bf16 = true;             // the 16-bit type of the operands (f16 only for an f16 x)
   int terms = 1;                // parts of x: 3 for f32 (exact in three bf16)
   int column_tiles = 1;         // tiles of 8 rows of x per block
+  DType out = DType::F32;       // the product's dtype (x's)
+  DType bias = DType::Bool;     // the bias's dtype; Bool for none
+  // kiln_quant_matvec instead (a GGUF kind, at most kQuantMatvecMaxRows rows of x): its rows of
+  // x per block (1, 2, 4 or 8), its stages of shared memory per warp, and x's dtype (0 f32, 1
+  // bf16, 2 f16).
+  bool matvec = false;
+  int matvec_rows = 1;
+  int stages = 2;
+  int x_type = 0;
+  std::int64_t stage_bytes = 0;  // one warp's stage: a row's chunk of 1024 values
   // The kernel's cache key: everything its source depends on.
   std::string key() const;
-  std::size_t shared_bytes() const {
-    return static_cast<std::size_t>(kQuantStages) * kQuantTileRows * row_stride;
-  }
+  std::size_t shared_bytes() const;
 };
 
 // The product kernel for a weight of scheme whose rows hold k values, multiplied by rows rows of
@@ -74,23 +91,16 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
 
 // Mirrors struct P of kiln_quant_product: same members, same order.
 struct QuantProductParams {
-  std::uint64_t weight;   // byte address of W's row 0
-  std::uint64_t x;        // [terms][plane] of 16-bit values: x's rows, k each
-  std::uint64_t partial;  // f32 [splits][rows][n]
+  std::uint64_t weight;    // byte address of W's row 0
+  std::uint64_t x;         // [terms][plane] of 16-bit values: x's rows, k each
+  std::uint64_t partial;   // f32 [splits][rows][n] where k is split
+  std::uint64_t out;       // [rows][n] of kernel.out
+  std::uint64_t bias;      // [n] of kernel.bias, or 0
+  std::uint64_t counters;  // u32, one per (row tile, column group), 0 (Context::split_counters)
   std::int64_t n, k, rows, row_bytes, plane, int8_block;
   std::int32_t row_tiles, column_groups, splits, tiles_per_split;
 };
 std::string quant_product_source(const QuantProductKernel& kernel);
-
-// Mirrors struct P of kiln_quant_reduce.
-struct QuantReduceParams {
-  std::uint64_t partial, bias, out;
-  std::int64_t total, n;
-  std::int32_t splits, pad;
-};
-// out[i] = sum over splits of partial (+ bias[i % n]) as dtype out; bias of dtype bias, or none
-// (DType::Bool stands for none).
-std::string quant_reduce_source(DType out, DType bias);
 
 // Mirrors struct P of kiln_quant_split.
 struct QuantSplitParams {

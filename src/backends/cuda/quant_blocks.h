@@ -24,7 +24,9 @@
 #define KQ_FN __device__ __forceinline__
 #define KQ_UNROLL _Pragma("unroll")
 #else
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kiln/half.h"
 #define KQ_FN inline

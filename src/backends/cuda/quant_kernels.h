@@ -56,6 +56,25 @@ KQ_FN void kq_load8(const unsigned short* at, unsigned& lo, unsigned& hi) {
   lo = v.x;
   hi = v.y;
 }
+// The split-k handshake: a fence orders this thread's stores before its later ones for every
+// block of the grid; a ticket is the counter's value before adding one; another block's partial
+// sums are read through L2 (never a stale L1 line).
+KQ_FN void kq_fence() { __threadfence(); }
+KQ_FN unsigned kq_ticket(unsigned* counter) { return atomicAdd(counter, 1u); }
+KQ_FN float kq_load_l2(const float* at) { return __ldcg(at); }
+KQ_FN void kq_warp_sync() { __syncwarp(); }
+KQ_FN float kq_round(float v) { return roundf(v); }  // halves away from zero, as std::round
+KQ_FN float kq_nan() { return __int_as_float(0x7fc00000); }
+// v of lane (this lane ^ mask); every lane of the warp takes part.
+KQ_FN unsigned kq_shfl_xor(unsigned v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+KQ_FN unsigned kq_float_bits(float v) { return __float_as_uint(v); }
+KQ_FN float kq_bits_float(unsigned v) { return __uint_as_float(v); }
+// c + the four products of a's unsigned bytes with b's signed bytes.
+KQ_FN int kq_dp4a(unsigned a, unsigned b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
 #else
 unsigned kq_thread();
 unsigned kq_block();
@@ -78,7 +97,36 @@ inline void kq_load8(const unsigned short* at, unsigned& lo, unsigned& hi) {
   std::memcpy(&lo, at, 4);
   std::memcpy(&hi, at + 2, 4);
 }
+void kq_fence();
+unsigned kq_ticket(unsigned* counter);
+inline float kq_load_l2(const float* at) { return *at; }
+void kq_warp_sync();
+unsigned kq_shfl_xor(unsigned v, int mask);
+inline float kq_round(float v) { return std::round(v); }
+inline float kq_nan() { return std::numeric_limits<float>::quiet_NaN(); }
+inline unsigned kq_float_bits(float v) {
+  unsigned bits;
+  std::memcpy(&bits, &v, 4);
+  return bits;
+}
+inline float kq_bits_float(unsigned v) {
+  float value;
+  std::memcpy(&value, &v, 4);
+  return value;
+}
+inline int kq_dp4a(unsigned a, unsigned b, int c) {
+  for (int e = 0; e < 4; ++e) {
+    c += static_cast<int>((a >> (8 * e)) & 0xFF) * static_cast<signed char>((b >> (8 * e)) & 0xFF);
+  }
+  return c;
+}
 #endif
+
+// The sum of v over the warp's 32 lanes (a butterfly), in every lane.
+KQ_FN float kq_warp_sum(float v) {
+  KQ_UNROLL for (int o = 16; o > 0; o >>= 1) v += kq_bits_float(kq_shfl_xor(kq_float_bits(v), o));
+  return v;
+}
 
 // ---- kiln_quant_decode ----
 // Mirrors QuantDecodeParams (quant.h).
@@ -146,7 +194,7 @@ KQ_FN void kq_decode_int8(const KqDecodeParams& p) {
 // ---- kiln_quant_product ----
 // Mirrors QuantProductParams (quant.h).
 struct KqProductParams {
-  unsigned long long weight, x, partial;
+  unsigned long long weight, x, partial, out, bias, counters;
   long long n, k, rows, row_bytes, plane, int8_block;
   int row_tiles, column_groups, splits, tiles_per_split;
 };
@@ -284,11 +332,47 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
   }
 }
 
+// After a split's partial sums are stored: the block that finishes last among the splits of
+// tile `rest` (a ticket of its counter, which it sets back to 0 for the next launch) sums the
+// splits' partials in split order and writes the output. The counters start at 0 and every
+// launch leaves them so (Context::split_counters).
+template <class Out, int kColumns>
+KQ_FN void kq_finish(const KqProductParams& p, unsigned char* smem, int rest, long long row0,
+                     long long col0) {
+  kq_fence();
+  kq_sync();  // every thread's partial sums are stored and fenced before the block's ticket
+  auto* last = reinterpret_cast<volatile unsigned*>(smem);  // the stages are read by now
+  if (kq_thread() == 0) {
+    unsigned* counter = reinterpret_cast<unsigned*>(p.counters) + rest;
+    const bool is_last = kq_ticket(counter) == static_cast<unsigned>(p.splits - 1);
+    if (is_last) *counter = 0;
+    *last = is_last ? 1u : 0u;
+  }
+  kq_sync();
+  if (*last == 0) return;
+  kq_fence();  // the other splits' sums, fenced before their tickets, are seen after ours
+  const auto* partial = reinterpret_cast<const float*>(p.partial);
+  const long long plane = p.rows * p.n;
+  for (int i = static_cast<int>(kq_thread()); i < kKqRows * kColumns;
+       i += static_cast<int>(kq_block_threads())) {
+    const long long row = row0 + i % kKqRows, c = col0 + i / kKqRows;
+    if (row >= p.n || c >= p.rows) continue;
+    const long long at = c * p.n + row;
+    float s = kq_load_l2(partial + at);
+    for (int j = 1; j < p.splits; ++j) s += kq_load_l2(partial + j * plane + at);
+    Out::store(p, at, row, s);
+  }
+}
+
 // Block b: split b % splits of k, then the group of x's rows, then 64 rows of W. Tiles stream
 // through kStages stages of smem: the copies of the next ones are in flight while this one is
 // multiplied. Every iteration commits one group (maybe empty), so waiting for all but the newest
-// kStages - 2 means the tile about to be read is in. Each split writes its own partial sums.
-template <class Kind, bool kBf16, int kTerms, int kNt, int kInt8, int kRowStride, int kStages>
+// kStages - 2 means the tile about to be read is in. With one split the sums go straight out
+// (Out::store adds the bias and writes the output's dtype); with several, each split writes its
+// partial sums and the last of them to finish sums all splits in order (kq_finish), so one
+// launch serves and no second kernel's start is paid.
+template <class Kind, bool kBf16, int kTerms, int kNt, int kInt8, int kRowStride, int kStages,
+          class Out>
 KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
   constexpr int kStage = kKqRows * kRowStride;
   const int thread = static_cast<int>(kq_thread());
@@ -327,18 +411,229 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
 
   // C fragments: acc[nt][0..1] are row ra's sums for x's rows col0 + 8 nt + 2t (+ 1), [2..3]
   // row rb's.
-  float* out = reinterpret_cast<float*>(p.partial) + static_cast<long long>(split) * p.rows * p.n;
+  float* partial =
+      reinterpret_cast<float*>(p.partial) + static_cast<long long>(split) * p.rows * p.n;
+  auto put = [&](long long c, long long row, float s) {
+    if (c >= p.rows || row >= p.n) return;
+    if (p.splits == 1) {
+      Out::store(p, c * p.n + row, row, s);
+    } else {
+      partial[c * p.n + row] = s;
+    }
+  };
   KQ_UNROLL for (int nt = 0; nt < kNt; ++nt) {
     const long long c = col0 + nt * 8 + 2 * t;
-    if (c < p.rows) {
-      if (ra < p.n) out[c * p.n + ra] = acc[nt][0];
-      if (rb < p.n) out[c * p.n + rb] = acc[nt][2];
+    put(c, ra, acc[nt][0]);
+    put(c, rb, acc[nt][2]);
+    put(c + 1, ra, acc[nt][1]);
+    put(c + 1, rb, acc[nt][3]);
+  }
+  if (p.splits > 1) kq_finish<Out, kNt * 8>(p, smem, rest, row0, col0);
+}
+
+// ---- kiln_quant_matvec ----
+// y[rows, n] = x[rows, k] · W[n, k]ᵀ for a few rows of x, any GGUF kind: the matrix-vector
+// products of decoding, where the weight is read once and the time is the time to read it. A
+// block takes kCols (1, 2, 4, 8) rows of x; more rows are groups of 8 in adjacent blocks, which
+// read the same weight bytes at about the same time (from L2 after the first). x is rounded to int8
+// blocks of 32 values first (scale amax / 127, as the CPU's quantize_int8 and llama.cpp's q8_1 do),
+// so each step of the weight's codes is four dp4a instructions a row of x: value = mul (u - kBias)
+// + add (quant_blocks.h's product reading) gives sum x·value = dx (mul (sum u·xq - kBias sum xq) +
+// add sum xq). A block of 8 warps takes 64 rows of W and a chunk of up to 1024 values of k (a
+// split: tiles_per_split blocks of 32 values); each warp streams its 8 rows through kStages stages
+// of its own shared memory (cp.async), and lane l multiplies values 32 l .. 32 l + 31 of the chunk,
+// whose x codes it holds in registers. Splits are summed as kiln_quant_product's are (kq_finish). A
+// block of x with a NaN or an infinity gives NaN.
+constexpr int kKqMvWarps = 8;
+constexpr int kKqMvRowsPerWarp = kKqRows / kKqMvWarps;
+constexpr int kKqMvChunk = 1024;  // values of k a split at most: 32 per lane
+
+// Shared memory of one warp's stage: a row's chunk at any of 16 starting offsets.
+template <class Kind>
+constexpr int kq_mv_stage_bytes() {
+  return (kKqMvChunk / Kind::kValues * Kind::kBytes + 15 + 15) / 16 * 16;
+}
+// x's codes [kCols][1024] bytes, scales [kCols][32] floats, sums of 16 codes [kCols][64] ints.
+template <int kCols>
+constexpr int kq_mv_x_bytes() {
+  return kCols * (kKqMvChunk + 32 * 4 + 64 * 4);
+}
+
+// x's value i as f32: kX 0 f32, 1 bf16, 2 f16.
+template <int kX>
+KQ_FN float kq_x_value(unsigned long long x, long long i) {
+  if constexpr (kX == 0) {
+    return reinterpret_cast<const float*>(x)[i];
+  } else {
+    const unsigned bits = reinterpret_cast<const unsigned short*>(x)[i];
+#ifdef __CUDACC_RTC__
+    return kX == 1 ? __uint_as_float(bits << 16) : kq_half(bits);
+#else
+    return kq_elem_to_float(bits, kX == 1);
+#endif
+  }
+}
+
+// The chunk [k0, k0 + values) of x's rows col0 .. col0 + kCols - 1 as int8 blocks of 32 into
+// shared memory: 8 lanes a block, 4 values a lane (the block's amax, finiteness and sums of 16
+// codes shared by shuffles), so every thread of the block takes part and the quantization takes
+// the time of a few values. Rows past p.rows and blocks past the chunk are zeros.
+template <int kCols, int kX>
+KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long col0, long long k0,
+                            long long values, unsigned char* codes, float* scales, int* sums) {
+  const int blocks = static_cast<int>(values / 32);
+  // kCols * 256 tasks over the block's 256 threads: every lane makes the same number of turns.
+  for (int task = static_cast<int>(kq_thread()); task < kCols * 256;
+       task += static_cast<int>(kq_block_threads())) {
+    const int block = task / 8, part = task % 8;  // values 4 part .. 4 part + 3 of the block
+    const int c = block / 32, b = block % 32;
+    const bool real = col0 + c < p.rows && b < blocks;  // the same in the block's 8 lanes
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (real) {
+      const long long at = (col0 + c) * p.k + k0 + 32 * b + 4 * part;
+      KQ_UNROLL for (int e = 0; e < 4; ++e) v[e] = kq_x_value<kX>(p.x, at + e);
     }
-    if (c + 1 < p.rows) {
-      if (ra < p.n) out[(c + 1) * p.n + ra] = acc[nt][1];
-      if (rb < p.n) out[(c + 1) * p.n + rb] = acc[nt][3];
+    float amax = 0.0f;
+    unsigned finite = 1;
+    KQ_UNROLL for (int e = 0; e < 4; ++e) {
+      const float a = v[e] < 0.0f ? -v[e] : v[e];
+      if (!(a <= 3.40282347e38f)) finite = 0;  // NaN or infinity
+      amax = a > amax ? a : amax;
+    }
+    KQ_UNROLL for (int o = 1; o < 8; o <<= 1) {
+      const float other = kq_bits_float(kq_shfl_xor(kq_float_bits(amax), o));
+      amax = other > amax ? other : amax;
+      finite &= kq_shfl_xor(finite, o);
+    }
+    const float d = amax / 127.0f;
+    unsigned word = 0;
+    int sum = 0;
+    KQ_UNROLL for (int e = 0; e < 4; ++e) {
+      float q = d != 0.0f ? kq_round(v[e] / d) : 0.0f;
+      q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+      const int code = finite != 0 ? static_cast<int>(q) : 0;
+      word |= (static_cast<unsigned>(code) & 0xFFu) << (8 * e);
+      sum += code;
+    }
+    // Sums of the codes of values 0..15 (parts 0..3) and 16..31 (parts 4..7).
+    sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 1));
+    sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 2));
+    reinterpret_cast<unsigned*>(codes + c * kKqMvChunk + 32 * b)[part] = word;
+    if (part == 0) scales[c * 32 + b] = finite != 0 ? d : kq_nan();  // 0 where not real
+    if (part % 4 == 0) sums[c * 64 + 2 * b + part / 4] = sum;
+  }
+}
+
+template <class Kind, int kCols, int kStages, int kX, class Out>
+KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
+  constexpr int kStage = kq_mv_stage_bytes<Kind>();
+  constexpr int kStepsPerLane = 32 / Kind::kStep;  // 1, or 2 where a scale covers 16 values
+  constexpr int kChunksPerStep = Kind::kStep / 16;
+  const int thread = static_cast<int>(kq_thread());
+  const int warp = thread >> 5, lane = thread & 31;
+  // Block b: the group of x's rows b % column_groups, then the split, then the tile of W's rows.
+  const auto groups = static_cast<unsigned>(p.column_groups);
+  const int group = static_cast<int>(kq_block() % groups);
+  const int split = static_cast<int>(kq_block() / groups % static_cast<unsigned>(p.splits));
+  const int tile = static_cast<int>(kq_block() / groups / static_cast<unsigned>(p.splits));
+  const long long row0 = static_cast<long long>(tile) * kKqRows;
+  const long long col0 = static_cast<long long>(group) * kCols;
+  const long long chunk = static_cast<long long>(p.tiles_per_split) * 32;
+  const long long k0 = split * chunk;
+  const long long values = p.k - k0 < chunk ? p.k - k0 : chunk;
+  const long long offset = k0 / Kind::kValues * Kind::kBytes;
+  const long long bytes = values / Kind::kValues * Kind::kBytes;
+  unsigned char* stages = smem + warp * kStages * kStage;
+  unsigned char* x_codes = smem + kKqMvWarps * kStages * kStage;
+  float* x_scales = reinterpret_cast<float*>(x_codes + kCols * kKqMvChunk);
+  int* x_sums = reinterpret_cast<int*>(x_scales + kCols * 32);
+
+  // Row i of this warp (row0 + warp + 8 i) into stage `stage`: the aligned words that hold its
+  // chunk's bytes, which start at (their address % 16) in the stage. One group per call.
+  auto load_row = [&](int i, int stage) {
+    const long long row = row0 + warp + kKqMvWarps * i;
+    if (i < kKqMvRowsPerWarp && row < p.n) {
+      const unsigned long long start =
+          p.weight + static_cast<unsigned long long>(row * p.row_bytes + offset);
+      const int words =
+          static_cast<int>(((start & 15) + static_cast<unsigned long long>(bytes) + 15) >> 4);
+      for (int w = lane; w < words; w += 32)
+        kq_copy16(stages + stage * kStage + 16 * w, (start & ~15ull) + 16ull * w);
+    }
+    kq_commit();
+  };
+  KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) load_row(s, s);
+  // x's chunk while the first rows are on their way.
+  kq_mv_quantize_x<kCols, kX>(p, col0, k0, values, x_codes, x_scales, x_sums);
+  kq_sync();
+  const bool active = 32 * lane < values;
+  unsigned xq[kCols][8];
+  float dx[kCols];
+  int xs[kCols][2];
+  KQ_UNROLL for (int c = 0; c < kCols; ++c) {
+    const unsigned* words = reinterpret_cast<const unsigned*>(x_codes + c * kKqMvChunk + 32 * lane);
+    KQ_UNROLL for (int w = 0; w < 8; ++w) xq[c][w] = words[w];
+    dx[c] = x_scales[c * 32 + lane];
+    xs[c][0] = x_sums[c * 64 + 2 * lane];
+    xs[c][1] = x_sums[c * 64 + 2 * lane + 1];
+  }
+  // The lane's values within its block of the kind, and the block's place in the chunk.
+  const int block_at = 32 * lane / Kind::kValues * Kind::kBytes;
+  const int first_step = 32 * lane % Kind::kValues / Kind::kStep;
+  float* partial =
+      reinterpret_cast<float*>(p.partial) + static_cast<long long>(split) * p.rows * p.n;
+
+  // Each lane's share of each row's sums; summed over the warp after the rows, where the
+  // shuffles of different rows overlap.
+  float sum[kKqMvRowsPerWarp][kCols];
+  KQ_UNROLL for (int i = 0; i < kKqMvRowsPerWarp; ++i) {
+    KQ_UNROLL for (int c = 0; c < kCols; ++c) sum[i][c] = 0.0f;
+  }
+  KQ_UNROLL for (int i = 0; i < kKqMvRowsPerWarp; ++i) {
+    load_row(i + kStages - 1, (i + kStages - 1) % kStages);
+    kq_wait<kStages - 1>();
+    kq_warp_sync();  // every lane's copies of row i are in
+    const long long row = row0 + warp + kKqMvWarps * i;
+    if (row < p.n) {  // the same in every lane of the warp
+      const unsigned long long start =
+          p.weight + static_cast<unsigned long long>(row * p.row_bytes + offset);
+      const unsigned char* block = stages + (i % kStages) * kStage + (start & 15) + block_at;
+      if (active) {
+        KQ_UNROLL for (int s = 0; s < kStepsPerLane; ++s) {
+          float mul, add;
+          Kind::scale(block, first_step + s, mul, add);
+          unsigned u[kChunksPerStep * 4];
+          KQ_UNROLL for (int h = 0; h < kChunksPerStep; ++h) {
+            KQ_UNROLL for (int t = 0; t < 4; ++t) u[4 * h + t] =
+                Kind::codes(block, first_step + s, h, t);
+          }
+          KQ_UNROLL for (int c = 0; c < kCols; ++c) {
+            int dot = 0;
+            KQ_UNROLL for (int w = 0; w < kChunksPerStep * 4; ++w) dot =
+                kq_dp4a(u[w], xq[c][kChunksPerStep * 4 * s + w], dot);
+            const int codes = kStepsPerLane == 1 ? xs[c][0] + xs[c][1] : xs[c][s];
+            sum[i][c] += dx[c] * (mul * static_cast<float>(dot - Kind::kBias * codes) +
+                                  add * static_cast<float>(codes));
+          }
+        }
+      }
+    }
+    kq_warp_sync();  // every lane is done with row i's stage before it is refilled
+  }
+  KQ_UNROLL for (int i = 0; i < kKqMvRowsPerWarp; ++i) {
+    const long long row = row0 + warp + kKqMvWarps * i;
+    KQ_UNROLL for (int c = 0; c < kCols; ++c) {
+      const float total = kq_warp_sum(sum[i][c]);
+      if (lane == 0 && row < p.n && col0 + c < p.rows) {
+        if (p.splits == 1) {
+          Out::store(p, (col0 + c) * p.n + row, row, total);
+        } else {
+          partial[(col0 + c) * p.n + row] = total;
+        }
+      }
     }
   }
+  if (p.splits > 1) kq_finish<Out, kCols>(p, smem, tile * p.column_groups + group, row0, col0);
 }
 
 // ---- kiln_quant_split ----

@@ -3,6 +3,8 @@
 // instantiates one body's template for the kind and shape at hand.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/quant.h"
 #include "backends/cuda/quant_blocks_source.h"
@@ -49,25 +51,6 @@ const char* kind_struct(Kind kind) {
 }
 
 bool is_int8(Kind kind) { return kind == Kind::Int8Block || kind == Kind::Int8Channel; }
-
-// ---- reduce ----
-constexpr const char* kReduceKernel = R"CUDA(
-struct P {{
-  u64 partial, bias, out;
-  i64 total, n;
-  int splits, pad;
-}};
-extern "C" __global__ void __launch_bounds__(256) kiln_quant_reduce(const P p) {{
-  const float* partial = (const float*)p.partial;
-  const i64 step = (i64)gridDim.x * blockDim.x;
-  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < p.total; i += step) {{
-    float s = partial[i];
-    for (int k = 1; k < p.splits; ++k) s += partial[k * p.total + i];
-    {add_bias}
-    (({out_t}*)p.out)[i] = {store};
-  }}
-}}
-)CUDA";
 
 // Shared memory per weight row and stage: the tile's bytes at any of 16 starting offsets, a
 // multiple of 16 bytes; an odd multiple of 16 so the 8 rows a warp reads at once start in
@@ -121,6 +104,19 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
     plan.tile_bytes = kQuantTileValues / block.values * block.bytes;
   }
   plan.row_stride = row_stride_for(plan.tile_bytes);
+  if (!is_int8(scheme.kind) && rows <= kQuantMatvecMaxRows) {
+    plan.matvec = true;
+    plan.matvec_rows = rows <= 1 ? 1 : (rows <= 2 ? 2 : kQuantMatvecColumns);
+    plan.x_type = x == DType::F32 ? 0 : (x == DType::BF16 ? 1 : 2);
+    // quant_kernels.h's kq_mv_stage_bytes and kq_mv_x_bytes: as many stages (2 to 8) as 28 KiB
+    // hold, so that 8 blocks of 256 threads (a full SM) fit in an SM's shared memory: a grid of
+    // up to 8 blocks an SM runs in one wave.
+    plan.stage_bytes = (kQuantMatvecChunk / kQuantTileValues * plan.tile_bytes + 30) / 16 * 16;
+    const std::int64_t x_bytes = plan.matvec_rows * (kQuantMatvecChunk + 32 * 4 + 64 * 4);
+    const std::int64_t warps = kQuantMatvecThreads / 32;
+    plan.stages = static_cast<int>(std::clamp((28 * 1024 - x_bytes) / (warps * plan.stage_bytes),
+                                              std::int64_t{2}, std::int64_t{8}));
+  }
   plan.bf16 = x != DType::F16;
   plan.terms = x == DType::F32 ? 3 : 1;
   const std::int64_t tiles = (rows + 7) / 8;
@@ -130,34 +126,58 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
 }
 
 std::string QuantProductKernel::key() const {
-  return fmt::format("quant_product:{}:{}:{}:{}:{}:{}", kind_struct(kind), int8_form,
-                     bf16 ? "bf16" : "f16", terms, column_tiles, row_stride);
+  const std::string output =
+      fmt::format("{}:{}", short_name(out), bias == DType::Bool ? "-" : short_name(bias));
+  if (matvec) {
+    return fmt::format("quant_matvec:{}:{}:{}:{}:{}", kind_struct(kind), matvec_rows, stages,
+                       x_type, output);
+  }
+  return fmt::format("quant_product:{}:{}:{}:{}:{}:{}:{}", kind_struct(kind), int8_form,
+                     bf16 ? "bf16" : "f16", terms, column_tiles, row_stride, output);
+}
+
+std::size_t QuantProductKernel::shared_bytes() const {
+  if (matvec) {
+    return static_cast<std::size_t>((kQuantMatvecThreads / 32) * stages * stage_bytes +
+                                    matvec_rows * (kQuantMatvecChunk + 32 * 4 + 64 * 4));
+  }
+  return static_cast<std::size_t>(kQuantStages) * kQuantTileRows * row_stride;
 }
 
 std::string quant_product_source(const QuantProductKernel& kernel) {
+  // Out::store: the sum of output `at` (weight row `row`) plus the bias, in the output's dtype.
+  const std::string add_bias =
+      kernel.bias == DType::Bool
+          ? std::string()
+          : fmt::format("s += (float)({});\n",
+                        load_expression(kernel.bias, fmt::format("(({}*)p.bias)[row]",
+                                                                 storage_type(kernel.bias))));
   return quant_module() +
          fmt::format(
+             "struct KqOut {{\n"
+             "  static __device__ __forceinline__ void store(const KqProductParams& p, i64 at, "
+             "i64 row, float s) {{\n"
+             "    {add_bias}"
+             "    (({out_t}*)p.out)[at] = {store};\n"
+             "  }}\n"
+             "}};\n"
              "extern \"C\" __global__ void __launch_bounds__({threads}) "
-             "kiln_quant_product(const KqProductParams p) {{\n"
+             "{name}(const KqProductParams p) {{\n"
              "  extern __shared__ __align__(16) unsigned char smem[];\n"
-             "  kq_product<{kind}, {bf16}, {terms}, {nt}, {int8}, {stride}, {stages}>(p, smem);\n"
+             "  {body}\n"
              "}}\n",
-             "threads"_a = kQuantThreads, "kind"_a = kind_struct(kernel.kind),
-             "bf16"_a = kernel.bf16, "terms"_a = kernel.terms, "nt"_a = kernel.column_tiles,
-             "int8"_a = kernel.int8_form, "stride"_a = kernel.row_stride,
-             "stages"_a = kQuantStages);
-}
-
-std::string quant_reduce_source(DType out, DType bias) {
-  const bool has_bias = bias != DType::Bool;
-  const std::string add_bias =
-      has_bias ? fmt::format("s += (float)({});",
-                             load_expression(
-                                 bias, fmt::format("(({}*)p.bias)[i % p.n]", storage_type(bias))))
-               : std::string();
-  return kernel_prelude() + fmt::format(kReduceKernel, "add_bias"_a = add_bias,
-                                        "out_t"_a = storage_type(out),
-                                        "store"_a = store_expression(out, "s"));
+             "add_bias"_a = add_bias, "out_t"_a = storage_type(kernel.out),
+             "store"_a = store_expression(kernel.out, "s"),
+             "threads"_a = kernel.matvec ? kQuantMatvecThreads : kQuantThreads,
+             "name"_a = kernel.matvec ? "kiln_quant_matvec" : "kiln_quant_product",
+             "body"_a = kernel.matvec
+                            ? fmt::format("kq_matvec<{}, {}, {}, {}, KqOut>(p, smem);",
+                                          kind_struct(kernel.kind), kernel.matvec_rows,
+                                          kernel.stages, kernel.x_type)
+                            : fmt::format("kq_product<{}, {}, {}, {}, {}, {}, {}, KqOut>(p, smem);",
+                                          kind_struct(kernel.kind), kernel.bf16, kernel.terms,
+                                          kernel.column_tiles, kernel.int8_form, kernel.row_stride,
+                                          kQuantStages));
 }
 
 std::string quant_split_source() {
