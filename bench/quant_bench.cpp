@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -88,6 +89,28 @@ void read_floor(benchmark::State& state) {
 }
 BENCHMARK(read_floor)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
+// A [rows, cols] weight of kind: normal values encoded, or, for a kind kiln only decodes (Q5_K),
+// random blocks whose f16 scales (d and dmin, its first four bytes) are 2^-12, so the values are
+// about as large as the encoded kinds' (a timing needs only their bytes).
+TensorData quantized_weight(QuantScheme::Kind kind, std::int64_t rows, std::int64_t cols,
+                            std::uint32_t seed) {
+  const QuantScheme scheme = quant_scheme(kind);
+  if (can_quantize(scheme)) {
+    return TensorData::from_vec(host_values(rows * cols, seed), Shape{rows, cols}).quantize(scheme);
+  }
+  if (kind != QuantScheme::Kind::Q5_K) throw std::invalid_argument("no weights of this kind");
+  constexpr std::int64_t kBytes = 176;
+  std::mt19937 rng(seed);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(rows * cols / 256 * kBytes));
+  for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
+  for (std::size_t at = 0; at < bytes.size(); at += kBytes) {
+    const std::uint16_t scale = 0x0C00;  // f16 2^-12
+    std::memcpy(bytes.data() + at, &scale, 2);
+    std::memcpy(bytes.data() + at + 2, &scale, 2);
+  }
+  return TensorData::quantized(std::move(bytes), Shape{rows, cols}, scheme);
+}
+
 // An 8192 x 8192 weight of kind, x and y, the product spot-checked: one row against its
 // dequantized dot product (the VNNI kernels round x to int8 blocks: about 1e-3 relative here).
 struct MatvecCase {
@@ -96,9 +119,8 @@ struct MatvecCase {
 };
 
 MatvecCase matvec_case(QuantScheme::Kind kind) {
-  MatvecCase c{TensorData::from_vec(host_values(kRows * kCols, 3), Shape{kRows, kCols})
-                   .quantize(quant_scheme(kind)),
-               host_values(kCols, 4), std::vector<float>(kRows)};
+  MatvecCase c{quantized_weight(kind, kRows, kCols, 3), host_values(kCols, 4),
+               std::vector<float>(kRows)};
   cpu::quantized_matvec(c.weight, c.x, c.y);
   const std::vector<float> row =
       TensorData::quantized(
@@ -205,6 +227,14 @@ BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q4_k, QuantScheme::Kind::Q4_K)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
+BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q5_k, QuantScheme::Kind::Q5_K)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q6_k, QuantScheme::Kind::Q6_K)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 
 // The best instruction set the CPU has (what kiln picks), and AVX2 beside it.
 BENCHMARK_CAPTURE(quant_matvec, q8_0, QuantScheme::Kind::Q8_0, cpu::best_quant_isa())
@@ -236,10 +266,11 @@ void quant_batch(benchmark::State& state, std::optional<QuantScheme::Kind> kind)
   guarded(state, [&] {
     const Device device = Device::cpu();
     const std::int64_t batch = state.range(0);
-    const auto weight = Tensor<2>::from_data(
-        TensorData::from_vec(host_values(kBatchRows * kBatchCols, 6), {kBatchRows, kBatchCols}),
-        device);
-    const Tensor<2> w = kind ? weight.quantize(quant_scheme(*kind)) : weight;
+    const Tensor<2> w =
+        Tensor<2>::from_data(kind ? quantized_weight(*kind, kBatchRows, kBatchCols, 6)
+                                  : TensorData::from_vec(host_values(kBatchRows * kBatchCols, 6),
+                                                         {kBatchRows, kBatchCols}),
+                             device);
     const auto x = Tensor<2>::from_data(
         TensorData::from_vec(host_values(batch * kBatchCols, 7), {batch, kBatchCols}), device);
     // Spot check: the first product against its dequantized float64 dot product (the VNNI
@@ -263,6 +294,8 @@ void batches(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(quant_batch, q8_0, QuantScheme::Kind::Q8_0)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q4_0, QuantScheme::Kind::Q4_0)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q4_k, QuantScheme::Kind::Q4_K)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q5_k, QuantScheme::Kind::Q5_K)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q6_k, QuantScheme::Kind::Q6_K)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, f32, std::nullopt)->Apply(batches);
 
 }  // namespace

@@ -138,14 +138,14 @@ KILN_CONFORMANCE_ROW(dequantize, ({"dequantize"})) {
 // blocks, as a model multiplies by it), and embedding from a QFloat table: against float64
 // products and lookups of the decoded weight, for every float dtype and layout of x, batches of
 // one and several rows, 3-D x, empty x. Within the f32 sums of the magnitudes plus the rounding to
-// x's dtype. The schemes are ones the CPU decodes into its gemm (its VNNI kernels for Q8_0, Q4_0
-// and Q4_K round x to int8 blocks first, which these bounds do not allow: tests/backends/cpu
+// x's dtype. The schemes are ones the CPU decodes into its gemm (its VNNI kernels for Q8_0, Q4_0,
+// Q4_K and Q6_K round x to int8 blocks first, which these bounds do not allow: tests/backends/cpu
 // checks those). On cuda, products of at most 4 rows of x with a GGUF weight round x to int8
 // blocks of 32 (README, quantization): there the reference takes x so rounded.
 KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
   if (!stores_quantized(device)) return;
   const std::int64_t k = 256;
-  const std::vector<QuantScheme> schemes = {quant_scheme(Kind::Q6_K), quant_scheme(Kind::Q5_1),
+  const std::vector<QuantScheme> schemes = {quant_scheme(Kind::Q4_1), quant_scheme(Kind::Q5_1),
                                             int8_channel_scheme()};
   const std::vector<Shape> x_shapes = {{3, k}, {1, k}, {2, 3, k}, {0, k}};
   std::uint64_t seed = 9300;

@@ -292,13 +292,18 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
   }
 }
 
-// AVX-512 with VNNI, Q4_K: a block of 256 values is a group of x's eight blocks of 32, and its
-// eight sub-blocks are those blocks. Each sub-block's value is d * scale_j * q - dmin * min_j,
-// q its nibble (0-15, VNNI's unsigned operand as it is), so its dot product with x's block j is
-// dx_j * (d * scale_j * (sum of q times x's codes) - dmin * min_j * (sum of x's codes)).
-// Sub-blocks 2c and 2c + 1 are the low and high nibbles of the same 32 bytes: one broadcast
-// and one GF(2) affine transform give both.
-constexpr std::int64_t kQ4KBytes = 144;
+// AVX-512 with VNNI, Q4_K and Q5_K: a block of 256 values is a group of x's eight blocks of 32,
+// and its eight sub-blocks are those blocks. Each sub-block's value is d * scale_j * q - dmin *
+// min_j, q its nibble (0-15; Q5_K's with a fifth bit, 0-31: VNNI's unsigned operand as it is), so
+// its dot product with x's block j is dx_j * (d * scale_j * (sum of q times x's codes) - dmin *
+// min_j * (sum of x's codes)). Sub-blocks 2c and 2c + 1 are the low and high nibbles of the same
+// 32 bytes: one broadcast and one GF(2) affine transform give both; Q5_K's fifth bits of
+// sub-block j are bit j of its 32 high bytes, two shifts of one broadcast. The header (d, dmin,
+// the packed scales) is the same in both.
+template <bool kFifth>
+constexpr std::int64_t kQ45KBytes = kFifth ? 176 : 144;
+template <bool kFifth>
+constexpr std::int64_t kQ45KNibbles = kFifth ? 48 : 16;  // where the nibbles start
 
 // A Q4_K block's eight sub-block scales d * scale_j and mins dmin * min_j, in lane_of's order,
 // from its twelve bytes of 6-bit fields (quant::scale_min), all eight at once: one byte permute
@@ -342,16 +347,18 @@ __attribute__((target("avx2,f16c"))) inline void q4_k_scales(const std::byte* bl
                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(fields, 8))));
 }
 
-template <int kCount>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) void dots_vnni_q4_k(
+template <bool kFifth, int kCount>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) void dots_vnni_q45_k(
     const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
+  constexpr std::int64_t kBytes = kQ45KBytes<kFifth>;
   const __m512i nibbles = _mm512_set_epi64(kHighNibble, kHighNibble, kHighNibble, kHighNibble,
                                            kLowNibble, kLowNibble, kLowNibble, kLowNibble);
+  const __m512i bit = _mm512_set1_epi8(1);
   const std::int64_t groups = blocks / kGroupBlocks;
   __m256 acc[kCount];
   for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
-  for (std::int64_t g = 0; g < groups; ++g, row += kQ4KBytes) {
-    for (std::int64_t line = 0; line < kQ4KBytes; line += 64) {
+  for (std::int64_t g = 0; g < groups; ++g, row += kBytes) {
+    for (std::int64_t line = 0; line < kBytes; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
     }
     __m256 dw;
@@ -360,9 +367,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) vo
     __m512i w[kGroupBlocks / 2];
     for (int c = 0; c < kGroupBlocks / 2; ++c) {
       w[c] = _mm512_gf2p8affine_epi64_epi8(
-          _mm512_broadcast_i64x4(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * c))),
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(row + kQ45KNibbles<kFifth> + 32 * c))),
           nibbles, 0);
+      if constexpr (kFifth) {
+        // Bits 2c (values 0-31 of the register) and 2c + 1 (32-63) of the high bytes, at bit 4.
+        const long long low_shift = 0x0001000100010001LL * (2 * c);
+        const long long high_shift = 0x0001000100010001LL * (2 * c + 1);
+        const __m512i shifts = _mm512_set_epi64(high_shift, high_shift, high_shift, high_shift,
+                                                low_shift, low_shift, low_shift, low_shift);
+        const __m512i high =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16)));
+        w[c] = _mm512_or_si512(
+            w[c], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(high, shifts), bit), 4));
+      }
     }
     for (int i = 0; i < kCount; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
@@ -372,6 +390,72 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) vo
       const __m256 block =
           _mm256_fmsub_ps(dw, _mm256_cvtepi32_ps(group_dots(w, xg)), _mm256_mul_ps(mw, code_sums));
       acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
+    }
+  }
+  for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
+}
+
+// AVX-512 with VNNI, Q6_K: a block of 256 values (210 bytes: 128 bytes of low nibbles, 64 of
+// high bit pairs, 16 int8 scales, an f16 d) is a group of x's eight blocks of 32, and each 16
+// values share a scale: value = d * scale_j * (q - 32), q = nibble | pair << 4 (0-63, VNNI's
+// unsigned operand as it is). Register c holds values 64c .. 64c + 63: the 64 low bytes of half
+// c / 2 (their low nibbles for even c, high for odd), the half's 32 high bytes twice, shifted by
+// 4 (c % 2) and 4 (c % 2) + 2. Per 4 values (a VNNI lane): sum q * x's codes less 32 times the sum
+// of x's codes (a VNNI of ones), times the lane's scale, in int32; the eight blocks' lanes are
+// summed as the other kernels' are and scaled by d and x's scales in float.
+constexpr std::int64_t kQ6KBytes = 210;
+
+template <int kCount>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dots_vnni_q6_k(
+    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i pair = _mm512_set1_epi8(0x03);
+  const __m512i ones = _mm512_set1_epi8(1);
+  // 16-bit lanes' shifts of the high bytes: values 0-31 then 32-63 of the register.
+  constexpr long long kBy2 = 0x0002000200020002, kBy4 = 2 * kBy2, kBy6 = 3 * kBy2;
+  const __m512i pair_shift[2] = {_mm512_set_epi64(kBy2, kBy2, kBy2, kBy2, 0, 0, 0, 0),
+                                 _mm512_set_epi64(kBy6, kBy6, kBy6, kBy6, kBy4, kBy4, kBy4, kBy4)};
+  // Byte i of register c's scale pattern: scale 4c + i / 4 (a VNNI lane's four values share it).
+  __m128i scale_pattern[4];
+  for (int c = 0; c < 4; ++c) {
+    alignas(16) std::array<std::uint8_t, 16> index{};
+    for (int i = 0; i < 16; ++i)
+      index[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(4 * c + i / 4);
+    scale_pattern[c] = _mm_load_si128(reinterpret_cast<const __m128i*>(index.data()));
+  }
+  const std::int64_t groups = blocks / kGroupBlocks;
+  __m256 acc[kCount];
+  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g, row += kQ6KBytes) {
+    for (std::int64_t line = 0; line < kQ6KBytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
+    }
+    const __m128i packed_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + 208)));
+    __m512i q[4];
+    __m512i scales[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m512i low = _mm512_loadu_si512(row + 64 * (c / 2));
+      const __m512i nibbles =
+          _mm512_and_si512(c % 2 == 0 ? low : _mm512_srli_epi16(low, 4), nibble);
+      const __m512i high = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * (c / 2))));
+      const __m512i pairs = _mm512_and_si512(_mm512_srlv_epi16(high, pair_shift[c % 2]), pair);
+      q[c] = _mm512_or_si512(nibbles, _mm512_slli_epi16(pairs, 4));
+      scales[c] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(packed_scales, scale_pattern[c]));
+    }
+    for (int i = 0; i < kCount; ++i) {
+      const std::byte* xg = xs[i] + g * kGroupBytes;
+      __m512i lanes[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m512i codes = _mm512_loadu_si512(xg + 64 * c);
+        const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], codes);
+        const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, codes);
+        lanes[c] =
+            _mm512_mullo_epi32(_mm512_sub_epi32(dots, _mm512_slli_epi32(sums, 5)), scales[c]);
+      }
+      const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums(lanes)), _mm256_mul_ps(d, dx), acc[i]);
     }
   }
   for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
@@ -430,7 +514,21 @@ QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept {
     case Kind::Q4_K:
 #if defined(__x86_64__) && defined(__GNUC__)
       if (isa == QuantIsa::Avx512) {
-        return {dots_vnni_q4_k<kQuantGroup>, dots_vnni_q4_k<1>, true};
+        return {dots_vnni_q45_k<false, kQuantGroup>, dots_vnni_q45_k<false, 1>, true};
+      }
+#endif
+      return {};
+    case Kind::Q5_K:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (isa == QuantIsa::Avx512) {
+        return {dots_vnni_q45_k<true, kQuantGroup>, dots_vnni_q45_k<true, 1>, true};
+      }
+#endif
+      return {};
+    case Kind::Q6_K:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (isa == QuantIsa::Avx512) {
+        return {dots_vnni_q6_k<kQuantGroup>, dots_vnni_q6_k<1>, true};
       }
 #endif
       return {};
