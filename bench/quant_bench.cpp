@@ -227,6 +227,10 @@ BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q4_k, QuantScheme::Kind::Q4_K)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
+BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q5_0, QuantScheme::Kind::Q5_0)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q5_k, QuantScheme::Kind::Q5_K)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
@@ -293,6 +297,9 @@ void batches(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(quant_batch, q8_0, QuantScheme::Kind::Q8_0)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q4_0, QuantScheme::Kind::Q4_0)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q4_1, QuantScheme::Kind::Q4_1)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q5_0, QuantScheme::Kind::Q5_0)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q5_1, QuantScheme::Kind::Q5_1)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q4_k, QuantScheme::Kind::Q4_K)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q5_k, QuantScheme::Kind::Q5_K)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q6_k, QuantScheme::Kind::Q6_K)->Apply(batches);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cpu/quant_matvec.h"
 #include "conformance/conformance.h"
 #include "kiln/quant.h"
 #include "quant/block_reference.h"
@@ -138,14 +139,14 @@ KILN_CONFORMANCE_ROW(dequantize, ({"dequantize"})) {
 // blocks, as a model multiplies by it), and embedding from a QFloat table: against float64
 // products and lookups of the decoded weight, for every float dtype and layout of x, batches of
 // one and several rows, 3-D x, empty x. Within the f32 sums of the magnitudes plus the rounding to
-// x's dtype. The schemes are ones the CPU decodes into its gemm (its VNNI kernels for Q8_0, Q4_0,
-// Q4_K and Q6_K round x to int8 blocks first, which these bounds do not allow: tests/backends/cpu
-// checks those). On cuda, products of at most 4 rows of x with a GGUF weight round x to int8
-// blocks of 32 (README, quantization): there the reference takes x so rounded.
+// x's dtype, of x as the product sees it: the CPU's VNNI kernels (every kind they take) and, on
+// cuda, products of at most 4 rows of x with a GGUF weight round x to int8 blocks of 32 first
+// (README, quantization), and there the reference takes x so rounded. (A remote device is taken
+// to have a CPU server, as in the test process.)
 KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
   if (!stores_quantized(device)) return;
   const std::int64_t k = 256;
-  const std::vector<QuantScheme> schemes = {quant_scheme(Kind::Q4_1), quant_scheme(Kind::Q5_1),
+  const std::vector<QuantScheme> schemes = {quant_scheme(Kind::Q6_K), quant_scheme(Kind::Q5_1),
                                             int8_channel_scheme()};
   const std::vector<Shape> x_shapes = {{3, k}, {1, k}, {2, 3, k}, {0, k}};
   std::uint64_t seed = 9300;
@@ -162,8 +163,11 @@ KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
             const std::vector<double> x = representable(random_values(xs, dtype, seed++), dtype);
             const std::vector<double> b = representable(bv, dtype);
             const std::int64_t rows = xs.num_elements() / k;
-            const bool int8_x = device.kind() == DeviceKind::Cuda && rows <= 4 &&
-                                scheme.kind != Kind::Int8Block && scheme.kind != Kind::Int8Channel;
+            const bool int8_x =
+                device.kind() == DeviceKind::Cuda
+                    ? rows <= 4 && scheme.kind != Kind::Int8Block &&
+                          scheme.kind != Kind::Int8Channel
+                    : cpu::rounds_x_to_int8(scheme.kind);  // the CPU's, or a remote CPU server's
             const std::vector<double> xr = int8_x ? test::int8_rounded_x(x, k) : x;
             std::vector<std::int64_t> od = xs.to_vector();
             od.back() = n;

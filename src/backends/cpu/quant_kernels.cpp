@@ -292,6 +292,110 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
   }
 }
 
+// AVX-512 with VNNI, Q4_1, Q5_0 and Q5_1, a block at a time into registers of two: its 32
+// nibbles (values 0-15 the low ones, 16-31 the high) and Q5's fifth bits (bit i of its 32-bit
+// mask is value i's, a masked move) are VNNI's unsigned operand as they are. Q5_0's value is
+// d * (q - 16): its offset comes off through x's code sums as Q4_0's does; Q4_1's and Q5_1's is
+// d * q + m: the min adds m times x's code sum.
+template <Kind kKind>
+struct LegacyLayout {
+  static constexpr bool kFifth = kKind != Kind::Q4_1;
+  static constexpr bool kMin = kKind != Kind::Q5_0;
+  static constexpr std::int64_t kBytes = kKind == Kind::Q4_1 ? 20 : kKind == Kind::Q5_0 ? 22 : 24;
+  static constexpr std::int64_t kHigh = kMin ? 4 : 2;  // the fifth bits' mask
+  static constexpr std::int64_t kNibbles = kBytes - 16;
+};
+
+template <Kind kKind>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i legacy_codes(
+    const std::byte* block) {
+  using L = LegacyLayout<kKind>;
+  const __m256i twice = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + L::kNibbles)));
+  const __m256i codes = _mm256_and_si256(
+      _mm256_srlv_epi32(twice, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+  if constexpr (!L::kFifth) {
+    return codes;
+  } else {
+    std::uint32_t high;
+    std::memcpy(&high, block + L::kHigh, 4);
+    return _mm256_or_si256(codes, _mm256_maskz_set1_epi8(high, 0x10));
+  }
+}
+
+// The f16 fields at `at` of a group's eight blocks as floats, in lane_of's order.
+template <std::int64_t kBytes>
+__attribute__((target("avx2,f16c"))) inline __m256 group_halves(const std::byte* row,
+                                                                std::int64_t at) {
+  std::uint64_t low = 0, high = 0;
+  for (int j = 0; j < 4; ++j) {
+    low |= std::uint64_t{scale_bits(row + 2 * j * kBytes + at)} << (16 * j);
+    high |= std::uint64_t{scale_bits(row + (2 * j + 1) * kBytes + at)} << (16 * j);
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<long long>(high), static_cast<long long>(low)));
+}
+
+template <Kind kKind, int kCount>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dots_vnni_legacy(
+    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
+  using L = LegacyLayout<kKind>;
+  const std::int64_t groups = blocks / kGroupBlocks;
+  __m256 acc[kCount];
+  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g, row += kGroupBlocks * L::kBytes) {
+    for (std::int64_t line = 0; line < kGroupBlocks * L::kBytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
+    }
+    __m512i w[kGroupBlocks / 2];
+    for (int m = 0; m < kGroupBlocks / 2; ++m) {
+      w[m] =
+          _mm512_inserti64x4(_mm512_castsi256_si512(legacy_codes<kKind>(row + 2 * m * L::kBytes)),
+                             legacy_codes<kKind>(row + (2 * m + 1) * L::kBytes), 1);
+    }
+    const __m256 dw = group_halves<L::kBytes>(row, 0);
+    for (int i = 0; i < kCount; ++i) {
+      const std::byte* xg = xs[i] + g * kGroupBytes;
+      const __m256i dots = group_dots(w, xg);
+      const __m256i code_sums =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + kGroupSums));
+      const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
+      __m256 block;
+      if constexpr (L::kMin) {
+        block = _mm256_fmadd_ps(
+            dw, _mm256_cvtepi32_ps(dots),
+            _mm256_mul_ps(group_halves<L::kBytes>(row, 2), _mm256_cvtepi32_ps(code_sums)));
+      } else {
+        block = _mm256_mul_ps(
+            dw, _mm256_cvtepi32_ps(_mm256_sub_epi32(dots, _mm256_slli_epi32(code_sums, 4))));
+      }
+      acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
+    }
+  }
+  // The blocks of a last, partial group, one at a time.
+  for (int i = 0; i < kCount; ++i) {
+    float sum = horizontal_sum(acc[i]);
+    for (std::int64_t b = groups * kGroupBlocks; b < blocks; ++b) {
+      const std::byte* block = row + (b - groups * kGroupBlocks) * L::kBytes;
+      const EncodedBlock x = encoded_block(xs[i], b);
+      const __m256i dot =
+          _mm256_dpbusd_epi32(_mm256_setzero_si256(), legacy_codes<kKind>(block),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes)));
+      alignas(32) std::int32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), dot);
+      std::int32_t total = 0;
+      for (std::int32_t lane : lanes) total += lane;
+      const float d = _cvtsh_ss(scale_bits(block));
+      if constexpr (L::kMin) {
+        sum += x.scale * (d * static_cast<float>(total) +
+                          _cvtsh_ss(scale_bits(block + 2)) * static_cast<float>(x.sum));
+      } else {
+        sum += x.scale * d * static_cast<float>(total - 16 * x.sum);
+      }
+    }
+    out[i] = sum;
+  }
+}
+
 // AVX-512 with VNNI, Q4_K and Q5_K: a block of 256 values is a group of x's eight blocks of 32,
 // and its eight sub-blocks are those blocks. Each sub-block's value is d * scale_j * q - dmin *
 // min_j, q its nibble (0-15; Q5_K's with a fifth bit, 0-31: VNNI's unsigned operand as it is), so
@@ -515,6 +619,27 @@ QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept {
 #if defined(__x86_64__) && defined(__GNUC__)
       if (isa == QuantIsa::Avx512) {
         return {dots_vnni_q45_k<false, kQuantGroup>, dots_vnni_q45_k<false, 1>, true};
+      }
+#endif
+      return {};
+    case Kind::Q4_1:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (isa == QuantIsa::Avx512) {
+        return {dots_vnni_legacy<Kind::Q4_1, kQuantGroup>, dots_vnni_legacy<Kind::Q4_1, 1>, true};
+      }
+#endif
+      return {};
+    case Kind::Q5_0:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (isa == QuantIsa::Avx512) {
+        return {dots_vnni_legacy<Kind::Q5_0, kQuantGroup>, dots_vnni_legacy<Kind::Q5_0, 1>, true};
+      }
+#endif
+      return {};
+    case Kind::Q5_1:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (isa == QuantIsa::Avx512) {
+        return {dots_vnni_legacy<Kind::Q5_1, kQuantGroup>, dots_vnni_legacy<Kind::Q5_1, 1>, true};
       }
 #endif
       return {};

@@ -1,6 +1,6 @@
 // The SIMD kernels of the quantized products (quant_matvec.h), compiled for their targets here
-// (-O3) and picked at run time: dot products of a row of a Q8_0, Q4_0, Q4_K, Q5_K or Q6_K weight
-// with one or four rows of x. quant_matvec.cpp drives them over rows and threads.
+// (-O3) and picked at run time: dot products of a row of a weight in a GGUF kind (all but Q2_K,
+// Q3_K and Q8_K) with one or four rows of x. quant_matvec.cpp drives them over rows and threads.
 #pragma once
 
 #include <cstddef>
@@ -26,8 +26,9 @@ struct QuantKernels {
   bool encoded = false;      // x as int8 blocks (the VNNI kernels)
 };
 
-// The kernels of kind for isa (Avx2 or Avx512, which the CPU has): Q8_0 and Q4_0 on both, Q4_K,
-// Q5_K and Q6_K on Avx512 (rows of a multiple of 256 values); empty (null kernels) for the others.
+// The kernels of kind for isa (Avx2 or Avx512, which the CPU has): Q8_0 and Q4_0 on both; Q4_1,
+// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K on Avx512 (the k-quants' rows a multiple of 256 values); empty
+// (null kernels) for the others.
 QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept;
 
 // Bytes of a row of x of `blocks` blocks encoded for the VNNI kernels (Q8_0's and Q4_0's alike),
