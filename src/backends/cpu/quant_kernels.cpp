@@ -610,56 +610,30 @@ QuantKernels kernels_for([[maybe_unused]] QuantIsa isa) {
 }  // namespace
 
 QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept {
+  if (kind == Kind::Q8_0) return kernels_for<Kind::Q8_0>(isa);
+  if (kind == Kind::Q4_0) return kernels_for<Kind::Q4_0>(isa);
+#if defined(__x86_64__) && defined(__GNUC__)
+  // The other kinds' kernels need VNNI.
+  if (isa != QuantIsa::Avx512) return {};
   switch (kind) {
-    case Kind::Q8_0:
-      return kernels_for<Kind::Q8_0>(isa);
-    case Kind::Q4_0:
-      return kernels_for<Kind::Q4_0>(isa);
-    case Kind::Q4_K:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (isa == QuantIsa::Avx512) {
-        return {dots_vnni_q45_k<false, kQuantGroup>, dots_vnni_q45_k<false, 1>, true};
-      }
-#endif
-      return {};
     case Kind::Q4_1:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (isa == QuantIsa::Avx512) {
-        return {dots_vnni_legacy<Kind::Q4_1, kQuantGroup>, dots_vnni_legacy<Kind::Q4_1, 1>, true};
-      }
-#endif
-      return {};
+      return {dots_vnni_legacy<Kind::Q4_1, kQuantGroup>, dots_vnni_legacy<Kind::Q4_1, 1>, true};
     case Kind::Q5_0:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (isa == QuantIsa::Avx512) {
-        return {dots_vnni_legacy<Kind::Q5_0, kQuantGroup>, dots_vnni_legacy<Kind::Q5_0, 1>, true};
-      }
-#endif
-      return {};
+      return {dots_vnni_legacy<Kind::Q5_0, kQuantGroup>, dots_vnni_legacy<Kind::Q5_0, 1>, true};
     case Kind::Q5_1:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (isa == QuantIsa::Avx512) {
-        return {dots_vnni_legacy<Kind::Q5_1, kQuantGroup>, dots_vnni_legacy<Kind::Q5_1, 1>, true};
-      }
-#endif
-      return {};
+      return {dots_vnni_legacy<Kind::Q5_1, kQuantGroup>, dots_vnni_legacy<Kind::Q5_1, 1>, true};
+    case Kind::Q4_K:
+      return {dots_vnni_q45_k<false, kQuantGroup>, dots_vnni_q45_k<false, 1>, true};
     case Kind::Q5_K:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (isa == QuantIsa::Avx512) {
-        return {dots_vnni_q45_k<true, kQuantGroup>, dots_vnni_q45_k<true, 1>, true};
-      }
-#endif
-      return {};
+      return {dots_vnni_q45_k<true, kQuantGroup>, dots_vnni_q45_k<true, 1>, true};
     case Kind::Q6_K:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (isa == QuantIsa::Avx512) {
-        return {dots_vnni_q6_k<kQuantGroup>, dots_vnni_q6_k<1>, true};
-      }
-#endif
-      return {};
+      return {dots_vnni_q6_k<kQuantGroup>, dots_vnni_q6_k<1>, true};
     default:
       return {};
   }
+#else
+  return {};
+#endif
 }
 
 std::int64_t encoded_row_bytes(std::int64_t blocks) noexcept {
