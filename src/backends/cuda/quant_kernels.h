@@ -434,16 +434,18 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
 // ---- kiln_quant_matvec ----
 // y[rows, n] = x[rows, k] · W[n, k]ᵀ for a few rows of x, any GGUF kind: the matrix-vector
 // products of decoding, where the weight is read once and the time is the time to read it. A
-// block takes kCols (1, 2, 4, 8) rows of x; more rows are groups of 8 in adjacent blocks, which
-// read the same weight bytes at about the same time (from L2 after the first). x is rounded to int8
-// blocks of 32 values first (scale amax / 127, as the CPU's quantize_int8 and llama.cpp's q8_1 do),
-// so each step of the weight's codes is four dp4a instructions a row of x: value = mul (u - kBias)
-// + add (quant_blocks.h's product reading) gives sum x·value = dx (mul (sum u·xq - kBias sum xq) +
-// add sum xq). A block of 8 warps takes 64 rows of W and a chunk of up to 1024 values of k (a
-// split: tiles_per_split blocks of 32 values); each warp streams its 8 rows through kStages stages
-// of its own shared memory (cp.async), and lane l multiplies values 32 l .. 32 l + 31 of the chunk,
-// whose x codes it holds in registers. Splits are summed as kiln_quant_product's are (kq_finish). A
-// block of x with a NaN or an infinity gives NaN.
+// block takes kCols (1, 2, 4, 8) rows of x; more rows would be groups of kCols in adjacent blocks
+// (column_groups, reading the same weight bytes at about the same time), which the plugin does not
+// launch: from 5 rows of x on the tiled kernel was faster (docs/quantization-gpu.md). x is
+// rounded to int8 blocks of 32 values first (scale amax / 127, as the CPU's quantize_int8 and
+// llama.cpp's q8_1 do), so a step of the weight's codes is one dp4a instruction per 4 values and
+// row of x: value = mul (u - kBias) + add (quant_blocks.h's product reading) gives sum x·value =
+// dx (mul (sum u·xq - kBias sum xq) + add sum xq). A block of 8 warps takes 64 rows of W and a
+// chunk of up to 1024 values of k (a split: tiles_per_split blocks of 32 values); each warp
+// streams its 8 rows through kStages stages of its own shared memory (cp.async), and lane l
+// multiplies values 32 l .. 32 l + 31 of the chunk, whose x codes it holds in registers. Splits
+// are summed as kiln_quant_product's are (kq_finish). A block of x with a NaN or an infinity gives
+// NaN.
 constexpr int kKqMvWarps = 8;
 constexpr int kKqMvRowsPerWarp = kKqRows / kKqMvWarps;
 constexpr int kKqMvChunk = 1024;  // values of k a split at most: 32 per lane
