@@ -89,24 +89,32 @@ void read_floor(benchmark::State& state) {
 }
 BENCHMARK(read_floor)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
-// A [rows, cols] weight of kind: normal values encoded, or, for a kind kiln only decodes (Q5_K),
-// random blocks whose f16 scales (d and dmin, its first four bytes) are 2^-12, so the values are
-// about as large as the encoded kinds' (a timing needs only their bytes).
+// A [rows, cols] weight of kind: normal values encoded, or, for a kind kiln only decodes (Q2_K,
+// Q3_K, Q5_K), random blocks whose f16 scales are 2^-12, so the values are about as large as the
+// encoded kinds' (a timing needs only their bytes).
 TensorData quantized_weight(QuantScheme::Kind kind, std::int64_t rows, std::int64_t cols,
                             std::uint32_t seed) {
+  using Kind = QuantScheme::Kind;
   const QuantScheme scheme = quant_scheme(kind);
   if (can_quantize(scheme)) {
     return TensorData::from_vec(host_values(rows * cols, seed), Shape{rows, cols}).quantize(scheme);
   }
-  if (kind != QuantScheme::Kind::Q5_K) throw std::invalid_argument("no weights of this kind");
-  constexpr std::int64_t kBytes = 176;
+  // Bytes of a 256-value block and where its f16 scales are.
+  struct Layout {
+    std::int64_t bytes;
+    std::vector<std::int64_t> scales;
+  };
+  const Layout layout = kind == Kind::Q2_K   ? Layout{84, {80, 82}}
+                        : kind == Kind::Q3_K ? Layout{110, {108}}
+                        : kind == Kind::Q5_K
+                            ? Layout{176, {0, 2}}
+                            : throw std::invalid_argument("no weights of this kind");
   std::mt19937 rng(seed);
-  std::vector<std::byte> bytes(static_cast<std::size_t>(rows * cols / 256 * kBytes));
+  std::vector<std::byte> bytes(static_cast<std::size_t>(rows * cols / 256 * layout.bytes));
   for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
-  for (std::size_t at = 0; at < bytes.size(); at += kBytes) {
+  for (std::size_t at = 0; at < bytes.size(); at += static_cast<std::size_t>(layout.bytes)) {
     const std::uint16_t scale = 0x0C00;  // f16 2^-12
-    std::memcpy(bytes.data() + at, &scale, 2);
-    std::memcpy(bytes.data() + at + 2, &scale, 2);
+    for (std::int64_t field : layout.scales) std::memcpy(bytes.data() + at + field, &scale, 2);
   }
   return TensorData::quantized(std::move(bytes), Shape{rows, cols}, scheme);
 }
@@ -231,6 +239,10 @@ BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q5_0, QuantScheme::Kind::Q5_0)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
+BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q3_k, QuantScheme::Kind::Q3_K)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(quant_matvec_vs_memcpy, q5_k, QuantScheme::Kind::Q5_K)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
@@ -300,6 +312,8 @@ BENCHMARK_CAPTURE(quant_batch, q4_0, QuantScheme::Kind::Q4_0)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q4_1, QuantScheme::Kind::Q4_1)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q5_0, QuantScheme::Kind::Q5_0)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q5_1, QuantScheme::Kind::Q5_1)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q2_k, QuantScheme::Kind::Q2_K)->Apply(batches);
+BENCHMARK_CAPTURE(quant_batch, q3_k, QuantScheme::Kind::Q3_K)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q4_k, QuantScheme::Kind::Q4_K)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q5_k, QuantScheme::Kind::Q5_K)->Apply(batches);
 BENCHMARK_CAPTURE(quant_batch, q6_k, QuantScheme::Kind::Q6_K)->Apply(batches);

@@ -430,8 +430,8 @@ TEST(GpuQuant, ProductsMatchTheCpusQuantizedProduct) {
             .into_data();
       };
       // The CPU's VNNI kernels round x to int8 blocks of 32 (scale amax / 127) for every GGUF kind
-      // but Q2_K, Q3_K and Q8_K, the GPU's matrix-vector kernel for every GGUF kind at up to 4
-      // rows; the other products are f32 sums of the decoded weight.
+      // of weights, the GPU's matrix-vector kernel at up to 4 rows; the other products are f32
+      // sums of the decoded weight.
       const bool int8_x = cpu::rounds_x_to_int8(scheme.kind) || rounds_x(scheme, rows);
       expect_within_x_rounding(on(device), on(Device::cpu()), xd, w, int8_x ? 32 : 0,
                                name_of(scheme) + " rows " + std::to_string(rows));

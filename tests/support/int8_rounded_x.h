@@ -1,6 +1,6 @@
 // x as the quantized products that round it to int8 see it (CUDA's matrix-vector kernel for a
-// GGUF weight and at most 4 rows of x, the CPU's VNNI kernels for every GGUF kind but Q2_K, Q3_K
-// and Q8_K): each value rounded to f32, then blocks of 32 along each row of k values: d = amax /
+// GGUF weight and at most 4 rows of x, the CPU's VNNI kernels for every GGUF kind of
+// weights): each value rounded to f32, then blocks of 32 along each row of k values: d = amax /
 // 127 in f32, code round(x / d) (halves away from zero) within +-127, value d * code. A block that
 // holds a NaN or an infinity becomes NaN. Written from that description, not from either kernel.
 #pragma once

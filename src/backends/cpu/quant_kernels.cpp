@@ -396,6 +396,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void do
   }
 }
 
+// The shifts of 16-bit lanes that bring values 0-31 and 32-63 of register c's bit fields down:
+// bit pairs (a broadcast of a half's 32 bytes) and single bits (of 32 bytes for all 256 values).
+__attribute__((target("avx512f"))) inline __m512i pair_shifts(int c) {
+  const long long low = 0x0001000100010001LL * (4 * (c % 2));
+  const long long high = 0x0001000100010001LL * (4 * (c % 2) + 2);
+  return _mm512_set_epi64(high, high, high, high, low, low, low, low);
+}
+__attribute__((target("avx512f"))) inline __m512i bit_shifts(int c) {
+  const long long low = 0x0001000100010001LL * (2 * c);
+  const long long high = 0x0001000100010001LL * (2 * c + 1);
+  return _mm512_set_epi64(high, high, high, high, low, low, low, low);
+}
+// 32 bytes at `at`, in both halves of a register.
+__attribute__((target("avx512f"))) inline __m512i twice(const std::byte* at) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+}
 // AVX-512 with VNNI, Q4_K and Q5_K: a block of 256 values is a group of x's eight blocks of 32,
 // and its eight sub-blocks are those blocks. Each sub-block's value is d * scale_j * q - dmin *
 // min_j, q its nibble (0-15; Q5_K's with a fifth bit, 0-31: VNNI's unsigned operand as it is), so
@@ -476,14 +492,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) vo
           nibbles, 0);
       if constexpr (kFifth) {
         // Bits 2c (values 0-31 of the register) and 2c + 1 (32-63) of the high bytes, at bit 4.
-        const long long low_shift = 0x0001000100010001LL * (2 * c);
-        const long long high_shift = 0x0001000100010001LL * (2 * c + 1);
-        const __m512i shifts = _mm512_set_epi64(high_shift, high_shift, high_shift, high_shift,
-                                                low_shift, low_shift, low_shift, low_shift);
-        const __m512i high =
-            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16)));
         w[c] = _mm512_or_si512(
-            w[c], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(high, shifts), bit), 4));
+            w[c], _mm512_slli_epi16(
+                      _mm512_and_si512(_mm512_srlv_epi16(twice(row + 16), bit_shifts(c)), bit), 4));
       }
     }
     for (int i = 0; i < kCount; ++i) {
@@ -499,67 +510,153 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) vo
   for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
 }
 
-// AVX-512 with VNNI, Q6_K: a block of 256 values (210 bytes: 128 bytes of low nibbles, 64 of
-// high bit pairs, 16 int8 scales, an f16 d) is a group of x's eight blocks of 32, and each 16
-// values share a scale: value = d * scale_j * (q - 32), q = nibble | pair << 4 (0-63, VNNI's
-// unsigned operand as it is). Register c holds values 64c .. 64c + 63: the 64 low bytes of half
-// c / 2 (their low nibbles for even c, high for odd), the half's 32 high bytes twice, shifted by
-// 4 (c % 2) and 4 (c % 2) + 2. Per 4 values (a VNNI lane): sum q * x's codes less 32 times the sum
-// of x's codes (a VNNI of ones), times the lane's scale, in int32; the eight blocks' lanes are
-// summed as the other kernels' are and scaled by d and x's scales in float.
-constexpr std::int64_t kQ6KBytes = 210;
+// AVX-512 with VNNI, the k-quants whose scales cover 16 values (Q2_K, Q3_K, Q6_K): a block of 256
+// values is a group of x's eight blocks of 32. Register c holds the unsigned codes of values 64c
+// .. 64c + 63 (VNNI's unsigned operand as they are); a VNNI lane's four values share a scale, so
+// each lane's sum less the codes' offset times the sum of its x codes (a VNNI of ones) is
+// multiplied by its integer scale in int32, and the eight blocks' lanes are gathered as the other
+// kernels' are and scaled by d and x's scales in float. Q2_K's value is d * scale * q - dmin *
+// min: its lanes' x code sums times their mins are gathered beside them.
+//   Q6_K (210 bytes): 128 bytes of low nibbles (the 64 of half c / 2, their low nibbles for even
+//     c, high for odd), 64 of high bit pairs (the half's 32 bytes, shifted by 4 (c % 2) and
+//     4 (c % 2) + 2), 16 int8 scales, f16 d; value d * scale * (q - 32).
+//   Q3_K (110 bytes): 32 bytes of high bits (bit 2c and 2c + 1 of each), 64 of low bit pairs
+//     (the half's 32 bytes, shifted as Q6_K's pairs), 12 bytes of 6-bit scales less 32, f16 d;
+//     value d * scale * (q - 4), q = pair | bit << 2.
+//   Q2_K (84 bytes): 16 bytes of scale and min nibbles, 64 of bit pairs (as Q3_K's), f16 d and
+//     dmin.
+template <Kind kKind>
+struct Sixteens;
 
-template <int kCount>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dots_vnni_q6_k(
-    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const __m512i pair = _mm512_set1_epi8(0x03);
-  const __m512i ones = _mm512_set1_epi8(1);
-  // 16-bit lanes' shifts of the high bytes: values 0-31 then 32-63 of the register.
-  constexpr long long kBy2 = 0x0002000200020002, kBy4 = 2 * kBy2, kBy6 = 3 * kBy2;
-  const __m512i pair_shift[2] = {_mm512_set_epi64(kBy2, kBy2, kBy2, kBy2, 0, 0, 0, 0),
-                                 _mm512_set_epi64(kBy6, kBy6, kBy6, kBy6, kBy4, kBy4, kBy4, kBy4)};
-  // Byte i of register c's scale pattern: scale 4c + i / 4 (a VNNI lane's four values share it).
-  __m128i scale_pattern[4];
-  for (int c = 0; c < 4; ++c) {
-    alignas(16) std::array<std::uint8_t, 16> index{};
-    for (int i = 0; i < 16; ++i)
-      index[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(4 * c + i / 4);
-    scale_pattern[c] = _mm_load_si128(reinterpret_cast<const __m128i*>(index.data()));
+// Register c's bit pairs of the 64 bytes at `pairs` (each half's 32 bytes).
+__attribute__((target("avx512f,avx512bw"))) inline __m512i bit_pairs(const std::byte* pairs,
+                                                                     int c) {
+  return _mm512_and_si512(_mm512_srlv_epi16(twice(pairs + 32 * (c / 2)), pair_shifts(c)),
+                          _mm512_set1_epi8(0x03));
+}
+
+template <>
+struct Sixteens<Kind::Q6_K> {
+  static constexpr std::int64_t kBytes = 210, kD = 208;
+  static constexpr int kOffsetShift = 5;  // q - 32
+  __attribute__((target("avx512f,avx512bw"))) static __m512i codes(const std::byte* row, int c) {
+    const __m512i low = _mm512_loadu_si512(row + 64 * (c / 2));
+    const __m512i nibbles =
+        _mm512_and_si512(c % 2 == 0 ? low : _mm512_srli_epi16(low, 4), _mm512_set1_epi8(0x0f));
+    return _mm512_or_si512(nibbles, _mm512_slli_epi16(bit_pairs(row + 128, c), 4));
   }
+  __attribute__((target("avx2"))) static __m128i scales(const std::byte* row) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192));
+  }
+};
+
+template <>
+struct Sixteens<Kind::Q3_K> {
+  static constexpr std::int64_t kBytes = 110, kD = 108;
+  static constexpr int kOffsetShift = 2;  // q - 4
+  __attribute__((target("avx512f,avx512bw"))) static __m512i codes(const std::byte* row, int c) {
+    const __m512i high =
+        _mm512_and_si512(_mm512_srlv_epi16(twice(row), bit_shifts(c)), _mm512_set1_epi8(0x01));
+    return _mm512_or_si512(bit_pairs(row + 32, c), _mm512_slli_epi16(high, 2));
+  }
+  // Scale j: the low nibbles of bytes 0-7 (j < 8) or their high nibbles (j >= 8), with bit pair
+  // j / 4 of byte 8 + j % 4 on top, less 32.
+  __attribute__((target("avx2"))) static __m128i scales(const std::byte* row) {
+    std::uint64_t nibbles;
+    std::uint32_t pairs;
+    std::memcpy(&nibbles, row + 96, 8);
+    std::memcpy(&pairs, row + 104, 4);
+    const __m128i low = _mm_and_si128(
+        _mm_set_epi64x(static_cast<long long>(nibbles >> 4), static_cast<long long>(nibbles)),
+        _mm_set1_epi8(0x0f));
+    const __m128i high = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(pairs)), _mm_set_epi32(6, 4, 2, 0)),
+        _mm_set1_epi8(0x03));
+    return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+  }
+};
+
+template <>
+struct Sixteens<Kind::Q2_K> {
+  static constexpr std::int64_t kBytes = 84, kD = 80;
+  static constexpr int kOffsetShift = -1;  // no offset; a min instead (dmin at 82)
+  __attribute__((target("avx512f,avx512bw"))) static __m512i codes(const std::byte* row, int c) {
+    return bit_pairs(row + 16, c);
+  }
+  __attribute__((target("avx2"))) static __m128i scales(const std::byte* row) {
+    return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)),
+                         _mm_set1_epi8(0x0f));
+  }
+  __attribute__((target("avx2"))) static __m128i mins(const std::byte* row) {
+    return _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)), 4),
+                         _mm_set1_epi8(0x0f));
+  }
+};
+
+// Byte i of register c's lane pattern: scale 4c + i / 4 (a VNNI lane's four values share it).
+__attribute__((target("avx2"))) inline __m128i lane_pattern(int c) {
+  alignas(16) static constexpr auto kPatterns = [] {
+    std::array<std::array<std::uint8_t, 16>, 4> index{};
+    for (int r = 0; r < 4; ++r) {
+      for (int i = 0; i < 16; ++i) {
+        index[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] =
+            static_cast<std::uint8_t>(4 * r + i / 4);
+      }
+    }
+    return index;
+  }();
+  return _mm_load_si128(
+      reinterpret_cast<const __m128i*>(kPatterns[static_cast<std::size_t>(c)].data()));
+}
+
+template <Kind kKind, int kCount>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dots_vnni_16(
+    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
+  using L = Sixteens<kKind>;
+  constexpr bool kMin = L::kOffsetShift < 0;
+  const __m512i ones = _mm512_set1_epi8(1);
   const std::int64_t groups = blocks / kGroupBlocks;
   __m256 acc[kCount];
   for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
-  for (std::int64_t g = 0; g < groups; ++g, row += kQ6KBytes) {
-    for (std::int64_t line = 0; line < kQ6KBytes; line += 64) {
+  for (std::int64_t g = 0; g < groups; ++g, row += L::kBytes) {
+    for (std::int64_t line = 0; line < L::kBytes; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
     }
-    const __m128i packed_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + 208)));
+    const __m128i packed_scales = L::scales(row);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + L::kD)));
     __m512i q[4];
     __m512i scales[4];
+    __m512i mins[4];
     for (int c = 0; c < 4; ++c) {
-      const __m512i low = _mm512_loadu_si512(row + 64 * (c / 2));
-      const __m512i nibbles =
-          _mm512_and_si512(c % 2 == 0 ? low : _mm512_srli_epi16(low, 4), nibble);
-      const __m512i high = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * (c / 2))));
-      const __m512i pairs = _mm512_and_si512(_mm512_srlv_epi16(high, pair_shift[c % 2]), pair);
-      q[c] = _mm512_or_si512(nibbles, _mm512_slli_epi16(pairs, 4));
-      scales[c] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(packed_scales, scale_pattern[c]));
+      q[c] = L::codes(row, c);
+      scales[c] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(packed_scales, lane_pattern(c)));
+      if constexpr (kMin) {
+        mins[c] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(L::mins(row), lane_pattern(c)));
+      }
     }
     for (int i = 0; i < kCount; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
       __m512i lanes[4];
+      __m512i min_lanes[4];
       for (int c = 0; c < 4; ++c) {
         const __m512i codes = _mm512_loadu_si512(xg + 64 * c);
         const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], codes);
         const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, codes);
-        lanes[c] =
-            _mm512_mullo_epi32(_mm512_sub_epi32(dots, _mm512_slli_epi32(sums, 5)), scales[c]);
+        if constexpr (kMin) {
+          lanes[c] = _mm512_mullo_epi32(dots, scales[c]);
+          min_lanes[c] = _mm512_mullo_epi32(sums, mins[c]);
+        } else {
+          lanes[c] = _mm512_mullo_epi32(
+              _mm512_sub_epi32(dots, _mm512_slli_epi32(sums, L::kOffsetShift)), scales[c]);
+        }
+      }
+      __m256 block = _mm256_mul_ps(d, _mm256_cvtepi32_ps(block_sums(lanes)));
+      if constexpr (kMin) {
+        const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + L::kD + 2)));
+        block = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(block_sums(min_lanes)), block);
       }
       const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums(lanes)), _mm256_mul_ps(d, dx), acc[i]);
+      acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
     }
   }
   for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
@@ -626,8 +723,12 @@ QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept {
       return {dots_vnni_q45_k<false, kQuantGroup>, dots_vnni_q45_k<false, 1>, true};
     case Kind::Q5_K:
       return {dots_vnni_q45_k<true, kQuantGroup>, dots_vnni_q45_k<true, 1>, true};
+    case Kind::Q2_K:
+      return {dots_vnni_16<Kind::Q2_K, kQuantGroup>, dots_vnni_16<Kind::Q2_K, 1>, true};
+    case Kind::Q3_K:
+      return {dots_vnni_16<Kind::Q3_K, kQuantGroup>, dots_vnni_16<Kind::Q3_K, 1>, true};
     case Kind::Q6_K:
-      return {dots_vnni_q6_k<kQuantGroup>, dots_vnni_q6_k<1>, true};
+      return {dots_vnni_16<Kind::Q6_K, kQuantGroup>, dots_vnni_16<Kind::Q6_K, 1>, true};
     default:
       return {};
   }

@@ -1,6 +1,7 @@
 // The SIMD kernels of the quantized products (quant_matvec.h), compiled for their targets here
-// (-O3) and picked at run time: dot products of a row of a weight in a GGUF kind (all but Q2_K,
-// Q3_K and Q8_K) with one or four rows of x. quant_matvec.cpp drives them over rows and threads.
+// (-O3) and picked at run time: dot products of a row of a weight in a GGUF kind (all but
+// Q8_K, llama.cpp's kind for activations) with one or four rows of x. quant_matvec.cpp drives them
+// over rows and threads.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +28,7 @@ struct QuantKernels {
 };
 
 // The kernels of kind for isa (Avx2 or Avx512, which the CPU has): Q8_0 and Q4_0 on both; Q4_1,
-// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K on Avx512 (the k-quants' rows a multiple of 256 values); empty
+// Q5_0, Q5_1 and Q2_K to Q6_K on Avx512 (the k-quants' rows a multiple of 256 values); empty
 // (null kernels) for the others.
 QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept;
 

@@ -42,7 +42,7 @@ bool all_finite(const float* x, std::int64_t n) {
 
 void product_on_decoded_tiles(const QuantMatrix& w, const float* x, std::int64_t batch, float* out);
 
-// Q8_0 and Q4_0 on the blocks (isa Avx2 or Avx512), Q4_1, Q5_0, Q5_1 and Q4_K to Q6_K (Avx512).
+// Q8_0 and Q4_0 on the blocks (isa Avx2 or Avx512), Q4_1, Q5_0, Q5_1 and Q2_K to Q6_K (Avx512).
 void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch, float* out,
                        QuantIsa isa) {
   const std::int64_t blocks = w.cols / kBlock;

@@ -30,7 +30,7 @@ QuantIsa best_quant_isa() noexcept;
 // Whether the running CPU can run isa.
 bool cpu_has(QuantIsa isa) noexcept;
 // Whether the product with a weight of kind rounds x to int8 blocks of 32 (scale max |x| / 127,
-// as kiln's int8 blocks) on isa: the VNNI kernels of every GGUF kind but Q2_K, Q3_K and Q8_K. The
+// as kiln's int8 blocks) on isa: the VNNI kernels of every GGUF kind of weights (not Q8_K). The
 // other products
 // are f32 sums of the decoded weight.
 bool rounds_x_to_int8(QuantScheme::Kind kind, QuantIsa isa = best_quant_isa()) noexcept;
