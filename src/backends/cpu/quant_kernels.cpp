@@ -239,6 +239,54 @@ __attribute__((target("avx512f,avx512vl,avx512vnni"))) inline __m256i group_dots
   return block_sums(dots);
 }
 
+// Q4_1's, Q5_0's and Q5_1's blocks (dots_vnni_legacy below): their bytes, where their fifth bits
+// and min are (-1: none), and the offset of their codes: value = d * (q - offset) + m.
+struct LegacyLayout {
+  std::int64_t bytes, high, min;
+  int offset;
+  std::int64_t nibbles() const { return bytes - 16; }
+};
+constexpr LegacyLayout legacy_layout(Kind kind) {
+  return kind == Kind::Q4_1   ? LegacyLayout{20, -1, 2, 0}
+         : kind == Kind::Q5_0 ? LegacyLayout{22, 2, -1, 16}
+                              : LegacyLayout{24, 4, 2, 0};
+}
+
+// A Q4_1, Q5_0 or Q5_1 block's 32 codes (nibbles, and Q5's fifth bits by a masked move of their
+// mask), unsigned bytes in value order.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i legacy_codes(
+    const LegacyLayout& l, const std::byte* block) {
+  const __m256i twice = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + l.nibbles())));
+  const __m256i codes = _mm256_and_si256(
+      _mm256_srlv_epi32(twice, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+  std::uint32_t high = 0;
+  if (l.high >= 0) std::memcpy(&high, block + l.high, 4);
+  return _mm256_or_si256(codes, _mm256_maskz_set1_epi8(high, 0x10));
+}
+
+// The dot product of a row's blocks [first, blocks) with one encoded row of x's, a block at a
+// time (a last group of fewer than eight), Q8_0 or Q4_0: one function per kind, which its
+// kernels for one and for four rows of x share.
+template <Kind kKind>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), noinline)) float partial_group(
+    const std::byte* row, const std::byte* x, std::int64_t first, std::int64_t blocks) {
+  float sum = 0.0f;
+  for (std::int64_t b = first; b < blocks; ++b) {
+    const std::byte* block = row + (b - first) * kBlockBytes<kKind>;
+    const EncodedBlock xb = encoded_block(x, b);
+    const __m256i dot =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset_codes<kKind>(block),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.codes)));
+    alignas(32) std::int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), dot);
+    std::int32_t total = -xb.sum * (1 << kCodeShift<kKind>);
+    for (std::int32_t lane : lanes) total += lane;
+    sum += xb.scale * _cvtsh_ss(scale_bits(block)) * static_cast<float>(total);
+  }
+  return sum;
+}
+
 // AVX-512 with VNNI, eight blocks at a time, two a register: each pair's codes plus offset times
 // x's codes is one multiply-add, the eight blocks' int32 lanes are summed into one register of
 // eight block sums, less the offsets' part, and only those eight are scaled in float. (Scaling
@@ -250,20 +298,22 @@ __attribute__((target("avx512f,avx512vl,avx512vnni"))) inline __m256i group_dots
 // weight's end is harmless (it never faults).
 constexpr std::int64_t kPrefetchAhead = 6144;
 
-template <Kind kKind, int kCount>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,f16c,fma"))) void
-dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
+template <Kind kKind>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,f16c,fma"),
+               noinline)) void
+dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out,
+          int count) {
   constexpr std::int64_t kBytes = kBlockBytes<kKind>;
   const std::int64_t groups = blocks / kGroupBlocks;
-  __m256 acc[kCount];
-  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[kQuantGroup];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < groups; ++g, row += kGroupBlocks * kBytes) {
     for (std::int64_t line = 0; line < kGroupBlocks * kBytes; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
     }
     __m512i w[kGroupBlocks / 2];
     const __m256 dw = group_codes<kKind>(row, w);
-    for (int i = 0; i < kCount; ++i) {
+    for (int i = 0; i < kQuantGroup && i < count; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
       const __m256i dots = group_dots(w, xg);
       const __m256i offsets = _mm256_slli_epi32(
@@ -273,22 +323,9 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, dx), acc[i]);
     }
   }
-  // The blocks of a last, partial group, one at a time.
-  for (int i = 0; i < kCount; ++i) {
-    float sum = horizontal_sum(acc[i]);
-    for (std::int64_t b = groups * kGroupBlocks; b < blocks; ++b) {
-      const std::byte* block = row + (b - groups * kGroupBlocks) * kBytes;
-      const EncodedBlock x = encoded_block(xs[i], b);
-      const __m256i dot =
-          _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset_codes<kKind>(block),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes)));
-      alignas(32) std::int32_t lanes[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), dot);
-      std::int32_t total = -x.sum * (1 << kCodeShift<kKind>);
-      for (std::int32_t lane : lanes) total += lane;
-      sum += _cvtsh_ss(scale_bits(block)) * x.scale * static_cast<float>(total);
-    }
-    out[i] = sum;
+  for (int i = 0; i < kQuantGroup && i < count; ++i) {
+    out[i] =
+        horizontal_sum(acc[i]) + partial_group<kKind>(row, xs[i], groups * kGroupBlocks, blocks);
   }
 }
 
@@ -296,104 +333,78 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
 // nibbles (values 0-15 the low ones, 16-31 the high) and Q5's fifth bits (bit i of its 32-bit
 // mask is value i's, a masked move) are VNNI's unsigned operand as they are. Q5_0's value is
 // d * (q - 16): its offset comes off through x's code sums as Q4_0's does; Q4_1's and Q5_1's is
-// d * q + m: the min adds m times x's code sum.
-template <Kind kKind>
-struct LegacyLayout {
-  static constexpr bool kFifth = kKind != Kind::Q4_1;
-  static constexpr bool kMin = kKind != Kind::Q5_0;
-  static constexpr std::int64_t kBytes = kKind == Kind::Q4_1 ? 20 : kKind == Kind::Q5_0 ? 22 : 24;
-  static constexpr std::int64_t kHigh = kMin ? 4 : 2;  // the fifth bits' mask
-  static constexpr std::int64_t kNibbles = kBytes - 16;
-};
+// d * q + m: the min adds m times x's code sum. (Their layouts and codes: LegacyLayout,
+// legacy_codes above.)
 
-template <Kind kKind>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i legacy_codes(
-    const std::byte* block) {
-  using L = LegacyLayout<kKind>;
-  const __m256i twice = _mm256_broadcastsi128_si256(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + L::kNibbles)));
-  const __m256i codes = _mm256_and_si256(
-      _mm256_srlv_epi32(twice, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
-  if constexpr (!L::kFifth) {
-    return codes;
-  } else {
-    std::uint32_t high;
-    std::memcpy(&high, block + L::kHigh, 4);
-    return _mm256_or_si256(codes, _mm256_maskz_set1_epi8(high, 0x10));
-  }
-}
-
-// The f16 fields at `at` of a group's eight blocks as floats, in lane_of's order.
-template <std::int64_t kBytes>
+// The f16 fields at `at` of a group's eight blocks of `bytes` as floats, in lane_of's order.
 __attribute__((target("avx2,f16c"))) inline __m256 group_halves(const std::byte* row,
+                                                                std::int64_t bytes,
                                                                 std::int64_t at) {
   std::uint64_t low = 0, high = 0;
   for (int j = 0; j < 4; ++j) {
-    low |= std::uint64_t{scale_bits(row + 2 * j * kBytes + at)} << (16 * j);
-    high |= std::uint64_t{scale_bits(row + (2 * j + 1) * kBytes + at)} << (16 * j);
+    low |= std::uint64_t{scale_bits(row + 2 * j * bytes + at)} << (16 * j);
+    high |= std::uint64_t{scale_bits(row + (2 * j + 1) * bytes + at)} << (16 * j);
   }
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<long long>(high), static_cast<long long>(low)));
 }
 
-template <Kind kKind, int kCount>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dots_vnni_legacy(
-    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
-  using L = LegacyLayout<kKind>;
+// One body for the three kinds (noipa: GCC would otherwise clone it for each layout).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), noipa)) void
+dots_vnni_legacy(const LegacyLayout& l, const std::byte* row, const std::byte* const* xs,
+                 std::int64_t blocks, float* out, int count) {
   const std::int64_t groups = blocks / kGroupBlocks;
-  __m256 acc[kCount];
-  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
-  for (std::int64_t g = 0; g < groups; ++g, row += kGroupBlocks * L::kBytes) {
-    for (std::int64_t line = 0; line < kGroupBlocks * L::kBytes; line += 64) {
+  const __m256i offset = _mm256_set1_epi32(l.offset);
+  __m256 acc[kQuantGroup];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g, row += kGroupBlocks * l.bytes) {
+    for (std::int64_t line = 0; line < kGroupBlocks * l.bytes; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
     }
     __m512i w[kGroupBlocks / 2];
     for (int m = 0; m < kGroupBlocks / 2; ++m) {
-      w[m] =
-          _mm512_inserti64x4(_mm512_castsi256_si512(legacy_codes<kKind>(row + 2 * m * L::kBytes)),
-                             legacy_codes<kKind>(row + (2 * m + 1) * L::kBytes), 1);
+      w[m] = _mm512_inserti64x4(_mm512_castsi256_si512(legacy_codes(l, row + 2 * m * l.bytes)),
+                                legacy_codes(l, row + (2 * m + 1) * l.bytes), 1);
     }
-    const __m256 dw = group_halves<L::kBytes>(row, 0);
-    for (int i = 0; i < kCount; ++i) {
+    const __m256 dw = group_halves(row, l.bytes, 0);
+    const __m256 mw = l.min >= 0 ? group_halves(row, l.bytes, l.min) : _mm256_setzero_ps();
+    for (int i = 0; i < kQuantGroup && i < count; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
-      const __m256i dots = group_dots(w, xg);
       const __m256i code_sums =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + kGroupSums));
+      const __m256i dots =
+          _mm256_sub_epi32(group_dots(w, xg), _mm256_mullo_epi32(offset, code_sums));
+      const __m256 block = _mm256_fmadd_ps(dw, _mm256_cvtepi32_ps(dots),
+                                           _mm256_mul_ps(mw, _mm256_cvtepi32_ps(code_sums)));
       const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
-      __m256 block;
-      if constexpr (L::kMin) {
-        block = _mm256_fmadd_ps(
-            dw, _mm256_cvtepi32_ps(dots),
-            _mm256_mul_ps(group_halves<L::kBytes>(row, 2), _mm256_cvtepi32_ps(code_sums)));
-      } else {
-        block = _mm256_mul_ps(
-            dw, _mm256_cvtepi32_ps(_mm256_sub_epi32(dots, _mm256_slli_epi32(code_sums, 4))));
-      }
       acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
     }
   }
   // The blocks of a last, partial group, one at a time.
-  for (int i = 0; i < kCount; ++i) {
+  for (int i = 0; i < kQuantGroup && i < count; ++i) {
     float sum = horizontal_sum(acc[i]);
     for (std::int64_t b = groups * kGroupBlocks; b < blocks; ++b) {
-      const std::byte* block = row + (b - groups * kGroupBlocks) * L::kBytes;
-      const EncodedBlock x = encoded_block(xs[i], b);
+      const std::byte* block = row + (b - groups * kGroupBlocks) * l.bytes;
+      const EncodedBlock xb = encoded_block(xs[i], b);
       const __m256i dot =
-          _mm256_dpbusd_epi32(_mm256_setzero_si256(), legacy_codes<kKind>(block),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes)));
+          _mm256_dpbusd_epi32(_mm256_setzero_si256(), legacy_codes(l, block),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.codes)));
       alignas(32) std::int32_t lanes[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), dot);
-      std::int32_t total = 0;
+      std::int32_t total = -l.offset * xb.sum;
       for (std::int32_t lane : lanes) total += lane;
-      const float d = _cvtsh_ss(scale_bits(block));
-      if constexpr (L::kMin) {
-        sum += x.scale * (d * static_cast<float>(total) +
-                          _cvtsh_ss(scale_bits(block + 2)) * static_cast<float>(x.sum));
-      } else {
-        sum += x.scale * d * static_cast<float>(total - 16 * x.sum);
-      }
+      const float m = l.min >= 0 ? _cvtsh_ss(scale_bits(block + l.min)) : 0.0f;
+      sum += xb.scale * (_cvtsh_ss(scale_bits(block)) * static_cast<float>(total) +
+                         m * static_cast<float>(xb.sum));
     }
     out[i] = sum;
   }
+}
+// dots_vnni_legacy for kind, as a CountedKernel.
+template <Kind kKind>
+void legacy_kernel(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
+                   float* out, int count) {
+  static constexpr LegacyLayout kLayout = legacy_layout(kKind);
+  dots_vnni_legacy(kLayout, row, xs, blocks, out, count);
 }
 
 // The shifts of 16-bit lanes that bring values 0-31 and 32-63 of register c's bit fields down:
@@ -467,16 +478,17 @@ __attribute__((target("avx2,f16c"))) inline void q4_k_scales(const std::byte* bl
                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(fields, 8))));
 }
 
-template <bool kFifth, int kCount>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) void dots_vnni_q45_k(
-    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
+template <bool kFifth>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"), noinline)) void
+dots_vnni_q45_k(const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out,
+                int count) {
   constexpr std::int64_t kBytes = kQ45KBytes<kFifth>;
   const __m512i nibbles = _mm512_set_epi64(kHighNibble, kHighNibble, kHighNibble, kHighNibble,
                                            kLowNibble, kLowNibble, kLowNibble, kLowNibble);
   const __m512i bit = _mm512_set1_epi8(1);
   const std::int64_t groups = blocks / kGroupBlocks;
-  __m256 acc[kCount];
-  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[kQuantGroup];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < groups; ++g, row += kBytes) {
     for (std::int64_t line = 0; line < kBytes; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
@@ -497,7 +509,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) vo
                       _mm512_and_si512(_mm512_srlv_epi16(twice(row + 16), bit_shifts(c)), bit), 4));
       }
     }
-    for (int i = 0; i < kCount; ++i) {
+    for (int i = 0; i < kQuantGroup && i < count; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
       const __m256 code_sums =
           _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + kGroupSums)));
@@ -507,7 +519,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"))) vo
       acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
     }
   }
-  for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
+  for (int i = 0; i < kQuantGroup && i < count; ++i) out[i] = horizontal_sum(acc[i]);
 }
 
 // AVX-512 with VNNI, the k-quants whose scales cover 16 values (Q2_K, Q3_K, Q6_K): a block of 256
@@ -579,7 +591,7 @@ struct Sixteens<Kind::Q3_K> {
 template <>
 struct Sixteens<Kind::Q2_K> {
   static constexpr std::int64_t kBytes = 84, kD = 80;
-  static constexpr int kOffsetShift = -1;  // no offset; a min instead (dmin at 82)
+  static constexpr int kOffsetShift = 0;  // no offset; a min instead (dmin at 82)
   __attribute__((target("avx512f,avx512bw"))) static __m512i codes(const std::byte* row, int c) {
     return bit_pairs(row + 16, c);
   }
@@ -609,32 +621,70 @@ __attribute__((target("avx2"))) inline __m128i lane_pattern(int c) {
       reinterpret_cast<const __m128i*>(kPatterns[static_cast<std::size_t>(c)].data()));
 }
 
-template <Kind kKind, int kCount>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dots_vnni_16(
-    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out) {
-  using L = Sixteens<kKind>;
-  constexpr bool kMin = L::kOffsetShift < 0;
+// Register c's codes and the 16 scales of a block of kind (one of the three above).
+__attribute__((target("avx512f,avx512bw"))) inline __m512i sixteens_codes(Kind kind,
+                                                                          const std::byte* row,
+                                                                          int c) {
+  switch (kind) {
+    case Kind::Q6_K:
+      return Sixteens<Kind::Q6_K>::codes(row, c);
+    case Kind::Q3_K:
+      return Sixteens<Kind::Q3_K>::codes(row, c);
+    default:
+      return Sixteens<Kind::Q2_K>::codes(row, c);
+  }
+}
+__attribute__((target("avx2"))) inline __m128i sixteens_scales(Kind kind, const std::byte* row) {
+  switch (kind) {
+    case Kind::Q6_K:
+      return Sixteens<Kind::Q6_K>::scales(row);
+    case Kind::Q3_K:
+      return Sixteens<Kind::Q3_K>::scales(row);
+    default:
+      return Sixteens<Kind::Q2_K>::scales(row);
+  }
+}
+
+// The three kinds differ only in their codes and scales. Q6_K (the common one) gets a body of
+// its own; Q2_K and Q3_K share one that asks the kind at run time (noipa: GCC would otherwise
+// clone it for each), which keeps the library's code within its size budget.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), always_inline)) inline void
+dots_vnni_16(Kind kind, const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
+             float* out, int count) {
+  const bool has_min = kind == Kind::Q2_K;
+  const std::int64_t bytes = kind == Kind::Q6_K   ? Sixteens<Kind::Q6_K>::kBytes
+                             : kind == Kind::Q3_K ? Sixteens<Kind::Q3_K>::kBytes
+                                                  : Sixteens<Kind::Q2_K>::kBytes;
+  const std::int64_t d_at = kind == Kind::Q6_K   ? Sixteens<Kind::Q6_K>::kD
+                            : kind == Kind::Q3_K ? Sixteens<Kind::Q3_K>::kD
+                                                 : Sixteens<Kind::Q2_K>::kD;
+  // The codes' offset times x's code sums: 32 or 4 (a shift), none for Q2_K.
+  const __m128i shift = _mm_cvtsi32_si128(kind == Kind::Q6_K   ? Sixteens<Kind::Q6_K>::kOffsetShift
+                                          : kind == Kind::Q3_K ? Sixteens<Kind::Q3_K>::kOffsetShift
+                                                               : 0);
+  const __m512i keep = _mm512_set1_epi32(has_min ? 0 : -1);
   const __m512i ones = _mm512_set1_epi8(1);
   const std::int64_t groups = blocks / kGroupBlocks;
-  __m256 acc[kCount];
-  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
-  for (std::int64_t g = 0; g < groups; ++g, row += L::kBytes) {
-    for (std::int64_t line = 0; line < L::kBytes; line += 64) {
+  __m256 acc[kQuantGroup];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g, row += bytes) {
+    for (std::int64_t line = 0; line < bytes; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
     }
-    const __m128i packed_scales = L::scales(row);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + L::kD)));
+    const __m128i packed_scales = sixteens_scales(kind, row);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + d_at)));
     __m512i q[4];
     __m512i scales[4];
     __m512i mins[4];
     for (int c = 0; c < 4; ++c) {
-      q[c] = L::codes(row, c);
+      q[c] = sixteens_codes(kind, row, c);
       scales[c] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(packed_scales, lane_pattern(c)));
-      if constexpr (kMin) {
-        mins[c] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(L::mins(row), lane_pattern(c)));
+      if (has_min) {
+        mins[c] = _mm512_cvtepi8_epi32(
+            _mm_shuffle_epi8(Sixteens<Kind::Q2_K>::mins(row), lane_pattern(c)));
       }
     }
-    for (int i = 0; i < kCount; ++i) {
+    for (int i = 0; i < kQuantGroup && i < count; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
       __m512i lanes[4];
       __m512i min_lanes[4];
@@ -642,24 +692,36 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void do
         const __m512i codes = _mm512_loadu_si512(xg + 64 * c);
         const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], codes);
         const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, codes);
-        if constexpr (kMin) {
-          lanes[c] = _mm512_mullo_epi32(dots, scales[c]);
-          min_lanes[c] = _mm512_mullo_epi32(sums, mins[c]);
-        } else {
-          lanes[c] = _mm512_mullo_epi32(
-              _mm512_sub_epi32(dots, _mm512_slli_epi32(sums, L::kOffsetShift)), scales[c]);
-        }
+        lanes[c] = _mm512_mullo_epi32(
+            _mm512_sub_epi32(dots, _mm512_and_si512(_mm512_sll_epi32(sums, shift), keep)),
+            scales[c]);
+        if (has_min) min_lanes[c] = _mm512_mullo_epi32(sums, mins[c]);
       }
       __m256 block = _mm256_mul_ps(d, _mm256_cvtepi32_ps(block_sums(lanes)));
-      if constexpr (kMin) {
-        const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + L::kD + 2)));
+      if (has_min) {
+        const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + d_at + 2)));
         block = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(block_sums(min_lanes)), block);
       }
       const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
       acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
     }
   }
-  for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
+  for (int i = 0; i < kQuantGroup && i < count; ++i) out[i] = horizontal_sum(acc[i]);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), noipa)) void dots_vnni_q6_k(
+    const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out, int count) {
+  dots_vnni_16(Kind::Q6_K, row, xs, blocks, out, count);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), noipa)) void
+dots_vnni_q23_k(Kind kind, const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
+                float* out, int count) {
+  dots_vnni_16(kind, row, xs, blocks, out, count);
+}
+// dots_vnni_q23_k for kind, as a CountedKernel.
+template <Kind kKind>
+void q23_k_kernel(const std::byte* row, const std::byte* const* xs, std::int64_t blocks, float* out,
+                  int count) {
+  dots_vnni_q23_k(kKind, row, xs, blocks, out, count);
 }
 
 // d times the low 8 int8 codes of part, as floats. (A function, not a lambda: clang gives a
@@ -669,12 +731,13 @@ __attribute__((target("avx2"))) inline __m256 scaled_codes(__m256 d, __m128i par
 }
 
 // AVX2: each block's codes widened to float once and scaled, then multiplied with each row of x.
-template <Kind kKind, int kCount>
-__attribute__((target("avx2,f16c,fma"))) void dots_avx2(const std::byte* row,
-                                                        const std::byte* const* xs,
-                                                        std::int64_t blocks, float* out) {
-  __m256 acc[kCount];
-  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
+template <Kind kKind>
+__attribute__((target("avx2,f16c,fma"), noipa)) void dots_avx2(const std::byte* row,
+                                                               const std::byte* const* xs,
+                                                               std::int64_t blocks, float* out,
+                                                               int count) {
+  __m256 acc[kQuantGroup];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < blocks; ++b, row += kBlockBytes<kKind>) {
     const __m256i codes = block_codes<kKind>(row);
     const __m128i low = _mm256_castsi256_si128(codes);
@@ -682,23 +745,42 @@ __attribute__((target("avx2,f16c,fma"))) void dots_avx2(const std::byte* row,
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row)));
     const __m256 w[4] = {scaled_codes(d, low), scaled_codes(d, _mm_srli_si128(low, 8)),
                          scaled_codes(d, high), scaled_codes(d, _mm_srli_si128(high, 8))};
-    for (int i = 0; i < kCount; ++i) {
+    for (int i = 0; i < kQuantGroup && i < count; ++i) {
       const float* x = reinterpret_cast<const float*>(xs[i]) + b * kBlock;
       __m256 sum = acc[i];
       for (int k = 0; k < 4; ++k) sum = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + 8 * k), sum);
       acc[i] = sum;
     }
   }
-  for (int i = 0; i < kCount; ++i) out[i] = horizontal_sum(acc[i]);
+  for (int i = 0; i < kQuantGroup && i < count; ++i) out[i] = horizontal_sum(acc[i]);
 }
 
 #endif
 
+// A kernel (one body for any count of x's rows up to kQuantGroup, compiled once) as the table's
+// kernels for four rows and for one.
+using CountedKernel = void (*)(const std::byte*, const std::byte* const*, std::int64_t, float*,
+                               int);
+template <CountedKernel kKernel>
+void rows_of_group(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
+                   float* out) {
+  kKernel(row, xs, blocks, out, kQuantGroup);
+}
+template <CountedKernel kKernel>
+void rows_of_one(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
+                 float* out) {
+  kKernel(row, xs, blocks, out, 1);
+}
+template <CountedKernel kKernel>
+constexpr QuantKernels vnni_kernels() {
+  return {rows_of_group<kKernel>, rows_of_one<kKernel>, true};
+}
+
 template <Kind kKind>
 QuantKernels kernels_for([[maybe_unused]] QuantIsa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (isa == QuantIsa::Avx512) return {dots_vnni<kKind, kQuantGroup>, dots_vnni<kKind, 1>, true};
-  return {dots_avx2<kKind, kQuantGroup>, dots_avx2<kKind, 1>, false};
+  if (isa == QuantIsa::Avx512) return vnni_kernels<dots_vnni<kKind>>();
+  return {rows_of_group<dots_avx2<kKind>>, rows_of_one<dots_avx2<kKind>>, false};
 #else
   return {};
 #endif
@@ -714,21 +796,21 @@ QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept {
   if (isa != QuantIsa::Avx512) return {};
   switch (kind) {
     case Kind::Q4_1:
-      return {dots_vnni_legacy<Kind::Q4_1, kQuantGroup>, dots_vnni_legacy<Kind::Q4_1, 1>, true};
+      return vnni_kernels<legacy_kernel<Kind::Q4_1>>();
     case Kind::Q5_0:
-      return {dots_vnni_legacy<Kind::Q5_0, kQuantGroup>, dots_vnni_legacy<Kind::Q5_0, 1>, true};
+      return vnni_kernels<legacy_kernel<Kind::Q5_0>>();
     case Kind::Q5_1:
-      return {dots_vnni_legacy<Kind::Q5_1, kQuantGroup>, dots_vnni_legacy<Kind::Q5_1, 1>, true};
+      return vnni_kernels<legacy_kernel<Kind::Q5_1>>();
     case Kind::Q4_K:
-      return {dots_vnni_q45_k<false, kQuantGroup>, dots_vnni_q45_k<false, 1>, true};
+      return vnni_kernels<dots_vnni_q45_k<false>>();
     case Kind::Q5_K:
-      return {dots_vnni_q45_k<true, kQuantGroup>, dots_vnni_q45_k<true, 1>, true};
+      return vnni_kernels<dots_vnni_q45_k<true>>();
     case Kind::Q2_K:
-      return {dots_vnni_16<Kind::Q2_K, kQuantGroup>, dots_vnni_16<Kind::Q2_K, 1>, true};
+      return vnni_kernels<q23_k_kernel<Kind::Q2_K>>();
     case Kind::Q3_K:
-      return {dots_vnni_16<Kind::Q3_K, kQuantGroup>, dots_vnni_16<Kind::Q3_K, 1>, true};
+      return vnni_kernels<q23_k_kernel<Kind::Q3_K>>();
     case Kind::Q6_K:
-      return {dots_vnni_16<Kind::Q6_K, kQuantGroup>, dots_vnni_16<Kind::Q6_K, 1>, true};
+      return vnni_kernels<dots_vnni_q6_k>();
     default:
       return {};
   }
