@@ -451,7 +451,7 @@ std::vector<float> emulate_matvec(const kiln::cuda::QuantProductKernel& plan, co
   p.rows = rows;
   p.row_bytes = static_cast<long long>(w.bytes().size()) / n;
   p.row_tiles = static_cast<int>((n + 63) / 64);
-  p.column_groups = static_cast<int>((rows + kCols - 1) / kCols);
+  p.column_groups = 1;
   p.tiles_per_split = kiln::cuda::kQuantMatvecChunk / 32;
   p.splits =
       static_cast<int>((k + kiln::cuda::kQuantMatvecChunk - 1) / kiln::cuda::kQuantMatvecChunk);
@@ -459,7 +459,7 @@ std::vector<float> emulate_matvec(const kiln::cuda::QuantProductKernel& plan, co
   EXPECT_EQ(plan.shared_bytes(),
             static_cast<std::size_t>(qb::kKqMvWarps * kStages * qb::kq_mv_stage_bytes<K>() +
                                      qb::kq_mv_x_bytes<kCols>()));
-  const auto blocks = static_cast<unsigned>(p.row_tiles * p.splits * p.column_groups);
+  const auto blocks = static_cast<unsigned>(p.row_tiles * p.splits);
   launch(blocks, kiln::cuda::kQuantMatvecThreads, plan.shared_bytes(),
          [&](unsigned char* smem) { qb::kq_matvec<K, kCols, kStages, kX, HostOut>(p, smem); });
   return outputs.take();

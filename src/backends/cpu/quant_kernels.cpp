@@ -298,6 +298,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), noinline)) f
 // weight's end is harmless (it never faults).
 constexpr std::int64_t kPrefetchAhead = 6144;
 
+// Asks for the lines of the `bytes` bytes kPrefetchAhead past row.
+inline void prefetch_ahead(const std::byte* row, std::int64_t bytes) {
+  for (std::int64_t line = 0; line < bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
+  }
+}
+
 template <Kind kKind>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,f16c,fma"),
                noinline)) void
@@ -308,9 +315,7 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
   __m256 acc[kQuantGroup];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < groups; ++g, row += kGroupBlocks * kBytes) {
-    for (std::int64_t line = 0; line < kGroupBlocks * kBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
-    }
+    prefetch_ahead(row, kGroupBlocks * kBytes);
     __m512i w[kGroupBlocks / 2];
     const __m256 dw = group_codes<kKind>(row, w);
     for (int i = 0; i < kQuantGroup && i < count; ++i) {
@@ -357,9 +362,7 @@ dots_vnni_legacy(const LegacyLayout& l, const std::byte* row, const std::byte* c
   __m256 acc[kQuantGroup];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < groups; ++g, row += kGroupBlocks * l.bytes) {
-    for (std::int64_t line = 0; line < kGroupBlocks * l.bytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
-    }
+    prefetch_ahead(row, kGroupBlocks * l.bytes);
     __m512i w[kGroupBlocks / 2];
     for (int m = 0; m < kGroupBlocks / 2; ++m) {
       w[m] = _mm512_inserti64x4(_mm512_castsi256_si512(legacy_codes(l, row + 2 * m * l.bytes)),
@@ -490,9 +493,7 @@ dots_vnni_q45_k(const std::byte* row, const std::byte* const* xs, std::int64_t b
   __m256 acc[kQuantGroup];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < groups; ++g, row += kBytes) {
-    for (std::int64_t line = 0; line < kBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
-    }
+    prefetch_ahead(row, kBytes);
     __m256 dw;
     __m256 mw;
     q4_k_scales(row, dw, mw);
@@ -652,25 +653,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), always_i
 dots_vnni_16(Kind kind, const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
              float* out, int count) {
   const bool has_min = kind == Kind::Q2_K;
-  const std::int64_t bytes = kind == Kind::Q6_K   ? Sixteens<Kind::Q6_K>::kBytes
-                             : kind == Kind::Q3_K ? Sixteens<Kind::Q3_K>::kBytes
-                                                  : Sixteens<Kind::Q2_K>::kBytes;
-  const std::int64_t d_at = kind == Kind::Q6_K   ? Sixteens<Kind::Q6_K>::kD
-                            : kind == Kind::Q3_K ? Sixteens<Kind::Q3_K>::kD
-                                                 : Sixteens<Kind::Q2_K>::kD;
   // The codes' offset times x's code sums: 32 or 4 (a shift), none for Q2_K.
-  const __m128i shift = _mm_cvtsi32_si128(kind == Kind::Q6_K   ? Sixteens<Kind::Q6_K>::kOffsetShift
-                                          : kind == Kind::Q3_K ? Sixteens<Kind::Q3_K>::kOffsetShift
-                                                               : 0);
+  std::int64_t bytes = Sixteens<Kind::Q2_K>::kBytes, d_at = Sixteens<Kind::Q2_K>::kD;
+  int offset_shift = 0;
+  if (kind == Kind::Q6_K) {
+    bytes = Sixteens<Kind::Q6_K>::kBytes, d_at = Sixteens<Kind::Q6_K>::kD;
+    offset_shift = Sixteens<Kind::Q6_K>::kOffsetShift;
+  } else if (kind == Kind::Q3_K) {
+    bytes = Sixteens<Kind::Q3_K>::kBytes, d_at = Sixteens<Kind::Q3_K>::kD;
+    offset_shift = Sixteens<Kind::Q3_K>::kOffsetShift;
+  }
+  const __m128i shift = _mm_cvtsi32_si128(offset_shift);
   const __m512i keep = _mm512_set1_epi32(has_min ? 0 : -1);
   const __m512i ones = _mm512_set1_epi8(1);
   const std::int64_t groups = blocks / kGroupBlocks;
   __m256 acc[kQuantGroup];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < groups; ++g, row += bytes) {
-    for (std::int64_t line = 0; line < bytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
-    }
+    prefetch_ahead(row, bytes);
     const __m128i packed_scales = sixteens_scales(kind, row);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + d_at)));
     __m512i q[4];

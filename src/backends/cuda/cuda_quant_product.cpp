@@ -41,6 +41,11 @@ void check_grid(const char* op, std::int64_t n, std::int64_t blocks) {
   }
 }
 
+// The partial sums of `splits` splits of k (none for one): splits floats per output.
+std::size_t partial_bytes(std::int64_t splits, std::int64_t rows, std::int64_t n) {
+  return splits > 1 ? static_cast<std::size_t>(splits * rows * n) * sizeof(float) : 0;
+}
+
 // What both product kernels are told of W, x (its first row at address x), the output (at out),
 // the partial sums of the splits of k (splits floats of each output, or none), the bias and the
 // split-k counters.
@@ -61,42 +66,32 @@ QuantProductParams product_params(Runtime& runtime, const CudaQuantTensor& w, st
   return p;
 }
 
-// y = x · Wᵀ (+ bias) for at most kQuantMatvecMaxRows rows of x through kiln_quant_matvec: x as
-// it is (f32, f16 or bf16; f64 as f32), k split in chunks of kQuantMatvecChunk values, a block
-// per 64 rows of W, split and group of x's rows.
-Primitive matvec(CudaBackend& backend, QuantProductKernel& plan, Primitive x,
-                 const CudaQuantTensor& w, std::int64_t n, std::int64_t k, std::int64_t rows,
-                 OptionalPrimitive bias, const char* op) {
+// out = x · Wᵀ (+ b) for at most kQuantMatvecMaxRows rows of x through kiln_quant_matvec: x as it
+// is (f32, f16 or bf16; f64 as f32), k split in chunks of kQuantMatvecChunk values, a block per
+// 64 rows of W and split.
+void matvec(CudaBackend& backend, const QuantProductKernel& plan, Primitive x,
+            const CudaQuantTensor& w, std::int64_t n, std::int64_t k, std::int64_t rows,
+            const TensorPtr& b, const TensorPtr& out, const char* op) {
   Runtime& runtime = backend.runtime();
   const DType dtype = x->dtype();
-  detail::DimVector dims(x->shape().vector());
-  dims.back() = n;
   const DType xdtype = dtype == DType::F16 || dtype == DType::BF16 ? dtype : DType::F32;
   TensorPtr values =
       backend.contiguous(xdtype == dtype ? std::move(x) : backend.cast(x, xdtype), op);
-  TensorPtr b = bias ? backend.contiguous(*bias, op) : nullptr;
-  TensorPtr out = backend.make_tensor(dtype, Shape(std::move(dims)), op);
-  plan.out = dtype;
-  plan.bias = b ? b->dtype() : DType::Bool;
   CUfunction kernel = runtime.compiler.function(plan.key(), "kiln_quant_matvec",
                                                 [&] { return quant_product_source(plan); });
   const std::int64_t row_tiles = ceil_div(n, kQuantTileRows);
   const std::int64_t splits = ceil_div(k, kQuantMatvecChunk);
-  const std::int64_t groups = ceil_div(rows, plan.matvec_rows);
-  const std::int64_t blocks = row_tiles * splits * groups;
+  const std::int64_t blocks = row_tiles * splits;
   check_grid(op, n, blocks);
-  const std::size_t partial_bytes =
-      splits > 1 ? static_cast<std::size_t>(splits * rows * n) * sizeof(float) : 0;
-  Workspace partial(runtime, partial_bytes, op);
+  Workspace partial(runtime, partial_bytes(splits, rows, n), op);
   QuantProductParams p =
       product_params(runtime, w, n, k, rows, values->data(), partial, out->data(), b);
   p.row_tiles = static_cast<std::int32_t>(row_tiles);
-  p.column_groups = static_cast<std::int32_t>(groups);
+  p.column_groups = 1;
   p.splits = static_cast<std::int32_t>(splits);
   p.tiles_per_split = kQuantMatvecChunk / 32;  // blocks of 32 values
   runtime.launch(op, kernel, static_cast<unsigned>(blocks), kQuantMatvecThreads, p,
                  static_cast<unsigned>(plan.shared_bytes()));
-  return out;
 }
 
 }  // namespace
@@ -120,12 +115,16 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
     plan = plan_quant_product(w.scheme(), k, xdtype, std::min(rows, kRowsPerLaunch));
   }
   if (!plan.applies) return float_product(backend, std::move(x), weight, std::move(bias));
+  TensorPtr b = bias ? backend.contiguous(*bias, op) : nullptr;
+  TensorPtr out = backend.make_tensor(dtype, out_shape, op);
+  plan.out = dtype;
+  plan.bias = b ? b->dtype() : DType::Bool;
   // The matrix-vector kernel sums its splits of k with a counter per 64 rows of W: a weight of
   // more rows than the counters cover (a million) and more than one split takes the tiled one.
-  if (plan.matvec &&
-      (k <= kQuantMatvecChunk || ceil_div(n, kQuantTileRows) * ceil_div(rows, plan.matvec_rows) <=
-                                     std::int64_t{Context::kSplitCounters})) {
-    return matvec(backend, plan, std::move(x), w, n, k, rows, std::move(bias), op);
+  if (plan.matvec && (k <= kQuantMatvecChunk ||
+                      ceil_div(n, kQuantTileRows) <= std::int64_t{Context::kSplitCounters})) {
+    matvec(backend, plan, std::move(x), w, n, k, rows, b, out, op);
+    return out;
   }
   plan.matvec = false;
 
@@ -147,10 +146,6 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
       planes = std::move(aligned);
     }
   }
-  TensorPtr b = bias ? backend.contiguous(*bias, op) : nullptr;
-  TensorPtr out = backend.make_tensor(dtype, out_shape, op);
-  plan.out = dtype;
-  plan.bias = b ? b->dtype() : DType::Bool;
 
   CUfunction product = runtime.compiler.function(plan.key(), "kiln_quant_product",
                                                  [&] { return quant_product_source(plan); });
@@ -171,9 +166,7 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
     const std::int64_t splits = ceil_div(tiles, tiles_per_split);
     const std::int64_t blocks = row_tiles * groups * splits;
     check_grid(op, n, blocks);
-    const std::size_t partial_bytes =
-        splits > 1 ? static_cast<std::size_t>(splits * count * n) * sizeof(float) : 0;
-    Workspace partial(runtime, partial_bytes, op);
+    Workspace partial(runtime, partial_bytes(splits, count, n), op);
     QuantProductParams p = product_params(
         runtime, w, n, k, count, planes->data() + static_cast<CUdeviceptr>(first * k * 2), partial,
         out->data() +

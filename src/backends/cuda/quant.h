@@ -31,7 +31,6 @@ inline constexpr int kQuantThreads = 128;
 inline constexpr int kQuantStages = 2;
 inline constexpr int kQuantMaxColumnTiles = 4;  // 8 rows of x each: 32 per block
 inline constexpr int kQuantMatvecMaxRows = 4;   // rows of x kiln_quant_matvec takes
-inline constexpr int kQuantMatvecColumns = 4;   // rows of x per block of it, at most
 inline constexpr int kQuantMatvecThreads = 256;
 inline constexpr int kQuantMatvecChunk = 1024;  // values of k per split
 
@@ -72,7 +71,7 @@ struct QuantProductKernel {
   DType out = DType::F32;       // the product's dtype (x's)
   DType bias = DType::Bool;     // the bias's dtype; Bool for none
   // kiln_quant_matvec instead (a GGUF kind, at most kQuantMatvecMaxRows rows of x): its rows of
-  // x per block (1, 2, 4 or 8), its stages of shared memory per warp, and x's dtype (0 f32, 1
+  // x per block (1, 2 or 4), its stages of shared memory per warp, and x's dtype (0 f32, 1
   // bf16, 2 f16).
   bool matvec = false;
   int matvec_rows = 1;

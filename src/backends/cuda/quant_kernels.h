@@ -434,9 +434,8 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
 // ---- kiln_quant_matvec ----
 // y[rows, n] = x[rows, k] · W[n, k]ᵀ for a few rows of x, any GGUF kind: the matrix-vector
 // products of decoding, where the weight is read once and the time is the time to read it. A
-// block takes kCols (1, 2, 4, 8) rows of x; more rows would be groups of kCols in adjacent blocks
-// (column_groups, reading the same weight bytes at about the same time), which the plugin does not
-// launch: from 5 rows of x on the tiled kernel was faster (docs/quantization-gpu.md). x is
+// block takes all kCols (1, 2, 4) rows of x: from 5 rows on the tiled kernel was faster
+// (docs/quantization-gpu.md). x is
 // rounded to int8 blocks of 32 values first (scale amax / 127, as the CPU's quantize_int8 and
 // llama.cpp's q8_1 do), so a step of the weight's codes is one dp4a instruction per 4 values and
 // row of x: value = mul (u - kBias) + add (quant_blocks.h's product reading) gives sum x·value =
@@ -476,23 +475,23 @@ KQ_FN float kq_x_value(unsigned long long x, long long i) {
   }
 }
 
-// The chunk [k0, k0 + values) of x's rows col0 .. col0 + kCols - 1 as int8 blocks of 32 into
+// The chunk [k0, k0 + values) of x's rows 0 .. kCols - 1 as int8 blocks of 32 into
 // shared memory: 8 lanes a block, 4 values a lane (the block's amax, finiteness and sums of 16
 // codes shared by shuffles), so every thread of the block takes part and the quantization takes
 // the time of a few values. Rows past p.rows and blocks past the chunk are zeros.
 template <int kCols, int kX>
-KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long col0, long long k0,
-                            long long values, unsigned char* codes, float* scales, int* sums) {
+KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long k0, long long values,
+                            unsigned char* codes, float* scales, int* sums) {
   const int blocks = static_cast<int>(values / 32);
   // kCols * 256 tasks over the block's 256 threads: every lane makes the same number of turns.
   for (int task = static_cast<int>(kq_thread()); task < kCols * 256;
        task += static_cast<int>(kq_block_threads())) {
     const int block = task / 8, part = task % 8;  // values 4 part .. 4 part + 3 of the block
     const int c = block / 32, b = block % 32;
-    const bool real = col0 + c < p.rows && b < blocks;  // the same in the block's 8 lanes
+    const bool real = c < p.rows && b < blocks;  // the same in the block's 8 lanes
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (real) {
-      const long long at = (col0 + c) * p.k + k0 + 32 * b + 4 * part;
+      const long long at = c * p.k + k0 + 32 * b + 4 * part;
       KQ_UNROLL for (int e = 0; e < 4; ++e) v[e] = kq_x_value<kX>(p.x, at + e);
     }
     float amax = 0.0f;
@@ -533,13 +532,10 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
   constexpr int kChunksPerStep = Kind::kStep / 16;
   const int thread = static_cast<int>(kq_thread());
   const int warp = thread >> 5, lane = thread & 31;
-  // Block b: the group of x's rows b % column_groups, then the split, then the tile of W's rows.
-  const auto groups = static_cast<unsigned>(p.column_groups);
-  const int group = static_cast<int>(kq_block() % groups);
-  const int split = static_cast<int>(kq_block() / groups % static_cast<unsigned>(p.splits));
-  const int tile = static_cast<int>(kq_block() / groups / static_cast<unsigned>(p.splits));
+  // Block b: split b % splits of k, then the tile of W's rows.
+  const int split = static_cast<int>(kq_block() % static_cast<unsigned>(p.splits));
+  const int tile = static_cast<int>(kq_block() / static_cast<unsigned>(p.splits));
   const long long row0 = static_cast<long long>(tile) * kKqRows;
-  const long long col0 = static_cast<long long>(group) * kCols;
   const long long chunk = static_cast<long long>(p.tiles_per_split) * 32;
   const long long k0 = split * chunk;
   const long long values = p.k - k0 < chunk ? p.k - k0 : chunk;
@@ -566,7 +562,7 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
   };
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) load_row(s, s);
   // x's chunk while the first rows are on their way.
-  kq_mv_quantize_x<kCols, kX>(p, col0, k0, values, x_codes, x_scales, x_sums);
+  kq_mv_quantize_x<kCols, kX>(p, k0, values, x_codes, x_scales, x_sums);
   kq_sync();
   const bool active = 32 * lane < values;
   unsigned xq[kCols][8];
@@ -626,16 +622,16 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
     const long long row = row0 + warp + kKqMvWarps * i;
     KQ_UNROLL for (int c = 0; c < kCols; ++c) {
       const float total = kq_warp_sum(sum[i][c]);
-      if (lane == 0 && row < p.n && col0 + c < p.rows) {
+      if (lane == 0 && row < p.n && c < p.rows) {
         if (p.splits == 1) {
-          Out::store(p, (col0 + c) * p.n + row, row, total);
+          Out::store(p, c * p.n + row, row, total);
         } else {
-          partial[(col0 + c) * p.n + row] = total;
+          partial[c * p.n + row] = total;
         }
       }
     }
   }
-  if (p.splits > 1) kq_finish<Out, kCols>(p, smem, tile * p.column_groups + group, row0, col0);
+  if (p.splits > 1) kq_finish<Out, kCols>(p, smem, tile, row0, 0);
 }
 
 // ---- kiln_quant_split ----

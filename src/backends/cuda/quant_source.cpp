@@ -106,7 +106,7 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
   plan.row_stride = row_stride_for(plan.tile_bytes);
   if (!is_int8(scheme.kind) && rows <= kQuantMatvecMaxRows) {
     plan.matvec = true;
-    plan.matvec_rows = rows <= 1 ? 1 : (rows <= 2 ? 2 : kQuantMatvecColumns);
+    plan.matvec_rows = rows <= 1 ? 1 : (rows <= 2 ? 2 : kQuantMatvecMaxRows);
     plan.x_type = x == DType::F32 ? 0 : (x == DType::BF16 ? 1 : 2);
     // quant_kernels.h's kq_mv_stage_bytes and kq_mv_x_bytes: as many stages (2 to 8) as 28 KiB
     // hold, so that 8 blocks of 256 threads (a full SM) fit in an SM's shared memory: a grid of
