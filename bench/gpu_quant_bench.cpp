@@ -17,8 +17,8 @@
 // products take their weight in turns from copies that together hold at least 2.5 times the
 // L2 cache (up to kKernelsPerGraph copies), so every product reads its weight from device memory
 // as a model's layers do, not from L2 where the last product left it; bf16's rows the same.
-//   gpu_quant_bench [--repeats N] [--quick] [--only KIND]   (KIND q4_0, q4_k or q8_0; --only
-//   leaves out the int8 product too)
+//   gpu_quant_bench [--repeats N] [--quick] [--only KIND] [--rows 1,8,32]   (KIND q4_0, q4_k or
+//   q8_0; --only leaves out the int8 product too; --rows the rows of x, up to 4 a matvec row)
 #include <cuda_runtime_api.h>
 #include <kiln/graph.h>
 #include <kiln/kiln.h>
@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -220,10 +221,20 @@ int main(int argc, char** argv) {
   int repeats = 7;
   bool quick = false;
   std::string only;
+  std::vector<std::int64_t> batches = {1, 8, 32};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    if (std::strcmp(argv[i], "--rows") == 0 && i + 1 < argc) {
+      batches.clear();
+      for (const char* at = argv[++i]; *at != '\0';) {
+        char* end = nullptr;
+        batches.push_back(std::strtoll(at, &end, 10));
+        at = *end == ',' ? end + 1 : end;
+        if (end == at && *end != '\0') break;
+      }
+    }
   }
   try {
     const Device device = Device::cuda(0);
@@ -255,16 +266,17 @@ int main(int argc, char** argv) {
         std::vector<Tensor<2>> qt;  // the weight's copies, transposed
         for (int c = 0; c < copies; ++c) qt.push_back(Tensor<2>::from_data(w, device).transpose());
         const std::string shape = std::to_string(n) + "x" + std::to_string(k);
-        for (std::int64_t rows : {1, 8, 32}) {
+        for (std::int64_t rows : batches) {
           const TensorData xd =
               TensorData::from_vec(normal_values(rows * k, 8), Shape{rows, k}).convert(DType::BF16);
           const auto x = Tensor<2>::from_data(xd, device);
-          const std::string row = (rows == 1 ? "matvec/" : "batch" + std::to_string(rows) + "/") +
+          const std::string row = (rows <= 4 ? "matvec" : "batch") +
+                                  (rows == 1 ? std::string() : std::to_string(rows)) + "/" +
                                   std::string(quant_kind_name(kind)) + "/" + shape;
           verify(x.matmul(qt[0]), xd, w, row.c_str());
           const Timing quantized =
               time_product(device, repeats, [&](int i) { return x.matmul(qt[i % copies]); });
-          if (rows == 1) {
+          if (rows <= 4) {  // kiln_quant_matvec's rows: the weight's bytes over the time
             const double rate = static_cast<double>(w.bytes().size()) / quantized.graph;
             std::printf("%-34s %10.2f %10.2f %10.1f %11.0f%%\n", row.c_str(), quantized.graph * 1e6,
                         quantized.eager * 1e6, rate / 1e9, 100.0 * rate / copy);

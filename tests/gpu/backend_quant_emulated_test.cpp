@@ -339,9 +339,9 @@ TEST(GpuQuantEmulated, ProductOfEveryKind) {
   // the end. Weights at an address 6 bytes past a 16-byte boundary and rows of sizes that are no
   // multiple of 16: every row's tile starts at its own offset in its smem slot.
   check<qb::KqQ4_0, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 80, 544, 5, 2, 6, 4001);
-  check<qb::KqQ4_1, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_1), 80, 544, 5, 1, 2, 4002);
+  check<qb::KqQ4_1, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q4_1), 80, 544, 5, 1, 2, 4002);
   check<qb::KqQ5_0, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_0), 80, 544, 5, 3, 10, 4003);
-  check<qb::KqQ5_1, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_1), 80, 544, 5, 2, 0, 4004);
+  check<qb::KqQ5_1, true, 1, 1, 0, 240>(kiln::quant_scheme(QKind::Q5_1), 80, 544, 5, 2, 0, 4004);
   check<qb::KqQ8_0, true, 1, 1, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 80, 544, 5, 2, 14, 4005);
   check<qb::KqQ2_K, true, 1, 1, 0, 112>(kiln::quant_scheme(QKind::Q2_K), 80, 768, 5, 2, 4, 4006);
   check<qb::KqQ3_K, true, 1, 1, 0, 144>(kiln::quant_scheme(QKind::Q3_K), 80, 768, 5, 3, 6, 4007);
@@ -349,10 +349,10 @@ TEST(GpuQuantEmulated, ProductOfEveryKind) {
   check<qb::KqQ5_K, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_K), 80, 768, 5, 1, 2, 4009);
   check<qb::KqQ6_K, true, 1, 1, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 80, 768, 5, 2, 6, 4010);
   check<qb::KqQ8_K, true, 1, 1, 0, 336>(kiln::quant_scheme(QKind::Q8_K), 80, 768, 5, 2, 12, 4011);
-  check<qb::KqInt8, true, 1, 1, 1, 304>(kiln::int8_block_scheme(32), 80, 544, 5, 2, 2, 4012);
-  check<qb::KqInt8, true, 1, 1, 1, 336>(kiln::int8_block_scheme(16), 80, 544, 5, 2, 6, 4013);
-  check<qb::KqInt8, true, 1, 1, 2, 272>(kiln::int8_block_scheme(512), 80, 1024, 5, 2, 8, 4014);
-  check<qb::KqInt8, true, 1, 1, 2, 272>(kiln::int8_channel_scheme(), 80, 1040, 5, 3, 6, 4015);
+  check<qb::KqInt8, true, 1, 1, 1, 336>(kiln::int8_block_scheme(32), 80, 544, 5, 2, 2, 4012);
+  check<qb::KqInt8, true, 1, 1, 1, 368>(kiln::int8_block_scheme(16), 80, 544, 5, 2, 6, 4013);
+  check<qb::KqInt8, true, 1, 1, 2, 304>(kiln::int8_block_scheme(512), 80, 1024, 5, 2, 8, 4014);
+  check<qb::KqInt8, true, 1, 1, 2, 304>(kiln::int8_channel_scheme(), 80, 1040, 5, 3, 6, 4015);
 }
 
 TEST(GpuQuantEmulated, ProductColumnTilesHalfTypesAndF32Parts) {
@@ -362,10 +362,10 @@ TEST(GpuQuantEmulated, ProductColumnTilesHalfTypesAndF32Parts) {
   check<qb::KqQ4_K, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 64, 512, 33, 1, 0, 4021);
   check<qb::KqQ8_0, false, 1, 2, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 72, 544, 12, 2, 4, 4022);
   check<qb::KqQ6_K, false, 1, 2, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 72, 512, 16, 2, 6, 4023);
-  check<qb::KqQ4_1, false, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_1), 24, 544, 3, 3, 2, 4024);
+  check<qb::KqQ4_1, false, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q4_1), 24, 544, 3, 3, 2, 4024);
   check<qb::KqQ4_0, true, 3, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 40, 544, 2, 2, 6, 4025);
-  check<qb::KqQ5_1, true, 3, 2, 0, 208>(kiln::quant_scheme(QKind::Q5_1), 40, 288, 9, 1, 2, 4026);
-  check<qb::KqInt8, true, 3, 1, 2, 272>(kiln::int8_channel_scheme(), 40, 528, 4, 2, 6, 4027);
+  check<qb::KqQ5_1, true, 3, 2, 0, 240>(kiln::quant_scheme(QKind::Q5_1), 40, 288, 9, 1, 2, 4026);
+  check<qb::KqInt8, true, 3, 1, 2, 304>(kiln::int8_channel_scheme(), 40, 528, 4, 2, 6, 4027);
 }
 
 // kq_decode's and kq_decode_int8's bodies on the emulated grid: every kind the host decoder's
@@ -436,11 +436,12 @@ TEST(GpuQuantEmulated, DecodeOfEveryKind) {
 
 // x [rows, k] (f32 values; bf16's or f16's where x_type says so) times the weight's transpose
 // (plus bias) through kq_matvec's body on the emulated grid, as the plan for these shapes
-// launches it: blocks of 64 rows of W by splits of 1024 values of k.
-template <class K, int kCols, int kStages, int kX>
+// launches it with warp_rows rows of W a warp: blocks of 8 warp_rows rows of W by splits of
+// plan.pieces × 1024 values of k.
+template <class K, int kCols, int kPieces, int kStages, int kX>
 std::vector<float> emulate_matvec(const kiln::cuda::QuantProductKernel& plan, const TensorData& w,
                                   std::size_t misalign, const void* x, std::int64_t rows,
-                                  const std::vector<float>& bias) {
+                                  const std::vector<float>& bias, int warp_rows) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
   const Placed weight = place(w.bytes(), misalign);
   qb::KqProductParams p{};
@@ -450,34 +451,39 @@ std::vector<float> emulate_matvec(const kiln::cuda::QuantProductKernel& plan, co
   p.k = k;
   p.rows = rows;
   p.row_bytes = static_cast<long long>(w.bytes().size()) / n;
-  p.row_tiles = static_cast<int>((n + 63) / 64);
+  const int tile_rows = qb::kKqMvWarps * warp_rows;
+  p.row_tiles = static_cast<int>((n + tile_rows - 1) / tile_rows);
   p.column_groups = 1;
-  p.tiles_per_split = kiln::cuda::kQuantMatvecChunk / 32;
-  p.splits =
-      static_cast<int>((k + kiln::cuda::kQuantMatvecChunk - 1) / kiln::cuda::kQuantMatvecChunk);
+  p.warp_rows = warp_rows;
+  const std::int64_t chunk = std::int64_t{kPieces} * qb::kKqMvPiece;
+  p.tiles_per_split = static_cast<int>(chunk / 32);
+  p.splits = static_cast<int>((k + chunk - 1) / chunk);
   Outputs outputs(p, bias);
-  EXPECT_EQ(plan.shared_bytes(),
-            static_cast<std::size_t>(qb::kKqMvWarps * kStages * qb::kq_mv_stage_bytes<K>() +
-                                     qb::kq_mv_x_bytes<kCols>()));
+  EXPECT_EQ(plan.shared_bytes(), static_cast<std::size_t>(qb::kKqMvWarps * kStages *
+                                                              qb::kq_mv_stage_bytes<K, kPieces>() +
+                                                          qb::kq_mv_x_bytes<kCols, kPieces>()));
   const auto blocks = static_cast<unsigned>(p.row_tiles * p.splits);
-  launch(blocks, kiln::cuda::kQuantMatvecThreads, plan.shared_bytes(),
-         [&](unsigned char* smem) { qb::kq_matvec<K, kCols, kStages, kX, HostOut>(p, smem); });
+  launch(blocks, kiln::cuda::kQuantMatvecThreads, plan.shared_bytes(), [&](unsigned char* smem) {
+    qb::kq_matvec<K, kCols, kPieces, kStages, kX, HostOut>(p, smem);
+  });
   return outputs.take();
 }
 
 // One matrix-vector configuration: the plan must be the template instance run; the result
 // against float64 sums of the int8-rounded x times the decoded weight (plus bias), row
 // `nan_row` of x holding a NaN (its outputs NaN).
-template <class K, int kCols, int kStages, int kX>
+template <class K, int kCols, int kPieces, int kStages, int kX>
 void check_matvec(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std::int64_t rows,
-                  std::size_t misalign, std::uint32_t seed, std::int64_t nan_row = -1) {
+                  int warp_rows, std::size_t misalign, std::uint32_t seed,
+                  std::int64_t nan_row = -1) {
   const DType dtype = kX == 0 ? DType::F32 : (kX == 1 ? DType::BF16 : DType::F16);
   const auto plan = kiln::cuda::plan_quant_product(scheme, k, dtype, rows);
   const std::string what = plan.key() + " n " + std::to_string(n) + " k " + std::to_string(k) +
-                           " rows " + std::to_string(rows) + " misaligned " +
-                           std::to_string(misalign);
+                           " rows " + std::to_string(rows) + " warp rows " +
+                           std::to_string(warp_rows) + " misaligned " + std::to_string(misalign);
   ASSERT_TRUE(plan.applies && plan.matvec) << what;
   ASSERT_EQ(plan.matvec_rows, kCols) << what;
+  ASSERT_EQ(plan.pieces, kPieces) << what;
   ASSERT_EQ(plan.stages, kStages) << what;
   ASSERT_EQ(plan.x_type, kX) << what;
   const TensorData w = weight_of(scheme, n, k, seed);
@@ -494,8 +500,9 @@ void check_matvec(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std
     if (kX != 0) halves[static_cast<std::size_t>(nan_row * k + 37)] = 0x7FC0;
   }
   const std::vector<float> bias = seed % 2 == 1 ? normal_values(n, seed + 2) : std::vector<float>{};
-  const std::vector<float> got = emulate_matvec<K, kCols, kStages, kX>(
-      plan, w, misalign, kX == 0 ? static_cast<const void*>(x.data()) : halves.data(), rows, bias);
+  const std::vector<float> got = emulate_matvec<K, kCols, kPieces, kStages, kX>(
+      plan, w, misalign, kX == 0 ? static_cast<const void*>(x.data()) : halves.data(), rows, bias,
+      warp_rows);
   const std::vector<double> xr = kiln::test::int8_rounded_x({x.begin(), x.end()}, k);
   const TensorData decoded = w.dequantize();
   const auto dense = decoded.as_span<float>();
@@ -523,23 +530,26 @@ void check_matvec(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std
 }
 
 TEST(GpuQuantEmulated, MatvecOfEveryKind) {
-  // n = 80: a second block of 64 weight rows with 16 real (warps whose rows run out); k = 2304:
-  // splits of 1024, 1024 and 256 values (lanes past the last chunk idle, the last split of each
-  // tile summing all three); weights at addresses past a 16-byte boundary. One row of x (kCols 1)
-  // in bf16, three (kCols 4, one row past them) in f32 and f16, four with a NaN in one.
-  check_matvec<qb::KqQ4_0, 1, 5, 1>(kiln::quant_scheme(QKind::Q4_0), 80, 2304, 1, 6, 4101);
-  check_matvec<qb::KqQ4_1, 4, 4, 0>(kiln::quant_scheme(QKind::Q4_1), 80, 2304, 3, 2, 4102);
-  check_matvec<qb::KqQ5_0, 1, 4, 2>(kiln::quant_scheme(QKind::Q5_0), 80, 2304, 1, 10, 4103);
-  check_matvec<qb::KqQ5_1, 1, 4, 1>(kiln::quant_scheme(QKind::Q5_1), 80, 2304, 1, 0, 4104);
-  check_matvec<qb::KqQ8_0, 4, 2, 0>(kiln::quant_scheme(QKind::Q8_0), 80, 2304, 4, 14, 4105, 3);
-  check_matvec<qb::KqQ2_K, 1, 8, 1>(kiln::quant_scheme(QKind::Q2_K), 80, 2304, 1, 4, 4106);
-  check_matvec<qb::KqQ3_K, 2, 6, 1>(kiln::quant_scheme(QKind::Q3_K), 80, 2304, 2, 6, 4107);
-  check_matvec<qb::KqQ4_K, 1, 5, 1>(kiln::quant_scheme(QKind::Q4_K), 80, 2304, 1, 8, 4108);
-  check_matvec<qb::KqQ5_K, 4, 4, 2>(kiln::quant_scheme(QKind::Q5_K), 80, 2304, 3, 2, 4109);
-  check_matvec<qb::KqQ6_K, 1, 3, 1>(kiln::quant_scheme(QKind::Q6_K), 80, 2304, 1, 6, 4110);
-  check_matvec<qb::KqQ8_K, 1, 2, 1>(kiln::quant_scheme(QKind::Q8_K), 80, 2304, 1, 12, 4111);
-  // One split (k = 512): the only split writes the output.
-  check_matvec<qb::KqQ4_0, 1, 5, 0>(kiln::quant_scheme(QKind::Q4_0), 70, 512, 1, 2, 4112, 0);
+  // n = 40 with 3 or 8 rows a warp: blocks of 24 or 64 weight rows, the last with warps that
+  // run out of rows (or have none); k = 5376 with pieces of 1024: splits of 4096 + 1280 (one row of
+  // x), 2048 x 2 + 1280 (two), 1024 x 5 + 256 (three or four): lanes past the last split's values
+  // idle, the last split of each tile summing them all; weights at addresses past a 16-byte
+  // boundary. One row of x in bf16, three (kCols 4, one row past them) in f32 and f16, four with a
+  // NaN in one.
+  check_matvec<qb::KqQ4_0, 1, 4, 5, 1>(kiln::quant_scheme(QKind::Q4_0), 40, 5376, 1, 3, 6, 4101);
+  check_matvec<qb::KqQ4_1, 4, 1, 8, 0>(kiln::quant_scheme(QKind::Q4_1), 40, 5376, 3, 8, 2, 4102);
+  check_matvec<qb::KqQ5_0, 1, 4, 4, 2>(kiln::quant_scheme(QKind::Q5_0), 40, 5376, 1, 3, 10, 4103);
+  check_matvec<qb::KqQ5_1, 2, 2, 7, 1>(kiln::quant_scheme(QKind::Q5_1), 40, 5376, 2, 8, 0, 4104);
+  check_matvec<qb::KqQ8_0, 4, 1, 8, 0>(kiln::quant_scheme(QKind::Q8_0), 40, 5376, 4, 3, 14, 4105,
+                                       3);
+  check_matvec<qb::KqQ2_K, 1, 4, 8, 1>(kiln::quant_scheme(QKind::Q2_K), 40, 5376, 1, 8, 4, 4106);
+  check_matvec<qb::KqQ3_K, 2, 2, 8, 1>(kiln::quant_scheme(QKind::Q3_K), 40, 5376, 2, 3, 6, 4107);
+  check_matvec<qb::KqQ4_K, 1, 4, 5, 1>(kiln::quant_scheme(QKind::Q4_K), 40, 5376, 1, 8, 8, 4108);
+  check_matvec<qb::KqQ5_K, 4, 1, 8, 2>(kiln::quant_scheme(QKind::Q5_K), 40, 5376, 3, 3, 2, 4109);
+  check_matvec<qb::KqQ6_K, 1, 4, 3, 1>(kiln::quant_scheme(QKind::Q6_K), 40, 5376, 1, 8, 6, 4110);
+  check_matvec<qb::KqQ8_K, 1, 4, 2, 1>(kiln::quant_scheme(QKind::Q8_K), 40, 5376, 1, 3, 12, 4111);
+  // One split (k = 512, one piece): the only split writes the output; one row a warp.
+  check_matvec<qb::KqQ4_0, 1, 1, 8, 0>(kiln::quant_scheme(QKind::Q4_0), 70, 512, 1, 1, 2, 4112, 0);
 }
 
 TEST(GpuQuantEmulated, ParamsMirrorTheHostStructs) {

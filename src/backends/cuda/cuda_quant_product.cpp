@@ -4,7 +4,11 @@
 // as the right operand, a kind or int8 block size it does not read, a GPU before sm_80) is decoded
 // and multiplied in f32, as the CPU computes every quantized product.
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
 
+#include "backends/cuda/check.h"
 #include "backends/cuda/cuda_quant_tensor.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/lib_call.h"
@@ -66,9 +70,42 @@ QuantProductParams product_params(Runtime& runtime, const CudaQuantTensor& w, st
   return p;
 }
 
+// Blocks of kernel (threads threads, shared bytes of shared memory) an SM holds at once, asked
+// of the driver once per kernel; shared memory past 48 KiB is allowed first.
+int resident_blocks(CUfunction kernel, int threads, unsigned shared, const char* op) {
+  static std::mutex mutex;
+  static std::unordered_map<CUfunction, int> known;
+  std::lock_guard lock(mutex);
+  if (auto it = known.find(kernel); it != known.end()) return it->second;
+  if (shared > 48 * 1024) {
+    KILN_CUDA_CHECK(op, cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           static_cast<int>(shared)));
+  }
+  int blocks = 0;
+  KILN_CUDA_CHECK(op,
+                  cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared));
+  blocks = std::max(blocks, 1);
+  known.emplace(kernel, blocks);
+  return blocks;
+}
+
+// The rows of W a warp of kiln_quant_matvec takes: the fewest that make a grid of at most one
+// wave (every block resident from the start, each taking the same share of the weight, so no SM
+// waits on a tail). KILN_QUANT_MV_WAVES (1 to 8) allows that many waves, for measuring.
+std::int64_t matvec_warp_rows(std::int64_t n, std::int64_t splits, std::int64_t resident) {
+  static const std::int64_t waves = [] {
+    const char* text = std::getenv("KILN_QUANT_MV_WAVES");
+    const long w = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
+    return std::int64_t{w >= 1 && w <= 8 ? w : 1};
+  }();
+  const std::int64_t warps = kQuantMatvecThreads / 32;
+  const std::int64_t warp_tasks = ceil_div(n, warps) * splits;
+  return std::max<std::int64_t>(1, ceil_div(warp_tasks, waves * resident));
+}
+
 // out = x · Wᵀ (+ b) for at most kQuantMatvecMaxRows rows of x through kiln_quant_matvec: x as it
-// is (f32, f16 or bf16; f64 as f32), k split in chunks of kQuantMatvecChunk values, a block per
-// 64 rows of W and split.
+// is (f32, f16 or bf16; f64 as f32), k split in chunks of plan.pieces × kQuantMatvecPiece values,
+// a block per 8 × warp_rows rows of W and split.
 void matvec(CudaBackend& backend, const QuantProductKernel& plan, Primitive x,
             const CudaQuantTensor& w, std::int64_t n, std::int64_t k, std::int64_t rows,
             const TensorPtr& b, const TensorPtr& out, const char* op) {
@@ -79,8 +116,14 @@ void matvec(CudaBackend& backend, const QuantProductKernel& plan, Primitive x,
       backend.contiguous(xdtype == dtype ? std::move(x) : backend.cast(x, xdtype), op);
   CUfunction kernel = runtime.compiler.function(plan.key(), "kiln_quant_matvec",
                                                 [&] { return quant_product_source(plan); });
-  const std::int64_t row_tiles = ceil_div(n, kQuantTileRows);
-  const std::int64_t splits = ceil_div(k, kQuantMatvecChunk);
+  const auto shared = static_cast<unsigned>(plan.shared_bytes());
+  const std::int64_t chunk = std::int64_t{plan.pieces} * kQuantMatvecPiece;
+  const std::int64_t splits = ceil_div(k, chunk);
+  const std::int64_t resident =
+      std::int64_t{resident_blocks(kernel, kQuantMatvecThreads, shared, op)} *
+      runtime.context.sm_count();
+  const std::int64_t warp_rows = matvec_warp_rows(n, splits, resident);
+  const std::int64_t row_tiles = ceil_div(n, warp_rows * (kQuantMatvecThreads / 32));
   const std::int64_t blocks = row_tiles * splits;
   check_grid(op, n, blocks);
   Workspace partial(runtime, partial_bytes(splits, rows, n), op);
@@ -89,9 +132,9 @@ void matvec(CudaBackend& backend, const QuantProductKernel& plan, Primitive x,
   p.row_tiles = static_cast<std::int32_t>(row_tiles);
   p.column_groups = 1;
   p.splits = static_cast<std::int32_t>(splits);
-  p.tiles_per_split = kQuantMatvecChunk / 32;  // blocks of 32 values
-  runtime.launch(op, kernel, static_cast<unsigned>(blocks), kQuantMatvecThreads, p,
-                 static_cast<unsigned>(plan.shared_bytes()));
+  p.tiles_per_split = static_cast<std::int32_t>(chunk / 32);  // blocks of 32 values
+  p.warp_rows = static_cast<std::int32_t>(warp_rows);
+  runtime.launch(op, kernel, static_cast<unsigned>(blocks), kQuantMatvecThreads, p, shared);
 }
 
 }  // namespace
@@ -119,10 +162,11 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
   TensorPtr out = backend.make_tensor(dtype, out_shape, op);
   plan.out = dtype;
   plan.bias = b ? b->dtype() : DType::Bool;
-  // The matrix-vector kernel sums its splits of k with a counter per 64 rows of W: a weight of
-  // more rows than the counters cover (a million) and more than one split takes the tiled one.
-  if (plan.matvec && (k <= kQuantMatvecChunk ||
-                      ceil_div(n, kQuantTileRows) <= std::int64_t{Context::kSplitCounters})) {
+  // The matrix-vector kernel sums its splits of k with a counter per block of rows of W (8 rows
+  // or more): a weight of more rows than the counters cover (131,072) and more than one split
+  // takes the tiled one.
+  if (plan.matvec && (k <= std::int64_t{plan.pieces} * kQuantMatvecPiece ||
+                      ceil_div(n, 8) <= std::int64_t{Context::kSplitCounters})) {
     matvec(backend, plan, std::move(x), w, n, k, rows, b, out, op);
     return out;
   }

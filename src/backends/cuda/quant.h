@@ -32,7 +32,9 @@ inline constexpr int kQuantStages = 2;
 inline constexpr int kQuantMaxColumnTiles = 4;  // 8 rows of x each: 32 per block
 inline constexpr int kQuantMatvecMaxRows = 4;   // rows of x kiln_quant_matvec takes
 inline constexpr int kQuantMatvecThreads = 256;
-inline constexpr int kQuantMatvecChunk = 1024;  // values of k per split
+inline constexpr int kQuantMatvecPiece = 1024;   // values of k per piece of a split: 32 a lane
+inline constexpr int kQuantMatvecMaxPieces = 4;  // pieces of a split for one row of x
+inline constexpr int kQuantMatvecMinBlocks = 2;  // blocks of kiln_quant_matvec an SM holds
 
 // Mirrors struct P of kiln_quant_decode: same members, same order.
 struct QuantDecodeParams {
@@ -71,13 +73,16 @@ struct QuantProductKernel {
   DType out = DType::F32;       // the product's dtype (x's)
   DType bias = DType::Bool;     // the bias's dtype; Bool for none
   // kiln_quant_matvec instead (a GGUF kind, at most kQuantMatvecMaxRows rows of x): its rows of
-  // x per block (1, 2 or 4), its stages of shared memory per warp, and x's dtype (0 f32, 1
-  // bf16, 2 f16).
+  // x per block (1, 2 or 4), the pieces of kQuantMatvecPiece values in a split of k (1, 2 or 4:
+  // fewer for more rows of x, whose codes a lane holds in registers), its stages of shared memory
+  // per warp, and x's dtype (0 f32, 1 bf16, 2 f16).
   bool matvec = false;
   int matvec_rows = 1;
+  int pieces = 1;
   int stages = 2;
+  int min_blocks = kQuantMatvecMinBlocks;  // blocks an SM holds: the registers' bound
   int x_type = 0;
-  std::int64_t stage_bytes = 0;  // one warp's stage: a row's chunk of 1024 values
+  std::int64_t stage_bytes = 0;  // one warp's stage: a row's split of k
   // The kernel's cache key: everything its source depends on.
   std::string key() const;
   std::size_t shared_bytes() const;
@@ -98,6 +103,8 @@ struct QuantProductParams {
   std::uint64_t counters;  // u32, one per (row tile, column group), 0 (Context::split_counters)
   std::int64_t n, k, rows, row_bytes, plane, int8_block;
   std::int32_t row_tiles, column_groups, splits, tiles_per_split;
+  std::int32_t warp_rows;  // kiln_quant_matvec: rows of W a warp takes
+  std::int32_t unused;
 };
 std::string quant_product_source(const QuantProductKernel& kernel);
 

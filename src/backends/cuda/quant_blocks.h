@@ -43,11 +43,13 @@ KQ_FN unsigned kq_u16(const unsigned char* p) {
 KQ_FN unsigned kq_u32(const unsigned char* p) {
 #ifdef __CUDACC_RTC__
   // The aligned words holding the four bytes (never a word past them), joined by a funnel shift.
-  const unsigned long long at = reinterpret_cast<unsigned long long>(p);
-  const unsigned* word = reinterpret_cast<const unsigned*>(at & ~3ull);
-  const unsigned shift = static_cast<unsigned>(at & 3) * 8;
-  const unsigned high = shift != 0 ? word[1] : word[0];
-  return __funnelshift_r(word[0], high, shift);
+  // The words' address is p less its misalignment, not an integer made a pointer again, so the
+  // compiler still knows where p points (a block in shared memory reads as ld.shared, not as a
+  // generic load with 64-bit address arithmetic).
+  const unsigned misaligned = static_cast<unsigned>(reinterpret_cast<unsigned long long>(p) & 3);
+  const unsigned* word = reinterpret_cast<const unsigned*>(p - misaligned);
+  const unsigned high = misaligned != 0 ? word[1] : word[0];
+  return __funnelshift_r(word[0], high, misaligned * 8);
 #else
   unsigned value;
   std::memcpy(&value, p, 4);
@@ -62,6 +64,95 @@ KQ_FN float kq_f32(const unsigned char* p) {
   std::memcpy(&value, p, 4);
   return value;
 #endif
+}
+
+// A float's bits, and the float of bits.
+KQ_FN unsigned kq_f32_bits(float v) {
+#ifdef __CUDACC_RTC__
+  return __float_as_uint(v);
+#else
+  unsigned bits;
+  std::memcpy(&bits, &v, 4);
+  return bits;
+#endif
+}
+KQ_FN float kq_bits_f32(unsigned bits) {
+#ifdef __CUDACC_RTC__
+  return __uint_as_float(bits);
+#else
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+#endif
+}
+
+// ---- readers of a block's bytes, for the product readings (codes and scale) ----
+// kq_r8 / kq_r16 / kq_r32(b, off): the byte(s) at offset off of block b, little-endian. b is a
+// pointer (any alignment); or KqWords, the block already in registers as aligned words, where
+// offsets known at compile time pick registers; or KqStaged, a block in a kernel's shared-memory
+// stage, read as whole aligned words joined by funnel shifts: its misalignment is found once, not
+// at every read, and a read may take the word after its bytes (the stages leave room for it).
+KQ_FN unsigned kq_funnel(unsigned lo, unsigned hi, unsigned shift) {
+#ifdef __CUDACC_RTC__
+  return __funnelshift_r(lo, hi, shift);
+#else
+  return shift == 0 ? lo : (lo >> shift) | (hi << (32 - shift));
+#endif
+}
+KQ_FN unsigned kq_r8(const unsigned char* b, int off) { return b[off]; }
+KQ_FN unsigned kq_r16(const unsigned char* b, int off) { return kq_u16(b + off); }
+KQ_FN unsigned kq_r32(const unsigned char* b, int off) { return kq_u32(b + off); }
+
+template <int kWords>
+struct KqWords {
+  unsigned w[kWords];
+};
+template <int kWords>
+KQ_FN unsigned kq_r32(const KqWords<kWords>& b, int off) {
+  const int i = off >> 2;
+  const unsigned shift = static_cast<unsigned>(off & 3) * 8;
+  return shift == 0 ? b.w[i] : kq_funnel(b.w[i], b.w[i + 1], shift);
+}
+template <int kWords>
+KQ_FN unsigned kq_r16(const KqWords<kWords>& b, int off) {
+  return kq_r32(b, off) & 0xFFFFu;
+}
+template <int kWords>
+KQ_FN unsigned kq_r8(const KqWords<kWords>& b, int off) {
+  return (b.w[off >> 2] >> ((off & 3) * 8)) & 0xFFu;
+}
+
+// The kWords words from p, whose address % 4 is `misaligned` (where the caller knows it without
+// asking the address): kWords + 1 aligned words read, each pair joined by a funnel shift.
+template <int kWords>
+KQ_FN KqWords<kWords> kq_load_words(const unsigned char* p, unsigned misaligned) {
+  const unsigned* at = reinterpret_cast<const unsigned*>(p - misaligned);
+  unsigned raw[kWords + 1];
+  KQ_UNROLL for (int i = 0; i <= kWords; ++i) raw[i] = at[i];
+  KqWords<kWords> out;
+  KQ_UNROLL for (int i = 0; i < kWords; ++i) out.w[i] =
+      kq_funnel(raw[i], raw[i + 1], 8 * misaligned);
+  return out;
+}
+
+struct KqStaged {
+  const unsigned* at;   // the aligned word holding the block's first byte
+  unsigned misaligned;  // the block's first byte within it
+};
+KQ_FN KqStaged kq_staged(const unsigned char* p, unsigned misaligned) {
+  KqStaged b;
+  b.at = reinterpret_cast<const unsigned*>(p - misaligned);
+  b.misaligned = misaligned;
+  return b;
+}
+KQ_FN unsigned kq_r32(const KqStaged& b, int off) {
+  const unsigned q = b.misaligned + static_cast<unsigned>(off);
+  return kq_funnel(b.at[q >> 2], b.at[(q >> 2) + 1], (q & 3) * 8);
+}
+KQ_FN unsigned kq_r16(const KqStaged& b, int off) { return kq_r32(b, off) & 0xFFFFu; }
+KQ_FN unsigned kq_r8(const KqStaged& b, int off) {
+  const unsigned q = b.misaligned + static_cast<unsigned>(off);
+  return (b.at[q >> 2] >> ((q & 3) * 8)) & 0xFFu;
 }
 
 // ---- exact arithmetic: an f16 scale widened exactly, one rounding per operation ----
@@ -109,20 +200,24 @@ KQ_FN unsigned kq_spread4(unsigned v) { return (v * 0x00204081u) & 0x01010101u; 
 KQ_FN int kq_nibble32(const unsigned char* qs, int v) {
   return v < 16 ? (qs[v] & 0x0F) : (qs[v - 16] >> 4);
 }
-// The 6-bit scale and min of sub-block j of Q4_K and Q5_K (quant/blocks.h's scale_min).
-KQ_FN void kq_scale_min(const unsigned char* packed, int j, int& scale, int& min) {
+// The 6-bit scale and min of sub-block j of Q4_K and Q5_K (quant/blocks.h's scale_min), whose
+// 12 packed bytes are at offset `at` of block b.
+template <class B>
+KQ_FN void kq_scale_min(const B& b, int at, int j, int& scale, int& min) {
   if (j < 4) {
-    scale = packed[j] & 63;
-    min = packed[j + 4] & 63;
+    scale = static_cast<int>(kq_r8(b, at + j) & 63);
+    min = static_cast<int>(kq_r8(b, at + j + 4) & 63);
   } else {
-    scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
-    min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+    const unsigned packed = kq_r8(b, at + j + 4);
+    scale = static_cast<int>((packed & 0x0F) | ((kq_r8(b, at + j - 4) >> 6) << 4));
+    min = static_cast<int>((packed >> 4) | ((kq_r8(b, at + j) >> 6) << 4));
   }
 }
-// Q3_K's sixteen 6-bit scales, less 32.
-KQ_FN int kq_q3_scale(const unsigned char* packed, int j) {
-  const int low = (packed[j % 8] >> (4 * (j / 8))) & 0x0F;
-  const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+// Q3_K's sixteen 6-bit scales, less 32, packed in 12 bytes at offset `at` of block b.
+template <class B>
+KQ_FN int kq_q3_scale(const B& b, int at, int j) {
+  const int low = static_cast<int>((kq_r8(b, at + j % 8) >> (4 * (j / 8))) & 0x0F);
+  const int high = static_cast<int>((kq_r8(b, at + 8 + j % 4) >> (2 * (j / 4))) & 3);
   return (low | (high << 4)) - 32;
 }
 // Value i's two bits in Q2_K's and Q3_K's 64-byte field (bit pair s of byte l: value 32s + l of
@@ -153,11 +248,13 @@ struct KqQ4_0 {
     KQ_UNROLL for (int e = 0; e < 8; ++e) out[e] =
         kq_mul(kq_int(kq_nibble32(b + 2, 8 * j + e) - 8), d);
   }
-  static KQ_FN unsigned codes(const unsigned char* b, int, int chunk, int t) {
-    return kq_nibbles(kq_u32(b + 2 + 4 * t), chunk != 0);
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int, int chunk, int t) {
+    return kq_nibbles(kq_r32(b, 2 + 4 * t), chunk != 0);
   }
-  static KQ_FN void scale(const unsigned char* b, int, float& mul, float& add) {
-    mul = kq_half(kq_u16(b));
+  template <class B>
+  static KQ_FN void scale(const B& b, int, float& mul, float& add) {
+    mul = kq_half(kq_r16(b, 0));
     add = 0.0f;
   }
 };
@@ -170,12 +267,14 @@ struct KqQ4_1 {
     KQ_UNROLL for (int e = 0; e < 8; ++e) out[e] =
         kq_add(kq_mul(kq_int(kq_nibble32(b + 4, 8 * j + e)), d), m);
   }
-  static KQ_FN unsigned codes(const unsigned char* b, int, int chunk, int t) {
-    return kq_nibbles(kq_u32(b + 4 + 4 * t), chunk != 0);
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int, int chunk, int t) {
+    return kq_nibbles(kq_r32(b, 4 + 4 * t), chunk != 0);
   }
-  static KQ_FN void scale(const unsigned char* b, int, float& mul, float& add) {
-    mul = kq_half(kq_u16(b));
-    add = kq_half(kq_u16(b + 2));
+  template <class B>
+  static KQ_FN void scale(const B& b, int, float& mul, float& add) {
+    mul = kq_half(kq_r16(b, 0));
+    add = kq_half(kq_r16(b, 2));
   }
 };
 
@@ -191,12 +290,14 @@ struct KqQ5_0 {
       out[e] = kq_mul(kq_int(q - 16), d);
     }
   }
-  static KQ_FN unsigned codes(const unsigned char* b, int, int chunk, int t) {
-    const unsigned fifth = (kq_u32(b + 2) >> (16 * chunk + 4 * t)) & 0xFu;
-    return kq_nibbles(kq_u32(b + 6 + 4 * t), chunk != 0) | (kq_spread4(fifth) << 4);
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int, int chunk, int t) {
+    const unsigned fifth = (kq_r32(b, 2) >> (16 * chunk + 4 * t)) & 0xFu;
+    return kq_nibbles(kq_r32(b, 6 + 4 * t), chunk != 0) | (kq_spread4(fifth) << 4);
   }
-  static KQ_FN void scale(const unsigned char* b, int, float& mul, float& add) {
-    mul = kq_half(kq_u16(b));
+  template <class B>
+  static KQ_FN void scale(const B& b, int, float& mul, float& add) {
+    mul = kq_half(kq_r16(b, 0));
     add = 0.0f;
   }
 };
@@ -213,13 +314,15 @@ struct KqQ5_1 {
       out[e] = kq_add(kq_mul(kq_int(q), d), m);
     }
   }
-  static KQ_FN unsigned codes(const unsigned char* b, int, int chunk, int t) {
-    const unsigned fifth = (kq_u32(b + 4) >> (16 * chunk + 4 * t)) & 0xFu;
-    return kq_nibbles(kq_u32(b + 8 + 4 * t), chunk != 0) | (kq_spread4(fifth) << 4);
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int, int chunk, int t) {
+    const unsigned fifth = (kq_r32(b, 4) >> (16 * chunk + 4 * t)) & 0xFu;
+    return kq_nibbles(kq_r32(b, 8 + 4 * t), chunk != 0) | (kq_spread4(fifth) << 4);
   }
-  static KQ_FN void scale(const unsigned char* b, int, float& mul, float& add) {
-    mul = kq_half(kq_u16(b));
-    add = kq_half(kq_u16(b + 2));
+  template <class B>
+  static KQ_FN void scale(const B& b, int, float& mul, float& add) {
+    mul = kq_half(kq_r16(b, 0));
+    add = kq_half(kq_r16(b, 2));
   }
 };
 
@@ -232,11 +335,13 @@ struct KqQ8_0 {
         kq_mul(kq_int(static_cast<signed char>(b[2 + 8 * j + e])), d);
   }
   // The signed bytes with the sign bit flipped: u = q + 128.
-  static KQ_FN unsigned codes(const unsigned char* b, int, int chunk, int t) {
-    return kq_u32(b + 2 + 16 * chunk + 4 * t) ^ 0x80808080u;
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int, int chunk, int t) {
+    return kq_r32(b, 2 + 16 * chunk + 4 * t) ^ 0x80808080u;
   }
-  static KQ_FN void scale(const unsigned char* b, int, float& mul, float& add) {
-    mul = kq_half(kq_u16(b));
+  template <class B>
+  static KQ_FN void scale(const B& b, int, float& mul, float& add) {
+    mul = kq_half(kq_r16(b, 0));
     add = 0.0f;
   }
 };
@@ -253,14 +358,16 @@ struct KqQ2_K {
         kq_sub(kq_mul(scale, kq_int(kq_two_bits(b + 16, 8 * j + e))), min);
   }
   // Values 16s + 4t + e: bit pair (s % 8) / 2 of bytes 32 (s / 8) + 16 (s % 2) + 4t + e.
-  static KQ_FN unsigned codes(const unsigned char* b, int s, int, int t) {
-    return (kq_u32(b + 16 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) &
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int s, int, int t) {
+    return (kq_r32(b, 16 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) &
            0x03030303u;
   }
-  static KQ_FN void scale(const unsigned char* b, int s, float& mul, float& add) {
-    const unsigned packed = b[s];
-    mul = kq_mul(kq_half(kq_u16(b + 80)), kq_int(static_cast<int>(packed & 0x0F)));
-    add = -kq_mul(kq_half(kq_u16(b + 82)), kq_int(static_cast<int>(packed >> 4)));
+  template <class B>
+  static KQ_FN void scale(const B& b, int s, float& mul, float& add) {
+    const unsigned packed = kq_r8(b, s);
+    mul = kq_mul(kq_half(kq_r16(b, 80)), kq_int(static_cast<int>(packed & 0x0F)));
+    add = -kq_mul(kq_half(kq_r16(b, 82)), kq_int(static_cast<int>(packed >> 4)));
   }
 };
 
@@ -268,7 +375,7 @@ struct KqQ3_K {
   static constexpr int kValues = 256, kBytes = 110, kStep = 16, kBias = 4;
   static constexpr bool kWide = false, kHasMin = false;
   static KQ_FN void decode8(const unsigned char* b, int j, float* out) {
-    const float scale = kq_mul(kq_half(kq_u16(b + 108)), kq_int(kq_q3_scale(b + 96, j / 2)));
+    const float scale = kq_mul(kq_half(kq_u16(b + 108)), kq_int(kq_q3_scale(b, 96, j / 2)));
     KQ_UNROLL for (int e = 0; e < 8; ++e) {
       const int i = 8 * j + e;
       // A clear high bit subtracts 4: the code is 3 bits, -4..3.
@@ -277,14 +384,16 @@ struct KqQ3_K {
     }
   }
   // u = two bits + 4 * high bit, so u - 4 is the signed code.
-  static KQ_FN unsigned codes(const unsigned char* b, int s, int, int t) {
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int s, int, int t) {
     const unsigned low =
-        (kq_u32(b + 32 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) & 0x03030303u;
-    const unsigned high = (kq_u32(b + 16 * (s % 2) + 4 * t) >> (s / 2)) & 0x01010101u;
+        (kq_r32(b, 32 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) & 0x03030303u;
+    const unsigned high = (kq_r32(b, 16 * (s % 2) + 4 * t) >> (s / 2)) & 0x01010101u;
     return low | (high << 2);
   }
-  static KQ_FN void scale(const unsigned char* b, int s, float& mul, float& add) {
-    mul = kq_mul(kq_half(kq_u16(b + 108)), kq_int(kq_q3_scale(b + 96, s)));
+  template <class B>
+  static KQ_FN void scale(const B& b, int s, float& mul, float& add) {
+    mul = kq_mul(kq_half(kq_r16(b, 108)), kq_int(kq_q3_scale(b, 96, s)));
     add = 0.0f;
   }
 };
@@ -297,7 +406,7 @@ struct KqQ45_K {
   static constexpr int kNibbles = kFifth ? 48 : 16;
   static KQ_FN void decode8(const unsigned char* b, int j, float* out) {
     int packed_scale, packed_min;
-    kq_scale_min(b + 4, j / 4, packed_scale, packed_min);
+    kq_scale_min(b, 4, j / 4, packed_scale, packed_min);
     const float scale = kq_mul(kq_half(kq_u16(b)), kq_int(packed_scale));
     const float min = kq_mul(kq_half(kq_u16(b + 2)), kq_int(packed_min));
     KQ_UNROLL for (int e = 0; e < 8; ++e) {
@@ -309,16 +418,18 @@ struct KqQ45_K {
   }
   // Step j (sub-block j), chunk h: values 32j + 16h + 4t + e, nibble (j odd: high) of bytes
   // 32 (j / 2) + 16h + 4t + e; Q5_K's fifth bit j of bytes 16h + 4t + e of its 32 high bytes.
-  static KQ_FN unsigned codes(const unsigned char* b, int j, int h, int t) {
-    unsigned u = kq_nibbles(kq_u32(b + kNibbles + 32 * (j / 2) + 16 * h + 4 * t), (j % 2) != 0);
-    if constexpr (kFifth) u |= ((kq_u32(b + 16 + 16 * h + 4 * t) >> j) & 0x01010101u) << 4;
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int j, int h, int t) {
+    unsigned u = kq_nibbles(kq_r32(b, kNibbles + 32 * (j / 2) + 16 * h + 4 * t), (j % 2) != 0);
+    if constexpr (kFifth) u |= ((kq_r32(b, 16 + 16 * h + 4 * t) >> j) & 0x01010101u) << 4;
     return u;
   }
-  static KQ_FN void scale(const unsigned char* b, int j, float& mul, float& add) {
+  template <class B>
+  static KQ_FN void scale(const B& b, int j, float& mul, float& add) {
     int packed_scale, packed_min;
-    kq_scale_min(b + 4, j, packed_scale, packed_min);
-    mul = kq_mul(kq_half(kq_u16(b)), kq_int(packed_scale));
-    add = -kq_mul(kq_half(kq_u16(b + 2)), kq_int(packed_min));
+    kq_scale_min(b, 4, j, packed_scale, packed_min);
+    mul = kq_mul(kq_half(kq_r16(b, 0)), kq_int(packed_scale));
+    add = -kq_mul(kq_half(kq_r16(b, 2)), kq_int(packed_min));
   }
 };
 typedef KqQ45_K<false> KqQ4_K;
@@ -341,15 +452,16 @@ struct KqQ6_K {
   }
   // Step s (16 values): nibbles of bytes 64 (s / 8) + 16 (s % 4) + 4t + e, the high (s % 8 >= 4)
   // or low ones; bit pair (s % 8) / 2 of high bytes 128 + 32 (s / 8) + 16 (s % 2) + 4t + e.
-  static KQ_FN unsigned codes(const unsigned char* b, int s, int, int t) {
-    const unsigned low = kq_nibbles(kq_u32(b + 64 * (s / 8) + 16 * (s % 4) + 4 * t), (s % 8) >= 4);
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int s, int, int t) {
+    const unsigned low = kq_nibbles(kq_r32(b, 64 * (s / 8) + 16 * (s % 4) + 4 * t), (s % 8) >= 4);
     const unsigned top =
-        (kq_u32(b + 128 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) &
-        0x03030303u;
+        (kq_r32(b, 128 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) & 0x03030303u;
     return low | (top << 4);
   }
-  static KQ_FN void scale(const unsigned char* b, int s, float& mul, float& add) {
-    mul = kq_mul(kq_half(kq_u16(b + 208)), kq_int(static_cast<signed char>(b[192 + s])));
+  template <class B>
+  static KQ_FN void scale(const B& b, int s, float& mul, float& add) {
+    mul = kq_mul(kq_half(kq_r16(b, 208)), kq_int(static_cast<signed char>(kq_r8(b, 192 + s))));
     add = 0.0f;
   }
 };
@@ -362,11 +474,13 @@ struct KqQ8_K {
     KQ_UNROLL for (int e = 0; e < 8; ++e) out[e] =
         kq_mul(d, kq_int(static_cast<signed char>(b[4 + 8 * j + e])));
   }
-  static KQ_FN unsigned codes(const unsigned char* b, int j, int h, int t) {
-    return kq_u32(b + 4 + 32 * j + 16 * h + 4 * t) ^ 0x80808080u;
+  template <class B>
+  static KQ_FN unsigned codes(const B& b, int j, int h, int t) {
+    return kq_r32(b, 4 + 32 * j + 16 * h + 4 * t) ^ 0x80808080u;
   }
-  static KQ_FN void scale(const unsigned char* b, int, float& mul, float& add) {
-    mul = kq_f32(b);
+  template <class B>
+  static KQ_FN void scale(const B& b, int, float& mul, float& add) {
+    mul = kq_bits_f32(kq_r32(b, 0));
     add = 0.0f;
   }
 };
@@ -391,24 +505,6 @@ struct KqInt8 {
 // are a bf16 holding its leading 8 significant bits; what they leave is exact in f32 and has at
 // most 16 significant bits, the same again leaves at most 8. NaN and infinity are hi alone (a NaN
 // whose payload sits in the low bits would truncate to infinity: hi is then the quiet NaN).
-KQ_FN unsigned kq_f32_bits(float v) {
-#ifdef __CUDACC_RTC__
-  return __float_as_uint(v);
-#else
-  unsigned bits;
-  std::memcpy(&bits, &v, 4);
-  return bits;
-#endif
-}
-KQ_FN float kq_bits_f32(unsigned bits) {
-#ifdef __CUDACC_RTC__
-  return __uint_as_float(bits);
-#else
-  float v;
-  std::memcpy(&v, &bits, 4);
-  return v;
-#endif
-}
 KQ_FN void kq_split3(float v, unsigned short* parts) {
   const unsigned bits = kq_f32_bits(v);
   parts[0] = static_cast<unsigned short>(bits >> 16);
@@ -510,9 +606,8 @@ KQ_FN void kq_pack(unsigned u4, unsigned& lo, unsigned& hi) {
 // Lane (g, t)'s A fragment of chunk h of a step: rows g (block b0) and g + 8 (block b1) of a
 // 16-row tile, k slots (2t, 2t + 1) in a[0] (row g) and a[1] (row g + 8), (2t + 8, 2t + 9) in a[2]
 // and a[3] (PTX's m16n8k16 layout), holding values 4t .. 4t + 3 of the chunk.
-template <class Kind, bool kBf16>
-KQ_FN void kq_a_fragment(const unsigned char* b0, const unsigned char* b1, int step, int h, int t,
-                         unsigned* a) {
+template <class Kind, bool kBf16, class B>
+KQ_FN void kq_a_fragment(const B& b0, const B& b1, int step, int h, int t, unsigned* a) {
   kq_pack<kBf16, Kind::kWide, Kind::kBias>(Kind::codes(b0, step, h, t), a[0], a[2]);
   kq_pack<kBf16, Kind::kWide, Kind::kBias>(Kind::codes(b1, step, h, t), a[1], a[3]);
 }

@@ -197,6 +197,7 @@ struct KqProductParams {
   unsigned long long weight, x, partial, out, bias, counters;
   long long n, k, rows, row_bytes, plane, int8_block;
   int row_tiles, column_groups, splits, tiles_per_split;
+  int warp_rows, unused;  // kiln_quant_matvec: rows of W a warp
 };
 
 constexpr int kKqRows = 64;   // weight rows per block of threads: 4 warps of 16
@@ -264,12 +265,13 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
   long long values = p.k - k0;
   if (values > kKqTile) values = kKqTile;
   const long long offset = KqTiles<Kind, kInt8>::offset(p, k0);
-  const unsigned char* wa =
-      stage + (warp * 16 + g) * kRowStride +
-      ((p.weight + static_cast<unsigned long long>(ra * p.row_bytes + offset)) & 15);
-  const unsigned char* wb =
-      stage + (warp * 16 + g + 8) * kRowStride +
-      ((p.weight + static_cast<unsigned long long>(rb * p.row_bytes + offset)) & 15);
+  // The rows' first bytes: in the stage at their global address % 16 (the low bits of these).
+  const unsigned from_a =
+      static_cast<unsigned>(p.weight + static_cast<unsigned long long>(ra * p.row_bytes + offset));
+  const unsigned from_b =
+      static_cast<unsigned>(p.weight + static_cast<unsigned long long>(rb * p.row_bytes + offset));
+  const unsigned char* wa = stage + (warp * 16 + g) * kRowStride + (from_a & 15);
+  const unsigned char* wb = stage + (warp * 16 + g + 8) * kRowStride + (from_b & 15);
   float scale_a = 0.0f, scale_b = 0.0f;
   if constexpr (kInt8 == 2) {
     // The tile lies inside one block: its scale, read from the block's start.
@@ -289,10 +291,14 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
       const unsigned char* ba = wa + v / Kind::kValues * Kind::kBytes;
       const unsigned char* bb = wb + v / Kind::kValues * Kind::kBytes;
       const int step = (v % Kind::kValues) / Kind::kStep;
-      Kind::scale(ba, step, mul_a, add_a);
-      Kind::scale(bb, step, mul_b, add_b);
+      // Whole aligned words of the stage, joined by funnel shifts (quant_blocks.h's KqStaged).
+      const int block_at = v / Kind::kValues * Kind::kBytes;
+      const KqStaged sa = kq_staged(ba, (from_a + block_at) & 3);
+      const KqStaged sb = kq_staged(bb, (from_b + block_at) & 3);
+      Kind::scale(sa, step, mul_a, add_a);
+      Kind::scale(sb, step, mul_b, add_b);
       KQ_UNROLL for (int h = 0; h < kChunks; ++h)
-          kq_a_fragment<Kind, kBf16>(ba, bb, step, h, t, a[h]);
+          kq_a_fragment<Kind, kBf16>(sa, sb, step, h, t, a[h]);
     } else {
       const unsigned char* qa;
       const unsigned char* qb;
@@ -338,7 +344,7 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
 // launch leaves them so (Context::split_counters).
 template <class Out, int kColumns>
 KQ_FN void kq_finish(const KqProductParams& p, unsigned char* smem, int rest, long long row0,
-                     long long col0) {
+                     long long col0, int tile_rows) {
   kq_fence();
   kq_sync();  // every thread's partial sums are stored and fenced before the block's ticket
   auto* last = reinterpret_cast<volatile unsigned*>(smem);  // the stages are read by now
@@ -353,9 +359,9 @@ KQ_FN void kq_finish(const KqProductParams& p, unsigned char* smem, int rest, lo
   kq_fence();  // the other splits' sums, fenced before their tickets, are seen after ours
   const auto* partial = reinterpret_cast<const float*>(p.partial);
   const long long plane = p.rows * p.n;
-  for (int i = static_cast<int>(kq_thread()); i < kKqRows * kColumns;
+  for (int i = static_cast<int>(kq_thread()); i < tile_rows * kColumns;
        i += static_cast<int>(kq_block_threads())) {
-    const long long row = row0 + i % kKqRows, c = col0 + i / kKqRows;
+    const long long row = row0 + i % tile_rows, c = col0 + i / tile_rows;
     if (row >= p.n || c >= p.rows) continue;
     const long long at = c * p.n + row;
     float s = kq_load_l2(partial + at);
@@ -428,36 +434,40 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
     put(c + 1, ra, acc[nt][1]);
     put(c + 1, rb, acc[nt][3]);
   }
-  if (p.splits > 1) kq_finish<Out, kNt * 8>(p, smem, rest, row0, col0);
+  if (p.splits > 1) kq_finish<Out, kNt * 8>(p, smem, rest, row0, col0, kKqRows);
 }
 
 // ---- kiln_quant_matvec ----
 // y[rows, n] = x[rows, k] · W[n, k]ᵀ for a few rows of x, any GGUF kind: the matrix-vector
 // products of decoding, where the weight is read once and the time is the time to read it. A
 // block takes all kCols (1, 2, 4) rows of x: from 5 rows on the tiled kernel was faster
-// (docs/quantization-gpu.md). x is
-// rounded to int8 blocks of 32 values first (scale amax / 127, as the CPU's quantize_int8 and
-// llama.cpp's q8_1 do), so a step of the weight's codes is one dp4a instruction per 4 values and
-// row of x: value = mul (u - kBias) + add (quant_blocks.h's product reading) gives sum x·value =
-// dx (mul (sum u·xq - kBias sum xq) + add sum xq). A block of 8 warps takes 64 rows of W and a
-// chunk of up to 1024 values of k (a split: tiles_per_split blocks of 32 values); each warp
-// streams its 8 rows through kStages stages of its own shared memory (cp.async), and lane l
-// multiplies values 32 l .. 32 l + 31 of the chunk, whose x codes it holds in registers. Splits
-// are summed as kiln_quant_product's are (kq_finish). A block of x with a NaN or an infinity gives
-// NaN.
+// (docs/quantization-gpu.md). x is rounded to int8 blocks of 32 values first (scale amax / 127,
+// as the CPU's quantize_int8 and llama.cpp's q8_1 do), so a step of the weight's codes is one dp4a
+// instruction per 4 values and row of x: value = mul (u - kBias) + add (quant_blocks.h's product
+// reading) gives sum x·value = dx (mul (sum u·xq - kBias sum xq) + add sum xq).
+//
+// A split of k is a chunk of kPieces × 1024 values (tiles_per_split blocks of 32); lane l
+// multiplies values 32 l + 1024 j .. + 31 (j < kPieces) of the chunk, whose x codes it holds in
+// registers, so a row's fixed costs (its copy's addresses, the wait, the sum over the warp) are
+// paid once per kPieces blocks of x. A block of 8 warps takes 8 × warp_rows rows of W, warp w
+// its rows w, w + 8, ...; each warp streams them through kStages stages of its own shared memory
+// (cp.async), sums a row over its lanes as soon as it is multiplied and writes it (lane 0). The
+// host picks warp_rows so that the grid is one wave of resident blocks. Splits are summed as
+// kiln_quant_product's are (kq_finish). A block of x with a NaN or an infinity gives NaN.
 constexpr int kKqMvWarps = 8;
-constexpr int kKqMvRowsPerWarp = kKqRows / kKqMvWarps;
-constexpr int kKqMvChunk = 1024;  // values of k a split at most: 32 per lane
+constexpr int kKqMvPiece = 1024;  // values of k a piece: 32 per lane
 
-// Shared memory of one warp's stage: a row's chunk at any of 16 starting offsets.
-template <class Kind>
+// Shared memory of one warp's stage: a row's chunk at any of 16 starting offsets, and 8 bytes
+// after it for the whole words the readers take (kq_load_words, KqStaged).
+template <class Kind, int kPieces>
 constexpr int kq_mv_stage_bytes() {
-  return (kKqMvChunk / Kind::kValues * Kind::kBytes + 15 + 15) / 16 * 16;
+  return (kPieces * kKqMvPiece / Kind::kValues * Kind::kBytes + 15 + 8 + 15) / 16 * 16;
 }
-// x's codes [kCols][1024] bytes, scales [kCols][32] floats, sums of 16 codes [kCols][64] ints.
-template <int kCols>
+// x's codes [kCols][chunk] bytes, scales [kCols][chunk / 32] floats, sums of 16 codes
+// [kCols][chunk / 16] ints.
+template <int kCols, int kPieces>
 constexpr int kq_mv_x_bytes() {
-  return kCols * (kKqMvChunk + 32 * 4 + 64 * 4);
+  return kCols * kPieces * (kKqMvPiece + 32 * 4 + 64 * 4);
 }
 
 // x's value i as f32: kX 0 f32, 1 bf16, 2 f16.
@@ -475,19 +485,21 @@ KQ_FN float kq_x_value(unsigned long long x, long long i) {
   }
 }
 
-// The chunk [k0, k0 + values) of x's rows 0 .. kCols - 1 as int8 blocks of 32 into
-// shared memory: 8 lanes a block, 4 values a lane (the block's amax, finiteness and sums of 16
-// codes shared by shuffles), so every thread of the block takes part and the quantization takes
-// the time of a few values. Rows past p.rows and blocks past the chunk are zeros.
-template <int kCols, int kX>
+// The chunk [k0, k0 + values) of x's rows 0 .. kCols - 1 as int8 blocks of 32 into shared
+// memory: 8 lanes a block, 4 values a lane (the block's amax, finiteness and sums of 16 codes
+// shared by shuffles), so every thread of the block takes part and the quantization takes the
+// time of a few values. Rows past p.rows and blocks past the chunk are zeros.
+template <int kCols, int kPieces, int kX>
 KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long k0, long long values,
                             unsigned char* codes, float* scales, int* sums) {
+  constexpr int kBlocks = 32 * kPieces;  // blocks of 32 values in a chunk
   const int blocks = static_cast<int>(values / 32);
-  // kCols * 256 tasks over the block's 256 threads: every lane makes the same number of turns.
-  for (int task = static_cast<int>(kq_thread()); task < kCols * 256;
+  // kCols * kBlocks * 8 tasks over the block's 256 threads: every lane makes the same number of
+  // turns.
+  for (int task = static_cast<int>(kq_thread()); task < kCols * kBlocks * 8;
        task += static_cast<int>(kq_block_threads())) {
     const int block = task / 8, part = task % 8;  // values 4 part .. 4 part + 3 of the block
-    const int c = block / 32, b = block % 32;
+    const int c = block / kBlocks, b = block % kBlocks;
     const bool real = c < p.rows && b < blocks;  // the same in the block's 8 lanes
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (real) {
@@ -519,15 +531,16 @@ KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long k0, long long va
     // Sums of the codes of values 0..15 (parts 0..3) and 16..31 (parts 4..7).
     sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 1));
     sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 2));
-    reinterpret_cast<unsigned*>(codes + c * kKqMvChunk + 32 * b)[part] = word;
-    if (part == 0) scales[c * 32 + b] = finite != 0 ? d : kq_nan();  // 0 where not real
-    if (part % 4 == 0) sums[c * 64 + 2 * b + part / 4] = sum;
+    reinterpret_cast<unsigned*>(codes + c * kBlocks * 32 + 32 * b)[part] = word;
+    if (part == 0) scales[c * kBlocks + b] = finite != 0 ? d : kq_nan();  // 0 where not real
+    if (part % 4 == 0) sums[c * 2 * kBlocks + 2 * b + part / 4] = sum;
   }
 }
 
-template <class Kind, int kCols, int kStages, int kX, class Out>
+template <class Kind, int kCols, int kPieces, int kStages, int kX, class Out>
 KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
-  constexpr int kStage = kq_mv_stage_bytes<Kind>();
+  constexpr int kStage = kq_mv_stage_bytes<Kind, kPieces>();
+  constexpr int kBlocks = 32 * kPieces;
   constexpr int kStepsPerLane = 32 / Kind::kStep;  // 1, or 2 where a scale covers 16 values
   constexpr int kChunksPerStep = Kind::kStep / 16;
   const int thread = static_cast<int>(kq_thread());
@@ -535,7 +548,8 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
   // Block b: split b % splits of k, then the tile of W's rows.
   const int split = static_cast<int>(kq_block() % static_cast<unsigned>(p.splits));
   const int tile = static_cast<int>(kq_block() / static_cast<unsigned>(p.splits));
-  const long long row0 = static_cast<long long>(tile) * kKqRows;
+  const int warp_rows = p.warp_rows;
+  const long long row0 = static_cast<long long>(tile) * kKqMvWarps * warp_rows;
   const long long chunk = static_cast<long long>(p.tiles_per_split) * 32;
   const long long k0 = split * chunk;
   const long long values = p.k - k0 < chunk ? p.k - k0 : chunk;
@@ -543,14 +557,14 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
   const long long bytes = values / Kind::kValues * Kind::kBytes;
   unsigned char* stages = smem + warp * kStages * kStage;
   unsigned char* x_codes = smem + kKqMvWarps * kStages * kStage;
-  float* x_scales = reinterpret_cast<float*>(x_codes + kCols * kKqMvChunk);
-  int* x_sums = reinterpret_cast<int*>(x_scales + kCols * 32);
+  float* x_scales = reinterpret_cast<float*>(x_codes + kCols * kBlocks * 32);
+  int* x_sums = reinterpret_cast<int*>(x_scales + kCols * kBlocks);
 
   // Row i of this warp (row0 + warp + 8 i) into stage `stage`: the aligned words that hold its
   // chunk's bytes, which start at (their address % 16) in the stage. One group per call.
   auto load_row = [&](int i, int stage) {
     const long long row = row0 + warp + kKqMvWarps * i;
-    if (i < kKqMvRowsPerWarp && row < p.n) {
+    if (i < warp_rows && row < p.n) {
       const unsigned long long start =
           p.weight + static_cast<unsigned long long>(row * p.row_bytes + offset);
       const int words =
@@ -562,67 +576,76 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
   };
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) load_row(s, s);
   // x's chunk while the first rows are on their way.
-  kq_mv_quantize_x<kCols, kX>(p, k0, values, x_codes, x_scales, x_sums);
+  kq_mv_quantize_x<kCols, kPieces, kX>(p, k0, values, x_codes, x_scales, x_sums);
   kq_sync();
-  const bool active = 32 * lane < values;
-  unsigned xq[kCols][8];
-  float dx[kCols];
-  int xs[kCols][2];
+  unsigned xq[kCols][kPieces][8];
+  float dx[kCols][kPieces];
+  int xs[kCols][kPieces][2];
   KQ_UNROLL for (int c = 0; c < kCols; ++c) {
-    const unsigned* words = reinterpret_cast<const unsigned*>(x_codes + c * kKqMvChunk + 32 * lane);
-    KQ_UNROLL for (int w = 0; w < 8; ++w) xq[c][w] = words[w];
-    dx[c] = x_scales[c * 32 + lane];
-    xs[c][0] = x_sums[c * 64 + 2 * lane];
-    xs[c][1] = x_sums[c * 64 + 2 * lane + 1];
+    KQ_UNROLL for (int j = 0; j < kPieces; ++j) {
+      const int b = lane + 32 * j;  // the piece's block of 32 values in the chunk
+      const unsigned* words = reinterpret_cast<const unsigned*>(x_codes + (c * kBlocks + b) * 32);
+      KQ_UNROLL for (int w = 0; w < 8; ++w) xq[c][j][w] = words[w];
+      dx[c][j] = x_scales[c * kBlocks + b];
+      xs[c][j][0] = x_sums[c * 2 * kBlocks + 2 * b];
+      xs[c][j][1] = x_sums[c * 2 * kBlocks + 2 * b + 1];
+    }
   }
-  // The lane's values within its block of the kind, and the block's place in the chunk.
-  const int block_at = 32 * lane / Kind::kValues * Kind::kBytes;
-  const int first_step = 32 * lane % Kind::kValues / Kind::kStep;
   float* partial =
       reinterpret_cast<float*>(p.partial) + static_cast<long long>(split) * p.rows * p.n;
 
-  // Each lane's share of each row's sums; summed over the warp after the rows, where the
-  // shuffles of different rows overlap.
-  float sum[kKqMvRowsPerWarp][kCols];
-  KQ_UNROLL for (int i = 0; i < kKqMvRowsPerWarp; ++i) {
-    KQ_UNROLL for (int c = 0; c < kCols; ++c) sum[i][c] = 0.0f;
-  }
-  KQ_UNROLL for (int i = 0; i < kKqMvRowsPerWarp; ++i) {
+  for (int i = 0; i < warp_rows; ++i) {
     load_row(i + kStages - 1, (i + kStages - 1) % kStages);
     kq_wait<kStages - 1>();
     kq_warp_sync();  // every lane's copies of row i are in
     const long long row = row0 + warp + kKqMvWarps * i;
-    if (row < p.n) {  // the same in every lane of the warp
-      const unsigned long long start =
-          p.weight + static_cast<unsigned long long>(row * p.row_bytes + offset);
-      const unsigned char* block = stages + (i % kStages) * kStage + (start & 15) + block_at;
-      if (active) {
+    if (row >= p.n) break;  // the same in every lane; the warp's later rows are past n too
+    const unsigned long long start =
+        p.weight + static_cast<unsigned long long>(row * p.row_bytes + offset);
+    const unsigned char* chunk_bytes = stages + (i % kStages) * kStage + (start & 15);
+    float sum[kCols];
+    KQ_UNROLL for (int c = 0; c < kCols; ++c) sum[c] = 0.0f;
+    KQ_UNROLL for (int j = 0; j < kPieces; ++j) {
+      const int first = 32 * (lane + 32 * j);  // the piece's first value in the chunk
+      if (first >= values) continue;
+      // The piece's step(s) of its block b of the kind.
+      auto multiply = [&](const auto& b, int first_step) {
         KQ_UNROLL for (int s = 0; s < kStepsPerLane; ++s) {
           float mul, add;
-          Kind::scale(block, first_step + s, mul, add);
+          Kind::scale(b, first_step + s, mul, add);
           unsigned u[kChunksPerStep * 4];
           KQ_UNROLL for (int h = 0; h < kChunksPerStep; ++h) {
             KQ_UNROLL for (int t = 0; t < 4; ++t) u[4 * h + t] =
-                Kind::codes(block, first_step + s, h, t);
+                Kind::codes(b, first_step + s, h, t);
           }
           KQ_UNROLL for (int c = 0; c < kCols; ++c) {
             int dot = 0;
             KQ_UNROLL for (int w = 0; w < kChunksPerStep * 4; ++w) dot =
-                kq_dp4a(u[w], xq[c][kChunksPerStep * 4 * s + w], dot);
-            const int codes = kStepsPerLane == 1 ? xs[c][0] + xs[c][1] : xs[c][s];
-            sum[i][c] += dx[c] * (mul * static_cast<float>(dot - Kind::kBias * codes) +
+                kq_dp4a(u[w], xq[c][j][kChunksPerStep * 4 * s + w], dot);
+            const int codes = kStepsPerLane == 1 ? xs[c][j][0] + xs[c][j][1] : xs[c][j][s];
+            sum[c] += dx[c][j] * (mul * static_cast<float>(dot - Kind::kBias * codes) +
                                   add * static_cast<float>(codes));
           }
         }
+      };
+      // The block in the stage, whose 16-byte words hold the row's from its start: the block's
+      // address % 4 is its global address's.
+      const int block_at = first / Kind::kValues * Kind::kBytes;
+      const unsigned misaligned = (static_cast<unsigned>(start) + block_at) & 3;
+      if constexpr (Kind::kValues == 32) {
+        // The whole block is the piece's: its words into registers once, every reading after
+        // that a pick of registers.
+        multiply(kq_load_words<(Kind::kBytes + 3) / 4>(chunk_bytes + block_at, misaligned), 0);
+      } else {
+        // The piece is a part of the block: whole aligned words, joined by funnel shifts.
+        multiply(kq_staged(chunk_bytes + block_at, misaligned),
+                 first % Kind::kValues / Kind::kStep);
       }
     }
     kq_warp_sync();  // every lane is done with row i's stage before it is refilled
-  }
-  KQ_UNROLL for (int i = 0; i < kKqMvRowsPerWarp; ++i) {
-    const long long row = row0 + warp + kKqMvWarps * i;
     KQ_UNROLL for (int c = 0; c < kCols; ++c) {
-      const float total = kq_warp_sum(sum[i][c]);
-      if (lane == 0 && row < p.n && c < p.rows) {
+      const float total = kq_warp_sum(sum[c]);
+      if (lane == 0 && c < p.rows) {
         if (p.splits == 1) {
           Out::store(p, c * p.n + row, row, total);
         } else {
@@ -631,7 +654,7 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
       }
     }
   }
-  if (p.splits > 1) kq_finish<Out, kCols>(p, smem, tile, row0, 0);
+  if (p.splits > 1) kq_finish<Out, kCols>(p, smem, tile, row0, 0, kKqMvWarps * warp_rows);
 }
 
 // ---- kiln_quant_split ----

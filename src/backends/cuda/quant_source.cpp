@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/quant.h"
@@ -52,13 +53,41 @@ const char* kind_struct(Kind kind) {
 
 bool is_int8(Kind kind) { return kind == Kind::Int8Block || kind == Kind::Int8Channel; }
 
-// Shared memory per weight row and stage: the tile's bytes at any of 16 starting offsets, a
-// multiple of 16 bytes; an odd multiple of 16 so the 8 rows a warp reads at once start in
-// different banks.
+// Shared memory per weight row and stage: the tile's bytes at any of 16 starting offsets and 8
+// bytes after them for the whole words the readers take (quant_blocks.h's KqStaged), a multiple
+// of 16 bytes; an odd multiple of 16 so the 8 rows a warp reads at once start in different banks.
 int row_stride_for(std::int64_t tile_bytes) {
-  std::int64_t stride = (tile_bytes + 15 + 15) / 16 * 16;
+  std::int64_t stride = (tile_bytes + 15 + 8 + 15) / 16 * 16;
   if (stride % 32 == 0) stride += 16;
   return static_cast<int>(stride);
+}
+
+// Blocks of kiln_quant_matvec an SM should hold (its registers are bounded to allow them):
+// kQuantMatvecMinBlocks, or KILN_QUANT_MV_BLOCKS (1 to 4) for measuring.
+int matvec_min_blocks() {
+  static const int blocks = [] {
+    const char* text = std::getenv("KILN_QUANT_MV_BLOCKS");
+    const long value = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
+    return value >= 1 && value <= 4 ? static_cast<int>(value) : kQuantMatvecMinBlocks;
+  }();
+  return blocks;
+}
+
+// Shared memory of a kiln_quant_matvec block: an SM's 228 KiB shared by min_blocks blocks, 1 KiB
+// of each reserved, at most 100 KiB.
+std::int64_t matvec_shared_budget(int min_blocks) {
+  return std::min<std::int64_t>(100, 227 / min_blocks - 1) * 1024;
+}
+
+// Pieces of a matrix-vector split for one row of x: kQuantMatvecMaxPieces, or
+// KILN_QUANT_MV_PIECES (1, 2 or 4) for measuring.
+int matvec_max_pieces() {
+  static const int pieces = [] {
+    const char* text = std::getenv("KILN_QUANT_MV_PIECES");
+    const long value = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
+    return value == 1 || value == 2 || value == 4 ? static_cast<int>(value) : kQuantMatvecMaxPieces;
+  }();
+  return pieces;
 }
 
 // The shared texts every quantized module starts with.
@@ -108,14 +137,22 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
     plan.matvec = true;
     plan.matvec_rows = rows <= 1 ? 1 : (rows <= 2 ? 2 : kQuantMatvecMaxRows);
     plan.x_type = x == DType::F32 ? 0 : (x == DType::BF16 ? 1 : 2);
-    // quant_kernels.h's kq_mv_stage_bytes and kq_mv_x_bytes: as many stages (2 to 8) as 28 KiB
-    // hold, so that 8 blocks of 256 threads (a full SM) fit in an SM's shared memory: a grid of
-    // up to 8 blocks an SM runs in one wave.
-    plan.stage_bytes = (kQuantMatvecChunk / kQuantTileValues * plan.tile_bytes + 30) / 16 * 16;
-    const std::int64_t x_bytes = plan.matvec_rows * (kQuantMatvecChunk + 32 * 4 + 64 * 4);
+    // As many pieces as k fills, at most kQuantMatvecMaxPieces / rows (the registers of x).
+    plan.pieces = 1;
+    while (plan.pieces * plan.matvec_rows < matvec_max_pieces() &&
+           plan.pieces * kQuantMatvecPiece < k)
+      plan.pieces *= 2;
+    // quant_kernels.h's kq_mv_stage_bytes and kq_mv_x_bytes: as many stages (2 to 8) as the
+    // shared memory of one of the min_blocks blocks an SM holds.
+    plan.min_blocks = matvec_min_blocks();
+    plan.stage_bytes =
+        (plan.pieces * kQuantMatvecPiece / kQuantTileValues * plan.tile_bytes + 38) / 16 * 16;
+    const std::int64_t x_bytes =
+        std::int64_t{plan.matvec_rows} * plan.pieces * (kQuantMatvecPiece + 32 * 4 + 64 * 4);
     const std::int64_t warps = kQuantMatvecThreads / 32;
-    plan.stages = static_cast<int>(std::clamp((28 * 1024 - x_bytes) / (warps * plan.stage_bytes),
-                                              std::int64_t{2}, std::int64_t{8}));
+    plan.stages = static_cast<int>(
+        std::clamp((matvec_shared_budget(plan.min_blocks) - x_bytes) / (warps * plan.stage_bytes),
+                   std::int64_t{2}, std::int64_t{8}));
   }
   plan.bf16 = x != DType::F16;
   plan.terms = x == DType::F32 ? 3 : 1;
@@ -129,8 +166,8 @@ std::string QuantProductKernel::key() const {
   const std::string output =
       fmt::format("{}:{}", short_name(out), bias == DType::Bool ? "-" : short_name(bias));
   if (matvec) {
-    return fmt::format("quant_matvec:{}:{}:{}:{}:{}", kind_struct(kind), matvec_rows, stages,
-                       x_type, output);
+    return fmt::format("quant_matvec:{}:{}:{}:{}:{}:{}:{}", kind_struct(kind), matvec_rows, pieces,
+                       stages, min_blocks, x_type, output);
   }
   return fmt::format("quant_product:{}:{}:{}:{}:{}:{}:{}", kind_struct(kind), int8_form,
                      bf16 ? "bf16" : "f16", terms, column_tiles, row_stride, output);
@@ -139,7 +176,7 @@ std::string QuantProductKernel::key() const {
 std::size_t QuantProductKernel::shared_bytes() const {
   if (matvec) {
     return static_cast<std::size_t>((kQuantMatvecThreads / 32) * stages * stage_bytes +
-                                    matvec_rows * (kQuantMatvecChunk + 32 * 4 + 64 * 4));
+                                    matvec_rows * pieces * (kQuantMatvecPiece + 32 * 4 + 64 * 4));
   }
   return static_cast<std::size_t>(kQuantStages) * kQuantTileRows * row_stride;
 }
@@ -168,12 +205,14 @@ std::string quant_product_source(const QuantProductKernel& kernel) {
              "}}\n",
              "add_bias"_a = add_bias, "out_t"_a = storage_type(kernel.out),
              "store"_a = store_expression(kernel.out, "s"),
-             "threads"_a = kernel.matvec ? kQuantMatvecThreads : kQuantThreads,
+             "threads"_a = kernel.matvec
+                               ? fmt::format("{}, {}", kQuantMatvecThreads, kernel.min_blocks)
+                               : std::to_string(kQuantThreads),
              "name"_a = kernel.matvec ? "kiln_quant_matvec" : "kiln_quant_product",
              "body"_a = kernel.matvec
-                            ? fmt::format("kq_matvec<{}, {}, {}, {}, KqOut>(p, smem);",
+                            ? fmt::format("kq_matvec<{}, {}, {}, {}, {}, KqOut>(p, smem);",
                                           kind_struct(kernel.kind), kernel.matvec_rows,
-                                          kernel.stages, kernel.x_type)
+                                          kernel.pieces, kernel.stages, kernel.x_type)
                             : fmt::format("kq_product<{}, {}, {}, {}, {}, {}, {}, KqOut>(p, smem);",
                                           kind_struct(kernel.kind), kernel.bf16, kernel.terms,
                                           kernel.column_tiles, kernel.int8_form, kernel.row_stride,

@@ -601,6 +601,21 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* function, CUmodule module, cons
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, CUfunction_attribute, int) {
+  if (const CUresult status = enter("cuFuncSetAttribute")) return status;
+  if (function == nullptr || function->magic != kLive) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function,
+                                                             int threads, size_t) {
+  if (const CUresult status = enter("cuOccupancyMaxActiveBlocksPerMultiprocessor")) return status;
+  if (blocks == nullptr || threads <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (function == nullptr || function->magic != kLive) return CUDA_ERROR_INVALID_HANDLE;
+  *blocks = 2048 / threads;  // the threads of an SM bound it; its registers and memory not modelled
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   if (const CUresult status = enter("cuModuleUnload")) return status;
   if (module == nullptr || module->magic != kLive) return CUDA_ERROR_INVALID_HANDLE;
