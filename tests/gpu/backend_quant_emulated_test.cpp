@@ -548,6 +548,8 @@ TEST(GpuQuantEmulated, MatvecOfEveryKind) {
   check_matvec<qb::KqQ5_K, 4, 1, 8, 2>(kiln::quant_scheme(QKind::Q5_K), 40, 5376, 3, 3, 2, 4109);
   check_matvec<qb::KqQ6_K, 1, 4, 3, 1>(kiln::quant_scheme(QKind::Q6_K), 40, 5376, 1, 8, 6, 4110);
   check_matvec<qb::KqQ8_K, 1, 4, 2, 1>(kiln::quant_scheme(QKind::Q8_K), 40, 5376, 1, 3, 12, 4111);
+  // Q4_K's rows off a word (misaligned by 6): its blocks read through KqStaged, not KqAligned.
+  check_matvec<qb::KqQ4_K, 1, 4, 5, 1>(kiln::quant_scheme(QKind::Q4_K), 40, 5376, 1, 3, 6, 4113);
   // One split (k = 512, one piece): the only split writes the output; one row a warp.
   check_matvec<qb::KqQ4_0, 1, 1, 8, 0>(kiln::quant_scheme(QKind::Q4_0), 70, 512, 1, 1, 2, 4112, 0);
 }

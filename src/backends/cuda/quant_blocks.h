@@ -91,7 +91,8 @@ KQ_FN float kq_bits_f32(unsigned bits) {
 // pointer (any alignment); or KqWords, the block already in registers as aligned words, where
 // offsets known at compile time pick registers; or KqStaged, a block in a kernel's shared-memory
 // stage, read as whole aligned words joined by funnel shifts: its misalignment is found once, not
-// at every read, and a read may take the word after its bytes (the stages leave room for it).
+// at every read, and a read may take the word after its bytes (the stages leave room for it); or
+// KqAligned, a staged block known to start on a word.
 KQ_FN unsigned kq_funnel(unsigned lo, unsigned hi, unsigned shift) {
 #ifdef __CUDACC_RTC__
   return __funnelshift_r(lo, hi, shift);
@@ -153,6 +154,20 @@ KQ_FN unsigned kq_r16(const KqStaged& b, int off) { return kq_r32(b, off) & 0xFF
 KQ_FN unsigned kq_r8(const KqStaged& b, int off) {
   const unsigned q = b.misaligned + static_cast<unsigned>(off);
   return (b.at[q >> 2] >> ((q & 3) * 8)) & 0xFFu;
+}
+
+// A block in a stage whose first byte is 4-byte aligned: a read at an offset the compiler knows
+// to be a multiple of 4 is one load.
+struct KqAligned {
+  const unsigned* at;
+};
+KQ_FN unsigned kq_r32(const KqAligned& b, int off) {
+  const unsigned shift = static_cast<unsigned>(off & 3) * 8;
+  return shift == 0 ? b.at[off >> 2] : kq_funnel(b.at[off >> 2], b.at[(off >> 2) + 1], shift);
+}
+KQ_FN unsigned kq_r16(const KqAligned& b, int off) { return kq_r32(b, off) & 0xFFFFu; }
+KQ_FN unsigned kq_r8(const KqAligned& b, int off) {
+  return (b.at[off >> 2] >> ((off & 3) * 8)) & 0xFFu;
 }
 
 // ---- exact arithmetic: an f16 scale widened exactly, one rounding per operation ----

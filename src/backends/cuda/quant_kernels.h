@@ -636,6 +636,16 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
         // The whole block is the piece's: its words into registers once, every reading after
         // that a pick of registers.
         multiply(kq_load_words<(Kind::kBytes + 3) / 4>(chunk_bytes + block_at, misaligned), 0);
+      } else if constexpr (Kind::kBytes % 4 == 0) {
+        // The piece is a part of the block. Blocks of whole words start where the row does: on a
+        // word (the usual case: the same in every lane of the warp), each read is one load.
+        const int first_step = first % Kind::kValues / Kind::kStep;
+        const unsigned char* block = chunk_bytes + block_at;
+        if (misaligned == 0) {
+          multiply(KqAligned{reinterpret_cast<const unsigned*>(block)}, first_step);
+        } else {
+          multiply(kq_staged(block, misaligned), first_step);
+        }
       } else {
         // The piece is a part of the block: whole aligned words, joined by funnel shifts.
         multiply(kq_staged(chunk_bytes + block_at, misaligned),
