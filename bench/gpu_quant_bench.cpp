@@ -17,8 +17,9 @@
 // products take their weight in turns from copies that together hold at least 2.5 times the
 // L2 cache (up to kKernelsPerGraph copies), so every product reads its weight from device memory
 // as a model's layers do, not from L2 where the last product left it; bf16's rows the same.
-//   gpu_quant_bench [--repeats N] [--quick] [--only KIND] [--rows 1,8,32]   (KIND q4_0, q4_k or
-//   q8_0; --only leaves out the int8 product too; --rows the rows of x, up to 4 a matvec row)
+//   gpu_quant_bench [--repeats N] [--quick] [--only KIND] [--rows 1,8,32]   (KIND any GGUF kind
+//   kiln encodes: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q6_k; --only leaves out the int8 product too;
+//   --rows the rows of x, up to 4 a matvec row)
 #include <cuda_runtime_api.h>
 #include <kiln/graph.h>
 #include <kiln/kiln.h>
@@ -247,7 +248,9 @@ int main(int argc, char** argv) {
     std::printf("L2 cache %.1f MiB: each row's weight copies hold at least 2.5 times it\n",
                 l2 / 1048576.0);
     std::vector<QKind> kinds = {QKind::Q4_0, QKind::Q4_K, QKind::Q8_0};
-    if (!only.empty()) {
+    if (!only.empty()) {  // any GGUF kind kiln encodes, by name; the three above by default
+      kinds = {QKind::Q4_0, QKind::Q4_1, QKind::Q5_0, QKind::Q5_1,
+               QKind::Q8_0, QKind::Q4_K, QKind::Q6_K};
       std::erase_if(kinds, [&](QKind kind) {
         std::string name(quant_kind_name(kind));
         for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

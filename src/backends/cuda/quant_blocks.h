@@ -411,6 +411,18 @@ struct KqQ3_K {
     mul = kq_mul(kq_half(kq_r16(b, 108)), kq_int(kq_q3_scale(b, 96, s)));
     add = 0.0f;
   }
+  // A lane's two steps s0, s0 + 1 (s0 even) of the matrix-vector kernel read two runs of 32
+  // bytes: their bit pairs from run0(s0), their high bits from run1(s0) (bytes 16 i + 4t of each
+  // run for step s0 + i), so with the runs in registers every code is a pick of registers.
+  static constexpr bool kLaneRuns = true;
+  static KQ_FN int run0(int s0) { return 32 + 32 * (s0 / 8); }
+  static KQ_FN int run1(int) { return 0; }
+  template <class W>
+  static KQ_FN unsigned run_codes(const W& r0, const W& r1, int s0, int i, int t) {
+    const unsigned low = (kq_r32(r0, 16 * i + 4 * t) >> (2 * ((s0 % 8) / 2))) & 0x03030303u;
+    const unsigned high = (kq_r32(r1, 16 * i + 4 * t) >> (s0 / 2)) & 0x01010101u;
+    return low | (high << 2);
+  }
 };
 
 // Q4_K and Q5_K share the header (d, dmin, packed scales) and differ by the fifth bit.
@@ -479,6 +491,18 @@ struct KqQ6_K {
     mul = kq_mul(kq_half(kq_r16(b, 208)), kq_int(static_cast<signed char>(kq_r8(b, 192 + s))));
     add = 0.0f;
   }
+  // A lane's two steps s0, s0 + 1 (s0 even) of the matrix-vector kernel read two runs of 32
+  // bytes: their nibbles from run0(s0), their bit pairs from run1(s0) (bytes 16 i + 4t of each
+  // run for step s0 + i), so with the runs in registers every code is a pick of registers.
+  static constexpr bool kLaneRuns = true;
+  static KQ_FN int run0(int s0) { return 64 * (s0 / 8) + 16 * (s0 % 4); }
+  static KQ_FN int run1(int s0) { return 128 + 32 * (s0 / 8); }
+  template <class W>
+  static KQ_FN unsigned run_codes(const W& r0, const W& r1, int s0, int i, int t) {
+    const unsigned low = kq_nibbles(kq_r32(r0, 16 * i + 4 * t), (s0 % 8) >= 4);
+    const unsigned top = (kq_r32(r1, 16 * i + 4 * t) >> (2 * ((s0 % 8) / 2))) & 0x03030303u;
+    return low | (top << 4);
+  }
 };
 
 struct KqQ8_K {
@@ -512,6 +536,16 @@ struct KqInt8 {
   static KQ_FN unsigned codes(const unsigned char* q, int t) {
     return kq_u32(q + 4 * t) ^ 0x80808080u;
   }
+};
+
+// Whether a kind has the matrix-vector kernel's run reading (kLaneRuns: KqQ3_K, KqQ6_K).
+template <class Kind, class = void>
+struct KqLaneRuns {
+  static constexpr bool value = false;
+};
+template <class Kind>
+struct KqLaneRuns<Kind, decltype(void(Kind::kLaneRuns))> {
+  static constexpr bool value = Kind::kLaneRuns;
 };
 
 // ---- x as the tensor cores take it ----

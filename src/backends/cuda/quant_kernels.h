@@ -608,15 +608,15 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
     KQ_UNROLL for (int j = 0; j < kPieces; ++j) {
       const int first = 32 * (lane + 32 * j);  // the piece's first value in the chunk
       if (first >= values) continue;
-      // The piece's step(s) of its block b of the kind.
-      auto multiply = [&](const auto& b, int first_step) {
+      // The piece's step(s) of its block b of the kind, codes(s, h, t) the codes of values
+      // 16 h + 4t .. of its step first_step + s.
+      auto multiply = [&](const auto& b, int first_step, const auto& codes_of) {
         KQ_UNROLL for (int s = 0; s < kStepsPerLane; ++s) {
           float mul, add;
           Kind::scale(b, first_step + s, mul, add);
           unsigned u[kChunksPerStep * 4];
           KQ_UNROLL for (int h = 0; h < kChunksPerStep; ++h) {
-            KQ_UNROLL for (int t = 0; t < 4; ++t) u[4 * h + t] =
-                Kind::codes(b, first_step + s, h, t);
+            KQ_UNROLL for (int t = 0; t < 4; ++t) u[4 * h + t] = codes_of(s, h, t);
           }
           KQ_UNROLL for (int c = 0; c < kCols; ++c) {
             int dot = 0;
@@ -632,24 +632,36 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
       // address % 4 is its global address's.
       const int block_at = first / Kind::kValues * Kind::kBytes;
       const unsigned misaligned = (static_cast<unsigned>(start) + block_at) & 3;
+      // multiply() with the kind's own codes(b, step, h, t).
+      auto multiply_block = [&](const auto& b, int step0) {
+        multiply(b, step0, [&](int s, int h, int t) { return Kind::codes(b, step0 + s, h, t); });
+      };
+      const int first_step = first % Kind::kValues / Kind::kStep;
+      const unsigned char* block = chunk_bytes + block_at;
       if constexpr (Kind::kValues == 32) {
         // The whole block is the piece's: its words into registers once, every reading after
         // that a pick of registers.
-        multiply(kq_load_words<(Kind::kBytes + 3) / 4>(chunk_bytes + block_at, misaligned), 0);
+        multiply_block(kq_load_words<(Kind::kBytes + 3) / 4>(block, misaligned), 0);
+      } else if constexpr (KqLaneRuns<Kind>::value) {
+        // The piece's codes are two runs of 32 bytes of the block (quant_blocks.h's kLaneRuns),
+        // each into registers once; its scales read through KqStaged.
+        const unsigned at = static_cast<unsigned>(start) + block_at;
+        const int r0 = Kind::run0(first_step), r1 = Kind::run1(first_step);
+        const auto run0 = kq_load_words<8>(block + r0, (at + r0) & 3);
+        const auto run1 = kq_load_words<8>(block + r1, (at + r1) & 3);
+        multiply(kq_staged(block, misaligned), first_step,
+                 [&](int s, int, int t) { return Kind::run_codes(run0, run1, first_step, s, t); });
       } else if constexpr (Kind::kBytes % 4 == 0) {
         // The piece is a part of the block. Blocks of whole words start where the row does: on a
         // word (the usual case: the same in every lane of the warp), each read is one load.
-        const int first_step = first % Kind::kValues / Kind::kStep;
-        const unsigned char* block = chunk_bytes + block_at;
         if (misaligned == 0) {
-          multiply(KqAligned{reinterpret_cast<const unsigned*>(block)}, first_step);
+          multiply_block(KqAligned{reinterpret_cast<const unsigned*>(block)}, first_step);
         } else {
-          multiply(kq_staged(block, misaligned), first_step);
+          multiply_block(kq_staged(block, misaligned), first_step);
         }
       } else {
         // The piece is a part of the block: whole aligned words, joined by funnel shifts.
-        multiply(kq_staged(chunk_bytes + block_at, misaligned),
-                 first % Kind::kValues / Kind::kStep);
+        multiply_block(kq_staged(block, misaligned), first_step);
       }
     }
     kq_warp_sync();  // every lane is done with row i's stage before it is refilled
