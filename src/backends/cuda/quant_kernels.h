@@ -493,19 +493,25 @@ template <int kCols, int kPieces, int kX>
 KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long k0, long long values,
                             unsigned char* codes, float* scales, int* sums) {
   constexpr int kBlocks = 32 * kPieces;  // blocks of 32 values in a chunk
-  const int blocks = static_cast<int>(values / 32);
   // kCols * kBlocks * 8 tasks over the block's 256 threads: every lane makes the same number of
-  // turns.
-  for (int task = static_cast<int>(kq_thread()); task < kCols * kBlocks * 8;
-       task += static_cast<int>(kq_block_threads())) {
+  // turns, and every turn's values are loaded before the first is rounded (one wait for x, not
+  // one a turn).
+  constexpr int kTurns = kCols * kBlocks * 8 / (kKqMvWarps * 32);
+  const int blocks = static_cast<int>(values / 32);
+  float loaded[kTurns][4];
+  KQ_UNROLL for (int turn = 0; turn < kTurns; ++turn) {
+    const int task = static_cast<int>(kq_thread()) + turn * kKqMvWarps * 32;
+    const int block = task / 8, part = task % 8;
+    const int c = block / kBlocks, b = block % kBlocks;
+    const long long at = c * p.k + k0 + 32 * b + 4 * part;
+    KQ_UNROLL for (int e = 0; e < 4; ++e) loaded[turn][e] =
+        c < p.rows && b < blocks ? kq_x_value<kX>(p.x, at + e) : 0.0f;
+  }
+  KQ_UNROLL for (int turn = 0; turn < kTurns; ++turn) {
+    const int task = static_cast<int>(kq_thread()) + turn * kKqMvWarps * 32;
     const int block = task / 8, part = task % 8;  // values 4 part .. 4 part + 3 of the block
     const int c = block / kBlocks, b = block % kBlocks;
-    const bool real = c < p.rows && b < blocks;  // the same in the block's 8 lanes
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (real) {
-      const long long at = c * p.k + k0 + 32 * b + 4 * part;
-      KQ_UNROLL for (int e = 0; e < 4; ++e) v[e] = kq_x_value<kX>(p.x, at + e);
-    }
+    const float* v = loaded[turn];  // zeros for rows past p.rows and blocks past the chunk
     float amax = 0.0f;
     unsigned finite = 1;
     KQ_UNROLL for (int e = 0; e < 4; ++e) {
