@@ -2,8 +2,10 @@
 // and 1, 2 and 4 rows of x, as ptxas reports them for sm_90: no GPU needed (NVRTC with ptxas's
 // -v), so a kernel's occupancy can be read before a device call.
 //   g++ -std=c++20 -O1 bench/probe/quant_registers.cpp -Isrc -Iinclude -I/usr/local/cuda/include \
-//     -Ibuild/generated BUILD/src/backends/cuda/libkiln_cuda_codegen.a -Lbuild -lkiln \
-//     -L/usr/local/cuda/lib64 -lnvrtc -o /tmp/quant_registers && /tmp/quant_registers
+//     -Ibuild/src/backends/cuda/generated build/src/backends/cuda/libkiln_cuda_codegen.a \
+//     -Lbuild -lkiln -L/usr/local/cuda/lib64 -lnvrtc -lfmt -Wl,-rpath,$PWD/build \
+//     -o /tmp/quant_registers && /tmp/quant_registers
+// (KILN_QUANT_MV_PIECES and KILN_QUANT_MV_BLOCKS change the kernels as they do in the plugin.)
 #include <nvrtc.h>
 
 #include <cstdio>
