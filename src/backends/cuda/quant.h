@@ -13,8 +13,8 @@
 //     weight is read once, in one launch.
 //   - kiln_quant_matvec: the same product for up to 4 rows of x and a GGUF kind (decoding's
 //     matrix-vector products): x rounded to int8 blocks of 32 and multiplied with the codes by
-//     dp4a, each warp streaming its rows of W through its own stages of shared memory; the
-//     weight is read once at the speed of the memory (quant_kernels.h).
+//     dp4a, each warp streaming its rows of W through its own stages of shared memory, the grid
+//     one wave of resident blocks; the weight is read once (quant_kernels.h).
 #pragma once
 
 #include <cstdint>
