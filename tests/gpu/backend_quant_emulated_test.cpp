@@ -280,24 +280,29 @@ std::vector<float> emulate_product(const TensorData& w, std::size_t misalign,
 }
 
 // got [rows, n] against float64 sums of x times the decoded weight, within f32 sums of the
-// magnitudes.
-void expect_product(const std::vector<float>& got, const std::vector<float>& x, const TensorData& w,
-                    const std::vector<float>& bias, std::int64_t rows, const std::string& what) {
+// magnitudes; row nan_row of x holds a NaN, so its outputs must be NaN.
+void expect_product(const std::vector<float>& got, const std::vector<double>& x,
+                    const TensorData& w, const std::vector<float>& bias, std::int64_t rows,
+                    const std::string& what, std::int64_t nan_row = -1) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
   const TensorData decoded = w.dequantize();
   const auto dense = decoded.as_span<float>();
   int reported = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t j = 0; j < n; ++j) {
+      const double g = got[static_cast<std::size_t>(r * n + j)];
+      if (r == nan_row) {
+        if (!std::isnan(g) && reported++ < 5) ADD_FAILURE() << what << " row " << r << ": " << g;
+        continue;
+      }
       double want = bias.empty() ? 0.0 : bias[static_cast<std::size_t>(j)];
       double magnitude = std::fabs(want);
       for (std::int64_t i = 0; i < k; ++i) {
-        const double v = static_cast<double>(x[static_cast<std::size_t>(r * k + i)]) *
-                         dense[static_cast<std::size_t>(j * k + i)];
+        const double v =
+            x[static_cast<std::size_t>(r * k + i)] * dense[static_cast<std::size_t>(j * k + i)];
         want += v;
         magnitude += std::fabs(v);
       }
-      const double g = got[static_cast<std::size_t>(r * n + j)];
       if (!(std::fabs(g - want) <= 2e-6 * magnitude + 1e-30) && reported++ < 5) {
         ADD_FAILURE() << what << " row " << r << " output " << j << ": " << g << " vs " << want;
       }
@@ -330,7 +335,7 @@ void check(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std::int64
   const std::vector<float> bias = seed % 2 == 1 ? normal_values(n, seed + 2) : std::vector<float>{};
   const std::vector<float> got = emulate_product<K, kBf16, kTerms, kNt, kInt8, kStride>(
       w, misalign, planes, rows, splits, bias);
-  expect_product(got, x, w, bias, rows, what);
+  expect_product(got, {x.begin(), x.end()}, w, bias, rows, what);
 }
 
 TEST(GpuQuantEmulated, ProductOfEveryKind) {
@@ -503,30 +508,8 @@ void check_matvec(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std
   const std::vector<float> got = emulate_matvec<K, kCols, kPieces, kStages, kX>(
       plan, w, misalign, kX == 0 ? static_cast<const void*>(x.data()) : halves.data(), rows, bias,
       warp_rows);
-  const std::vector<double> xr = kiln::test::int8_rounded_x({x.begin(), x.end()}, k);
-  const TensorData decoded = w.dequantize();
-  const auto dense = decoded.as_span<float>();
-  int reported = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t j = 0; j < n; ++j) {
-      const double g = got[static_cast<std::size_t>(r * n + j)];
-      if (r == nan_row) {
-        if (!std::isnan(g) && reported++ < 5) ADD_FAILURE() << what << " row " << r << ": " << g;
-        continue;
-      }
-      double want = bias.empty() ? 0.0 : bias[static_cast<std::size_t>(j)];
-      double magnitude = std::fabs(want);
-      for (std::int64_t i = 0; i < k; ++i) {
-        const double v =
-            xr[static_cast<std::size_t>(r * k + i)] * dense[static_cast<std::size_t>(j * k + i)];
-        want += v;
-        magnitude += std::fabs(v);
-      }
-      if (!(std::fabs(g - want) <= 2e-6 * magnitude + 1e-30) && reported++ < 5) {
-        ADD_FAILURE() << what << " row " << r << " output " << j << ": " << g << " vs " << want;
-      }
-    }
-  }
+  expect_product(got, kiln::test::int8_rounded_x({x.begin(), x.end()}, k), w, bias, rows, what,
+                 nan_row);
 }
 
 TEST(GpuQuantEmulated, MatvecOfEveryKind) {

@@ -4,7 +4,6 @@
 // as the right operand, a kind or int8 block size it does not read, a GPU before sm_80) is decoded
 // and multiplied in f32, as the CPU computes every quantized product.
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -95,11 +94,7 @@ int resident_blocks(CUfunction kernel, int threads, unsigned shared, const char*
 // wave (every block resident from the start, each taking the same share of the weight, so no SM
 // waits on a tail). KILN_QUANT_MV_WAVES (1 to 8) allows that many waves, for measuring.
 std::int64_t matvec_warp_rows(std::int64_t n, std::int64_t splits, std::int64_t resident) {
-  static const std::int64_t waves = [] {
-    const char* text = std::getenv("KILN_QUANT_MV_WAVES");
-    const long w = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
-    return std::int64_t{w >= 1 && w <= 8 ? w : 1};
-  }();
+  static const std::int64_t waves = quant_knob("KILN_QUANT_MV_WAVES", 1, 8, 1);
   const std::int64_t warps = kQuantMatvecThreads / 32;
   const std::int64_t warp_tasks = ceil_div(n, warps) * splits;
   return std::max<std::int64_t>(1, ceil_div(warp_tasks, waves * resident));

@@ -36,6 +36,10 @@ inline constexpr int kQuantMatvecPiece = 1024;   // values of k per piece of a s
 inline constexpr int kQuantMatvecMaxPieces = 4;  // pieces of a split for one row of x
 inline constexpr int kQuantMatvecMinBlocks = 2;  // blocks of kiln_quant_matvec an SM holds
 
+// A measuring knob of the quantized kernels (KILN_QUANT_MV_*): the environment variable `name`
+// as an integer in [lo, hi], else `fallback` (unset, or out of range).
+int quant_knob(const char* name, int lo, int hi, int fallback);
+
 // Mirrors struct P of kiln_quant_decode: same members, same order.
 struct QuantDecodeParams {
   std::uint64_t blocks;      // byte address of the table's row 0

@@ -67,8 +67,6 @@ KQ_FN float kq_round(float v) { return roundf(v); }  // halves away from zero, a
 KQ_FN float kq_nan() { return __int_as_float(0x7fc00000); }
 // v of lane (this lane ^ mask); every lane of the warp takes part.
 KQ_FN unsigned kq_shfl_xor(unsigned v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
-KQ_FN unsigned kq_float_bits(float v) { return __float_as_uint(v); }
-KQ_FN float kq_bits_float(unsigned v) { return __uint_as_float(v); }
 // c + the four products of a's unsigned bytes with b's signed bytes.
 KQ_FN int kq_dp4a(unsigned a, unsigned b, int c) {
   int d;
@@ -104,16 +102,6 @@ void kq_warp_sync();
 unsigned kq_shfl_xor(unsigned v, int mask);
 inline float kq_round(float v) { return std::round(v); }
 inline float kq_nan() { return std::numeric_limits<float>::quiet_NaN(); }
-inline unsigned kq_float_bits(float v) {
-  unsigned bits;
-  std::memcpy(&bits, &v, 4);
-  return bits;
-}
-inline float kq_bits_float(unsigned v) {
-  float value;
-  std::memcpy(&value, &v, 4);
-  return value;
-}
 inline int kq_dp4a(unsigned a, unsigned b, int c) {
   for (int e = 0; e < 4; ++e) {
     c += static_cast<int>((a >> (8 * e)) & 0xFF) * static_cast<signed char>((b >> (8 * e)) & 0xFF);
@@ -124,7 +112,7 @@ inline int kq_dp4a(unsigned a, unsigned b, int c) {
 
 // The sum of v over the warp's 32 lanes (a butterfly), in every lane.
 KQ_FN float kq_warp_sum(float v) {
-  KQ_UNROLL for (int o = 16; o > 0; o >>= 1) v += kq_bits_float(kq_shfl_xor(kq_float_bits(v), o));
+  KQ_UNROLL for (int o = 16; o > 0; o >>= 1) v += kq_bits_f32(kq_shfl_xor(kq_f32_bits(v), o));
   return v;
 }
 
@@ -520,7 +508,7 @@ KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long k0, long long va
       amax = a > amax ? a : amax;
     }
     KQ_UNROLL for (int o = 1; o < 8; o <<= 1) {
-      const float other = kq_bits_float(kq_shfl_xor(kq_float_bits(amax), o));
+      const float other = kq_bits_f32(kq_shfl_xor(kq_f32_bits(amax), o));
       amax = other > amax ? other : amax;
       finite &= kq_shfl_xor(finite, o);
     }

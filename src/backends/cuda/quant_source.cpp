@@ -65,11 +65,7 @@ int row_stride_for(std::int64_t tile_bytes) {
 // Blocks of kiln_quant_matvec an SM should hold (its registers are bounded to allow them):
 // kQuantMatvecMinBlocks, or KILN_QUANT_MV_BLOCKS (1 to 4) for measuring.
 int matvec_min_blocks() {
-  static const int blocks = [] {
-    const char* text = std::getenv("KILN_QUANT_MV_BLOCKS");
-    const long value = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
-    return value >= 1 && value <= 4 ? static_cast<int>(value) : kQuantMatvecMinBlocks;
-  }();
+  static const int blocks = quant_knob("KILN_QUANT_MV_BLOCKS", 1, 4, kQuantMatvecMinBlocks);
   return blocks;
 }
 
@@ -83,9 +79,8 @@ std::int64_t matvec_shared_budget(int min_blocks) {
 // KILN_QUANT_MV_PIECES (1, 2 or 4) for measuring.
 int matvec_max_pieces() {
   static const int pieces = [] {
-    const char* text = std::getenv("KILN_QUANT_MV_PIECES");
-    const long value = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
-    return value == 1 || value == 2 || value == 4 ? static_cast<int>(value) : kQuantMatvecMaxPieces;
+    const int value = quant_knob("KILN_QUANT_MV_PIECES", 1, 4, kQuantMatvecMaxPieces);
+    return value == 3 ? kQuantMatvecMaxPieces : value;
   }();
   return pieces;
 }
@@ -97,6 +92,13 @@ std::string quant_module() {
 }
 
 }  // namespace
+
+int quant_knob(const char* name, int lo, int hi, int fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return fallback;
+  const long value = std::strtol(text, nullptr, 10);
+  return value >= lo && value <= hi ? static_cast<int>(value) : fallback;
+}
 
 std::string quant_decode_source(Kind kind, bool indexed) {
   const std::string body = is_int8(kind)
