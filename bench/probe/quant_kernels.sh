@@ -13,5 +13,13 @@ for rows in "$@"; do
   ncu --kernel-name regex:kiln_quant --launch-skip 2 --launch-count 2 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis /tmp/quant_probe "$kind" "$n" "$k" "$rows" 3 2>&1 |
-    grep -E 'kiln_quant|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Shared Memory Config|Grid Size|Block Size|Waves Per SM|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\)|Block Limit|Dynamic Shared' | head -60
+    grep -E 'kiln_quant|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Shared Memory Config|Grid Size|Block Size|Waves Per SM|Stall|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Compute \(SM\)|Block Limit|Dynamic Shared|Issue Slots|Warp Cycles Per Issued' | head -60
+  # Where the product's warps wait: cycles stalled per issued instruction, by reason (the larger).
+  echo "  stalls of kiln_quant_product / kiln_quant_matvec (cycles per issued instruction):"
+  ncu --kernel-name regex:'kiln_quant_(product|matvec)' --launch-skip 1 --launch-count 1 \
+    --metrics regex:'smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    /tmp/quant_probe "$kind" "$n" "$k" "$rows" 3 2>&1 |
+    awk '/stalled/ && $NF + 0 >= 0.05 {sub("smsp__average_warps_issue_stalled_", "", $1);
+         sub("_per_issue_active.ratio", "", $1); printf "    %-28s %s\n", $1, $NF}' |
+    sort -k2 -rn | head -12
 done

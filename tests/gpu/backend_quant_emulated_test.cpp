@@ -74,6 +74,16 @@ void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body bo
   }
 }
 
+// Lane `lane`'s mma fragments into its warp's slots, every lane's in when this returns.
+Warp& share_fragments(unsigned lane, const unsigned* a, unsigned b0, unsigned b1) {
+  Warp& warp = t_shared->warps[t_thread / 32];
+  for (int i = 0; i < 4; ++i) warp.a[lane][i] = a[i];
+  warp.b[lane][0] = b0;
+  warp.b[lane][1] = b1;
+  warp.barrier.arrive_and_wait();
+  return warp;
+}
+
 float half_value(unsigned pair, int which, bool bf16) {
   return qb::kq_elem_to_float((pair >> (16 * which)) & 0xFFFF, bf16);
 }
@@ -113,11 +123,7 @@ unsigned kq_ticket(unsigned* counter) { return std::atomic_ref<unsigned>(*counte
 void kq_host_mma(float* c, const unsigned* a, unsigned b0, unsigned b1, bool bf16) {
   using namespace gpu_quant_emulated;
   const unsigned lane = t_thread % 32;
-  Warp& warp = t_shared->warps[t_thread / 32];
-  for (int i = 0; i < 4; ++i) warp.a[lane][i] = a[i];
-  warp.b[lane][0] = b0;
-  warp.b[lane][1] = b1;
-  warp.barrier.arrive_and_wait();
+  Warp& warp = share_fragments(lane, a, b0, b1);
   const int g = static_cast<int>(lane) / 4, t = static_cast<int>(lane) % 4;
   // A[row][k] and B[k][col] from the lanes that hold them.
   auto a_at = [&](int row, int k) {
@@ -136,6 +142,33 @@ void kq_host_mma(float* c, const unsigned* a, unsigned b0, unsigned b1, bool bf1
     c[i] = static_cast<float>(sum);
   }
   warp.barrier.arrive_and_wait();  // every lane has read the fragments before any is rewritten
+}
+
+// PTX's integer mma.m16n8k32 (m16n8k16 with k16), A's bytes signed or unsigned, B's signed: lane
+// 4g + t holds A elements (g, 4t..4t+3) in a[0], (g + 8, 4t..) in a[1], (g, 16 + 4t..) in a[2]
+// and (g + 8, 16 + 4t..) in a[3]; B elements (4t..4t+3, g) in b0 and (16 + 4t.., g) in b1; C as
+// the float product's. Exact 32-bit sums.
+void kq_host_mma_i8(int* c, const unsigned* a, unsigned b0, unsigned b1, bool k16, bool is_signed) {
+  using namespace gpu_quant_emulated;
+  const unsigned lane = t_thread % 32;
+  Warp& warp = share_fragments(lane, a, b0, b1);
+  const int g = static_cast<int>(lane) / 4, t = static_cast<int>(lane) % 4;
+  auto a_at = [&](int row, int k) {
+    const int owner = 4 * (row % 8) + (k % 16) / 4;
+    const int reg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+    const unsigned byte = (warp.a[owner][reg] >> (8 * (k % 4))) & 0xFF;
+    return is_signed ? static_cast<int>(static_cast<signed char>(byte)) : static_cast<int>(byte);
+  };
+  auto b_at = [&](int k, int col) {
+    const int owner = 4 * col + (k % 16) / 4;
+    return static_cast<int>(
+        static_cast<signed char>((warp.b[owner][k >= 16 ? 1 : 0] >> (8 * (k % 4))) & 0xFF));
+  };
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int i = 0; i < 4; ++i) {
+    for (int k = 0; k < (k16 ? 16 : 32); ++k) c[i] += a_at(rows[i], k) * b_at(k, cols[i]);
+  }
+  warp.barrier.arrive_and_wait();
 }
 
 }  // namespace kiln::cuda::quant_blocks
@@ -215,6 +248,20 @@ std::vector<unsigned short> planes_of(const std::vector<float>& x, DType dtype) 
   return planes;
 }
 
+// x [rows, k] rounded to int8 blocks through kiln_quant_round's body (kTerms 0): the codes and
+// their blocks' scales.
+struct Int8X {
+  std::vector<unsigned char> codes;
+  std::vector<float> scales;
+};
+Int8X int8_x_of(const std::vector<float>& x, std::int64_t rows, std::int64_t k) {
+  Int8X out{std::vector<unsigned char>(x.size(), 0xA5), std::vector<float>(x.size() / 8, NAN)};
+  const qb::KqRoundParams p{address(x.data()), address(out.codes.data()),
+                            address(out.scales.data()), rows, k};
+  launch(2, 64, 0, [&](unsigned char*) { qb::kq_round_x<0>(p); });
+  return out;
+}
+
 // What a product kernel writes, set in p (whose n, rows, splits, row_tiles and column_groups
 // are set): NaN-filled output and partial sums, split-k counters at 0, the bias if any. take()
 // checks that the launch left the counters at 0 and gives the output.
@@ -250,16 +297,17 @@ struct HostOut {
 // kq_product's body on the emulated grid, in `splits` splits of k, the last split of each output
 // tile summing them; the split-k counters must be 0 again after.
 template <class K, bool kBf16, int kTerms, int kNt, int kInt8, int kStride>
-std::vector<float> emulate_product(const TensorData& w, std::size_t misalign,
-                                   const std::vector<unsigned short>& planes, std::int64_t rows,
-                                   int splits, const std::vector<float>& bias) {
+std::vector<float> emulate_product(const TensorData& w, std::size_t misalign, const void* x,
+                                   const float* x_scales, std::int64_t rows, int splits,
+                                   const std::vector<float>& bias) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
   const Placed weight = place(w.bytes(), misalign);
   const QuantScheme& scheme = w.scheme();
   const std::int64_t tiles = (k + 255) / 256;
   qb::KqProductParams p{};
   p.weight = address(weight.data);
-  p.x = address(planes.data());
+  p.x = address(x);
+  p.x_scales = address(x_scales);
   p.n = n;
   p.k = k;
   p.rows = rows;
@@ -272,7 +320,8 @@ std::vector<float> emulate_product(const TensorData& w, std::size_t misalign,
   p.splits = static_cast<int>((tiles + p.tiles_per_split - 1) / p.tiles_per_split);
   Outputs outputs(p, bias);
   const auto blocks = static_cast<unsigned>(p.row_tiles * p.column_groups * p.splits);
-  launch(blocks, kiln::cuda::kQuantThreads, 2 * 64 * kStride, [&](unsigned char* smem) {
+  const std::size_t shared = kiln::cuda::kQuantStages * qb::kq_stage_bytes<kTerms, kNt, kStride>();
+  launch(blocks, kiln::cuda::kQuantThreads, shared, [&](unsigned char* smem) {
     qb::kq_product<K, kBf16, kTerms, kNt, kInt8, kStride, kiln::cuda::kQuantStages, HostOut>(p,
                                                                                              smem);
   });
@@ -311,10 +360,11 @@ void expect_product(const std::vector<float>& got, const std::vector<double>& x,
 }
 
 // One configuration end to end: the plan the plugin makes must be the template instance run.
+// kTerms 0 (an f32 x rounded to int8 blocks) may have a NaN in row nan_row of x.
 template <class K, bool kBf16, int kTerms, int kNt, int kInt8, int kStride>
 void check(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std::int64_t rows, int splits,
-           std::size_t misalign, std::uint32_t seed) {
-  const DType dtype = kTerms == 3 ? DType::F32 : (kBf16 ? DType::BF16 : DType::F16);
+           std::size_t misalign, std::uint32_t seed, std::int64_t nan_row = -1) {
+  const DType dtype = kTerms == 3 || kTerms == 0 ? DType::F32 : (kBf16 ? DType::BF16 : DType::F16);
   const auto plan = kiln::cuda::plan_quant_product(scheme, k, dtype, rows);
   const std::string what = plan.key() + " n " + std::to_string(n) + " k " + std::to_string(k) +
                            " rows " + std::to_string(rows) + " splits " + std::to_string(splits) +
@@ -325,51 +375,80 @@ void check(const QuantScheme& scheme, std::int64_t n, std::int64_t k, std::int64
   ASSERT_EQ(plan.int8_form, kInt8) << what;
   ASSERT_EQ(plan.terms, kTerms) << what;
   ASSERT_EQ(plan.bf16, kBf16) << what;
+  const std::size_t stage = qb::kq_stage_bytes<kTerms, kNt, kStride>();
+  ASSERT_EQ(plan.stages, kiln::cuda::kQuantStages) << what;
+  ASSERT_EQ(plan.shared_bytes(), kiln::cuda::kQuantStages * stage) << what;
   const TensorData w = weight_of(scheme, n, k, seed);
   std::vector<float> x = normal_values(rows * k, seed + 1);
   if (kTerms == 1) {  // the values the 16-bit x holds
     for (float& v : x) v = qb::kq_elem_to_float(qb::kq_float_to_elem(v, kBf16), kBf16);
   }
-  const std::vector<unsigned short> planes = planes_of(x, dtype);
+  if (nan_row >= 0) x[static_cast<std::size_t>(nan_row * k + 37)] = NAN;
   // A bias on odd seeds: added once, by the only split or by the last.
   const std::vector<float> bias = seed % 2 == 1 ? normal_values(n, seed + 2) : std::vector<float>{};
-  const std::vector<float> got = emulate_product<K, kBf16, kTerms, kNt, kInt8, kStride>(
-      w, misalign, planes, rows, splits, bias);
-  expect_product(got, {x.begin(), x.end()}, w, bias, rows, what);
+  if constexpr (kTerms == 0) {
+    const Int8X xq = int8_x_of(x, rows, k);
+    const std::vector<float> got = emulate_product<K, kBf16, kTerms, kNt, kInt8, kStride>(
+        w, misalign, xq.codes.data(), xq.scales.data(), rows, splits, bias);
+    expect_product(got, kiln::test::int8_rounded_x({x.begin(), x.end()}, k), w, bias, rows, what,
+                   nan_row);
+  } else {
+    const std::vector<unsigned short> planes = planes_of(x, dtype);
+    const std::vector<float> got = emulate_product<K, kBf16, kTerms, kNt, kInt8, kStride>(
+        w, misalign, planes.data(), nullptr, rows, splits, bias);
+    expect_product(got, {x.begin(), x.end()}, w, bias, rows, what);
+  }
 }
 
 TEST(GpuQuantEmulated, ProductOfEveryKind) {
   // n = 80: a second block of weight rows, 16 of them real; k: tiles of 256 with a short last one
   // where the kind allows (544 = 2 x 256 + 32); rows 5: one column tile, three lanes' columns past
   // the end. Weights at an address 6 bytes past a 16-byte boundary and rows of sizes that are no
-  // multiple of 16: every row's tile starts at its own offset in its smem slot.
-  check<qb::KqQ4_0, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 80, 544, 5, 2, 6, 4001);
-  check<qb::KqQ4_1, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q4_1), 80, 544, 5, 1, 2, 4002);
-  check<qb::KqQ5_0, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_0), 80, 544, 5, 3, 10, 4003);
-  check<qb::KqQ5_1, true, 1, 1, 0, 240>(kiln::quant_scheme(QKind::Q5_1), 80, 544, 5, 2, 0, 4004);
-  check<qb::KqQ8_0, true, 1, 1, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 80, 544, 5, 2, 14, 4005);
-  check<qb::KqQ2_K, true, 1, 1, 0, 112>(kiln::quant_scheme(QKind::Q2_K), 80, 768, 5, 2, 4, 4006);
-  check<qb::KqQ3_K, true, 1, 1, 0, 144>(kiln::quant_scheme(QKind::Q3_K), 80, 768, 5, 3, 6, 4007);
-  check<qb::KqQ4_K, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 80, 768, 5, 2, 8, 4008);
-  check<qb::KqQ5_K, true, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_K), 80, 768, 5, 1, 2, 4009);
-  check<qb::KqQ6_K, true, 1, 1, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 80, 768, 5, 2, 6, 4010);
-  check<qb::KqQ8_K, true, 1, 1, 0, 336>(kiln::quant_scheme(QKind::Q8_K), 80, 768, 5, 2, 12, 4011);
+  // multiple of 16: every row's tile starts at its own offset in its smem slot. The GGUF kinds at
+  // 5 rows of x round it to int8 (kTerms 0); the int8 schemes multiply it in bf16.
+  check<qb::KqQ4_0, true, 0, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 80, 544, 5, 2, 6, 4001);
+  check<qb::KqQ4_1, true, 0, 1, 0, 208>(kiln::quant_scheme(QKind::Q4_1), 80, 544, 5, 1, 2, 4002);
+  check<qb::KqQ5_0, true, 0, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_0), 80, 544, 5, 3, 10, 4003);
+  check<qb::KqQ5_1, true, 0, 1, 0, 240>(kiln::quant_scheme(QKind::Q5_1), 80, 544, 5, 2, 0, 4004);
+  check<qb::KqQ8_0, true, 0, 1, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 80, 544, 5, 2, 14, 4005);
+  check<qb::KqQ2_K, true, 0, 1, 0, 112>(kiln::quant_scheme(QKind::Q2_K), 80, 768, 5, 2, 4, 4006);
+  check<qb::KqQ3_K, true, 0, 1, 0, 144>(kiln::quant_scheme(QKind::Q3_K), 80, 768, 5, 3, 6, 4007);
+  check<qb::KqQ4_K, true, 0, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 80, 768, 5, 2, 8, 4008);
+  check<qb::KqQ5_K, true, 0, 1, 0, 208>(kiln::quant_scheme(QKind::Q5_K), 80, 768, 5, 1, 2, 4009);
+  check<qb::KqQ6_K, true, 0, 1, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 80, 768, 5, 2, 6, 4010);
+  check<qb::KqQ8_K, true, 0, 1, 0, 336>(kiln::quant_scheme(QKind::Q8_K), 80, 768, 5, 2, 12, 4011);
   check<qb::KqInt8, true, 1, 1, 1, 336>(kiln::int8_block_scheme(32), 80, 544, 5, 2, 2, 4012);
   check<qb::KqInt8, true, 1, 1, 1, 368>(kiln::int8_block_scheme(16), 80, 544, 5, 2, 6, 4013);
   check<qb::KqInt8, true, 1, 1, 2, 304>(kiln::int8_block_scheme(512), 80, 1024, 5, 2, 8, 4014);
   check<qb::KqInt8, true, 1, 1, 2, 304>(kiln::int8_channel_scheme(), 80, 1040, 5, 3, 6, 4015);
 }
 
+TEST(GpuQuantEmulated, IntegerProductColumnTilesAndNaN) {
+  // 33 rows: four column tiles and a second group of them with one real row; 12 and 16 rows: two
+  // tiles, for kinds of steps of 32 and of 16 values; a NaN in one row of x makes that row's
+  // outputs NaN and no other's.
+  check<qb::KqQ4_0, true, 0, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 70, 288, 33, 2, 2, 4016,
+                                        32);
+  check<qb::KqQ4_K, true, 0, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 64, 512, 33, 1, 0, 4017);
+  check<qb::KqQ8_0, true, 0, 2, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 72, 544, 12, 2, 4, 4018,
+                                        5);
+  check<qb::KqQ6_K, true, 0, 2, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 72, 512, 16, 2, 6, 4019,
+                                        9);
+  check<qb::KqQ2_K, true, 0, 2, 0, 112>(kiln::quant_scheme(QKind::Q2_K), 40, 512, 9, 1, 2, 4028);
+}
+
 TEST(GpuQuantEmulated, ProductColumnTilesHalfTypesAndF32Parts) {
-  // 33 rows: four column tiles and a second group of them with one real row; f16 with two tiles;
-  // f32 x in three bf16 parts.
-  check<qb::KqQ4_0, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 70, 288, 33, 2, 2, 4020);
-  check<qb::KqQ4_K, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 64, 512, 33, 1, 0, 4021);
-  check<qb::KqQ8_0, false, 1, 2, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 72, 544, 12, 2, 4, 4022);
-  check<qb::KqQ6_K, false, 1, 2, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 72, 512, 16, 2, 6, 4023);
-  check<qb::KqQ4_1, false, 1, 1, 0, 208>(kiln::quant_scheme(QKind::Q4_1), 24, 544, 3, 3, 2, 4024);
-  check<qb::KqQ4_0, true, 3, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 40, 544, 2, 2, 6, 4025);
-  check<qb::KqQ5_1, true, 3, 2, 0, 240>(kiln::quant_scheme(QKind::Q5_1), 40, 288, 9, 1, 2, 4026);
+  // Past kQuantIntRows rows of x the GGUF kinds multiply x in 16-bit floats: four column tiles a
+  // group, the last group short; f16; f32 x in three bf16 parts. The int8 schemes at any rows:
+  // two tiles, and f32 parts.
+  static_assert(kiln::cuda::kQuantIntRows == 64);
+  check<qb::KqQ4_0, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 70, 288, 70, 2, 2, 4020);
+  check<qb::KqQ4_K, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 64, 512, 65, 1, 0, 4021);
+  check<qb::KqQ8_0, false, 1, 4, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 72, 544, 66, 2, 4, 4022);
+  check<qb::KqQ6_K, false, 1, 4, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 72, 512, 70, 2, 6, 4023);
+  check<qb::KqQ4_1, false, 1, 4, 0, 208>(kiln::quant_scheme(QKind::Q4_1), 24, 544, 67, 3, 2, 4024);
+  check<qb::KqQ4_0, true, 3, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 40, 544, 65, 2, 6, 4025);
+  check<qb::KqInt8, true, 1, 2, 1, 336>(kiln::int8_block_scheme(32), 40, 544, 12, 2, 2, 4026);
   check<qb::KqInt8, true, 3, 1, 2, 304>(kiln::int8_channel_scheme(), 40, 528, 4, 2, 6, 4027);
 }
 
@@ -541,6 +620,9 @@ TEST(GpuQuantEmulated, ParamsMirrorTheHostStructs) {
   static_assert(sizeof(qb::KqDecodeParams) == sizeof(kiln::cuda::QuantDecodeParams));
   static_assert(sizeof(qb::KqProductParams) == sizeof(kiln::cuda::QuantProductParams));
   static_assert(sizeof(qb::KqSplitParams) == sizeof(kiln::cuda::QuantSplitParams));
+  static_assert(sizeof(qb::KqRoundParams) == sizeof(kiln::cuda::QuantRoundParams));
+  static_assert(offsetof(qb::KqProductParams, x_scales) ==
+                offsetof(kiln::cuda::QuantProductParams, x_scales));
   static_assert(offsetof(qb::KqDecodeParams, error_token) ==
                 offsetof(kiln::cuda::QuantDecodeParams, error_token));
   static_assert(offsetof(qb::KqProductParams, tiles_per_split) ==

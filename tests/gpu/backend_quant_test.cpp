@@ -299,10 +299,11 @@ TEST(GpuQuant, Errors) {
 struct Reference {
   std::vector<double> values, magnitudes;
 };
-// Whether the product of rows rows of x with a weight of scheme rounds x to int8 blocks of 32
-// (kiln_quant_matvec: a GGUF kind, at most 4 rows).
+// Whether the product of rows rows of x with a weight of scheme rounds x to int8 blocks of 32: a
+// GGUF kind and at most kQuantIntRows rows (kiln_quant_matvec up to 4, kiln_quant_product's
+// integer path after it).
 bool rounds_x(const QuantScheme& scheme, std::int64_t rows) {
-  return rows <= kiln::cuda::kQuantMatvecMaxRows && scheme.kind != QKind::Int8Block &&
+  return rows <= kiln::cuda::kQuantIntRows && scheme.kind != QKind::Int8Block &&
          scheme.kind != QKind::Int8Channel;
 }
 
@@ -430,8 +431,8 @@ TEST(GpuQuant, ProductsMatchTheCpusQuantizedProduct) {
             .into_data();
       };
       // The CPU's VNNI kernels round x to int8 blocks of 32 (scale amax / 127) for every GGUF kind
-      // of weights, the GPU's matrix-vector kernel at up to 4 rows; the other products are f32
-      // sums of the decoded weight.
+      // of weights, the GPU's kernels at up to 64 rows; the other products are f32 sums of the
+      // decoded weight.
       const bool int8_x = cpu::rounds_x_to_int8(scheme.kind) || rounds_x(scheme, rows);
       expect_within_x_rounding(on(device), on(Device::cpu()), xd, w, int8_x ? 32 : 0,
                                name_of(scheme) + " rows " + std::to_string(rows));

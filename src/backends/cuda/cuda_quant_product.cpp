@@ -3,6 +3,8 @@
 // lookup decodes only the rows it reads. A weight the kernel does not take (in its stored order
 // as the right operand, a kind or int8 block size it does not read, a GPU before sm_80) is decoded
 // and multiplied in f32, as the CPU computes every quantized product.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
@@ -19,9 +21,6 @@ namespace {
 
 // Rows of x per launch: the partial sums of a launch take splits x rows x n floats.
 constexpr std::int64_t kRowsPerLaunch = 256;
-// Blocks of threads per SM the grid aims at (splitting k when the rows of W alone are fewer):
-// 64 weight rows each, so 4,096 rows give 64 blocks, too few to keep the memory busy alone.
-constexpr std::int64_t kBlocksPerSm = 8;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -169,9 +168,23 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
   }
   plan.matvec = false;
 
-  // x's rows, k 16-bit values each, 8-byte aligned (plane after plane for f32's parts).
+  // x's rows, k 16-bit values each, 8-byte aligned (plane after plane for f32's parts); or x
+  // rounded to int8 blocks: k codes a row and a float4 of scales a block.
   TensorPtr planes;
-  if (xdtype == DType::F32) {
+  const bool int8_x = plan.terms == 0;
+  Workspace codes(runtime, int8_x ? static_cast<std::size_t>(rows * k) : 0, op);
+  Workspace scales(runtime, int8_x ? static_cast<std::size_t>(rows * (k / 32) * 16) : 0, op);
+  const std::int64_t x_row_bytes = int8_x ? k : 2 * k;
+  if (int8_x) {
+    TensorPtr values =
+        backend.contiguous(xdtype == dtype ? std::move(x) : backend.cast(x, xdtype), op);
+    QuantRoundParams p{values->data(), reinterpret_cast<std::uintptr_t>(codes.get()),
+                       reinterpret_cast<std::uintptr_t>(scales.get()), rows, k};
+    CUfunction round =
+        runtime.compiler.function(fmt::format("quant_round:{}", plan.x_type), "kiln_quant_round",
+                                  [&] { return quant_round_source(plan.x_type); });
+    runtime.launch(op, round, runtime.blocks_for(rows * k / 4, 256), 256, p);
+  } else if (xdtype == DType::F32) {
     TensorPtr values = backend.contiguous(backend.cast(std::move(x), DType::F32), op);
     planes = backend.make_tensor(DType::BF16, Shape{3, rows, k}, op);
     QuantSplitParams p{values->data(), planes->data(), rows * k};
@@ -193,28 +206,36 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
   const std::int64_t row_tiles = ceil_div(n, kQuantTileRows);
   const std::int64_t tiles = ceil_div(k, kQuantTileValues);
   const std::int64_t columns = static_cast<std::int64_t>(plan.column_tiles) * 8;
-  const std::int64_t sms = runtime.context.sm_count();
   const auto shared = static_cast<unsigned>(plan.shared_bytes());
+  const std::int64_t resident = std::int64_t{resident_blocks(product, kQuantThreads, shared, op)} *
+                                runtime.context.sm_count();
   for (std::int64_t first = 0; first < rows; first += kRowsPerLaunch) {
     const std::int64_t count = std::min(kRowsPerLaunch, rows - first);
     const std::int64_t groups = ceil_div(count, columns);
-    // Split k where the rows of W and x alone give too few blocks to fill the GPU; a tile of the
-    // output per split-k counter.
-    std::int64_t wanted =
-        std::clamp(ceil_div(kBlocksPerSm * sms, row_tiles * groups), std::int64_t{1}, tiles);
+    // Split k where the tiles of W's and x's rows alone are fewer than the blocks the GPU holds at
+    // once: as many splits as keep the grid one wave of resident blocks (a second, partial wave
+    // would leave SMs idle at the end); a tile of the output per split-k counter.
+    std::int64_t wanted = std::clamp(resident / (row_tiles * groups), std::int64_t{1}, tiles);
     if (row_tiles * groups > static_cast<std::int64_t>(Context::kSplitCounters)) wanted = 1;
     const std::int64_t tiles_per_split = ceil_div(tiles, wanted);
     const std::int64_t splits = ceil_div(tiles, tiles_per_split);
     const std::int64_t blocks = row_tiles * groups * splits;
     check_grid(op, n, blocks);
     Workspace partial(runtime, partial_bytes(splits, count, n), op);
+    const CUdeviceptr x_first =
+        (int8_x ? reinterpret_cast<std::uintptr_t>(codes.get()) : planes->data()) +
+        static_cast<CUdeviceptr>(first * x_row_bytes);
     QuantProductParams p = product_params(
-        runtime, w, n, k, count, planes->data() + static_cast<CUdeviceptr>(first * k * 2), partial,
+        runtime, w, n, k, count, x_first, partial,
         out->data() +
             static_cast<CUdeviceptr>(first * n * static_cast<std::int64_t>(dtype_size(dtype))),
         b);
     p.plane = rows * k;
     p.int8_block = plan.int8_block;
+    if (int8_x) {
+      p.x_scales = reinterpret_cast<std::uintptr_t>(scales.get()) +
+                   static_cast<CUdeviceptr>(first * (k / 32) * 16);
+    }
     p.row_tiles = static_cast<std::int32_t>(row_tiles);
     p.column_groups = static_cast<std::int32_t>(groups);
     p.splits = static_cast<std::int32_t>(splits);

@@ -10,7 +10,10 @@
 //     memory in tiles of 256 values (cp.async, 16-byte words, two stages). Where k is split over
 //     blocks, the last block of a tile to finish sums the splits (a counter per tile); it, or the
 //     only split, adds the bias and writes x's dtype. Batch 1 is one column of the product: the
-//     weight is read once, in one launch.
+//     weight is read once, in one launch. For a GGUF kind and 5 to kQuantIntRows rows of x,
+//     kiln_quant_round first rounds x to int8 blocks of 32 (as the matrix-vector kernel does),
+//     and the product stages x's codes beside W's and multiplies them on the integer tensor cores
+//     (mma.m16n8k32 / m16n8k16 s8, exact 32-bit sums scaled per block in f32).
 //   - kiln_quant_matvec: the same product for up to 4 rows of x and a GGUF kind (decoding's
 //     matrix-vector products): x rounded to int8 blocks of 32 and multiplied with the codes by
 //     dp4a, each warp streaming its rows of W through its own stages of shared memory, the grid
@@ -35,6 +38,9 @@ inline constexpr int kQuantMatvecThreads = 256;
 inline constexpr int kQuantMatvecPiece = 1024;   // values of k per piece of a split: 32 a lane
 inline constexpr int kQuantMatvecMaxPieces = 4;  // pieces of a split for one row of x
 inline constexpr int kQuantMatvecMinBlocks = 2;  // blocks of kiln_quant_matvec an SM holds
+// Rows of x up to which kiln_quant_product rounds x to int8 blocks of 32 for a GGUF kind and
+// multiplies on the integer tensor cores (terms 0); more rows multiply x in 16-bit floats.
+inline constexpr int kQuantIntRows = 64;
 
 // A measuring knob of the quantized kernels (KILN_QUANT_MV_*): the environment variable `name`
 // as an integer in [lo, hi], else `fallback` (unset, or out of range).
@@ -72,10 +78,13 @@ struct QuantProductKernel {
   std::int64_t tile_bytes = 0;  // bytes of one row's full tile
   int row_stride = 0;           // bytes of shared memory per weight row and stage
   bool bf16 = true;             // the 16-bit type of the operands (f16 only for an f16 x)
-  int terms = 1;                // parts of x: 3 for f32 (exact in three bf16)
-  int column_tiles = 1;         // tiles of 8 rows of x per block
-  DType out = DType::F32;       // the product's dtype (x's)
-  DType bias = DType::Bool;     // the bias's dtype; Bool for none
+  // Parts of x: 1 for f16 or bf16 x as it is, 3 for f32 (exact in three bf16); 0 for x rounded
+  // to int8 blocks of 32 (kiln_quant_round) and multiplied in integers, for a GGUF kind and more
+  // than kQuantMatvecMaxRows, at most kQuantIntRows rows of x.
+  int terms = 1;
+  int column_tiles = 1;      // tiles of 8 rows of x per block
+  DType out = DType::F32;    // the product's dtype (x's)
+  DType bias = DType::Bool;  // the bias's dtype; Bool for none
   // kiln_quant_matvec instead (a GGUF kind, at most kQuantMatvecMaxRows rows of x): its rows of
   // x per block (1, 2 or 4), the pieces of kQuantMatvecPiece values in a split of k (1, 2 or 4:
   // fewer for more rows of x, whose codes a lane holds in registers), its stages of shared memory
@@ -83,7 +92,7 @@ struct QuantProductKernel {
   bool matvec = false;
   int matvec_rows = 1;
   int pieces = 1;
-  int stages = 2;
+  int stages = 2;  // kiln_quant_product: its pipeline's stages (kQuantStages)
   int min_blocks = kQuantMatvecMinBlocks;  // blocks an SM holds: the registers' bound
   int x_type = 0;
   std::int64_t stage_bytes = 0;  // one warp's stage: a row's split of k
@@ -109,9 +118,19 @@ struct QuantProductParams {
   std::int32_t row_tiles, column_groups, splits, tiles_per_split;
   std::int32_t warp_rows;  // kiln_quant_matvec: rows of W a warp takes
   std::int32_t unused;
+  std::uint64_t x_scales;  // terms 0: x's int8 blocks' scales (QuantRoundParams), x their codes
 };
 std::string quant_product_source(const QuantProductKernel& kernel);
 
+// Mirrors struct P of kiln_quant_round.
+struct QuantRoundParams {
+  std::uint64_t x;       // [rows, k] of x_type, contiguous
+  std::uint64_t codes;   // int8 [rows, k], each block of 32 as the tensor-core lanes take it
+  std::uint64_t scales;  // f32 [rows, k / 32, 4]: dx, dx sum, dx sum of each half of the codes
+  std::int64_t rows, k;
+};
+// x (0 f32, 1 bf16, 2 f16) rounded to int8 blocks of 32 for kiln_quant_product's terms 0.
+std::string quant_round_source(int x_type);
 // Mirrors struct P of kiln_quant_split.
 struct QuantSplitParams {
   std::uint64_t x, out;

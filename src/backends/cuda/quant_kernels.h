@@ -34,6 +34,36 @@ KQ_FN void kq_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
+// c += A b on the tensor cores in integers: A's bytes (the codes; signed with kSigned, else
+// unsigned), b's signed bytes (x rounded to int8), 32-bit sums; m16n8k32 (a[0..3], b0, b1) or,
+// with kK16, m16n8k16 (a[0..1], b0). Lane 4g + t holds A's row g (and g + 8) at k = 4t .. 4t + 3
+// (and 16 + 4t ..), B's column g at the same k, and C's rows g, g + 8 at columns 2t, 2t + 1.
+#define KQ_MMA_I8_K32(A)                                                           \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." A                          \
+               ".s8.s32 "                                                          \
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])                    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+#define KQ_MMA_I8_K16(A)                                               \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32." A              \
+               ".s8.s32 "                                              \
+               "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n" \
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])        \
+               : "r"(a[0]), "r"(a[1]), "r"(b0))
+template <bool kK16, bool kSigned>
+KQ_FN void kq_mma_i8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
+  if constexpr (kK16 && kSigned) {
+    KQ_MMA_I8_K16("s8");
+  } else if constexpr (kK16) {
+    KQ_MMA_I8_K16("u8");
+  } else if constexpr (kSigned) {
+    KQ_MMA_I8_K32("s8");
+  } else {
+    KQ_MMA_I8_K32("u8");
+  }
+}
+#undef KQ_MMA_I8_K16
+#undef KQ_MMA_I8_K32
 // 16 bytes from global to shared memory, asynchronously (cp.async, through L2 only).
 KQ_FN void kq_copy16(unsigned char* dst, unsigned long long src) {
   const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
@@ -50,11 +80,21 @@ KQ_FN void kq_store8(float* out, const float* v) {
   reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
   reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
-// Two words of x (four 16-bit values) through the read-only path.
-KQ_FN void kq_load8(const unsigned short* at, unsigned& lo, unsigned& hi) {
+// Two words of x (four 16-bit values, or eight int8 codes) through the read-only path.
+KQ_FN void kq_load8(const void* at, unsigned& lo, unsigned& hi) {
   const uint2 v = __ldg(reinterpret_cast<const uint2*>(at));
   lo = v.x;
   hi = v.y;
+}
+// Eight bytes of shared memory (8-byte aligned) as two words.
+KQ_FN void kq_shared8(const unsigned char* at, unsigned& lo, unsigned& hi) {
+  const uint2 v = *reinterpret_cast<const uint2*>(at);
+  lo = v.x;
+  hi = v.y;
+}
+// 16 zero bytes to 16-byte aligned shared memory.
+KQ_FN void kq_zero16(unsigned char* dst) {
+  *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
 }
 // The split-k handshake: a fence orders this thread's stores before its later ones for every
 // block of the grid; a ticket is the counter's value before adding one; another block's partial
@@ -91,9 +131,18 @@ inline void kq_commit() {}
 template <int kPending>
 inline void kq_wait() {}
 inline void kq_store8(float* out, const float* v) { std::memcpy(out, v, 32); }
-inline void kq_load8(const unsigned short* at, unsigned& lo, unsigned& hi) {
+inline void kq_load8(const void* at, unsigned& lo, unsigned& hi) {
   std::memcpy(&lo, at, 4);
-  std::memcpy(&hi, at + 2, 4);
+  std::memcpy(&hi, static_cast<const unsigned char*>(at) + 4, 4);
+}
+inline void kq_shared8(const unsigned char* at, unsigned& lo, unsigned& hi) {
+  kq_load8(at, lo, hi);
+}
+inline void kq_zero16(unsigned char* dst) { std::memset(dst, 0, 16); }
+void kq_host_mma_i8(int* c, const unsigned* a, unsigned b0, unsigned b1, bool k16, bool is_signed);
+template <bool kK16, bool kSigned>
+inline void kq_mma_i8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
+  kq_host_mma_i8(c, a, b0, b1, kK16, kSigned);
 }
 void kq_fence();
 unsigned kq_ticket(unsigned* counter);
@@ -186,10 +235,23 @@ struct KqProductParams {
   long long n, k, rows, row_bytes, plane, int8_block;
   int row_tiles, column_groups, splits, tiles_per_split;
   int warp_rows, unused;  // kiln_quant_matvec: rows of W a warp
+  // x rounded to int8 blocks (kTerms 0): p.x the codes, this their blocks' scales
+  // (kiln_quant_round's KqRoundParams).
+  unsigned long long x_scales;
 };
 
 constexpr int kKqRows = 64;   // weight rows per block of threads: 4 warps of 16
 constexpr int kKqTile = 256;  // values of a row per stage
+// x rounded to int8 (kTerms 0) is staged beside W: a row of x's tile in kKqXStride bytes (its
+// 256 codes and 32 more, so the 8 rows a B fragment reads at once start in 4 different banks),
+// its 8 blocks' scales in kKqXScaleStride (128 bytes and 16, every row in its own bank).
+constexpr int kKqXStride = kKqTile + 32;
+constexpr int kKqXScaleStride = kKqTile / 32 * 16 + 16;
+// Bytes of one stage of kiln_quant_product: 64 rows of W, then x's tile where it is staged.
+template <int kTerms, int kNt, int kRowStride>
+constexpr int kq_stage_bytes() {
+  return kKqRows * kRowStride + (kTerms == 0 ? kNt * 8 * (kKqXStride + kKqXScaleStride) : 0);
+}
 
 // How a kind's rows are cut into tiles of 256 values: kInt8 0 for the GGUF kinds (whole blocks
 // of Kind), 1 for int8 blocks that divide the tile, 2 for tiles inside one int8 block.
@@ -242,6 +304,60 @@ KQ_FN void kq_load_tile(const KqProductParams& p, unsigned char* stage, long lon
   }
 }
 
+// x's rounded tile [k0, k0 + 256) for its rows col0 .. col0 + 8 kNt - 1 (kTerms 0) into stage: each
+// row's codes at kKqXStride bytes, then each row's blocks' scales at kKqXScaleStride. Rows past
+// p.rows are zeros (their sums are never stored; the products read them unguarded).
+template <int kNt>
+KQ_FN void kq_load_x_tile(const KqProductParams& p, unsigned char* stage, long long col0,
+                          long long k0) {
+  constexpr int kCols = kNt * 8;
+  long long values = p.k - k0;
+  if (values > kKqTile) values = kKqTile;
+  const long long blocks = p.k / 32;
+  unsigned char* scales = stage + kCols * kKqXStride;
+  for (int i = static_cast<int>(kq_thread()); i < kCols * (kKqTile / 16 + kKqTile / 32);
+       i += static_cast<int>(kq_block_threads())) {
+    if (i < kCols * kKqTile / 16) {  // a 16-byte word of codes
+      const int c = i / (kKqTile / 16), word = i % (kKqTile / 16);
+      unsigned char* dst = stage + c * kKqXStride + 16 * word;
+      if (col0 + c >= p.rows) {
+        kq_zero16(dst);
+      } else if (16 * word < values) {
+        kq_copy16(dst, p.x + static_cast<unsigned long long>((col0 + c) * p.k + k0 + 16 * word));
+      }
+    } else {  // a block's four scales
+      const int j = i - kCols * kKqTile / 16, c = j / (kKqTile / 32), b = j % (kKqTile / 32);
+      unsigned char* dst = scales + c * kKqXScaleStride + 16 * b;
+      if (col0 + c >= p.rows) {
+        kq_zero16(dst);
+      } else if (32 * b < values) {
+        kq_copy16(dst, p.x_scales + static_cast<unsigned long long>(
+                                        ((col0 + c) * blocks + k0 / 32 + b) * 16));
+      }
+    }
+  }
+}
+
+// A warp's rows ra (lane group g) and rb = ra + 8 in a stage: where their tile's first bytes are
+// (at their global address % 16, as kq_load_tile copies them), and the low bits of that address.
+struct KqStagedRows {
+  const unsigned char* wa;
+  const unsigned char* wb;
+  unsigned from_a, from_b;
+};
+template <int kRowStride>
+KQ_FN KqStagedRows kq_staged_rows(const KqProductParams& p, const unsigned char* stage,
+                                  long long offset, int warp, int g, long long ra, long long rb) {
+  KqStagedRows rows;
+  rows.from_a =
+      static_cast<unsigned>(p.weight + static_cast<unsigned long long>(ra * p.row_bytes + offset));
+  rows.from_b =
+      static_cast<unsigned>(p.weight + static_cast<unsigned long long>(rb * p.row_bytes + offset));
+  rows.wa = stage + (warp * 16 + g) * kRowStride + (rows.from_a & 15);
+  rows.wb = stage + (warp * 16 + g + 8) * kRowStride + (rows.from_b & 15);
+  return rows;
+}
+
 // One staged tile into a warp's accumulators: its rows ra (lane group g) and rb = ra + 8, x's
 // rows col0 + 8 nt + g.
 template <class Kind, bool kBf16, int kTerms, int kNt, int kInt8, int kRowStride>
@@ -253,13 +369,8 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
   long long values = p.k - k0;
   if (values > kKqTile) values = kKqTile;
   const long long offset = KqTiles<Kind, kInt8>::offset(p, k0);
-  // The rows' first bytes: in the stage at their global address % 16 (the low bits of these).
-  const unsigned from_a =
-      static_cast<unsigned>(p.weight + static_cast<unsigned long long>(ra * p.row_bytes + offset));
-  const unsigned from_b =
-      static_cast<unsigned>(p.weight + static_cast<unsigned long long>(rb * p.row_bytes + offset));
-  const unsigned char* wa = stage + (warp * 16 + g) * kRowStride + (from_a & 15);
-  const unsigned char* wb = stage + (warp * 16 + g + 8) * kRowStride + (from_b & 15);
+  const auto [wa, wb, from_a, from_b] =
+      kq_staged_rows<kRowStride>(p, stage, offset, warp, g, ra, rb);
   float scale_a = 0.0f, scale_b = 0.0f;
   if constexpr (kInt8 == 2) {
     // The tile lies inside one block: its scale, read from the block's start.
@@ -326,6 +437,86 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
   }
 }
 
+// kq_tile for x rounded to int8 blocks of 32 (kiln_quant_round: codes, and per block the scale dx
+// and dx times the sums of its codes), the codes multiplied on the integer tensor cores, exact in
+// 32 bits. A kind without an addend multiplies the signed codes u - kBias (A, signed bytes), so a
+// step adds mul (dx S), S = sum (u - kBias) xq, to each output; one with an addend (kBias 0)
+// multiplies u as it is and adds mul (dx S) + add (dx sum xq).
+template <class Kind>
+KQ_FN unsigned kq_signed_codes(unsigned u) {
+  if constexpr (Kind::kHasMin) {
+    return u;
+  } else if constexpr (Kind::kBias == 128) {
+    return u ^ 0x80808080u;  // the stored signed bytes
+  } else {
+    // Each byte below 128: with its top bit set, kBias comes off without a borrow between bytes,
+    // and clearing the bit again leaves u - kBias + 128 - 128 as a signed byte.
+    return ((u | 0x80808080u) - static_cast<unsigned>(Kind::kBias) * 0x01010101u) ^ 0x80808080u;
+  }
+}
+constexpr int kKqMagic = 0x4B400000;          // the bits of 1.5 * 2^23
+constexpr float kKqMagicValue = 12582912.0f;  // 1.5 * 2^23
+template <class Kind, int kNt, int kRowStride>
+KQ_FN void kq_tile_int(const KqProductParams& p, const unsigned char* stage, long long k0, int warp,
+                       int g, int t, long long ra, long long rb, float (*acc)[4]) {
+  constexpr int kSteps = kKqTile / Kind::kStep;
+  constexpr bool kK16 = Kind::kStep == 16;
+  long long values = p.k - k0;
+  if (values > kKqTile) values = kKqTile;
+  const long long offset = k0 / Kind::kValues * Kind::kBytes;
+  const auto [wa, wb, from_a, from_b] =
+      kq_staged_rows<kRowStride>(p, stage, offset, warp, g, ra, rb);
+  const unsigned char* x_codes = stage + kKqRows * kRowStride;
+  const unsigned char* x_scales = x_codes + kNt * 8 * kKqXStride;
+  KQ_UNROLL for (int s = 0; s < kSteps; ++s) {
+    const int v = s * Kind::kStep;  // the step's first value in the tile
+    if (v >= values) break;
+    const int block_at = v / Kind::kValues * Kind::kBytes;
+    const int step = (v % Kind::kValues) / Kind::kStep;
+    const KqStaged sa = kq_staged(wa + block_at, (from_a + block_at) & 3);
+    const KqStaged sb = kq_staged(wb + block_at, (from_b + block_at) & 3);
+    float mul_a, add_a, mul_b, add_b;
+    Kind::scale(sa, step, mul_a, add_a);
+    Kind::scale(sb, step, mul_b, add_b);
+    unsigned a[4];
+    a[0] = kq_signed_codes<Kind>(Kind::codes(sa, step, 0, t));
+    a[1] = kq_signed_codes<Kind>(Kind::codes(sb, step, 0, t));
+    if constexpr (!kK16) {
+      a[2] = kq_signed_codes<Kind>(Kind::codes(sa, step, 1, t));
+      a[3] = kq_signed_codes<Kind>(Kind::codes(sb, step, 1, t));
+    }
+    // x's block of 32 in the tile holding the step, and which half of it the step is (steps of
+    // 16); the block's codes are stored as lane t's eight, values 4t .. 4t + 3 then 16 + 4t ..
+    // 16 + 4t + 3.
+    const int block = v / 32;
+    const int half = kK16 ? v / 16 % 2 : 0;
+    KQ_UNROLL for (int nt = 0; nt < kNt; ++nt) {
+      unsigned b[2];
+      kq_shared8(x_codes + (nt * 8 + g) * kKqXStride + 32 * block + 8 * t, b[0], b[1]);
+      // The sums start at the bits of 1.5 * 2^23, a float whose spacing is 1: S (|S| < 2^22) added
+      // to them is the float 1.5 * 2^23 + S, and taking 1.5 * 2^23 off gives S exactly, without
+      // a (quarter-rate) conversion.
+      int sums[4] = {kKqMagic, kKqMagic, kKqMagic, kKqMagic};
+      kq_mma_i8<kK16, !Kind::kHasMin>(sums, a, b[half], b[1]);
+      // C's columns 2t, 2t + 1 of the tile: x's rows col0 + 8 nt + 2t + j, their block's dx and
+      // dx sum xq (zeros past p.rows).
+      KQ_UNROLL for (int j = 0; j < 2; ++j) {
+        const auto* sc = reinterpret_cast<const float*>(
+            x_scales + (nt * 8 + 2 * t + j) * kKqXScaleStride + 16 * block);
+        const float dx = sc[0];
+        acc[nt][j] += mul_a * (dx * (kq_bits_f32(static_cast<unsigned>(sums[j])) - kKqMagicValue));
+        acc[nt][2 + j] +=
+            mul_b * (dx * (kq_bits_f32(static_cast<unsigned>(sums[2 + j])) - kKqMagicValue));
+        if constexpr (Kind::kHasMin) {
+          const float xsum = sc[kK16 ? 2 + half : 1];
+          acc[nt][j] += add_a * xsum;
+          acc[nt][2 + j] += add_b * xsum;
+        }
+      }
+    }
+  }
+}
+
 // After a split's partial sums are stored: the block that finishes last among the splits of
 // tile `rest` (a ticket of its counter, which it sets back to 0 for the next launch) sums the
 // splits' partials in split order and writes the output. The counters start at 0 and every
@@ -359,16 +550,17 @@ KQ_FN void kq_finish(const KqProductParams& p, unsigned char* smem, int rest, lo
 }
 
 // Block b: split b % splits of k, then the group of x's rows, then 64 rows of W. Tiles stream
-// through kStages stages of smem: the copies of the next ones are in flight while this one is
-// multiplied. Every iteration commits one group (maybe empty), so waiting for all but the newest
-// kStages - 2 means the tile about to be read is in. With one split the sums go straight out
-// (Out::store adds the bias and writes the output's dtype); with several, each split writes its
-// partial sums and the last of them to finish sums all splits in order (kq_finish), so one
-// launch serves and no second kernel's start is paid.
+// through kStages stages of smem (W's rows, and x's rows where x is rounded to int8: kTerms 0,
+// kq_tile_int; else x is read from global memory, kq_tile): the copies of the next ones are in
+// flight while this one is multiplied. Every iteration commits one group (maybe empty), so waiting
+// for all but the newest kStages - 2 means the tile about to be read is in. With one split the sums
+// go straight out (Out::store adds the bias and writes the output's dtype); with several, each
+// split writes its partial sums and the last of them to finish sums all splits in order
+// (kq_finish), so one launch serves and no second kernel's start is paid.
 template <class Kind, bool kBf16, int kTerms, int kNt, int kInt8, int kRowStride, int kStages,
           class Out>
 KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
-  constexpr int kStage = kKqRows * kRowStride;
+  constexpr int kStage = kq_stage_bytes<kTerms, kNt, kRowStride>();
   const int thread = static_cast<int>(kq_thread());
   const int warp = thread >> 5, lane = thread & 31, g = lane >> 2, t = lane & 3;
   const int split = static_cast<int>(kq_block() % static_cast<unsigned>(p.splits));
@@ -385,22 +577,29 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
   KQ_UNROLL for (int nt = 0; nt < kNt; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] =
       0.0f;
 
+  // Tile i of the split into stage i % kStages: W's rows, and x's where it is staged.
+  auto load = [&](int i) {
+    unsigned char* stage = smem + (i % kStages) * kStage;
+    const long long k0 = (first + i) * kKqTile;
+    kq_load_tile<Kind, kInt8, kRowStride>(p, stage, row0, k0);
+    if constexpr (kTerms == 0) kq_load_x_tile<kNt>(p, stage + kKqRows * kRowStride, col0, k0);
+  };
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count)
-      kq_load_tile<Kind, kInt8, kRowStride>(p, smem + s * kStage, row0, (first + s) * kKqTile);
+    if (s < count) load(s);
     kq_commit();
   }
   for (int it = 0; it < count; ++it) {
     kq_wait<kStages - 2>();
     kq_sync();  // every thread's copies of tile it are in; every warp is done with tile it - 1
-    const int next = it + kStages - 1;
-    if (next < count) {
-      kq_load_tile<Kind, kInt8, kRowStride>(p, smem + (next % kStages) * kStage, row0,
-                                            (first + next) * kKqTile);
-    }
+    if (it + kStages - 1 < count) load(it + kStages - 1);
     kq_commit();
-    kq_tile<Kind, kBf16, kTerms, kNt, kInt8, kRowStride>(
-        p, smem + (it % kStages) * kStage, (first + it) * kKqTile, warp, g, t, ra, rb, col0, acc);
+    if constexpr (kTerms == 0) {
+      kq_tile_int<Kind, kNt, kRowStride>(p, smem + (it % kStages) * kStage, (first + it) * kKqTile,
+                                         warp, g, t, ra, rb, acc);
+    } else {
+      kq_tile<Kind, kBf16, kTerms, kNt, kInt8, kRowStride>(
+          p, smem + (it % kStages) * kStage, (first + it) * kKqTile, warp, g, t, ra, rb, col0, acc);
+    }
   }
 
   // C fragments: acc[nt][0..1] are row ra's sums for x's rows col0 + 8 nt + 2t (+ 1), [2..3]
@@ -473,6 +672,41 @@ KQ_FN float kq_x_value(unsigned long long x, long long i) {
   }
 }
 
+// Values 4 part .. 4 part + 3 (v) of a block of 32 held by 8 lanes (part = lane % 8, the
+// block's amax and finiteness shared by shuffles, so all 32 lanes take part): x rounded to int8
+// with scale d = amax / 127, code round(v / d) (halves away from zero) within +-127, as the CPU's
+// quantize_int8 and llama.cpp's q8_1 do. Gives d (NaN where the block holds a NaN or an infinity,
+// whose codes are then 0), the part's codes in the bytes of `word`, and in `half_sum` the sum of
+// the codes of its half of the block (parts 0..3 or 4..7).
+KQ_FN float kq_round_part(const float* v, unsigned& word, int& half_sum) {
+  float amax = 0.0f;
+  unsigned finite = 1;
+  KQ_UNROLL for (int e = 0; e < 4; ++e) {
+    const float a = v[e] < 0.0f ? -v[e] : v[e];
+    if (!(a <= 3.40282347e38f)) finite = 0;  // NaN or infinity
+    amax = a > amax ? a : amax;
+  }
+  KQ_UNROLL for (int o = 1; o < 8; o <<= 1) {
+    const float other = kq_bits_f32(kq_shfl_xor(kq_f32_bits(amax), o));
+    amax = other > amax ? other : amax;
+    finite &= kq_shfl_xor(finite, o);
+  }
+  const float d = amax / 127.0f;
+  word = 0;
+  int sum = 0;
+  KQ_UNROLL for (int e = 0; e < 4; ++e) {
+    float q = d != 0.0f ? kq_round(v[e] / d) : 0.0f;
+    q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+    const int code = finite != 0 ? static_cast<int>(q) : 0;
+    word |= (static_cast<unsigned>(code) & 0xFFu) << (8 * e);
+    sum += code;
+  }
+  sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 1));
+  sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 2));
+  half_sum = sum;
+  return finite != 0 ? d : kq_nan();
+}
+
 // The chunk [k0, k0 + values) of x's rows 0 .. kCols - 1 as int8 blocks of 32 into shared
 // memory: 8 lanes a block, 4 values a lane (the block's amax, finiteness and sums of 16 codes
 // shared by shuffles), so every thread of the block takes part and the quantization takes the
@@ -499,34 +733,11 @@ KQ_FN void kq_mv_quantize_x(const KqProductParams& p, long long k0, long long va
     const int task = static_cast<int>(kq_thread()) + turn * kKqMvWarps * 32;
     const int block = task / 8, part = task % 8;  // values 4 part .. 4 part + 3 of the block
     const int c = block / kBlocks, b = block % kBlocks;
-    const float* v = loaded[turn];  // zeros for rows past p.rows and blocks past the chunk
-    float amax = 0.0f;
-    unsigned finite = 1;
-    KQ_UNROLL for (int e = 0; e < 4; ++e) {
-      const float a = v[e] < 0.0f ? -v[e] : v[e];
-      if (!(a <= 3.40282347e38f)) finite = 0;  // NaN or infinity
-      amax = a > amax ? a : amax;
-    }
-    KQ_UNROLL for (int o = 1; o < 8; o <<= 1) {
-      const float other = kq_bits_f32(kq_shfl_xor(kq_f32_bits(amax), o));
-      amax = other > amax ? other : amax;
-      finite &= kq_shfl_xor(finite, o);
-    }
-    const float d = amax / 127.0f;
-    unsigned word = 0;
-    int sum = 0;
-    KQ_UNROLL for (int e = 0; e < 4; ++e) {
-      float q = d != 0.0f ? kq_round(v[e] / d) : 0.0f;
-      q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
-      const int code = finite != 0 ? static_cast<int>(q) : 0;
-      word |= (static_cast<unsigned>(code) & 0xFFu) << (8 * e);
-      sum += code;
-    }
-    // Sums of the codes of values 0..15 (parts 0..3) and 16..31 (parts 4..7).
-    sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 1));
-    sum += static_cast<int>(kq_shfl_xor(static_cast<unsigned>(sum), 2));
+    unsigned word;
+    int sum;  // loaded[turn] is zeros for rows past p.rows and blocks past the chunk
+    const float d = kq_round_part(loaded[turn], word, sum);
     reinterpret_cast<unsigned*>(codes + c * kBlocks * 32 + 32 * b)[part] = word;
-    if (part == 0) scales[c * kBlocks + b] = finite != 0 ? d : kq_nan();  // 0 where not real
+    if (part == 0) scales[c * kBlocks + b] = d;
     if (part % 4 == 0) sums[c * 2 * kBlocks + 2 * b + part / 4] = sum;
   }
 }
@@ -671,6 +882,48 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
     }
   }
   if (p.splits > 1) kq_finish<Out, kCols>(p, smem, tile, row0, 0, kKqMvWarps * warp_rows);
+}
+
+// ---- kiln_quant_round ----
+// Mirrors QuantRoundParams (quant.h).
+struct KqRoundParams {
+  unsigned long long x, codes, scales;
+  long long rows, k;
+};
+// x [rows, k] (k a multiple of 32; kX as kq_x_value) rounded to int8 blocks of 32 as
+// kq_round_part rounds them, for kiln_quant_product's integer path (kq_tile_int): each block's
+// codes as lane t's eight bytes of the tensor-core operand (values 4t .. 4t + 3, then 16 + 4t ..
+// 16 + 4t + 3), and four floats: dx, dx times the sum of the block's codes, dx times the sums of
+// its two halves (NaN for a block that holds a NaN or an infinity). Eight lanes a block; every
+// lane of a warp takes the same turns, so the shuffles always have their partners.
+template <int kX>
+KQ_FN void kq_round_x(const KqRoundParams& p) {
+  const long long tasks = p.rows * (p.k / 32) * 8;
+  const long long stride = static_cast<long long>(kq_grid_blocks()) * kq_block_threads();
+  const long long lane = kq_thread() % 32;
+  for (long long i = static_cast<long long>(kq_block()) * kq_block_threads() + kq_thread();
+       i - lane < tasks; i += stride) {
+    const long long block = i / 8;  // of the rows' blocks, row by row
+    const int part = static_cast<int>(i % 8);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (i < tasks) {
+      KQ_UNROLL for (int e = 0; e < 4; ++e) v[e] = kq_x_value<kX>(p.x, 32 * block + 4 * part + e);
+    }
+    unsigned word;
+    int half_sum;
+    const float d = kq_round_part(v, word, half_sum);
+    const int other_half = static_cast<int>(kq_shfl_xor(static_cast<unsigned>(half_sum), 4));
+    if (i >= tasks) continue;
+    auto* codes = reinterpret_cast<unsigned char*>(p.codes) + 32 * block;
+    reinterpret_cast<unsigned*>(codes)[2 * (part % 4) + part / 4] = word;
+    if (part == 0) {
+      float* scales = reinterpret_cast<float*>(p.scales) + 4 * block;
+      scales[0] = d;
+      scales[1] = d * kq_int(half_sum + other_half);
+      scales[2] = d * kq_int(half_sum);
+      scales[3] = d * kq_int(other_half);
+    }
+  }
 }
 
 // ---- kiln_quant_split ----

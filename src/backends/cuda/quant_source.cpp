@@ -85,6 +85,20 @@ int matvec_max_pieces() {
   return pieces;
 }
 
+// Rows of x up to which the tiled product rounds x to int8: kQuantIntRows, or KILN_QUANT_INT_ROWS
+// (0 to 256) for measuring.
+int quant_int_rows() {
+  static const int rows = quant_knob("KILN_QUANT_INT_ROWS", 0, 256, kQuantIntRows);
+  return rows;
+}
+
+// Stages of kiln_quant_product's pipeline: kQuantStages, or KILN_QUANT_STAGES (2 to 4) for
+// measuring.
+int tile_stages() {
+  static const int stages = quant_knob("KILN_QUANT_STAGES", 2, 4, kQuantStages);
+  return stages;
+}
+
 // The shared texts every quantized module starts with.
 std::string quant_module() {
   return kernel_prelude() + kQuantBlocksSource + kQuantKernelsSource +
@@ -138,7 +152,6 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
   if (!is_int8(scheme.kind) && rows <= kQuantMatvecMaxRows) {
     plan.matvec = true;
     plan.matvec_rows = rows <= 1 ? 1 : (rows <= 2 ? 2 : kQuantMatvecMaxRows);
-    plan.x_type = x == DType::F32 ? 0 : (x == DType::BF16 ? 1 : 2);
     // As many pieces as k fills, at most kQuantMatvecMaxPieces / rows (the registers of x).
     plan.pieces = 1;
     while (plan.pieces * plan.matvec_rows < matvec_max_pieces() &&
@@ -156,8 +169,11 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
         std::clamp((matvec_shared_budget(plan.min_blocks) - x_bytes) / (warps * plan.stage_bytes),
                    std::int64_t{2}, std::int64_t{8}));
   }
+  if (!plan.matvec) plan.stages = tile_stages();
   plan.bf16 = x != DType::F16;
   plan.terms = x == DType::F32 ? 3 : 1;
+  plan.x_type = x == DType::F32 ? 0 : (x == DType::BF16 ? 1 : 2);
+  if (!is_int8(scheme.kind) && rows <= quant_int_rows()) plan.terms = 0;
   const std::int64_t tiles = (rows + 7) / 8;
   plan.column_tiles = tiles >= 4 ? 4 : (tiles >= 2 ? 2 : 1);
   plan.applies = true;
@@ -171,8 +187,8 @@ std::string QuantProductKernel::key() const {
     return fmt::format("quant_matvec:{}:{}:{}:{}:{}:{}:{}", kind_struct(kind), matvec_rows, pieces,
                        stages, min_blocks, x_type, output);
   }
-  return fmt::format("quant_product:{}:{}:{}:{}:{}:{}:{}", kind_struct(kind), int8_form,
-                     bf16 ? "bf16" : "f16", terms, column_tiles, row_stride, output);
+  return fmt::format("quant_product:{}:{}:{}:{}:{}:{}:{}:{}", kind_struct(kind), int8_form,
+                     bf16 ? "bf16" : "f16", terms, column_tiles, row_stride, stages, output);
 }
 
 std::size_t QuantProductKernel::shared_bytes() const {
@@ -180,7 +196,10 @@ std::size_t QuantProductKernel::shared_bytes() const {
     return static_cast<std::size_t>((kQuantMatvecThreads / 32) * stages * stage_bytes +
                                     matvec_rows * pieces * (kQuantMatvecPiece + 32 * 4 + 64 * 4));
   }
-  return static_cast<std::size_t>(kQuantStages) * kQuantTileRows * row_stride;
+  // quant_kernels.h's kq_stage_bytes: W's rows, and x's tile where it is rounded to int8 (its
+  // codes at 288 bytes a row, its blocks' scales at 144).
+  const int x_bytes = terms == 0 ? column_tiles * 8 * (kQuantTileValues + 32 + 144) : 0;
+  return static_cast<std::size_t>(stages) * (kQuantTileRows * row_stride + x_bytes);
 }
 
 std::string quant_product_source(const QuantProductKernel& kernel) {
@@ -218,7 +237,14 @@ std::string quant_product_source(const QuantProductKernel& kernel) {
                             : fmt::format("kq_product<{}, {}, {}, {}, {}, {}, {}, KqOut>(p, smem);",
                                           kind_struct(kernel.kind), kernel.bf16, kernel.terms,
                                           kernel.column_tiles, kernel.int8_form, kernel.row_stride,
-                                          kQuantStages));
+                                          kernel.stages));
+}
+
+std::string quant_round_source(int x_type) {
+  return quant_module() + fmt::format(
+                              "extern \"C\" __global__ void __launch_bounds__(256) "
+                              "kiln_quant_round(const KqRoundParams p) {{ kq_round_x<{}>(p); }}\n",
+                              x_type);
 }
 
 std::string quant_split_source() {
