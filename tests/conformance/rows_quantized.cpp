@@ -7,6 +7,7 @@
 #include <random>
 
 #include "backends/cpu/quant_matvec.h"
+#include "backends/cuda/quant.h"
 #include "conformance/conformance.h"
 #include "kiln/quant.h"
 #include "quant/block_reference.h"
@@ -140,8 +141,8 @@ KILN_CONFORMANCE_ROW(dequantize, ({"dequantize"})) {
 // products and lookups of the decoded weight, for every float dtype and layout of x, batches of
 // one and several rows, 3-D x, empty x. Within the f32 sums of the magnitudes plus the rounding to
 // x's dtype, of x as the product sees it: the CPU's VNNI kernels (every kind they take) and, on
-// cuda, products of at most 4 rows of x with a GGUF weight round x to int8 blocks of 32 first
-// (README, quantization), and there the reference takes x so rounded. (A remote device is taken
+// cuda, products of at most kQuantIntRows (64) rows of x with a GGUF weight round x to int8 blocks
+// of 32 first (README, quantization), and there the reference takes x so rounded. (A remote device is taken
 // to have a CPU server, as in the test process.)
 KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
   if (!stores_quantized(device)) return;
@@ -165,7 +166,7 @@ KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
             const std::int64_t rows = xs.num_elements() / k;
             const bool int8_x =
                 device.kind() == DeviceKind::Cuda
-                    ? rows <= 4 && scheme.kind != Kind::Int8Block &&
+                    ? rows <= cuda::kQuantIntRows && scheme.kind != Kind::Int8Block &&
                           scheme.kind != Kind::Int8Channel
                     : cpu::rounds_x_to_int8(scheme.kind);  // the CPU's, or a remote CPU server's
             const std::vector<double> xr = int8_x ? test::int8_rounded_x(x, k) : x;
