@@ -142,8 +142,8 @@ KILN_CONFORMANCE_ROW(dequantize, ({"dequantize"})) {
 // one and several rows, 3-D x, empty x. Within the f32 sums of the magnitudes plus the rounding to
 // x's dtype, of x as the product sees it: the CPU's VNNI kernels (every kind they take) and, on
 // cuda, products of at most kQuantIntRows (64) rows of x with a GGUF weight round x to int8 blocks
-// of 32 first (README, quantization), and there the reference takes x so rounded. (A remote device is taken
-// to have a CPU server, as in the test process.)
+// of 32 first (README, quantization), and there the reference takes x so rounded. (A remote device
+// is taken to have a CPU server, as in the test process.)
 KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
   if (!stores_quantized(device)) return;
   const std::int64_t k = 256;
