@@ -141,9 +141,9 @@ KILN_CONFORMANCE_ROW(dequantize, ({"dequantize"})) {
 // products and lookups of the decoded weight, for every float dtype and layout of x, batches of
 // one and several rows, 3-D x, empty x. Within the f32 sums of the magnitudes plus the rounding to
 // x's dtype, of x as the product sees it: the CPU's VNNI kernels (every kind they take) and, on
-// cuda, products of at most kQuantIntRows (64) rows of x with a GGUF weight round x to int8 blocks
-// of 32 first (README, quantization), and there the reference takes x so rounded. (A remote device
-// is taken to have a CPU server, as in the test process.)
+// cuda, products of a few rows of x with a GGUF weight (cuda::quant_rounds_x) round x to int8
+// blocks of 32 first (README, quantization), and there the reference takes x so rounded. (A remote
+// device is taken to have a CPU server, as in the test process.)
 KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
   if (!stores_quantized(device)) return;
   const std::int64_t k = 256;
@@ -166,8 +166,7 @@ KILN_CONFORMANCE_ROW(quantized_products, ({"matmul", "linear", "embedding"})) {
             const std::int64_t rows = xs.num_elements() / k;
             const bool int8_x =
                 device.kind() == DeviceKind::Cuda
-                    ? rows <= cuda::kQuantIntRows && scheme.kind != Kind::Int8Block &&
-                          scheme.kind != Kind::Int8Channel
+                    ? cuda::quant_rounds_x(scheme.kind, dtype, rows)
                     : cpu::rounds_x_to_int8(scheme.kind);  // the CPU's, or a remote CPU server's
             const std::vector<double> xr = int8_x ? test::int8_rounded_x(x, k) : x;
             std::vector<std::int64_t> od = xs.to_vector();

@@ -439,9 +439,12 @@ TEST(GpuQuantEmulated, IntegerProductColumnTilesAndNaN) {
 
 TEST(GpuQuantEmulated, ProductColumnTilesHalfTypesAndF32Parts) {
   // Past kQuantIntRows rows of x the GGUF kinds multiply x in 16-bit floats: four column tiles a
-  // group, the last group short; f16; f32 x in three bf16 parts. The int8 schemes at any rows:
-  // two tiles, and f32 parts.
+  // group, the last group short; f16; f32 x in three bf16 parts. Below it the kinds that keep a
+  // 16-bit x in 16 bits (Q4_0 and Q6_K here), one and two tiles. The int8 schemes at any rows: two
+  // tiles, and f32 parts.
   static_assert(kiln::cuda::kQuantIntRows == 64);
+  check<qb::KqQ4_0, true, 1, 1, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 80, 544, 5, 2, 6, 4029);
+  check<qb::KqQ6_K, false, 1, 2, 0, 240>(kiln::quant_scheme(QKind::Q6_K), 72, 512, 12, 2, 6, 4030);
   check<qb::KqQ4_0, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_0), 70, 288, 70, 2, 2, 4020);
   check<qb::KqQ4_K, true, 1, 4, 0, 176>(kiln::quant_scheme(QKind::Q4_K), 64, 512, 65, 1, 0, 4021);
   check<qb::KqQ8_0, false, 1, 4, 0, 304>(kiln::quant_scheme(QKind::Q8_0), 72, 544, 66, 2, 4, 4022);

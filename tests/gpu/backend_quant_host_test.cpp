@@ -443,10 +443,9 @@ TEST(GpuQuantHost, ProductPlansTakeEveryKindAndFitSharedMemory) {
       for (std::int64_t rows : {1, 8, 9, 32, 256}) {
         const auto plan = kiln::cuda::plan_quant_product(scheme_of(kind), 4096, x, rows);
         ASSERT_TRUE(plan.applies) << name_of(kind);
-        // The matrix-vector kernel takes up to 100 KiB (two blocks an SM), the tiled one 48, or
-        // 72 where it stages x's int8 codes beside W.
-        EXPECT_LE(plan.shared_bytes(), (plan.matvec ? 100u : (plan.terms == 0 ? 72u : 48u)) * 1024)
-            << name_of(kind);
+        // The matrix-vector kernel takes up to 100 KiB (two blocks an SM), the tiled one 80 (x's
+        // tile staged beside W's: two stages of 64 rows of Q8_K and 32 rows of bf16 x).
+        EXPECT_LE(plan.shared_bytes(), (plan.matvec ? 100u : 80u) * 1024) << name_of(kind);
         if (plan.matvec) {
           EXPECT_EQ(plan.pieces * plan.matvec_rows, 4) << name_of(kind);
           EXPECT_GE(plan.stages, 2) << name_of(kind);
@@ -455,9 +454,14 @@ TEST(GpuQuantHost, ProductPlansTakeEveryKindAndFitSharedMemory) {
         EXPECT_EQ(plan.row_stride % 16, 0) << name_of(kind);
         EXPECT_GE(plan.row_stride, plan.tile_bytes + 15 + 8) << name_of(kind);
         EXPECT_EQ(plan.bf16, x != DType::F16);
-        // GGUF kinds at up to 64 rows of x round it to int8; the rest multiply it in bf16/f16.
+        // Up to 64 rows of x, an f32 x is rounded to int8 for every GGUF kind, a 16-bit one for
+        // Q8_0, Q8_K, Q4_K and Q5_K; the rest multiply x in bf16/f16 (f32 in three parts).
         const bool gguf = kind != QKind::Int8Block && kind != QKind::Int8Channel;
-        EXPECT_EQ(plan.terms, gguf && rows <= 64 ? 0 : (x == DType::F32 ? 3 : 1)) << rows;
+        const bool int_kind = kind == QKind::Q8_0 || kind == QKind::Q8_K || kind == QKind::Q4_K ||
+                              kind == QKind::Q5_K;
+        const bool int8_x = gguf && rows <= 64 && (x == DType::F32 || int_kind);
+        EXPECT_EQ(plan.terms, int8_x ? 0 : (x == DType::F32 ? 3 : 1)) << name_of(kind) << rows;
+        EXPECT_EQ(kiln::cuda::quant_rounds_x(kind, x, rows), gguf && (rows <= 4 || int8_x));
         EXPECT_EQ(plan.column_tiles, rows <= 8 ? 1 : (rows <= 16 ? 2 : 4)) << rows;
       }
     }
@@ -480,8 +484,8 @@ bool every_instance() {
 
 TEST(GpuCodegen, QuantKernelsCompile) {
   // Every kind's decode and products once (bf16 x: the matrix-vector kernel, the tiled one of two
-  // column tiles on x rounded to int8 and of four on x in bf16); with KILN_CODEGEN=all every
-  // product variant (x f16, f32 in three parts, 1 / 2 / 4 column tiles) and the indexed decodes.
+  // column tiles and of four); with KILN_CODEGEN=all every product variant (x f16, f32 in three
+  // parts or rounded to int8, 1 / 2 / 4 column tiles) and the indexed decodes.
   for (QKind kind : kAllKinds) {
     const std::string name = name_of(kind);
     EXPECT_EQ(kiln::test::nvrtc_errors(kiln::cuda::quant_decode_source(kind, false)), "") << name;
@@ -490,9 +494,11 @@ TEST(GpuCodegen, QuantKernelsCompile) {
     }
     for (DType x : {DType::BF16, DType::F16, DType::F32}) {
       for (std::int64_t rows : {1, 16, 32, 128}) {
-        // Rows 1 take the matrix-vector kernel, 16 the tiled one on int8 x (a GGUF kind), 128 the
-        // tiled one on x as it is.
-        if (!every_instance() && (x != DType::BF16 || rows == 32)) continue;
+        // Rows 1 take the matrix-vector kernel, 16 the tiled one (on int8 x for an f32 x or the
+        // kinds of quant_int_path), 128 the tiled one on x as it is.
+        // (And an f32 x at 16 rows: every kind's integer path.)
+        const bool f32_int8 = x == DType::F32 && rows == 16;
+        if (!every_instance() && !f32_int8 && (x != DType::BF16 || rows == 32)) continue;
         const auto plan = kiln::cuda::plan_quant_product(scheme_of(kind), 4096, x, rows);
         const std::string source = kiln::cuda::quant_product_source(plan);
         EXPECT_NE(source.find(plan.matvec ? "kiln_quant_matvec(const KqProductParams p)"

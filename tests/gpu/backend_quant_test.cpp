@@ -299,20 +299,13 @@ TEST(GpuQuant, Errors) {
 struct Reference {
   std::vector<double> values, magnitudes;
 };
-// Whether the product of rows rows of x with a weight of scheme rounds x to int8 blocks of 32: a
-// GGUF kind and at most kQuantIntRows rows (kiln_quant_matvec up to 4, kiln_quant_product's
-// integer path after it).
-bool rounds_x(const QuantScheme& scheme, std::int64_t rows) {
-  return rows <= kiln::cuda::kQuantIntRows && scheme.kind != QKind::Int8Block &&
-         scheme.kind != QKind::Int8Channel;
-}
-
-Reference reference(const std::vector<double>& x_values, std::int64_t rows, const TensorData& w,
-                    const std::vector<double>& bias) {
+Reference reference(const std::vector<double>& x_values, DType dtype, std::int64_t rows,
+                    const TensorData& w, const std::vector<double>& bias) {
   const std::int64_t n = w.shape()[0], k = w.shape()[1];
   // x as the product sees it.
-  const std::vector<double> x =
-      rounds_x(w.scheme(), rows) ? test::int8_rounded_x(x_values, k) : x_values;
+  const std::vector<double> x = kiln::cuda::quant_rounds_x(w.scheme().kind, dtype, rows)
+                                    ? test::int8_rounded_x(x_values, k)
+                                    : x_values;
   const std::vector<double> dense = w.dequantize().to_f64_vec();
   Reference out;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -371,10 +364,10 @@ TEST(GpuQuant, ProductsMatchFloat64OverSchemesDTypesAndBatches) {
             Tensor<1>::from_data(TensorData::from_vec(bias_values), device).cast(dtype);
         const std::vector<double> xv = x.into_data().to_f64_vec();
         const std::vector<double> bv = bias.into_data().to_f64_vec();
-        expect_product(module::linear(x, q, bias).into_data(), reference(xv, rows, w, bv), dtype,
-                       what + " linear");
-        expect_product(x.matmul(q.transpose()).into_data(), reference(xv, rows, w, {}), dtype,
-                       what + " matmul");
+        expect_product(module::linear(x, q, bias).into_data(), reference(xv, dtype, rows, w, bv),
+                       dtype, what + " linear");
+        expect_product(x.matmul(q.transpose()).into_data(), reference(xv, dtype, rows, w, {}),
+                       dtype, what + " matmul");
       }
     }
   }
@@ -433,7 +426,8 @@ TEST(GpuQuant, ProductsMatchTheCpusQuantizedProduct) {
       // The CPU's VNNI kernels round x to int8 blocks of 32 (scale amax / 127) for every GGUF kind
       // of weights, the GPU's kernels at up to 64 rows; the other products are f32 sums of the
       // decoded weight.
-      const bool int8_x = cpu::rounds_x_to_int8(scheme.kind) || rounds_x(scheme, rows);
+      const bool int8_x = cpu::rounds_x_to_int8(scheme.kind) ||
+                          kiln::cuda::quant_rounds_x(scheme.kind, DType::F32, rows);
       expect_within_x_rounding(on(device), on(Device::cpu()), xd, w, int8_x ? 32 : 0,
                                name_of(scheme) + " rows " + std::to_string(rows));
     }
@@ -452,9 +446,10 @@ TEST(GpuQuant, LargeBatchesStridedInputsAndThreeDims) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     const auto xc = x.cast(dtype);
     const auto bc = bias.cast(dtype);
-    expect_product(module::linear(xc, q, bc).into_data(),
-                   reference(xc.into_data().to_f64_vec(), 300, w, bc.into_data().to_f64_vec()),
-                   dtype, std::string("300 rows ") + std::string(dtype_name(dtype)));
+    expect_product(
+        module::linear(xc, q, bc).into_data(),
+        reference(xc.into_data().to_f64_vec(), dtype, 300, w, bc.into_data().to_f64_vec()), dtype,
+        std::string("300 rows ") + std::string(dtype_name(dtype)));
   }
   // x [2, 3, k] as a permuted view of [k, 3, 2]; and a transposed 2-D x.
   const auto base =
@@ -462,19 +457,21 @@ TEST(GpuQuant, LargeBatchesStridedInputsAndThreeDims) {
   const auto x3 = base.permute({2, 1, 0});
   const TensorData y3 = module::linear(x3, q, std::nullopt).into_data();
   EXPECT_EQ(y3.shape(), (Shape{2, 3, n}));
-  expect_product(y3, reference(x3.into_data().to_f64_vec(), 6, w, {}), DType::F32, "3-D view");
+  expect_product(y3, reference(x3.into_data().to_f64_vec(), DType::F32, 6, w, {}), DType::F32,
+                 "3-D view");
   const auto cols =
       Tensor<2>::from_data(TensorData::from_vec(normal_values(k * 5, 3019), {k, 5}), device);
   expect_product(cols.transpose().matmul(q.transpose()).into_data(),
-                 reference(cols.transpose().into_data().to_f64_vec(), 5, w, {}), DType::F32,
-                 "transposed x");
+                 reference(cols.transpose().into_data().to_f64_vec(), DType::F32, 5, w, {}),
+                 DType::F32, "transposed x");
   // x at an odd offset (a slice of a bf16 row): copied to an aligned buffer first.
   const auto wide = Tensor<2>::from_data(
                         TensorData::from_vec(normal_values(2 * (k + 1), 3020), {2, k + 1}), device)
                         .cast(DType::BF16);
   const auto odd = wide.slice({Slice::all(), Slice(1, k + 1)});
   expect_product(odd.matmul(q.transpose()).into_data(),
-                 reference(odd.into_data().to_f64_vec(), 2, w, {}), DType::BF16, "odd offset");
+                 reference(odd.into_data().to_f64_vec(), DType::BF16, 2, w, {}), DType::BF16,
+                 "odd offset");
 }
 
 TEST(GpuQuant, NanRowsAndEmptyTensors) {

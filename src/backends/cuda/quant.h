@@ -10,10 +10,12 @@
 //     memory in tiles of 256 values (cp.async, 16-byte words, two stages). Where k is split over
 //     blocks, the last block of a tile to finish sums the splits (a counter per tile); it, or the
 //     only split, adds the bias and writes x's dtype. Batch 1 is one column of the product: the
-//     weight is read once, in one launch. For a GGUF kind and 5 to kQuantIntRows rows of x,
-//     kiln_quant_round first rounds x to int8 blocks of 32 (as the matrix-vector kernel does),
-//     and the product stages x's codes beside W's and multiplies them on the integer tensor cores
-//     (mma.m16n8k32 / m16n8k16 s8, exact 32-bit sums scaled per block in f32).
+//     weight is read once, in one launch. x's tile is staged beside W's (f16, bf16); an f32 x's
+//     three parts are read from global memory. For 5 to kQuantIntRows rows of x and a GGUF kind
+//     (quant_int_path: every kind for an f32 x, some for 16-bit x), kiln_quant_round first rounds
+//     x to int8 blocks of 32 (as the matrix-vector kernel does), and the product stages x's codes
+//     beside W's and multiplies them on the integer tensor cores (mma.m16n8k32 / m16n8k16 s8,
+//     exact 32-bit sums scaled per block in f32).
 //   - kiln_quant_matvec: the same product for up to 4 rows of x and a GGUF kind (decoding's
 //     matrix-vector products): x rounded to int8 blocks of 32 and multiplied with the codes by
 //     dp4a, each warp streaming its rows of W through its own stages of shared memory, the grid
@@ -38,9 +40,29 @@ inline constexpr int kQuantMatvecThreads = 256;
 inline constexpr int kQuantMatvecPiece = 1024;   // values of k per piece of a split: 32 a lane
 inline constexpr int kQuantMatvecMaxPieces = 4;  // pieces of a split for one row of x
 inline constexpr int kQuantMatvecMinBlocks = 2;  // blocks of kiln_quant_matvec an SM holds
-// Rows of x up to which kiln_quant_product rounds x to int8 blocks of 32 for a GGUF kind and
-// multiplies on the integer tensor cores (terms 0); more rows multiply x in 16-bit floats.
+// Rows of x up to which kiln_quant_product may round x to int8 blocks of 32 and multiply on the
+// integer tensor cores (terms 0, quant_int_path); more rows multiply x in 16-bit floats.
 inline constexpr int kQuantIntRows = 64;
+// Whether kiln_quant_product takes its integer path for a weight of kind and an x of dtype x (at
+// 5 to kQuantIntRows rows): for every GGUF kind when x is f32 or f64 (whose 16-bit path multiplies
+// three bf16 parts of it), and with an f16 or bf16 x for the kinds where it measured faster than
+// the 16-bit path (docs/quantization-gpu.md): the 8-bit codes of Q8_0 and Q8_K, whose conversion
+// to 16-bit floats is the costly part, and Q4_K/Q5_K. The nibble kinds of steps of 32 and the
+// K-quants of steps of 16 (whose scaling per element and step the integer path pays twice as
+// often) keep x in 16 bits.
+inline bool quant_int_path(QuantScheme::Kind kind, DType x) {
+  using Kind = QuantScheme::Kind;
+  if (kind == Kind::Int8Block || kind == Kind::Int8Channel) return false;
+  if (x != DType::F16 && x != DType::BF16) return true;
+  return kind == Kind::Q8_0 || kind == Kind::Q8_K || kind == Kind::Q4_K || kind == Kind::Q5_K;
+}
+// Whether a product of rows rows of x (dtype x) with a weight of kind rounds x to int8 blocks of
+// 32: kiln_quant_matvec's up to kQuantMatvecMaxRows rows of a GGUF kind, then the integer path.
+inline bool quant_rounds_x(QuantScheme::Kind kind, DType x, std::int64_t rows) {
+  using Kind = QuantScheme::Kind;
+  if (kind == Kind::Int8Block || kind == Kind::Int8Channel) return false;
+  return rows <= kQuantMatvecMaxRows || (rows <= kQuantIntRows && quant_int_path(kind, x));
+}
 
 // A measuring knob of the quantized kernels (KILN_QUANT_MV_*): the environment variable `name`
 // as an integer in [lo, hi], else `fallback` (unset, or out of range).
@@ -79,8 +101,8 @@ struct QuantProductKernel {
   int row_stride = 0;           // bytes of shared memory per weight row and stage
   bool bf16 = true;             // the 16-bit type of the operands (f16 only for an f16 x)
   // Parts of x: 1 for f16 or bf16 x as it is, 3 for f32 (exact in three bf16); 0 for x rounded
-  // to int8 blocks of 32 (kiln_quant_round) and multiplied in integers, for a GGUF kind and more
-  // than kQuantMatvecMaxRows, at most kQuantIntRows rows of x.
+  // to int8 blocks of 32 (kiln_quant_round) and multiplied in integers (quant_int_path, at most
+  // kQuantIntRows rows of x).
   int terms = 1;
   int column_tiles = 1;      // tiles of 8 rows of x per block
   DType out = DType::F32;    // the product's dtype (x's)

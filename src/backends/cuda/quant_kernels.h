@@ -242,15 +242,20 @@ struct KqProductParams {
 
 constexpr int kKqRows = 64;   // weight rows per block of threads: 4 warps of 16
 constexpr int kKqTile = 256;  // values of a row per stage
-// x rounded to int8 (kTerms 0) is staged beside W: a row of x's tile in kKqXStride bytes (its
-// 256 codes and 32 more, so the 8 rows a B fragment reads at once start in 4 different banks),
-// its 8 blocks' scales in kKqXScaleStride (128 bytes and 16, every row in its own bank).
-constexpr int kKqXStride = kKqTile + 32;
+// x in one 16-bit part (kTerms 1) or rounded to int8 (kTerms 0) is staged beside W: a row of x's
+// tile in kq_x_stride bytes (its 256 values and 32 bytes more, so the 8 rows a B fragment reads at
+// once start in 4 different banks), and for int8 its 8 blocks' scales in kKqXScaleStride (128
+// bytes and 16, every row in its own bank). f32's three parts are read from global memory.
+template <int kTerms>
+constexpr int kq_x_stride() {
+  return kKqTile * (kTerms == 0 ? 1 : 2) + 32;
+}
 constexpr int kKqXScaleStride = kKqTile / 32 * 16 + 16;
 // Bytes of one stage of kiln_quant_product: 64 rows of W, then x's tile where it is staged.
 template <int kTerms, int kNt, int kRowStride>
 constexpr int kq_stage_bytes() {
-  return kKqRows * kRowStride + (kTerms == 0 ? kNt * 8 * (kKqXStride + kKqXScaleStride) : 0);
+  return kKqRows * kRowStride + (kTerms == 0 ? kNt * 8 * (kq_x_stride<0>() + kKqXScaleStride)
+                                             : (kTerms == 1 ? kNt * 8 * kq_x_stride<1>() : 0));
 }
 
 // How a kind's rows are cut into tiles of 256 values: kInt8 0 for the GGUF kinds (whole blocks
@@ -304,29 +309,34 @@ KQ_FN void kq_load_tile(const KqProductParams& p, unsigned char* stage, long lon
   }
 }
 
-// x's rounded tile [k0, k0 + 256) for its rows col0 .. col0 + 8 kNt - 1 (kTerms 0) into stage: each
-// row's codes at kKqXStride bytes, then each row's blocks' scales at kKqXScaleStride. Rows past
-// p.rows are zeros (their sums are never stored; the products read them unguarded).
-template <int kNt>
+// x's tile [k0, k0 + 256) for its rows col0 .. col0 + 8 kNt - 1 into stage (kTerms 0 or 1): each
+// row's values (int8 codes, or 16-bit floats) at kq_x_stride bytes, then for int8 each row's
+// blocks' scales at kKqXScaleStride. Rows past p.rows are zeros (their sums are never stored; the
+// products read them unguarded).
+template <int kTerms, int kNt>
 KQ_FN void kq_load_x_tile(const KqProductParams& p, unsigned char* stage, long long col0,
                           long long k0) {
   constexpr int kCols = kNt * 8;
+  constexpr int kValueBytes = kTerms == 0 ? 1 : 2;
+  constexpr int kWords = kKqTile * kValueBytes / 16;           // of a row's values
+  constexpr int kScaleWords = kTerms == 0 ? kKqTile / 32 : 0;  // of a row's scales
   long long values = p.k - k0;
   if (values > kKqTile) values = kKqTile;
   const long long blocks = p.k / 32;
-  unsigned char* scales = stage + kCols * kKqXStride;
-  for (int i = static_cast<int>(kq_thread()); i < kCols * (kKqTile / 16 + kKqTile / 32);
+  unsigned char* scales = stage + kCols * kq_x_stride<kTerms>();
+  for (int i = static_cast<int>(kq_thread()); i < kCols * (kWords + kScaleWords);
        i += static_cast<int>(kq_block_threads())) {
-    if (i < kCols * kKqTile / 16) {  // a 16-byte word of codes
-      const int c = i / (kKqTile / 16), word = i % (kKqTile / 16);
-      unsigned char* dst = stage + c * kKqXStride + 16 * word;
+    if (i < kCols * kWords) {  // a 16-byte word of values
+      const int c = i / kWords, word = i % kWords;
+      unsigned char* dst = stage + c * kq_x_stride<kTerms>() + 16 * word;
       if (col0 + c >= p.rows) {
         kq_zero16(dst);
-      } else if (16 * word < values) {
-        kq_copy16(dst, p.x + static_cast<unsigned long long>((col0 + c) * p.k + k0 + 16 * word));
+      } else if (16 * word < values * kValueBytes) {
+        kq_copy16(dst, p.x + static_cast<unsigned long long>(((col0 + c) * p.k + k0) * kValueBytes +
+                                                             16 * word));
       }
     } else {  // a block's four scales
-      const int j = i - kCols * kKqTile / 16, c = j / (kKqTile / 32), b = j % (kKqTile / 32);
+      const int j = i - kCols * kWords, c = j / kScaleWords, b = j % kScaleWords;
       unsigned char* dst = scales + c * kKqXScaleStride + 16 * b;
       if (col0 + c >= p.rows) {
         kq_zero16(dst);
@@ -381,6 +391,7 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
   }
   const unsigned ones[4] = {kOne, kOne, kOne, kOne};
   const auto* X = reinterpret_cast<const unsigned short*>(p.x);
+  const unsigned char* x_tile = stage + kKqRows * kRowStride;  // kTerms 1: x's staged tile
   KQ_UNROLL for (int s = 0; s < kSteps; ++s) {
     const int v = s * Kind::kStep;  // the step's first value in the tile
     if (v >= values) break;
@@ -427,7 +438,11 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
       KQ_UNROLL for (int h = 0; h < kChunks; ++h) {
         KQ_UNROLL for (int term = 0; term < kTerms; ++term) {
           unsigned b0 = 0, b1 = 0;
-          if (col < p.rows) kq_load8(X + term * p.plane + col * p.k + k + 16 * h, b0, b1);
+          if constexpr (kTerms == 1) {  // staged, zeros past p.rows
+            kq_shared8(x_tile + (nt * 8 + g) * kq_x_stride<1>() + 2 * (v + 16 * h + 4 * t), b0, b1);
+          } else if (col < p.rows) {
+            kq_load8(X + term * p.plane + col * p.k + k + 16 * h, b0, b1);
+          }
           kq_mma<kBf16>(codes, a[h], b0, b1);
           if constexpr (Kind::kHasMin) kq_mma<kBf16>(xsum, ones, b0, b1);
         }
@@ -467,7 +482,7 @@ KQ_FN void kq_tile_int(const KqProductParams& p, const unsigned char* stage, lon
   const auto [wa, wb, from_a, from_b] =
       kq_staged_rows<kRowStride>(p, stage, offset, warp, g, ra, rb);
   const unsigned char* x_codes = stage + kKqRows * kRowStride;
-  const unsigned char* x_scales = x_codes + kNt * 8 * kKqXStride;
+  const unsigned char* x_scales = x_codes + kNt * 8 * kq_x_stride<0>();
   KQ_UNROLL for (int s = 0; s < kSteps; ++s) {
     const int v = s * Kind::kStep;  // the step's first value in the tile
     if (v >= values) break;
@@ -492,7 +507,7 @@ KQ_FN void kq_tile_int(const KqProductParams& p, const unsigned char* stage, lon
     const int half = kK16 ? v / 16 % 2 : 0;
     KQ_UNROLL for (int nt = 0; nt < kNt; ++nt) {
       unsigned b[2];
-      kq_shared8(x_codes + (nt * 8 + g) * kKqXStride + 32 * block + 8 * t, b[0], b[1]);
+      kq_shared8(x_codes + (nt * 8 + g) * kq_x_stride<0>() + 32 * block + 8 * t, b[0], b[1]);
       // The sums start at the bits of 1.5 * 2^23, a float whose spacing is 1: S (|S| < 2^22) added
       // to them is the float 1.5 * 2^23 + S, and taking 1.5 * 2^23 off gives S exactly, without
       // a (quarter-rate) conversion.
@@ -550,9 +565,9 @@ KQ_FN void kq_finish(const KqProductParams& p, unsigned char* smem, int rest, lo
 }
 
 // Block b: split b % splits of k, then the group of x's rows, then 64 rows of W. Tiles stream
-// through kStages stages of smem (W's rows, and x's rows where x is rounded to int8: kTerms 0,
-// kq_tile_int; else x is read from global memory, kq_tile): the copies of the next ones are in
-// flight while this one is multiplied. Every iteration commits one group (maybe empty), so waiting
+// through kStages stages of smem (W's rows, and x's rows unless x is f32's three parts, which
+// kq_tile reads from global memory): the copies of the next ones are in flight while this one is
+// multiplied. Every iteration commits one group (maybe empty), so waiting
 // for all but the newest kStages - 2 means the tile about to be read is in. With one split the sums
 // go straight out (Out::store adds the bias and writes the output's dtype); with several, each
 // split writes its partial sums and the last of them to finish sums all splits in order
@@ -582,7 +597,9 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
     unsigned char* stage = smem + (i % kStages) * kStage;
     const long long k0 = (first + i) * kKqTile;
     kq_load_tile<Kind, kInt8, kRowStride>(p, stage, row0, k0);
-    if constexpr (kTerms == 0) kq_load_x_tile<kNt>(p, stage + kKqRows * kRowStride, col0, k0);
+    if constexpr (kTerms <= 1) {
+      kq_load_x_tile<kTerms, kNt>(p, stage + kKqRows * kRowStride, col0, k0);
+    }
   };
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) {
     if (s < count) load(s);

@@ -173,7 +173,7 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
   plan.bf16 = x != DType::F16;
   plan.terms = x == DType::F32 ? 3 : 1;
   plan.x_type = x == DType::F32 ? 0 : (x == DType::BF16 ? 1 : 2);
-  if (!is_int8(scheme.kind) && rows <= quant_int_rows()) plan.terms = 0;
+  if (quant_int_path(scheme.kind, x) && rows <= quant_int_rows()) plan.terms = 0;
   const std::int64_t tiles = (rows + 7) / 8;
   plan.column_tiles = tiles >= 4 ? 4 : (tiles >= 2 ? 2 : 1);
   plan.applies = true;
@@ -196,9 +196,11 @@ std::size_t QuantProductKernel::shared_bytes() const {
     return static_cast<std::size_t>((kQuantMatvecThreads / 32) * stages * stage_bytes +
                                     matvec_rows * pieces * (kQuantMatvecPiece + 32 * 4 + 64 * 4));
   }
-  // quant_kernels.h's kq_stage_bytes: W's rows, and x's tile where it is rounded to int8 (its
-  // codes at 288 bytes a row, its blocks' scales at 144).
-  const int x_bytes = terms == 0 ? column_tiles * 8 * (kQuantTileValues + 32 + 144) : 0;
+  // quant_kernels.h's kq_stage_bytes: W's rows, and x's tile where it is staged: rounded to int8
+  // (its codes at 288 bytes a row, its blocks' scales at 144) or in one 16-bit part (544 a row).
+  const int x_bytes = terms == 0   ? column_tiles * 8 * (kQuantTileValues + 32 + 144)
+                      : terms == 1 ? column_tiles * 8 * (2 * kQuantTileValues + 32)
+                                   : 0;
   return static_cast<std::size_t>(stages) * (kQuantTileRows * row_stride + x_bytes);
 }
 
