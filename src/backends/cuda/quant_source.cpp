@@ -92,6 +92,13 @@ int quant_int_rows() {
   return rows;
 }
 
+// Whether KILN_QUANT_INT_ALL=1 asks the integer path of every GGUF kind, for measuring it where
+// quant_int_path keeps x in 16 bits.
+bool int_path_for_all() {
+  static const bool all = quant_knob("KILN_QUANT_INT_ALL", 0, 1, 0) == 1;
+  return all;
+}
+
 // Stages of kiln_quant_product's pipeline: kQuantStages, or KILN_QUANT_STAGES (2 to 4) for
 // measuring.
 int tile_stages() {
@@ -173,7 +180,9 @@ QuantProductKernel plan_quant_product(const QuantScheme& scheme, std::int64_t k,
   plan.bf16 = x != DType::F16;
   plan.terms = x == DType::F32 ? 3 : 1;
   plan.x_type = x == DType::F32 ? 0 : (x == DType::BF16 ? 1 : 2);
-  if (quant_int_path(scheme.kind, x) && rows <= quant_int_rows()) plan.terms = 0;
+  const bool int_path =
+      quant_int_path(scheme.kind, x) || (!is_int8(scheme.kind) && int_path_for_all());
+  if (int_path && rows <= quant_int_rows()) plan.terms = 0;
   const std::int64_t tiles = (rows + 7) / 8;
   plan.column_tiles = tiles >= 4 ? 4 : (tiles >= 2 ? 2 : 1);
   plan.applies = true;
