@@ -35,6 +35,15 @@ Primitive float_product(CudaBackend& backend, Primitive x, const Primitive& weig
   return backend.cast(std::move(y), dtype);
 }
 
+// The dtype of x the quantized kernels read: f16 or bf16 as it is, any other float as f32.
+DType kernel_x_dtype(DType x) { return x == DType::F16 || x == DType::BF16 ? x : DType::F32; }
+
+// x contiguous in kernel_x_dtype.
+TensorPtr kernel_x(CudaBackend& backend, Primitive x, const char* op) {
+  const DType dtype = kernel_x_dtype(x->dtype());
+  return backend.contiguous(dtype == x->dtype() ? std::move(x) : backend.cast(x, dtype), op);
+}
+
 // Refuses a grid of more blocks than a launch takes.
 void check_grid(const char* op, std::int64_t n, std::int64_t blocks) {
   if (blocks > 0x7fffffff) {
@@ -106,10 +115,7 @@ void matvec(CudaBackend& backend, const QuantProductKernel& plan, Primitive x,
             const CudaQuantTensor& w, std::int64_t n, std::int64_t k, std::int64_t rows,
             const TensorPtr& b, const TensorPtr& out, const char* op) {
   Runtime& runtime = backend.runtime();
-  const DType dtype = x->dtype();
-  const DType xdtype = dtype == DType::F16 || dtype == DType::BF16 ? dtype : DType::F32;
-  TensorPtr values =
-      backend.contiguous(xdtype == dtype ? std::move(x) : backend.cast(x, xdtype), op);
+  TensorPtr values = kernel_x(backend, std::move(x), op);
   CUfunction kernel = runtime.compiler.function(plan.key(), "kiln_quant_matvec",
                                                 [&] { return quant_product_source(plan); });
   const auto shared = static_cast<unsigned>(plan.shared_bytes());
@@ -147,11 +153,9 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
   const Shape out_shape(std::move(dims));
   if (out_shape.num_elements() == 0) return backend.make_tensor(dtype, out_shape, op);
   const std::int64_t rows = out_shape.num_elements() / n;
-  // The kernel's x: f16 or bf16 as it is, any other float as f32 in three bf16 parts.
-  const DType xdtype = dtype == DType::F16 || dtype == DType::BF16 ? dtype : DType::F32;
   QuantProductKernel plan;
   if (w.is_transposed_matrix() && runtime.context.major() >= 8) {
-    plan = plan_quant_product(w.scheme(), k, xdtype, std::min(rows, kRowsPerLaunch));
+    plan = plan_quant_product(w.scheme(), k, kernel_x_dtype(dtype), std::min(rows, kRowsPerLaunch));
   }
   if (!plan.applies) return float_product(backend, std::move(x), weight, std::move(bias));
   TensorPtr b = bias ? backend.contiguous(*bias, op) : nullptr;
@@ -168,32 +172,28 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
   }
   plan.matvec = false;
 
-  // x's rows, k 16-bit values each, 8-byte aligned (plane after plane for f32's parts); or x
-  // rounded to int8 blocks: k codes a row and a float4 of scales a block.
-  TensorPtr planes;
+  // x's rows, k 16-bit values each, 16-byte aligned (plane after plane for f32's three parts);
+  // or x rounded to int8 blocks: k codes a row and a float4 of scales a block.
+  TensorPtr planes, values = kernel_x(backend, std::move(x), op);
   const bool int8_x = plan.terms == 0;
   Workspace codes(runtime, int8_x ? static_cast<std::size_t>(rows * k) : 0, op);
   Workspace scales(runtime, int8_x ? static_cast<std::size_t>(rows * (k / 32) * 16) : 0, op);
   const std::int64_t x_row_bytes = int8_x ? k : 2 * k;
   if (int8_x) {
-    TensorPtr values =
-        backend.contiguous(xdtype == dtype ? std::move(x) : backend.cast(x, xdtype), op);
     QuantRoundParams p{values->data(), reinterpret_cast<std::uintptr_t>(codes.get()),
                        reinterpret_cast<std::uintptr_t>(scales.get()), rows, k};
     CUfunction round =
         runtime.compiler.function(fmt::format("quant_round:{}", plan.x_type), "kiln_quant_round",
                                   [&] { return quant_round_source(plan.x_type); });
     runtime.launch(op, round, runtime.blocks_for(rows * k / 4, 256), 256, p);
-  } else if (xdtype == DType::F32) {
-    TensorPtr values = backend.contiguous(backend.cast(std::move(x), DType::F32), op);
+  } else if (values->dtype() == DType::F32) {
     planes = backend.make_tensor(DType::BF16, Shape{3, rows, k}, op);
     QuantSplitParams p{values->data(), planes->data(), rows * k};
     CUfunction split = runtime.compiler.function("quant_split", "kiln_quant_split",
                                                  [] { return quant_split_source(); });
     runtime.launch(op, split, runtime.blocks_for(rows * k, 256), 256, p);
   } else {
-    planes = backend.contiguous(x, op);
-    x.reset();
+    planes = std::move(values);
     if (planes->data() % 16 != 0) {
       TensorPtr aligned = backend.make_tensor(planes->dtype(), planes->shape(), op);
       backend.copy_into(*aligned, *planes, op);

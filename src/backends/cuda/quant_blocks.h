@@ -170,6 +170,17 @@ KQ_FN unsigned kq_r8(const KqAligned& b, int off) {
   return (b.at[off >> 2] >> ((off & 3) * 8)) & 0xFFu;
 }
 
+// A reader's bytes from offset `base` on: KqAt{b, base} reads b at base + off.
+template <class B>
+struct KqAt {
+  const B& b;
+  int base;
+};
+template <class B>
+KQ_FN unsigned kq_r32(const KqAt<B>& v, int off) {
+  return kq_r32(v.b, v.base + off);
+}
+
 // ---- exact arithmetic: an f16 scale widened exactly, one rounding per operation ----
 KQ_FN float kq_half(unsigned bits) {
 #ifdef __CUDACC_RTC__
@@ -398,13 +409,12 @@ struct KqQ3_K {
       out[e] = kq_mul(scale, kq_int(q));
     }
   }
-  // u = two bits + 4 * high bit, so u - 4 is the signed code.
+  // u = two bits + 4 * high bit, so u - 4 is the signed code: step s is step s % 2 of the two
+  // runs of steps s - s % 2 (below).
   template <class B>
   static KQ_FN unsigned codes(const B& b, int s, int, int t) {
-    const unsigned low =
-        (kq_r32(b, 32 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) & 0x03030303u;
-    const unsigned high = (kq_r32(b, 16 * (s % 2) + 4 * t) >> (s / 2)) & 0x01010101u;
-    return low | (high << 2);
+    const int s0 = s - s % 2;
+    return run_codes(KqAt<B>{b, run0(s0)}, KqAt<B>{b, run1(s0)}, s0, s % 2, t);
   }
   template <class B>
   static KQ_FN void scale(const B& b, int s, float& mul, float& add) {
@@ -478,13 +488,12 @@ struct KqQ6_K {
     }
   }
   // Step s (16 values): nibbles of bytes 64 (s / 8) + 16 (s % 4) + 4t + e, the high (s % 8 >= 4)
-  // or low ones; bit pair (s % 8) / 2 of high bytes 128 + 32 (s / 8) + 16 (s % 2) + 4t + e.
+  // or low ones; bit pair (s % 8) / 2 of high bytes 128 + 32 (s / 8) + 16 (s % 2) + 4t + e: step
+  // s % 2 of the two runs of steps s - s % 2 (below).
   template <class B>
   static KQ_FN unsigned codes(const B& b, int s, int, int t) {
-    const unsigned low = kq_nibbles(kq_r32(b, 64 * (s / 8) + 16 * (s % 4) + 4 * t), (s % 8) >= 4);
-    const unsigned top =
-        (kq_r32(b, 128 + 32 * (s / 8) + 16 * (s % 2) + 4 * t) >> (2 * ((s % 8) / 2))) & 0x03030303u;
-    return low | (top << 4);
+    const int s0 = s - s % 2;
+    return run_codes(KqAt<B>{b, run0(s0)}, KqAt<B>{b, run1(s0)}, s0, s % 2, t);
   }
   template <class B>
   static KQ_FN void scale(const B& b, int s, float& mul, float& add) {

@@ -258,6 +258,11 @@ constexpr int kq_stage_bytes() {
                                              : (kTerms == 1 ? kNt * 8 * kq_x_stride<1>() : 0));
 }
 
+// Values of the tile from value k0 of a row: 256, or what is left of k.
+KQ_FN long long kq_tile_values(const KqProductParams& p, long long k0) {
+  return p.k - k0 < kKqTile ? p.k - k0 : kKqTile;
+}
+
 // How a kind's rows are cut into tiles of 256 values: kInt8 0 for the GGUF kinds (whole blocks
 // of Kind), 1 for int8 blocks that divide the tile, 2 for tiles inside one int8 block.
 template <class Kind, int kInt8>
@@ -291,8 +296,7 @@ template <class Kind, int kInt8, int kRowStride>
 KQ_FN void kq_load_tile(const KqProductParams& p, unsigned char* stage, long long row0,
                         long long k0) {
   constexpr int kWords = kRowStride / 16;
-  long long values = p.k - k0;
-  if (values > kKqTile) values = kKqTile;
+  const long long values = kq_tile_values(p, k0);
   const long long offset = KqTiles<Kind, kInt8>::offset(p, k0);
   const long long bytes = KqTiles<Kind, kInt8>::bytes(p, values);
   for (int i = static_cast<int>(kq_thread()); i < kKqRows * kWords;
@@ -320,8 +324,7 @@ KQ_FN void kq_load_x_tile(const KqProductParams& p, unsigned char* stage, long l
   constexpr int kValueBytes = kTerms == 0 ? 1 : 2;
   constexpr int kWords = kKqTile * kValueBytes / 16;           // of a row's values
   constexpr int kScaleWords = kTerms == 0 ? kKqTile / 32 : 0;  // of a row's scales
-  long long values = p.k - k0;
-  if (values > kKqTile) values = kKqTile;
+  const long long values = kq_tile_values(p, k0);
   const long long blocks = p.k / 32;
   unsigned char* scales = stage + kCols * kq_x_stride<kTerms>();
   for (int i = static_cast<int>(kq_thread()); i < kCols * (kWords + kScaleWords);
@@ -368,6 +371,12 @@ KQ_FN KqStagedRows kq_staged_rows(const KqProductParams& p, const unsigned char*
   return rows;
 }
 
+// The block at byte block_at of a staged row (w, from: kq_staged_rows) as whole aligned words of
+// the stage joined by funnel shifts (quant_blocks.h's KqStaged).
+KQ_FN KqStaged kq_staged_at(const unsigned char* w, unsigned from, int block_at) {
+  return kq_staged(w + block_at, (from + static_cast<unsigned>(block_at)) & 3);
+}
+
 // One staged tile into a warp's accumulators: its rows ra (lane group g) and rb = ra + 8, x's
 // rows col0 + 8 nt + g.
 template <class Kind, bool kBf16, int kTerms, int kNt, int kInt8, int kRowStride>
@@ -376,8 +385,7 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
   constexpr int kSteps = kKqTile / Kind::kStep;
   constexpr int kChunks = Kind::kStep / 16;
   constexpr unsigned kOne = kBf16 ? 0x3F803F80u : 0x3C003C00u;
-  long long values = p.k - k0;
-  if (values > kKqTile) values = kKqTile;
+  const long long values = kq_tile_values(p, k0);
   const long long offset = KqTiles<Kind, kInt8>::offset(p, k0);
   const auto [wa, wb, from_a, from_b] =
       kq_staged_rows<kRowStride>(p, stage, offset, warp, g, ra, rb);
@@ -398,13 +406,10 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
     float mul_a, add_a, mul_b, add_b;
     unsigned a[kChunks][4];
     if constexpr (kInt8 == 0) {
-      const unsigned char* ba = wa + v / Kind::kValues * Kind::kBytes;
-      const unsigned char* bb = wb + v / Kind::kValues * Kind::kBytes;
       const int step = (v % Kind::kValues) / Kind::kStep;
-      // Whole aligned words of the stage, joined by funnel shifts (quant_blocks.h's KqStaged).
       const int block_at = v / Kind::kValues * Kind::kBytes;
-      const KqStaged sa = kq_staged(ba, (from_a + block_at) & 3);
-      const KqStaged sb = kq_staged(bb, (from_b + block_at) & 3);
+      const KqStaged sa = kq_staged_at(wa, from_a, block_at);
+      const KqStaged sb = kq_staged_at(wb, from_b, block_at);
       Kind::scale(sa, step, mul_a, add_a);
       Kind::scale(sb, step, mul_b, add_b);
       KQ_UNROLL for (int h = 0; h < kChunks; ++h)
@@ -476,9 +481,8 @@ KQ_FN void kq_tile_int(const KqProductParams& p, const unsigned char* stage, lon
                        int g, int t, long long ra, long long rb, float (*acc)[4]) {
   constexpr int kSteps = kKqTile / Kind::kStep;
   constexpr bool kK16 = Kind::kStep == 16;
-  long long values = p.k - k0;
-  if (values > kKqTile) values = kKqTile;
-  const long long offset = k0 / Kind::kValues * Kind::kBytes;
+  const long long values = kq_tile_values(p, k0);
+  const long long offset = KqTiles<Kind, 0>::offset(p, k0);
   const auto [wa, wb, from_a, from_b] =
       kq_staged_rows<kRowStride>(p, stage, offset, warp, g, ra, rb);
   const unsigned char* x_codes = stage + kKqRows * kRowStride;
@@ -488,8 +492,8 @@ KQ_FN void kq_tile_int(const KqProductParams& p, const unsigned char* stage, lon
     if (v >= values) break;
     const int block_at = v / Kind::kValues * Kind::kBytes;
     const int step = (v % Kind::kValues) / Kind::kStep;
-    const KqStaged sa = kq_staged(wa + block_at, (from_a + block_at) & 3);
-    const KqStaged sb = kq_staged(wb + block_at, (from_b + block_at) & 3);
+    const KqStaged sa = kq_staged_at(wa, from_a, block_at);
+    const KqStaged sb = kq_staged_at(wb, from_b, block_at);
     float mul_a, add_a, mul_b, add_b;
     Kind::scale(sa, step, mul_a, add_a);
     Kind::scale(sb, step, mul_b, add_b);
@@ -567,11 +571,11 @@ KQ_FN void kq_finish(const KqProductParams& p, unsigned char* smem, int rest, lo
 // Block b: split b % splits of k, then the group of x's rows, then 64 rows of W. Tiles stream
 // through kStages stages of smem (W's rows, and x's rows unless x is f32's three parts, which
 // kq_tile reads from global memory): the copies of the next ones are in flight while this one is
-// multiplied. Every iteration commits one group (maybe empty), so waiting
-// for all but the newest kStages - 2 means the tile about to be read is in. With one split the sums
-// go straight out (Out::store adds the bias and writes the output's dtype); with several, each
-// split writes its partial sums and the last of them to finish sums all splits in order
-// (kq_finish), so one launch serves and no second kernel's start is paid.
+// multiplied. Every iteration commits one group (maybe empty), so waiting for all but the newest
+// kStages - 2 means the tile about to be read is in. With one split the sums go straight out
+// (Out::store adds the bias and writes the output's dtype); with several, each split writes its
+// partial sums and the last of them to finish sums all splits in order (kq_finish), so one launch
+// serves and no second kernel's start is paid.
 template <class Kind, bool kBf16, int kTerms, int kNt, int kInt8, int kRowStride, int kStages,
           class Out>
 KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
@@ -775,8 +779,8 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
   const long long chunk = static_cast<long long>(p.tiles_per_split) * 32;
   const long long k0 = split * chunk;
   const long long values = p.k - k0 < chunk ? p.k - k0 : chunk;
-  const long long offset = k0 / Kind::kValues * Kind::kBytes;
-  const long long bytes = values / Kind::kValues * Kind::kBytes;
+  const long long offset = KqTiles<Kind, 0>::offset(p, k0);
+  const long long bytes = KqTiles<Kind, 0>::bytes(p, values);
   unsigned char* stages = smem + warp * kStages * kStage;
   unsigned char* x_codes = smem + kKqMvWarps * kStages * kStage;
   float* x_scales = reinterpret_cast<float*>(x_codes + kCols * kBlocks * 32);
