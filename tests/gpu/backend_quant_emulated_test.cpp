@@ -1,10 +1,11 @@
 // The quantized kernels' bodies (src/backends/cuda/quant_kernels.h, the templates NVRTC
-// instantiates) run on the host, without a GPU: an emulated grid runs a host thread per CUDA
-// thread, __syncthreads is a barrier of the block's threads, cp.async a copy, and mma.sync a
-// barrier of the warp's 32 lanes around PTX's m16n8k16 computed from all their fragments. So the
-// tile staging (weights at any alignment), the splits of k, the predicates on rows past the ends
-// and every index of kiln_quant_product, kiln_quant_decode and kiln_quant_split are checked
-// against float64 references and the host decoder here; the GPU run checks the CUDA itself.
+// instantiates) run on the host, without a GPU: an emulated grid (kernel_emulator.h) runs a host
+// thread per CUDA thread, __syncthreads is a barrier of the block's threads, cp.async a copy, and
+// mma.sync a barrier of the warp's 32 lanes around PTX's m16n8k16 computed from all their
+// fragments. So the tile staging (weights at any alignment), the splits of k, the predicates on
+// rows past the ends and every index of kiln_quant_product, kiln_quant_decode and kiln_quant_split
+// are checked against float64 references and the host decoder here; the GPU run checks the CUDA
+// itself.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -24,6 +25,7 @@
 #include "backends/cuda/quant.h"
 #include "backends/cuda/quant_blocks.h"
 #include "backends/cuda/quant_kernels.h"
+#include "kernel_emulator.h"
 #include "quant/block_reference.h"
 #include "support/int8_rounded_x.h"
 
@@ -31,62 +33,7 @@ namespace gpu_quant_emulated {
 
 namespace qb = kiln::cuda::quant_blocks;
 
-// What the threads of one emulated block share.
-struct Warp {
-  Warp() : barrier(32) {}
-  std::barrier<> barrier;
-  unsigned a[32][4];
-  unsigned b[32][2];
-  unsigned word[32];
-};
-struct Block {
-  explicit Block(unsigned threads)
-      : barrier(static_cast<std::ptrdiff_t>(threads)), warps(threads / 32) {}
-  std::barrier<> barrier;
-  std::vector<Warp> warps;
-};
-
-thread_local unsigned t_thread = 0, t_block = 0, t_threads = 0, t_blocks = 0;
-thread_local Block* t_shared = nullptr;
-
-// body(smem) for every thread of blocks blocks of threads threads, a block at a time.
-template <class Body>
-void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body body) {
-  for (unsigned b = 0; b < blocks; ++b) {
-    Block block(threads);
-    // Shared memory is 16-byte aligned, as the kernels' declaration asks.
-    std::vector<unsigned char> storage(shared_bytes + 16, 0xA5);
-    unsigned char* smem =
-        storage.data() + (16 - reinterpret_cast<std::uintptr_t>(storage.data()) % 16) % 16;
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (unsigned i = 0; i < threads; ++i) {
-      pool.emplace_back([&, i] {
-        t_thread = i;
-        t_block = b;
-        t_threads = threads;
-        t_blocks = blocks;
-        t_shared = &block;
-        body(smem);
-      });
-    }
-    for (std::thread& t : pool) t.join();
-  }
-}
-
-// Lane `lane`'s mma fragments into its warp's slots, every lane's in when this returns.
-Warp& share_fragments(unsigned lane, const unsigned* a, unsigned b0, unsigned b1) {
-  Warp& warp = t_shared->warps[t_thread / 32];
-  for (int i = 0; i < 4; ++i) warp.a[lane][i] = a[i];
-  warp.b[lane][0] = b0;
-  warp.b[lane][1] = b1;
-  warp.barrier.arrive_and_wait();
-  return warp;
-}
-
-float half_value(unsigned pair, int which, bool bf16) {
-  return qb::kq_elem_to_float((pair >> (16 * which)) & 0xFFFF, bf16);
-}
+using namespace kernel_emulator;
 
 }  // namespace gpu_quant_emulated
 
@@ -102,47 +49,8 @@ void kq_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 void kq_warp_sync() {
   gpu_quant_emulated::t_shared->warps[gpu_quant_emulated::t_thread / 32].barrier.arrive_and_wait();
 }
-// Every lane's value, then each lane reads its partner's; a second barrier before any lane's next
-// value overwrites its slot.
-unsigned kq_shfl_xor(unsigned v, int mask) {
-  using namespace gpu_quant_emulated;
-  Warp& warp = t_shared->warps[t_thread / 32];
-  const unsigned lane = t_thread % 32;
-  warp.word[lane] = v;
-  warp.barrier.arrive_and_wait();
-  const unsigned other = warp.word[lane ^ static_cast<unsigned>(mask)];
-  warp.barrier.arrive_and_wait();
-  return other;
-}
+unsigned kq_shfl_xor(unsigned v, int mask) { return kernel_emulator::shfl_xor(v, mask); }
 unsigned kq_ticket(unsigned* counter) { return std::atomic_ref<unsigned>(*counter).fetch_add(1); }
-
-// PTX's mma.m16n8k16.row.col, f32 accumulators: lane 4g + t holds A (16 x 16, row-major)
-// elements (g, 2t..2t+1) in a[0], (g + 8, 2t..) in a[1], (g, 2t + 8..) in a[2], (g + 8, 2t + 8..)
-// in a[3]; B (16 x 8) elements (2t..2t+1, g) in b0 and (2t + 8.., g) in b1; C (16 x 8) elements
-// (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Products summed in double, rounded once.
-void kq_host_mma(float* c, const unsigned* a, unsigned b0, unsigned b1, bool bf16) {
-  using namespace gpu_quant_emulated;
-  const unsigned lane = t_thread % 32;
-  Warp& warp = share_fragments(lane, a, b0, b1);
-  const int g = static_cast<int>(lane) / 4, t = static_cast<int>(lane) % 4;
-  // A[row][k] and B[k][col] from the lanes that hold them.
-  auto a_at = [&](int row, int k) {
-    const int owner = 4 * (row % 8) + (k % 8) / 2;
-    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return static_cast<double>(half_value(warp.a[owner][reg], k % 2, bf16));
-  };
-  auto b_at = [&](int k, int col) {
-    const int owner = 4 * col + (k % 8) / 2;
-    return static_cast<double>(half_value(warp.b[owner][k >= 8 ? 1 : 0], k % 2, bf16));
-  };
-  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-  for (int i = 0; i < 4; ++i) {
-    double sum = c[i];
-    for (int k = 0; k < 16; ++k) sum += a_at(rows[i], k) * b_at(k, cols[i]);
-    c[i] = static_cast<float>(sum);
-  }
-  warp.barrier.arrive_and_wait();  // every lane has read the fragments before any is rewritten
-}
 
 // PTX's integer mma.m16n8k32 (m16n8k16 with k16), A's bytes signed or unsigned, B's signed: lane
 // 4g + t holds A elements (g, 4t..4t+3) in a[0], (g + 8, 4t..) in a[1], (g, 16 + 4t..) in a[2]

@@ -26,7 +26,7 @@ bool rows_aligned(const CudaTensor& t) {
 // The strides of t's first `dims` dims, 0 along a broadcast dim: (batch, head, row) of q, k and
 // v, (batch, head, query, key) of a mask or bias.
 template <std::size_t dims>
-void broadcast_strides(const CudaTensor& t, std::int64_t (&out)[dims]) {
+void broadcast_strides(const CudaTensor& t, long long (&out)[dims]) {
   for (std::size_t d = 0; d < dims; ++d) out[d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
 }
 
@@ -90,7 +90,9 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
   CUfunction function = runtime_.compiler.function(key_text, "kiln_attention", [&] {
     return attention_kernel_source(dtype, depth, mask.has_value(), bias.has_value());
   });
-  runtime_.launch(op, function, static_cast<unsigned>(blocks), kAttentionThreads, p);
+  const unsigned shared = attention_shared_bytes(depth);
+  Runtime::allow_shared(function, shared, op);
+  runtime_.launch(op, function, static_cast<unsigned>(blocks), kAttentionThreads, p, shared);
   return out;
 }
 

@@ -79,13 +79,9 @@ QuantProductParams product_params(Runtime& runtime, const CudaQuantTensor& w, st
 
 // Blocks of kernel (threads threads, shared bytes of shared memory) an SM holds at once, asked
 // of the driver once per kernel (a stale answer, for a handle the driver gave again after its
-// module was unloaded, would only shape the grid worse). Shared memory past 48 KiB is allowed
-// first, at every call: a handle given again must not launch without it.
+// module was unloaded, would only shape the grid worse). The shared memory is allowed first.
 int resident_blocks(CUfunction kernel, int threads, unsigned shared, const char* op) {
-  if (shared > 48 * 1024) {
-    KILN_CUDA_CHECK(op, cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           static_cast<int>(shared)));
-  }
+  Runtime::allow_shared(kernel, shared, op);
   static std::mutex mutex;
   static std::unordered_map<CUfunction, int> known;
   std::lock_guard lock(mutex);

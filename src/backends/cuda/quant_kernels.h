@@ -1,12 +1,16 @@
 // The bodies of the quantized kernels (quant.h), one text for two compilers like quant_blocks.h
 // (which it follows in every generated module): NVRTC compiles it, each kernel an instance of a
 // template here (quant_source.cpp writes the extern "C" entry), and the host tests run the same
-// templates on an emulated grid, a host thread per CUDA thread (tests/gpu/quant_emulator.h), so
+// templates on an emulated grid, a host thread per CUDA thread (tests/gpu/kernel_emulator.h), so
 // the staging, the splits and every index are checked without a GPU. Under NVRTC the primitives
 // below are CUDA's (threadIdx, __syncthreads, mma.sync, cp.async); on the host they are declared
 // here and defined by the emulator.
 #ifndef KILN_CUDA_QUANT_KERNELS_H
 #define KILN_CUDA_QUANT_KERNELS_H
+
+#ifndef __CUDACC_RTC__
+#include "backends/cuda/tensor_core.h"
+#endif
 
 namespace kiln::cuda::quant_blocks {
 
@@ -17,23 +21,6 @@ KQ_FN unsigned kq_block() { return blockIdx.x; }
 KQ_FN unsigned kq_block_threads() { return blockDim.x; }
 KQ_FN unsigned kq_grid_blocks() { return gridDim.x; }
 KQ_FN void kq_sync() { __syncthreads(); }
-// c += A b on the tensor cores (PTX's m16n8k16 fragments; quant_blocks.h's kq_a_fragment).
-template <bool kBf16>
-KQ_FN void kq_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
 // c += A b on the tensor cores in integers: A's bytes (the codes; signed with kSigned, else
 // unsigned), b's signed bytes (x rounded to int8), 32-bit sums; m16n8k32 (a[0..3], b0, b1) or,
 // with kK16, m16n8k16 (a[0..1], b0). Lane 4g + t holds A's row g (and g + 8) at k = 4t .. 4t + 3
@@ -119,11 +106,6 @@ unsigned kq_block();
 unsigned kq_block_threads();
 unsigned kq_grid_blocks();
 void kq_sync();
-void kq_host_mma(float* c, const unsigned* a, unsigned b0, unsigned b1, bool bf16);
-template <bool kBf16>
-inline void kq_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-  kq_host_mma(c, a, b0, b1, kBf16);
-}
 inline void kq_copy16(unsigned char* dst, unsigned long long src) {
   std::memcpy(dst, reinterpret_cast<const void*>(src), 16);
 }
@@ -448,8 +430,8 @@ KQ_FN void kq_tile(const KqProductParams& p, const unsigned char* stage, long lo
           } else if (col < p.rows) {
             kq_load8(X + term * p.plane + col * p.k + k + 16 * h, b0, b1);
           }
-          kq_mma<kBf16>(codes, a[h], b0, b1);
-          if constexpr (Kind::kHasMin) kq_mma<kBf16>(xsum, ones, b0, b1);
+          tensor_core::tc_mma<kBf16>(codes, a[h], b0, b1);
+          if constexpr (Kind::kHasMin) tensor_core::tc_mma<kBf16>(xsum, ones, b0, b1);
         }
       }
       kq_apply<Kind::kHasMin>(acc[nt], codes, xsum, mul_a, add_a, mul_b, add_b);

@@ -10,6 +10,7 @@
 #include "backends/cuda/quant.h"
 #include "backends/cuda/quant_blocks_source.h"
 #include "backends/cuda/quant_kernels_source.h"
+#include "backends/cuda/tensor_core_source.h"
 #include "quant/blocks.h"
 
 namespace kiln::cuda {
@@ -108,7 +109,7 @@ int tile_stages() {
 
 // The shared texts every quantized module starts with.
 std::string quant_module() {
-  return kernel_prelude() + kQuantBlocksSource + kQuantKernelsSource +
+  return kernel_prelude() + kTensorCoreSource + kQuantBlocksSource + kQuantKernelsSource +
          "\nusing namespace kiln::cuda::quant_blocks;\n";
 }
 

@@ -29,6 +29,14 @@ void Runtime::launch_bytes(const char* op, CUfunction function, unsigned blocks,
   context.note_launch(op);
 }
 
+void Runtime::allow_shared(CUfunction function, unsigned shared, const char* op) {
+  if (shared > 48 * 1024) {
+    KILN_CUDA_CHECK(op,
+                    cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(shared)));
+  }
+}
+
 unsigned Runtime::blocks_for(std::int64_t n, unsigned threads) const {
   const std::int64_t wanted = (n + threads - 1) / threads;
   // Enough blocks to fill every SM several times over; the grid-stride loop does the rest.

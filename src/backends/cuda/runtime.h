@@ -34,6 +34,10 @@ struct Runtime {
   }
   // Blocks for a grid-stride loop over n items.
   unsigned blocks_for(std::int64_t n, unsigned threads) const;
+  // Lets function launch with `shared` bytes of dynamic shared memory: past 48 KiB a kernel must
+  // ask for it, at every call (a handle the driver gives again after a module reload starts
+  // without it).
+  static void allow_shared(CUfunction function, unsigned shared, const char* op);
 
  private:
   void launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,

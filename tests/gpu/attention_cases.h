@@ -1,0 +1,220 @@
+// Shared by the attention tests (backend_attention_test.cpp on the GPU,
+// backend_attention_emulated_test.cpp on the emulated grid): the cases, their inputs drawn on the
+// CPU, and float64 loops to check a result against.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_support.h"
+#include "kiln/detail/tensor_ops.h"
+
+// Named: the suite is compiled in unity batches, where anonymous namespaces merge.
+namespace gpu_attention {
+
+using namespace kiln;
+using test::host_random;
+
+// A rank-4 operand's values with the strides of its shape (broadcast dims read index 0).
+struct Host4 {
+  Shape shape;
+  std::vector<double> values;
+  double at(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    const std::int64_t idx[4] = {b, h, i, j};
+    std::int64_t offset = 0;
+    for (std::size_t d = 0; d < 4; ++d) offset = offset * shape[d] + (shape[d] == 1 ? 0 : idx[d]);
+    return values[static_cast<std::size_t>(offset)];
+  }
+};
+
+inline Host4 host4(const Primitive& p) { return {p->shape(), detail::into_data(p).to_f64_vec()}; }
+
+struct Reference {
+  Shape shape;
+  std::vector<double> values;
+};
+
+// softmax(q kᵀ scale + bias, excluded -> -inf) v in float64; a row with every key excluded is 0.
+inline Reference reference(const Host4& q, const Host4& k, const Host4& v,
+                           const std::optional<Host4>& mask, const std::optional<Host4>& bias,
+                           double scale, bool causal) {
+  const std::int64_t batch = std::max({q.shape[0], k.shape[0], v.shape[0]});
+  const std::int64_t heads = std::max({q.shape[1], k.shape[1], v.shape[1]});
+  const std::int64_t sq = q.shape[2], sk = k.shape[2], depth = q.shape[3], dv = v.shape[3];
+  Reference out{Shape{batch, heads, sq, dv}, {}};
+  out.values.assign(static_cast<std::size_t>(batch * heads * sq * dv), 0.0);
+  std::vector<double> scores(static_cast<std::size_t>(sk));
+  std::vector<bool> kept(static_cast<std::size_t>(sk));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t i = 0; i < sq; ++i) {
+        double top = -std::numeric_limits<double>::infinity();
+        bool any = false, nan = false;
+        for (std::int64_t j = 0; j < sk; ++j) {
+          double s = 0;
+          for (std::int64_t d = 0; d < depth; ++d) s += q.at(b, h, i, d) * k.at(b, h, j, d);
+          s *= scale;
+          if (bias) s += bias->at(b, h, i, j);
+          const bool keep = !(causal && j > i) && !(mask && mask->at(b, h, i, j) != 0);
+          kept[static_cast<std::size_t>(j)] = keep;
+          scores[static_cast<std::size_t>(j)] = s;
+          if (keep) {
+            any = true;
+            nan = nan || std::isnan(s);
+            top = std::max(top, s);
+          }
+        }
+        double* row = &out.values[static_cast<std::size_t>(((b * heads + h) * sq + i) * dv)];
+        if (!any) continue;
+        if (nan) {
+          for (std::int64_t d = 0; d < dv; ++d) row[d] = std::numeric_limits<double>::quiet_NaN();
+          continue;
+        }
+        double total = 0;
+        for (std::int64_t j = 0; j < sk; ++j) {
+          const double w = kept[static_cast<std::size_t>(j)]
+                               ? std::exp(scores[static_cast<std::size_t>(j)] - top)
+                               : 0.0;
+          scores[static_cast<std::size_t>(j)] = w;
+          total += w;
+        }
+        for (std::int64_t j = 0; j < sk; ++j) {
+          const double w = scores[static_cast<std::size_t>(j)] / total;
+          if (w == 0) continue;
+          for (std::int64_t d = 0; d < dv; ++d) row[d] += w * v.at(b, h, j, d);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The weights are rounded to the input type before they meet v, the output once more.
+inline double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+      return 2.5e-2;
+    case DType::F16:
+      return 4e-3;
+    case DType::F32:
+      return 2e-5;
+    default:
+      return 1e-10;
+  }
+}
+
+enum class MaskKind { None, Padding, Full };
+enum class Layout { Contiguous, HeadsOfRows, Offset };
+
+struct AttentionCase {
+  DType dtype;
+  std::int64_t batch, heads, queries, keys, depth;
+  MaskKind mask = MaskKind::None;
+  bool bias = false, causal = false;
+  Layout layout = Layout::Contiguous;
+  std::int64_t kv_heads = 0;  // 0: heads; 1: one key/value head for every query head
+  bool nan = false;
+};
+
+inline std::string describe(const AttentionCase& c) {
+  return std::string(dtype_name(c.dtype)) + " B" + std::to_string(c.batch) + " H" +
+         std::to_string(c.heads) + " Sq" + std::to_string(c.queries) + " Sk" +
+         std::to_string(c.keys) + " D" + std::to_string(c.depth) +
+         (c.mask == MaskKind::Padding ? " padding mask"
+          : c.mask == MaskKind::Full  ? " full mask"
+                                      : "") +
+         (c.bias ? " bias" : "") + (c.causal ? " causal" : "") +
+         (c.layout == Layout::HeadsOfRows ? " heads of [B,S,H,D]"
+          : c.layout == Layout::Offset    ? " rows off 16 bytes"
+                                          : "") +
+         (c.kv_heads == 1 ? " one kv head" : "") + (c.nan ? " NaN" : "");
+}
+
+// An operand [B, H, S, D] laid out as the case says, on the CPU.
+inline Primitive operand(const AttentionCase& c, std::int64_t heads, std::int64_t rows,
+                         std::uint64_t seed) {
+  const std::int64_t depth = c.depth;
+  switch (c.layout) {
+    case Layout::HeadsOfRows:
+      return detail::swap_dims(
+          host_random(Shape{c.batch, rows, heads, depth}, c.dtype, seed, -1, 1), 1, 2);
+    case Layout::Offset:
+      return detail::narrow(
+          host_random(Shape{c.batch, heads, rows, depth + 1}, c.dtype, seed, -1, 1), 3, 1, depth);
+    default:
+      return host_random(Shape{c.batch, heads, rows, depth}, c.dtype, seed, -1, 1);
+  }
+}
+
+// A case's operands, on the CPU.
+struct Inputs {
+  Primitive q, k, v;
+  std::optional<Primitive> mask, bias;
+};
+
+inline Inputs make_inputs(const AttentionCase& c, std::uint64_t seed) {
+  const std::int64_t kv_heads = c.kv_heads == 1 ? 1 : c.heads;
+  Primitive q = operand(c, c.heads, c.queries, seed);
+  Primitive k = operand(c, kv_heads, c.keys, seed + 1);
+  Primitive v = operand(c, kv_heads, c.keys, seed + 2);
+  if (c.nan) {
+    q = detail::slice_fill(q, {Slice::index(0), Slice::index(0), Slice::index(1), Slice::all()},
+                           std::numeric_limits<double>::quiet_NaN());
+  }
+  std::optional<Primitive> mask, bias;
+  if (c.mask != MaskKind::None) {
+    // Padding: key j of batch b masked from a length per batch on (batch 0 keeps them all,
+    // the last batch keeps none); full: a random pattern per (batch, query, key).
+    const Shape shape = c.mask == MaskKind::Padding ? Shape{c.batch, 1, 1, c.keys}
+                                                    : Shape{c.batch, 1, c.queries, c.keys};
+    std::vector<double> bits(static_cast<std::size_t>(shape.num_elements()));
+    std::uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      if (c.mask == MaskKind::Padding) {
+        const std::int64_t b = static_cast<std::int64_t>(i) / c.keys;
+        const std::int64_t j = static_cast<std::int64_t>(i) % c.keys;
+        const std::int64_t length = c.batch == 1 ? c.keys - 3 : c.keys - b * c.keys / (c.batch - 1);
+        bits[i] = j >= length ? 1 : 0;
+      } else {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bits[i] = (state % 4 == 0) ? 1 : 0;  // a quarter of the keys masked
+      }
+    }
+    mask = detail::from_data(TensorData::from_vec(bits, shape).convert(DType::Bool), Device::cpu(),
+                             Kind::Bool, 4);
+  }
+  if (c.bias) bias = host_random(Shape{1, c.heads, c.queries, c.keys}, c.dtype, seed + 3, -2, 2);
+  return {q, k, v, mask, bias};
+}
+
+// got (the kernel's or the plugin's result for c's inputs) against float64 loops.
+inline void expect_matches(const AttentionCase& c, const Inputs& in, const TensorData& got) {
+  std::optional<Host4> mask_host, bias_host;
+  if (in.mask) mask_host = host4(*in.mask);
+  if (in.bias) bias_host = host4(*in.bias);
+  const Reference want = reference(host4(in.q), host4(in.k), host4(in.v), mask_host, bias_host,
+                                   1.0 / std::sqrt(static_cast<double>(c.depth)), c.causal);
+  ASSERT_EQ(got.shape(), want.shape) << describe(c);
+  ASSERT_EQ(got.dtype(), c.dtype) << describe(c);
+  const std::vector<double> g = got.to_f64_vec();
+  const double tol = tolerance(c.dtype);
+  int reported = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double w = want.values[i];
+    const bool both_nan = std::isnan(g[i]) && std::isnan(w);
+    if (!both_nan && !(std::fabs(g[i] - w) <= tol * (1 + std::fabs(w))) && reported++ < 5) {
+      ADD_FAILURE() << describe(c) << ": element " << i << " is " << g[i] << ", want " << w;
+    }
+  }
+}
+
+}  // namespace gpu_attention

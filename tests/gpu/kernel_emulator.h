@@ -1,0 +1,212 @@
+// An emulated CUDA grid for the kernel bodies that are one text for two compilers
+// (src/backends/cuda/quant_kernels.h, attention_kernels.h): a host thread per CUDA thread, a block
+// at a time; __syncthreads a barrier of the block's threads; the warp-wide instructions (mma.sync,
+// ldmatrix, shuffles) barriers of the warp's 32 lanes around an exchange of what each lane holds.
+// The tests define each header's primitives with these; the GPU runs check the CUDA itself.
+//
+// cp.async has two readings here, and a test runs both: eager (the bytes land at the call, so a
+// copy issued into a tile that another warp still reads corrupts it) and lazy (the bytes land at
+// the wait that retires the copy's group, so a read before that wait sees stale bytes).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "kiln/half.h"
+
+namespace kernel_emulator {
+
+// What the threads of one emulated warp exchange.
+struct Warp {
+  Warp() : barrier(32) {}
+  std::barrier<> barrier;
+  unsigned a[32][4];
+  unsigned b[32][2];
+  unsigned word[32];
+  const void* address[32];
+};
+// What the threads of one emulated block share.
+struct Block {
+  explicit Block(unsigned threads)
+      : barrier(static_cast<std::ptrdiff_t>(threads)), warps(threads / 32) {}
+  std::barrier<> barrier;
+  std::vector<Warp> warps;
+};
+
+inline thread_local unsigned t_thread = 0, t_block = 0, t_threads = 0, t_blocks = 0;
+inline thread_local Block* t_shared = nullptr;
+inline thread_local const unsigned char* t_smem = nullptr;
+inline thread_local std::size_t t_smem_bytes = 0;
+
+enum class Copies { eager, lazy };
+inline Copies g_copies = Copies::eager;  // set before a launch, read by its threads
+
+struct PendingCopy {
+  void* dst;
+  unsigned char bytes[16];
+};
+inline thread_local std::vector<PendingCopy> t_open_group;
+inline thread_local std::vector<std::vector<PendingCopy>> t_committed;
+
+// body(smem) for every thread of blocks blocks of threads threads, a block at a time.
+template <class Body>
+void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body body) {
+  for (unsigned b = 0; b < blocks; ++b) {
+    Block block(threads);
+    // Shared memory is 16-byte aligned, as the kernels' declarations ask.
+    std::vector<unsigned char> storage(shared_bytes + 16, 0xA5);
+    unsigned char* smem =
+        storage.data() + (16 - reinterpret_cast<std::uintptr_t>(storage.data()) % 16) % 16;
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    for (unsigned i = 0; i < threads; ++i) {
+      pool.emplace_back([&, i] {
+        t_thread = i;
+        t_block = b;
+        t_threads = threads;
+        t_blocks = blocks;
+        t_shared = &block;
+        t_smem = smem;
+        t_smem_bytes = shared_bytes;
+        t_open_group.clear();
+        t_committed.clear();
+        body(smem);
+      });
+    }
+    for (std::thread& t : pool) t.join();
+  }
+}
+
+inline unsigned lane() { return t_thread % 32; }
+inline Warp& this_warp() { return t_shared->warps[t_thread / 32]; }
+inline void sync_block() { t_shared->barrier.arrive_and_wait(); }
+
+// A shared-memory access of `bytes` at p must lie inside the block's shared memory, aligned to
+// `align` bytes from its start.
+inline void expect_shared(const void* p, std::size_t bytes, std::size_t align, const char* what) {
+  const auto* at = static_cast<const unsigned char*>(p);
+  const bool inside = at >= t_smem && at + bytes <= t_smem + t_smem_bytes;
+  if (!inside || static_cast<std::size_t>(at - t_smem) % align != 0) {
+    ADD_FAILURE() << what << " of " << bytes << " bytes at shared offset " << (at - t_smem)
+                  << " (shared size " << t_smem_bytes << ", alignment " << align << "), thread "
+                  << t_thread << " of block " << t_block;
+  }
+}
+
+// cp.async of 16 bytes (zeros when !valid) into shared memory.
+inline void copy16(void* dst, const void* src, bool valid) {
+  expect_shared(dst, 16, 16, "cp.async");
+  PendingCopy copy{dst, {}};
+  if (valid) std::memcpy(copy.bytes, src, 16);
+  if (g_copies == Copies::eager) {
+    std::memcpy(dst, copy.bytes, 16);
+  } else {
+    t_open_group.push_back(copy);
+  }
+}
+inline void commit_copies() {
+  t_committed.push_back(std::move(t_open_group));
+  t_open_group.clear();
+}
+// Lands every committed group but the newest `pending`.
+inline void wait_copies(int pending) {
+  while (t_committed.size() > static_cast<std::size_t>(pending)) {
+    for (const PendingCopy& c : t_committed.front()) std::memcpy(c.dst, c.bytes, 16);
+    t_committed.erase(t_committed.begin());
+  }
+}
+
+// Every lane's word, then each lane reads its partner's; a second barrier before any lane's next
+// value overwrites its slot.
+inline unsigned shfl_xor(unsigned v, int mask) {
+  Warp& warp = this_warp();
+  warp.word[lane()] = v;
+  warp.barrier.arrive_and_wait();
+  const unsigned other = warp.word[lane() ^ static_cast<unsigned>(mask)];
+  warp.barrier.arrive_and_wait();
+  return other;
+}
+
+// __any_sync over the whole warp.
+inline bool any_lane(bool v) {
+  Warp& warp = this_warp();
+  warp.word[lane()] = v ? 1 : 0;
+  warp.barrier.arrive_and_wait();
+  bool any = false;
+  for (unsigned l = 0; l < 32; ++l) any = any || warp.word[l] != 0;
+  warp.barrier.arrive_and_wait();
+  return any;
+}
+
+// ldmatrix.x4 (.trans with trans): lanes 8i..8i+7 give the row addresses of 8x8 tile i of 16-bit
+// values; lane 4r + c receives row r, elements 2c and 2c + 1 of each tile (transposed: rows 2c
+// and 2c + 1 of column r), the lower element in the lower half.
+inline void ldmatrix(unsigned* out, const unsigned short* at, bool trans) {
+  expect_shared(at, 16, 16, trans ? "ldmatrix.trans row" : "ldmatrix row");
+  Warp& warp = this_warp();
+  warp.address[lane()] = at;
+  warp.barrier.arrive_and_wait();
+  const unsigned r = lane() / 4, c = lane() % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    unsigned short lo, hi;
+    if (trans) {
+      lo = static_cast<const unsigned short*>(warp.address[8 * i + 2 * c])[r];
+      hi = static_cast<const unsigned short*>(warp.address[8 * i + 2 * c + 1])[r];
+    } else {
+      const auto* row = static_cast<const unsigned short*>(warp.address[8 * i + r]);
+      lo = row[2 * c];
+      hi = row[2 * c + 1];
+    }
+    out[i] = lo | static_cast<unsigned>(hi) << 16;
+  }
+  warp.barrier.arrive_and_wait();
+}
+
+// Lane `lane`'s mma fragments into its warp's slots, every lane's in when this returns.
+inline Warp& share_fragments(unsigned lane, const unsigned* a, unsigned b0, unsigned b1) {
+  Warp& warp = t_shared->warps[t_thread / 32];
+  for (int i = 0; i < 4; ++i) warp.a[lane][i] = a[i];
+  warp.b[lane][0] = b0;
+  warp.b[lane][1] = b1;
+  warp.barrier.arrive_and_wait();
+  return warp;
+}
+
+inline float half_value(unsigned pair, int which, bool bf16) {
+  const auto bits = static_cast<std::uint16_t>((pair >> (16 * which)) & 0xFFFF);
+  return bf16 ? kiln::bf16_bits_to_float(bits) : kiln::f16_bits_to_float(bits);
+}
+
+// PTX's mma.m16n8k16.row.col, f32 accumulators: lane 4g + t holds A (16 x 16, row-major)
+// elements (g, 2t..2t+1) in a[0], (g + 8, 2t..) in a[1], (g, 2t + 8..) in a[2], (g + 8, 2t + 8..)
+// in a[3]; B (16 x 8) elements (2t..2t+1, g) in b0 and (2t + 8.., g) in b1; C (16 x 8) elements
+// (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Products summed in double, rounded once.
+inline void mma_16bit(float* c, const unsigned* a, unsigned b0, unsigned b1, bool bf16) {
+  Warp& warp = share_fragments(lane(), a, b0, b1);
+  const int g = static_cast<int>(lane()) / 4, t = static_cast<int>(lane()) % 4;
+  // A[row][k] and B[k][col] from the lanes that hold them.
+  auto a_at = [&](int row, int k) {
+    const int owner = 4 * (row % 8) + (k % 8) / 2;
+    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return static_cast<double>(half_value(warp.a[owner][reg], k % 2, bf16));
+  };
+  auto b_at = [&](int k, int col) {
+    const int owner = 4 * col + (k % 8) / 2;
+    return static_cast<double>(half_value(warp.b[owner][k >= 8 ? 1 : 0], k % 2, bf16));
+  };
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int i = 0; i < 4; ++i) {
+    double sum = c[i];
+    for (int k = 0; k < 16; ++k) sum += a_at(rows[i], k) * b_at(k, cols[i]);
+    c[i] = static_cast<float>(sum);
+  }
+  warp.barrier.arrive_and_wait();  // every lane has read the fragments before any is rewritten
+}
+
+}  // namespace kernel_emulator
