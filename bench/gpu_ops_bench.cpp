@@ -481,6 +481,65 @@ void attention_bench(benchmark::State& state, DType dtype, std::int64_t seq, boo
   });
 }
 
+// attention_fwd_bwd/<dtype>/<seq>[/causal]: attention/<dtype>/<seq>'s forward pass and its
+// backward pass for a random output gradient g (dq, dk and dv through autodiff: attention's rule
+// runs attention_query_backward and attention_key_value_backward). "flops" counts the forward's
+// two products and the backward's five (2.5 times the forward's, as flash-attention's benchmarks
+// count), halved under the causal cut. Checked on two heads through two identities of the
+// softmax: the rows of dv sum to those of g (each query's weights sum to 1), and those of dk sum
+// to 0 (each query's dS sums to 0).
+void attention_fwd_bwd_bench(benchmark::State& state, DType dtype, std::int64_t seq, bool causal) {
+  on_gpu(state, [&](const Device& device) {
+    const std::int64_t b = 4, h = 16, d = 128;
+    const Device tracked = device.autodiff();
+    tracked.seed(kSeed + 6);
+    auto leaf = [&] {
+      return Tensor<4>::random({b, h, seq, d}, Distribution::uniform(-1, 1), tracked, dtype)
+          .require_grad();
+    };
+    const auto q = leaf(), k = leaf(), v = leaf();
+    const auto g = Tensor<4>::random({b, h, seq, d}, Distribution::uniform(-1, 1), tracked, dtype);
+    const AttentionOptions options{.scale = std::nullopt, .is_causal = causal};
+    auto op = [&] {
+      const Gradients grads =
+          (module::attention(q, k, v, std::nullopt, std::nullopt, options) * g).sum().backward();
+      return std::make_pair(*k.grad(grads), *v.grad(grads));
+    };
+    auto check = [&](const std::pair<Tensor<4>, Tensor<4>>& got) {
+      for (const std::int64_t head : {std::int64_t{0}, b * h - 1}) {
+        auto rows = [&](const Tensor<4>& t) {
+          return t
+              .slice({Slice::index(head / h), Slice::index(head % h), Slice::all(), Slice::all()})
+              .into_data()
+              .to_f64_vec();
+        };
+        const std::vector<double> dk = rows(got.first), dv = rows(got.second), gs = rows(g);
+        for (std::int64_t i = 0; i < d; ++i) {
+          double dv_sum = 0, g_sum = 0, dk_sum = 0, dk_size = 0;
+          for (std::int64_t j = 0; j < seq; ++j) {
+            const auto at = static_cast<std::size_t>(j * d + i);
+            dv_sum += dv[at];
+            g_sum += gs[at];
+            dk_sum += dk[at];
+            dk_size += std::abs(dk[at]);
+          }
+          if (!(std::abs(dv_sum - g_sum) <= 2e-2 * (1 + std::abs(g_sum))) ||
+              !(std::abs(dk_sum) <= 2e-2 * (1 + dk_size))) {
+            throw std::runtime_error("attention_fwd_bwd: head " + std::to_string(head) + " dim " +
+                                     std::to_string(i) + ": dv sums to " + std::to_string(dv_sum) +
+                                     " (g: " + std::to_string(g_sum) + "), dk to " +
+                                     std::to_string(dk_sum) + " of " + std::to_string(dk_size));
+          }
+        }
+      }
+    };
+    check(op());
+    check(time_ops(state, device, 2, op));
+    state.counters["flops"] =
+        14.0 * static_cast<double>(b * h * seq) * static_cast<double>(seq * d) / (causal ? 2 : 1);
+  });
+}
+
 // ---- topk and sort through the Tensor API (gpu_bench has the raw kiln_cuda_lib rows) ----
 void tensor_topk(benchmark::State& state) {
   on_gpu(state, [&](const Device& device) {
@@ -741,6 +800,12 @@ void register_all() {
       timed(RegisterBenchmark(
                 name.c_str(),
                 [=](benchmark::State& s) { attention_bench(s, DType::BF16, seq, causal); }),
+            3);
+      const std::string both =
+          "attention_fwd_bwd/bf16/" + std::to_string(seq) + (causal ? "/causal" : "");
+      timed(RegisterBenchmark(
+                both.c_str(),
+                [=](benchmark::State& s) { attention_fwd_bwd_bench(s, DType::BF16, seq, causal); }),
             3);
     }
   }

@@ -169,7 +169,15 @@ def tensor_api_rows(results, dev, g, repeats):
             name = f"attention/bf16/{seq}" + ("/causal" if causal else "")
             record(name, lambda: torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, is_causal=causal), 3)
-        del q, k, v
+        for t in (q, k, v):
+            t.requires_grad_()
+        grad = (torch.rand(4, 16, seq, 128, device=dev, generator=g) * 2 - 1).to(torch.bfloat16)
+        for causal in (False, True):
+            def fwd_bwd():
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                out.backward(grad)
+            record(f"attention_fwd_bwd/bf16/{seq}" + ("/causal" if causal else ""), fwd_bwd, 2)
+        del q, k, v, grad
 
     m = torch.rand(4096, 32768, device=dev, generator=g) * 2 - 1
     record("tensor_topk/4096/32768/8", lambda: torch.topk(m, 8, dim=-1), 2)

@@ -1444,6 +1444,41 @@ Types infer_attention(const Context& c, const TensorType& query, const TensorTyp
   return {{query.dtype, out}};
 }
 
+// The backward ops' arguments: an attention the forward rule takes, and its output and the
+// output's gradient of the forward's type.
+void check_attention_backward(const Context& c, const TensorType& query, const TensorType& key,
+                              const TensorType& value, const TensorType& output,
+                              const TensorType& output_grad, const TensorType* mask,
+                              const TensorType* bias, const AttentionOptions& options) {
+  const TensorType forward = infer_attention(c, query, key, value, mask, bias, options)[0];
+  for (const TensorType* t : {&output, &output_grad}) {
+    const char* what = t == &output ? "output" : "output gradient";
+    if (t->shape != forward.shape) {
+      fail<ShapeMismatch>(c.op, "the ", what, " has shape ", t->shape.to_string(),
+                          ", the attention's is ", forward.shape.to_string());
+    }
+    check_same_dtype(c, *t, what, query, "query");
+  }
+}
+
+Types infer_attention_query_backward(const Context& c, const TensorType& query,
+                                     const TensorType& key, const TensorType& value,
+                                     const TensorType& output, const TensorType& output_grad,
+                                     const TensorType* mask, const TensorType* bias,
+                                     const AttentionOptions& options) {
+  check_attention_backward(c, query, key, value, output, output_grad, mask, bias, options);
+  return {query};
+}
+
+Types infer_attention_key_value_backward(const Context& c, const TensorType& query,
+                                         const TensorType& key, const TensorType& value,
+                                         const TensorType& output, const TensorType& output_grad,
+                                         const TensorType* mask, const TensorType* bias,
+                                         const AttentionOptions& options) {
+  check_attention_backward(c, query, key, value, output, output_grad, mask, bias, options);
+  return {key, value};
+}
+
 // ---- activations ---------------------------------------------------------------------------
 
 Types float_same(const Context& c, const TensorType& x) {

@@ -369,36 +369,55 @@ struct AttentionCase {
   bool fully_masked_row = false;  // mask every key of query row 0
 };
 
-// Element (b, h, i, j) of a row-major rank-4 operand broadcast over its size-1 dims.
-double at4(const std::vector<double>& values, const Shape& s, std::int64_t b, std::int64_t h,
-           std::int64_t i, std::int64_t j) {
+// Flat index of element (b, h, i, j) of a row-major rank-4 operand broadcast over its size-1
+// dims.
+std::size_t index4(const Shape& s, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
   const std::int64_t bb = s[0] == 1 ? 0 : b, hh = s[1] == 1 ? 0 : h;
   const std::int64_t ii = s[2] == 1 ? 0 : i, jj = s[3] == 1 ? 0 : j;
-  return values[static_cast<std::size_t>(((bb * s[1] + hh) * s[2] + ii) * s[3] + jj)];
+  return static_cast<std::size_t>(((bb * s[1] + hh) * s[2] + ii) * s[3] + jj);
+}
+double at4(const std::vector<double>& values, const Shape& s, std::int64_t b, std::int64_t h,
+           std::int64_t i, std::int64_t j) {
+  return values[index4(s, b, h, i, j)];
 }
 
-void check_attention(const Device& device, DType dtype, Layout layout, const AttentionCase& c,
-                     std::uint64_t seed) {
-  const auto q = random_values(c.q, dtype, seed, -1, 1);
-  const auto k = random_values(c.k, dtype, seed + 1, -1, 1);
-  const auto v = random_values(c.v, dtype, seed + 2);
-  std::vector<double> mask, bias;
+// A case's inputs (random values exact in dtype), and its float64 attention and gradients.
+struct AttentionRun {
+  std::vector<double> q, k, v, mask, bias, grad;
+  Shape out_shape;
+  std::vector<double> out, dq, dk,
+      dv;  // dq, dk and dv summed over the dims their operand broadcasts
+};
+
+// The weights P of each query row (rows with every key excluded: zeros), out = P v, and with
+// `gradients`, for a random output gradient g: dP = g vᵀ, dS = P (dP - Σ P dP), dq = scale dS k,
+// dk = scale dSᵀ q, dv = Pᵀ g.
+AttentionRun attention_run(const AttentionCase& c, DType dtype, std::uint64_t seed,
+                           bool gradients) {
+  AttentionRun r;
+  r.q = random_values(c.q, dtype, seed, -1, 1);
+  r.k = random_values(c.k, dtype, seed + 1, -1, 1);
+  r.v = random_values(c.v, dtype, seed + 2);
   if (c.mask) {
-    mask = random_values(*c.mask, DType::Bool, seed + 3);
+    r.mask = random_values(*c.mask, DType::Bool, seed + 3);
     if (c.fully_masked_row) {
-      for (std::size_t i = 0; i < mask.size(); ++i) {
-        if (unravel(static_cast<std::int64_t>(i), *c.mask)[2] == 0) mask[i] = 1;
+      for (std::size_t i = 0; i < r.mask.size(); ++i) {
+        if (unravel(static_cast<std::int64_t>(i), *c.mask)[2] == 0) r.mask[i] = 1;
       }
     }
   }
-  if (c.bias) bias = random_values(*c.bias, dtype, seed + 4);
+  if (c.bias) r.bias = random_values(*c.bias, dtype, seed + 4);
   const std::int64_t batch = std::max({c.q[0], c.k[0], c.v[0]});
   const std::int64_t heads = std::max({c.q[1], c.k[1], c.v[1]});
   const std::int64_t sq = c.q[2], sk = c.k[2], d = c.q[3], dv = c.v[3];
-  const Shape out{batch, heads, sq, dv};
+  r.out_shape = Shape{batch, heads, sq, dv};
+  r.grad = random_values(r.out_shape, dtype, seed + 5, -1, 1);
   const double scale = c.options.scale ? *c.options.scale : 1.0 / std::sqrt(static_cast<double>(d));
-  std::vector<double> expected(static_cast<std::size_t>(out.num_elements()), 0.0);
-  std::vector<double> weights(static_cast<std::size_t>(sk));
+  r.out.assign(static_cast<std::size_t>(r.out_shape.num_elements()), 0.0);
+  r.dq.assign(r.q.size(), 0.0);
+  r.dk.assign(r.k.size(), 0.0);
+  r.dv.assign(r.v.size(), 0.0);
+  std::vector<double> p(static_cast<std::size_t>(sk)), dp(static_cast<std::size_t>(sk));
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t h = 0; h < heads; ++h) {
       for (std::int64_t i = 0; i < sq; ++i) {
@@ -406,51 +425,99 @@ void check_attention(const Device& device, DType dtype, Layout layout, const Att
         std::vector<bool> excluded(static_cast<std::size_t>(sk), false);
         for (std::int64_t j = 0; j < sk; ++j) {
           double s = 0;
-          for (std::int64_t p = 0; p < d; ++p) {
-            s += at4(q, c.q, b, h, i, p) * at4(k, c.k, b, h, j, p);
+          for (std::int64_t e = 0; e < d; ++e) {
+            s += at4(r.q, c.q, b, h, i, e) * at4(r.k, c.k, b, h, j, e);
           }
           s *= scale;
-          if (c.bias) s += at4(bias, *c.bias, b, h, i, j);
-          bool ex = c.options.is_causal && j > i;
-          if (c.mask && at4(mask, *c.mask, b, h, i, j) != 0) ex = true;
-          excluded[static_cast<std::size_t>(j)] = ex;
-          weights[static_cast<std::size_t>(j)] = s;
-          if (!ex) max = std::max(max, s);
+          if (c.bias) s += at4(r.bias, *c.bias, b, h, i, j);
+          excluded[static_cast<std::size_t>(j)] =
+              (c.options.is_causal && j > i) || (c.mask && at4(r.mask, *c.mask, b, h, i, j) != 0);
+          p[static_cast<std::size_t>(j)] = s;
+          if (!excluded[static_cast<std::size_t>(j)]) max = std::max(max, s);
         }
         double sum = 0;
         for (std::int64_t j = 0; j < sk; ++j) {
-          auto& w = weights[static_cast<std::size_t>(j)];
+          double& w = p[static_cast<std::size_t>(j)];
           w = excluded[static_cast<std::size_t>(j)] ? 0.0 : std::exp(w - max);
           sum += w;
         }
-        for (std::int64_t e = 0; e < dv; ++e) {
-          double acc = 0;
-          for (std::int64_t j = 0; j < sk; ++j) {
-            if (sum > 0)
-              acc += weights[static_cast<std::size_t>(j)] / sum * at4(v, c.v, b, h, j, e);
+        double dot = 0;  // Σ_j P dP
+        for (std::int64_t j = 0; j < sk; ++j) {
+          double& w = p[static_cast<std::size_t>(j)];
+          w = sum > 0 ? w / sum : 0.0;
+          double grad = 0;
+          for (std::int64_t e = 0; e < dv; ++e) {
+            const double g = r.grad[index4(r.out_shape, b, h, i, e)];
+            grad += g * at4(r.v, c.v, b, h, j, e);
+            r.out[index4(r.out_shape, b, h, i, e)] += w * at4(r.v, c.v, b, h, j, e);
+            r.dv[index4(c.v, b, h, j, e)] += w * g;
           }
-          expected[static_cast<std::size_t>(((b * heads + h) * sq + i) * dv + e)] = acc;
+          dp[static_cast<std::size_t>(j)] = grad;
+          dot += w * grad;
+        }
+        for (std::int64_t j = 0; j < sk && gradients; ++j) {
+          const double ds =
+              p[static_cast<std::size_t>(j)] * (dp[static_cast<std::size_t>(j)] - dot);
+          for (std::int64_t e = 0; e < d; ++e) {
+            r.dq[index4(c.q, b, h, i, e)] += scale * ds * at4(r.k, c.k, b, h, j, e);
+            r.dk[index4(c.k, b, h, j, e)] += scale * ds * at4(r.q, c.q, b, h, i, e);
+          }
         }
       }
     }
   }
-  std::optional<Primitive> pm, pb;
-  if (c.mask) pm = make_primitive(mask, *c.mask, DType::Bool, other_layout(layout), device);
-  if (c.bias) pb = make_primitive(bias, *c.bias, dtype, layout, device);
-  auto r = detail::attention(make_primitive(q, c.q, dtype, layout, device),
-                             make_primitive(k, c.k, dtype, other_layout(layout), device),
-                             make_primitive(v, c.v, dtype, layout, device), pm, pb, c.options);
-  expect_close(detail::into_data(r), out, dtype, representable(expected, dtype),
-               "attention " + context(device, dtype, layout, c.q) + " k " + c.k.to_string() +
-                   (c.mask ? " mask" : "") + (c.bias ? " bias" : "") +
-                   (c.options.is_causal ? " causal" : ""),
-               4.0);
+  return r;
 }
 
-}  // namespace
+std::string describe(const Device& device, DType dtype, Layout layout, const AttentionCase& c) {
+  return context(device, dtype, layout, c.q) + " k " + c.k.to_string() + (c.mask ? " mask" : "") +
+         (c.bias ? " bias" : "") + (c.options.is_causal ? " causal" : "");
+}
 
-KILN_CONFORMANCE_ROW(attention, ({"attention"})) {
-  const std::vector<AttentionCase> cases = {
+void check_attention(const Device& device, DType dtype, Layout layout, const AttentionCase& c,
+                     std::uint64_t seed) {
+  const AttentionRun r = attention_run(c, dtype, seed, false);
+  std::optional<Primitive> pm, pb;
+  if (c.mask) pm = make_primitive(r.mask, *c.mask, DType::Bool, other_layout(layout), device);
+  if (c.bias) pb = make_primitive(r.bias, *c.bias, dtype, layout, device);
+  auto out = detail::attention(make_primitive(r.q, c.q, dtype, layout, device),
+                               make_primitive(r.k, c.k, dtype, other_layout(layout), device),
+                               make_primitive(r.v, c.v, dtype, layout, device), pm, pb, c.options);
+  expect_close(detail::into_data(out), r.out_shape, dtype, representable(r.out, dtype),
+               "attention " + describe(device, dtype, layout, c), 4.0);
+}
+
+// attention_query_backward and attention_key_value_backward against attention_run's float64
+// gradients; the forward's output, which the ops take, is the float64 one rounded to dtype.
+void check_attention_backward(const Device& device, DType dtype, Layout layout,
+                              const AttentionCase& c, std::uint64_t seed) {
+  const AttentionRun r = attention_run(c, dtype, seed, true);
+  std::optional<Primitive> pm, pb;
+  if (c.mask) pm = make_primitive(r.mask, *c.mask, DType::Bool, other_layout(layout), device);
+  if (c.bias) pb = make_primitive(r.bias, *c.bias, dtype, layout, device);
+  const Primitive pq = make_primitive(r.q, c.q, dtype, layout, device);
+  const Primitive pk = make_primitive(r.k, c.k, dtype, other_layout(layout), device);
+  const Primitive pv = make_primitive(r.v, c.v, dtype, layout, device);
+  const Primitive po =
+      make_primitive(representable(r.out, dtype), r.out_shape, dtype, Layout::Contiguous, device);
+  const Primitive pg = make_primitive(r.grad, r.out_shape, dtype, other_layout(layout), device);
+  const std::string what = describe(device, dtype, layout, c);
+  Backend& backend = backend_for(device);
+  expect_close(
+      detail::into_data(backend.attention_query_backward(pq, pk, pv, po, pg, pm, pb, c.options)),
+      c.q, dtype, representable(r.dq, dtype), "attention_query_backward " + what, 8.0);
+  const auto [got_k, got_v] =
+      backend.attention_key_value_backward(pq, pk, pv, po, pg, pm, pb, c.options);
+  expect_close(detail::into_data(got_k), c.k, dtype, representable(r.dk, dtype),
+               "attention_key_value_backward dk " + what, 8.0);
+  expect_close(detail::into_data(got_v), c.v, dtype, representable(r.dv, dtype),
+               "attention_key_value_backward dv " + what, 8.0);
+}
+
+// The cases both attention rows take: broadcast batch and head dims, masks with and without a
+// query dim, a bias, a scale, the causal cut, a fully masked row, no keys, no queries.
+std::vector<AttentionCase> attention_cases() {
+  return {
       {{2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 6, 3}, std::nullopt, std::nullopt, {}},
       {{2, 3, 5, 4},
        {1, 3, 6, 4},
@@ -474,10 +541,17 @@ KILN_CONFORMANCE_ROW(attention, ({"attention"})) {
       {{1, 1, 3, 4}, {1, 1, 0, 4}, {1, 1, 0, 2}, std::nullopt, std::nullopt, {}},  // no keys
       {{1, 2, 0, 4}, {1, 2, 3, 4}, {1, 2, 3, 4}, std::nullopt, std::nullopt, {}},  // no queries
   };
+}
+
+}  // namespace
+
+KILN_CONFORMANCE_ROW(attention, ({"attention"})) {
   std::uint64_t seed = 7000;
   for (DType dtype : kFloatDTypes) {
     for (Layout layout : kLayouts) {
-      for (const AttentionCase& c : cases) check_attention(device, dtype, layout, c, seed += 5);
+      for (const AttentionCase& c : attention_cases()) {
+        check_attention(device, dtype, layout, c, seed += 5);
+      }
     }
     // Blocks of query rows run in parallel; and rows too long for that run one block at a time.
     check_attention(device, dtype, Layout::Contiguous,
@@ -491,6 +565,33 @@ KILN_CONFORMANCE_ROW(attention, ({"attention"})) {
     check_attention(
         device, dtype, Layout::Transposed,
         {{1, 1, 10, 64}, {1, 1, 600, 64}, {1, 1, 600, 16}, std::nullopt, Shape{1, 1, 10, 600}, {}},
+        seed += 5);
+  }
+}
+
+KILN_CONFORMANCE_ROW(attention_backward,
+                     ({"attention_query_backward", "attention_key_value_backward"})) {
+  std::uint64_t seed = 7500;
+  for (DType dtype : kFloatDTypes) {
+    for (Layout layout : kLayouts) {
+      for (const AttentionCase& c : attention_cases()) {
+        check_attention_backward(device, dtype, layout, c, seed += 5);
+      }
+    }
+    // Head dims of 64 (the kernels' on cuda for 16-bit floats): query and key tiles cut by the
+    // ends and the causal diagonal, a mask without a query dim, and a bias.
+    if (dtype != DType::BF16 && dtype != DType::F16) continue;
+    check_attention_backward(device, dtype, Layout::Contiguous,
+                             {{1, 2, 70, 64},
+                              {1, 2, 150, 64},
+                              {1, 2, 150, 64},
+                              Shape{1, 1, 1, 150},
+                              std::nullopt,
+                              {.scale = std::nullopt, .is_causal = true}},
+                             seed += 5);
+    check_attention_backward(
+        device, dtype, Layout::Transposed,
+        {{2, 2, 40, 64}, {2, 1, 90, 64}, {2, 1, 90, 64}, std::nullopt, Shape{1, 2, 40, 90}, {}},
         seed += 5);
   }
 }

@@ -1047,6 +1047,38 @@ std::vector<Case> module_cases() {
            }
          }
        }});
+  // The gradients: the forward's output from the backend, a random output gradient.
+  auto attention_backward = [](const Env& env, bool query) {
+    std::uint64_t seed = 137;
+    for (DType dtype : kFloatDTypes) {
+      for (Layout layout : kLayouts) {
+        Primitive q = input(env, Shape{2, 2, 3, 4}, dtype, layout, seed++, -1, 1, false);
+        Primitive k = input(env, Shape{2, 1, 5, 4}, dtype, layout, seed++, -1, 1, false);
+        Primitive v = input(env, Shape{2, 1, 5, 3}, dtype, layout, seed++, -1, 1, false);
+        Primitive bias =
+            input(env, Shape{1, 2, 3, 5}, dtype, Layout::Contiguous, seed++, -1, 1, false);
+        Primitive g = input(env, Shape{2, 2, 3, 3}, dtype, layout, seed++, -1, 1, false);
+        const std::string ctx = describe(dtype, layout, Shape{2, 2, 3, 4});
+        for (const AttentionOptions options :
+             {AttentionOptions{}, AttentionOptions{std::nullopt, true}}) {
+          Primitive out = env.backend.attention(q, k, v, std::nullopt, bias, options);
+          if (query) {
+            expect_same(
+                KILN_BOTH(attention_query_backward, q, k, v, out, g, std::nullopt, bias, options),
+                ctx, 8.0);
+          } else {
+            expect_same(KILN_BOTH(attention_key_value_backward, q, k, v, out, g, std::nullopt, bias,
+                                  options),
+                        ctx, 8.0);
+          }
+        }
+      }
+    }
+  };
+  cases.push_back({"attention_query_backward",
+                   [attention_backward](const Env& env) { attention_backward(env, true); }});
+  cases.push_back({"attention_key_value_backward",
+                   [attention_backward](const Env& env) { attention_backward(env, false); }});
   return cases;
 }
 

@@ -41,60 +41,139 @@ struct Reference {
   std::vector<double> values;
 };
 
+// The softmax weights of query row i of (b, h) over the keys, in float64: w[j] = 0 for an
+// excluded key. Returns false where every key is excluded (no weights), and sets nan where a kept
+// score is NaN.
+inline bool row_weights(const Host4& q, const Host4& k, const std::optional<Host4>& mask,
+                        const std::optional<Host4>& bias, double scale, bool causal, std::int64_t b,
+                        std::int64_t h, std::int64_t i, std::vector<double>& w, bool& nan) {
+  const std::int64_t sk = k.shape[2], depth = q.shape[3];
+  w.assign(static_cast<std::size_t>(sk), -std::numeric_limits<double>::infinity());
+  double top = -std::numeric_limits<double>::infinity();
+  bool any = false;
+  nan = false;
+  for (std::int64_t j = 0; j < sk; ++j) {
+    if ((causal && j > i) || (mask && mask->at(b, h, i, j) != 0)) continue;
+    double s = 0;
+    for (std::int64_t d = 0; d < depth; ++d) s += q.at(b, h, i, d) * k.at(b, h, j, d);
+    s = s * scale + (bias ? bias->at(b, h, i, j) : 0.0);
+    any = true;
+    nan = nan || std::isnan(s);
+    w[static_cast<std::size_t>(j)] = s;
+    if (!std::isnan(s)) top = std::max(top, s);
+  }
+  if (!any) return false;
+  double total = 0;
+  for (double& x : w) total += (x = std::exp(x - top));
+  for (double& x : w) x /= total;
+  return true;
+}
+
 // softmax(q kᵀ scale + bias, excluded -> -inf) v in float64; a row with every key excluded is 0.
 inline Reference reference(const Host4& q, const Host4& k, const Host4& v,
                            const std::optional<Host4>& mask, const std::optional<Host4>& bias,
                            double scale, bool causal) {
   const std::int64_t batch = std::max({q.shape[0], k.shape[0], v.shape[0]});
   const std::int64_t heads = std::max({q.shape[1], k.shape[1], v.shape[1]});
-  const std::int64_t sq = q.shape[2], sk = k.shape[2], depth = q.shape[3], dv = v.shape[3];
+  const std::int64_t sq = q.shape[2], sk = k.shape[2], dv = v.shape[3];
   Reference out{Shape{batch, heads, sq, dv}, {}};
   out.values.assign(static_cast<std::size_t>(batch * heads * sq * dv), 0.0);
-  std::vector<double> scores(static_cast<std::size_t>(sk));
-  std::vector<bool> kept(static_cast<std::size_t>(sk));
+  std::vector<double> w;
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t h = 0; h < heads; ++h) {
       for (std::int64_t i = 0; i < sq; ++i) {
-        double top = -std::numeric_limits<double>::infinity();
-        bool any = false, nan = false;
-        for (std::int64_t j = 0; j < sk; ++j) {
-          double s = 0;
-          for (std::int64_t d = 0; d < depth; ++d) s += q.at(b, h, i, d) * k.at(b, h, j, d);
-          s *= scale;
-          if (bias) s += bias->at(b, h, i, j);
-          const bool keep = !(causal && j > i) && !(mask && mask->at(b, h, i, j) != 0);
-          kept[static_cast<std::size_t>(j)] = keep;
-          scores[static_cast<std::size_t>(j)] = s;
-          if (keep) {
-            any = true;
-            nan = nan || std::isnan(s);
-            top = std::max(top, s);
-          }
-        }
+        bool nan = false;
+        if (!row_weights(q, k, mask, bias, scale, causal, b, h, i, w, nan)) continue;
         double* row = &out.values[static_cast<std::size_t>(((b * heads + h) * sq + i) * dv)];
-        if (!any) continue;
         if (nan) {
           for (std::int64_t d = 0; d < dv; ++d) row[d] = std::numeric_limits<double>::quiet_NaN();
           continue;
         }
-        double total = 0;
         for (std::int64_t j = 0; j < sk; ++j) {
-          const double w = kept[static_cast<std::size_t>(j)]
-                               ? std::exp(scores[static_cast<std::size_t>(j)] - top)
-                               : 0.0;
-          scores[static_cast<std::size_t>(j)] = w;
-          total += w;
-        }
-        for (std::int64_t j = 0; j < sk; ++j) {
-          const double w = scores[static_cast<std::size_t>(j)] / total;
-          if (w == 0) continue;
-          for (std::int64_t d = 0; d < dv; ++d) row[d] += w * v.at(b, h, j, d);
+          if (w[static_cast<std::size_t>(j)] == 0) continue;
+          for (std::int64_t d = 0; d < dv; ++d)
+            row[d] += w[static_cast<std::size_t>(j)] * v.at(b, h, j, d);
         }
       }
     }
   }
   return out;
 }
+
+// The gradients of the attention `reference` computes, for the output gradient g (values over
+// [B, H, Sq, Dv]), before any sum over broadcast dims: dq over [B, H, Sq, D], dk over
+// [B, H, Sk, D], dv over [B, H, Sk, Dv]. dS = P (dP - Σ P dP), dP = g vᵀ; excluded keys and rows
+// whose every key is excluded pass nothing.
+struct ReferenceGrads {
+  std::vector<double> dq, dk, dv;
+};
+inline ReferenceGrads reference_grads(const Host4& q, const Host4& k, const Host4& v,
+                                      const std::optional<Host4>& mask,
+                                      const std::optional<Host4>& bias, const Host4& g,
+                                      double scale, bool causal) {
+  const std::int64_t batch = std::max({q.shape[0], k.shape[0], v.shape[0]});
+  const std::int64_t heads = std::max({q.shape[1], k.shape[1], v.shape[1]});
+  const std::int64_t sq = q.shape[2], sk = k.shape[2], depth = q.shape[3], dv = v.shape[3];
+  ReferenceGrads out;
+  out.dq.assign(static_cast<std::size_t>(batch * heads * sq * depth), 0.0);
+  out.dk.assign(static_cast<std::size_t>(batch * heads * sk * depth), 0.0);
+  out.dv.assign(static_cast<std::size_t>(batch * heads * sk * dv), 0.0);
+  std::vector<double> p(static_cast<std::size_t>(sk)), dp(static_cast<std::size_t>(sk));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t bh = b * heads + h;
+      for (std::int64_t i = 0; i < sq; ++i) {
+        bool nan = false;
+        if (!row_weights(q, k, mask, bias, scale, causal, b, h, i, p, nan)) continue;
+        double dot = 0;
+        for (std::int64_t j = 0; j < sk; ++j) {
+          const double w = p[static_cast<std::size_t>(j)];
+          double grad = 0;
+          for (std::int64_t e = 0; e < dv; ++e) {
+            grad += g.at(b, h, i, e) * v.at(b, h, j, e);
+            out.dv[static_cast<std::size_t>((bh * sk + j) * dv + e)] += w * g.at(b, h, i, e);
+          }
+          dp[static_cast<std::size_t>(j)] = grad;
+          dot += w * grad;
+        }
+        for (std::int64_t j = 0; j < sk; ++j) {
+          const double ds =
+              p[static_cast<std::size_t>(j)] * (dp[static_cast<std::size_t>(j)] - dot);
+          if (ds == 0) continue;
+          for (std::int64_t d = 0; d < depth; ++d) {
+            out.dq[static_cast<std::size_t>((bh * sq + i) * depth + d)] +=
+                scale * ds * k.at(b, h, j, d);
+            out.dk[static_cast<std::size_t>((bh * sk + j) * depth + d)] +=
+                scale * ds * q.at(b, h, i, d);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// values over `from` ([B, H, S, D]) summed over the dims where `to` has size 1.
+inline std::vector<double> sum_to(const std::vector<double>& values, const Shape& from,
+                                  const Shape& to) {
+  std::vector<double> out(static_cast<std::size_t>(to.num_elements()), 0.0);
+  for (std::int64_t i = 0; i < from.num_elements(); ++i) {
+    std::int64_t rest = i, offset = 0, stride = 1;
+    for (std::size_t d = 4; d-- > 0;) {
+      const std::int64_t at = rest % from[d];
+      rest /= from[d];
+      offset += (to[d] == 1 ? 0 : at) * stride;
+      stride *= to[d];
+    }
+    out[static_cast<std::size_t>(offset)] += values[static_cast<std::size_t>(i)];
+  }
+  return out;
+}
+
+// got against want within the tolerance of dtype, relative to want's largest magnitude (the
+// gradients are sums of rounded products of every size).
+inline void expect_near(const std::vector<double>& got, const std::vector<double>& want,
+                        DType dtype, const std::string& what);
 
 // The weights are rounded to the input type before they meet v, the output once more.
 inline double tolerance(DType dtype) {
@@ -194,6 +273,20 @@ inline Inputs make_inputs(const AttentionCase& c, std::uint64_t seed) {
   }
   if (c.bias) bias = host_random(Shape{1, c.heads, c.queries, c.keys}, c.dtype, seed + 3, -2, 2);
   return {q, k, v, mask, bias};
+}
+
+inline void expect_near(const std::vector<double>& got, const std::vector<double>& want,
+                        DType dtype, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  const double tol = 2 * tolerance(dtype) * scale;
+  int reported = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= tol) && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+    }
+  }
 }
 
 // got (the kernel's or the plugin's result for c's inputs) against float64 loops.

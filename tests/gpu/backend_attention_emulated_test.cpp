@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_tensor.h"
@@ -25,6 +27,9 @@ unsigned ka_block() { return kernel_emulator::t_block; }
 void ka_sync() { kernel_emulator::sync_block(); }
 void ka_copy16(unsigned short* dst, const unsigned short* src, bool valid) {
   kernel_emulator::copy16(dst, src, valid);
+}
+void ka_copy8(float* dst, const float* src, bool valid) {
+  kernel_emulator::copy_async(dst, src, 8, valid);
 }
 void ka_commit() { kernel_emulator::commit_copies(); }
 void ka_wait_host(int pending) { kernel_emulator::wait_copies(pending); }
@@ -62,6 +67,34 @@ unsigned long long address_and_strides(const Primitive& p, long long (&strides)[
   return reinterpret_cast<std::uintptr_t>(t.data());
 }
 
+// The kernels' parameters for c's inputs, as cuda_attention.cpp fills them (no outputs yet).
+template <int KD>
+ka::KaParams params_of(const AttentionCase& c, const Inputs& in) {
+  ka::KaParams p{};
+  p.batch = c.batch;
+  p.heads = c.heads;
+  p.queries = c.queries;
+  p.keys = c.keys;
+  p.q = address_and_strides(in.q, p.q_strides);
+  p.k = address_and_strides(in.k, p.k_strides);
+  p.v = address_and_strides(in.v, p.v_strides);
+  if (in.mask) p.mask = address_and_strides(*in.mask, p.mask_strides);
+  if (in.bias) p.bias = address_and_strides(*in.bias, p.bias_strides);
+  const double scale = 1 / std::sqrt(static_cast<double>(KD));
+  p.scale = static_cast<float>(scale);
+  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  p.causal = c.causal ? 1 : 0;
+  return p;
+}
+
+// body(p, smem) over `blocks` blocks of every (batch, head).
+template <class Body>
+void launch_blocks(const ka::KaParams& p, long long blocks, int depth, Body body) {
+  kernel_emulator::launch(
+      static_cast<unsigned>(p.batch * p.heads * blocks), ka::kKaThreads, ka::ka_shared_bytes(depth),
+      [&](unsigned char* smem) { body(p, reinterpret_cast<unsigned short*>(smem)); });
+}
+
 // c's attention through the kernel body on the emulated grid.
 template <int KD, bool kBf16, bool kMask, bool kBias>
 TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
@@ -69,36 +102,69 @@ TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
   EXPECT_EQ(c.dtype == DType::BF16, kBf16);
   EXPECT_EQ(in.mask.has_value(), kMask);
   EXPECT_EQ(in.bias.has_value(), kBias);
-  ka::KaParams p{};
-  p.batch = c.batch;
-  p.heads = c.heads;
-  p.queries = c.queries;
-  p.keys = c.keys;
+  ka::KaParams p = params_of<KD>(c, in);
   p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
-  p.q = address_and_strides(in.q, p.q_strides);
-  p.k = address_and_strides(in.k, p.k_strides);
-  p.v = address_and_strides(in.v, p.v_strides);
-  if (kMask) p.mask = address_and_strides(*in.mask, p.mask_strides);
-  if (kBias) p.bias = address_and_strides(*in.bias, p.bias_strides);
-  p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(KD)));
-  p.causal = c.causal ? 1 : 0;
   // Every element of the output is written: a NaN pattern where one is not shows.
   std::vector<unsigned short> out(static_cast<std::size_t>(c.batch * c.heads * c.queries * KD),
                                   0x7FC1);
   p.out = reinterpret_cast<std::uintptr_t>(out.data());
-  const auto blocks = static_cast<unsigned>(c.batch * c.heads * p.query_blocks);
-  kernel_emulator::launch(
-      blocks, ka::kKaThreads, ka::ka_shared_bytes(KD), [&](unsigned char* smem) {
-        ka::ka_attention<KD, kBf16, kMask, kBias>(p, reinterpret_cast<unsigned short*>(smem));
-      });
+  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false>);
   std::vector<std::byte> bytes(out.size() * 2);
   std::memcpy(bytes.data(), out.data(), bytes.size());
   return TensorData(std::move(bytes), Shape{c.batch, c.heads, c.queries, KD}, c.dtype);
 }
 
+// The backward pass's kernels on the emulated grid for c's inputs and a random output gradient:
+// the statistics (from the float64 output rounded to dtype, as the forward pass would give it),
+// then dq, and dk with dv, against float64 loops.
+template <int KD, bool kBf16, bool kMask, bool kBias>
+void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed) {
+  ka::KaParams p = params_of<KD>(c, in);
+  const Shape out_shape{c.batch, c.heads, c.queries, KD};
+  std::optional<Host4> mask, bias;
+  if (in.mask) mask = host4(*in.mask);
+  if (in.bias) bias = host4(*in.bias);
+  const double scale = 1 / std::sqrt(static_cast<double>(KD));
+  const Reference forward =
+      reference(host4(in.q), host4(in.k), host4(in.v), mask, bias, scale, c.causal);
+  const Primitive out =
+      kiln::detail::from_data(TensorData::from_vec(forward.values, out_shape).convert(c.dtype),
+                              Device::cpu(), kiln::Kind::Float, 4);
+  const Primitive grad = host_random(out_shape, c.dtype, seed, -1, 1);
+  long long unused[3];
+  p.out = address_and_strides(out, unused);
+  p.grad = address_and_strides(grad, unused);
+  const long long rows = c.batch * c.heads * c.queries;
+  std::vector<float> stats(static_cast<std::size_t>(ka::ka_stats_floats(rows)), NAN);
+  std::vector<float> dq(static_cast<std::size_t>(rows * KD), NAN);
+  std::vector<float> dk(static_cast<std::size_t>(c.batch * c.heads * c.keys * KD), NAN);
+  std::vector<float> dv(dk.size(), NAN);
+  p.stats = reinterpret_cast<std::uintptr_t>(stats.data());
+  p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
+  p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
+  p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
+  p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
+  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
+  p.query_blocks = (c.queries + ka::kKaKeys - 1) / ka::kKaKeys;
+  launch_blocks(p, p.query_blocks, KD, ka::ka_attention_dq<KD, kBf16, kMask, kBias>);
+  launch_blocks(p, (c.keys + ka::kKaKeys - 1) / ka::kKaKeys, KD,
+                ka::ka_attention_dkv<KD, kBf16, kMask, kBias>);
+  const ReferenceGrads want = reference_grads(host4(in.q), host4(in.k), host4(in.v), mask, bias,
+                                              host4(grad), scale, c.causal);
+  auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  expect_near(wide(dq), want.dq, c.dtype, describe(c) + " dq");
+  expect_near(wide(dk), want.dk, c.dtype, describe(c) + " dk");
+  expect_near(wide(dv), want.dv, c.dtype, describe(c) + " dv");
+}
+
 struct EmulatedCase {
   AttentionCase c;
   TensorData (*run)(const AttentionCase&, const Inputs&);
+};
+
+struct BackwardCase {
+  AttentionCase c;
+  void (*check)(const AttentionCase&, const Inputs&, std::uint64_t);
 };
 
 }  // namespace gpu_attention_emulated
@@ -153,4 +219,25 @@ TEST(GpuAttentionEmulated, CopiesLandingAtTheWait) {
   using namespace gpu_attention_emulated;
   check(kStages, 1910, kernel_emulator::Copies::lazy);
   check(kCausal, 1920, kernel_emulator::Copies::lazy);
+}
+
+// The backward pass: statistics, dq, dk and dv against float64 loops; blocks and tiles cut by the
+// ends and the causal diagonal, a mask and a bias, one key/value head for every query head, rows
+// with every key masked.
+TEST(GpuAttentionEmulated, BackwardKernelsMatchFloat64Reference) {
+  using namespace gpu_attention_emulated;
+  const BackwardCase cases[] = {
+      {{b, 1, 2, 130, 150, 64, none, false, true}, &check_backward<64, true, false, false>},
+      {{h, 2, 1, 70, 90, 32, MaskKind::Full, true, false}, &check_backward<32, false, true, true>},
+      {{b, 1, 1, 140, 140, 128, none, false, true}, &check_backward<128, true, false, false>},
+      {{h, 2, 2, 33, 90, 16, none, false, true, Layout::Contiguous, 1},
+       &check_backward<16, false, false, false>},
+      {{b, 3, 2, 20, 70, 64, MaskKind::Padding}, &check_backward<64, true, true, false>},
+  };
+  std::uint64_t seed = 2900;
+  for (const BackwardCase& e : cases) {
+    SCOPED_TRACE(describe(e.c));
+    const Inputs in = make_inputs(e.c, seed += 10);
+    e.check(e.c, in, seed + 5);
+  }
 }

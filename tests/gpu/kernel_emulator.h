@@ -49,6 +49,7 @@ inline Copies g_copies = Copies::eager;  // set before a launch, read by its thr
 
 struct PendingCopy {
   void* dst;
+  std::size_t size;
   unsigned char bytes[16];
 };
 inline thread_local std::vector<PendingCopy> t_open_group;
@@ -99,17 +100,18 @@ inline void expect_shared(const void* p, std::size_t bytes, std::size_t align, c
   }
 }
 
-// cp.async of 16 bytes (zeros when !valid) into shared memory.
-inline void copy16(void* dst, const void* src, bool valid) {
-  expect_shared(dst, 16, 16, "cp.async");
-  PendingCopy copy{dst, {}};
-  if (valid) std::memcpy(copy.bytes, src, 16);
+// cp.async of `bytes` (16 or fewer; zeros when !valid) into shared memory.
+inline void copy_async(void* dst, const void* src, std::size_t bytes, bool valid) {
+  expect_shared(dst, bytes, bytes, "cp.async");
+  PendingCopy copy{dst, bytes, {}};
+  if (valid) std::memcpy(copy.bytes, src, bytes);
   if (g_copies == Copies::eager) {
-    std::memcpy(dst, copy.bytes, 16);
+    std::memcpy(dst, copy.bytes, bytes);
   } else {
     t_open_group.push_back(copy);
   }
 }
+inline void copy16(void* dst, const void* src, bool valid) { copy_async(dst, src, 16, valid); }
 inline void commit_copies() {
   t_committed.push_back(std::move(t_open_group));
   t_open_group.clear();
@@ -117,7 +119,7 @@ inline void commit_copies() {
 // Lands every committed group but the newest `pending`.
 inline void wait_copies(int pending) {
   while (t_committed.size() > static_cast<std::size_t>(pending)) {
-    for (const PendingCopy& c : t_committed.front()) std::memcpy(c.dst, c.bytes, 16);
+    for (const PendingCopy& c : t_committed.front()) std::memcpy(c.dst, c.bytes, c.size);
     t_committed.erase(t_committed.begin());
   }
 }

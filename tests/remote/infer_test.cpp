@@ -1121,6 +1121,24 @@ MANUAL_CASES(attention) {
   }
 }
 
+MANUAL_CASES(attention_query_backward) {
+  for (DType dtype : dtypes_of(OpCode::attention_query_backward)) {
+    EXPECT_INFERRED(attention_query_backward, tensor(dtype, {1, 3, 4, 8}),
+                    tensor(dtype, {2, 1, 5, 8}), tensor(dtype, {2, 3, 5, 6}),
+                    tensor(dtype, {2, 3, 4, 6}), tensor(dtype, {2, 3, 4, 6}), mask({1, 1, 4, 5}),
+                    tensor(dtype, {2, 1, 1, 5}), AttentionOptions{0.5, true});
+  }
+}
+
+MANUAL_CASES(attention_key_value_backward) {
+  for (DType dtype : dtypes_of(OpCode::attention_key_value_backward)) {
+    EXPECT_INFERRED(attention_key_value_backward, tensor(dtype, {1, 3, 4, 8}),
+                    tensor(dtype, {2, 1, 5, 8}), tensor(dtype, {2, 3, 5, 6}),
+                    tensor(dtype, {2, 3, 4, 6}), tensor(dtype, {2, 3, 4, 6}), std::nullopt,
+                    std::nullopt, AttentionOptions{});
+  }
+}
+
 // activations
 
 template <OpCode code>
@@ -1517,6 +1535,22 @@ TEST(InferRefuses, Attention) {
       RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
              std::nullopt, AttentionOptions{std::numeric_limits<double>::infinity(), false}),
       {"scale"});
+}
+
+TEST(InferRefuses, AttentionBackward) {
+  const AttentionOptions plain{};
+  expect_refused<ShapeMismatch>(
+      RECORD(attention_query_backward, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}),
+             f32({2, 3, 4, 7}), f32({2, 3, 4, 8}), std::nullopt, std::nullopt, plain),
+      {"output has shape"});
+  expect_refused<DTypeMismatch>(
+      RECORD(attention_key_value_backward, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}),
+             f32({2, 3, 4, 8}), typed(DType::F64, {2, 3, 4, 8}), std::nullopt, std::nullopt, plain),
+      {"output gradient"});
+  expect_refused<ShapeMismatch>(
+      RECORD(attention_key_value_backward, f32({2, 3, 4, 8}), f32({2, 3, 5, 7}), f32({2, 3, 5, 8}),
+             f32({2, 3, 4, 8}), f32({2, 3, 4, 8}), std::nullopt, std::nullopt, plain),
+      {"dims differ"});
 }
 
 TEST(InferRefuses, Indexing) {

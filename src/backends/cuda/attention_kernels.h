@@ -19,6 +19,11 @@
 // never exists; a row whose every key is excluded gives zeros, a NaN score a NaN row, as the
 // default.
 //
+// The backward pass (ka_attention with kStats, ka_attention_dq, ka_attention_dkv) recomputes the
+// weights from each query row's statistics: blocks of 64 rows, 16 a warp, dq over the key tiles
+// and dk, dv over the query tiles, every product through the same two helpers (ka_scores,
+// ka_accumulate), the gradients as f32.
+//
 // Fragment layouts are PTX's for mma.m16n8k16 with 16-bit inputs: lane 4g + t holds A (16 x 16,
 // row-major) elements (g, 2t..2t+1), (g + 8, ..), (g, 2t + 8..), (g + 8, 2t + 8..); B (16 x 8)
 // elements (2t..2t+1, g), (2t + 8.., g); C (16 x 8, f32) elements (g, 2t..2t+1), (g + 8, ..).
@@ -44,27 +49,37 @@
 
 namespace kiln::cuda::attention_kernels {
 
-inline constexpr int kKaRows = 128;  // query rows of a block
-inline constexpr int kKaKeys = 64;   // keys of a tile
+inline constexpr int kKaRows = 128;  // query rows of a forward block (32 a warp)
+inline constexpr int kKaKeys = 64;   // rows of a tile; of a backward block (16 a warp)
 inline constexpr int kKaThreads = 128;
 
 // Elements of a shared row: the head dim and 16 bytes, so that the 8 rows an ldmatrix reads
 // start in 8 different groups of 4 banks.
 KA_FN constexpr int ka_stride(int depth) { return depth + 8; }
-// Shared bytes of a block: q's 128 rows, and two stages of k's and v's 64.
+// Shared bytes of a block of any of the kernels: 384 rows (the forward pass's q and two stages of
+// k and v; the backward's two resident tiles and two stages of two more) and two stages of the
+// statistics of 64 query rows.
 KA_FN constexpr int ka_shared_bytes(int depth) {
-  return (kKaRows + 4 * kKaKeys) * ka_stride(depth) * 2;
+  return (kKaRows + 4 * kKaKeys) * ka_stride(depth) * 2 + 2 * 2 * kKaKeys * 4;
 }
+// Floats of the backward pass's statistics for `rows` query rows (over every batch and head):
+// {L, D} per row.
+KA_FN constexpr long long ka_stats_floats(long long rows) { return 2 * rows; }
 
 // The kernel's parameters (the plugin fills them; cuda_attention.cpp).
 struct KaParams {
   unsigned long long q, k, v, out, mask, bias;  // mask, bias: 0 when absent
+  // The backward pass's: dO (contiguous [B, H, Sq, KD], the input type; out is the forward's
+  // output there), the statistics ({L, D} per query row, f32), and the gradients (f32,
+  // contiguous [B, H, S, KD]).
+  unsigned long long grad, stats, dq, dk, dv;
   // Element strides over (batch, head, row) of q, k and v (the last dim is contiguous), and over
   // (batch, head, query, key) of mask and bias; 0 along a broadcast dim.
   long long q_strides[3], k_strides[3], v_strides[3];
   long long mask_strides[4], bias_strides[4];
   long long batch, heads, queries, keys, query_blocks;
   float scale_log2;  // the scale times log2(e)
+  float scale;
   int causal;
 };
 
@@ -78,6 +93,12 @@ KA_FN void ka_copy16(unsigned short* dst, const unsigned short* src, bool valid)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
                    static_cast<unsigned>(__cvta_generic_to_shared(dst))),
                "l"(src), "r"(valid ? 16 : 0));
+}
+// 8 bytes likewise (through L1: cp.async.cg takes only 16).
+KA_FN void ka_copy8(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(valid ? 8 : 0));
 }
 KA_FN void ka_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Every group of copies but the newest kPending has landed (this thread's copies).
@@ -133,12 +154,18 @@ KA_FN float ka_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+KA_FN float ka_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 KA_FN float ka_neg_inf() { return __int_as_float(0xff800000); }
 #else
 unsigned ka_thread();
 unsigned ka_block();
 void ka_sync();
 void ka_copy16(unsigned short* dst, const unsigned short* src, bool valid);
+void ka_copy8(float* dst, const float* src, bool valid);
 void ka_commit();
 void ka_wait_host(int pending);
 template <int kPending>
@@ -162,6 +189,7 @@ float ka_shfl_xor(float v, int mask);
 bool ka_any(bool v);
 inline float ka_fmax(float a, float b) { return std::fmax(a, b); }
 inline float ka_exp2(float x) { return std::exp2(x); }
+inline float ka_log2(float x) { return std::log2(x); }
 inline float ka_neg_inf() { return -std::numeric_limits<float>::infinity(); }
 #endif
 
@@ -178,38 +206,33 @@ KA_FN void ka_load_tile(unsigned short* dst, const unsigned short* src, long lon
   }
 }
 
-template <int KD>
-struct KaWarpState {
-  float o[2][KD / 8][4];  // the weighted sums of v, unnormalised, of 2 x 16 rows
-  float m[2][2];          // the running maxima of rows g and g + 8 of each 16 (base 2)
-  float l[2][2];          // and the sums of their weights (this lane's columns only)
-};
-
-// s = q kᵀ for the warp's 32 rows (q_rows: its first in shared memory) and the tile's keys.
-template <int KD, bool kBf16>
-KA_FN void ka_scores(float (&s)[2][kKaKeys / 8][4], const unsigned short* q_rows,
-                     const unsigned short* keys, int lane) {
+// Scores of a warp's 16 kM rows (A, rows of a shared tile from a_rows) against the 64 rows of
+// another (B, from b_rows), both [rows, KD]: s = A Bᵀ. q kᵀ in the forward pass; q kᵀ and
+// dO vᵀ for dq, k qᵀ and v dOᵀ for dk and dv.
+template <int KD, bool kBf16, int kM>
+KA_FN void ka_scores(float (&s)[kM][kKaKeys / 8][4], const unsigned short* a_rows,
+                     const unsigned short* b_rows, int lane) {
   constexpr int kStride = ka_stride(KD);
-  KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
     KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
       s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
     }
   }
   // A fragments: lanes 0-15 address rows 0-15 at dims kk*16.., lanes 16-31 the same rows at
-  // kk*16+8... B fragments of kᵀ for two key tiles at once: lanes 0-7 address keys n*8.. at dims
-  // kk*16.., lanes 8-15 the same keys at kk*16+8.., lanes 16-31 the next 8 keys.
-  const KaShared q_lane = ka_shared(q_rows + (lane & 15) * kStride + (lane >> 4) * 8);
-  const KaShared k_lane =
-      ka_shared(keys + ((lane >> 4) * 8 + (lane & 7)) * kStride + ((lane >> 3) & 1) * 8);
+  // kk*16+8... B fragments for two tiles of 8 rows at once: lanes 0-7 address rows n*8.. at dims
+  // kk*16.., lanes 8-15 the same rows at kk*16+8.., lanes 16-31 the next 8 rows.
+  const KaShared a_lane = ka_shared(a_rows + (lane & 15) * kStride + (lane >> 4) * 8);
+  const KaShared b_lane =
+      ka_shared(b_rows + ((lane >> 4) * 8 + (lane & 7)) * kStride + ((lane >> 3) & 1) * 8);
   KA_UNROLL for (int kk = 0; kk < KD / 16; ++kk) {
-    unsigned a[2][4];
-    KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
-      ka_ldsm(a[mi], q_lane + 2 * (16 * mi * kStride + kk * 16));
+    unsigned a[kM][4];
+    KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+      ka_ldsm(a[mi], a_lane + 2 * (16 * mi * kStride + kk * 16));
     }
     KA_UNROLL for (int n = 0; n < kKaKeys / 8; n += 2) {
       unsigned f[4];
-      ka_ldsm(f, k_lane + 2 * (n * 8 * kStride + kk * 16));
-      KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+      ka_ldsm(f, b_lane + 2 * (n * 8 * kStride + kk * 16));
+      KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
         tensor_core::tc_mma<kBf16>(s[mi][n], a[mi], f[0], f[1]);
         tensor_core::tc_mma<kBf16>(s[mi][n + 1], a[mi], f[2], f[3]);
       }
@@ -217,16 +240,47 @@ KA_FN void ka_scores(float (&s)[2][kKaKeys / 8][4], const unsigned short* q_rows
   }
 }
 
-// The scores in base 2 with the bias added and the excluded ones -inf: each element's row and key
-// checked only on a tile that needs it (`checked`). Without a mask or bias the checks are on
-// offsets within the tile: keys at or past `keys_left` are past the end, and under the causal cut
-// key column c of the warp's row r is after its query where c > r + diagonal.
-template <bool kBf16, bool kMask, bool kBias>
-KA_FN void ka_prepare_scores(float (&s)[2][kKaKeys / 8][4], const KaParams& p, bool checked,
-                             long long b, long long h, long long first_row, long long k0,
+// acc += W B: W the warp's [16 kM, 64] weights in registers (s's layout, rounded to the input
+// type), B the 64 rows of a shared [64, KD] tile (ldmatrix transposed). The weights meet v in the
+// forward pass; dS meets k for dq; Pᵀ meets dO and dSᵀ meets q for dv and dk.
+template <int KD, bool kBf16, int kM>
+KA_FN void ka_accumulate(float (&acc)[kM][KD / 8][4], const float (&w)[kM][kKaKeys / 8][4],
+                         const unsigned short* b_rows, int lane) {
+  constexpr int kStride = ka_stride(KD);
+  // B fragments for two tiles of 8 dims at once: lanes 0-7 address rows kk*16.. at dims d*8..,
+  // lanes 8-15 rows kk*16+8.., lanes 16-31 the same rows at dims (d+1)*8...
+  const KaShared b_lane =
+      ka_shared(b_rows + (((lane >> 3) & 1) * 8 + (lane & 7)) * kStride + (lane >> 4) * 8);
+  KA_UNROLL for (int kk = 0; kk < kKaKeys / 16; ++kk) {
+    unsigned a[kM][4];
+    KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+      a[mi][0] = ka_pack<kBf16>(w[mi][2 * kk][0], w[mi][2 * kk][1]);
+      a[mi][1] = ka_pack<kBf16>(w[mi][2 * kk][2], w[mi][2 * kk][3]);
+      a[mi][2] = ka_pack<kBf16>(w[mi][2 * kk + 1][0], w[mi][2 * kk + 1][1]);
+      a[mi][3] = ka_pack<kBf16>(w[mi][2 * kk + 1][2], w[mi][2 * kk + 1][3]);
+    }
+    KA_UNROLL for (int d = 0; d < KD / 8; d += 2) {
+      unsigned f[4];
+      ka_ldsm_t(f, b_lane + 2 * (kk * 16 * kStride + d * 8));
+      KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+        tensor_core::tc_mma<kBf16>(acc[mi][d], a[mi], f[0], f[1]);
+        tensor_core::tc_mma<kBf16>(acc[mi][d + 1], a[mi], f[2], f[3]);
+      }
+    }
+  }
+}
+
+// The tile of scores s (rows: the warp's 16 kM queries from first_query, columns: 64 keys from
+// k0; kTransposed: rows are the warp's keys from first_key = k0 and columns 64 queries from q0)
+// in base 2, the bias added and the excluded ones -inf: keys or queries past the end, keys after
+// their query under the causal cut, masked ones. Each element is checked only on a tile that needs
+// it (`checked`); without a mask or bias the checks are on offsets within the tile.
+template <bool kBf16, bool kMask, bool kBias, int kM, bool kTransposed>
+KA_FN void ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p, bool checked,
+                             long long b, long long h, long long row0, long long column0,
                              int lane) {
   if (!checked) {
-    KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+    KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) s[mi][n][c] *= p.scale_log2;
       }
@@ -235,20 +289,32 @@ KA_FN void ka_prepare_scores(float (&s)[2][kKaKeys / 8][4], const KaParams& p, b
   }
   const int g = lane >> 2, t = lane & 3;
   const float neg_inf = ka_neg_inf();
-  const long long left = p.keys - k0, gap = first_row - k0;
-  const int keys_left = left < kKaKeys ? static_cast<int>(left) : kKaKeys;
-  // Clamped to where it decides nothing more: every key kept (>= kKaKeys), or every key after
-  // every row (< -32).
-  const int diagonal =
-      !p.causal || gap >= kKaKeys ? kKaKeys : (gap < -32 ? -33 : static_cast<int>(gap));
-  KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+  const long long query0 = kTransposed ? column0 : row0, key0 = kTransposed ? row0 : column0;
+  // Elements (row r, column c) are (query r, key c), or (key r, query c) transposed; the key is
+  // after the query where key - query = (key0 - query0) + (c - r) (transposed: r - c) > 0.
+  const long long queries_left = p.queries - query0, keys_left = p.keys - key0;
+  const long long gap = key0 - query0;
+  const int rows_left = static_cast<int>((kTransposed ? keys_left : queries_left) < 64
+                                             ? (kTransposed ? keys_left : queries_left)
+                                             : 64);
+  const int columns_left = static_cast<int>((kTransposed ? queries_left : keys_left) < kKaKeys
+                                                ? (kTransposed ? queries_left : keys_left)
+                                                : kKaKeys);
+  // Clamped to where it decides nothing more: key - query ranges over gap +- 64.
+  const int after = !p.causal || gap < -128 ? -256 : (gap > 128 ? 256 : static_cast<int>(gap));
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
     KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
       KA_UNROLL for (int c = 0; c < 4; ++c) {
         const int row = 16 * mi + g + (c >> 1) * 8, column = n * 8 + 2 * t + (c & 1);
         float x = s[mi][n][c] * p.scale_log2;
-        bool excluded = column >= keys_left || column > row + diagonal;
+        const int key_minus_query = after + (kTransposed ? row - column : column - row);
+        // Keys past the end and (transposed) queries past the end are excluded; queries past the
+        // end (rows, not transposed) are computed and never stored.
+        bool excluded = column >= columns_left || (kTransposed && row >= rows_left) ||
+                        (p.causal && key_minus_query > 0);
         if constexpr (kMask || kBias) {
-          const long long qi = first_row + row, kj = k0 + column;
+          const long long qi = query0 + (kTransposed ? column : row);
+          const long long kj = key0 + (kTransposed ? row : column);
           if (!excluded && qi < p.queries) {
             if constexpr (kMask) {
               excluded = reinterpret_cast<const unsigned char*>(
@@ -269,13 +335,21 @@ KA_FN void ka_prepare_scores(float (&s)[2][kKaKeys / 8][4], const KaParams& p, b
   }
 }
 
+template <int KD>
+struct KaWarpState {
+  float o[2][KD / 8][4];  // the weighted sums of v, unnormalised, of 2 x 16 rows
+  float m[2][2];          // the running maxima of rows g and g + 8 of each 16 (base 2)
+  float l[2][2];          // and the sums of their weights (this lane's columns only)
+};
+
 // The online softmax: each row's maximum over the tile (the quad's four lanes hold its 64
 // columns), the state rescaled to the new maximum, and s made the weights 2^(s - max). The
 // maxima leave NaN scores out (fmax), but a NaN score's weight is NaN, and so are its row's sum
 // and output, as the default's softmax gives. A row whose maximum is still -inf has had every key
 // excluded (or NaN): its weights are taken against 0, so that excluded keys weigh 0, NaN ones NaN.
-// The accumulated values are rescaled only when a row of the warp has a new maximum.
-template <int KD>
+// The accumulated values are rescaled only when a row of the warp has a new maximum (never
+// without kValues: the statistics alone).
+template <int KD, bool kValues>
 KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w) {
   const float neg_inf = ka_neg_inf();
   float rescale[2][2];
@@ -304,38 +378,10 @@ KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w) {
       w.l[mi][r] = sum;
     }
   }
-  if (ka_any(changed)) {
+  if (kValues && ka_any(changed)) {
     KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
       KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
         KA_UNROLL for (int c = 0; c < 4; ++c) w.o[mi][d][c] *= rescale[mi][c >> 1];
-      }
-    }
-  }
-}
-
-// o += weights · v for the tile's keys (values: its first row in shared memory).
-template <int KD, bool kBf16>
-KA_FN void ka_accumulate(const float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w,
-                         const unsigned short* values, int lane) {
-  constexpr int kStride = ka_stride(KD);
-  // B fragments of v for two dim tiles at once: lanes 0-7 address keys kk*16.. at dims d*8..,
-  // lanes 8-15 keys kk*16+8.., lanes 16-31 the same keys at dims (d+1)*8...
-  const KaShared v_lane =
-      ka_shared(values + (((lane >> 3) & 1) * 8 + (lane & 7)) * kStride + (lane >> 4) * 8);
-  KA_UNROLL for (int kk = 0; kk < kKaKeys / 16; ++kk) {
-    unsigned a[2][4];
-    KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
-      a[mi][0] = ka_pack<kBf16>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-      a[mi][1] = ka_pack<kBf16>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-      a[mi][2] = ka_pack<kBf16>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-      a[mi][3] = ka_pack<kBf16>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-    }
-    KA_UNROLL for (int d = 0; d < KD / 8; d += 2) {
-      unsigned f[4];
-      ka_ldsm_t(f, v_lane + 2 * (kk * 16 * kStride + d * 8));
-      KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
-        tensor_core::tc_mma<kBf16>(w.o[mi][d], a[mi], f[0], f[1]);
-        tensor_core::tc_mma<kBf16>(w.o[mi][d + 1], a[mi], f[2], f[3]);
       }
     }
   }
@@ -365,9 +411,67 @@ KA_FN void ka_store(KaWarpState<KD>& w, const KaParams& p, long long bh, long lo
   }
 }
 
-// One block: query rows [q0, q0 + 128) of (batch, head) bh, the last query blocks first (under a
-// causal cut they have the most keys to walk). smem: ka_shared_bytes(KD), 16-byte aligned.
-template <int KD, bool kBf16, bool kMask, bool kBias>
+// The backward pass's statistics of the block's rows, {L, D} per row at p.stats: L the base-2
+// log of the sum of the row's weights, 2^(s - L) its softmax (+inf where every key is excluded,
+// so that every weight is 0), and D = Σ dO · out over the head dim (p.grad, p.out: contiguous
+// [B, H, Sq, KD]), which the backward kernels subtract from dP. A lane a row.
+template <int KD, bool kBf16>
+KA_FN void ka_store_stats(KaWarpState<KD>& w, const KaParams& p, long long bh, long long first_row,
+                          int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  float* stats = reinterpret_cast<float*>(p.stats) + 2 * bh * p.queries;
+  KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+    KA_UNROLL for (int r = 0; r < 2; ++r) {
+      float sum = w.l[mi][r];
+      sum += ka_shfl_xor(sum, 1);
+      sum += ka_shfl_xor(sum, 2);
+      const long long qi = first_row + 16 * mi + g + r * 8;
+      if (t == 0 && qi < p.queries) {
+        stats[2 * qi] = sum == 0.f ? -ka_neg_inf() : w.m[mi][r] + ka_log2(sum);
+      }
+    }
+  }
+  const long long qi = first_row + lane;
+  if (qi >= p.queries) return;
+  const auto* out = reinterpret_cast<const unsigned*>(p.out) + (bh * p.queries + qi) * (KD / 2);
+  const auto* grad = reinterpret_cast<const unsigned*>(p.grad) + (bh * p.queries + qi) * (KD / 2);
+  float dot = 0.f;
+  for (int d = 0; d < KD / 2; ++d) {
+    const unsigned o2 = out[d], g2 = grad[d];
+    dot += ka_to_float<kBf16>(static_cast<unsigned short>(o2 & 0xFFFF)) *
+               ka_to_float<kBf16>(static_cast<unsigned short>(g2 & 0xFFFF)) +
+           ka_to_float<kBf16>(static_cast<unsigned short>(o2 >> 16)) *
+               ka_to_float<kBf16>(static_cast<unsigned short>(g2 >> 16));
+  }
+  stats[2 * qi + 1] = dot;
+}
+
+// The operands of (batch, head) bh: q, k and v at their first rows, and dO's (contiguous).
+struct KaHead {
+  long long b, h;
+  const unsigned short *q, *k, *v, *grad;
+};
+template <int KD>
+KA_FN KaHead ka_head(const KaParams& p, long long bh) {
+  KaHead head;
+  head.b = bh / p.heads;
+  head.h = bh % p.heads;
+  head.q = reinterpret_cast<const unsigned short*>(p.q) + head.b * p.q_strides[0] +
+           head.h * p.q_strides[1];
+  head.k = reinterpret_cast<const unsigned short*>(p.k) + head.b * p.k_strides[0] +
+           head.h * p.k_strides[1];
+  head.v = reinterpret_cast<const unsigned short*>(p.v) + head.b * p.v_strides[0] +
+           head.h * p.v_strides[1];
+  head.grad = p.grad == 0 ? nullptr  // the forward pass has none
+                          : reinterpret_cast<const unsigned short*>(p.grad) + bh * p.queries * KD;
+  return head;
+}
+
+// One block of the forward pass (kStats: of the backward pass's statistics, ka_store_stats, with
+// no values read): query rows [q0, q0 + 128) of (batch, head) bh, the last query blocks first
+// (under a causal cut they have the most keys to walk). smem: ka_shared_bytes(KD), 16-byte
+// aligned.
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kStats>
 KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
   constexpr int kStride = ka_stride(KD), kTile = kKaKeys * kStride;
   unsigned short* q_tile = smem;
@@ -378,13 +482,9 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
   const long long bh = static_cast<long long>(ka_block()) % heads_total;
   const long long q0 =
       (p.query_blocks - 1 - static_cast<long long>(ka_block()) / heads_total) * kKaRows;
-  const long long b = bh / p.heads, h = bh % p.heads;
-  const auto* Q =
-      reinterpret_cast<const unsigned short*>(p.q) + b * p.q_strides[0] + h * p.q_strides[1];
-  const auto* K =
-      reinterpret_cast<const unsigned short*>(p.k) + b * p.k_strides[0] + h * p.k_strides[1];
-  const auto* V =
-      reinterpret_cast<const unsigned short*>(p.v) + b * p.v_strides[0] + h * p.v_strides[1];
+  const KaHead head = ka_head<KD>(p, bh);
+  const long long b = head.b, h = head.h;
+  const unsigned short *Q = head.q, *K = head.k, *V = head.v;
   const long long first_row = q0 + warp * 32;  // this warp's rows: first_row .. first_row + 31
 
   long long key_end = p.keys;
@@ -397,7 +497,9 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
   for (int j = 0; j < 2; ++j) {
     if (j < key_tiles) {
       ka_load_tile<KD, kKaKeys>(k_tiles + j * kTile, K, p.k_strides[2], j * kKaKeys, p.keys);
-      ka_load_tile<KD, kKaKeys>(v_tiles + j * kTile, V, p.v_strides[2], j * kKaKeys, p.keys);
+      if (!kStats) {
+        ka_load_tile<KD, kKaKeys>(v_tiles + j * kTile, V, p.v_strides[2], j * kKaKeys, p.keys);
+      }
     }
     ka_commit();
   }
@@ -418,14 +520,125 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
     // to add from it.
     if (!p.causal || k0 <= first_row + 31) {
       float s[2][kKaKeys / 8][4];
-      ka_scores<KD, kBf16>(s, q_tile + warp * 32 * kStride, k_tiles + (j & 1) * kTile, lane);
+      ka_scores<KD, kBf16, 2>(s, q_tile + warp * 32 * kStride, k_tiles + (j & 1) * kTile, lane);
       const bool checked =
           kMask || kBias || k0 + kKaKeys > p.keys || (p.causal && k0 + kKaKeys - 1 > first_row);
-      ka_prepare_scores<kBf16, kMask, kBias>(s, p, checked, b, h, first_row, k0, lane);
-      ka_softmax_step<KD>(s, w);
-      ka_accumulate<KD, kBf16>(s, w, v_tiles + (j & 1) * kTile, lane);
+      ka_prepare_scores<kBf16, kMask, kBias, 2, false>(s, p, checked, b, h, first_row, k0, lane);
+      ka_softmax_step<KD, !kStats>(s, w);
+      if (!kStats) ka_accumulate<KD, kBf16, 2>(w.o, s, v_tiles + (j & 1) * kTile, lane);
     }
     ka_sync();  // every warp is done with stage j & 1
+    if (j + 2 < key_tiles) {
+      ka_load_tile<KD, kKaKeys>(k_tiles + (j & 1) * kTile, K, p.k_strides[2], k0 + 2 * kKaKeys,
+                                p.keys);
+      if (!kStats) {
+        ka_load_tile<KD, kKaKeys>(v_tiles + (j & 1) * kTile, V, p.v_strides[2], k0 + 2 * kKaKeys,
+                                  p.keys);
+      }
+    }
+    ka_commit();
+  }
+  if (kStats) {
+    ka_store_stats<KD, kBf16>(w, p, bh, first_row, lane);
+  } else {
+    ka_store<KD, kBf16>(w, p, bh, first_row, lane);
+  }
+}
+
+// The backward pass's statistics staged for a tile of 64 queries: {L, D} of each, 512 bytes;
+// rows past the end zeros (their columns are excluded: 2^(-inf - 0) weighs 0).
+template <int kRows>
+KA_FN void ka_load_stats(float* dst, const float* stats, long long row0, long long rows) {
+  for (int r = static_cast<int>(ka_thread()); r < kRows; r += kKaThreads) {
+    const bool valid = row0 + r < rows;
+    ka_copy8(dst + 2 * r, valid ? stats + 2 * (row0 + r) : stats, valid);
+  }
+}
+
+// dacc[row][...] = acc * factor as f32 for the warp's 16 rows from first_row that are before
+// `rows`: out's rows are KD floats.
+template <int KD>
+KA_FN void ka_store_f32(const float (&acc)[1][KD / 8][4], float factor, float* out,
+                        long long first_row, long long rows, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  KA_UNROLL for (int r = 0; r < 2; ++r) {
+    const long long row = first_row + g + 8 * r;
+    if (row >= rows) continue;
+    float* at = out + row * KD + 2 * t;
+    KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
+      at[d * 8] = acc[0][d][2 * r] * factor;
+      at[d * 8 + 1] = acc[0][d][2 * r + 1] * factor;
+    }
+  }
+}
+
+// dq of one block of the backward pass: query rows [q0, q0 + 64) of (batch, head) bh, 16 a warp,
+// the last query blocks first. Per tile of 64 keys: the weights P = 2^(s - L) from the scores
+// and the statistics (ka_store_stats), dP = dO vᵀ, dS = P (dP - D), dq += dS k; dq scaled by the
+// scale at the end, as f32 (p.dq, contiguous [B, H, Sq, KD]). smem as ka_attention's: q and dO's
+// 64 rows, two stages of k's and v's.
+template <int KD, bool kBf16, bool kMask, bool kBias>
+KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
+  constexpr int kStride = ka_stride(KD), kTile = kKaKeys * kStride;
+  unsigned short* q_tile = smem;
+  unsigned short* g_tile = smem + kTile;
+  unsigned short* k_tiles = smem + 2 * kTile;  // two stages
+  unsigned short* v_tiles = smem + 4 * kTile;  // two stages
+  const int warp = static_cast<int>(ka_thread()) >> 5, lane = static_cast<int>(ka_thread()) & 31;
+  const long long heads_total = p.batch * p.heads;
+  const long long bh = static_cast<long long>(ka_block()) % heads_total;
+  const long long q0 =
+      (p.query_blocks - 1 - static_cast<long long>(ka_block()) / heads_total) * kKaKeys;
+  const KaHead head = ka_head<KD>(p, bh);
+  const long long b = head.b, h = head.h;
+  const unsigned short *Q = head.q, *K = head.k, *V = head.v, *G = head.grad;
+  const long long first_row = q0 + warp * 16;  // this warp's rows: first_row .. first_row + 15
+
+  long long key_end = p.keys;
+  if (p.causal && q0 + kKaKeys < key_end) key_end = q0 + kKaKeys;
+  const int key_tiles = static_cast<int>((key_end + kKaKeys - 1) / kKaKeys);
+
+  ka_load_tile<KD, kKaKeys>(q_tile, Q, p.q_strides[2], q0, p.queries);
+  ka_load_tile<KD, kKaKeys>(g_tile, G, KD, q0, p.queries);
+  for (int j = 0; j < 2; ++j) {
+    if (j < key_tiles) {
+      ka_load_tile<KD, kKaKeys>(k_tiles + j * kTile, K, p.k_strides[2], j * kKaKeys, p.keys);
+      ka_load_tile<KD, kKaKeys>(v_tiles + j * kTile, V, p.v_strides[2], j * kKaKeys, p.keys);
+    }
+    ka_commit();
+  }
+  // L and D of this lane's rows g and g + 8 (rows past the end weigh nothing).
+  const float* stats = reinterpret_cast<const float*>(p.stats) + 2 * bh * p.queries;
+  float L[2], D[2];
+  KA_UNROLL for (int r = 0; r < 2; ++r) {
+    const long long qi = first_row + (lane >> 2) + 8 * r;
+    L[r] = qi < p.queries ? stats[2 * qi] : -ka_neg_inf();
+    D[r] = qi < p.queries ? stats[2 * qi + 1] : 0.f;
+  }
+
+  float dq[1][KD / 8][4];
+  KA_UNROLL for (int d = 0; d < KD / 8; ++d) dq[0][d][0] = dq[0][d][1] = dq[0][d][2] = dq[0][d][3] =
+      0.f;
+  for (int j = 0; j < key_tiles; ++j) {
+    ka_wait<1>();
+    ka_sync();
+    const long long k0 = static_cast<long long>(j) * kKaKeys;
+    if (!p.causal || k0 <= first_row + 15) {
+      const unsigned short* keys = k_tiles + (j & 1) * kTile;
+      float s[1][kKaKeys / 8][4], dp[1][kKaKeys / 8][4];
+      ka_scores<KD, kBf16, 1>(s, q_tile + warp * 16 * kStride, keys, lane);
+      const bool checked =
+          kMask || kBias || k0 + kKaKeys > p.keys || (p.causal && k0 + kKaKeys - 1 > first_row);
+      ka_prepare_scores<kBf16, kMask, kBias, 1, false>(s, p, checked, b, h, first_row, k0, lane);
+      ka_scores<KD, kBf16, 1>(dp, g_tile + warp * 16 * kStride, v_tiles + (j & 1) * kTile, lane);
+      KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+        KA_UNROLL for (int c = 0; c < 4; ++c) {
+          s[0][n][c] = ka_exp2(s[0][n][c] - L[c >> 1]) * (dp[0][n][c] - D[c >> 1]);
+        }
+      }
+      ka_accumulate<KD, kBf16, 1>(dq, s, keys, lane);
+    }
+    ka_sync();
     if (j + 2 < key_tiles) {
       ka_load_tile<KD, kKaKeys>(k_tiles + (j & 1) * kTile, K, p.k_strides[2], k0 + 2 * kKaKeys,
                                 p.keys);
@@ -434,7 +647,98 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
     }
     ka_commit();
   }
-  ka_store<KD, kBf16>(w, p, bh, first_row, lane);
+  ka_store_f32<KD>(dq, p.scale, reinterpret_cast<float*>(p.dq) + bh * p.queries * KD, first_row,
+                   p.queries, lane);
+}
+
+// dk and dv of one block of the backward pass: keys [k0, k0 + 64) of (batch, head) bh, 16 a warp,
+// the first key blocks first (under a causal cut they meet the most queries). Per tile of 64
+// queries (from the first that can see the block's keys): the transposed scores k qᵀ and weights
+// Pᵀ = 2^(sᵀ - L), dv += Pᵀ dO, dPᵀ = v dOᵀ, dSᵀ = Pᵀ (dPᵀ - D), dk += dSᵀ q; dk scaled by the
+// scale at the end; both as f32 (p.dk, p.dv, contiguous [B, H, Sk, KD]). smem: k's and v's 64
+// rows, two stages of q's and dO's, then two stages of the queries' statistics (1 KiB).
+template <int KD, bool kBf16, bool kMask, bool kBias>
+KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
+  constexpr int kStride = ka_stride(KD), kTile = kKaKeys * kStride;
+  unsigned short* k_tile = smem;
+  unsigned short* v_tile = smem + kTile;
+  unsigned short* q_tiles = smem + 2 * kTile;                      // two stages
+  unsigned short* g_tiles = smem + 4 * kTile;                      // two stages
+  float* stat_tiles = reinterpret_cast<float*>(smem + 6 * kTile);  // two stages of 64 {L, D}
+  const int warp = static_cast<int>(ka_thread()) >> 5, lane = static_cast<int>(ka_thread()) & 31;
+  const long long heads_total = p.batch * p.heads;
+  const long long bh = static_cast<long long>(ka_block()) % heads_total;
+  const long long key0 = static_cast<long long>(ka_block()) / heads_total * kKaKeys;
+  const KaHead head = ka_head<KD>(p, bh);
+  const long long b = head.b, h = head.h;
+  const unsigned short *Q = head.q, *K = head.k, *V = head.v, *G = head.grad;
+  const float* stats = reinterpret_cast<const float*>(p.stats) + 2 * bh * p.queries;
+  const long long first_key = key0 + warp * 16;  // this warp's keys: first_key .. first_key + 15
+
+  // Under the causal cut, queries before the block's first key see none of its keys.
+  const long long tile0 = p.causal ? key0 / kKaKeys : 0;
+  const long long query_tiles = (p.queries + kKaKeys - 1) / kKaKeys;
+  const int tiles = static_cast<int>(query_tiles > tile0 ? query_tiles - tile0 : 0);
+
+  ka_load_tile<KD, kKaKeys>(k_tile, K, p.k_strides[2], key0, p.keys);
+  ka_load_tile<KD, kKaKeys>(v_tile, V, p.v_strides[2], key0, p.keys);
+  for (int j = 0; j < 2; ++j) {
+    if (j < tiles) {
+      const long long q0 = (tile0 + j) * kKaKeys;
+      ka_load_tile<KD, kKaKeys>(q_tiles + j * kTile, Q, p.q_strides[2], q0, p.queries);
+      ka_load_tile<KD, kKaKeys>(g_tiles + j * kTile, G, KD, q0, p.queries);
+      ka_load_stats<kKaKeys>(stat_tiles + j * 2 * kKaKeys, stats, q0, p.queries);
+    }
+    ka_commit();
+  }
+
+  float dk[1][KD / 8][4], dv[1][KD / 8][4];
+  KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
+    dk[0][d][0] = dk[0][d][1] = dk[0][d][2] = dk[0][d][3] = 0.f;
+    dv[0][d][0] = dv[0][d][1] = dv[0][d][2] = dv[0][d][3] = 0.f;
+  }
+  const int t = lane & 3;
+  for (int j = 0; j < tiles; ++j) {
+    ka_wait<1>();
+    ka_sync();
+    const long long q0 = (tile0 + j) * kKaKeys;
+    // Under the causal cut a warp whose first key comes after the tile's last query skips it.
+    if (!p.causal || first_key <= q0 + kKaKeys - 1) {
+      const unsigned short* queries = q_tiles + (j & 1) * kTile;
+      const unsigned short* grads = g_tiles + (j & 1) * kTile;
+      const float* tile_stats = stat_tiles + (j & 1) * 2 * kKaKeys;
+      float s[1][kKaKeys / 8][4], dp[1][kKaKeys / 8][4];
+      ka_scores<KD, kBf16, 1>(s, k_tile + warp * 16 * kStride, queries, lane);
+      const bool checked = kMask || kBias || q0 + kKaKeys > p.queries || first_key + 16 > p.keys ||
+                           (p.causal && first_key + 15 > q0);
+      ka_prepare_scores<kBf16, kMask, kBias, 1, true>(s, p, checked, b, h, first_key, q0, lane);
+      KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+        KA_UNROLL for (int c = 0; c < 4; ++c) {
+          s[0][n][c] = ka_exp2(s[0][n][c] - tile_stats[2 * (n * 8 + 2 * t + (c & 1))]);
+        }
+      }
+      ka_accumulate<KD, kBf16, 1>(dv, s, grads, lane);
+      ka_scores<KD, kBf16, 1>(dp, v_tile + warp * 16 * kStride, grads, lane);
+      KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+        KA_UNROLL for (int c = 0; c < 4; ++c) {
+          s[0][n][c] *= dp[0][n][c] - tile_stats[2 * (n * 8 + 2 * t + (c & 1)) + 1];
+        }
+      }
+      ka_accumulate<KD, kBf16, 1>(dk, s, queries, lane);
+    }
+    ka_sync();
+    if (j + 2 < tiles) {
+      const long long next = q0 + 2 * kKaKeys;
+      ka_load_tile<KD, kKaKeys>(q_tiles + (j & 1) * kTile, Q, p.q_strides[2], next, p.queries);
+      ka_load_tile<KD, kKaKeys>(g_tiles + (j & 1) * kTile, G, KD, next, p.queries);
+      ka_load_stats<kKaKeys>(stat_tiles + (j & 1) * 2 * kKaKeys, stats, next, p.queries);
+    }
+    ka_commit();
+  }
+  ka_store_f32<KD>(dk, p.scale, reinterpret_cast<float*>(p.dk) + bh * p.keys * KD, first_key,
+                   p.keys, lane);
+  ka_store_f32<KD>(dv, 1.f, reinterpret_cast<float*>(p.dv) + bh * p.keys * KD, first_key, p.keys,
+                   lane);
 }
 
 }  // namespace kiln::cuda::attention_kernels

@@ -1,5 +1,6 @@
-// The flash-attention kernel's source (attention.h): the body of attention_kernels.h and an
-// extern "C" entry that instantiates it for one dtype, head dim, mask and bias.
+// The flash-attention kernels' sources (attention.h): tensor_core.h's and attention_kernels.h's
+// texts, and an extern "C" entry that instantiates one of the bodies for one dtype, head dim,
+// mask and bias.
 #include <fmt/format.h>
 
 #include <string>
@@ -15,17 +16,38 @@ bool attention_kernel_applies(DType dtype, std::int64_t depth) {
          depth % 16 == 0;
 }
 
-std::string attention_kernel_source(DType dtype, std::int64_t depth, bool mask, bool bias) {
+std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
+                                    bool mask, bool bias) {
+  const char* name = "kiln_attention";
+  std::string body = "ka_attention";
+  std::string extra;
+  switch (kernel) {
+    case AttentionKernel::Forward:
+      extra = ", false";
+      break;
+    case AttentionKernel::Stats:
+      name = "kiln_attention_stats";
+      extra = ", true";
+      break;
+    case AttentionKernel::Query:
+      name = "kiln_attention_dq";
+      body = "ka_attention_dq";
+      break;
+    case AttentionKernel::KeyValue:
+      name = "kiln_attention_dkv";
+      body = "ka_attention_dkv";
+      break;
+  }
   std::string source = kTensorCoreSource;
   source += kAttentionKernelsSource;
-  source += fmt::format(R"CUDA(
-extern "C" __global__ void __launch_bounds__({}) kiln_attention(
-    kiln::cuda::attention_kernels::KaParams p) {{
+  source +=
+      fmt::format(R"CUDA(
+extern "C" __global__ void __launch_bounds__({}) {}(kiln::cuda::attention_kernels::KaParams p) {{
   extern __shared__ __align__(16) unsigned short kiln_attention_shared[];
-  kiln::cuda::attention_kernels::ka_attention<{}, {}, {}, {}>(p, kiln_attention_shared);
+  kiln::cuda::attention_kernels::{}<{}, {}, {}, {}{}>(p, kiln_attention_shared);
 }}
 )CUDA",
-                        kAttentionThreads, depth, dtype == DType::BF16, mask, bias);
+                  kAttentionThreads, name, body, depth, dtype == DType::BF16, mask, bias, extra);
   return source;
 }
 

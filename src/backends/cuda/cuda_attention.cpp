@@ -1,12 +1,13 @@
 // attention (a DEFAULT op) as one flash-attention kernel (attention.h) for bf16 and f16 inputs
-// whose head dims are equal multiples of 16 up to 128; other dtypes and shapes run the default's
-// composition (scores, softmax, product). Its gradient stays autodiff's rule, which recomputes
-// the weights a block of query rows at a time.
+// whose head dims are equal multiples of 16 up to 128, and its gradients (attention_query_backward,
+// attention_key_value_backward) as two more after a pass that recomputes each query row's
+// statistics; other dtypes and shapes run the default's composition (scores, softmax, product).
 #include <cmath>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/kernel_source.h"
+#include "contract/defaults/compose.h"
 
 namespace kiln::cuda {
 
@@ -30,70 +31,176 @@ void broadcast_strides(const CudaTensor& t, long long (&out)[dims]) {
   for (std::size_t d = 0; d < dims; ++d) out[d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
 }
 
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// What the kernels share for one attention: its operands made readable and the parameters that
+// describe them, and the key of its kernels' sources.
+struct AttentionCall {
+  Primitive q, k, v;
+  OptionalPrimitive mask, bias;
+  AttentionParams p{};
+  DType dtype;
+  std::int64_t depth;
+  std::string key;
+
+  // Whether the kernels take it: bf16/f16, equal head dims a multiple of 16 up to 128, rows on
+  // both sides, and grids the launch takes.
+  static bool applies(const Primitive& query, const Primitive& key, const Primitive& value) {
+    const std::int64_t batch = std::max({query->shape()[0], key->shape()[0], value->shape()[0]});
+    const std::int64_t heads = std::max({query->shape()[1], key->shape()[1], value->shape()[1]});
+    const std::int64_t rows = std::max(query->shape()[2], key->shape()[2]);
+    return attention_kernel_applies(query->dtype(), query->shape()[3]) &&
+           value->shape()[3] == query->shape()[3] && query->shape()[2] > 0 && key->shape()[2] > 0 &&
+           batch * heads * ceil_div(rows, kAttentionKeys) <= 0x7fffffff;
+  }
+
+  AttentionCall(CudaBackend& backend, Primitive query, Primitive key_, Primitive value,
+                OptionalPrimitive mask_, OptionalPrimitive bias_, const AttentionOptions& options,
+                const char* op)
+      : q(std::move(query)),
+        k(std::move(key_)),
+        v(std::move(value)),
+        mask(std::move(mask_)),
+        bias(std::move(bias_)),
+        dtype(q->dtype()),
+        depth(q->shape()[3]) {
+    auto readable = [&](Primitive& x) {
+      if (!rows_aligned(as_cuda(x))) x = backend.contiguous(x, op);
+    };
+    readable(q);
+    readable(k);
+    readable(v);
+    p.batch = std::max({q->shape()[0], k->shape()[0], v->shape()[0]});
+    p.heads = std::max({q->shape()[1], k->shape()[1], v->shape()[1]});
+    p.queries = q->shape()[2];
+    p.keys = k->shape()[2];
+    p.q = as_cuda(q).data();
+    p.k = as_cuda(k).data();
+    p.v = as_cuda(v).data();
+    broadcast_strides(as_cuda(q), p.q_strides);
+    broadcast_strides(as_cuda(k), p.k_strides);
+    broadcast_strides(as_cuda(v), p.v_strides);
+    if (mask) {
+      p.mask = as_cuda(*mask).data();
+      broadcast_strides(as_cuda(*mask), p.mask_strides);
+    }
+    if (bias) {
+      p.bias = as_cuda(*bias).data();
+      broadcast_strides(as_cuda(*bias), p.bias_strides);
+    }
+    const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(depth)));
+    p.scale = static_cast<float>(scale);
+    p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+    p.causal = options.is_causal ? 1 : 0;
+    key = std::string(short_name(dtype)) + ":" + std::to_string(depth) + (mask ? ":mask" : "") +
+          (bias ? ":bias" : "");
+  }
+
+  std::int64_t heads_total() const { return p.batch * p.heads; }
+
+  // Runs `kernel` over `blocks` blocks of every (batch, head).
+  void launch(Runtime& runtime, AttentionKernel kernel, std::int64_t blocks, const char* op) {
+    const char* name = kernel == AttentionKernel::Forward ? "kiln_attention"
+                       : kernel == AttentionKernel::Stats ? "kiln_attention_stats"
+                       : kernel == AttentionKernel::Query ? "kiln_attention_dq"
+                                                          : "kiln_attention_dkv";
+    const std::string source_key = std::string(name) + ":" + key;
+    CUfunction function = runtime.compiler.function(source_key, name, [&] {
+      return attention_kernel_source(kernel, dtype, depth, mask.has_value(), bias.has_value());
+    });
+    const unsigned shared = attention_shared_bytes(depth);
+    Runtime::allow_shared(function, shared, op);
+    runtime.launch(op, function, static_cast<unsigned>(heads_total() * blocks), kAttentionThreads,
+                   p, shared);
+  }
+
+  // The backward pass's statistics of every query row (ka_store_stats) for the forward's output
+  // and its gradient, both made contiguous: the workspace the backward kernels read.
+  TensorPtr stats(CudaBackend& backend, Primitive& output, Primitive& output_grad, const char* op) {
+    output = backend.contiguous(output, op);
+    output_grad = backend.contiguous(output_grad, op);
+    p.out = as_cuda(output).data();
+    p.grad = as_cuda(output_grad).data();
+    TensorPtr stats = backend.make_tensor(
+        DType::F32, Shape{attention_kernels::ka_stats_floats(heads_total() * p.queries)}, op);
+    p.stats = stats->data();
+    p.query_blocks = ceil_div(p.queries, kAttentionRows);
+    launch(backend.runtime(), AttentionKernel::Stats, p.query_blocks, op);
+    return stats;
+  }
+
+  // A gradient the kernels wrote as f32 [B, H, rows, depth], summed over the dims its operand
+  // broadcasts and cast to the input type.
+  Primitive gradient(CudaBackend& backend, TensorPtr full, const Shape& shape) {
+    Primitive g = defaults::reduce_to(backend, std::move(full), shape);
+    return backend.cast(std::move(g), dtype);
+  }
+};
+
 }  // namespace
 
 Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value,
                                  OptionalPrimitive mask, OptionalPrimitive bias,
                                  AttentionOptions options) {
   const char* op = "attention";
-  const DType dtype = query->dtype();
-  const std::int64_t depth = query->shape()[3];
-  // The tensor layer has checked the shapes and promoted q, k, v and the bias to one dtype.
-  const std::int64_t batch = std::max({query->shape()[0], key->shape()[0], value->shape()[0]});
-  const std::int64_t heads = std::max({query->shape()[1], key->shape()[1], value->shape()[1]});
-  const std::int64_t blocks =
-      batch * heads * ((query->shape()[2] + kAttentionRows - 1) / kAttentionRows);
-  const bool kernel = attention_kernel_applies(dtype, depth) && value->shape()[3] == depth &&
-                      query->shape()[2] > 0 && key->shape()[2] > 0 && blocks > 0 &&
-                      blocks <= 0x7fffffff;
-  if (!kernel) {
+  if (!AttentionCall::applies(query, key, value)) {
     return Backend::attention(std::move(query), std::move(key), std::move(value), std::move(mask),
                               std::move(bias), options);
   }
-  auto readable = [&](Primitive& x) {
-    if (!rows_aligned(as_cuda(x))) x = contiguous(x, op);
-  };
-  readable(query);
-  readable(key);
-  readable(value);
-  const CudaTensor& q = as_cuda(query);
-  const CudaTensor& k = as_cuda(key);
-  const CudaTensor& v = as_cuda(value);
-  AttentionParams p{};
-  p.batch = batch;
-  p.heads = heads;
-  p.queries = q.shape()[2];
-  p.keys = k.shape()[2];
-  p.query_blocks = (p.queries + kAttentionRows - 1) / kAttentionRows;
-  TensorPtr out = make_tensor(dtype, Shape{p.batch, p.heads, p.queries, depth}, op);
-  p.q = q.data();
-  p.k = k.data();
-  p.v = v.data();
-  p.out = out->data();
-  broadcast_strides(q, p.q_strides);
-  broadcast_strides(k, p.k_strides);
-  broadcast_strides(v, p.v_strides);
-  if (mask) {
-    p.mask = as_cuda(*mask).data();
-    broadcast_strides(as_cuda(*mask), p.mask_strides);
-  }
-  if (bias) {
-    p.bias = as_cuda(*bias).data();
-    broadcast_strides(as_cuda(*bias), p.bias_strides);
-  }
-  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(depth)));
-  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
-  p.causal = options.is_causal ? 1 : 0;
-  const std::string key_text = std::string("attention:") + short_name(dtype) + ":" +
-                               std::to_string(depth) + (mask ? ":mask" : "") +
-                               (bias ? ":bias" : "");
-  CUfunction function = runtime_.compiler.function(key_text, "kiln_attention", [&] {
-    return attention_kernel_source(dtype, depth, mask.has_value(), bias.has_value());
-  });
-  const unsigned shared = attention_shared_bytes(depth);
-  Runtime::allow_shared(function, shared, op);
-  runtime_.launch(op, function, static_cast<unsigned>(blocks), kAttentionThreads, p, shared);
+  // The tensor layer has checked the shapes and promoted q, k, v and the bias to one dtype.
+  AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
+                     std::move(bias), options, op);
+  TensorPtr out =
+      make_tensor(call.dtype, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
+  call.p.out = out->data();
+  call.p.query_blocks = ceil_div(call.p.queries, kAttentionRows);
+  call.launch(runtime_, AttentionKernel::Forward, call.p.query_blocks, op);
   return out;
+}
+
+Primitive CudaBackend::attention_query_backward(Primitive query, Primitive key, Primitive value,
+                                                Primitive output, Primitive output_grad,
+                                                OptionalPrimitive mask, OptionalPrimitive bias,
+                                                AttentionOptions options) {
+  const char* op = "attention_query_backward";
+  if (!AttentionCall::applies(query, key, value)) {
+    return Backend::attention_query_backward(std::move(query), std::move(key), std::move(value),
+                                             std::move(output), std::move(output_grad),
+                                             std::move(mask), std::move(bias), options);
+  }
+  const Shape shape = query->shape();
+  AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
+                     std::move(bias), options, op);
+  const TensorPtr stats = call.stats(*this, output, output_grad, op);
+  TensorPtr dq =
+      make_tensor(DType::F32, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
+  call.p.dq = dq->data();
+  call.p.query_blocks = ceil_div(call.p.queries, kAttentionKeys);
+  call.launch(runtime_, AttentionKernel::Query, call.p.query_blocks, op);
+  return call.gradient(*this, std::move(dq), shape);
+}
+
+PrimitivePair CudaBackend::attention_key_value_backward(
+    Primitive query, Primitive key, Primitive value, Primitive output, Primitive output_grad,
+    OptionalPrimitive mask, OptionalPrimitive bias, AttentionOptions options) {
+  const char* op = "attention_key_value_backward";
+  if (!AttentionCall::applies(query, key, value)) {
+    return Backend::attention_key_value_backward(std::move(query), std::move(key), std::move(value),
+                                                 std::move(output), std::move(output_grad),
+                                                 std::move(mask), std::move(bias), options);
+  }
+  const Shape k_shape = key->shape(), v_shape = value->shape();
+  AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
+                     std::move(bias), options, op);
+  const TensorPtr stats = call.stats(*this, output, output_grad, op);
+  const Shape full{call.p.batch, call.p.heads, call.p.keys, call.depth};
+  TensorPtr dk = make_tensor(DType::F32, full, op);
+  TensorPtr dv = make_tensor(DType::F32, full, op);
+  call.p.dk = dk->data();
+  call.p.dv = dv->data();
+  call.launch(runtime_, AttentionKernel::KeyValue, ceil_div(call.p.keys, kAttentionKeys), op);
+  return {call.gradient(*this, std::move(dk), k_shape),
+          call.gradient(*this, std::move(dv), v_shape)};
 }
 
 }  // namespace kiln::cuda

@@ -49,6 +49,15 @@ inline Primitive expand_to(Backend& b, Primitive x, const Shape& shape) {
   return b.expand(std::move(x), shape);
 }
 
+// The gradient of a broadcast operand: g summed over the dims where shape has size 1.
+inline Primitive reduce_to(Backend& b, Primitive g, const Shape& shape) {
+  for (std::size_t d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1 && g->shape()[d] != 1)
+      g = b.sum_dim(std::move(g), static_cast<std::int64_t>(d));
+  }
+  return g;
+}
+
 // The broadcast of two shapes of equal rank (the tensor layer has checked they broadcast).
 inline Shape broadcast(const Shape& a, const Shape& b) {
   Shape out = a;

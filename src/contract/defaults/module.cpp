@@ -2,6 +2,7 @@
 // value, NaN and inf included), linear, normalisations and scaled dot-product attention.
 #include <cmath>
 
+#include "contract/defaults/attention_grads.h"
 #include "contract/defaults/compose.h"
 
 namespace kiln {
@@ -208,6 +209,24 @@ Primitive Backend::attention(Primitive query, Primitive key, Primitive value,
   }
   Primitive weights = softmax(std::move(scores), 3);
   return from_compute(*this, matmul(std::move(weights), std::move(v)), dtype);
+}
+
+Primitive Backend::attention_query_backward(Primitive query, Primitive key, Primitive value,
+                                            Primitive /*output*/, Primitive output_grad,
+                                            OptionalPrimitive mask, OptionalPrimitive bias,
+                                            AttentionOptions options) {
+  return defaults::attention_grads(*this, query, key, value, mask, bias, output_grad, options,
+                                   {.dq = true})
+      .dq;
+}
+
+PrimitivePair Backend::attention_key_value_backward(Primitive query, Primitive key, Primitive value,
+                                                    Primitive /*output*/, Primitive output_grad,
+                                                    OptionalPrimitive mask, OptionalPrimitive bias,
+                                                    AttentionOptions options) {
+  defaults::AttentionGrads grads = defaults::attention_grads(
+      *this, query, key, value, mask, bias, output_grad, options, {.dk = true, .dv = true});
+  return {std::move(grads.dk), std::move(grads.dv)};
 }
 
 }  // namespace kiln

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "contract/backend.h"
+#include "contract/defaults/compose.h"
 #include "contract/forwarding.h"
 #include "core/function_ref.h"
 #include "core/visibility.h"
@@ -109,13 +110,6 @@ class KILN_INTERNAL AutodiffBackend final : public AutodiffPassthrough {
 };
 
 // The gradient of a broadcast operand: g summed over the dims where shape has size 1.
-Primitive reduce_to(Backend& b, Primitive g, const Shape& shape);
-
-// Score elements (over every batch and head) one block of query rows may hold in attention's
-// backward pass: 16M, 64 MB of f32. Longer sequences are taken in blocks of query rows, so the
-// pass never holds the whole [B, H, Sq, Sk] matrix (4 GB for 16 heads of 4096 tokens in a batch
-// of 4): its memory grows with the sequence, not with its square. A variable so that tests can
-// cut small problems into many blocks.
-std::int64_t& attention_backward_score_budget() noexcept;
+using defaults::reduce_to;
 
 }  // namespace kiln::autodiff

@@ -30,6 +30,8 @@ class BackwardArgs {
   Primitive in(std::size_t i) const;
   // The op's output (kept or recomputed).
   Primitive out() const { return context_.output(node_, output_); }
+  // Whether the backward pass is itself recorded (create_graph): b is then the autodiff backend.
+  bool create_graph() const noexcept { return context_.create_graph(); }
   // Whether input i is tracked, i.e. wants a gradient.
   bool needs(std::size_t i) const noexcept {
     const auto parents = node_->parents();

@@ -6,14 +6,6 @@
 
 namespace kiln::autodiff {
 
-Primitive reduce_to(Backend& b, Primitive g, const Shape& shape) {
-  for (std::size_t d = 0; d < shape.rank(); ++d) {
-    if (shape[d] == 1 && g->shape()[d] != 1)
-      g = b.sum_dim(std::move(g), static_cast<std::int64_t>(d));
-  }
-  return g;
-}
-
 namespace {
 
 // A binary op recorded with its rule; the rule returns the gradients at the output's shape and

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "contract/defaults/attention_grads.h"
 #include "contract/spatial_shape.h"
 #include "decorators/autodiff/rules.h"
 
@@ -470,86 +471,23 @@ Primitive AutodiffBackend::batch_norm(Primitive x, Primitive gamma, Primitive be
 
 namespace {
 
-struct AttentionShapes {
-  Shape q, k, v;
-  std::optional<Shape> bias;
-};
-
-// The gradients of attention for query rows [i0, i0 + rows): q, g (and a mask or bias with a
-// query dim of their own) cut to those rows. Returns dq, the block's share of dk and dv, and ds
-// (the scores' gradient, for the bias).
-struct BlockGrads {
-  Primitive dq, dk, dv, ds;
-};
-BlockGrads attention_block(Backend& b, const Primitive& q, const Primitive& k, const Primitive& v,
-                           const OptionalPrimitive& bias, const OptionalPrimitive& mask,
-                           const Primitive& g, std::int64_t i0, const AttentionOptions& options,
-                           double factor, const Shape& score_shape, bool need_dq, bool need_dk,
-                           bool need_dv, bool need_ds) {
-  Primitive scores = scale(b, b.matmul(q, transpose_last(b, k)), factor);
-  if (bias) scores = b.add(std::move(scores), *bias);
-  scores = defaults::expand_to(b, std::move(scores), score_shape);
-  if (mask) {
-    scores = b.mask_fill(std::move(scores), defaults::expand_to(b, *mask, score_shape),
-                         -defaults::kInfinity);
-  }
-  if (options.is_causal) {
-    const std::int64_t queries = score_shape[2], keys = score_shape[3];
-    const Device device = scores->device();
-    const Shape square{1, 1, queries, keys};
-    Primitive rows =
-        b.reshape(b.arange(i0, i0 + queries, 1, DType::I64, device), Shape{1, 1, queries, 1});
-    Primitive cols = b.reshape(b.arange(0, keys, 1, DType::I64, device), Shape{1, 1, 1, keys});
-    Primitive future =
-        b.greater(b.expand(std::move(cols), square), b.expand(std::move(rows), square));
-    scores = b.mask_fill(std::move(scores), defaults::expand_to(b, std::move(future), score_shape),
-                         -defaults::kInfinity);
-  }
-  // A row whose keys are all excluded has zero weights in the forward pass (its output is zeros),
-  // so it passes no gradient; softmax would make it NaN. NaN scores still propagate.
-  std::optional<Primitive> cut_off;
-  if (mask || bias || options.is_causal) {
-    cut_off = defaults::expand_to(
-        b, b.equal_elem(b.max_dim(scores, 3), Scalar(-defaults::kInfinity)), score_shape);
-  }
-  Primitive p = b.softmax(std::move(scores), 3);
-  if (cut_off) p = b.mask_fill(std::move(p), std::move(*cut_off), Scalar(0.0));
-  BlockGrads out;
-  if (need_dv) out.dv = b.matmul(transpose_last(b, p), g);
-  if (!need_dq && !need_dk && !need_ds) return out;
-  Primitive dp = b.matmul(g, transpose_last(b, v));
-  Primitive ds = b.mul(p, b.sub(dp, b.sum_dim(b.mul(dp, p), 3)));
-  if (need_dq) out.dq = scale(b, b.matmul(ds, k), factor);
-  if (need_dk) out.dk = scale(b, b.matmul(transpose_last(b, ds), q), factor);
-  if (need_ds) out.ds = std::move(ds);
-  return out;
-}
-
-// x's rows [i0, i0 + rows) along dim 2, or x itself when that dim is broadcast (size 1).
-Primitive query_rows(Backend& b, const Primitive& x, std::int64_t i0, std::int64_t rows) {
-  if (x->shape()[2] == 1) return x;
-  return defaults::slice_dim(b, x, 2, i0, rows);
+OptionalPrimitive optional_input(BackwardArgs& r, bool present, std::size_t i) {
+  if (!present) return std::nullopt;
+  return r.in(i);
 }
 
 }  // namespace
 
-std::int64_t& attention_backward_score_budget() noexcept {
-  static std::int64_t budget = std::int64_t{1} << 24;
-  return budget;
-}
-
 // out = P v with P = softmax(S), S = q kᵀ * scale + bias (masked and causal entries -inf). The
-// forward runs the backend's fused kernel; the rule recomputes P from q and k (in f32 for
-// 16-bit floats), a block of query rows at a time (kBackwardScoreBudget), and takes
-// dS = P (dP - Σ dP P), dP = g vᵀ. Batch and head dims broadcast, so each gradient is summed
-// back to its operand's shape.
+// forward runs the backend's kernel; the gradients are the backend's backward ops (a kernel of
+// their own on cuda), or, for the bias's gradient and under create_graph, the composition of
+// attention_grads.h, whose ops are recorded in turn.
 Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive value,
                                      OptionalPrimitive mask, OptionalPrimitive bias,
                                      AttentionOptions options) {
   OptionalPrimitive mask_inner;
   if (mask) mask_inner = inner_of(*mask);
-  const AttentionShapes shapes{query->shape(), key->shape(), value->shape(),
-                               bias ? std::optional<Shape>((*bias)->shape()) : std::nullopt};
+  const bool has_bias = bias.has_value();
   Inputs<0> in;
   in.reserve(4);
   in.push_back(std::move(query));
@@ -557,69 +495,34 @@ Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive v
   in.push_back(std::move(value));
   if (bias) in.push_back(std::move(*bias));
   return record<0>(
-      "attention", Cost::Stored, std::move(in), kKeepAllIn,
+      "attention", Cost::Stored, std::move(in), kKeepAllIn | kKeepOut,
       [mask_inner, options](Backend& b, Inputs<0> in) {
         return b.attention(std::move(in[0]), std::move(in[1]), std::move(in[2]), mask_inner,
                            optional_at(in, 3), options);
       },
-      [mask_inner, options, shapes](BackwardArgs& r, Primitive g) -> Grads {
+      [mask_inner, options, has_bias](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
-        const DType dtype = g->dtype();
-        const std::int64_t depth = shapes.q[3];
-        const double factor =
-            options.scale.value_or(depth > 0 ? 1.0 / std::sqrt(static_cast<double>(depth)) : 1.0);
-        Primitive q = to_compute(b, r.in(0));
-        Primitive k = to_compute(b, r.in(1));
-        Primitive v = to_compute(b, r.in(2));
-        OptionalPrimitive bias;
-        if (shapes.bias) bias = to_compute(b, r.in(3));
-        Primitive gc = to_compute(b, std::move(g));
-        // The scores span the batch and head dims of value too (the output's).
-        const std::int64_t batch = std::max({shapes.q[0], shapes.k[0], shapes.v[0]});
-        const std::int64_t heads = std::max({shapes.q[1], shapes.k[1], shapes.v[1]});
-        const std::int64_t sq = shapes.q[2], sk = shapes.k[2];
-        const std::int64_t per_row = std::max<std::int64_t>(1, batch * heads * sk);
-        const std::int64_t block = std::clamp<std::int64_t>(
-            attention_backward_score_budget() / per_row, 1, std::max<std::int64_t>(sq, 1));
-        const bool need_ds = shapes.bias && r.needs(3);
-        PrimitiveList dq_blocks, ds_blocks;
-        Primitive dk, dv, ds_sum;
-        for (std::int64_t i0 = 0; i0 < std::max<std::int64_t>(sq, 1); i0 += block) {
-          const std::int64_t rows = std::min(block, sq - i0);
-          const Shape score_shape{batch, heads, rows, sk};
-          OptionalPrimitive block_mask, block_bias;
-          if (mask_inner) block_mask = query_rows(b, *mask_inner, i0, rows);
-          if (bias) block_bias = query_rows(b, *bias, i0, rows);
-          BlockGrads grads =
-              attention_block(b, query_rows(b, q, i0, rows), k, v, block_bias, block_mask,
-                              query_rows(b, gc, i0, rows), i0, options, factor, score_shape,
-                              r.needs(0), r.needs(1), r.needs(2), need_ds);
-          if (grads.dq) dq_blocks.push_back(std::move(grads.dq));
-          if (grads.dk) dk = dk ? b.add(std::move(dk), std::move(grads.dk)) : std::move(grads.dk);
-          if (grads.dv) dv = dv ? b.add(std::move(dv), std::move(grads.dv)) : std::move(grads.dv);
-          if (need_ds) {
-            Shape bias_rows = *shapes.bias;
-            if (bias_rows[2] != 1) bias_rows[2] = rows;
-            Primitive reduced = reduce_to(b, std::move(grads.ds), bias_rows);
-            if (shapes.bias->operator[](2) != 1) {
-              ds_blocks.push_back(std::move(reduced));
-            } else {
-              ds_sum = ds_sum ? b.add(std::move(ds_sum), std::move(reduced)) : std::move(reduced);
-            }
-          }
-          if (sq == 0) break;
+        const OptionalPrimitive bias = optional_input(r, has_bias, 3);
+        const bool need_dbias = has_bias && r.needs(3);
+        if (need_dbias || r.create_graph()) {
+          defaults::AttentionGrads grads = defaults::attention_grads(
+              b, r.in(0), r.in(1), r.in(2), mask_inner, bias, g, options,
+              {.dq = r.needs(0), .dk = r.needs(1), .dv = r.needs(2), .dbias = need_dbias});
+          return {grads.dq, grads.dk, grads.dv, grads.dbias};
         }
-        auto joined = [&](PrimitiveList blocks) {
-          return blocks.size() == 1 ? std::move(blocks[0]) : b.cat(std::move(blocks), 2);
-        };
-        Primitive dq, dbias;
-        if (r.needs(0))
-          dq = from_compute(b, reduce_to(b, joined(std::move(dq_blocks)), shapes.q), dtype);
-        if (r.needs(1)) dk = from_compute(b, reduce_to(b, std::move(dk), shapes.k), dtype);
-        if (r.needs(2)) dv = from_compute(b, reduce_to(b, std::move(dv), shapes.v), dtype);
-        if (need_ds)
-          dbias = from_compute(b, ds_sum ? std::move(ds_sum) : joined(std::move(ds_blocks)), dtype);
-        return {dq, dk, dv, dbias};
+        Primitive dq, dk, dv;
+        const Primitive out = r.out();
+        if (r.needs(0)) {
+          dq = b.attention_query_backward(r.in(0), r.in(1), r.in(2), out, g, mask_inner, bias,
+                                          options);
+        }
+        if (r.needs(1) || r.needs(2)) {
+          auto [k_grad, v_grad] = b.attention_key_value_backward(r.in(0), r.in(1), r.in(2), out, g,
+                                                                 mask_inner, bias, options);
+          if (r.needs(1)) dk = std::move(k_grad);
+          if (r.needs(2)) dv = std::move(v_grad);
+        }
+        return {dq, dk, dv, nullptr};
       });
 }
 

@@ -3,6 +3,7 @@
 // query dim of their own, causal masking, broadcast batch and head dims, f64 and f32, and an
 // empty query dim. The one-block pass is checked against float64 finite differences by the
 // conformance table's gradcheck rows.
+#include "contract/defaults/attention_grads.h"
 #include "decorators/autodiff/autodiff_backend.h"
 #include "decorators/autodiff/test_support.h"
 
@@ -18,10 +19,10 @@ struct Case {
 
 // Restores the budget however the test ends.
 struct Budget {
-  explicit Budget(std::int64_t elements) : saved(autodiff::attention_backward_score_budget()) {
-    autodiff::attention_backward_score_budget() = elements;
+  explicit Budget(std::int64_t elements) : saved(defaults::attention_backward_score_budget()) {
+    defaults::attention_backward_score_budget() = elements;
   }
-  ~Budget() { autodiff::attention_backward_score_budget() = saved; }
+  ~Budget() { defaults::attention_backward_score_budget() = saved; }
   std::int64_t saved;
 };
 
