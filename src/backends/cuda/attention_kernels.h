@@ -148,6 +148,7 @@ KA_FN float ka_to_float(unsigned short bits) {
 KA_FN float ka_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 KA_FN bool ka_any(bool v) { return __any_sync(0xffffffffu, v); }
 KA_FN float ka_fmax(float a, float b) { return fmaxf(a, b); }
+KA_FN float ka_fma(float a, float b, float c) { return fmaf(a, b, c); }
 // 2^x, to 2 ulp; -inf gives 0.
 KA_FN float ka_exp2(float x) {
   float y;
@@ -188,6 +189,7 @@ inline float ka_to_float(unsigned short bits) {
 float ka_shfl_xor(float v, int mask);
 bool ka_any(bool v);
 inline float ka_fmax(float a, float b) { return std::fmax(a, b); }
+inline float ka_fma(float a, float b, float c) { return std::fma(a, b, c); }
 inline float ka_exp2(float x) { return std::exp2(x); }
 inline float ka_log2(float x) { return std::log2(x); }
 inline float ka_neg_inf() { return -std::numeric_limits<float>::infinity(); }
@@ -274,19 +276,15 @@ KA_FN void ka_accumulate(float (&acc)[kM][KD / 8][4], const float (&w)[kM][kKaKe
 // k0; kTransposed: rows are the warp's keys from first_key = k0 and columns 64 queries from q0)
 // in base 2, the bias added and the excluded ones -inf: keys or queries past the end, keys after
 // their query under the causal cut, masked ones. Each element is checked only on a tile that needs
-// it (`checked`); without a mask or bias the checks are on offsets within the tile.
+// it (`checked`); without a mask or bias the checks are on offsets within the tile. Returns the
+// factor s must still be multiplied by: a tile that needs no check is left as the products gave
+// it, and its positive scale (which keeps the order of the scores, so maxima may be taken first)
+// joins the exponent's subtraction in one fused multiply-add.
 template <bool kBf16, bool kMask, bool kBias, int kM, bool kTransposed>
-KA_FN void ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p, bool checked,
-                             long long b, long long h, long long row0, long long column0,
-                             int lane) {
-  if (!checked) {
-    KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
-      KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
-        KA_UNROLL for (int c = 0; c < 4; ++c) s[mi][n][c] *= p.scale_log2;
-      }
-    }
-    return;
-  }
+KA_FN float ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p, bool checked,
+                              long long b, long long h, long long row0, long long column0,
+                              int lane) {
+  if (!checked && p.scale_log2 > 0.f) return p.scale_log2;
   const int g = lane >> 2, t = lane & 3;
   const float neg_inf = ka_neg_inf();
   const long long query0 = kTransposed ? column0 : row0, key0 = kTransposed ? row0 : column0;
@@ -310,8 +308,8 @@ KA_FN void ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p, 
         const int key_minus_query = after + (kTransposed ? row - column : column - row);
         // Keys past the end and (transposed) queries past the end are excluded; queries past the
         // end (rows, not transposed) are computed and never stored.
-        bool excluded = column >= columns_left || (kTransposed && row >= rows_left) ||
-                        (p.causal && key_minus_query > 0);
+        bool excluded =
+            column >= columns_left || (kTransposed && row >= rows_left) || key_minus_query > 0;
         if constexpr (kMask || kBias) {
           const long long qi = query0 + (kTransposed ? column : row);
           const long long kj = key0 + (kTransposed ? row : column);
@@ -333,6 +331,7 @@ KA_FN void ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p, 
       }
     }
   }
+  return 1.f;
 }
 
 template <int KD>
@@ -343,14 +342,15 @@ struct KaWarpState {
 };
 
 // The online softmax: each row's maximum over the tile (the quad's four lanes hold its 64
-// columns), the state rescaled to the new maximum, and s made the weights 2^(s - max). The
+// columns), the state rescaled to the new maximum, and s made the weights 2^(s factor - max)
+// (factor: ka_prepare_scores'). The
 // maxima leave NaN scores out (fmax), but a NaN score's weight is NaN, and so are its row's sum
 // and output, as the default's softmax gives. A row whose maximum is still -inf has had every key
 // excluded (or NaN): its weights are taken against 0, so that excluded keys weigh 0, NaN ones NaN.
 // The accumulated values are rescaled only when a row of the warp has a new maximum (never
 // without kValues: the statistics alone).
 template <int KD, bool kValues>
-KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w) {
+KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w, float factor) {
   const float neg_inf = ka_neg_inf();
   float rescale[2][2];
   bool changed = false;
@@ -362,7 +362,7 @@ KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w) {
       }
       tile_max = ka_fmax(tile_max, ka_shfl_xor(tile_max, 1));
       tile_max = ka_fmax(tile_max, ka_shfl_xor(tile_max, 2));
-      const float next = ka_fmax(w.m[mi][r], tile_max);
+      const float next = ka_fmax(w.m[mi][r], tile_max * factor);
       const float base = next == neg_inf ? 0.f : next;
       rescale[mi][r] = ka_exp2(w.m[mi][r] - base);
       changed = changed || next != w.m[mi][r];
@@ -370,7 +370,7 @@ KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w) {
       float sum = w.l[mi][r] * rescale[mi][r];
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int e = 0; e < 2; ++e) {
-          const float weight = ka_exp2(s[mi][n][2 * r + e] - base);
+          const float weight = ka_exp2(ka_fma(s[mi][n][2 * r + e], factor, -base));
           s[mi][n][2 * r + e] = weight;
           sum += weight;
         }
@@ -523,8 +523,9 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
       ka_scores<KD, kBf16, 2>(s, q_tile + warp * 32 * kStride, k_tiles + (j & 1) * kTile, lane);
       const bool checked =
           kMask || kBias || k0 + kKaKeys > p.keys || (p.causal && k0 + kKaKeys - 1 > first_row);
-      ka_prepare_scores<kBf16, kMask, kBias, 2, false>(s, p, checked, b, h, first_row, k0, lane);
-      ka_softmax_step<KD, !kStats>(s, w);
+      const float factor = ka_prepare_scores<kBf16, kMask, kBias, 2, false>(s, p, checked, b, h,
+                                                                            first_row, k0, lane);
+      ka_softmax_step<KD, !kStats>(s, w, factor);
       if (!kStats) ka_accumulate<KD, kBf16, 2>(w.o, s, v_tiles + (j & 1) * kTile, lane);
     }
     ka_sync();  // every warp is done with stage j & 1
@@ -629,11 +630,12 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
       ka_scores<KD, kBf16, 1>(s, q_tile + warp * 16 * kStride, keys, lane);
       const bool checked =
           kMask || kBias || k0 + kKaKeys > p.keys || (p.causal && k0 + kKaKeys - 1 > first_row);
-      ka_prepare_scores<kBf16, kMask, kBias, 1, false>(s, p, checked, b, h, first_row, k0, lane);
+      const float factor = ka_prepare_scores<kBf16, kMask, kBias, 1, false>(s, p, checked, b, h,
+                                                                            first_row, k0, lane);
       ka_scores<KD, kBf16, 1>(dp, g_tile + warp * 16 * kStride, v_tiles + (j & 1) * kTile, lane);
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
-          s[0][n][c] = ka_exp2(s[0][n][c] - L[c >> 1]) * (dp[0][n][c] - D[c >> 1]);
+          s[0][n][c] = ka_exp2(ka_fma(s[0][n][c], factor, -L[c >> 1])) * (dp[0][n][c] - D[c >> 1]);
         }
       }
       ka_accumulate<KD, kBf16, 1>(dq, s, keys, lane);
@@ -711,10 +713,12 @@ KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
       ka_scores<KD, kBf16, 1>(s, k_tile + warp * 16 * kStride, queries, lane);
       const bool checked = kMask || kBias || q0 + kKaKeys > p.queries || first_key + 16 > p.keys ||
                            (p.causal && first_key + 15 > q0);
-      ka_prepare_scores<kBf16, kMask, kBias, 1, true>(s, p, checked, b, h, first_key, q0, lane);
+      const float factor =
+          ka_prepare_scores<kBf16, kMask, kBias, 1, true>(s, p, checked, b, h, first_key, q0, lane);
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
-          s[0][n][c] = ka_exp2(s[0][n][c] - tile_stats[2 * (n * 8 + 2 * t + (c & 1))]);
+          s[0][n][c] =
+              ka_exp2(ka_fma(s[0][n][c], factor, -tile_stats[2 * (n * 8 + 2 * t + (c & 1))]));
         }
       }
       ka_accumulate<KD, kBf16, 1>(dv, s, grads, lane);
