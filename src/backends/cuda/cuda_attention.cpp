@@ -54,6 +54,18 @@ struct AttentionCall {
            batch * heads * ceil_div(rows, kAttentionKeys) <= 0x7fffffff;
   }
 
+  // Whether the backward kernels take it: as applies(), with the forward's output and its
+  // gradient of the inputs' dtype and of the output's shape.
+  static bool applies_backward(const Primitive& query, const Primitive& key, const Primitive& value,
+                               const Primitive& output, const Primitive& output_grad) {
+    const Shape out{std::max({query->shape()[0], key->shape()[0], value->shape()[0]}),
+                    std::max({query->shape()[1], key->shape()[1], value->shape()[1]}),
+                    query->shape()[2], value->shape()[3]};
+    return applies(query, key, value) && output->dtype() == query->dtype() &&
+           output_grad->dtype() == query->dtype() && output->shape() == out &&
+           output_grad->shape() == out;
+  }
+
   AttentionCall(CudaBackend& backend, Primitive query, Primitive key_, Primitive value,
                 OptionalPrimitive mask_, OptionalPrimitive bias_, const AttentionOptions& options,
                 const char* op)
@@ -163,7 +175,7 @@ Primitive CudaBackend::attention_query_backward(Primitive query, Primitive key, 
                                                 OptionalPrimitive mask, OptionalPrimitive bias,
                                                 AttentionOptions options) {
   const char* op = "attention_query_backward";
-  if (!AttentionCall::applies(query, key, value)) {
+  if (!AttentionCall::applies_backward(query, key, value, output, output_grad)) {
     return Backend::attention_query_backward(std::move(query), std::move(key), std::move(value),
                                              std::move(output), std::move(output_grad),
                                              std::move(mask), std::move(bias), options);
@@ -184,7 +196,7 @@ PrimitivePair CudaBackend::attention_key_value_backward(
     Primitive query, Primitive key, Primitive value, Primitive output, Primitive output_grad,
     OptionalPrimitive mask, OptionalPrimitive bias, AttentionOptions options) {
   const char* op = "attention_key_value_backward";
-  if (!AttentionCall::applies(query, key, value)) {
+  if (!AttentionCall::applies_backward(query, key, value, output, output_grad)) {
     return Backend::attention_key_value_backward(std::move(query), std::move(key), std::move(value),
                                                  std::move(output), std::move(output_grad),
                                                  std::move(mask), std::move(bias), options);
