@@ -32,6 +32,8 @@ bool attention_kernel_applies(DType dtype, std::int64_t depth);
 // or without.
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
                                     bool mask, bool bias);
+// The kernel's extern "C" name in its source.
+const char* attention_kernel_name(AttentionKernel kernel);
 // Dynamic shared memory of every kernel for head dim depth.
 unsigned attention_shared_bytes(std::int64_t depth);
 

@@ -334,6 +334,12 @@ KA_FN float ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p,
   return 1.f;
 }
 
+// The sum over the four lanes of a quad (the lanes that hold one row of a C tile).
+KA_FN float ka_quad_sum(float x) {
+  x += ka_shfl_xor(x, 1);
+  return x + ka_shfl_xor(x, 2);
+}
+
 template <int KD>
 struct KaWarpState {
   float o[2][KD / 8][4];  // the weighted sums of v, unnormalised, of 2 x 16 rows
@@ -396,9 +402,7 @@ KA_FN void ka_store(KaWarpState<KD>& w, const KaParams& p, long long bh, long lo
   unsigned short* out = reinterpret_cast<unsigned short*>(p.out) + bh * p.queries * KD;
   KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
     KA_UNROLL for (int r = 0; r < 2; ++r) {
-      float sum = w.l[mi][r];
-      sum += ka_shfl_xor(sum, 1);
-      sum += ka_shfl_xor(sum, 2);
+      const float sum = ka_quad_sum(w.l[mi][r]);
       const long long qi = first_row + 16 * mi + g + r * 8;
       if (qi >= p.queries) continue;
       const float inverse = sum == 0.f ? 0.f : 1.f / sum;
@@ -422,9 +426,7 @@ KA_FN void ka_store_stats(KaWarpState<KD>& w, const KaParams& p, long long bh, l
   float* stats = reinterpret_cast<float*>(p.stats) + 2 * bh * p.queries;
   KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
     KA_UNROLL for (int r = 0; r < 2; ++r) {
-      float sum = w.l[mi][r];
-      sum += ka_shfl_xor(sum, 1);
-      sum += ka_shfl_xor(sum, 2);
+      const float sum = ka_quad_sum(w.l[mi][r]);
       const long long qi = first_row + 16 * mi + g + r * 8;
       if (t == 0 && qi < p.queries) {
         stats[2 * qi] = sum == 0.f ? -ka_neg_inf() : w.m[mi][r] + ka_log2(sum);
@@ -446,14 +448,22 @@ KA_FN void ka_store_stats(KaWarpState<KD>& w, const KaParams& p, long long bh, l
   stats[2 * qi + 1] = dot;
 }
 
-// The operands of (batch, head) bh: q, k and v at their first rows, and dO's (contiguous).
+// Where a thread of a block stands: its warp and lane, the block's (batch, head) bh and its index
+// along that head's rows (blocks of the same index of every head are neighbours in the grid), and
+// that head's operands: q, k and v at their first rows, and dO's (contiguous).
 struct KaHead {
-  long long b, h;
+  int warp, lane;
+  long long bh, tile, b, h;
   const unsigned short *q, *k, *v, *grad;
 };
 template <int KD>
-KA_FN KaHead ka_head(const KaParams& p, long long bh) {
+KA_FN KaHead ka_head(const KaParams& p) {
   KaHead head;
+  head.warp = static_cast<int>(ka_thread()) >> 5;
+  head.lane = static_cast<int>(ka_thread()) & 31;
+  const long long heads_total = p.batch * p.heads, bh = ka_block() % heads_total;
+  head.bh = bh;
+  head.tile = ka_block() / heads_total;
   head.b = bh / p.heads;
   head.h = bh % p.heads;
   head.q = reinterpret_cast<const unsigned short*>(p.q) + head.b * p.q_strides[0] +
@@ -477,14 +487,11 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
   unsigned short* q_tile = smem;
   unsigned short* k_tiles = smem + kKaRows * kStride;  // two stages
   unsigned short* v_tiles = k_tiles + 2 * kTile;
-  const int warp = static_cast<int>(ka_thread()) >> 5, lane = static_cast<int>(ka_thread()) & 31;
-  const long long heads_total = p.batch * p.heads;
-  const long long bh = static_cast<long long>(ka_block()) % heads_total;
-  const long long q0 =
-      (p.query_blocks - 1 - static_cast<long long>(ka_block()) / heads_total) * kKaRows;
-  const KaHead head = ka_head<KD>(p, bh);
-  const long long b = head.b, h = head.h;
+  const KaHead head = ka_head<KD>(p);
+  const int warp = head.warp, lane = head.lane;
+  const long long bh = head.bh, b = head.b, h = head.h;
   const unsigned short *Q = head.q, *K = head.k, *V = head.v;
+  const long long q0 = (p.query_blocks - 1 - head.tile) * kKaRows;
   const long long first_row = q0 + warp * 32;  // this warp's rows: first_row .. first_row + 31
 
   long long key_end = p.keys;
@@ -585,14 +592,11 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
   unsigned short* g_tile = smem + kTile;
   unsigned short* k_tiles = smem + 2 * kTile;  // two stages
   unsigned short* v_tiles = smem + 4 * kTile;  // two stages
-  const int warp = static_cast<int>(ka_thread()) >> 5, lane = static_cast<int>(ka_thread()) & 31;
-  const long long heads_total = p.batch * p.heads;
-  const long long bh = static_cast<long long>(ka_block()) % heads_total;
-  const long long q0 =
-      (p.query_blocks - 1 - static_cast<long long>(ka_block()) / heads_total) * kKaKeys;
-  const KaHead head = ka_head<KD>(p, bh);
-  const long long b = head.b, h = head.h;
+  const KaHead head = ka_head<KD>(p);
+  const int warp = head.warp, lane = head.lane;
+  const long long bh = head.bh, b = head.b, h = head.h;
   const unsigned short *Q = head.q, *K = head.k, *V = head.v, *G = head.grad;
+  const long long q0 = (p.query_blocks - 1 - head.tile) * kKaKeys;
   const long long first_row = q0 + warp * 16;  // this warp's rows: first_row .. first_row + 15
 
   long long key_end = p.keys;
@@ -667,13 +671,11 @@ KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
   unsigned short* q_tiles = smem + 2 * kTile;                      // two stages
   unsigned short* g_tiles = smem + 4 * kTile;                      // two stages
   float* stat_tiles = reinterpret_cast<float*>(smem + 6 * kTile);  // two stages of 64 {L, D}
-  const int warp = static_cast<int>(ka_thread()) >> 5, lane = static_cast<int>(ka_thread()) & 31;
-  const long long heads_total = p.batch * p.heads;
-  const long long bh = static_cast<long long>(ka_block()) % heads_total;
-  const long long key0 = static_cast<long long>(ka_block()) / heads_total * kKaKeys;
-  const KaHead head = ka_head<KD>(p, bh);
-  const long long b = head.b, h = head.h;
+  const KaHead head = ka_head<KD>(p);
+  const int warp = head.warp, lane = head.lane;
+  const long long bh = head.bh, b = head.b, h = head.h;
   const unsigned short *Q = head.q, *K = head.k, *V = head.v, *G = head.grad;
+  const long long key0 = head.tile * kKaKeys;
   const float* stats = reinterpret_cast<const float*>(p.stats) + 2 * bh * p.queries;
   const long long first_key = key0 + warp * 16;  // this warp's keys: first_key .. first_key + 15
 

@@ -16,38 +16,39 @@ bool attention_kernel_applies(DType dtype, std::int64_t depth) {
          depth % 16 == 0;
 }
 
-std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
-                                    bool mask, bool bias) {
-  const char* name = "kiln_attention";
-  std::string body = "ka_attention";
-  std::string extra;
+const char* attention_kernel_name(AttentionKernel kernel) {
   switch (kernel) {
     case AttentionKernel::Forward:
-      extra = ", false";
-      break;
+      return "kiln_attention";
     case AttentionKernel::Stats:
-      name = "kiln_attention_stats";
-      extra = ", true";
-      break;
+      return "kiln_attention_stats";
     case AttentionKernel::Query:
-      name = "kiln_attention_dq";
-      body = "ka_attention_dq";
-      break;
+      return "kiln_attention_dq";
     case AttentionKernel::KeyValue:
-      name = "kiln_attention_dkv";
-      body = "ka_attention_dkv";
-      break;
+      return "kiln_attention_dkv";
   }
+  return "kiln_attention";
+}
+
+std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
+                                    bool mask, bool bias) {
+  // The body each entry instantiates, and the forward body's kStats.
+  const char* body = kernel == AttentionKernel::Query      ? "ka_attention_dq"
+                     : kernel == AttentionKernel::KeyValue ? "ka_attention_dkv"
+                                                           : "ka_attention";
+  const char* extra = kernel == AttentionKernel::Forward ? ", false"
+                      : kernel == AttentionKernel::Stats ? ", true"
+                                                         : "";
   std::string source = kTensorCoreSource;
   source += kAttentionKernelsSource;
-  source +=
-      fmt::format(R"CUDA(
+  source += fmt::format(R"CUDA(
 extern "C" __global__ void __launch_bounds__({}) {}(kiln::cuda::attention_kernels::KaParams p) {{
   extern __shared__ __align__(16) unsigned short kiln_attention_shared[];
   kiln::cuda::attention_kernels::{}<{}, {}, {}, {}{}>(p, kiln_attention_shared);
 }}
 )CUDA",
-                  kAttentionThreads, name, body, depth, dtype == DType::BF16, mask, bias, extra);
+                        kAttentionThreads, attention_kernel_name(kernel), body, depth,
+                        dtype == DType::BF16, mask, bias, extra);
   return source;
 }
 

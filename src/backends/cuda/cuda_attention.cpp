@@ -6,6 +6,7 @@
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/elementwise_ops.h"
+#include "backends/cuda/grid_math.h"
 #include "backends/cuda/kernel_source.h"
 #include "contract/defaults/compose.h"
 
@@ -31,7 +32,13 @@ void broadcast_strides(const CudaTensor& t, long long (&out)[dims]) {
   for (std::size_t d = 0; d < dims; ++d) out[d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
 }
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// The shape of attention's output: the broadcast batch and head dims of q, k and v, q's rows, v's
+// head dim.
+Shape output_shape(const Primitive& q, const Primitive& k, const Primitive& v) {
+  return Shape{std::max({q->shape()[0], k->shape()[0], v->shape()[0]}),
+               std::max({q->shape()[1], k->shape()[1], v->shape()[1]}), q->shape()[2],
+               v->shape()[3]};
+}
 
 // What the kernels share for one attention: its operands made readable and the parameters that
 // describe them, and the key of its kernels' sources.
@@ -46,21 +53,18 @@ struct AttentionCall {
   // Whether the kernels take it: bf16/f16, equal head dims a multiple of 16 up to 128, rows on
   // both sides, and grids the launch takes.
   static bool applies(const Primitive& query, const Primitive& key, const Primitive& value) {
-    const std::int64_t batch = std::max({query->shape()[0], key->shape()[0], value->shape()[0]});
-    const std::int64_t heads = std::max({query->shape()[1], key->shape()[1], value->shape()[1]});
+    const Shape out = output_shape(query, key, value);
     const std::int64_t rows = std::max(query->shape()[2], key->shape()[2]);
     return attention_kernel_applies(query->dtype(), query->shape()[3]) &&
            value->shape()[3] == query->shape()[3] && query->shape()[2] > 0 && key->shape()[2] > 0 &&
-           batch * heads * ceil_div(rows, kAttentionKeys) <= 0x7fffffff;
+           out[0] * out[1] * ceil_div(rows, kAttentionKeys) <= 0x7fffffff;
   }
 
   // Whether the backward kernels take it: as applies(), with the forward's output and its
   // gradient of the inputs' dtype and of the output's shape.
   static bool applies_backward(const Primitive& query, const Primitive& key, const Primitive& value,
                                const Primitive& output, const Primitive& output_grad) {
-    const Shape out{std::max({query->shape()[0], key->shape()[0], value->shape()[0]}),
-                    std::max({query->shape()[1], key->shape()[1], value->shape()[1]}),
-                    query->shape()[2], value->shape()[3]};
+    const Shape out = output_shape(query, key, value);
     return applies(query, key, value) && output->dtype() == query->dtype() &&
            output_grad->dtype() == query->dtype() && output->shape() == out &&
            output_grad->shape() == out;
@@ -82,8 +86,9 @@ struct AttentionCall {
     readable(q);
     readable(k);
     readable(v);
-    p.batch = std::max({q->shape()[0], k->shape()[0], v->shape()[0]});
-    p.heads = std::max({q->shape()[1], k->shape()[1], v->shape()[1]});
+    const Shape out = output_shape(q, k, v);
+    p.batch = out[0];
+    p.heads = out[1];
     p.queries = q->shape()[2];
     p.keys = k->shape()[2];
     p.q = as_cuda(q).data();
@@ -112,10 +117,7 @@ struct AttentionCall {
 
   // Runs `kernel` over `blocks` blocks of every (batch, head).
   void launch(Runtime& runtime, AttentionKernel kernel, std::int64_t blocks, const char* op) {
-    const char* name = kernel == AttentionKernel::Forward ? "kiln_attention"
-                       : kernel == AttentionKernel::Stats ? "kiln_attention_stats"
-                       : kernel == AttentionKernel::Query ? "kiln_attention_dq"
-                                                          : "kiln_attention_dkv";
+    const char* name = attention_kernel_name(kernel);
     const std::string source_key = std::string(name) + ":" + key;
     CUfunction function = runtime.compiler.function(source_key, name, [&] {
       return attention_kernel_source(kernel, dtype, depth, mask.has_value(), bias.has_value());

@@ -11,6 +11,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_quant_tensor.h"
+#include "backends/cuda/grid_math.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/lib_call.h"
 #include "backends/cuda/quant.h"
@@ -21,8 +22,6 @@ namespace {
 
 // Rows of x per launch: the partial sums of a launch take splits x rows x n floats.
 constexpr std::int64_t kRowsPerLaunch = 256;
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // x [..., k] as [rows, k] of f32 decoded weight values, in f32: the CPU's way.
 Primitive float_product(CudaBackend& backend, Primitive x, const Primitive& weight,

@@ -2,6 +2,7 @@
 // cut into chunks. Pure arithmetic on the shape, so the plan is tested without a GPU.
 #include <algorithm>
 
+#include "backends/cuda/grid_math.h"
 #include "backends/cuda/reduce.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -29,8 +30,6 @@ constexpr std::int64_t kMaxBlocks = std::int64_t(1) << 30;
 unsigned grid(std::int64_t blocks) {
   return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, kMaxBlocks));
 }
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // Cuts a line of p.length elements into about `chunks` pieces whose lengths are multiples of
 // align (so chunk starts stay 16-byte aligned when the line is); no piece is empty.

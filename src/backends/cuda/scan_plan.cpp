@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "backends/cuda/grid_math.h"
 #include "backends/cuda/lib/workspace.h"
 #include "backends/cuda/scan.h"
 #include "kiln/detail/format.h"
@@ -16,8 +17,6 @@ static_assert(sizeof(ScanParams) == 7 * 8);
 namespace {
 
 constexpr std::int64_t kWarpsPerBlock = kScanBlock / 32;
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 unsigned grid(std::int64_t blocks) {
   return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, kScanMaxBlocks));

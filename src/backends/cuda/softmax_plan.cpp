@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backends/cuda/grid_math.h"
 #include "backends/cuda/softmax.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -30,8 +31,6 @@ constexpr std::int64_t kMaxBlocks = std::int64_t(1) << 30;
 unsigned grid(std::int64_t blocks) {
   return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, kMaxBlocks));
 }
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 void set_chunks(SoftmaxParams& p, std::int64_t chunks, std::int64_t align) {
   chunks = std::clamp<std::int64_t>(chunks, 1, kMaxChunks);
