@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_tensor.h"
+#include "backends/cuda/attention_hopper.h"
 #include "backends/cuda/attention_kernels.h"
 #include "gpu/attention_cases.h"
 #include "kernel_emulator.h"
@@ -44,6 +45,22 @@ float ka_shfl_xor(float v, int mask) {
 }
 
 bool ka_any(bool v) { return kernel_emulator::any_lane(v); }
+
+// attention_hopper.h's: the emulated products are synchronous, so the fences and the wait have
+// nothing to order.
+unsigned kh_address(const void* p) {
+  return static_cast<unsigned>(static_cast<const unsigned char*>(p) - kernel_emulator::t_smem);
+}
+void kh_fence_shared() {}
+void kh_fence() {}
+void kh_commit() {}
+void kh_wait_all() {}
+void kh_host_scores(float* d, int n, KhDesc a, KhDesc b, bool accumulate, bool bf16) {
+  kernel_emulator::wgmma_shared(d, n, a, b, accumulate, bf16);
+}
+void kh_host_accumulate(float* d, int n, const unsigned* a, KhDesc b, bool bf16) {
+  kernel_emulator::wgmma_registers(d, n, a, b, bf16);
+}
 
 }  // namespace kiln::cuda::attention_kernels
 
@@ -87,28 +104,39 @@ ka::KaParams params_of(const AttentionCase& c, const Inputs& in) {
   return p;
 }
 
-// body(p, smem) over `blocks` blocks of every (batch, head).
+// body(p, smem) over `blocks` blocks of every (batch, head): the mma.sync kernels' blocks.
 template <class Body>
 void launch_blocks(const ka::KaParams& p, long long blocks, int depth, Body body) {
   kernel_emulator::launch(
       static_cast<unsigned>(p.batch * p.heads * blocks), ka::kKaThreads, ka::ka_shared_bytes(depth),
       [&](unsigned char* smem) { body(p, reinterpret_cast<unsigned short*>(smem)); });
 }
+// The Hopper kernel's blocks (attention_hopper.h).
+template <class Body>
+void launch_hopper_blocks(const ka::KaParams& p, long long blocks, int depth, Body body) {
+  kernel_emulator::launch(static_cast<unsigned>(p.batch * p.heads * blocks), ka::kKhThreads,
+                          ka::kh_shared_bytes(depth), [&](unsigned char* smem) { body(p, smem); });
+}
 
-// c's attention through the kernel body on the emulated grid.
-template <int KD, bool kBf16, bool kMask, bool kBias>
+// c's attention through the kernel body on the emulated grid (kHopper: attention_hopper.h's).
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kHopper = false>
 TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
   EXPECT_EQ(c.depth, KD);
   EXPECT_EQ(c.dtype == DType::BF16, kBf16);
   EXPECT_EQ(in.mask.has_value(), kMask);
   EXPECT_EQ(in.bias.has_value(), kBias);
   ka::KaParams p = params_of<KD>(c, in);
-  p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
   // Every element of the output is written: a NaN pattern where one is not shows.
   std::vector<unsigned short> out(static_cast<std::size_t>(c.batch * c.heads * c.queries * KD),
                                   0x7FC1);
   p.out = reinterpret_cast<std::uintptr_t>(out.data());
-  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false>);
+  if constexpr (kHopper) {
+    p.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
+    launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, false>);
+  } else {
+    p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
+    launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false>);
+  }
   std::vector<std::byte> bytes(out.size() * 2);
   std::memcpy(bytes.data(), out.data(), bytes.size());
   return TensorData(std::move(bytes), Shape{c.batch, c.heads, c.queries, KD}, c.dtype);
@@ -116,8 +144,8 @@ TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
 
 // The backward pass's kernels on the emulated grid for c's inputs and a random output gradient:
 // the statistics (from the float64 output rounded to dtype, as the forward pass would give it),
-// then dq, and dk with dv, against float64 loops.
-template <int KD, bool kBf16, bool kMask, bool kBias>
+// then dq, and dk with dv (kHopper: attention_hopper.h's three), against float64 loops.
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kHopper = false>
 void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed) {
   ka::KaParams p = params_of<KD>(c, in);
   const Shape out_shape{c.batch, c.heads, c.queries, KD};
@@ -143,12 +171,20 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
   p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
   p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
   p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
-  p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
-  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
-  p.query_blocks = (c.queries + ka::kKaKeys - 1) / ka::kKaKeys;
-  launch_blocks(p, p.query_blocks, KD, ka::ka_attention_dq<KD, kBf16, kMask, kBias>);
-  launch_blocks(p, (c.keys + ka::kKaKeys - 1) / ka::kKaKeys, KD,
-                ka::ka_attention_dkv<KD, kBf16, kMask, kBias>);
+  if constexpr (kHopper) {
+    p.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
+    launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, true>);
+    launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention_dq<KD, kBf16, kMask, kBias>);
+    launch_hopper_blocks(p, (c.keys + ka::kKhRows - 1) / ka::kKhRows, KD,
+                         ka::kh_attention_dkv<KD, kBf16, kMask, kBias>);
+  } else {
+    p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
+    launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
+    p.query_blocks = (c.queries + ka::kKaKeys - 1) / ka::kKaKeys;
+    launch_blocks(p, p.query_blocks, KD, ka::ka_attention_dq<KD, kBf16, kMask, kBias>);
+    launch_blocks(p, (c.keys + ka::kKaKeys - 1) / ka::kKaKeys, KD,
+                  ka::ka_attention_dkv<KD, kBf16, kMask, kBias>);
+  }
   const ReferenceGrads want = reference_grads(host4(in.q), host4(in.k), host4(in.v), mask, bias,
                                               host4(grad), scale, c.causal);
   auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
@@ -235,6 +271,56 @@ TEST(GpuAttentionEmulated, BackwardKernelsMatchFloat64Reference) {
       {{b, 3, 2, 20, 70, 64, MaskKind::Padding}, &check_backward<64, true, true, false>},
   };
   std::uint64_t seed = 2900;
+  for (const BackwardCase& e : cases) {
+    SCOPED_TRACE(describe(e.c));
+    const Inputs in = make_inputs(e.c, seed += 10);
+    e.check(e.c, in, seed + 5);
+  }
+}
+
+// The Hopper kernel (attention_hopper.h: warpgroup products on swizzled tiles read through
+// descriptors) against the same float64 loops: two query blocks and three key tiles of 128 (both
+// stages, the last partial), the causal diagonal across three query blocks with rows past the end,
+// a mask and a bias, heads viewed out of [B, S, H, D], one key/value head for every query head,
+// a padding mask that keeps no key, a NaN row; copies landing at the copy and at the wait.
+TEST(GpuAttentionEmulated, HopperKernelMatchesFloat64Reference) {
+  using namespace gpu_attention_emulated;
+  const EmulatedCase stages = {{b, 1, 2, 200, 300, 64}, &run_kernel<64, true, false, false, true>};
+  const EmulatedCase causal = {{h, 1, 1, 260, 260, 128, none, false, true},
+                               &run_kernel<128, false, false, false, true>};
+  const EmulatedCase cases[] = {
+      {{b, 2, 1, 70, 129, 64, MaskKind::Full, true, false},
+       &run_kernel<64, true, true, true, true>},
+      {{h, 2, 3, 70, 140, 128, none, false, false, Layout::HeadsOfRows},
+       &run_kernel<128, false, false, false, true>},
+      {{b, 2, 2, 33, 90, 64, none, false, true, Layout::Contiguous, 1},
+       &run_kernel<64, true, false, false, true>},
+      {{b, 3, 2, 20, 128, 128, MaskKind::Padding}, &run_kernel<128, true, true, false, true>},
+      {{b, 1, 2, 40, 40, 64, none, false, false, Layout::Contiguous, 0, true},
+       &run_kernel<64, true, false, false, true>},
+  };
+  check(stages, 3910, kernel_emulator::Copies::eager);
+  check(stages, 3920, kernel_emulator::Copies::lazy);
+  check(causal, 3930, kernel_emulator::Copies::eager);
+  check(causal, 3940, kernel_emulator::Copies::lazy);
+  std::uint64_t seed = 3950;
+  for (const EmulatedCase& e : cases) check(e, seed += 10, kernel_emulator::Copies::eager);
+}
+
+// The Hopper kernels' backward pass: statistics, dq, dk and dv against float64 loops; blocks and
+// tiles cut by the ends and the causal diagonal (warpgroups that skip a tile), a mask and a bias,
+// one key/value head for every query head, rows with every key masked.
+TEST(GpuAttentionEmulated, HopperBackwardKernelsMatchFloat64Reference) {
+  using namespace gpu_attention_emulated;
+  const BackwardCase cases[] = {
+      {{b, 1, 2, 200, 230, 64, none, false, true}, &check_backward<64, true, false, false, true>},
+      {{h, 2, 1, 70, 90, 128, MaskKind::Full, true, false},
+       &check_backward<128, false, true, true, true>},
+      {{b, 2, 2, 33, 150, 64, none, false, true, Layout::Contiguous, 1},
+       &check_backward<64, true, false, false, true>},
+      {{b, 3, 1, 20, 70, 128, MaskKind::Padding}, &check_backward<128, true, true, false, true>},
+  };
+  std::uint64_t seed = 4900;
   for (const BackwardCase& e : cases) {
     SCOPED_TRACE(describe(e.c));
     const Inputs in = make_inputs(e.c, seed += 10);

@@ -1,4 +1,5 @@
-// Every generated kernel family compiles with NVRTC for sm_90, on any machine with the toolkit
+// Every generated kernel family compiles with NVRTC for sm_90a (what the plugin targets on an
+// H100 or H200: Context::compile_arch), on any machine with the toolkit
 // (no GPU or driver needed): generator or prelude regressions show up in CI, not on the GPU.
 // CI compiles a sample of each family; KILN_CODEGEN=all (scripts/gpu-check) every source.
 // Each kernel packs many prelude functions into one expression, so one compile instantiates
@@ -59,7 +60,7 @@ double thread_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-// Compiles source for sm_90 as the plugin's Compiler does, down to the cubin.
+// Compiles source for sm_90a as the plugin's Compiler does on 9.0, down to the cubin.
 Compiled compile_to_cubin(const std::string& source) {
   Compiled c;
   const double start = thread_cpu_seconds();
@@ -69,7 +70,7 @@ Compiled compile_to_cubin(const std::string& source) {
     c.log = "nvrtcCreateProgram failed";
     return c;
   }
-  const char* options[] = {"--gpu-architecture=sm_90", "--std=c++17", "-default-device"};
+  const char* options[] = {"--gpu-architecture=sm_90a", "--std=c++17", "-default-device"};
   const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
   std::size_t size = 0;
   nvrtcGetProgramLogSize(program, &size);
@@ -455,15 +456,22 @@ TEST(GpuCodegen, FusedLoadKeysCoverTheLoad) {
 
 TEST(GpuCodegen, AttentionKernelCompiles) {
   // The forward pass at every head dim, mask and bias; the backward pass's three kernels at the
-  // smallest, a middle and the largest head dim, bare and with both a mask and a bias.
+  // smallest, a middle and the largest head dim, bare and with both a mask and a bias; the
+  // Hopper kernels at their two head dims.
   for (DType dtype : {DType::BF16, DType::F16}) {
     for (std::int64_t depth : {16, 32, 64, 96, 128}) {
       for (int variant = 0; variant < 4; ++variant) {
         const bool mask = variant & 1, bias = variant & 2;
-        for (AttentionKernel kernel : {AttentionKernel::Forward, AttentionKernel::Stats,
-                                       AttentionKernel::Query, AttentionKernel::KeyValue}) {
-          const bool backward = kernel != AttentionKernel::Forward;
+        for (AttentionKernel kernel :
+             {AttentionKernel::Forward, AttentionKernel::Stats, AttentionKernel::Query,
+              AttentionKernel::KeyValue, AttentionKernel::HopperForward,
+              AttentionKernel::HopperStats, AttentionKernel::HopperQuery,
+              AttentionKernel::HopperKeyValue}) {
+          const bool hopper = kernel >= AttentionKernel::HopperForward;
+          const bool backward =
+              kernel != AttentionKernel::Forward && kernel != AttentionKernel::HopperForward;
           if (backward && (depth == 32 || depth == 96 || mask != bias)) continue;
+          if (hopper && depth != 64 && depth != 128) continue;
           const std::string log =
               compile(attention_kernel_source(kernel, dtype, depth, mask, bias));
           EXPECT_TRUE(log.empty())
@@ -483,6 +491,12 @@ TEST(GpuCodegen, AttentionKernelAppliesToHalfTypesAndTileDepths) {
   EXPECT_FALSE(attention_kernel_applies(DType::BF16, 72));
   EXPECT_FALSE(attention_kernel_applies(DType::BF16, 256));
   EXPECT_FALSE(attention_kernel_applies(DType::BF16, 0));
+  // The Hopper kernels: sm_90 exactly (sm_90a's wgmma), whole 64-wide panels.
+  EXPECT_TRUE(attention_hopper_applies(9, 0, 64));
+  EXPECT_TRUE(attention_hopper_applies(9, 0, 128));
+  EXPECT_FALSE(attention_hopper_applies(9, 0, 96));
+  EXPECT_FALSE(attention_hopper_applies(8, 0, 128));
+  EXPECT_FALSE(attention_hopper_applies(10, 0, 128));
 }
 
 TEST(GpuCodegen, LayerNormCompiles) {

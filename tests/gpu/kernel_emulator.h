@@ -185,19 +185,23 @@ inline float half_value(unsigned pair, int which, bool bf16) {
   return bf16 ? kiln::bf16_bits_to_float(bits) : kiln::f16_bits_to_float(bits);
 }
 
-// PTX's mma.m16n8k16.row.col, f32 accumulators: lane 4g + t holds A (16 x 16, row-major)
-// elements (g, 2t..2t+1) in a[0], (g + 8, 2t..) in a[1], (g, 2t + 8..) in a[2], (g + 8, 2t + 8..)
-// in a[3]; B (16 x 8) elements (2t..2t+1, g) in b0 and (2t + 8.., g) in b1; C (16 x 8) elements
+// Element (row, k) of the 16 x 16 A operand whose fragments the warp's lanes shared: lane
+// 4g + t holds (g, 2t..2t+1) in a[0], (g + 8, 2t..) in a[1], (g, 2t + 8..) in a[2] and
+// (g + 8, 2t + 8..) in a[3].
+inline double fragment_a(const Warp& warp, int row, int k, bool bf16) {
+  const int owner = 4 * (row % 8) + (k % 8) / 2;
+  const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+  return static_cast<double>(half_value(warp.a[owner][reg], k % 2, bf16));
+}
+
+// PTX's mma.m16n8k16.row.col, f32 accumulators: A's fragments as fragment_a reads them; B
+// (16 x 8) elements (2t..2t+1, g) in b0 and (2t + 8.., g) in b1; C (16 x 8) elements
 // (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Products summed in double, rounded once.
 inline void mma_16bit(float* c, const unsigned* a, unsigned b0, unsigned b1, bool bf16) {
   Warp& warp = share_fragments(lane(), a, b0, b1);
   const int g = static_cast<int>(lane()) / 4, t = static_cast<int>(lane()) % 4;
   // A[row][k] and B[k][col] from the lanes that hold them.
-  auto a_at = [&](int row, int k) {
-    const int owner = 4 * (row % 8) + (k % 8) / 2;
-    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return static_cast<double>(half_value(warp.a[owner][reg], k % 2, bf16));
-  };
+  auto a_at = [&](int row, int k) { return fragment_a(warp, row, k, bf16); };
   auto b_at = [&](int k, int col) {
     const int owner = 4 * col + (k % 8) / 2;
     return static_cast<double>(half_value(warp.b[owner][k >= 8 ? 1 : 0], k % 2, bf16));
@@ -207,6 +211,70 @@ inline void mma_16bit(float* c, const unsigned* a, unsigned b0, unsigned b1, boo
     double sum = c[i];
     for (int k = 0; k < 16; ++k) sum += a_at(rows[i], k) * b_at(k, cols[i]);
     c[i] = static_cast<float>(sum);
+  }
+  warp.barrier.arrive_and_wait();  // every lane has read the fragments before any is rewritten
+}
+
+// wgmma's shared operands, 128-byte swizzle only: element (mn, k) of the 16-deep slice whose
+// descriptor (start address, LBO, SBO in 16-byte units; the swizzle mode in bits 62-63) is desc,
+// K-major (k contiguous; rows 128 bytes apart, 8-row groups SBO apart) or MN-major (mn contiguous
+// in 64-wide panels LBO apart; k rows 128 bytes apart, 8-deep groups SBO apart). The swizzle
+// permutes the 16-byte chunks of each 128-byte row by address bits 7-9. Addresses are offsets
+// from the block's shared memory (the kernels align their tiles to 1024 bytes of it).
+inline double wgmma_operand(std::uint64_t desc, int mn, int k, bool k_major, bool bf16) {
+  const auto field = [&](int shift) {
+    return static_cast<std::uint32_t>((desc >> shift) & 0x3FFF) << 4;
+  };
+  const std::uint32_t start = field(0), lbo = field(16), sbo = field(32);
+  if ((desc >> 62) != 1) ADD_FAILURE() << "a wgmma descriptor without the 128-byte swizzle";
+  const auto m = static_cast<std::uint32_t>(mn), kk = static_cast<std::uint32_t>(k);
+  std::uint32_t byte =
+      k_major ? start + (m / 8) * sbo + (m % 8) * 128 + kk * 2
+              : start + (m / 64) * lbo + (kk / 8) * sbo + (kk % 8) * 128 + (m % 64) * 2;
+  byte ^= ((byte >> 7) & 7) << 4;
+  if (byte + 2 > t_smem_bytes) {
+    ADD_FAILURE() << "a wgmma operand at shared offset " << byte << " (shared size " << t_smem_bytes
+                  << "), thread " << t_thread << " of block " << t_block;
+    return 0;
+  }
+  std::uint16_t bits;
+  std::memcpy(&bits, t_smem + byte, 2);
+  return bf16 ? kiln::bf16_bits_to_float(bits) : kiln::f16_bits_to_float(bits);
+}
+
+// wgmma.m64nNk16 with f32 accumulators, 16-bit inputs, both operands in shared memory and
+// K-major: d = A Bᵀ (+ d when accumulate), A 64 x 16 and B N x 16. A thread's d is the warp's 16
+// rows of the 64 (warp w of the warpgroup rows 16w..) as N / 8 mma.m16n8 C tiles side by side.
+inline void wgmma_shared(float* d, int n, std::uint64_t a, std::uint64_t b, bool accumulate,
+                         bool bf16) {
+  const int first = 16 * static_cast<int>((t_thread / 32) % 4);
+  const int g = static_cast<int>(lane()) / 4, t = static_cast<int>(lane()) % 4;
+  for (int j = 0; j < n / 8; ++j) {
+    for (int c = 0; c < 4; ++c) {
+      const int row = first + g + 8 * (c >> 1), col = 8 * j + 2 * t + (c & 1);
+      double sum = accumulate ? d[4 * j + c] : 0.0;
+      for (int k = 0; k < 16; ++k) {
+        sum += wgmma_operand(a, row, k, true, bf16) * wgmma_operand(b, col, k, true, bf16);
+      }
+      d[4 * j + c] = static_cast<float>(sum);
+    }
+  }
+}
+
+// wgmma.m64nNk16 as above with A in registers (each warp's 16 rows as mma.m16n8k16's A
+// fragments) and B (16 x N) MN-major, read transposed: d += A B.
+inline void wgmma_registers(float* d, int n, const unsigned* a, std::uint64_t b, bool bf16) {
+  Warp& warp = share_fragments(lane(), a, 0, 0);
+  const int g = static_cast<int>(lane()) / 4, t = static_cast<int>(lane()) % 4;
+  for (int j = 0; j < n / 8; ++j) {
+    for (int c = 0; c < 4; ++c) {
+      const int row = g + 8 * (c >> 1), col = 8 * j + 2 * t + (c & 1);
+      double sum = d[4 * j + c];
+      for (int k = 0; k < 16; ++k) {
+        sum += fragment_a(warp, row, k, bf16) * wgmma_operand(b, col, k, false, bf16);
+      }
+      d[4 * j + c] = static_cast<float>(sum);
+    }
   }
   warp.barrier.arrive_and_wait();  // every lane has read the fragments before any is rewritten
 }

@@ -8,14 +8,13 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/attention_hopper.h"
 #include "backends/cuda/attention_kernels.h"
 #include "kiln/dtype.h"
 
 namespace kiln::cuda {
 
-inline constexpr int kAttentionRows = attention_kernels::kKaRows;  // query rows per forward block
 inline constexpr int kAttentionKeys = attention_kernels::kKaKeys;  // rows per backward block
-inline constexpr int kAttentionThreads = attention_kernels::kKaThreads;
 using AttentionParams = attention_kernels::KaParams;
 
 enum class AttentionKernel {
@@ -23,18 +22,31 @@ enum class AttentionKernel {
   Stats,     // kiln_attention_stats: {L, D} of every query row, for the two below
   Query,     // kiln_attention_dq: dq
   KeyValue,  // kiln_attention_dkv: dk and dv
+  // The four on Hopper's warpgroup products (attention_hopper.h; sm_90a, head dims 64 and 128):
+  // kiln_attention_wg, kiln_attention_wg_stats, kiln_attention_wg_dq, kiln_attention_wg_dkv.
+  HopperForward,
+  HopperStats,
+  HopperQuery,
+  HopperKeyValue,
 };
 
 // True where the kernels run attention of dtype with head dim `depth` (bf16 or f16; depth a
 // multiple of 16 up to 128).
 bool attention_kernel_applies(DType dtype, std::int64_t depth);
+// True where the Hopper kernels take attention and its gradients of head dim `depth` on
+// a device of compute capability major.minor (9.0 exactly: wgmma is sm_90a's), unless
+// KILN_ATTENTION_WGMMA=0 asks for the mma.sync kernels.
+bool attention_hopper_applies(int major, int minor, std::int64_t depth);
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
                                     bool mask, bool bias);
 // The kernel's extern "C" name in its source.
 const char* attention_kernel_name(AttentionKernel kernel);
-// Dynamic shared memory of every kernel for head dim depth.
-unsigned attention_shared_bytes(std::int64_t depth);
+// A kernel's block: its threads, the rows (queries, or keys for KeyValue) it takes, and its
+// dynamic shared memory for head dim depth.
+int attention_kernel_threads(AttentionKernel kernel);
+int attention_kernel_rows(AttentionKernel kernel);
+unsigned attention_shared_bytes(AttentionKernel kernel, std::int64_t depth);
 
 }  // namespace kiln::cuda

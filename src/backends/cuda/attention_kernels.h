@@ -280,8 +280,8 @@ KA_FN void ka_accumulate(float (&acc)[kM][KD / 8][4], const float (&w)[kM][kKaKe
 // factor s must still be multiplied by: a tile that needs no check is left as the products gave
 // it, and its positive scale (which keeps the order of the scores, so maxima may be taken first)
 // joins the exponent's subtraction in one fused multiply-add.
-template <bool kBf16, bool kMask, bool kBias, int kM, bool kTransposed>
-KA_FN float ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p, bool checked,
+template <bool kBf16, bool kMask, bool kBias, int kM, bool kTransposed, int kColumns = kKaKeys>
+KA_FN float ka_prepare_scores(float (&s)[kM][kColumns / 8][4], const KaParams& p, bool checked,
                               long long b, long long h, long long row0, long long column0,
                               int lane) {
   if (!checked && p.scale_log2 > 0.f) return p.scale_log2;
@@ -295,13 +295,16 @@ KA_FN float ka_prepare_scores(float (&s)[kM][kKaKeys / 8][4], const KaParams& p,
   const int rows_left = static_cast<int>((kTransposed ? keys_left : queries_left) < 64
                                              ? (kTransposed ? keys_left : queries_left)
                                              : 64);
-  const int columns_left = static_cast<int>((kTransposed ? queries_left : keys_left) < kKaKeys
+  const int columns_left = static_cast<int>((kTransposed ? queries_left : keys_left) < kColumns
                                                 ? (kTransposed ? queries_left : keys_left)
-                                                : kKaKeys);
-  // Clamped to where it decides nothing more: key - query ranges over gap +- 64.
-  const int after = !p.causal || gap < -128 ? -256 : (gap > 128 ? 256 : static_cast<int>(gap));
+                                                : kColumns);
+  // Clamped to where it decides nothing more: key - query ranges over gap +- kColumns (the
+  // tile's rows are at most 64).
+  constexpr int kSpan = 2 * kColumns;
+  const int after =
+      !p.causal || gap < -kSpan ? -2 * kSpan : (gap > kSpan ? 2 * kSpan : static_cast<int>(gap));
   KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
-    KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+    KA_UNROLL for (int n = 0; n < kColumns / 8; ++n) {
       KA_UNROLL for (int c = 0; c < 4; ++c) {
         const int row = 16 * mi + g + (c >> 1) * 8, column = n * 8 + 2 * t + (c & 1);
         float x = s[mi][n][c] * p.scale_log2;
@@ -340,11 +343,11 @@ KA_FN float ka_quad_sum(float x) {
   return x + ka_shfl_xor(x, 2);
 }
 
-template <int KD>
+template <int KD, int kM = 2>
 struct KaWarpState {
-  float o[2][KD / 8][4];  // the weighted sums of v, unnormalised, of 2 x 16 rows
-  float m[2][2];          // the running maxima of rows g and g + 8 of each 16 (base 2)
-  float l[2][2];          // and the sums of their weights (this lane's columns only)
+  float o[kM][KD / 8][4];  // the weighted sums of v, unnormalised, of kM x 16 rows
+  float m[kM][2];          // the running maxima of rows g and g + 8 of each 16 (base 2)
+  float l[kM][2];          // and the sums of their weights (this lane's columns only)
 };
 
 // The online softmax: each row's maximum over the tile (the quad's four lanes hold its 64
@@ -355,15 +358,15 @@ struct KaWarpState {
 // excluded (or NaN): its weights are taken against 0, so that excluded keys weigh 0, NaN ones NaN.
 // The accumulated values are rescaled only when a row of the warp has a new maximum (never
 // without kValues: the statistics alone).
-template <int KD, bool kValues>
-KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w, float factor) {
+template <int KD, bool kValues, int kM = 2, int kColumns = kKaKeys>
+KA_FN void ka_softmax_step(float (&s)[kM][kColumns / 8][4], KaWarpState<KD, kM>& w, float factor) {
   const float neg_inf = ka_neg_inf();
-  float rescale[2][2];
+  float rescale[kM][2];
   bool changed = false;
-  KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
     KA_UNROLL for (int r = 0; r < 2; ++r) {
       float tile_max = neg_inf;
-      KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+      KA_UNROLL for (int n = 0; n < kColumns / 8; ++n) {
         tile_max = ka_fmax(tile_max, ka_fmax(s[mi][n][2 * r], s[mi][n][2 * r + 1]));
       }
       tile_max = ka_fmax(tile_max, ka_shfl_xor(tile_max, 1));
@@ -374,7 +377,7 @@ KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w, fl
       changed = changed || next != w.m[mi][r];
       w.m[mi][r] = next;
       float sum = w.l[mi][r] * rescale[mi][r];
-      KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+      KA_UNROLL for (int n = 0; n < kColumns / 8; ++n) {
         KA_UNROLL for (int e = 0; e < 2; ++e) {
           const float weight = ka_exp2(ka_fma(s[mi][n][2 * r + e], factor, -base));
           s[mi][n][2 * r + e] = weight;
@@ -385,7 +388,7 @@ KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w, fl
     }
   }
   if (kValues && ka_any(changed)) {
-    KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+    KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
       KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
         KA_UNROLL for (int c = 0; c < 4; ++c) w.o[mi][d][c] *= rescale[mi][c >> 1];
       }
@@ -395,12 +398,12 @@ KA_FN void ka_softmax_step(float (&s)[2][kKaKeys / 8][4], KaWarpState<KD>& w, fl
 
 // The block's rows divided by their sums, rounded to the input type; rows with every key
 // excluded (sum 0) give zeros, rows past the end nothing.
-template <int KD, bool kBf16>
-KA_FN void ka_store(KaWarpState<KD>& w, const KaParams& p, long long bh, long long first_row,
+template <int KD, bool kBf16, int kM = 2>
+KA_FN void ka_store(KaWarpState<KD, kM>& w, const KaParams& p, long long bh, long long first_row,
                     int lane) {
   const int g = lane >> 2, t = lane & 3;
   unsigned short* out = reinterpret_cast<unsigned short*>(p.out) + bh * p.queries * KD;
-  KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
     KA_UNROLL for (int r = 0; r < 2; ++r) {
       const float sum = ka_quad_sum(w.l[mi][r]);
       const long long qi = first_row + 16 * mi + g + r * 8;
@@ -419,12 +422,12 @@ KA_FN void ka_store(KaWarpState<KD>& w, const KaParams& p, long long bh, long lo
 // log of the sum of the row's weights, 2^(s - L) its softmax (+inf where every key is excluded,
 // so that every weight is 0), and D = Σ dO · out over the head dim (p.grad, p.out: contiguous
 // [B, H, Sq, KD]), which the backward kernels subtract from dP. A lane a row.
-template <int KD, bool kBf16>
-KA_FN void ka_store_stats(KaWarpState<KD>& w, const KaParams& p, long long bh, long long first_row,
-                          int lane) {
+template <int KD, bool kBf16, int kM = 2>
+KA_FN void ka_store_stats(KaWarpState<KD, kM>& w, const KaParams& p, long long bh,
+                          long long first_row, int lane) {
   const int g = lane >> 2, t = lane & 3;
   float* stats = reinterpret_cast<float*>(p.stats) + 2 * bh * p.queries;
-  KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
     KA_UNROLL for (int r = 0; r < 2; ++r) {
       const float sum = ka_quad_sum(w.l[mi][r]);
       const long long qi = first_row + 16 * mi + g + r * 8;
@@ -434,7 +437,7 @@ KA_FN void ka_store_stats(KaWarpState<KD>& w, const KaParams& p, long long bh, l
     }
   }
   const long long qi = first_row + lane;
-  if (qi >= p.queries) return;
+  if (lane >= 16 * kM || qi >= p.queries) return;
   const auto* out = reinterpret_cast<const unsigned*>(p.out) + (bh * p.queries + qi) * (KD / 2);
   const auto* grad = reinterpret_cast<const unsigned*>(p.grad) + (bh * p.queries + qi) * (KD / 2);
   float dot = 0.f;
@@ -555,11 +558,23 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
 
 // The backward pass's statistics staged for a tile of 64 queries: {L, D} of each, 512 bytes;
 // rows past the end zeros (their columns are excluded: 2^(-inf - 0) weighs 0).
-template <int kRows>
+template <int kRows, int kThreads = kKaThreads>
 KA_FN void ka_load_stats(float* dst, const float* stats, long long row0, long long rows) {
-  for (int r = static_cast<int>(ka_thread()); r < kRows; r += kKaThreads) {
+  for (int r = static_cast<int>(ka_thread()); r < kRows; r += kThreads) {
     const bool valid = row0 + r < rows;
     ka_copy8(dst + 2 * r, valid ? stats + 2 * (row0 + r) : stats, valid);
+  }
+}
+
+// L and D (ka_store_stats) of this lane's rows g and g + 8 of the warp's 16 from first_row; rows
+// past the end weigh nothing (L = +inf).
+KA_FN void ka_row_stats(const KaParams& p, long long bh, long long first_row, int lane,
+                        float (&L)[2], float (&D)[2]) {
+  const float* stats = reinterpret_cast<const float*>(p.stats) + 2 * bh * p.queries;
+  KA_UNROLL for (int r = 0; r < 2; ++r) {
+    const long long qi = first_row + (lane >> 2) + 8 * r;
+    L[r] = qi < p.queries ? stats[2 * qi] : -ka_neg_inf();
+    D[r] = qi < p.queries ? stats[2 * qi + 1] : 0.f;
   }
 }
 
@@ -578,6 +593,16 @@ KA_FN void ka_store_f32(const float (&acc)[1][KD / 8][4], float factor, float* o
       at[d * 8 + 1] = acc[0][d][2 * r + 1] * factor;
     }
   }
+}
+
+// dk (times the scale) and dv of the warp's 16 keys from first_key, as f32.
+template <int KD>
+KA_FN void ka_store_key_grads(const float (&dk)[1][KD / 8][4], const float (&dv)[1][KD / 8][4],
+                              const KaParams& p, long long bh, long long first_key, int lane) {
+  ka_store_f32<KD>(dk, p.scale, reinterpret_cast<float*>(p.dk) + bh * p.keys * KD, first_key,
+                   p.keys, lane);
+  ka_store_f32<KD>(dv, 1.f, reinterpret_cast<float*>(p.dv) + bh * p.keys * KD, first_key, p.keys,
+                   lane);
 }
 
 // dq of one block of the backward pass: query rows [q0, q0 + 64) of (batch, head) bh, 16 a warp,
@@ -612,14 +637,8 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
     }
     ka_commit();
   }
-  // L and D of this lane's rows g and g + 8 (rows past the end weigh nothing).
-  const float* stats = reinterpret_cast<const float*>(p.stats) + 2 * bh * p.queries;
   float L[2], D[2];
-  KA_UNROLL for (int r = 0; r < 2; ++r) {
-    const long long qi = first_row + (lane >> 2) + 8 * r;
-    L[r] = qi < p.queries ? stats[2 * qi] : -ka_neg_inf();
-    D[r] = qi < p.queries ? stats[2 * qi + 1] : 0.f;
-  }
+  ka_row_stats(p, bh, first_row, lane, L, D);
 
   float dq[1][KD / 8][4];
   KA_UNROLL for (int d = 0; d < KD / 8; ++d) dq[0][d][0] = dq[0][d][1] = dq[0][d][2] = dq[0][d][3] =
@@ -741,10 +760,7 @@ KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
     }
     ka_commit();
   }
-  ka_store_f32<KD>(dk, p.scale, reinterpret_cast<float*>(p.dk) + bh * p.keys * KD, first_key,
-                   p.keys, lane);
-  ka_store_f32<KD>(dv, 1.f, reinterpret_cast<float*>(p.dv) + bh * p.keys * KD, first_key, p.keys,
-                   lane);
+  ka_store_key_grads<KD>(dk, dv, p, bh, first_key, lane);
 }
 
 }  // namespace kiln::cuda::attention_kernels

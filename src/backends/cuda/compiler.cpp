@@ -22,8 +22,8 @@ Compiler::Compiler(Context& context) : context_(context) {
   int major = 0, minor = 0, driver = 0;
   KILN_CUDA_CHECK("cuda", nvrtcVersion(&major, &minor));
   KILN_CUDA_CHECK("cuda", cuDriverGetVersion(&driver));
-  version_tag_ = context_.arch() + "/nvrtc" + std::to_string(major) + "." + std::to_string(minor) +
-                 "/driver" + std::to_string(driver);
+  version_tag_ = context_.compile_arch() + "/nvrtc" + std::to_string(major) + "." +
+                 std::to_string(minor) + "/driver" + std::to_string(driver);
   tables_.push_back(std::make_unique<Table>(kInitialSlots));
   table_.store(tables_.back().get(), std::memory_order_release);
 }
@@ -106,7 +106,7 @@ std::vector<char> Compiler::compile(const std::string& source, const std::string
     nvrtcProgram& p;
     ~Guard() { nvrtcDestroyProgram(&p); }
   } guard{program};
-  const std::string arch = "--gpu-architecture=" + context_.arch();
+  const std::string arch = "--gpu-architecture=" + context_.compile_arch();
   const char* options[] = {arch.c_str(), "--std=c++17", "-default-device"};
   const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
   if (result != NVRTC_SUCCESS) {
@@ -115,8 +115,8 @@ std::vector<char> Compiler::compile(const std::string& source, const std::string
     std::string log(log_size, '\0');
     if (log_size > 0) nvrtcGetProgramLog(program, log.data());
     detail::fail<ExecutionError>(key, "NVRTC could not compile a generated kernel for ",
-                                 context_.arch(), ": ", nvrtcGetErrorString(result), "\n", log,
-                                 "\n--- source ---\n", source);
+                                 context_.compile_arch(), ": ", nvrtcGetErrorString(result), "\n",
+                                 log, "\n--- source ---\n", source);
   }
   std::size_t size = 0;
   KILN_CUDA_CHECK(key.c_str(), nvrtcGetCUBINSize(program, &size));

@@ -1,7 +1,8 @@
 // Run-time compilation of generated kernels with NVRTC, for the device's exact architecture
-// (--gpu-architecture=sm_XX, cubin). Three levels: kernels already loaded in this process (by a
-// short key the caller builds, so the source is generated only on a miss), the disk cache
-// (by a hash of source, architecture, NVRTC and driver versions), and NVRTC itself.
+// (--gpu-architecture=sm_XX, or sm_90a on 9.0: Context::compile_arch; cubin). Three levels: kernels
+// already loaded in this process (by a short key the caller builds, so the source is generated only
+// on a miss), the disk cache (by a hash of source, architecture, NVRTC and driver versions), and
+// NVRTC itself.
 //
 // Every op asks for its kernel, so a loaded kernel is found without a lock and without an
 // allocation: an open-addressed table of immutable entries that readers probe with atomic

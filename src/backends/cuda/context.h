@@ -48,6 +48,10 @@ class Context {
   int sm_count() const noexcept { return sm_count_; }
   // "sm_90"
   std::string arch() const { return "sm_" + std::to_string(major_ * 10 + minor_); }
+  // The target NVRTC compiles for: arch(), with the architecture-specific features (the "a"
+  // targets: wgmma and setmaxnreg on 9.0) where the device has them. Such code runs on this
+  // exact architecture only, which is the only one a run-time compile is for.
+  std::string compile_arch() const { return arch() + (major_ == 9 && minor_ == 0 ? "a" : ""); }
   // Makes the primary context current on the calling thread (cheap when it already is).
   void make_current() const;
 

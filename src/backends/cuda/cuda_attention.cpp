@@ -49,6 +49,9 @@ struct AttentionCall {
   DType dtype;
   std::int64_t depth;
   std::string key;
+  // The kernels: on Hopper's warpgroup products where they apply.
+  AttentionKernel forward = AttentionKernel::Forward, statistics = AttentionKernel::Stats,
+                  query_grad = AttentionKernel::Query, key_value_grad = AttentionKernel::KeyValue;
 
   // Whether the kernels take it: bf16/f16, equal head dims a multiple of 16 up to 128, rows on
   // both sides, and grids the launch takes.
@@ -111,6 +114,13 @@ struct AttentionCall {
     p.causal = options.is_causal ? 1 : 0;
     key = std::string(short_name(dtype)) + ":" + std::to_string(depth) + (mask ? ":mask" : "") +
           (bias ? ":bias" : "");
+    const Context& context = backend.runtime().context;
+    if (attention_hopper_applies(context.major(), context.minor(), depth)) {
+      forward = AttentionKernel::HopperForward;
+      statistics = AttentionKernel::HopperStats;
+      query_grad = AttentionKernel::HopperQuery;
+      key_value_grad = AttentionKernel::HopperKeyValue;
+    }
   }
 
   std::int64_t heads_total() const { return p.batch * p.heads; }
@@ -122,10 +132,10 @@ struct AttentionCall {
     CUfunction function = runtime.compiler.function(source_key, name, [&] {
       return attention_kernel_source(kernel, dtype, depth, mask.has_value(), bias.has_value());
     });
-    const unsigned shared = attention_shared_bytes(depth);
+    const unsigned shared = attention_shared_bytes(kernel, depth);
     Runtime::allow_shared(function, shared, op);
-    runtime.launch(op, function, static_cast<unsigned>(heads_total() * blocks), kAttentionThreads,
-                   p, shared);
+    runtime.launch(op, function, static_cast<unsigned>(heads_total() * blocks),
+                   static_cast<unsigned>(attention_kernel_threads(kernel)), p, shared);
   }
 
   // The backward pass's statistics of every query row (ka_store_stats) for the forward's output
@@ -138,8 +148,8 @@ struct AttentionCall {
     TensorPtr stats = backend.make_tensor(
         DType::F32, Shape{attention_kernels::ka_stats_floats(heads_total() * p.queries)}, op);
     p.stats = stats->data();
-    p.query_blocks = ceil_div(p.queries, kAttentionRows);
-    launch(backend.runtime(), AttentionKernel::Stats, p.query_blocks, op);
+    p.query_blocks = ceil_div(p.queries, attention_kernel_rows(statistics));
+    launch(backend.runtime(), statistics, p.query_blocks, op);
     return stats;
   }
 
@@ -167,8 +177,8 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
   TensorPtr out =
       make_tensor(call.dtype, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
   call.p.out = out->data();
-  call.p.query_blocks = ceil_div(call.p.queries, kAttentionRows);
-  call.launch(runtime_, AttentionKernel::Forward, call.p.query_blocks, op);
+  call.p.query_blocks = ceil_div(call.p.queries, attention_kernel_rows(call.forward));
+  call.launch(runtime_, call.forward, call.p.query_blocks, op);
   return out;
 }
 
@@ -189,8 +199,8 @@ Primitive CudaBackend::attention_query_backward(Primitive query, Primitive key, 
   TensorPtr dq =
       make_tensor(DType::F32, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
   call.p.dq = dq->data();
-  call.p.query_blocks = ceil_div(call.p.queries, kAttentionKeys);
-  call.launch(runtime_, AttentionKernel::Query, call.p.query_blocks, op);
+  call.p.query_blocks = ceil_div(call.p.queries, attention_kernel_rows(call.query_grad));
+  call.launch(runtime_, call.query_grad, call.p.query_blocks, op);
   return call.gradient(*this, std::move(dq), shape);
 }
 
@@ -212,7 +222,8 @@ PrimitivePair CudaBackend::attention_key_value_backward(
   TensorPtr dv = make_tensor(DType::F32, full, op);
   call.p.dk = dk->data();
   call.p.dv = dv->data();
-  call.launch(runtime_, AttentionKernel::KeyValue, ceil_div(call.p.keys, kAttentionKeys), op);
+  call.launch(runtime_, call.key_value_grad,
+              ceil_div(call.p.keys, attention_kernel_rows(call.key_value_grad)), op);
   return {call.gradient(*this, std::move(dk), k_shape),
           call.gradient(*this, std::move(dv), v_shape)};
 }
