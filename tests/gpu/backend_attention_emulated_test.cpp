@@ -282,7 +282,8 @@ TEST(GpuAttentionEmulated, BackwardKernelsMatchFloat64Reference) {
 // descriptors) against the same float64 loops: two query blocks and three key tiles of 128 (both
 // stages, the last partial), the causal diagonal across three query blocks with rows past the end,
 // a mask and a bias, heads viewed out of [B, S, H, D], one key/value head for every query head,
-// a padding mask that keeps no key, a NaN row; copies landing at the copy and at the wait.
+// a padding mask that keeps no key, a NaN row; copies landing at the copy and (for the stages) at
+// the wait.
 TEST(GpuAttentionEmulated, HopperKernelMatchesFloat64Reference) {
   using namespace gpu_attention_emulated;
   const EmulatedCase stages = {{b, 1, 2, 200, 300, 64}, &run_kernel<64, true, false, false, true>};
@@ -291,7 +292,7 @@ TEST(GpuAttentionEmulated, HopperKernelMatchesFloat64Reference) {
   const EmulatedCase cases[] = {
       {{b, 2, 1, 70, 129, 64, MaskKind::Full, true, false},
        &run_kernel<64, true, true, true, true>},
-      {{h, 2, 3, 70, 140, 128, none, false, false, Layout::HeadsOfRows},
+      {{h, 1, 2, 70, 140, 128, none, false, false, Layout::HeadsOfRows},
        &run_kernel<128, false, false, false, true>},
       {{b, 2, 2, 33, 90, 64, none, false, true, Layout::Contiguous, 1},
        &run_kernel<64, true, false, false, true>},
@@ -302,7 +303,6 @@ TEST(GpuAttentionEmulated, HopperKernelMatchesFloat64Reference) {
   check(stages, 3910, kernel_emulator::Copies::eager);
   check(stages, 3920, kernel_emulator::Copies::lazy);
   check(causal, 3930, kernel_emulator::Copies::eager);
-  check(causal, 3940, kernel_emulator::Copies::lazy);
   std::uint64_t seed = 3950;
   for (const EmulatedCase& e : cases) check(e, seed += 10, kernel_emulator::Copies::eager);
 }

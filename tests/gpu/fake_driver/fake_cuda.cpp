@@ -159,7 +159,7 @@ CUresult destroy_handle(Handle* handle) {
   return CUDA_SUCCESS;
 }
 
-// cuMemsetD8Async and cuMemsetD32Async: count words of value.
+// cuMemsetD8Async, cuMemsetD32Async and cuMemsetD32 (the null stream): count words of value.
 template <class Word>
 CUresult fill(const char* call, CUdeviceptr device, Word value, std::size_t count,
               CUstream stream) {
@@ -566,6 +566,11 @@ CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr destination, CUcontext, CUdevicep
   }
   std::memmove(reinterpret_cast<void*>(destination), reinterpret_cast<const void*>(source), bytes);
   return CUDA_SUCCESS;
+}
+
+// The plugin's context clears its split counters with it once (cuda.h names it cuMemsetD32_v2).
+CUresult CUDAAPI cuMemsetD32(CUdeviceptr device, unsigned int value, std::size_t count) {
+  return fill<std::uint32_t>("cuMemsetD32", device, value, count, nullptr);
 }
 
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr device, unsigned int value, std::size_t count,
