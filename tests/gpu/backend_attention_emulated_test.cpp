@@ -46,15 +46,15 @@ float ka_shfl_xor(float v, int mask) {
 
 bool ka_any(bool v) { return kernel_emulator::any_lane(v); }
 
-// attention_hopper.h's: the emulated products are synchronous, so the fences and the wait have
-// nothing to order.
+// attention_hopper.h's: the fences order nothing the emulated grid reorders; the products are
+// done at the call or at the wait (kernel_emulator::g_products).
 unsigned kh_address(const void* p) {
   return static_cast<unsigned>(static_cast<const unsigned char*>(p) - kernel_emulator::t_smem);
 }
 void kh_fence_shared() {}
 void kh_fence() {}
-void kh_commit() {}
-void kh_wait_all() {}
+void kh_commit() { kernel_emulator::commit_products(); }
+void kh_wait_host(int pending) { kernel_emulator::wait_products(pending); }
 void kh_host_scores(float* d, int n, KhDesc a, KhDesc b, bool accumulate, bool bf16) {
   kernel_emulator::wgmma_shared(d, n, a, b, accumulate, bf16);
 }
@@ -118,8 +118,11 @@ void launch_hopper_blocks(const ka::KaParams& p, long long blocks, int depth, Bo
                           ka::kh_shared_bytes(depth), [&](unsigned char* smem) { body(p, smem); });
 }
 
-// c's attention through the kernel body on the emulated grid (kHopper: attention_hopper.h's).
-template <int KD, bool kBf16, bool kMask, bool kBias, bool kHopper = false>
+// Which forward body: attention_kernels.h's, attention_hopper.h's, or its pipelined one.
+enum Body { kMmaSync, kHopper, kPipelined };
+
+// c's attention through a forward body on the emulated grid.
+template <int KD, bool kBf16, bool kMask, bool kBias, Body kBody = kMmaSync>
 TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
   EXPECT_EQ(c.depth, KD);
   EXPECT_EQ(c.dtype == DType::BF16, kBf16);
@@ -130,9 +133,13 @@ TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
   std::vector<unsigned short> out(static_cast<std::size_t>(c.batch * c.heads * c.queries * KD),
                                   0x7FC1);
   p.out = reinterpret_cast<std::uintptr_t>(out.data());
-  if constexpr (kHopper) {
+  if constexpr (kBody == kHopper) {
     p.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
     launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, false>);
+  } else if constexpr (kBody == kPipelined) {
+    p.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
+    launch_hopper_blocks(p, p.query_blocks, KD,
+                         ka::kh_attention_pipelined<KD, kBf16, kMask, kBias>);
   } else {
     p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
     launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false>);
@@ -207,13 +214,17 @@ struct BackwardCase {
 
 namespace gpu_attention_emulated {
 
-void check(const EmulatedCase& e, std::uint64_t seed, kernel_emulator::Copies copies) {
+void check(const EmulatedCase& e, std::uint64_t seed, kernel_emulator::Copies copies,
+           kernel_emulator::Copies products = kernel_emulator::Copies::eager) {
   SCOPED_TRACE(describe(e.c) +
-               (copies == kernel_emulator::Copies::lazy ? ", copies land late" : ""));
+               (copies == kernel_emulator::Copies::lazy ? ", copies land late" : "") +
+               (products == kernel_emulator::Copies::lazy ? ", products complete late" : ""));
   const Inputs in = make_inputs(e.c, seed);
   kernel_emulator::g_copies = copies;
+  kernel_emulator::g_products = products;
   expect_matches(e.c, in, e.run(e.c, in));
   kernel_emulator::g_copies = kernel_emulator::Copies::eager;
+  kernel_emulator::g_products = kernel_emulator::Copies::eager;
 }
 
 const DType b = DType::BF16, h = DType::F16;
@@ -286,22 +297,23 @@ TEST(GpuAttentionEmulated, BackwardKernelsMatchFloat64Reference) {
 // the wait.
 TEST(GpuAttentionEmulated, HopperKernelMatchesFloat64Reference) {
   using namespace gpu_attention_emulated;
-  const EmulatedCase stages = {{b, 1, 2, 200, 300, 64}, &run_kernel<64, true, false, false, true>};
+  const EmulatedCase stages = {{b, 1, 2, 200, 300, 64},
+                               &run_kernel<64, true, false, false, kHopper>};
   const EmulatedCase causal = {{h, 1, 1, 260, 260, 128, none, false, true},
-                               &run_kernel<128, false, false, false, true>};
+                               &run_kernel<128, false, false, false, kHopper>};
   const EmulatedCase cases[] = {
       {{b, 2, 1, 70, 129, 64, MaskKind::Full, true, false},
-       &run_kernel<64, true, true, true, true>},
+       &run_kernel<64, true, true, true, kHopper>},
       {{h, 1, 2, 70, 140, 128, none, false, false, Layout::HeadsOfRows},
-       &run_kernel<128, false, false, false, true>},
+       &run_kernel<128, false, false, false, kHopper>},
       {{b, 2, 2, 33, 90, 64, none, false, true, Layout::Contiguous, 1},
-       &run_kernel<64, true, false, false, true>},
-      {{b, 3, 2, 20, 128, 128, MaskKind::Padding}, &run_kernel<128, true, true, false, true>},
+       &run_kernel<64, true, false, false, kHopper>},
+      {{b, 3, 2, 20, 128, 128, MaskKind::Padding}, &run_kernel<128, true, true, false, kHopper>},
       {{b, 1, 2, 40, 40, 64, none, false, false, Layout::Contiguous, 0, true},
-       &run_kernel<64, true, false, false, true>},
+       &run_kernel<64, true, false, false, kHopper>},
   };
   check(stages, 3910, kernel_emulator::Copies::eager);
-  check(stages, 3920, kernel_emulator::Copies::lazy);
+  check(stages, 3920, kernel_emulator::Copies::lazy, kernel_emulator::Copies::lazy);
   check(causal, 3930, kernel_emulator::Copies::eager);
   std::uint64_t seed = 3950;
   for (const EmulatedCase& e : cases) check(e, seed += 10, kernel_emulator::Copies::eager);
@@ -326,4 +338,27 @@ TEST(GpuAttentionEmulated, HopperBackwardKernelsMatchFloat64Reference) {
     const Inputs in = make_inputs(e.c, seed += 10);
     e.check(e.c, in, seed + 5);
   }
+}
+
+// The pipelined Hopper forward pass (tile j + 1's scores and softmax beside tile j's sum): with
+// products completing at their waits, a score read before its wait or the values rescaled before
+// their sum completes shows; with copies landing at their waits, a k or v tile read before its
+// group is waited for shows. Stages reused (five key tiles), the causal diagonal, a mask and a
+// bias, one key tile.
+TEST(GpuAttentionEmulated, PipelinedHopperKernelMatchesFloat64Reference) {
+  using namespace gpu_attention_emulated;
+  using kernel_emulator::Copies;
+  const EmulatedCase stages = {{b, 1, 1, 130, 600, 64},
+                               &run_kernel<64, true, false, false, kPipelined>};
+  const EmulatedCase causal = {{h, 1, 1, 260, 260, 128, none, false, true},
+                               &run_kernel<128, false, false, false, kPipelined>};
+  const EmulatedCase masked = {{b, 2, 1, 70, 300, 64, MaskKind::Full, true, false},
+                               &run_kernel<64, true, true, true, kPipelined>};
+  const EmulatedCase single = {{b, 1, 2, 40, 40, 128},
+                               &run_kernel<128, true, false, false, kPipelined>};
+  check(stages, 5910, Copies::eager);
+  check(stages, 5920, Copies::lazy, Copies::lazy);
+  check(causal, 5930, Copies::lazy, Copies::lazy);
+  check(masked, 5940, Copies::eager, Copies::lazy);
+  check(single, 5950, Copies::lazy, Copies::lazy);
 }

@@ -466,10 +466,11 @@ TEST(GpuCodegen, AttentionKernelCompiles) {
              {AttentionKernel::Forward, AttentionKernel::Stats, AttentionKernel::Query,
               AttentionKernel::KeyValue, AttentionKernel::HopperForward,
               AttentionKernel::HopperStats, AttentionKernel::HopperQuery,
-              AttentionKernel::HopperKeyValue}) {
+              AttentionKernel::HopperKeyValue, AttentionKernel::HopperPipelined}) {
           const bool hopper = kernel >= AttentionKernel::HopperForward;
-          const bool backward =
-              kernel != AttentionKernel::Forward && kernel != AttentionKernel::HopperForward;
+          const bool backward = kernel != AttentionKernel::Forward &&
+                                kernel != AttentionKernel::HopperForward &&
+                                kernel != AttentionKernel::HopperPipelined;
           if (backward && (depth == 32 || depth == 96 || mask != bias)) continue;
           if (hopper && depth != 64 && depth != 128) continue;
           const std::string log =

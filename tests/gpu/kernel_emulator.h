@@ -6,7 +6,10 @@
 //
 // cp.async has two readings here, and a test runs both: eager (the bytes land at the call, so a
 // copy issued into a tile that another warp still reads corrupts it) and lazy (the bytes land at
-// the wait that retires the copy's group, so a read before that wait sees stale bytes).
+// the wait that retires the copy's group, so a read before that wait sees stale bytes). wgmma's
+// asynchronous products likewise: eager (done at the call) or lazy (done at the wait that retires
+// their group, reading shared memory then, so an accumulator used or changed before its wait
+// shows).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -45,7 +49,8 @@ inline thread_local const unsigned char* t_smem = nullptr;
 inline thread_local std::size_t t_smem_bytes = 0;
 
 enum class Copies { eager, lazy };
-inline Copies g_copies = Copies::eager;  // set before a launch, read by its threads
+inline Copies g_copies = Copies::eager;    // set before a launch, read by its threads
+inline Copies g_products = Copies::eager;  // wgmma's, likewise
 
 struct PendingCopy {
   void* dst;
@@ -54,6 +59,8 @@ struct PendingCopy {
 };
 inline thread_local std::vector<PendingCopy> t_open_group;
 inline thread_local std::vector<std::vector<PendingCopy>> t_committed;
+inline thread_local std::vector<std::function<void()>> t_open_products;
+inline thread_local std::vector<std::vector<std::function<void()>>> t_committed_products;
 
 // body(smem) for every thread of blocks blocks of threads threads, a block at a time.
 template <class Body>
@@ -77,6 +84,8 @@ void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body bo
         t_smem_bytes = shared_bytes;
         t_open_group.clear();
         t_committed.clear();
+        t_open_products.clear();
+        t_committed_products.clear();
         body(smem);
       });
     }
@@ -245,8 +254,8 @@ inline double wgmma_operand(std::uint64_t desc, int mn, int k, bool k_major, boo
 // wgmma.m64nNk16 with f32 accumulators, 16-bit inputs, both operands in shared memory and
 // K-major: d = A Bᵀ (+ d when accumulate), A 64 x 16 and B N x 16. A thread's d is the warp's 16
 // rows of the 64 (warp w of the warpgroup rows 16w..) as N / 8 mma.m16n8 C tiles side by side.
-inline void wgmma_shared(float* d, int n, std::uint64_t a, std::uint64_t b, bool accumulate,
-                         bool bf16) {
+inline void wgmma_shared_now(float* d, int n, std::uint64_t a, std::uint64_t b, bool accumulate,
+                             bool bf16) {
   const int first = 16 * static_cast<int>((t_thread / 32) % 4);
   const int g = static_cast<int>(lane()) / 4, t = static_cast<int>(lane()) % 4;
   for (int j = 0; j < n / 8; ++j) {
@@ -263,7 +272,7 @@ inline void wgmma_shared(float* d, int n, std::uint64_t a, std::uint64_t b, bool
 
 // wgmma.m64nNk16 as above with A in registers (each warp's 16 rows as mma.m16n8k16's A
 // fragments) and B (16 x N) MN-major, read transposed: d += A B.
-inline void wgmma_registers(float* d, int n, const unsigned* a, std::uint64_t b, bool bf16) {
+inline void wgmma_registers_now(float* d, int n, const unsigned* a, std::uint64_t b, bool bf16) {
   Warp& warp = share_fragments(lane(), a, 0, 0);
   const int g = static_cast<int>(lane()) / 4, t = static_cast<int>(lane()) % 4;
   for (int j = 0; j < n / 8; ++j) {
@@ -277,6 +286,36 @@ inline void wgmma_registers(float* d, int n, const unsigned* a, std::uint64_t b,
     }
   }
   warp.barrier.arrive_and_wait();  // every lane has read the fragments before any is rewritten
+}
+
+// A product done now (eager) or kept in this thread's open group until a wait retires it (lazy):
+// every lane of a warp issues and retires the same products in the same order, so the register
+// exchange inside one still meets the other lanes'. A's registers are read at the call.
+inline void issue_product(std::function<void()> product) {
+  if (g_products == Copies::eager) {
+    product();
+  } else {
+    t_open_products.push_back(std::move(product));
+  }
+}
+inline void wgmma_shared(float* d, int n, std::uint64_t a, std::uint64_t b, bool accumulate,
+                         bool bf16) {
+  issue_product([=] { wgmma_shared_now(d, n, a, b, accumulate, bf16); });
+}
+inline void wgmma_registers(float* d, int n, const unsigned* a, std::uint64_t b, bool bf16) {
+  const unsigned regs[4] = {a[0], a[1], a[2], a[3]};
+  issue_product([=] { wgmma_registers_now(d, n, regs, b, bf16); });
+}
+inline void commit_products() {
+  t_committed_products.push_back(std::move(t_open_products));
+  t_open_products.clear();
+}
+// Completes every committed group of products but the newest `pending`.
+inline void wait_products(int pending) {
+  while (t_committed_products.size() > static_cast<std::size_t>(pending)) {
+    for (const auto& product : t_committed_products.front()) product();
+    t_committed_products.erase(t_committed_products.begin());
+  }
 }
 
 }  // namespace kernel_emulator

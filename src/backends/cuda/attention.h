@@ -28,6 +28,9 @@ enum class AttentionKernel {
   HopperStats,
   HopperQuery,
   HopperKeyValue,
+  // kiln_attention_wg_pipelined: the forward pass with each warpgroup's products overlapped with
+  // its softmax (KILN_ATTENTION_WGMMA=2 until timed).
+  HopperPipelined,
 };
 
 // True where the kernels run attention of dtype with head dim `depth` (bf16 or f16; depth a
@@ -37,6 +40,8 @@ bool attention_kernel_applies(DType dtype, std::int64_t depth);
 // a device of compute capability major.minor (9.0 exactly: wgmma is sm_90a's), unless
 // KILN_ATTENTION_WGMMA=0 asks for the mma.sync kernels.
 bool attention_hopper_applies(int major, int minor, std::int64_t depth);
+// True where KILN_ATTENTION_WGMMA=2 asks for the pipelined Hopper forward pass.
+bool attention_hopper_pipelined();
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,

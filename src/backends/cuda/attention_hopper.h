@@ -66,7 +66,12 @@ KA_FN void kh_fence_shared() { asm volatile("fence.proxy.async.shared::cta;\n" :
 // Before a chain of wgmma: their accumulator and A registers as the thread last wrote them.
 KA_FN void kh_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 KA_FN void kh_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-KA_FN void kh_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Every committed group of products but the newest kPending has completed.
+template <int kPending>
+KA_FN void kh_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+KA_FN void kh_wait_all() { kh_wait<0>(); }
 // An accumulator register "rewritten" here, so that the compiler neither reads it before the
 // wait that completes the products nor moves a write of it past the fence before them.
 KA_FN void kh_pin(float& x) { asm volatile("" : "+f"(x)::"memory"); }
@@ -129,7 +134,12 @@ unsigned kh_address(const void* p);
 void kh_fence_shared();
 void kh_fence();
 void kh_commit();
-void kh_wait_all();
+void kh_wait_host(int pending);
+template <int kPending>
+inline void kh_wait() {
+  kh_wait_host(kPending);
+}
+inline void kh_wait_all() { kh_wait<0>(); }
 inline void kh_pin(float&) {}
 void kh_host_scores(float* d, int n, KhDesc a, KhDesc b, bool accumulate, bool bf16);
 void kh_host_accumulate(float* d, int n, const unsigned* a, KhDesc b, bool bf16);
@@ -189,26 +199,71 @@ KA_FN void kh_pack_weights(unsigned (&a)[kN / 16][4], const float (&w)[1][kN / 8
   }
 }
 
+// The score chain of a tile: s = q kᵀ for the warpgroup's 64 rows (q_rows: their shared address
+// in the q tile) and the 128 keys of the k tile at `keys`, issued (not waited for).
+template <int KD, bool kBf16>
+KA_FN void kh_issue_scores(float (&s)[1][kKhKeys / 8][4], unsigned q_rows, unsigned keys) {
+  KA_UNROLL for (int kk = 0; kk < KD / 16; ++kk) {
+    const unsigned panel = (kk >> 2), within = (kk & 3) * 32;
+    kh_scores<kBf16, kKhKeys>(s, kh_desc(q_rows + panel * kKhRows * 128 + within, 16, 1024),
+                              kh_desc(keys + panel * kKhKeys * 128 + within, 16, 1024), kk);
+  }
+}
+// The value chain of a tile: o += P v for the weights a (kh_pack_weights) and the v tile at
+// `values`, issued (not waited for).
+template <int KD, bool kBf16>
+KA_FN void kh_issue_values(float (&o)[1][KD / 8][4], const unsigned (&a)[kKhKeys / 16][4],
+                           unsigned values) {
+  KA_UNROLL for (int kk = 0; kk < kKhKeys / 16; ++kk) {
+    kh_accumulate<kBf16, KD>(o, a[kk], kh_desc(values + kk * 16 * 128, kKhKeys * 128, 1024));
+  }
+}
+
+// Where a thread of a forward block stands (kh_attention, kh_attention_pipelined): the block's
+// shared tiles (q's, then two stages of k's and two of v's, from a 1024-byte boundary) and their
+// shared addresses, its head, its query rows [q0, q0 + 128) (the last query blocks first), this
+// warp's 16 rows and the address of this warpgroup's 64 in q's tile, and the key tiles to walk
+// (under the causal cut none after the block's last query).
+template <int KD>
+struct KhForwardBlock {
+  static constexpr int kQBytes = kKhRows * KD * 2, kTileBytes = kKhKeys * KD * 2;
+  KaHead head;
+  unsigned char *q_tile, *k_tiles, *v_tiles;
+  unsigned q_at, k_at, v_at, q_rows;
+  long long q0, first_row;
+  int key_tiles;
+  KA_FN KhForwardBlock(const KaParams& p, unsigned char* smem) {
+    const KhShared base = kh_aligned(smem);
+    q_tile = base.at;
+    k_tiles = q_tile + kQBytes;
+    v_tiles = k_tiles + 2 * kTileBytes;
+    q_at = base.address;
+    k_at = q_at + kQBytes;
+    v_at = k_at + 2 * kTileBytes;
+    head = ka_head<KD>(p);
+    const int group = head.warp >> 2;
+    q_rows = q_at + group * 64 * 128;
+    q0 = (p.query_blocks - 1 - head.tile) * kKhRows;
+    first_row = q0 + group * 64 + (head.warp & 3) * 16;
+    long long key_end = p.keys;
+    if (p.causal && q0 + kKhRows < key_end) key_end = q0 + kKhRows;
+    key_tiles = static_cast<int>((key_end + kKhKeys - 1) / kKhKeys);
+  }
+};
+
 // One block of the forward pass (kStats: of the backward pass's statistics, with no values
 // read), as ka_attention but on the Hopper layout above: query rows [q0, q0 + 128) of (batch,
 // head) bh, the last query blocks first. smem: kh_shared_bytes(KD), 16-byte aligned.
 template <int KD, bool kBf16, bool kMask, bool kBias, bool kStats>
 KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
-  constexpr int kQBytes = kKhRows * KD * 2, kTileBytes = kKhKeys * KD * 2;
-  const KhShared base = kh_aligned(smem);
-  unsigned char* q_tile = base.at;
-  unsigned char* k_tiles = q_tile + kQBytes;          // two stages
-  unsigned char* v_tiles = k_tiles + 2 * kTileBytes;  // two stages
-  const unsigned q_at = base.address, k_at = q_at + kQBytes, v_at = k_at + 2 * kTileBytes;
-  const KaHead head = ka_head<KD>(p);
-  const int warp = head.warp, lane = head.lane, group = warp >> 2;
-  const long long bh = head.bh, b = head.b, h = head.h;
-  const long long q0 = (p.query_blocks - 1 - head.tile) * kKhRows;
-  const long long first_row = q0 + group * 64 + (warp & 3) * 16;  // this warp's 16 rows
-
-  long long key_end = p.keys;
-  if (p.causal && q0 + kKhRows < key_end) key_end = q0 + kKhRows;  // keys after the last query
-  const int key_tiles = static_cast<int>((key_end + kKhKeys - 1) / kKhKeys);
+  const KhForwardBlock<KD> f(p, smem);
+  const KaHead& head = f.head;
+  const int lane = head.lane;
+  const long long bh = head.bh, b = head.b, h = head.h, q0 = f.q0, first_row = f.first_row;
+  const int key_tiles = f.key_tiles;
+  unsigned char *q_tile = f.q_tile, *k_tiles = f.k_tiles, *v_tiles = f.v_tiles;
+  const unsigned k_at = f.k_at, v_at = f.v_at, q_rows = f.q_rows;
+  constexpr int kTileBytes = KhForwardBlock<KD>::kTileBytes;
 
   // One group of copies committed per step, as in ka_attention.
   kh_load_tile<KD, kKhRows>(q_tile, head.q, p.q_strides[2], q0, p.queries);
@@ -230,8 +285,6 @@ KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
   }
   w.m[0][0] = w.m[0][1] = ka_neg_inf();
   w.l[0][0] = w.l[0][1] = 0.f;
-  // q's descriptor at this warpgroup's rows; k's and v's at stage 0.
-  const unsigned q_rows = q_at + group * 64 * 128;
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();       // this thread's copies of tile j are in
     kh_fence_shared();  // visible to the tensor cores' reads
@@ -243,12 +296,7 @@ KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
     {
       float s[1][kKhKeys / 8][4];
       kh_fence();
-      KA_UNROLL for (int kk = 0; kk < KD / 16; ++kk) {
-        const unsigned panel = (kk >> 2), within = (kk & 3) * 32;
-        kh_scores<kBf16, kKhKeys>(s, kh_desc(q_rows + panel * kKhRows * 128 + within, 16, 1024),
-                                  kh_desc(k_at + stage + panel * kKhKeys * 128 + within, 16, 1024),
-                                  kk);
-      }
+      kh_issue_scores<KD, kBf16>(s, q_rows, k_at + stage);
       kh_commit();
       kh_wait_all();
       kh_pin_all(s);
@@ -262,10 +310,7 @@ KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
         kh_pack_weights<kBf16, kKhKeys>(a, s);
         kh_pin_all(w.o);
         kh_fence();
-        KA_UNROLL for (int kk = 0; kk < kKhKeys / 16; ++kk) {
-          kh_accumulate<kBf16, KD>(w.o, a[kk],
-                                   kh_desc(v_at + stage + kk * 16 * 128, kKhKeys * 128, 1024));
-        }
+        kh_issue_values<KD, kBf16>(w.o, a, v_at + stage);
         kh_commit();
         kh_wait_all();
         kh_pin_all(w.o);
@@ -286,6 +331,114 @@ KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
   } else {
     ka_store<KD, kBf16, 1>(w, p, bh, first_row, lane);
   }
+}
+
+// The forward pass as kh_attention with each warpgroup's products overlapped with its softmax:
+// while tile j's weights meet v, tile j + 1's scores are made and, once they are, their softmax
+// step taken; the values are rescaled after tile j's sum completes. K runs a tile ahead of v in
+// the two stages of each: step j reads k's tile j + 1 and v's tile j, and then k's tile j + 3 and
+// v's tile j + 2 are copied into the stages they free (one group of copies a step, waited for two
+// steps later). KILN_ATTENTION_WGMMA=2 selects it (cuda_attention.cpp) until timed against
+// kh_attention.
+template <int KD, bool kBf16, bool kMask, bool kBias>
+KA_FN void kh_attention_pipelined(const KaParams& p, unsigned char* smem) {
+  const KhForwardBlock<KD> f(p, smem);
+  const KaHead& head = f.head;
+  const int lane = head.lane;
+  const long long bh = head.bh, b = head.b, h = head.h, q0 = f.q0, first_row = f.first_row;
+  const int key_tiles = f.key_tiles;
+  unsigned char *q_tile = f.q_tile, *k_tiles = f.k_tiles, *v_tiles = f.v_tiles;
+  const unsigned k_at = f.k_at, v_at = f.v_at, q_rows = f.q_rows;
+  constexpr int kTileBytes = KhForwardBlock<KD>::kTileBytes;
+  // Tile t's k goes to k stage t & 1, its v to v stage t & 1.
+  auto load_keys = [&](int t) {
+    if (t < key_tiles) {
+      kh_load_tile<KD, kKhKeys>(k_tiles + (t & 1) * kTileBytes, head.k, p.k_strides[2],
+                                static_cast<long long>(t) * kKhKeys, p.keys);
+    }
+  };
+  auto load_values = [&](int t) {
+    if (t < key_tiles) {
+      kh_load_tile<KD, kKhKeys>(v_tiles + (t & 1) * kTileBytes, head.v, p.v_strides[2],
+                                static_cast<long long>(t) * kKhKeys, p.keys);
+    }
+  };
+  // The weights of tile t's scores in s (the running maxima and sums moved to it).
+  float rescale[1][2];
+  KaWarpState<KD, 1> w;
+  auto softmax = [&](float(&s)[1][kKhKeys / 8][4], int t) {
+    const long long k0 = static_cast<long long>(t) * kKhKeys;
+    const bool checked =
+        kMask || kBias || k0 + kKhKeys > p.keys || (p.causal && k0 + kKhKeys - 1 > first_row);
+    const float factor = ka_prepare_scores<kBf16, kMask, kBias, 1, false, kKhKeys>(
+        s, p, checked, b, h, first_row, k0, lane);
+    return ka_softmax_weights<1, kKhKeys>(s, w.m, w.l, factor, rescale);
+  };
+
+  KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
+    w.o[0][d][0] = w.o[0][d][1] = w.o[0][d][2] = w.o[0][d][3] = 0.f;
+  }
+  w.m[0][0] = w.m[0][1] = ka_neg_inf();
+  w.l[0][0] = w.l[0][1] = 0.f;
+
+  // Tile 0's scores and weights first.
+  kh_load_tile<KD, kKhRows>(q_tile, head.q, p.q_strides[2], q0, p.queries);
+  load_keys(0);
+  load_keys(1);
+  load_values(0);
+  ka_commit();
+  ka_wait<0>();
+  kh_fence_shared();
+  ka_sync();
+  float s[1][kKhKeys / 8][4];
+  kh_fence();
+  kh_issue_scores<KD, kBf16>(s, q_rows, k_at);
+  kh_commit();
+  kh_wait_all();
+  kh_pin_all(s);
+  softmax(s, 0);
+  unsigned a[kKhKeys / 16][4];
+  kh_pack_weights<kBf16, kKhKeys>(a, s);
+  ka_sync();  // every warpgroup is done with k's stage 0
+  load_keys(2);
+  load_values(1);
+  ka_commit();
+
+  // Every step but the last makes the next tile's scores beside this tile's sum (no branch on
+  // it inside: the compiler would then keep every product apart).
+  for (int j = 0; j + 1 < key_tiles; ++j) {
+    ka_wait<1>();  // k's tile j + 1 and v's tile j are in (copied two steps ago)
+    kh_fence_shared();
+    ka_sync();
+    kh_pin_all(w.o);
+    kh_fence();
+    kh_issue_scores<KD, kBf16>(s, q_rows, k_at + ((j + 1) & 1) * kTileBytes);
+    kh_commit();
+    kh_issue_values<KD, kBf16>(w.o, a, v_at + (j & 1) * kTileBytes);
+    kh_commit();
+    kh_wait<1>();  // the scores; the values' sum may still run
+    kh_pin_all(s);
+    const bool changed = softmax(s, j + 1);
+    kh_wait_all();
+    kh_pin_all(w.o);
+    ka_rescale<KD, 1>(w.o, rescale, changed);
+    kh_pack_weights<kBf16, kKhKeys>(a, s);
+    ka_sync();  // every warpgroup is done with k's stage (j + 1) & 1 and v's stage j & 1
+    load_keys(j + 3);
+    load_values(j + 2);
+    ka_commit();
+  }
+  // The last tile's sum.
+  ka_wait<1>();
+  kh_fence_shared();
+  ka_sync();
+  kh_pin_all(w.o);
+  kh_fence();
+  kh_issue_values<KD, kBf16>(w.o, a, v_at + ((key_tiles - 1) & 1) * kTileBytes);
+  kh_commit();
+  kh_wait_all();
+  kh_pin_all(w.o);
+  ka_store<KD, kBf16, 1>(w, p, bh, first_row, lane);
 }
 
 // The backward pass's tiles: 64 keys a tile for dq's blocks of 128 queries, 64 queries a tile for

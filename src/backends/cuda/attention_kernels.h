@@ -350,18 +350,18 @@ struct KaWarpState {
   float l[kM][2];          // and the sums of their weights (this lane's columns only)
 };
 
-// The online softmax: each row's maximum over the tile (the quad's four lanes hold its 64
-// columns), the state rescaled to the new maximum, and s made the weights 2^(s factor - max)
-// (factor: ka_prepare_scores'). The
-// maxima leave NaN scores out (fmax), but a NaN score's weight is NaN, and so are its row's sum
-// and output, as the default's softmax gives. A row whose maximum is still -inf has had every key
+// The online softmax: each row's maximum over the tile (the quad's four lanes hold its
+// columns), and s made the weights 2^(s factor - max) (factor: ka_prepare_scores'). The maxima
+// leave NaN scores out (fmax), but a NaN score's weight is NaN, and so are its row's sum and
+// output, as the default's softmax gives. A row whose maximum is still -inf has had every key
 // excluded (or NaN): its weights are taken against 0, so that excluded keys weigh 0, NaN ones NaN.
-// The accumulated values are rescaled only when a row of the warp has a new maximum (never
-// without kValues: the statistics alone).
-template <int KD, bool kValues, int kM = 2, int kColumns = kKaKeys>
-KA_FN void ka_softmax_step(float (&s)[kM][kColumns / 8][4], KaWarpState<KD, kM>& w, float factor) {
+// The running maxima and sums move to the tile; `rescale` gets the factor the values accumulated
+// so far must be multiplied by (ka_rescale), and the result says whether any of this lane's rows
+// has a new maximum.
+template <int kM, int kColumns>
+KA_FN bool ka_softmax_weights(float (&s)[kM][kColumns / 8][4], float (&m)[kM][2], float (&l)[kM][2],
+                              float factor, float (&rescale)[kM][2]) {
   const float neg_inf = ka_neg_inf();
-  float rescale[kM][2];
   bool changed = false;
   KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
     KA_UNROLL for (int r = 0; r < 2; ++r) {
@@ -371,12 +371,12 @@ KA_FN void ka_softmax_step(float (&s)[kM][kColumns / 8][4], KaWarpState<KD, kM>&
       }
       tile_max = ka_fmax(tile_max, ka_shfl_xor(tile_max, 1));
       tile_max = ka_fmax(tile_max, ka_shfl_xor(tile_max, 2));
-      const float next = ka_fmax(w.m[mi][r], tile_max * factor);
+      const float next = ka_fmax(m[mi][r], tile_max * factor);
       const float base = next == neg_inf ? 0.f : next;
-      rescale[mi][r] = ka_exp2(w.m[mi][r] - base);
-      changed = changed || next != w.m[mi][r];
-      w.m[mi][r] = next;
-      float sum = w.l[mi][r] * rescale[mi][r];
+      rescale[mi][r] = ka_exp2(m[mi][r] - base);
+      changed = changed || next != m[mi][r];
+      m[mi][r] = next;
+      float sum = l[mi][r] * rescale[mi][r];
       KA_UNROLL for (int n = 0; n < kColumns / 8; ++n) {
         KA_UNROLL for (int e = 0; e < 2; ++e) {
           const float weight = ka_exp2(ka_fma(s[mi][n][2 * r + e], factor, -base));
@@ -384,16 +384,31 @@ KA_FN void ka_softmax_step(float (&s)[kM][kColumns / 8][4], KaWarpState<KD, kM>&
           sum += weight;
         }
       }
-      w.l[mi][r] = sum;
+      l[mi][r] = sum;
     }
   }
-  if (kValues && ka_any(changed)) {
-    KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
-      KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
-        KA_UNROLL for (int c = 0; c < 4; ++c) w.o[mi][d][c] *= rescale[mi][c >> 1];
-      }
+  return changed;
+}
+
+// The accumulated values rescaled to the rows' new maxima, when a row of the warp has one (every
+// lane of the warp calls it).
+template <int KD, int kM>
+KA_FN void ka_rescale(float (&o)[kM][KD / 8][4], const float (&rescale)[kM][2], bool changed) {
+  if (!ka_any(changed)) return;
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+    KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
+      KA_UNROLL for (int c = 0; c < 4; ++c) o[mi][d][c] *= rescale[mi][c >> 1];
     }
   }
+}
+
+// One step of the online softmax over a tile (ka_softmax_weights), the values rescaled (never
+// without kValues: the statistics alone).
+template <int KD, bool kValues, int kM = 2, int kColumns = kKaKeys>
+KA_FN void ka_softmax_step(float (&s)[kM][kColumns / 8][4], KaWarpState<KD, kM>& w, float factor) {
+  float rescale[kM][2];
+  const bool changed = ka_softmax_weights<kM, kColumns>(s, w.m, w.l, factor, rescale);
+  if (kValues) ka_rescale<KD, kM>(w.o, rescale, changed);
 }
 
 // The block's rows divided by their sums, rounded to the input type; rows with every key

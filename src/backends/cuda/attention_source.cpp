@@ -25,6 +25,11 @@ bool attention_hopper_applies(int major, int minor, std::int64_t depth) {
   return major == 9 && minor == 0 && attention_kernels::kh_depth_supported(static_cast<int>(depth));
 }
 
+bool attention_hopper_pipelined() {
+  const char* choice = std::getenv("KILN_ATTENTION_WGMMA");
+  return choice != nullptr && std::strcmp(choice, "2") == 0;
+}
+
 const char* attention_kernel_name(AttentionKernel kernel) {
   switch (kernel) {
     case AttentionKernel::Forward:
@@ -43,6 +48,8 @@ const char* attention_kernel_name(AttentionKernel kernel) {
       return "kiln_attention_wg_dq";
     case AttentionKernel::HopperKeyValue:
       return "kiln_attention_wg_dkv";
+    case AttentionKernel::HopperPipelined:
+      return "kiln_attention_wg_pipelined";
   }
   return "kiln_attention";
 }
@@ -50,7 +57,8 @@ const char* attention_kernel_name(AttentionKernel kernel) {
 namespace {
 bool hopper(AttentionKernel kernel) {
   return kernel == AttentionKernel::HopperForward || kernel == AttentionKernel::HopperStats ||
-         kernel == AttentionKernel::HopperQuery || kernel == AttentionKernel::HopperKeyValue;
+         kernel == AttentionKernel::HopperQuery || kernel == AttentionKernel::HopperKeyValue ||
+         kernel == AttentionKernel::HopperPipelined;
 }
 }  // namespace
 
@@ -70,6 +78,7 @@ int attention_kernel_rows(AttentionKernel kernel) {
     case AttentionKernel::HopperStats:
     case AttentionKernel::HopperQuery:
     case AttentionKernel::HopperKeyValue:
+    case AttentionKernel::HopperPipelined:
       return attention_kernels::kKhRows;
   }
   return attention_kernels::kKaRows;
@@ -78,12 +87,13 @@ int attention_kernel_rows(AttentionKernel kernel) {
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
                                     bool mask, bool bias) {
   // The body each entry instantiates, and the forward bodies' kStats.
-  const char* body = kernel == AttentionKernel::Query            ? "ka_attention_dq"
-                     : kernel == AttentionKernel::KeyValue       ? "ka_attention_dkv"
-                     : kernel == AttentionKernel::HopperQuery    ? "kh_attention_dq"
-                     : kernel == AttentionKernel::HopperKeyValue ? "kh_attention_dkv"
-                     : hopper(kernel)                            ? "kh_attention"
-                                                                 : "ka_attention";
+  const char* body = kernel == AttentionKernel::Query             ? "ka_attention_dq"
+                     : kernel == AttentionKernel::KeyValue        ? "ka_attention_dkv"
+                     : kernel == AttentionKernel::HopperQuery     ? "kh_attention_dq"
+                     : kernel == AttentionKernel::HopperKeyValue  ? "kh_attention_dkv"
+                     : kernel == AttentionKernel::HopperPipelined ? "kh_attention_pipelined"
+                     : hopper(kernel)                             ? "kh_attention"
+                                                                  : "ka_attention";
   const char* extra =
       kernel == AttentionKernel::Forward || kernel == AttentionKernel::HopperForward ? ", false"
       : kernel == AttentionKernel::Stats || kernel == AttentionKernel::HopperStats   ? ", true"

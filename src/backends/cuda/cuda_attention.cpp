@@ -116,7 +116,8 @@ struct AttentionCall {
           (bias ? ":bias" : "");
     const Context& context = backend.runtime().context;
     if (attention_hopper_applies(context.major(), context.minor(), depth)) {
-      forward = AttentionKernel::HopperForward;
+      forward = attention_hopper_pipelined() ? AttentionKernel::HopperPipelined
+                                             : AttentionKernel::HopperForward;
       statistics = AttentionKernel::HopperStats;
       query_grad = AttentionKernel::HopperQuery;
       key_value_grad = AttentionKernel::HopperKeyValue;
