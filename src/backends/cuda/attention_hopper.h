@@ -280,11 +280,7 @@ KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
   }
 
   KaWarpState<KD, 1> w;
-  KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
-    w.o[0][d][0] = w.o[0][d][1] = w.o[0][d][2] = w.o[0][d][3] = 0.f;
-  }
-  w.m[0][0] = w.m[0][1] = ka_neg_inf();
-  w.l[0][0] = w.l[0][1] = 0.f;
+  ka_start(w);
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();       // this thread's copies of tile j are in
     kh_fence_shared();  // visible to the tensor cores' reads
@@ -375,11 +371,7 @@ KA_FN void kh_attention_pipelined(const KaParams& p, unsigned char* smem) {
     return ka_softmax_weights<1, kKhKeys>(s, w.m, w.l, factor, rescale);
   };
 
-  KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
-    w.o[0][d][0] = w.o[0][d][1] = w.o[0][d][2] = w.o[0][d][3] = 0.f;
-  }
-  w.m[0][0] = w.m[0][1] = ka_neg_inf();
-  w.l[0][0] = w.l[0][1] = 0.f;
+  ka_start(w);
 
   // Tile 0's scores and weights first.
   kh_load_tile<KD, kKhRows>(q_tile, head.q, p.q_strides[2], q0, p.queries);
@@ -506,9 +498,7 @@ KA_FN void kh_attention_dq(const KaParams& p, unsigned char* smem) {
   ka_row_stats(p, bh, first_row, lane, L, D);
 
   float dq[1][KD / 8][4];
-  KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
-    dq[0][d][0] = dq[0][d][1] = dq[0][d][2] = dq[0][d][3] = 0.f;
-  }
+  ka_zero(dq);
   const unsigned q_rows = q_at + group * 64 * 128, g_rows = g_at + group * 64 * 128;
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();
@@ -595,10 +585,8 @@ KA_FN void kh_attention_dkv(const KaParams& p, unsigned char* smem) {
   }
 
   float dk[1][KD / 8][4], dv[1][KD / 8][4];
-  KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
-    dk[0][d][0] = dk[0][d][1] = dk[0][d][2] = dk[0][d][3] = 0.f;
-    dv[0][d][0] = dv[0][d][1] = dv[0][d][2] = dv[0][d][3] = 0.f;
-  }
+  ka_zero(dk);
+  ka_zero(dv);
   const int t = lane & 3;
   const unsigned k_rows = k_at + group * 64 * 128, v_rows = v_at + group * 64 * 128;
   for (int j = 0; j < tiles; ++j) {

@@ -195,6 +195,15 @@ inline float ka_log2(float x) { return std::log2(x); }
 inline float ka_neg_inf() { return -std::numeric_limits<float>::infinity(); }
 #endif
 
+// Accumulators of kM x 16 rows by N C tiles (the mma.m16n8 layout), zeroed.
+template <int kM, int N>
+KA_FN void ka_zero(float (&acc)[kM][N][4]) {
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+    KA_UNROLL for (int n = 0; n < N; ++n) acc[mi][n][0] = acc[mi][n][1] = acc[mi][n][2] =
+        acc[mi][n][3] = 0.f;
+  }
+}
+
 // Rows [row0, row0 + kTileRows) of a [rows, KD] operand (row stride `stride` elements) into a
 // shared tile; rows past `rows` are zeros.
 template <int KD, int kTileRows>
@@ -215,11 +224,7 @@ template <int KD, bool kBf16, int kM>
 KA_FN void ka_scores(float (&s)[kM][kKaKeys / 8][4], const unsigned short* a_rows,
                      const unsigned short* b_rows, int lane) {
   constexpr int kStride = ka_stride(KD);
-  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
-    KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
-      s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
-    }
-  }
+  ka_zero(s);
   // A fragments: lanes 0-15 address rows 0-15 at dims kk*16.., lanes 16-31 the same rows at
   // kk*16+8... B fragments for two tiles of 8 rows at once: lanes 0-7 address rows n*8.. at dims
   // kk*16.., lanes 8-15 the same rows at kk*16+8.., lanes 16-31 the next 8 rows.
@@ -349,6 +354,16 @@ struct KaWarpState {
   float m[kM][2];          // the running maxima of rows g and g + 8 of each 16 (base 2)
   float l[kM][2];          // and the sums of their weights (this lane's columns only)
 };
+
+// A warp's state before its first tile: no values, every maximum -inf, every sum 0.
+template <int KD, int kM>
+KA_FN void ka_start(KaWarpState<KD, kM>& w) {
+  ka_zero(w.o);
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+    w.m[mi][0] = w.m[mi][1] = ka_neg_inf();
+    w.l[mi][0] = w.l[mi][1] = 0.f;
+  }
+}
 
 // The online softmax: each row's maximum over the tile (the quad's four lanes hold its
 // columns), and s made the weights 2^(s factor - max) (factor: ka_prepare_scores'). The maxima
@@ -530,13 +545,7 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
   }
 
   KaWarpState<KD> w;
-  KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
-    KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
-      w.o[mi][d][0] = w.o[mi][d][1] = w.o[mi][d][2] = w.o[mi][d][3] = 0.f;
-    }
-    w.m[mi][0] = w.m[mi][1] = ka_neg_inf();
-    w.l[mi][0] = w.l[mi][1] = 0.f;
-  }
+  ka_start(w);
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();  // this thread's copies of tile j are in
     ka_sync();     // and every thread's
@@ -656,8 +665,7 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
   ka_row_stats(p, bh, first_row, lane, L, D);
 
   float dq[1][KD / 8][4];
-  KA_UNROLL for (int d = 0; d < KD / 8; ++d) dq[0][d][0] = dq[0][d][1] = dq[0][d][2] = dq[0][d][3] =
-      0.f;
+  ka_zero(dq);
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();
     ka_sync();
@@ -731,10 +739,8 @@ KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
   }
 
   float dk[1][KD / 8][4], dv[1][KD / 8][4];
-  KA_UNROLL for (int d = 0; d < KD / 8; ++d) {
-    dk[0][d][0] = dk[0][d][1] = dk[0][d][2] = dk[0][d][3] = 0.f;
-    dv[0][d][0] = dv[0][d][1] = dv[0][d][2] = dv[0][d][3] = 0.f;
-  }
+  ka_zero(dk);
+  ka_zero(dv);
   const int t = lane & 3;
   for (int j = 0; j < tiles; ++j) {
     ka_wait<1>();

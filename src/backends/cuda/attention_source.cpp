@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "backends/cuda/attention.h"
@@ -19,88 +20,66 @@ bool attention_kernel_applies(DType dtype, std::int64_t depth) {
          depth % 16 == 0;
 }
 
-bool attention_hopper_applies(int major, int minor, std::int64_t depth) {
-  const char* choice = std::getenv("KILN_ATTENTION_WGMMA");
-  if (choice != nullptr && std::strcmp(choice, "0") == 0) return false;
-  return major == 9 && minor == 0 && attention_kernels::kh_depth_supported(static_cast<int>(depth));
-}
-
-bool attention_hopper_pipelined() {
-  const char* choice = std::getenv("KILN_ATTENTION_WGMMA");
-  return choice != nullptr && std::strcmp(choice, "2") == 0;
-}
-
-const char* attention_kernel_name(AttentionKernel kernel) {
-  switch (kernel) {
-    case AttentionKernel::Forward:
-      return "kiln_attention";
-    case AttentionKernel::Stats:
-      return "kiln_attention_stats";
-    case AttentionKernel::Query:
-      return "kiln_attention_dq";
-    case AttentionKernel::KeyValue:
-      return "kiln_attention_dkv";
-    case AttentionKernel::HopperForward:
-      return "kiln_attention_wg";
-    case AttentionKernel::HopperStats:
-      return "kiln_attention_wg_stats";
-    case AttentionKernel::HopperQuery:
-      return "kiln_attention_wg_dq";
-    case AttentionKernel::HopperKeyValue:
-      return "kiln_attention_wg_dkv";
-    case AttentionKernel::HopperPipelined:
-      return "kiln_attention_wg_pipelined";
-  }
-  return "kiln_attention";
-}
-
 namespace {
-bool hopper(AttentionKernel kernel) {
-  return kernel == AttentionKernel::HopperForward || kernel == AttentionKernel::HopperStats ||
-         kernel == AttentionKernel::HopperQuery || kernel == AttentionKernel::HopperKeyValue ||
-         kernel == AttentionKernel::HopperPipelined;
+
+// KILN_ATTENTION_WGMMA: 0 the mma.sync kernels, 2 the pipelined Hopper forward pass, otherwise
+// (unset, 1) the Hopper kernels.
+int wgmma_choice() {
+  const char* choice = std::getenv("KILN_ATTENTION_WGMMA");
+  if (choice == nullptr) return 1;
+  if (std::strcmp(choice, "0") == 0) return 0;
+  return std::strcmp(choice, "2") == 0 ? 2 : 1;
 }
+
+// What each kernel is: its extern "C" name, the body it instantiates and that body's trailing
+// template argument (the forward bodies' kStats), whether it is a Hopper kernel, and the rows
+// (queries, or keys for the dk/dv kernels) a block takes. In AttentionKernel's order.
+struct KernelSpec {
+  const char* name;
+  const char* body;
+  const char* stats;
+  bool hopper;
+  int rows;
+};
+constexpr KernelSpec kSpecs[] = {
+    {"kiln_attention", "ka_attention", ", false", false, attention_kernels::kKaRows},
+    {"kiln_attention_stats", "ka_attention", ", true", false, attention_kernels::kKaRows},
+    {"kiln_attention_dq", "ka_attention_dq", "", false, attention_kernels::kKaKeys},
+    {"kiln_attention_dkv", "ka_attention_dkv", "", false, attention_kernels::kKaKeys},
+    {"kiln_attention_wg", "kh_attention", ", false", true, attention_kernels::kKhRows},
+    {"kiln_attention_wg_stats", "kh_attention", ", true", true, attention_kernels::kKhRows},
+    {"kiln_attention_wg_dq", "kh_attention_dq", "", true, attention_kernels::kKhRows},
+    {"kiln_attention_wg_dkv", "kh_attention_dkv", "", true, attention_kernels::kKhRows},
+    {"kiln_attention_wg_pipelined", "kh_attention_pipelined", "", true, attention_kernels::kKhRows},
+};
+static_assert(std::size(kSpecs) == static_cast<std::size_t>(AttentionKernel::HopperPipelined) + 1,
+              "one KernelSpec per AttentionKernel");
+
+const KernelSpec& spec(AttentionKernel kernel) { return kSpecs[static_cast<int>(kernel)]; }
+
 }  // namespace
 
-int attention_kernel_threads(AttentionKernel kernel) {
-  return hopper(kernel) ? attention_kernels::kKhThreads : attention_kernels::kKaThreads;
+bool attention_hopper_applies(int major, int minor, std::int64_t depth) {
+  return wgmma_choice() != 0 && major == 9 && minor == 0 &&
+         attention_kernels::kh_depth_supported(static_cast<int>(depth));
 }
 
-int attention_kernel_rows(AttentionKernel kernel) {
-  switch (kernel) {
-    case AttentionKernel::Forward:
-    case AttentionKernel::Stats:
-      return attention_kernels::kKaRows;
-    case AttentionKernel::Query:
-    case AttentionKernel::KeyValue:
-      return attention_kernels::kKaKeys;
-    case AttentionKernel::HopperForward:
-    case AttentionKernel::HopperStats:
-    case AttentionKernel::HopperQuery:
-    case AttentionKernel::HopperKeyValue:
-    case AttentionKernel::HopperPipelined:
-      return attention_kernels::kKhRows;
-  }
-  return attention_kernels::kKaRows;
+bool attention_hopper_pipelined() { return wgmma_choice() == 2; }
+
+const char* attention_kernel_name(AttentionKernel kernel) { return spec(kernel).name; }
+
+int attention_kernel_threads(AttentionKernel kernel) {
+  return spec(kernel).hopper ? attention_kernels::kKhThreads : attention_kernels::kKaThreads;
 }
+
+int attention_kernel_rows(AttentionKernel kernel) { return spec(kernel).rows; }
 
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
                                     bool mask, bool bias) {
-  // The body each entry instantiates, and the forward bodies' kStats.
-  const char* body = kernel == AttentionKernel::Query             ? "ka_attention_dq"
-                     : kernel == AttentionKernel::KeyValue        ? "ka_attention_dkv"
-                     : kernel == AttentionKernel::HopperQuery     ? "kh_attention_dq"
-                     : kernel == AttentionKernel::HopperKeyValue  ? "kh_attention_dkv"
-                     : kernel == AttentionKernel::HopperPipelined ? "kh_attention_pipelined"
-                     : hopper(kernel)                             ? "kh_attention"
-                                                                  : "ka_attention";
-  const char* extra =
-      kernel == AttentionKernel::Forward || kernel == AttentionKernel::HopperForward ? ", false"
-      : kernel == AttentionKernel::Stats || kernel == AttentionKernel::HopperStats   ? ", true"
-                                                                                     : "";
+  const KernelSpec& k = spec(kernel);
   std::string source = kTensorCoreSource;
   source += kAttentionKernelsSource;
-  if (hopper(kernel)) source += kAttentionHopperSource;
+  if (k.hopper) source += kAttentionHopperSource;
   // The Hopper body aligns its tiles to 1024 bytes itself; a one-block-per-SM bound lets it
   // have every register it needs.
   source += fmt::format(
@@ -110,17 +89,17 @@ extern "C" __global__ void __launch_bounds__({}{}) {}(kiln::cuda::attention_kern
   kiln::cuda::attention_kernels::{}<{}, {}, {}, {}{}>(p, {});
 }}
 )CUDA",
-      attention_kernel_threads(kernel), hopper(kernel) ? ", 1" : "", attention_kernel_name(kernel),
-      body, depth, dtype == DType::BF16, mask, bias, extra,
-      hopper(kernel) ? "kiln_attention_shared"
-                     : "reinterpret_cast<unsigned short*>(kiln_attention_shared)");
+      attention_kernel_threads(kernel), k.hopper ? ", 1" : "", k.name, k.body, depth,
+      dtype == DType::BF16, mask, bias, k.stats,
+      k.hopper ? "kiln_attention_shared"
+               : "reinterpret_cast<unsigned short*>(kiln_attention_shared)");
   return source;
 }
 
 unsigned attention_shared_bytes(AttentionKernel kernel, std::int64_t depth) {
   const int d = static_cast<int>(depth);
-  return static_cast<unsigned>(hopper(kernel) ? attention_kernels::kh_shared_bytes(d)
-                                              : attention_kernels::ka_shared_bytes(d));
+  return static_cast<unsigned>(spec(kernel).hopper ? attention_kernels::kh_shared_bytes(d)
+                                                   : attention_kernels::ka_shared_bytes(d));
 }
 
 }  // namespace kiln::cuda
