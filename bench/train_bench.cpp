@@ -78,23 +78,9 @@ void gpt2_step(benchmark::State& state, DType precision) {
     const std::int64_t layers = env_int("KILN_BENCH_GPT2_LAYERS", cpu ? 2 : 12);
     const std::int64_t seq = env_int("KILN_BENCH_GPT2_SEQ", cpu ? 128 : 1024);
     const std::int64_t batch = env_int("KILN_BENCH_GPT2_BATCH", cpu ? 2 : 8);
-    const std::int64_t width = 768, vocabulary = 50304;
+    const std::int64_t vocabulary = tools::kGpt2Vocabulary;
     device.seed(1);
-    const nn::Initializer small = nn::Initializer::normal(0, 0.02);
-    tools::CausalLm model{
-        nn::EmbeddingConfig{vocabulary, width, std::nullopt, small}.init(device),
-        nn::EmbeddingConfig{seq, width, std::nullopt, small}.init(device),
-        nn::TransformerEncoderConfig{.layer = {.d_model = width,
-                                               .nhead = 12,
-                                               .dim_feedforward = 4 * width,
-                                               .dropout = 0.0,
-                                               .activation = nn::FeedForwardActivation::Gelu,
-                                               .norm_first = true},
-                                     .num_layers = layers,
-                                     .final_norm = true}
-            .init(device),
-        nn::LinearConfig{width, vocabulary}.init(device)};
-    model = nn::train(std::move(model));
+    tools::CausalLm model = nn::train(tools::gpt2_small(device, layers, seq));
     optim::AdamW optimizer({.weight_decay = 0.1});
     const auto ids =
         Tensor<2, Int>::random({batch, seq}, Distribution::uniform(0, vocabulary), device);

@@ -14,20 +14,4 @@ for n in 2 3; do
     env KILN_DEVICE=cuda:0 /tmp/bert_probe "$which" "$batch" $n 2>/dev/null | sed -n '/^"ID"/,$p' \
     > /tmp/ncu_bert_$n.csv || true
 done
-python3 - <<'PY'
-import csv, collections
-def rows(n):
-    return [r for r in csv.DictReader(open(f'/tmp/ncu_bert_{n}.csv'))
-            if r.get('Metric Name') == 'gpu__time_duration.sum']
-last = rows(3)[len(rows(2)):]
-scale = {'ns': 1e-3, 'nsecond': 1e-3, 'us': 1.0, 'usecond': 1.0, 'ms': 1e3, 'msecond': 1e3}
-by_name = collections.defaultdict(lambda: [0, 0.0])
-for r in last:
-    us = float(r['Metric Value'].replace(',', '')) * scale[r['Metric Unit']]
-    by_name[r['Kernel Name'][:100]][0] += 1
-    by_name[r['Kernel Name'][:100]][1] += us
-total = sum(v[1] for v in by_name.values())
-for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]:
-    print(f"{us / 1e3:8.2f} ms {n:4d}x  {name}")
-print(f"{total / 1e3:8.2f} ms in {len(last)} kernels")
-PY
+python3 bench/probe/ncu_last_run.py /tmp/ncu_bert_2.csv /tmp/ncu_bert_3.csv

@@ -149,10 +149,15 @@ TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
   return TensorData(std::move(bytes), Shape{c.batch, c.heads, c.queries, KD}, c.dtype);
 }
 
+// Where the backward pass's statistics come from: their own pass, or L from a forward pass
+// (the family's own, or the pipelined Hopper one) and D from ka_attention_delta.
+enum Stats { kStatsPass, kFromForward, kFromPipelined };
+
 // The backward pass's kernels on the emulated grid for c's inputs and a random output gradient:
-// the statistics (from the float64 output rounded to dtype, as the forward pass would give it),
+// the statistics (for the float64 output rounded to dtype, as the forward pass would give it),
 // then dq, and dk with dv (kHopper: attention_hopper.h's three), against float64 loops.
-template <int KD, bool kBf16, bool kMask, bool kBias, bool kHopper = false>
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kHopper = false,
+          Stats kStats = kStatsPass>
 void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed) {
   ka::KaParams p = params_of<KD>(c, in);
   const Shape out_shape{c.batch, c.heads, c.queries, KD};
@@ -178,15 +183,38 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
   p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
   p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
   p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
+  if constexpr (kStats != kStatsPass) {
+    // The forward pass writes L beside an output of its own; D comes from the reference's.
+    std::vector<unsigned short> forward_out(static_cast<std::size_t>(rows * KD));
+    ka::KaParams f = p;
+    f.out = reinterpret_cast<std::uintptr_t>(forward_out.data());
+    if constexpr (kStats == kFromPipelined) {
+      f.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
+      launch_hopper_blocks(f, f.query_blocks, KD,
+                           ka::kh_attention_pipelined<KD, kBf16, kMask, kBias>);
+    } else if constexpr (kHopper) {
+      f.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
+      launch_hopper_blocks(f, f.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, false>);
+    } else {
+      f.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
+      launch_blocks(f, f.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false>);
+    }
+    p.query_blocks = (c.queries + ka::kKaThreads / 32 - 1) / (ka::kKaThreads / 32);
+    launch_blocks(p, p.query_blocks, KD, ka::ka_attention_delta<KD, kBf16, kMask, kBias>);
+  }
   if constexpr (kHopper) {
     p.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
-    launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, true>);
+    if constexpr (kStats == kStatsPass) {
+      launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, true>);
+    }
     launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention_dq<KD, kBf16, kMask, kBias>);
     launch_hopper_blocks(p, (c.keys + ka::kKhRows - 1) / ka::kKhRows, KD,
                          ka::kh_attention_dkv<KD, kBf16, kMask, kBias>);
   } else {
     p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
-    launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
+    if constexpr (kStats == kStatsPass) {
+      launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
+    }
     p.query_blocks = (c.queries + ka::kKaKeys - 1) / ka::kKaKeys;
     launch_blocks(p, p.query_blocks, KD, ka::ka_attention_dq<KD, kBf16, kMask, kBias>);
     launch_blocks(p, (c.keys + ka::kKaKeys - 1) / ka::kKaKeys, KD,
@@ -279,6 +307,11 @@ TEST(GpuAttentionEmulated, BackwardKernelsMatchFloat64Reference) {
       {{h, 2, 2, 33, 90, 16, none, false, true, Layout::Contiguous, 1},
        &check_backward<16, false, false, false>},
       {{b, 3, 2, 20, 70, 64, MaskKind::Padding}, &check_backward<64, true, true, false>},
+      // L kept by the forward pass, D from ka_attention_delta.
+      {{h, 2, 1, 70, 90, 32, MaskKind::Full, true, false},
+       &check_backward<32, false, true, true, false, kFromForward>},
+      {{b, 3, 2, 20, 70, 64, MaskKind::Padding},
+       &check_backward<64, true, true, false, false, kFromForward>},
   };
   std::uint64_t seed = 2900;
   for (const BackwardCase& e : cases) {
@@ -330,6 +363,11 @@ TEST(GpuAttentionEmulated, HopperBackwardKernelsMatchFloat64Reference) {
       {{b, 2, 2, 33, 150, 64, none, false, true, Layout::Contiguous, 1},
        &check_backward<64, true, false, false, true>},
       {{b, 3, 1, 20, 70, 128, MaskKind::Padding}, &check_backward<128, true, true, false, true>},
+      // L kept by the forward pass (the plain and the pipelined one), D from ka_attention_delta.
+      {{b, 1, 2, 200, 230, 64, none, false, true},
+       &check_backward<64, true, false, false, true, kFromForward>},
+      {{h, 2, 1, 70, 90, 128, MaskKind::Full, true, false},
+       &check_backward<128, false, true, true, true, kFromPipelined>},
   };
   std::uint64_t seed = 4900;
   for (const BackwardCase& e : cases) {

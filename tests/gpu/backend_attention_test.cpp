@@ -27,8 +27,11 @@ void check_case(const Device& gpu, const AttentionCase& c, std::uint64_t seed) {
 }
 
 // attention's gradients on the GPU (attention_query_backward, attention_key_value_backward,
-// given the GPU's forward output) against float64 loops, summed to each operand's shape.
-void check_backward_case(const Device& gpu, const AttentionCase& c, std::uint64_t seed) {
+// given the GPU's forward output, or with copy_output a copy of it: then the statistics the
+// forward pass kept with its output are not there to use) against float64 loops, summed to each
+// operand's shape.
+void check_backward_case(const Device& gpu, const AttentionCase& c, std::uint64_t seed,
+                         bool copy_output = false) {
   const Inputs in = make_inputs(c, seed);
   const AttentionOptions options{.scale = std::nullopt, .is_causal = c.causal};
   const Primitive q = on(in.q, gpu), k = on(in.k, gpu), v = on(in.v, gpu);
@@ -36,7 +39,8 @@ void check_backward_case(const Device& gpu, const AttentionCase& c, std::uint64_
       in.mask ? std::optional<Primitive>(on(*in.mask, gpu)) : std::nullopt;
   const std::optional<Primitive> bias =
       in.bias ? std::optional<Primitive>(on(*in.bias, gpu)) : std::nullopt;
-  const Primitive out = detail::attention(q, k, v, mask, bias, options);
+  Primitive out = detail::attention(q, k, v, mask, bias, options);
+  if (copy_output) out = on(on(out, Device::cpu()), gpu);
   const Shape out_shape = out->shape();
   const Primitive grad = test::host_random(out_shape, c.dtype, seed + 7, -1, 1);
   Backend& backend = backend_for(gpu);
@@ -126,5 +130,47 @@ TEST(GpuAttention, BackwardMatchesFloat64Reference) {
   for (const gpu_attention::AttentionCase& c : cases) {
     SCOPED_TRACE(gpu_attention::describe(c));
     gpu_attention::check_backward_case(device, c, seed += 10);
+  }
+}
+
+// The backward ops given the forward's output use the statistics it kept only for the q, k, mask,
+// bias and options it was made from: with another q (values and storage) they equal the
+// backward of an output that kept nothing (a copy), where the statistics are recomputed from
+// that q; and both passes' statistics give the reference's gradients above.
+TEST(GpuAttention, BackwardUsesKeptStatisticsOnlyForTheirInputs) {
+  KILN_REQUIRE_GPU();
+  using gpu_attention::MaskKind;
+  const gpu_attention::AttentionCase cases[] = {
+      {DType::BF16, 1, 2, 130, 150, 64, MaskKind::None, false, true},
+      {DType::F16, 2, 1, 70, 90, 128, MaskKind::Full, true, false},
+  };
+  std::uint64_t seed = 1500;
+  for (const gpu_attention::AttentionCase& c : cases) {
+    SCOPED_TRACE(gpu_attention::describe(c));
+    gpu_attention::check_backward_case(device, c, seed += 10, /*copy_output=*/true);
+    const gpu_attention::Inputs in = gpu_attention::make_inputs(c, seed + 1);
+    const AttentionOptions options{.scale = std::nullopt, .is_causal = c.causal};
+    const Primitive q = on(in.q, device), k = on(in.k, device), v = on(in.v, device);
+    const Primitive other_q =
+        on(test::host_random(in.q->shape(), c.dtype, seed + 2, -2, 2), device);
+    const std::optional<Primitive> mask =
+        in.mask ? std::optional<Primitive>(on(*in.mask, device)) : std::nullopt;
+    const std::optional<Primitive> bias =
+        in.bias ? std::optional<Primitive>(on(*in.bias, device)) : std::nullopt;
+    const Primitive out = detail::attention(q, k, v, mask, bias, options);
+    const Primitive copy = on(on(out, Device::cpu()), device);
+    const Primitive grad = on(test::host_random(out->shape(), c.dtype, seed + 3, -1, 1), device);
+    Backend& backend = backend_for(device);
+    const Primitive dq_kept =
+        backend.attention_query_backward(other_q, k, v, out, grad, mask, bias, options);
+    const Primitive dq_copy =
+        backend.attention_query_backward(other_q, k, v, copy, grad, mask, bias, options);
+    EXPECT_EQ(detail::into_data(dq_kept).to_f64_vec(), detail::into_data(dq_copy).to_f64_vec());
+    const auto [dk_kept, dv_kept] =
+        backend.attention_key_value_backward(other_q, k, v, out, grad, mask, bias, options);
+    const auto [dk_copy, dv_copy] =
+        backend.attention_key_value_backward(other_q, k, v, copy, grad, mask, bias, options);
+    EXPECT_EQ(detail::into_data(dk_kept).to_f64_vec(), detail::into_data(dk_copy).to_f64_vec());
+    EXPECT_EQ(detail::into_data(dv_kept).to_f64_vec(), detail::into_data(dv_copy).to_f64_vec());
   }
 }

@@ -455,7 +455,7 @@ TEST(GpuCodegen, FusedLoadKeysCoverTheLoad) {
 }
 
 TEST(GpuCodegen, AttentionKernelCompiles) {
-  // The forward pass at every head dim, mask and bias; the backward pass's three kernels at the
+  // The forward pass at every head dim, mask and bias; the backward pass's four kernels at the
   // smallest, a middle and the largest head dim, bare and with both a mask and a bias; the
   // Hopper kernels at their two head dims, bare and with both.
   for (DType dtype : {DType::BF16, DType::F16}) {
@@ -466,8 +466,10 @@ TEST(GpuCodegen, AttentionKernelCompiles) {
              {AttentionKernel::Forward, AttentionKernel::Stats, AttentionKernel::Query,
               AttentionKernel::KeyValue, AttentionKernel::HopperForward,
               AttentionKernel::HopperStats, AttentionKernel::HopperQuery,
-              AttentionKernel::HopperKeyValue, AttentionKernel::HopperPipelined}) {
-          const bool hopper = kernel >= AttentionKernel::HopperForward;
+              AttentionKernel::HopperKeyValue, AttentionKernel::HopperPipelined,
+              AttentionKernel::Delta}) {
+          const bool hopper = kernel >= AttentionKernel::HopperForward &&
+                              kernel <= AttentionKernel::HopperPipelined;
           const bool backward = kernel != AttentionKernel::Forward &&
                                 kernel != AttentionKernel::HopperForward &&
                                 kernel != AttentionKernel::HopperPipelined;

@@ -31,6 +31,9 @@ enum class AttentionKernel {
   // kiln_attention_wg_pipelined: the forward pass with each warpgroup's products overlapped with
   // its softmax (KILN_ATTENTION_WGMMA=2 until timed).
   HopperPipelined,
+  // kiln_attention_delta: D of every query row into statistics whose L the forward pass wrote
+  // (the forward kernels write L with their output when given p.stats): Stats without scores.
+  Delta,
 };
 
 // True where the kernels run attention of dtype with head dim `depth` (bf16 or f16; depth a

@@ -426,11 +426,30 @@ KA_FN void ka_softmax_step(float (&s)[kM][kColumns / 8][4], KaWarpState<KD, kM>&
   if (kValues) ka_rescale<KD, kM>(w.o, rescale, changed);
 }
 
+// L of the block's rows (ka_store_stats) at p.stats, the first float of each row's pair.
+template <int KD, int kM>
+KA_FN void ka_store_lse(KaWarpState<KD, kM>& w, const KaParams& p, long long bh,
+                        long long first_row, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  float* stats = reinterpret_cast<float*>(p.stats) + 2 * bh * p.queries;
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+    KA_UNROLL for (int r = 0; r < 2; ++r) {
+      const float sum = ka_quad_sum(w.l[mi][r]);
+      const long long qi = first_row + 16 * mi + g + r * 8;
+      if (t == 0 && qi < p.queries) {
+        stats[2 * qi] = sum == 0.f ? -ka_neg_inf() : w.m[mi][r] + ka_log2(sum);
+      }
+    }
+  }
+}
+
 // The block's rows divided by their sums, rounded to the input type; rows with every key
-// excluded (sum 0) give zeros, rows past the end nothing.
+// excluded (sum 0) give zeros, rows past the end nothing. With p.stats, L of each row too
+// (ka_store_lse), which spares the backward pass its statistics' scores (ka_attention_delta).
 template <int KD, bool kBf16, int kM = 2>
 KA_FN void ka_store(KaWarpState<KD, kM>& w, const KaParams& p, long long bh, long long first_row,
                     int lane) {
+  if (p.stats != 0) ka_store_lse<KD, kM>(w, p, bh, first_row, lane);
   const int g = lane >> 2, t = lane & 3;
   unsigned short* out = reinterpret_cast<unsigned short*>(p.out) + bh * p.queries * KD;
   KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
@@ -448,6 +467,23 @@ KA_FN void ka_store(KaWarpState<KD, kM>& w, const KaParams& p, long long bh, lon
   }
 }
 
+// Part of D (ka_store_stats) of a row of out and dO (over every batch and head): the pairs of
+// the head dim first, first + step, ... .
+template <int KD, bool kBf16>
+KA_FN float ka_row_delta(const KaParams& p, long long row, int first, int step) {
+  const auto* out = reinterpret_cast<const unsigned*>(p.out) + row * (KD / 2);
+  const auto* grad = reinterpret_cast<const unsigned*>(p.grad) + row * (KD / 2);
+  float dot = 0.f;
+  for (int d = first; d < KD / 2; d += step) {
+    const unsigned o2 = out[d], g2 = grad[d];
+    dot += ka_to_float<kBf16>(static_cast<unsigned short>(o2 & 0xFFFF)) *
+               ka_to_float<kBf16>(static_cast<unsigned short>(g2 & 0xFFFF)) +
+           ka_to_float<kBf16>(static_cast<unsigned short>(o2 >> 16)) *
+               ka_to_float<kBf16>(static_cast<unsigned short>(g2 >> 16));
+  }
+  return dot;
+}
+
 // The backward pass's statistics of the block's rows, {L, D} per row at p.stats: L the base-2
 // log of the sum of the row's weights, 2^(s - L) its softmax (+inf where every key is excluded,
 // so that every weight is 0), and D = Σ dO · out over the head dim (p.grad, p.out: contiguous
@@ -455,30 +491,11 @@ KA_FN void ka_store(KaWarpState<KD, kM>& w, const KaParams& p, long long bh, lon
 template <int KD, bool kBf16, int kM = 2>
 KA_FN void ka_store_stats(KaWarpState<KD, kM>& w, const KaParams& p, long long bh,
                           long long first_row, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  float* stats = reinterpret_cast<float*>(p.stats) + 2 * bh * p.queries;
-  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
-    KA_UNROLL for (int r = 0; r < 2; ++r) {
-      const float sum = ka_quad_sum(w.l[mi][r]);
-      const long long qi = first_row + 16 * mi + g + r * 8;
-      if (t == 0 && qi < p.queries) {
-        stats[2 * qi] = sum == 0.f ? -ka_neg_inf() : w.m[mi][r] + ka_log2(sum);
-      }
-    }
-  }
+  ka_store_lse<KD, kM>(w, p, bh, first_row, lane);
   const long long qi = first_row + lane;
   if (lane >= 16 * kM || qi >= p.queries) return;
-  const auto* out = reinterpret_cast<const unsigned*>(p.out) + (bh * p.queries + qi) * (KD / 2);
-  const auto* grad = reinterpret_cast<const unsigned*>(p.grad) + (bh * p.queries + qi) * (KD / 2);
-  float dot = 0.f;
-  for (int d = 0; d < KD / 2; ++d) {
-    const unsigned o2 = out[d], g2 = grad[d];
-    dot += ka_to_float<kBf16>(static_cast<unsigned short>(o2 & 0xFFFF)) *
-               ka_to_float<kBf16>(static_cast<unsigned short>(g2 & 0xFFFF)) +
-           ka_to_float<kBf16>(static_cast<unsigned short>(o2 >> 16)) *
-               ka_to_float<kBf16>(static_cast<unsigned short>(g2 >> 16));
-  }
-  stats[2 * qi + 1] = dot;
+  const long long row = bh * p.queries + qi;
+  reinterpret_cast<float*>(p.stats)[2 * row + 1] = ka_row_delta<KD, kBf16>(p, row, 0, 1);
 }
 
 // Where a thread of a block stands: its warp and lane, the block's (batch, head) bh and its index
@@ -508,6 +525,21 @@ KA_FN KaHead ka_head(const KaParams& p) {
   head.grad = p.grad == 0 ? nullptr  // the forward pass has none
                           : reinterpret_cast<const unsigned short*>(p.grad) + bh * p.queries * KD;
   return head;
+}
+
+// D of each query row (ka_store_stats) into the statistics where the forward pass wrote L
+// (ka_store with p.stats): the backward pass's statistics without their scores. A warp a row,
+// kKaThreads / 32 rows a block; mask and bias play no part (the entry's common parameters).
+template <int KD, bool kBf16, bool kMask, bool kBias>
+KA_FN void ka_attention_delta(const KaParams& p, unsigned short*) {
+  const long long heads_total = p.batch * p.heads, bh = ka_block() % heads_total;
+  const long long qi = ka_block() / heads_total * (kKaThreads / 32) + ka_thread() / 32;
+  const int lane = static_cast<int>(ka_thread()) & 31;
+  if (qi >= p.queries) return;  // the warp's every lane
+  const long long row = bh * p.queries + qi;
+  float dot = ka_row_delta<KD, kBf16>(p, row, lane, 32);
+  KA_UNROLL for (int mask = 16; mask > 0; mask >>= 1) dot += ka_shfl_xor(dot, mask);
+  if (lane == 0) reinterpret_cast<float*>(p.stats)[2 * row + 1] = dot;
 }
 
 // One block of the forward pass (kStats: of the backward pass's statistics, ka_store_stats, with

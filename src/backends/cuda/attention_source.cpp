@@ -51,8 +51,9 @@ constexpr KernelSpec kSpecs[] = {
     {"kiln_attention_wg_dq", "kh_attention_dq", "", true, attention_kernels::kKhRows},
     {"kiln_attention_wg_dkv", "kh_attention_dkv", "", true, attention_kernels::kKhRows},
     {"kiln_attention_wg_pipelined", "kh_attention_pipelined", "", true, attention_kernels::kKhRows},
+    {"kiln_attention_delta", "ka_attention_delta", "", false, attention_kernels::kKaThreads / 32},
 };
-static_assert(std::size(kSpecs) == static_cast<std::size_t>(AttentionKernel::HopperPipelined) + 1,
+static_assert(std::size(kSpecs) == static_cast<std::size_t>(AttentionKernel::Delta) + 1,
               "one KernelSpec per AttentionKernel");
 
 const KernelSpec& spec(AttentionKernel kernel) { return kSpecs[static_cast<int>(kernel)]; }
@@ -97,6 +98,7 @@ extern "C" __global__ void __launch_bounds__({}{}) {}(kiln::cuda::attention_kern
 }
 
 unsigned attention_shared_bytes(AttentionKernel kernel, std::int64_t depth) {
+  if (kernel == AttentionKernel::Delta) return 0;  // a warp a row, straight from global memory
   const int d = static_cast<int>(depth);
   return static_cast<unsigned>(spec(kernel).hopper ? attention_kernels::kh_shared_bytes(d)
                                                    : attention_kernels::ka_shared_bytes(d));

@@ -1,8 +1,12 @@
 // attention (a DEFAULT op) as one flash-attention kernel (attention.h) for bf16 and f16 inputs
 // whose head dims are equal multiples of 16 up to 128, and its gradients (attention_query_backward,
-// attention_key_value_backward) as two more after a pass that recomputes each query row's
-// statistics; other dtypes and shapes run the default's composition (scores, softmax, product).
+// attention_key_value_backward) as two more after each query row's statistics: L as the forward
+// pass kept it with its output, D from the output and its gradient, or both recomputed where the
+// output is not the forward's own (or q, k, the mask or bias are not the forward's); other dtypes
+// and shapes run the default's composition (scores, softmax, product).
 #include <cmath>
+#include <memory>
+#include <optional>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/elementwise_ops.h"
@@ -11,6 +15,42 @@
 #include "contract/defaults/compose.h"
 
 namespace kiln::cuda {
+
+namespace {
+
+// An operand as L depends on it: its storage (compared as owners, so that a storage freed and
+// another made at its address differ), its address, shape and strides. Values written into the
+// same storage between the passes (Tensor::assign) are not seen, as autodiff's saved inputs.
+struct OperandIdentity {
+  std::weak_ptr<Storage> storage;
+  CUdeviceptr address = 0;
+  Shape shape;
+  Strides strides;
+
+  explicit OperandIdentity(const CudaTensor& t)
+      : storage(t.storage()), address(t.data()), shape(t.shape()), strides(t.strides()) {}
+  bool operator==(const OperandIdentity& o) const {
+    return !storage.owner_before(o.storage) && !o.storage.owner_before(storage) &&
+           address == o.address && shape == o.shape && strides == o.strides;
+  }
+};
+
+std::optional<OperandIdentity> identity_of(const OptionalPrimitive& t) {
+  if (!t) return std::nullopt;
+  return OperandIdentity(as_cuda(*t));
+}
+
+}  // namespace
+
+// What the forward pass keeps with its output (CudaTensor::attention_saved): the statistics
+// with each query row's L written (D is the backward pass's to fill), and what L depends on.
+struct AttentionSaved {
+  TensorPtr stats;
+  OperandIdentity q, k;
+  std::optional<OperandIdentity> mask, bias;
+  float scale;
+  int causal;
+};
 
 namespace {
 
@@ -48,6 +88,9 @@ struct AttentionCall {
   AttentionParams p{};
   DType dtype;
   std::int64_t depth;
+  // q, k, the mask and the bias as given, before any copy made them readable.
+  OperandIdentity q_identity, k_identity;
+  std::optional<OperandIdentity> mask_identity, bias_identity;
   std::string key;
   // The kernels: on Hopper's warpgroup products where they apply.
   AttentionKernel forward = AttentionKernel::Forward, statistics = AttentionKernel::Stats,
@@ -82,7 +125,11 @@ struct AttentionCall {
         mask(std::move(mask_)),
         bias(std::move(bias_)),
         dtype(q->dtype()),
-        depth(q->shape()[3]) {
+        depth(q->shape()[3]),
+        q_identity(as_cuda(q)),
+        k_identity(as_cuda(k)),
+        mask_identity(identity_of(mask)),
+        bias_identity(identity_of(bias)) {
     auto readable = [&](Primitive& x) {
       if (!rows_aligned(as_cuda(x))) x = backend.contiguous(x, op);
     };
@@ -139,16 +186,51 @@ struct AttentionCall {
                    static_cast<unsigned>(attention_kernel_threads(kernel)), p, shared);
   }
 
+  // The statistics workspace of every query row ({L, D}: ka_store_stats), for the forward pass
+  // to write L into and the backward kernels to read.
+  TensorPtr make_stats(CudaBackend& backend, const char* op) {
+    TensorPtr stats = backend.make_tensor(
+        DType::F32, Shape{attention_kernels::ka_stats_floats(heads_total() * p.queries)}, op);
+    p.stats = stats->data();
+    return stats;
+  }
+
+  // The forward pass's record for its output: the statistics its kernel wrote L into.
+  std::shared_ptr<AttentionSaved> saved(TensorPtr stats) const {
+    return std::make_shared<AttentionSaved>(AttentionSaved{
+        std::move(stats), q_identity, k_identity, mask_identity, bias_identity, p.scale, p.causal});
+  }
+
+  // The forward pass's record on output if it was made from this call's q, k, mask, bias and
+  // options; null otherwise.
+  const AttentionSaved* saved_by_forward(const Primitive& output) const {
+    const AttentionSaved* s = as_cuda(output).attention_saved().get();
+    if (s == nullptr || !(s->q == q_identity) || !(s->k == k_identity) ||
+        s->mask != mask_identity || s->bias != bias_identity || s->scale != p.scale ||
+        s->causal != p.causal) {
+      return nullptr;
+    }
+    return s;
+  }
+
   // The backward pass's statistics of every query row (ka_store_stats) for the forward's output
-  // and its gradient, both made contiguous: the workspace the backward kernels read.
+  // and its gradient, both made contiguous: the workspace the backward kernels read. L as the
+  // forward pass kept it with output where it did (D written into the same workspace, which
+  // only the backward ops of this output use, one after the other on the stream), recomputed
+  // otherwise.
   TensorPtr stats(CudaBackend& backend, Primitive& output, Primitive& output_grad, const char* op) {
+    const AttentionSaved* kept = saved_by_forward(output);
     output = backend.contiguous(output, op);
     output_grad = backend.contiguous(output_grad, op);
     p.out = as_cuda(output).data();
     p.grad = as_cuda(output_grad).data();
-    TensorPtr stats = backend.make_tensor(
-        DType::F32, Shape{attention_kernels::ka_stats_floats(heads_total() * p.queries)}, op);
-    p.stats = stats->data();
+    if (kept != nullptr) {
+      p.stats = kept->stats->data();
+      p.query_blocks = ceil_div(p.queries, attention_kernel_rows(AttentionKernel::Delta));
+      launch(backend.runtime(), AttentionKernel::Delta, p.query_blocks, op);
+      return kept->stats;
+    }
+    TensorPtr stats = make_stats(backend, op);
     p.query_blocks = ceil_div(p.queries, attention_kernel_rows(statistics));
     launch(backend.runtime(), statistics, p.query_blocks, op);
     return stats;
@@ -178,8 +260,12 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
   TensorPtr out =
       make_tensor(call.dtype, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
   call.p.out = out->data();
+  // Each row's L beside the output (8 bytes a row where the output has 2 x depth): the backward
+  // pass's statistics then need no scores.
+  TensorPtr stats = call.make_stats(*this, op);
   call.p.query_blocks = ceil_div(call.p.queries, attention_kernel_rows(call.forward));
   call.launch(runtime_, call.forward, call.p.query_blocks, op);
+  out->keep_attention_saved(call.saved(std::move(stats)));
   return out;
 }
 

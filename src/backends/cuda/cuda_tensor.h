@@ -12,6 +12,7 @@
 namespace kiln::cuda {
 
 class Allocator;
+struct AttentionSaved;  // cuda_attention.cpp
 using Strides = strided::Strides;
 
 // A block of device memory shared by the views of one tensor; returned to the allocator's
@@ -55,8 +56,19 @@ class CudaTensor final : public StridedTensor {
            static_cast<CUdeviceptr>(offset() * static_cast<std::int64_t>(dtype_size(dtype_)));
   }
 
+  // What attention's forward pass kept with this, its output, for the backward pass (each query
+  // row's softmax statistics: cuda_attention.cpp); null on every other tensor, this one's views
+  // included.
+  const std::shared_ptr<AttentionSaved>& attention_saved() const noexcept {
+    return attention_saved_;
+  }
+  void keep_attention_saved(std::shared_ptr<AttentionSaved> saved) noexcept {
+    attention_saved_ = std::move(saved);
+  }
+
  private:
   std::shared_ptr<Storage> storage_;
+  std::shared_ptr<AttentionSaved> attention_saved_;
 };
 
 using TensorPtr = std::shared_ptr<CudaTensor>;
