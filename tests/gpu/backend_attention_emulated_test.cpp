@@ -8,6 +8,7 @@
 #include <kiln/kiln.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -61,6 +62,14 @@ void kh_host_scores(float* d, int n, KhDesc a, KhDesc b, bool accumulate, bool b
 void kh_host_accumulate(float* d, int n, const unsigned* a, KhDesc b, bool bf16) {
   kernel_emulator::wgmma_registers(d, n, a, b, bf16);
 }
+void kh_host_product_mn(float* d, KhDesc a, KhDesc b, bool accumulate, bool bf16) {
+  kernel_emulator::wgmma_shared(d, 64, a, b, accumulate, bf16, /*k_major=*/false);
+}
+// The emulated grid's threads run at once: the reductions are atomic as the GPU's.
+void kh_red_add2(float* at, float x, float y) {
+  std::atomic_ref<float>(at[0]).fetch_add(x);
+  std::atomic_ref<float>(at[1]).fetch_add(y);
+}
 
 }  // namespace kiln::cuda::attention_kernels
 
@@ -111,11 +120,13 @@ void launch_blocks(const ka::KaParams& p, long long blocks, int depth, Body body
       static_cast<unsigned>(p.batch * p.heads * blocks), ka::kKaThreads, ka::ka_shared_bytes(depth),
       [&](unsigned char* smem) { body(p, reinterpret_cast<unsigned short*>(smem)); });
 }
-// The Hopper kernel's blocks (attention_hopper.h).
+// The Hopper kernel's blocks (attention_hopper.h), with `shared` bytes (0: kh_shared_bytes).
 template <class Body>
-void launch_hopper_blocks(const ka::KaParams& p, long long blocks, int depth, Body body) {
+void launch_hopper_blocks(const ka::KaParams& p, long long blocks, int depth, Body body,
+                          int shared = 0) {
   kernel_emulator::launch(static_cast<unsigned>(p.batch * p.heads * blocks), ka::kKhThreads,
-                          ka::kh_shared_bytes(depth), [&](unsigned char* smem) { body(p, smem); });
+                          shared != 0 ? shared : ka::kh_shared_bytes(depth),
+                          [&](unsigned char* smem) { body(p, smem); });
 }
 
 // Which forward body: attention_kernels.h's, attention_hopper.h's, or its pipelined one.
@@ -157,7 +168,7 @@ enum Stats { kStatsPass, kFromForward, kFromPipelined };
 // the statistics (for the float64 output rounded to dtype, as the forward pass would give it),
 // then dq, and dk with dv (kHopper: attention_hopper.h's three), against float64 loops.
 template <int KD, bool kBf16, bool kMask, bool kBias, bool kHopper = false,
-          Stats kStats = kStatsPass>
+          Stats kStats = kStatsPass, bool kMerged = false>
 void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed) {
   ka::KaParams p = params_of<KD>(c, in);
   const Shape out_shape{c.batch, c.heads, c.queries, KD};
@@ -176,7 +187,8 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
   p.grad = address_and_strides(grad, unused);
   const long long rows = c.batch * c.heads * c.queries;
   std::vector<float> stats(static_cast<std::size_t>(ka::ka_stats_floats(rows)), NAN);
-  std::vector<float> dq(static_cast<std::size_t>(rows * KD), NAN);
+  // The merged kernel adds dq to zeros; the dq kernel writes each element.
+  std::vector<float> dq(static_cast<std::size_t>(rows * KD), kMerged ? 0.f : NAN);
   std::vector<float> dk(static_cast<std::size_t>(c.batch * c.heads * c.keys * KD), NAN);
   std::vector<float> dv(dk.size(), NAN);
   p.stats = reinterpret_cast<std::uintptr_t>(stats.data());
@@ -207,9 +219,15 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
     if constexpr (kStats == kStatsPass) {
       launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, true>);
     }
-    launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention_dq<KD, kBf16, kMask, kBias>);
-    launch_hopper_blocks(p, (c.keys + ka::kKhRows - 1) / ka::kKhRows, KD,
-                         ka::kh_attention_dkv<KD, kBf16, kMask, kBias>);
+    if constexpr (kMerged) {
+      launch_hopper_blocks(p, (c.keys + ka::kKhRows - 1) / ka::kKhRows, KD,
+                           ka::kh_attention_dkv<KD, kBf16, kMask, kBias, true>,
+                           std::max(ka::kh_shared_bytes(KD), ka::kh_dqkv_shared_bytes(KD)));
+    } else {
+      launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention_dq<KD, kBf16, kMask, kBias>);
+      launch_hopper_blocks(p, (c.keys + ka::kKhRows - 1) / ka::kKhRows, KD,
+                           ka::kh_attention_dkv<KD, kBf16, kMask, kBias>);
+    }
   } else {
     p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
     if constexpr (kStats == kStatsPass) {
@@ -368,6 +386,15 @@ TEST(GpuAttentionEmulated, HopperBackwardKernelsMatchFloat64Reference) {
        &check_backward<64, true, false, false, true, kFromForward>},
       {{h, 2, 1, 70, 90, 128, MaskKind::Full, true, false},
        &check_backward<128, false, true, true, true, kFromPipelined>},
+      // dq added by the dk/dv kernel (kQuery): two key blocks over the causal diagonal (a
+      // warpgroup that skips a tile), keys and queries past the ends, a mask and a bias, one
+      // key/value head for two query heads, head dim 64 (one warpgroup's product).
+      {{b, 1, 2, 200, 230, 128, none, false, true},
+       &check_backward<128, true, false, false, true, kFromForward, true>},
+      {{h, 2, 1, 70, 150, 64, MaskKind::Full, true, false},
+       &check_backward<64, false, true, true, true, kFromForward, true>},
+      {{b, 2, 2, 33, 150, 64, none, false, true, Layout::Contiguous, 1},
+       &check_backward<64, true, false, false, true, kStatsPass, true>},
   };
   std::uint64_t seed = 4900;
   for (const BackwardCase& e : cases) {

@@ -44,10 +44,13 @@ void check_backward_case(const Device& gpu, const AttentionCase& c, std::uint64_
   const Shape out_shape = out->shape();
   const Primitive grad = test::host_random(out_shape, c.dtype, seed + 7, -1, 1);
   Backend& backend = backend_for(gpu);
-  const Primitive dq =
-      backend.attention_query_backward(q, k, v, out, on(grad, gpu), mask, bias, options);
+  // In autodiff's order: dk and dv first (on Hopper their kernel computes dq too and leaves it
+  // with the forward's output for the query op).
+  const Primitive grad_gpu = on(grad, gpu);
   const auto [dk, dv] =
-      backend.attention_key_value_backward(q, k, v, out, on(grad, gpu), mask, bias, options);
+      backend.attention_key_value_backward(q, k, v, out, grad_gpu, mask, bias, options);
+  const Primitive dq =
+      backend.attention_query_backward(q, k, v, out, grad_gpu, mask, bias, options);
   std::optional<Host4> mask_host, bias_host;
   if (in.mask) mask_host = host4(*in.mask);
   if (in.bias) bias_host = host4(*in.bias);
@@ -136,7 +139,8 @@ TEST(GpuAttention, BackwardMatchesFloat64Reference) {
 // The backward ops given the forward's output use the statistics it kept only for the q, k, mask,
 // bias and options it was made from: with another q (values and storage) they equal the
 // backward of an output that kept nothing (a copy), where the statistics are recomputed from
-// that q; and both passes' statistics give the reference's gradients above.
+// that q; and both passes' statistics give the reference's gradients above. A dq computed by
+// the key/value op is taken only for its own output gradient.
 TEST(GpuAttention, BackwardUsesKeptStatisticsOnlyForTheirInputs) {
   KILN_REQUIRE_GPU();
   using gpu_attention::MaskKind;
@@ -172,5 +176,16 @@ TEST(GpuAttention, BackwardUsesKeptStatisticsOnlyForTheirInputs) {
         backend.attention_key_value_backward(other_q, k, v, copy, grad, mask, bias, options);
     EXPECT_EQ(detail::into_data(dk_kept).to_f64_vec(), detail::into_data(dk_copy).to_f64_vec());
     EXPECT_EQ(detail::into_data(dv_kept).to_f64_vec(), detail::into_data(dv_copy).to_f64_vec());
+    // A dq the key/value op left for one output gradient is not another's.
+    const Primitive other_grad =
+        on(test::host_random(out->shape(), c.dtype, seed + 4, -1, 1), device);
+    (void)backend.attention_key_value_backward(q, k, v, out, grad, mask, bias, options);
+    const Primitive dq_other =
+        backend.attention_query_backward(q, k, v, out, other_grad, mask, bias, options);
+    const Primitive dq_other_copy =
+        backend.attention_query_backward(q, k, v, copy, other_grad, mask, bias, options);
+    gpu_attention::expect_near(detail::into_data(dq_other).to_f64_vec(),
+                               detail::into_data(dq_other_copy).to_f64_vec(), c.dtype,
+                               "dq for another output gradient");
   }
 }

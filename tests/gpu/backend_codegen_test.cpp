@@ -467,9 +467,10 @@ TEST(GpuCodegen, AttentionKernelCompiles) {
               AttentionKernel::KeyValue, AttentionKernel::HopperForward,
               AttentionKernel::HopperStats, AttentionKernel::HopperQuery,
               AttentionKernel::HopperKeyValue, AttentionKernel::HopperPipelined,
-              AttentionKernel::Delta}) {
-          const bool hopper = kernel >= AttentionKernel::HopperForward &&
-                              kernel <= AttentionKernel::HopperPipelined;
+              AttentionKernel::Delta, AttentionKernel::HopperQueryKeyValue}) {
+          const bool hopper = (kernel >= AttentionKernel::HopperForward &&
+                               kernel <= AttentionKernel::HopperPipelined) ||
+                              kernel == AttentionKernel::HopperQueryKeyValue;
           const bool backward = kernel != AttentionKernel::Forward &&
                                 kernel != AttentionKernel::HopperForward &&
                                 kernel != AttentionKernel::HopperPipelined;

@@ -252,10 +252,12 @@ inline double wgmma_operand(std::uint64_t desc, int mn, int k, bool k_major, boo
 }
 
 // wgmma.m64nNk16 with f32 accumulators, 16-bit inputs, both operands in shared memory and
-// K-major: d = A Bᵀ (+ d when accumulate), A 64 x 16 and B N x 16. A thread's d is the warp's 16
-// rows of the 64 (warp w of the warpgroup rows 16w..) as N / 8 mma.m16n8 C tiles side by side.
+// K-major: d = A Bᵀ (+ d when accumulate), A 64 x 16 and B N x 16; or both MN-major (k_major
+// false, the instruction's transposes): d = A B, A 64 x 16 and B 16 x N. A thread's d is the
+// warp's 16 rows of the 64 (warp w of the warpgroup rows 16w..) as N / 8 mma.m16n8 C tiles side
+// by side.
 inline void wgmma_shared_now(float* d, int n, std::uint64_t a, std::uint64_t b, bool accumulate,
-                             bool bf16) {
+                             bool bf16, bool k_major = true) {
   const int first = 16 * static_cast<int>((t_thread / 32) % 4);
   const int g = static_cast<int>(lane()) / 4, t = static_cast<int>(lane()) % 4;
   for (int j = 0; j < n / 8; ++j) {
@@ -263,7 +265,7 @@ inline void wgmma_shared_now(float* d, int n, std::uint64_t a, std::uint64_t b, 
       const int row = first + g + 8 * (c >> 1), col = 8 * j + 2 * t + (c & 1);
       double sum = accumulate ? d[4 * j + c] : 0.0;
       for (int k = 0; k < 16; ++k) {
-        sum += wgmma_operand(a, row, k, true, bf16) * wgmma_operand(b, col, k, true, bf16);
+        sum += wgmma_operand(a, row, k, k_major, bf16) * wgmma_operand(b, col, k, k_major, bf16);
       }
       d[4 * j + c] = static_cast<float>(sum);
     }
@@ -299,8 +301,8 @@ inline void issue_product(std::function<void()> product) {
   }
 }
 inline void wgmma_shared(float* d, int n, std::uint64_t a, std::uint64_t b, bool accumulate,
-                         bool bf16) {
-  issue_product([=] { wgmma_shared_now(d, n, a, b, accumulate, bf16); });
+                         bool bf16, bool k_major = true) {
+  issue_product([=] { wgmma_shared_now(d, n, a, b, accumulate, bf16, k_major); });
 }
 inline void wgmma_registers(float* d, int n, const unsigned* a, std::uint64_t b, bool bf16) {
   const unsigned regs[4] = {a[0], a[1], a[2], a[3]};

@@ -34,6 +34,9 @@ enum class AttentionKernel {
   // kiln_attention_delta: D of every query row into statistics whose L the forward pass wrote
   // (the forward kernels write L with their output when given p.stats): Stats without scores.
   Delta,
+  // kiln_attention_wg_dqkv: HopperKeyValue with dq added to a zeroed f32 buffer by reductions,
+  // in place of HopperQuery (which recomputes S and dP for it).
+  HopperQueryKeyValue,
 };
 
 // True where the kernels run attention of dtype with head dim `depth` (bf16 or f16; depth a
@@ -45,6 +48,9 @@ bool attention_kernel_applies(DType dtype, std::int64_t depth);
 bool attention_hopper_applies(int major, int minor, std::int64_t depth);
 // True where KILN_ATTENTION_WGMMA=2 asks for the pipelined Hopper forward pass.
 bool attention_hopper_pipelined();
+// True unless KILN_ATTENTION_MERGED_DQ=0: the Hopper dk/dv kernel computes dq too
+// (HopperQueryKeyValue) where the forward's output carries it to attention_query_backward.
+bool attention_query_merged();
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,

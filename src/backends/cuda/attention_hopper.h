@@ -88,12 +88,14 @@ KA_FN void kh_pin(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 #define KH_D32 KH_D4(0), KH_D4(1), KH_D4(2), KH_D4(3), KH_D4(4), KH_D4(5), KH_D4(6), KH_D4(7)
 #define KH_D64 \
   KH_D32, KH_D4(8), KH_D4(9), KH_D4(10), KH_D4(11), KH_D4(12), KH_D4(13), KH_D4(14), KH_D4(15)
-// d (64 x N, f32) = or += A Bᵀ for 64 x 16 A and N x 16 B, both K-major in shared memory.
-#define KH_SS(T, N, R, D, A, B, ACC)                                                          \
+// d (64 x N, f32) = or += A Bᵀ for 64 x 16 A and N x 16 B in shared memory, both K-major
+// (TRANS "0, 0") or both MN-major, read transposed (TRANS "1, 1": d = or += A B for A 64 x 16
+// and B 16 x N).
+#define KH_SS(T, N, R, D, A, B, ACC, TRANS)                                                   \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ACC                                       \
                ", 0;\n"                                                                       \
                "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." T "." T " " R ", %" A ", %" B \
-               ", p, 1, 1, 0, 0;\n}\n"                                                        \
+               ", p, 1, 1, " TRANS ";\n}\n"                                                   \
                : D                                                                            \
                : "l"(a), "l"(b), "r"(accumulate))
 // d (64 x N, f32) += A B for A (64 x 16) in registers and B (16 x N) MN-major in shared memory
@@ -108,14 +110,27 @@ KA_FN void kh_pin(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 template <bool kBf16, int N>
 KA_FN void kh_scores(float (&d)[1][N / 8][4], KhDesc a, KhDesc b, int accumulate) {
   if constexpr (N == 128 && kBf16) {
-    KH_SS("bf16", "128", KH_R64, KH_D64, "64", "65", "66");
+    KH_SS("bf16", "128", KH_R64, KH_D64, "64", "65", "66", "0, 0");
   } else if constexpr (N == 128) {
-    KH_SS("f16", "128", KH_R64, KH_D64, "64", "65", "66");
+    KH_SS("f16", "128", KH_R64, KH_D64, "64", "65", "66", "0, 0");
   } else if constexpr (kBf16) {
-    KH_SS("bf16", "64", KH_R32, KH_D32, "32", "33", "34");
+    KH_SS("bf16", "64", KH_R32, KH_D32, "32", "33", "34", "0, 0");
   } else {
-    KH_SS("f16", "64", KH_R32, KH_D32, "32", "33", "34");
+    KH_SS("f16", "64", KH_R32, KH_D32, "32", "33", "34", "0, 0");
   }
+}
+// d (64 x 64, f32) = or += A B for A (64 x 16) and B (16 x 64) MN-major in shared memory.
+template <bool kBf16>
+KA_FN void kh_product_mn(float (&d)[1][8][4], KhDesc a, KhDesc b, int accumulate) {
+  if constexpr (kBf16) {
+    KH_SS("bf16", "64", KH_R32, KH_D32, "32", "33", "34", "1, 1");
+  } else {
+    KH_SS("f16", "64", KH_R32, KH_D32, "32", "33", "34", "1, 1");
+  }
+}
+// *at += x, at[1] += y in global memory, as one vector reduction (no value returned).
+KA_FN void kh_red_add2(float* at, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at), "f"(x), "f"(y) : "memory");
 }
 template <bool kBf16, int N>
 KA_FN void kh_accumulate(float (&d)[1][N / 8][4], const unsigned (&a)[4], KhDesc b) {
@@ -143,6 +158,12 @@ inline void kh_wait_all() { kh_wait<0>(); }
 inline void kh_pin(float&) {}
 void kh_host_scores(float* d, int n, KhDesc a, KhDesc b, bool accumulate, bool bf16);
 void kh_host_accumulate(float* d, int n, const unsigned* a, KhDesc b, bool bf16);
+void kh_host_product_mn(float* d, KhDesc a, KhDesc b, bool accumulate, bool bf16);
+void kh_red_add2(float* at, float x, float y);
+template <bool kBf16>
+inline void kh_product_mn(float (&d)[1][8][4], KhDesc a, KhDesc b, int accumulate) {
+  kh_host_product_mn(&d[0][0][0], a, b, accumulate != 0, kBf16);
+}
 template <bool kBf16, int N>
 inline void kh_scores(float (&d)[1][N / 8][4], KhDesc a, KhDesc b, int accumulate) {
   kh_host_scores(&d[0][0][0], N, a, b, accumulate != 0, kBf16);
@@ -543,22 +564,87 @@ KA_FN void kh_attention_dq(const KaParams& p, unsigned char* smem) {
                    p.queries, lane);
 }
 
+// The dk/dv kernel with dq (kQuery): each tile's dS, both warpgroups' 128 keys by the tile's 64
+// queries, staged MN-major for dq's product (a key's 64 queries one swizzled 128-byte row).
+inline constexpr int kKhScoresBytes = kKhRows * kKhTile * 2;
+// Shared bytes of the kernel with kQuery: the dk/dv kernel's k, v, two stages of q, dO and their
+// statistics, and the staged dS (more than kh_shared_bytes at head dim 64).
+KA_FN constexpr int kh_dqkv_shared_bytes(int depth) {
+  return 1024 + (2 * kKhRows + 4 * kKhTile) * depth * 2 + 2 * 2 * kKhTile * 4 + kKhScoresBytes;
+}
+
+// Byte offset of the pair of queries (col, col + 1) of staged key `row`.
+KA_FN int kh_scores_slot(int row, int col) {
+  return row * 128 + ((((col >> 3) ^ (row & 7))) << 4) + (col & 7) * 2;
+}
+// This warp's dSᵀ (its 16 keys from staged row key_row by the tile's 64 queries), packed as an A
+// operand (kh_pack_weights: rows g and g + 8, columns 2t and 2t + 8 of each 16), into the stage.
+KA_FN void kh_stage_scores(unsigned char* tile, const unsigned (&ds)[kKhTile / 16][4], int key_row,
+                           int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  KA_UNROLL for (int kk = 0; kk < kKhTile / 16; ++kk) {
+    KA_UNROLL for (int c = 0; c < 4; ++c) {
+      const int slot = kh_scores_slot(key_row + g + 8 * (c & 1), 16 * kk + 2 * t + 8 * (c >> 1));
+      *reinterpret_cast<unsigned*>(tile + slot) = ds[kk][c];
+    }
+  }
+}
+// Zeros for this warp's 16 keys: its warpgroup skipped the tile (no query of it sees them).
+KA_FN void kh_clear_scores(unsigned char* tile, int key_row, int lane) {
+  const unsigned zeros[kKhTile / 16][4] = {};
+  kh_stage_scores(tile, zeros, key_row, lane);
+}
+
+// The tile's share of dq from the staged dS and the block's k (both [128 keys, ...], reduced over
+// the keys): columns [64 * panel, 64 * panel + 64) of the tile's 64 queries from q0, scaled and
+// added to p.dq (f32, zeroed before the launch) by vector reductions.
+template <int KD, bool kBf16>
+KA_FN void kh_query_grads(const KaParams& p, long long bh, unsigned scores_at, unsigned k_at,
+                          int panel, long long q0, int warp, int lane) {
+  float acc[1][8][4];
+  kh_fence();
+  KA_UNROLL for (int kk = 0; kk < kKhRows / 16; ++kk) {
+    const unsigned rows = kk * 16 * 128;
+    kh_product_mn<kBf16>(acc, kh_desc(scores_at + rows, kKhRows * 128, 1024),
+                         kh_desc(k_at + panel * kKhRows * 128 + rows, kKhRows * 128, 1024), kk);
+  }
+  kh_commit();
+  kh_wait_all();
+  kh_pin_all(acc);
+  float* dq = reinterpret_cast<float*>(p.dq) + bh * p.queries * KD;
+  const int g = lane >> 2, t = lane & 3;
+  KA_UNROLL for (int r = 0; r < 2; ++r) {
+    const long long row = q0 + 16 * (warp & 3) + g + 8 * r;
+    if (row >= p.queries) continue;
+    KA_UNROLL for (int n = 0; n < 8; ++n) {
+      kh_red_add2(dq + row * KD + 64 * panel + 8 * n + 2 * t, acc[0][n][2 * r] * p.scale,
+                  acc[0][n][2 * r + 1] * p.scale);
+    }
+  }
+}
+
 // dk and dv of one block of the backward pass, as ka_attention_dkv on warpgroup products: keys
 // [key0, key0 + 128) of (batch, head) bh, 64 a warpgroup, the first key blocks first. Per tile of
 // 64 queries (from the first that can see the block's keys): Sᵀ = k qᵀ, Pᵀ = 2^(Sᵀ - L),
 // dv += Pᵀ dO, dPᵀ = v dOᵀ, dSᵀ = Pᵀ (dPᵀ - D), dk += dSᵀ q (dO and q read transposed for the
 // sums). smem: k's and v's 128 rows, two stages of q's and dO's 64, two of their statistics.
-template <int KD, bool kBf16, bool kMask, bool kBias>
+// kQuery: dq too, the attention_query_backward kernel's work without its products of S and dP:
+// each tile's dS staged in shared memory (kh_stage_scores), then dq's share of the tile
+// (kh_query_grads; 64 of the head dim a warpgroup, the first warpgroup alone at head dim 64)
+// added to p.dq by reductions; smem then kh_dqkv_shared_bytes.
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kQuery = false>
 KA_FN void kh_attention_dkv(const KaParams& p, unsigned char* smem) {
   constexpr int kRowsBytes = kKhRows * KD * 2, kTileBytes = kKhTile * KD * 2;
   const KhShared base = kh_aligned(smem);
   unsigned char* k_tile = base.at;
   unsigned char* v_tile = k_tile + kRowsBytes;
-  unsigned char* q_tiles = v_tile + kRowsBytes;                            // two stages
-  unsigned char* g_tiles = q_tiles + 2 * kTileBytes;                       // two stages
-  float* stat_tiles = reinterpret_cast<float*>(g_tiles + 2 * kTileBytes);  // two of 64 {L, D}
+  unsigned char* q_tiles = v_tile + kRowsBytes;                                 // two stages
+  unsigned char* g_tiles = q_tiles + 2 * kTileBytes;                            // two stages
+  float* stat_tiles = reinterpret_cast<float*>(g_tiles + 2 * kTileBytes);       // two of 64 {L, D}
+  unsigned char* scores_tile = g_tiles + 2 * kTileBytes + 2 * 2 * kKhTile * 4;  // kQuery's dS
   const unsigned k_at = base.address, v_at = k_at + kRowsBytes, q_at = v_at + kRowsBytes,
-                 g_at = q_at + 2 * kTileBytes;
+                 g_at = q_at + 2 * kTileBytes,
+                 scores_at = g_at + 2 * kTileBytes + 2 * 2 * kKhTile * 4;
   const KaHead head = ka_head<KD>(p);
   const int warp = head.warp, lane = head.lane, group = warp >> 2;
   const long long bh = head.bh, b = head.b, h = head.h;
@@ -632,6 +718,16 @@ KA_FN void kh_attention_dkv(const KaParams& p, unsigned char* smem) {
       kh_wait_all();
       kh_pin_all(dv);
       kh_pin_all(dk);
+      if (kQuery) kh_stage_scores(scores_tile, ds, group * 64 + (warp & 3) * 16, lane);
+    } else if (kQuery) {
+      kh_clear_scores(scores_tile, group * 64 + (warp & 3) * 16, lane);
+    }
+    if (kQuery) {
+      kh_fence_shared();  // the staged dS (generic proxy writes) before the products read it
+      ka_sync();
+      if (group < KD / 64) {
+        kh_query_grads<KD, kBf16>(p, bh, scores_at, k_at, group, q0, warp, lane);
+      }
     }
     ka_sync();
     if (j + 2 < tiles) {

@@ -3,6 +3,7 @@
 // dtype, head dim, mask and bias.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -32,7 +33,8 @@ int wgmma_choice() {
 }
 
 // What each kernel is: its extern "C" name, the body it instantiates and that body's trailing
-// template argument (the forward bodies' kStats), whether it is a Hopper kernel, and the rows
+// template argument (the forward bodies' kStats, the dk/dv body's kQuery), whether it is a Hopper
+// kernel, and the rows
 // (queries, or keys for the dk/dv kernels) a block takes. In AttentionKernel's order.
 struct KernelSpec {
   const char* name;
@@ -52,8 +54,10 @@ constexpr KernelSpec kSpecs[] = {
     {"kiln_attention_wg_dkv", "kh_attention_dkv", "", true, attention_kernels::kKhRows},
     {"kiln_attention_wg_pipelined", "kh_attention_pipelined", "", true, attention_kernels::kKhRows},
     {"kiln_attention_delta", "ka_attention_delta", "", false, attention_kernels::kKaThreads / 32},
+    {"kiln_attention_wg_dqkv", "kh_attention_dkv", ", true", true, attention_kernels::kKhRows},
 };
-static_assert(std::size(kSpecs) == static_cast<std::size_t>(AttentionKernel::Delta) + 1,
+static_assert(std::size(kSpecs) ==
+                  static_cast<std::size_t>(AttentionKernel::HopperQueryKeyValue) + 1,
               "one KernelSpec per AttentionKernel");
 
 const KernelSpec& spec(AttentionKernel kernel) { return kSpecs[static_cast<int>(kernel)]; }
@@ -66,6 +70,11 @@ bool attention_hopper_applies(int major, int minor, std::int64_t depth) {
 }
 
 bool attention_hopper_pipelined() { return wgmma_choice() == 2; }
+
+bool attention_query_merged() {
+  const char* choice = std::getenv("KILN_ATTENTION_MERGED_DQ");
+  return choice == nullptr || std::strcmp(choice, "0") != 0;
+}
 
 const char* attention_kernel_name(AttentionKernel kernel) { return spec(kernel).name; }
 
@@ -100,6 +109,10 @@ extern "C" __global__ void __launch_bounds__({}{}) {}(kiln::cuda::attention_kern
 unsigned attention_shared_bytes(AttentionKernel kernel, std::int64_t depth) {
   if (kernel == AttentionKernel::Delta) return 0;  // a warp a row, straight from global memory
   const int d = static_cast<int>(depth);
+  if (kernel == AttentionKernel::HopperQueryKeyValue) {
+    return static_cast<unsigned>(std::max(attention_kernels::kh_shared_bytes(d),
+                                          attention_kernels::kh_dqkv_shared_bytes(d)));
+  }
   return static_cast<unsigned>(spec(kernel).hopper ? attention_kernels::kh_shared_bytes(d)
                                                    : attention_kernels::ka_shared_bytes(d));
 }

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "backends/cuda/attention.h"
+#include "backends/cuda/check.h"
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/grid_math.h"
 #include "backends/cuda/kernel_source.h"
@@ -44,12 +45,19 @@ std::optional<OperandIdentity> identity_of(const OptionalPrimitive& t) {
 
 // What the forward pass keeps with its output (CudaTensor::attention_saved): the statistics
 // with each query row's L written (D is the backward pass's to fill), and what L depends on.
+// On Hopper attention_key_value_backward computes dq too (kiln_attention_wg_dqkv) and leaves it
+// here for attention_query_backward of the same output gradient and v, which autodiff calls next.
 struct AttentionSaved {
   TensorPtr stats;
   OperandIdentity q, k;
   std::optional<OperandIdentity> mask, bias;
   float scale;
   int causal;
+  struct QueryGrad {
+    OperandIdentity output_grad, v;
+    Primitive dq;
+  };
+  std::optional<QueryGrad> query_grad;
 };
 
 namespace {
@@ -197,14 +205,15 @@ struct AttentionCall {
 
   // The forward pass's record for its output: the statistics its kernel wrote L into.
   std::shared_ptr<AttentionSaved> saved(TensorPtr stats) const {
-    return std::make_shared<AttentionSaved>(AttentionSaved{
-        std::move(stats), q_identity, k_identity, mask_identity, bias_identity, p.scale, p.causal});
+    return std::make_shared<AttentionSaved>(AttentionSaved{std::move(stats), q_identity, k_identity,
+                                                           mask_identity, bias_identity, p.scale,
+                                                           p.causal, std::nullopt});
   }
 
   // The forward pass's record on output if it was made from this call's q, k, mask, bias and
   // options; null otherwise.
-  const AttentionSaved* saved_by_forward(const Primitive& output) const {
-    const AttentionSaved* s = as_cuda(output).attention_saved().get();
+  AttentionSaved* saved_by_forward(const Primitive& output) const {
+    AttentionSaved* s = as_cuda(output).attention_saved().get();
     if (s == nullptr || !(s->q == q_identity) || !(s->k == k_identity) ||
         s->mask != mask_identity || s->bias != bias_identity || s->scale != p.scale ||
         s->causal != p.causal) {
@@ -218,8 +227,8 @@ struct AttentionCall {
   // forward pass kept it with output where it did (D written into the same workspace, which
   // only the backward ops of this output use, one after the other on the stream), recomputed
   // otherwise.
-  TensorPtr stats(CudaBackend& backend, Primitive& output, Primitive& output_grad, const char* op) {
-    const AttentionSaved* kept = saved_by_forward(output);
+  TensorPtr stats(CudaBackend& backend, const AttentionSaved* kept, Primitive& output,
+                  Primitive& output_grad, const char* op) {
     output = backend.contiguous(output, op);
     output_grad = backend.contiguous(output_grad, op);
     p.out = as_cuda(output).data();
@@ -280,9 +289,18 @@ Primitive CudaBackend::attention_query_backward(Primitive query, Primitive key, 
                                              std::move(mask), std::move(bias), options);
   }
   const Shape shape = query->shape();
+  const OperandIdentity grad_identity(as_cuda(output_grad)), v_identity(as_cuda(value));
   AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
                      std::move(bias), options, op);
-  const TensorPtr stats = call.stats(*this, output, output_grad, op);
+  AttentionSaved* kept = call.saved_by_forward(output);
+  // dq as attention_key_value_backward left it for this output gradient and v.
+  if (kept != nullptr && kept->query_grad && kept->query_grad->output_grad == grad_identity &&
+      kept->query_grad->v == v_identity) {
+    Primitive dq = std::move(kept->query_grad->dq);
+    kept->query_grad.reset();
+    return dq;
+  }
+  const TensorPtr stats = call.stats(*this, kept, output, output_grad, op);
   TensorPtr dq =
       make_tensor(DType::F32, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
   call.p.dq = dq->data();
@@ -300,17 +318,35 @@ PrimitivePair CudaBackend::attention_key_value_backward(
                                                  std::move(output), std::move(output_grad),
                                                  std::move(mask), std::move(bias), options);
   }
-  const Shape k_shape = key->shape(), v_shape = value->shape();
+  const Shape q_shape = query->shape(), k_shape = key->shape(), v_shape = value->shape();
+  const OperandIdentity grad_identity(as_cuda(output_grad)), v_identity(as_cuda(value));
   AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
                      std::move(bias), options, op);
-  const TensorPtr stats = call.stats(*this, output, output_grad, op);
+  AttentionSaved* kept = call.saved_by_forward(output);
+  const TensorPtr stats = call.stats(*this, kept, output, output_grad, op);
   const Shape full{call.p.batch, call.p.heads, call.p.keys, call.depth};
   TensorPtr dk = make_tensor(DType::F32, full, op);
   TensorPtr dv = make_tensor(DType::F32, full, op);
   call.p.dk = dk->data();
   call.p.dv = dv->data();
-  call.launch(runtime_, call.key_value_grad,
-              ceil_div(call.p.keys, attention_kernel_rows(call.key_value_grad)), op);
+  // On Hopper, where the forward's record can carry it to attention_query_backward, dq too: the
+  // dk/dv kernel has dS of every pair of rows already, so dq costs one product a tile there
+  // instead of a kernel that recomputes S and dP.
+  AttentionKernel kernel = call.key_value_grad;
+  TensorPtr dq;
+  if (kept != nullptr && kernel == AttentionKernel::HopperKeyValue && attention_query_merged()) {
+    kernel = AttentionKernel::HopperQueryKeyValue;
+    dq = make_tensor(DType::F32, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
+    KILN_CUDA_CHECK(
+        op, cuMemsetD32Async(dq->data(), 0, static_cast<std::size_t>(dq->shape().num_elements()),
+                             runtime_.context.stream()));
+    call.p.dq = dq->data();
+  }
+  call.launch(runtime_, kernel, ceil_div(call.p.keys, attention_kernel_rows(kernel)), op);
+  if (dq) {
+    kept->query_grad = AttentionSaved::QueryGrad{grad_identity, v_identity,
+                                                 call.gradient(*this, std::move(dq), q_shape)};
+  }
   return {call.gradient(*this, std::move(dk), k_shape),
           call.gradient(*this, std::move(dv), v_shape)};
 }

@@ -510,17 +510,19 @@ Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive v
               {.dq = r.needs(0), .dk = r.needs(1), .dv = r.needs(2), .dbias = need_dbias});
           return {grads.dq, grads.dk, grads.dv, grads.dbias};
         }
+        // dk and dv first: a backend may compute dq with them and hand it to the query op (cuda
+        // on Hopper does).
         Primitive dq, dk, dv;
         const Primitive out = r.out();
-        if (r.needs(0)) {
-          dq = b.attention_query_backward(r.in(0), r.in(1), r.in(2), out, g, mask_inner, bias,
-                                          options);
-        }
         if (r.needs(1) || r.needs(2)) {
           auto [k_grad, v_grad] = b.attention_key_value_backward(r.in(0), r.in(1), r.in(2), out, g,
                                                                  mask_inner, bias, options);
           if (r.needs(1)) dk = std::move(k_grad);
           if (r.needs(2)) dv = std::move(v_grad);
+        }
+        if (r.needs(0)) {
+          dq = b.attention_query_backward(r.in(0), r.in(1), r.in(2), out, g, mask_inner, bias,
+                                          options);
         }
         return {dq, dk, dv, nullptr};
       });
