@@ -48,8 +48,9 @@ bool attention_kernel_applies(DType dtype, std::int64_t depth);
 bool attention_hopper_applies(int major, int minor, std::int64_t depth);
 // True where KILN_ATTENTION_WGMMA=2 asks for the pipelined Hopper forward pass.
 bool attention_hopper_pipelined();
-// True unless KILN_ATTENTION_MERGED_DQ=0: the Hopper dk/dv kernel computes dq too
-// (HopperQueryKeyValue) where the forward's output carries it to attention_query_backward.
+// True where KILN_ATTENTION_MERGED_DQ=1 asks the Hopper dk/dv kernel to compute dq too
+// (HopperQueryKeyValue) where the forward's output carries it to attention_query_backward:
+// checked on the emulated grid only so far, so not yet the default.
 bool attention_query_merged();
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
