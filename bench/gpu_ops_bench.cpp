@@ -20,7 +20,10 @@
 //   fma_exp/8192, fma_exp_fused/8192              (x*y+z).exp(), eager and fused
 //   small_add_host/16                             host time per 16-element add, bursts of 200
 //   chain8_host{,_fused}/64                       host time per op of chain8 on [64, 64], flushed
-//   conv2d/f32, conv2d/bf16                       x [32,64,56,56], w [64,64,3,3], stride 1, pad 1
+//   conv2d/f32, conv2d/bf16                       x [32,64,56,56], w [64,64,3,3], stride 1, pad 1,
+//                                                 the path kiln chooses per shape; .../cudnn and
+//                                                 .../kiln with KILN_CONV forcing cuDNN or kiln's
+//                                                 own im2col + cuBLASLt (torch's rows: cuDNN)
 //   tensor_topk/4096/32768/8, tensor_sort/16777216   Tensor::topk_with_indices, sort_with_indices
 //   tensor_cumsum/16777216/0, tensor_cumsum/8192/8192   cumsum of one 16M row; along the last dim
 //   nvrtc_first_compile, disk_cache_load          NVRTC seconds per kernel in a fresh process with
@@ -374,8 +377,37 @@ void chain8_host(benchmark::State& state, bool fused) {
 }
 
 // ---- conv2d, a ResNet 3x3 layer ----
-void conv2d(benchmark::State& state, DType dtype) {
+// KILN_CONV for one row, restored after it (the plugin reads it at each op).
+class ConvPath {
+ public:
+  explicit ConvPath(const char* path) {
+    if (const char* old = std::getenv("KILN_CONV")) old_ = old;
+    if (path != nullptr) setenv("KILN_CONV", path, 1);
+  }
+  ~ConvPath() {
+    if (old_) {
+      setenv("KILN_CONV", old_->c_str(), 1);
+    } else {
+      unsetenv("KILN_CONV");
+    }
+  }
+  ConvPath(const ConvPath&) = delete;
+  ConvPath& operator=(const ConvPath&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// path: "cudnn" or "kiln" forces that path (KILN_CONV); null leaves kiln's choice per shape (or
+// the caller's KILN_CONV). A cuDNN row without cuDNN is skipped with the reason.
+void conv2d(benchmark::State& state, DType dtype, const char* path) {
   on_gpu(state, [&](const Device& device) {
+    if (path != nullptr && std::string(path) == "cudnn") {
+      bool loaded = false;
+      const std::string why = cuda_plugin(nullptr)->cudnn_status(device.index(), &loaded, nullptr);
+      if (!loaded) throw std::runtime_error("no cuDNN: " + why);
+    }
+    const ConvPath forced(path);
     const std::int64_t n = 32, c = 64, k = 64, h = 56, w = 56, r = 3;
     device.seed(kSeed + 3);
     const auto x = Tensor<4>::random({n, c, h, w}, Distribution::uniform(-1, 1), device, dtype);
@@ -809,8 +841,16 @@ void register_all() {
             3);
     }
   }
-  timed(RegisterBenchmark("conv2d/f32", [](benchmark::State& s) { conv2d(s, DType::F32); }), 5);
-  timed(RegisterBenchmark("conv2d/bf16", [](benchmark::State& s) { conv2d(s, DType::BF16); }), 5);
+  // conv2d/<dtype> as the caller's KILN_CONV has it (kiln's own path when unset, the choice per
+  // shape with auto; the row torch's peer has); /cudnn and /kiln each path forced.
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    for (const char* path : {static_cast<const char*>(nullptr), "cudnn", "kiln"}) {
+      const std::string name = "conv2d/" + std::string(dtype_name(dtype)) +
+                               (path != nullptr ? std::string("/") + path : "");
+      timed(RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { conv2d(s, dtype, path); }),
+            5);
+    }
+  }
   timed(RegisterBenchmark("tensor_topk/4096/32768/8", tensor_topk), 5);
   timed(RegisterBenchmark("tensor_sort/16777216", tensor_sort), 5);
   timed(RegisterBenchmark("tensor_cumsum/16777216/0",

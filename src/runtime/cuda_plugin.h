@@ -50,6 +50,11 @@ struct CudaPluginApi {
   // How group's collectives of tensors on GPU index move: "nccl", or empty for the group's own
   // communicator (NCCL is not loaded, or the group chose the host path for that GPU).
   std::string (*collective_transport)(distributed::Communicator& group, int index) = nullptr;
+  // cuDNN as GPU index's convolutions use it (loading it and making the GPU's handle on the first
+  // call): "cuDNN 9.19.0 (/usr/.../libcudnn.so.9)" with *loaded true, or why that GPU's
+  // convolutions run kiln's own kernels only. *calls (when not null): the convolution ops that
+  // GPU has run through cuDNN in this process (tests see which path an op took).
+  std::string (*cudnn_status)(int index, bool* loaded, std::int64_t* calls) = nullptr;
 };
 
 // The plugin's table, loading the plugin on the first call; nullptr with the reason when kiln

@@ -1,93 +1,34 @@
-// Where the CUDA plugin looks for NCCL (src/backends/cuda/nccl_search.h), on a fake system that
+// Where the CUDA plugin looks for NCCL (src/backends/cuda/library_search.h), on a fake system that
 // records what is asked of it: the places in their order, KILN_NCCL_LIBRARY and KILN_NCCL=0, a
 // library without a symbol or refused by the caller, python3 asked only when nothing else
 // served, and the reason given when nothing loads. No GPU and no NCCL needed; a few cases use
 // the real system with files that cannot be NCCL.
-#include "backends/cuda/nccl_search.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
 #include <vector>
+
+#include "backends/cuda/library_search.h"
+#include "support/fake_library_system.h"
 
 namespace kiln {
 namespace {
 
-using cuda::nccl::Found;
-using cuda::nccl::System;
+using cuda::search::Found;
+using cuda::search::System;
 
 constexpr const char* kNames[] = {"ncclGetVersion", "ncclAllReduce"};
 
-// A system of files, libraries and variables in maps; every path tried is logged in order.
-struct FakeSystem {
-  std::map<std::string, std::string> variables;
-  std::vector<std::string> files;      // exist
-  std::vector<std::string> libraries;  // open (they exist too)
-  std::vector<std::string> missing;    // "library symbol" pairs that do not resolve
-  std::vector<std::string> sites{"/site/a", "/site/b"};
-  std::string python_error;         // python3's failure, when not empty
-  std::vector<std::string> opened;  // every open, in order
-  int python_calls = 0;
-  int handles[8] = {};
-
-  System system() {
-    System s;
-    s.environment = [this](const char* name) -> const char* {
-      const auto found = variables.find(name);
-      return found == variables.end() ? nullptr : found->second.c_str();
-    };
-    s.exists = [this](const std::string& path) {
-      return contains(files, path) || contains(libraries, path);
-    };
-    s.open = [this](const std::string& path, std::string& error) -> void* {
-      opened.push_back(path);
-      for (std::size_t i = 0; i < libraries.size(); ++i) {
-        if (libraries[i] == path) return &handles[i];
-      }
-      error = path + ": cannot open shared object file";
-      return nullptr;
-    };
-    s.symbol = [this](void* library, const char* name) -> void* {
-      const std::size_t i = static_cast<std::size_t>(static_cast<int*>(library) - handles);
-      if (contains(missing, libraries[i] + " " + name)) return nullptr;
-      return &handles[i];
-    };
-    s.python_site_packages = [this](std::string& error) {
-      ++python_calls;
-      if (!python_error.empty()) {
-        error = python_error;
-        return std::vector<std::string>{};
-      }
-      return sites;
-    };
-    return s;
-  }
-
-  static bool contains(const std::vector<std::string>& list, const std::string& item) {
-    return std::find(list.begin(), list.end(), item) != list.end();
-  }
-};
-
-std::string accept_all(const std::vector<void*>&) { return {}; }
+using FakeSystem = test::FakeLibrarySystem;
+using test::accept_all;
+using test::expect_in_order;
 
 Found search(FakeSystem& fake,
              const std::function<std::string(const std::vector<void*>&)>& accept = accept_all) {
-  return cuda::nccl::find_library(fake.system(), kNames, accept);
-}
-
-// Where each of the parts appears in text (npos when missing), in order.
-void expect_in_order(const std::string& text, const std::vector<std::string>& parts) {
-  std::size_t at = 0;
-  for (const std::string& part : parts) {
-    const std::size_t found = text.find(part, at);
-    ASSERT_NE(found, std::string::npos)
-        << "missing (or out of order) \"" << part << "\" in " << text;
-    at = found + part.size();
-  }
+  return cuda::search::find_library(cuda::search::kNccl, fake.system(), kNames, accept);
 }
 
 TEST(NcclSearch, NothingFoundNamesEveryPlaceInOrderAndWhatToDo) {
@@ -207,14 +148,14 @@ TEST(NcclSearch, TheRealSystemReportsWhatTheLoaderSays) {
   System real = System::real();
   real.environment = fake.system().environment;
   fake.variables["KILN_NCCL_LIBRARY"] = "/nonexistent/kiln/libnccl.so.2";
-  const Found missing = cuda::nccl::find_library(real, kNames, accept_all);
+  const Found missing = cuda::search::find_library(cuda::search::kNccl, real, kNames, accept_all);
   EXPECT_EQ(missing.library, nullptr);
   expect_in_order(missing.reason, {"/nonexistent/kiln/libnccl.so.2: no such file"});
 
   const std::string junk = ::testing::TempDir() + "kiln_not_a_library.so";
   std::ofstream(junk) << "not an ELF file";
   fake.variables["KILN_NCCL_LIBRARY"] = junk;
-  const Found refused = cuda::nccl::find_library(real, kNames, accept_all);
+  const Found refused = cuda::search::find_library(cuda::search::kNccl, real, kNames, accept_all);
   EXPECT_EQ(refused.library, nullptr);
   expect_in_order(refused.reason, {junk + ": ", "KILN_NCCL_LIBRARY"});
   EXPECT_EQ(refused.reason.find("no such file"), std::string::npos) << refused.reason;

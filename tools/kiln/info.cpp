@@ -44,6 +44,13 @@ int run_info(std::ostream& out) {
                      "host): " +
                          nccl)
         << "\n";
+    // Convolutions: cuDNN where it loads, chosen per shape against kiln's own kernels (README.md,
+    // "cuDNN on cuda").
+    const std::string cudnn = cuda_plugin(nullptr)->cudnn_status(0, &loaded, nullptr);
+    out << "  cudnn    "
+        << (loaded ? "loaded: " + cudnn + ", for convolutions where it is faster (KILN_CONV)"
+                   : "not used (convolutions run kiln's own kernels): " + cudnn)
+        << "\n";
   }
   std::string remote_reason;
   bool remote_not_compiled = false;

@@ -1,4 +1,6 @@
-// Convolution, its transpose and its weight gradient on the GPU, for f32, f16, bf16 and f64:
+// Convolution, its transpose and its weight gradient on the GPU, for f32, f16, bf16 and f64.
+// Each op runs through cuDNN or kiln's own path below, as conv_route.cpp chooses per shape
+// (conv_cudnn.h: KILN_CONV, the measured choice, what cuDNN cannot express). kiln's own path:
 // generated im2col / col2im kernels (conv_source.h) around cuBLASLt products (lib/matmul.h,
 // f32 accumulation for the 16-bit floats; f32 in full f32 unless the device allows tf32).
 //   conv:            col = im2col(x); y[n, g] = W[g] · col[n, g]; y += bias (elementwise).
@@ -23,6 +25,7 @@
 #include <optional>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/conv_cudnn.h"
 #include "backends/cuda/conv_source.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/lib/matmul.h"
@@ -311,20 +314,6 @@ void zero_fill(Runtime& runtime, const CudaTensor& t, const char* op) {
   runtime.context.note_launch(op);
 }
 
-// y[n, c, ...] += bias[c] in place (y contiguous, bias any 1-d view).
-void add_channel_bias(Runtime& runtime, const CudaTensor& y, const CudaTensor& bias,
-                      const char* op) {
-  detail::DimVector dims(y.rank(), 1);
-  dims[1] = y.shape()[1];
-  Strides strides(y.rank(), 0);
-  strides[1] = bias.strides()[0];
-  TensorPtr along = make_view(bias, Shape(std::move(dims)), std::move(strides), bias.offset());
-  const DType d = y.dtype();
-  ElementwiseOp spec{op, "a + b", {d, d}, d, d, {}, nullptr};
-  const CudaTensor* inputs[] = {&y, along.get()};
-  launch_elementwise(runtime, spec, y, inputs);
-}
-
 // Images per column workspace: at most kColumnBytes, at least one, at most `batch`.
 std::int64_t images_per_chunk(std::int64_t per_image, DType dtype, std::int64_t batch) {
   const std::int64_t bytes =
@@ -379,7 +368,43 @@ void copy_blocks(CudaBackend& backend, const CudaTensor& dst, const CudaTensor& 
   backend.copy_into(*to, *from, op);
 }
 
+// The convolution cuDNN would run (conv_cudnn.h): its image x and windows' side y, the filter
+// shape, the window's options; the operands are the caller's to set.
+ConvProblem conv_problem(const char* op, ConvDirection direction, DType dtype, const Window& w,
+                         const Shape& x_shape, const Shape& w_shape, const Shape& y_shape,
+                         std::int64_t groups, const CudaTensor* bias) {
+  ConvProblem p;
+  p.op = op;
+  p.direction = direction;
+  p.dtype = dtype;
+  p.x_shape = x_shape;
+  p.w_shape = w_shape;
+  p.y_shape = y_shape;
+  for (std::size_t d = 3 - (x_shape.rank() - 2); d < 3; ++d) {
+    p.stride.push_back(w.stride[d]);
+    p.padding.push_back(w.padding[d]);
+    p.dilation.push_back(w.dilation[d]);
+  }
+  p.groups = groups;
+  p.bias = bias;
+  return p;
+}
+
 }  // namespace
+
+// y[n, c, ...] += bias[c] in place (y contiguous, bias any 1-d view).
+void add_channel_bias(Runtime& runtime, const CudaTensor& y, const CudaTensor& bias,
+                      const char* op) {
+  detail::DimVector dims(y.rank(), 1);
+  dims[1] = y.shape()[1];
+  Strides strides(y.rank(), 0);
+  strides[1] = bias.strides()[0];
+  TensorPtr along = make_view(bias, Shape(std::move(dims)), std::move(strides), bias.offset());
+  const DType d = y.dtype();
+  ElementwiseOp spec{op, "a + b", {d, d}, d, d, {}, nullptr};
+  const CudaTensor* inputs[] = {&y, along.get()};
+  launch_elementwise(runtime, spec, y, inputs);
+}
 
 Primitive CudaBackend::conv(Primitive x, Primitive weight, OptionalPrimitive bias,
                             ConvOptions options) {
@@ -394,74 +419,82 @@ Primitive CudaBackend::conv(Primitive x, Primitive weight, OptionalPrimitive bia
   const std::int64_t groups = options.groups;
   const std::int64_t in_per_group = in_channels / groups, out_per_group = out_channels / groups;
   const std::int64_t rows = in_per_group * w.taps(), positions = w.out_size();
-  TensorPtr y = make_tensor(dtype, channels_first(batch, out_channels, w.out, xs.rank() - 2), op);
-  if (y->shape().num_elements() == 0) return y;
-  check_window(w, op);
+  const Shape y_shape = channels_first(batch, out_channels, w.out, xs.rank() - 2);
+  if (y_shape.num_elements() == 0) return make_tensor(dtype, y_shape, op);
   const CudaTensor* b = bias ? &as_cuda(*bias) : nullptr;
-  if (rows == 0) {
-    // Empty sums: the bias (or zeros) everywhere.
-    zero_fill(runtime_, *y, op);
-    if (b != nullptr) add_channel_bias(runtime_, *y, *b, op);
-    return y;
-  }
+  ConvProblem problem =
+      conv_problem(op, ConvDirection::Forward, dtype, w, xs, ws, y_shape, groups, b);
+  problem.x = &xt;
+  problem.w = &as_cuda(weight);
+  // kiln's own path: y = W · im2col(x), then the bias.
+  return convolve(*this, problem, [&]() -> TensorPtr {
+    TensorPtr y = make_tensor(dtype, y_shape, op);
+    check_window(w, op);
+    if (rows == 0) {
+      // Empty sums: the bias (or zeros) everywhere.
+      zero_fill(runtime_, *y, op);
+      if (b != nullptr) add_channel_bias(runtime_, *y, *b, op);
+      return y;
+    }
 
-  // y[n, g] = W[g] (out_per_group × rows) · columns[n, g] (rows × positions). The weight's
-  // rows are w_rows apart; c is where the product goes (y itself, or an aligned scratch).
-  const std::size_t esize = dtype_size(dtype);
-  auto product = [&](const CudaTensor& wt, std::int64_t w_rows, const Operand& columns,
-                     const Operand& c, std::int64_t first, std::int64_t images) {
-    const Operand a{wt.data(), w_rows, 1, out_per_group * w_rows, 0};
-    Operand to = c;
-    to.base += static_cast<CUdeviceptr>(first * c.per_image) * esize;
-    return GroupedProduct(dtype, out_per_group, positions, rows, groups, images, a, columns, to);
-  };
-  auto run = [&](const CudaTensor& wt, std::int64_t w_rows, bool direct, const Operand& c) {
-    // A pointwise window whose spatial dims are one run: the image is its own column matrix.
-    if (direct) {
-      if (const auto s = run_stride(xt, 2); s && w.pointwise()) {
-        const Operand columns{xt.data(), xt.strides()[1], *s, in_per_group * xt.strides()[1],
-                              xt.strides()[0]};
-        const GroupedProduct p = product(wt, w_rows, columns, c, 0, batch);
-        if (p.supported()) {
-          try {
-            p.run(runtime_, op);
-            return;
-          } catch (const UnsupportedOperation&) {
-            // No algorithm for the view's alignment: through the columns (written in full).
+    // y[n, g] = W[g] (out_per_group × rows) · columns[n, g] (rows × positions). The weight's
+    // rows are w_rows apart; c is where the product goes (y itself, or an aligned scratch).
+    const std::size_t esize = dtype_size(dtype);
+    auto product = [&](const CudaTensor& wt, std::int64_t w_rows, const Operand& columns,
+                       const Operand& c, std::int64_t first, std::int64_t images) {
+      const Operand a{wt.data(), w_rows, 1, out_per_group * w_rows, 0};
+      Operand to = c;
+      to.base += static_cast<CUdeviceptr>(first * c.per_image) * esize;
+      return GroupedProduct(dtype, out_per_group, positions, rows, groups, images, a, columns, to);
+    };
+    auto run = [&](const CudaTensor& wt, std::int64_t w_rows, bool direct, const Operand& c) {
+      // A pointwise window whose spatial dims are one run: the image is its own column matrix.
+      if (direct) {
+        if (const auto s = run_stride(xt, 2); s && w.pointwise()) {
+          const Operand columns{xt.data(), xt.strides()[1], *s, in_per_group * xt.strides()[1],
+                                xt.strides()[0]};
+          const GroupedProduct p = product(wt, w_rows, columns, c, 0, batch);
+          if (p.supported()) {
+            try {
+              p.run(runtime_, op);
+              return;
+            } catch (const UnsupportedOperation&) {
+              // No algorithm for the view's alignment: through the columns (written in full).
+            }
           }
         }
       }
+      // Columns [image, channel, tap, position], rows ld elements apart.
+      const std::int64_t ld = round_up(positions);
+      const std::int64_t per_image = in_channels * w.taps() * ld;
+      const std::int64_t chunk = images_per_chunk(per_image, dtype, batch);
+      Workspace columns(runtime_, workspace_bytes(chunk * per_image, dtype), op);
+      for (std::int64_t first = 0; first < batch; first += chunk) {
+        const std::int64_t images = std::min(chunk, batch - first);
+        im2col(runtime_, xt, first, images, w, pointer_of(columns), {per_image, w.taps() * ld, ld},
+               op);
+        const Operand cols{pointer_of(columns), ld, 1, rows * ld, per_image};
+        product(wt, w_rows, cols, c, first, images).run(runtime_, op);
+      }
+    };
+    TensorPtr wt = contiguous(weight, op);
+    try {
+      run(*wt, rows, true,
+          {y->data(), positions, 1, out_per_group * positions, out_channels * positions});
+    } catch (const UnsupportedOperation&) {
+      // No cuBLASLt algorithm for the alignment of a view (the weight at an odd offset, a group's
+      // block of y): once more with every matrix aligned (the weight copied with padded rows, the
+      // product into a scratch whose group blocks start aligned, copied into y).
+      const std::int64_t w_rows = round_up(rows), block = round_up(out_per_group * positions);
+      TensorPtr padded = padded_copy(*this, *wt, 1, w_rows, op);
+      TensorPtr scratch = make_tensor(dtype, Shape{batch * groups * block}, op);
+      run(*padded, w_rows, false, {scratch->data(), positions, 1, block, groups * block});
+      copy_blocks(*this, *y, *scratch, batch, groups, out_per_group * positions,
+                  out_per_group * positions, block, op);
     }
-    // Columns [image, channel, tap, position], rows ld elements apart.
-    const std::int64_t ld = round_up(positions);
-    const std::int64_t per_image = in_channels * w.taps() * ld;
-    const std::int64_t chunk = images_per_chunk(per_image, dtype, batch);
-    Workspace columns(runtime_, workspace_bytes(chunk * per_image, dtype), op);
-    for (std::int64_t first = 0; first < batch; first += chunk) {
-      const std::int64_t images = std::min(chunk, batch - first);
-      im2col(runtime_, xt, first, images, w, pointer_of(columns), {per_image, w.taps() * ld, ld},
-             op);
-      const Operand cols{pointer_of(columns), ld, 1, rows * ld, per_image};
-      product(wt, w_rows, cols, c, first, images).run(runtime_, op);
-    }
-  };
-  TensorPtr wt = contiguous(weight, op);
-  try {
-    run(*wt, rows, true,
-        {y->data(), positions, 1, out_per_group * positions, out_channels * positions});
-  } catch (const UnsupportedOperation&) {
-    // No cuBLASLt algorithm for the alignment of a view (the weight at an odd offset, a group's
-    // block of y): once more with every matrix aligned (the weight copied with padded rows, the
-    // product into a scratch whose group blocks start aligned, copied into y).
-    const std::int64_t w_rows = round_up(rows), block = round_up(out_per_group * positions);
-    TensorPtr padded = padded_copy(*this, *wt, 1, w_rows, op);
-    TensorPtr scratch = make_tensor(dtype, Shape{batch * groups * block}, op);
-    run(*padded, w_rows, false, {scratch->data(), positions, 1, block, groups * block});
-    copy_blocks(*this, *y, *scratch, batch, groups, out_per_group * positions,
-                out_per_group * positions, block, op);
-  }
-  if (b != nullptr) add_channel_bias(runtime_, *y, *b, op);
-  return y;
+    if (b != nullptr) add_channel_bias(runtime_, *y, *b, op);
+    return y;
+  });
 }
 
 Primitive CudaBackend::conv_transpose(Primitive x, Primitive weight, OptionalPrimitive bias,
@@ -476,63 +509,74 @@ Primitive CudaBackend::conv_transpose(Primitive x, Primitive weight, OptionalPri
   const std::int64_t in_per_group = in_channels / groups, out_per_group = ws[1];
   const std::int64_t out_channels = out_per_group * groups;
   const std::int64_t rows = out_per_group * w.taps(), positions = w.out_size();
-  TensorPtr y = make_tensor(dtype, channels_first(batch, out_channels, w.in, xs.rank() - 2), op);
-  if (y->shape().num_elements() == 0) return y;
-  check_window(w, op);
+  const Shape y_shape = channels_first(batch, out_channels, w.in, xs.rank() - 2);
+  if (y_shape.num_elements() == 0) return make_tensor(dtype, y_shape, op);
   const CudaTensor* b = bias ? &as_cuda(*bias) : nullptr;
-  if (rows == 0 || in_per_group == 0 || positions == 0) {
-    zero_fill(runtime_, *y, op);
-    if (b != nullptr) add_channel_bias(runtime_, *y, *b, op);
-    return y;
-  }
-
-  // columns[n, g] (rows × positions) = W[g]^T (rows × in_per_group) · x[n, g] (in_per_group ×
-  // positions), then y = col2im(columns) + bias. Columns [image, channel, tap, position], rows
-  // ld elements apart.
-  const std::int64_t ld = round_up(positions);
-  const std::int64_t per_image = out_channels * w.taps() * ld;
-  const std::int64_t chunk = images_per_chunk(per_image, dtype, batch);
-  Workspace columns(runtime_, workspace_bytes(chunk * per_image, dtype), op);
-  const CUdeviceptr cols = pointer_of(columns);
-  const std::size_t esize = dtype_size(dtype);
-  // The weight's rows (per input channel) are w_rows apart.
-  auto product = [&](const CudaTensor& wt, std::int64_t w_rows, const CudaTensor& xt,
-                     std::int64_t first, std::int64_t images) {
-    const std::optional<std::int64_t> s = run_stride(xt, 2);
-    const Operand a{wt.data(), 1, w_rows, in_per_group * w_rows, 0};
-    const Operand bx{xt.data() + static_cast<CUdeviceptr>(first * xt.strides()[0]) * esize,
-                     xt.strides()[1], s.value_or(1), in_per_group * xt.strides()[1],
-                     xt.strides()[0]};
-    const Operand c{cols, ld, 1, rows * ld, per_image};
-    return std::pair(GroupedProduct(dtype, rows, positions, in_per_group, groups, images, a, bx, c),
-                     s.has_value());
-  };
-  auto run = [&](const CudaTensor& wt, std::int64_t w_rows, const CudaTensor& xt) {
-    for (std::int64_t first = 0; first < batch; first += chunk) {
-      const std::int64_t images = std::min(chunk, batch - first);
-      product(wt, w_rows, xt, first, images).first.run(runtime_, op);
-      col2im(runtime_, dtype, cols, images, out_channels, {per_image, w.taps() * ld, ld}, w, b,
-             y->data() + static_cast<CUdeviceptr>(first * out_channels * w.in_size()) * esize, op);
+  // To cuDNN the output is the image and x the windows' side: the data gradient of a conv.
+  ConvProblem problem =
+      conv_problem(op, ConvDirection::BackwardData, dtype, w, y_shape, ws, xs, groups, b);
+  problem.w = &as_cuda(weight);
+  problem.y = &as_cuda(x);
+  // kiln's own path: col2im(W^T · x) with the bias.
+  return convolve(*this, problem, [&]() -> TensorPtr {
+    TensorPtr y = make_tensor(dtype, y_shape, op);
+    check_window(w, op);
+    if (rows == 0 || in_per_group == 0 || positions == 0) {
+      zero_fill(runtime_, *y, op);
+      if (b != nullptr) add_channel_bias(runtime_, *y, *b, op);
+      return y;
     }
-  };
-  TensorPtr wt = contiguous(weight, op);
-  TensorPtr xt = std::static_pointer_cast<CudaTensor>(x);
-  if (auto [p, one_run] = product(*wt, rows, *xt, 0, std::min(chunk, batch));
-      !one_run || !p.supported()) {
-    // x's spatial dims are not one run, or cuBLASLt does not take its layout: a padded copy.
-    xt = padded_copy(*this, *xt, 2, ld, op);
-  }
-  try {
-    run(*wt, rows, *xt);
-  } catch (const UnsupportedOperation&) {
-    // No cuBLASLt algorithm for the alignment of the views: copies of the weight and x whose
-    // rows all start aligned. y is written in full again.
-    const std::int64_t w_rows = round_up(rows);
-    TensorPtr padded_w = padded_copy(*this, *wt, 1, w_rows, op);
-    TensorPtr padded_x = padded_copy(*this, *xt, 2, ld, op);
-    run(*padded_w, w_rows, *padded_x);
-  }
-  return y;
+
+    // columns[n, g] (rows × positions) = W[g]^T (rows × in_per_group) · x[n, g] (in_per_group ×
+    // positions), then y = col2im(columns) + bias. Columns [image, channel, tap, position], rows
+    // ld elements apart.
+    const std::int64_t ld = round_up(positions);
+    const std::int64_t per_image = out_channels * w.taps() * ld;
+    const std::int64_t chunk = images_per_chunk(per_image, dtype, batch);
+    Workspace columns(runtime_, workspace_bytes(chunk * per_image, dtype), op);
+    const CUdeviceptr cols = pointer_of(columns);
+    const std::size_t esize = dtype_size(dtype);
+    // The weight's rows (per input channel) are w_rows apart.
+    auto product = [&](const CudaTensor& wt, std::int64_t w_rows, const CudaTensor& xt,
+                       std::int64_t first, std::int64_t images) {
+      const std::optional<std::int64_t> s = run_stride(xt, 2);
+      const Operand a{wt.data(), 1, w_rows, in_per_group * w_rows, 0};
+      const Operand bx{xt.data() + static_cast<CUdeviceptr>(first * xt.strides()[0]) * esize,
+                       xt.strides()[1], s.value_or(1), in_per_group * xt.strides()[1],
+                       xt.strides()[0]};
+      const Operand c{cols, ld, 1, rows * ld, per_image};
+      return std::pair(
+          GroupedProduct(dtype, rows, positions, in_per_group, groups, images, a, bx, c),
+          s.has_value());
+    };
+    auto run = [&](const CudaTensor& wt, std::int64_t w_rows, const CudaTensor& xt) {
+      for (std::int64_t first = 0; first < batch; first += chunk) {
+        const std::int64_t images = std::min(chunk, batch - first);
+        product(wt, w_rows, xt, first, images).first.run(runtime_, op);
+        col2im(runtime_, dtype, cols, images, out_channels, {per_image, w.taps() * ld, ld}, w, b,
+               y->data() + static_cast<CUdeviceptr>(first * out_channels * w.in_size()) * esize,
+               op);
+      }
+    };
+    TensorPtr wt = contiguous(weight, op);
+    TensorPtr xt = std::static_pointer_cast<CudaTensor>(x);
+    if (auto [p, one_run] = product(*wt, rows, *xt, 0, std::min(chunk, batch));
+        !one_run || !p.supported()) {
+      // x's spatial dims are not one run, or cuBLASLt does not take its layout: a padded copy.
+      xt = padded_copy(*this, *xt, 2, ld, op);
+    }
+    try {
+      run(*wt, rows, *xt);
+    } catch (const UnsupportedOperation&) {
+      // No cuBLASLt algorithm for the alignment of the views: copies of the weight and x whose
+      // rows all start aligned. y is written in full again.
+      const std::int64_t w_rows = round_up(rows);
+      TensorPtr padded_w = padded_copy(*this, *wt, 1, w_rows, op);
+      TensorPtr padded_x = padded_copy(*this, *xt, 2, ld, op);
+      run(*padded_w, w_rows, *padded_x);
+    }
+    return y;
+  });
 }
 
 Primitive CudaBackend::conv_weight_backward(Primitive x, Primitive weight, Primitive output_grad,
@@ -558,66 +602,73 @@ Primitive CudaBackend::conv_weight_backward(Primitive x, Primitive weight, Primi
     zero_fill(runtime_, *dw, op);  // empty sums
     return dw;
   }
-  check_window(w, op);
+  ConvProblem problem =
+      conv_problem(op, ConvDirection::BackwardFilter, dtype, w, xs, ws, expected, groups, nullptr);
+  problem.x = &xt;
+  problem.y = &as_cuda(output_grad);
+  // kiln's own path: dW = dy · im2col(x)^T per group.
+  return convolve(*this, problem, [&]() -> TensorPtr {
+    check_window(w, op);
 
-  // dy as [out_channels, batch * positions]: the permuted view when images and positions walk
-  // as one contiguous run, else a copy.
-  Axes axes;
-  axes.push_back(1);
-  axes.push_back(0);
-  for (std::int64_t d = 2; d < static_cast<std::int64_t>(xs.rank()); ++d) axes.push_back(d);
-  TensorPtr dy = std::static_pointer_cast<CudaTensor>(permute(output_grad, axes));
-  const std::int64_t run_elements = batch * positions;
-  auto dy_usable = [&](const CudaTensor& t) {
-    const std::optional<std::int64_t> s = run_stride(t, 1);
-    return s && *s == 1 && t.strides()[0] >= 0 &&
-           (out_channels == 1 || t.strides()[0] >= run_elements);
-  };
-  if (!dy_usable(*dy)) dy = padded_copy(*this, *dy, 1, round_up(run_elements), op);
+    // dy as [out_channels, batch * positions]: the permuted view when images and positions walk
+    // as one contiguous run, else a copy.
+    Axes axes;
+    axes.push_back(1);
+    axes.push_back(0);
+    for (std::int64_t d = 2; d < static_cast<std::int64_t>(xs.rank()); ++d) axes.push_back(d);
+    TensorPtr dy = std::static_pointer_cast<CudaTensor>(permute(output_grad, axes));
+    const std::int64_t run_elements = batch * positions;
+    auto dy_usable = [&](const CudaTensor& t) {
+      const std::optional<std::int64_t> s = run_stride(t, 1);
+      return s && *s == 1 && t.strides()[0] >= 0 &&
+             (out_channels == 1 || t.strides()[0] >= run_elements);
+    };
+    if (!dy_usable(*dy)) dy = padded_copy(*this, *dy, 1, round_up(run_elements), op);
 
-  // Per chunk of images: columns [in_channels, taps, images · positions] (rows ld apart); then
-  // per group dW[g] (out_per_group × rows) = dy[g] (out_per_group × images · positions) ·
-  // columns[g]^T. Several chunks: one partial gradient each, summed at the end.
-  const std::int64_t per_image = in_channels * w.taps() * positions;
-  const std::int64_t chunk = images_per_chunk(per_image, dtype, batch);
-  const std::int64_t chunks = (batch + chunk - 1) / chunk;
-  const std::int64_t max_ld = round_up(chunk * positions);
-  TensorPtr target = make_tensor(dtype, chunks == 1 ? ws : Shape{chunks, out_channels, rows}, op);
-  Workspace columns(runtime_, workspace_bytes(in_channels * w.taps() * max_ld, dtype), op);
-  const CUdeviceptr cols = pointer_of(columns);
-  const std::size_t esize = dtype_size(dtype);
-  // out: where chunk c's gradient of group g goes: out_base + (c * per_chunk + g * per_group)
-  // elements, rows `rows` apart.
-  auto run = [&](const CudaTensor& dyt, CUdeviceptr out_base, std::int64_t per_group,
-                 std::int64_t per_chunk) {
-    const std::int64_t dy_rows = dyt.strides()[0];
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      const std::int64_t first = c * chunk, images = std::min(chunk, batch - first);
-      const std::int64_t k = images * positions, ld = round_up(k);
-      im2col(runtime_, xt, first, images, w, cols, {positions, w.taps() * ld, ld}, op);
-      const Operand a{dyt.data() + static_cast<CUdeviceptr>(first * positions) * esize, dy_rows, 1,
-                      out_per_group * dy_rows, 0};
-      const Operand bc{cols, 1, ld, rows * ld, 0};
-      const Operand out{out_base + static_cast<CUdeviceptr>(c * per_chunk) * esize, rows, 1,
-                        per_group, 0};
-      GroupedProduct(dtype, out_per_group, rows, k, groups, 1, a, bc, out).run(runtime_, op);
+    // Per chunk of images: columns [in_channels, taps, images · positions] (rows ld apart); then
+    // per group dW[g] (out_per_group × rows) = dy[g] (out_per_group × images · positions) ·
+    // columns[g]^T. Several chunks: one partial gradient each, summed at the end.
+    const std::int64_t per_image = in_channels * w.taps() * positions;
+    const std::int64_t chunk = images_per_chunk(per_image, dtype, batch);
+    const std::int64_t chunks = (batch + chunk - 1) / chunk;
+    const std::int64_t max_ld = round_up(chunk * positions);
+    TensorPtr target = make_tensor(dtype, chunks == 1 ? ws : Shape{chunks, out_channels, rows}, op);
+    Workspace columns(runtime_, workspace_bytes(in_channels * w.taps() * max_ld, dtype), op);
+    const CUdeviceptr cols = pointer_of(columns);
+    const std::size_t esize = dtype_size(dtype);
+    // out: where chunk c's gradient of group g goes: out_base + (c * per_chunk + g * per_group)
+    // elements, rows `rows` apart.
+    auto run = [&](const CudaTensor& dyt, CUdeviceptr out_base, std::int64_t per_group,
+                   std::int64_t per_chunk) {
+      const std::int64_t dy_rows = dyt.strides()[0];
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const std::int64_t first = c * chunk, images = std::min(chunk, batch - first);
+        const std::int64_t k = images * positions, ld = round_up(k);
+        im2col(runtime_, xt, first, images, w, cols, {positions, w.taps() * ld, ld}, op);
+        const Operand a{dyt.data() + static_cast<CUdeviceptr>(first * positions) * esize, dy_rows,
+                        1, out_per_group * dy_rows, 0};
+        const Operand bc{cols, 1, ld, rows * ld, 0};
+        const Operand out{out_base + static_cast<CUdeviceptr>(c * per_chunk) * esize, rows, 1,
+                          per_group, 0};
+        GroupedProduct(dtype, out_per_group, rows, k, groups, 1, a, bc, out).run(runtime_, op);
+      }
+    };
+    try {
+      run(*dy, target->data(), out_per_group * rows, out_channels * rows);
+    } catch (const UnsupportedOperation&) {
+      // No cuBLASLt algorithm for the alignment of dy's view or of a group's block of the
+      // gradient: dy copied with aligned rows, the products into a scratch whose group blocks
+      // start aligned, copied into the gradient.
+      TensorPtr padded = padded_copy(*this, *dy, 1, round_up(batch * positions), op);
+      const std::int64_t block = round_up(out_per_group * rows);
+      TensorPtr scratch = make_tensor(dtype, Shape{chunks * groups * block}, op);
+      run(*padded, scratch->data(), block, groups * block);
+      copy_blocks(*this, *target, *scratch, chunks, groups, out_per_group * rows,
+                  out_per_group * rows, block, op);
     }
-  };
-  try {
-    run(*dy, target->data(), out_per_group * rows, out_channels * rows);
-  } catch (const UnsupportedOperation&) {
-    // No cuBLASLt algorithm for the alignment of dy's view or of a group's block of the
-    // gradient: dy copied with aligned rows, the products into a scratch whose group blocks
-    // start aligned, copied into the gradient.
-    TensorPtr padded = padded_copy(*this, *dy, 1, round_up(batch * positions), op);
-    const std::int64_t block = round_up(out_per_group * rows);
-    TensorPtr scratch = make_tensor(dtype, Shape{chunks * groups * block}, op);
-    run(*padded, scratch->data(), block, groups * block);
-    copy_blocks(*this, *target, *scratch, chunks, groups, out_per_group * rows,
-                out_per_group * rows, block, op);
-  }
-  if (chunks == 1) return target;
-  return reshape(sum_dim(target, 0), ws);
+    if (chunks == 1) return target;
+    return std::static_pointer_cast<CudaTensor>(reshape(sum_dim(target, 0), ws));
+  });
 }
 
 }  // namespace kiln::cuda

@@ -2,7 +2,6 @@
 // types of the functions only: every one is looked up in the loaded library.
 #include "backends/cuda/nccl_transport.h"
 
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -16,7 +15,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/kernel_capture.h"
-#include "backends/cuda/nccl_search.h"
+#include "backends/cuda/library_search.h"
 #include "backends/cuda/runtime.h"
 #include "kiln/detail/format.h"
 
@@ -78,13 +77,14 @@ struct Loaded {
   std::string reason;  // why not, when !ok
 };
 
-// NCCL, looked for once per process (nccl_search.h); never unloaded.
+// NCCL, looked for once per process (library_search.h); never unloaded.
 const Loaded& load() {
   static const Loaded& loaded = *new Loaded([] {
     Loaded result;
     int version = 0;
-    const nccl::Found found = nccl::find_library(
-        nccl::System::real(), kSymbols, [&](const std::vector<void*>& symbols) -> std::string {
+    const search::Found found = search::find_library(
+        search::kNccl, search::System::real(), kSymbols,
+        [&](const std::vector<void*>& symbols) -> std::string {
           decltype(&ncclGetVersion) get_version = nullptr;
           bind(get_version, symbols[0]);
           if (get_version(&version) != ncclSuccess) return "its ncclGetVersion failed";
@@ -114,9 +114,7 @@ const Loaded& load() {
     bind(l.send, s[11]);
     bind(l.recv, s[12]);
     l.version = version;
-    // The file the loader chose, where the search named only "libnccl.so.2".
-    Dl_info info{};
-    l.path = ::dladdr(s[0], &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : found.path;
+    l.path = search::opened_path(found);
     result.ok = true;
     return result;
   }());

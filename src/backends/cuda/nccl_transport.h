@@ -1,9 +1,10 @@
 // NCCL between the GPUs of a process group: the CUDA backend's collectives of cuda tensors
 // (cuda_distributed.cpp) go through it, and through the host only where it cannot be used.
 //
-// NCCL is loaded at run time (nccl_search.h says where from), never linked. Each rank of a group
-// makes its part of the group's NCCL communicator on a GPU at its first collective of tensors on
-// that GPU, all ranks at once (a collective of the group's communicator, Gloo or single):
+// NCCL is loaded at run time (library_search.h says where from), never linked. Each rank of a
+// group makes its part of the group's NCCL communicator on a GPU at its first collective of
+// tensors on that GPU, all ranks at once (a collective of the group's communicator, Gloo or
+// single):
 //   1. every rank tells the others its NCCL version (none where NCCL is missing) and its GPU's
 //      UUID; where a rank has no NCCL, the ranks' versions differ, or two ranks share a GPU (NCCL
 //      needs a GPU per rank), every rank keeps to the host path for that GPU, and says why;

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cudnn_loader.h"
 #include "backends/cuda/nccl_transport.h"
 #include "kiln/version.h"
 #include "runtime/cuda_plugin.h"
@@ -87,9 +88,13 @@ std::string collective_transport(distributed::Communicator& group, int index) {
 #endif
 }
 
-const CudaPluginApi kApi{kBackendContractHash, device_count,        device_info,
-                         make_backend,         kernel_cache_stats,  clear_kernel_memory_cache,
-                         nccl_status_of,       collective_transport};
+std::string cudnn_status(int index, bool* loaded, std::int64_t* calls) {
+  return cudnn::status(backend(index)->runtime(), loaded, calls);
+}
+
+const CudaPluginApi kApi{kBackendContractHash, device_count,         device_info,
+                         make_backend,         kernel_cache_stats,   clear_kernel_memory_cache,
+                         nccl_status_of,       collective_transport, cudnn_status};
 
 }  // namespace
 }  // namespace kiln::cuda

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/lib/event_timer.h"
 #include "kiln/version.h"
 #include "runtime/autotune.h"
 
@@ -45,38 +46,18 @@ cublasLtMatmulAlgo_t fastest_algo(const std::string& key,
                                   const std::vector<cublasLtMatmulAlgo_t>& candidates,
                                   const std::function<void(const cublasLtMatmulAlgo_t&)>& run,
                                   cudaStream_t stream, const char* op) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  KILN_CUDA_CHECK(op, cudaEventCreate(&start));
-  if (const cudaError_t status = cudaEventCreate(&stop); status != cudaSuccess) {
-    cudaEventDestroy(start);
-    KILN_CUDA_CHECK(op, status);
-  }
+  EventTimer timer(op);
   auto seconds = [&](int i) {
     const cublasLtMatmulAlgo_t& algo = candidates[static_cast<std::size_t>(i)];
-    run(algo);
-    KILN_CUDA_CHECK(op, cudaEventRecord(start, stream));
-    for (int r = 0; r < 3; ++r) run(algo);
-    KILN_CUDA_CHECK(op, cudaEventRecord(stop, stream));
-    KILN_CUDA_CHECK(op, cudaEventSynchronize(stop));
-    float ms = 0;
-    KILN_CUDA_CHECK(op, cudaEventElapsedTime(&ms, start, stop));
-    return ms * 1e-3 / 3;
+    return timer.seconds([&] { run(algo); }, [&] { return stream; });
   };
   auto encode = [&](int i) {
     return autotune::to_hex(&candidates[static_cast<std::size_t>(i)], sizeof(cublasLtMatmulAlgo_t));
   };
   cublasLtMatmulAlgo_t best = candidates.front();
-  try {
-    const std::string choice =
-        autotune::measure(key, static_cast<int>(candidates.size()), seconds, encode);
-    autotune::from_hex(choice, &best, sizeof(best));
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const std::string choice =
+      autotune::measure(key, static_cast<int>(candidates.size()), seconds, encode);
+  autotune::from_hex(choice, &best, sizeof(best));
   return best;
 }
 

@@ -1,4 +1,4 @@
-#include "backends/cuda/nccl_search.h"
+#include "backends/cuda/library_search.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -9,12 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
-namespace kiln::cuda::nccl {
+namespace kiln::cuda::search {
 namespace {
-
-constexpr const char* kLibrary = "libnccl.so.2";
-constexpr const char* kWheelPath = "/nvidia/nccl/lib/libnccl.so.2";
 
 // Every site-packages directory of python3 on PATH, one a line (its own and the user's).
 std::vector<std::string> ask_python(std::string& error) {
@@ -50,14 +48,14 @@ std::vector<std::string> ask_python(std::string& error) {
   return directories;
 }
 
-// The places of steps 3 and 4 (nccl_search.h), in order.
-std::vector<std::string> loader_and_toolkit_places(const System& system) {
-  std::vector<std::string> places{kLibrary};
+// The places of steps 3 and 4 (library_search.h), in order.
+std::vector<std::string> loader_and_toolkit_places(const Library& library, const System& system) {
+  std::vector<std::string> places{library.file};
   const char* cuda_home = system.environment("CUDA_HOME");
   for (const char* root : {cuda_home, "/usr/local/cuda"}) {
     if (root == nullptr || *root == '\0') continue;
     for (const char* lib : {"/lib64/", "/lib/"}) {
-      const std::string place = root + std::string(lib) + kLibrary;
+      const std::string place = root + std::string(lib) + library.file;
       if (std::find(places.begin(), places.end(), place) == places.end()) places.push_back(place);
     }
   }
@@ -66,9 +64,9 @@ std::vector<std::string> loader_and_toolkit_places(const System& system) {
 
 class Search {
  public:
-  Search(const System& system, std::span<const char* const> symbols,
+  Search(const Library& library, const System& system, std::span<const char* const> symbols,
          const std::function<std::string(const std::vector<void*>&)>& accept)
-      : system_(system), symbols_(symbols), accept_(accept) {}
+      : library_(library), system_(system), symbols_(symbols), accept_(accept) {}
 
   // Tries path: true when it gave the library (found_ holds it), else its outcome is noted.
   bool attempt(const std::string& path) {
@@ -87,7 +85,8 @@ class Search {
     for (const char* name : symbols_) {
       void* address = system_.symbol(library, name);
       if (address == nullptr) {
-        note(path + ": has no " + name + " (an NCCL too old or not NCCL)");
+        note(path + ": has no " + name + " (" + library_.name + " too old, or not " +
+             library_.name + ")");
         return false;
       }
       resolved.push_back(address);
@@ -108,12 +107,13 @@ class Search {
   // What was found; else why not: each place's outcome, then advice.
   Found found(const std::string& advice) {
     if (found_.library == nullptr) {
-      found_.reason = "no usable " + std::string(kLibrary) + " (" + tried_ + ")" + advice;
+      found_.reason = "no usable " + std::string(library_.file) + " (" + tried_ + ")" + advice;
     }
     return std::move(found_);
   }
 
  private:
+  const Library& library_;
   const System& system_;
   std::span<const char* const> symbols_;
   const std::function<std::string(const std::vector<void*>&)>& accept_;
@@ -139,25 +139,44 @@ System System::real() {
     struct stat status {};
     return ::stat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode);
   };
-  system.python_site_packages = ask_python;
+  system.python_site_packages = [](std::string& error) {
+    // Asked once: both libraries' searches may need it, and python3 takes tens of milliseconds.
+    static const auto answer = [] {
+      std::pair<std::vector<std::string>, std::string> asked;
+      asked.first = ask_python(asked.second);
+      return asked;
+    }();
+    error = answer.second;
+    return answer.first;
+  };
   return system;
 }
 
-Found find_library(const System& system, std::span<const char* const> symbols,
+std::string opened_path(const Found& found) {
+  Dl_info info{};
+  if (!found.symbols.empty() && ::dladdr(found.symbols.front(), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    return info.dli_fname;
+  }
+  return found.path;
+}
+
+Found find_library(const Library& library, const System& system,
+                   std::span<const char* const> symbols,
                    const std::function<std::string(const std::vector<void*>&)>& accept) {
-  Search search(system, symbols, accept);
-  if (const char* off = system.environment("KILN_NCCL");
+  Search search(library, system, symbols, accept);
+  if (const char* off = system.environment(library.off_variable);
       off != nullptr && std::strcmp(off, "0") == 0) {
     Found none;
-    none.reason = "KILN_NCCL=0 turns NCCL off";
+    none.reason = std::string(library.off_variable) + "=0 turns " + library.name + " off";
     return none;
   }
-  if (const char* chosen = system.environment("KILN_NCCL_LIBRARY");
+  if (const char* chosen = system.environment(library.file_variable);
       chosen != nullptr && *chosen != '\0') {
     search.attempt(chosen);
-    return search.found(": KILN_NCCL_LIBRARY names the one file to use");
+    return search.found(std::string(": ") + library.file_variable + " names the one file to use");
   }
-  for (const std::string& place : loader_and_toolkit_places(system)) {
+  for (const std::string& place : loader_and_toolkit_places(library, system)) {
     if (search.attempt(place)) return search.found("");
   }
   std::string error;
@@ -165,13 +184,12 @@ Found find_library(const System& system, std::span<const char* const> symbols,
   if (directories.empty()) {
     search.note("PyTorch's wheel: " + error);
   } else {
+    const std::string wheel_path = std::string("/") + library.wheel + "/" + library.file;
     for (const std::string& directory : directories) {
-      if (search.attempt(directory + kWheelPath)) return search.found("");
+      if (search.attempt(directory + wheel_path)) return search.found("");
     }
   }
-  return search.found(
-      ": install NCCL (the nvidia-nccl wheel of PyTorch, or NVIDIA's libnccl2 package) or set "
-      "KILN_NCCL_LIBRARY to its libnccl.so.2");
+  return search.found(std::string(": ") + library.advice);
 }
 
-}  // namespace kiln::cuda::nccl
+}  // namespace kiln::cuda::search

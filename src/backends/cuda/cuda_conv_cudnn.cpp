@@ -1,0 +1,462 @@
+// cuDNN's side of the convolutions (conv_cudnn.h): the descriptors of a problem, cuDNN's
+// algorithms for it, and the call.
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+
+#include "backends/cuda/conv_cudnn.h"
+#include "backends/cuda/lib_call.h"
+#include "contract/spatial_shape.h"
+
+namespace kiln::cuda::cudnn {
+namespace {
+
+// The most workspace an algorithm may ask for: as much as kiln's own path allows its columns.
+constexpr std::size_t kMaxWorkspaceBytes = std::size_t{512} << 20;
+// cuDNN's tensors hold fewer than 2^31 elements, and their sizes and strides are ints.
+constexpr std::int64_t kMaxElements = std::int64_t{INT_MAX};
+
+// How an operand lies in memory, as cuDNN will be told.
+enum class Layout { Nchw, Nhwc, Copy };
+
+// Whether t's elements are packed in this order of dims (innermost first); size-1 dims may have
+// any stride.
+bool packed_in(const CudaTensor& t, const std::vector<std::size_t>& innermost_first) {
+  std::int64_t expected = 1;
+  for (std::size_t d : innermost_first) {
+    if (t.shape()[d] != 1 && t.strides()[d] != expected) return false;
+    expected *= t.shape()[d];
+  }
+  return true;
+}
+
+// Dims from the innermost out: channels-first (n, c, spatial...) or channels-last (c innermost).
+std::vector<std::size_t> order(std::size_t rank, Layout layout) {
+  std::vector<std::size_t> dims;
+  if (layout == Layout::Nhwc) dims.push_back(1);
+  for (std::size_t d = rank; d-- > 2;) dims.push_back(d);
+  if (layout != Layout::Nhwc) dims.push_back(1);
+  dims.push_back(0);
+  return dims;
+}
+
+// The layout an operand read by cuDNN has: packed and 16-byte aligned as cuDNN's kernels want,
+// or to be copied.
+Layout layout_of(const CudaTensor& t) {
+  if (t.data() % 16 != 0) return Layout::Copy;
+  if (packed_in(t, order(t.rank(), Layout::Nchw))) return Layout::Nchw;
+  if (packed_in(t, order(t.rank(), Layout::Nhwc))) return Layout::Nhwc;
+  return Layout::Copy;
+}
+
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::Nchw:
+      return "nchw";
+    case Layout::Nhwc:
+      return "nhwc";
+    case Layout::Copy:
+      return "copy";
+  }
+  return "?";
+}
+
+// Packed strides of sizes in layout.
+std::vector<int> strides_of(const std::vector<int>& sizes, Layout layout) {
+  std::vector<int> strides(sizes.size());
+  std::int64_t step = 1;
+  for (std::size_t d : order(sizes.size(), layout)) {
+    strides[d] = static_cast<int>(step);
+    step *= sizes[d];
+  }
+  return strides;
+}
+
+// The tensor cuDNN sees: a 1-D convolution's shape with a spatial dim of 1 in front. Empty when
+// a size is out of cuDNN's range.
+std::vector<int> sizes_of(const Shape& shape, int dims) {
+  std::vector<int> sizes;
+  std::int64_t elements = 1;
+  for (std::size_t d = 0; d < shape.rank(); ++d) {
+    if (static_cast<int>(d) == 2 && static_cast<int>(shape.rank()) < dims) sizes.push_back(1);
+    if (shape[d] < 1 || shape[d] > kMaxElements) return {};
+    elements *= shape[d];
+    if (elements > kMaxElements) return {};
+    sizes.push_back(static_cast<int>(shape[d]));
+  }
+  return sizes;
+}
+
+DataType data_type(DType dtype) {
+  switch (dtype) {
+    case DType::F64:
+      return DataType::Double;
+    case DType::F16:
+      return DataType::Half;
+    case DType::BF16:
+      return DataType::BFloat16;
+    default:
+      return DataType::Float;
+  }
+}
+
+// An algorithm's perf result as kiln takes it: it ran (or may run), deterministically, in an
+// allowed math, within the workspace given.
+template <class Allowed>
+std::vector<AlgoPerf> acceptable(const std::vector<AlgoPerf>& results, std::size_t workspace,
+                                 const Allowed& allowed) {
+  std::vector<AlgoPerf> kept;
+  for (const AlgoPerf& perf : results) {
+    if (perf.status == Status::Success && perf.determinism == Determinism::Deterministic &&
+        allowed(perf.math_type) && perf.memory <= workspace) {
+      kept.push_back(perf);
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+std::string encode(const Algorithm& algorithm) {
+  return detail::concat("cudnn algo=", algorithm.algo, " math=", static_cast<int>(algorithm.math),
+                        " packed=", algorithm.packed ? 1 : 0);
+}
+
+std::optional<Algorithm> decode(const std::string& text) {
+  int algo = 0, math = 0, packed = 0, used = 0;
+  if (std::sscanf(text.c_str(), "cudnn algo=%d math=%d packed=%d%n", &algo, &math, &packed,
+                  &used) != 3 ||
+      static_cast<std::size_t>(used) != text.size() || algo < 0 || math < 0 || math > 3 ||
+      (packed != 0 && packed != 1)) {
+    return std::nullopt;
+  }
+  return Algorithm{algo, static_cast<MathType>(math), packed == 1};
+}
+
+// The four descriptors of one call, destroyed with it; ok once all are set.
+struct Convolution::Descriptors {
+  const Api& api;
+  TensorDescriptor x = nullptr;
+  FilterDescriptor w = nullptr;
+  TensorDescriptor y = nullptr;
+  ConvolutionDescriptor conv = nullptr;
+  bool ok = false;
+
+  Descriptors(const Convolution& c, bool packed, MathType math) : api(c.cudnn_.library->api) {
+    const ConvProblem& p = c.problem_;
+    // The operands read keep a channels-last layout unless packed; all else is channels-first.
+    auto layout = [&](const CudaTensor* t) {
+      return t != nullptr && !packed && layout_of(*t) == Layout::Nhwc ? Layout::Nhwc : Layout::Nchw;
+    };
+    const DataType type = data_type(p.dtype);
+    const std::vector<int> x_strides = strides_of(c.x_sizes_, layout(p.x));
+    const std::vector<int> y_strides = strides_of(c.y_sizes_, layout(p.y));
+    ok = api.create_tensor(&x) == Status::Success && api.create_filter(&w) == Status::Success &&
+         api.create_tensor(&y) == Status::Success &&
+         api.create_convolution(&conv) == Status::Success &&
+         api.set_tensor(x, type, c.dims_, c.x_sizes_.data(), x_strides.data()) == Status::Success &&
+         api.set_filter(w, type, TensorFormat::Nchw, c.dims_, c.w_sizes_.data()) ==
+             Status::Success &&
+         api.set_tensor(y, type, c.dims_, c.y_sizes_.data(), y_strides.data()) == Status::Success &&
+         api.set_convolution(conv, c.dims_ - 2, c.padding_.data(), c.stride_.data(),
+                             c.dilation_.data(), ConvolutionMode::CrossCorrelation,
+                             p.dtype == DType::F64 ? DataType::Double : DataType::Float) ==
+             Status::Success &&
+         api.set_group_count(conv, static_cast<int>(p.groups)) == Status::Success &&
+         api.set_math_type(conv, math) == Status::Success;
+  }
+  ~Descriptors() {
+    if (x != nullptr) api.destroy_tensor(x);
+    if (w != nullptr) api.destroy_filter(w);
+    if (y != nullptr) api.destroy_tensor(y);
+    if (conv != nullptr) api.destroy_convolution(conv);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+};
+
+// The three tensors of one call: the ones read (copies where their layout asks) and the one
+// written (fresh, packed channels-first).
+struct Convolution::Operands {
+  TensorPtr x, w, y;
+  const CudaTensor* x_read = nullptr;
+  const CudaTensor* w_read = nullptr;
+  const CudaTensor* y_read = nullptr;
+  void* x_data() const { return device_address(x ? *x : *x_read); }
+  void* w_data() const { return device_address(w ? *w : *w_read); }
+  void* y_data() const { return device_address(y ? *y : *y_read); }
+};
+
+Convolution::Convolution(CudaBackend& backend, DeviceCudnn& cudnn, const ConvProblem& problem)
+    : backend_(backend), cudnn_(cudnn), problem_(problem) {
+  const ConvProblem& p = problem;
+  const std::size_t rank = p.x_shape.rank(), spatial_dims = rank - 2;
+  if (rank < 3 || rank > 5 || p.w_shape.rank() != rank || p.y_shape.rank() != rank) return;
+  if (p.dtype != DType::F32 && p.dtype != DType::F16 && p.dtype != DType::BF16 &&
+      p.dtype != DType::F64) {
+    return;
+  }
+  if (p.stride.size() != spatial_dims || p.padding.size() != spatial_dims ||
+      p.dilation.size() != spatial_dims || p.groups < 1 || p.groups > kMaxElements) {
+    return;
+  }
+  dims_ = spatial_dims == 1 ? 4 : static_cast<int>(rank);
+  x_sizes_ = sizes_of(p.x_shape, dims_);
+  w_sizes_ = sizes_of(p.w_shape, dims_);
+  y_sizes_ = sizes_of(p.y_shape, dims_);
+  if (x_sizes_.empty() || w_sizes_.empty() || y_sizes_.empty()) return;
+  // The shapes of one convolution: batch, channels per group, and each window's positions.
+  const Shape& x = p.x_shape;
+  const Shape& w = p.w_shape;
+  const Shape& y = p.y_shape;
+  if (x[0] != y[0] || x[1] != w[1] * p.groups || y[1] != w[0] || w[0] % p.groups != 0) return;
+  if (spatial_dims == 1) {
+    stride_ = {1};
+    padding_ = {0};
+    dilation_ = {1};
+  }
+  for (std::size_t i = 0; i < spatial_dims; ++i) {
+    const std::int64_t s = p.stride[i], pad = p.padding[i], d = p.dilation[i];
+    if (s < 1 || s > kMaxElements || pad < 0 || pad > kMaxElements || d < 1 || d > kMaxElements) {
+      return;
+    }
+    if (spatial::conv_output_size(x[i + 2], w[i + 2], s, pad, d) != y[i + 2]) return;
+    stride_.push_back(static_cast<int>(s));
+    padding_.push_back(static_cast<int>(pad));
+    dilation_.push_back(static_cast<int>(d));
+  }
+  tf32_ = p.dtype == DType::F32 && backend.runtime().device().allow_tf32();
+  expressible_ = true;
+}
+
+std::string Convolution::layouts() const {
+  const std::pair<const char*, const CudaTensor*> operands[] = {
+      {"x", problem_.x}, {"w", problem_.w}, {"y", problem_.y}};
+  std::string text;
+  for (const auto& [name, t] : operands) {
+    if (t == nullptr) continue;
+    text += detail::concat(text.empty() ? "" : " ", name, " ", layout_name(layout_of(*t)));
+  }
+  return text;
+}
+
+std::string Convolution::precision() const {
+  if (problem_.dtype != DType::F32) return {};
+  return tf32_ ? "tf32" : "fma";
+}
+
+bool Convolution::allowed(MathType math) const {
+  // Never f32 products in a 16-bit type; f32 on tensor cores (tf32) only when the device allows.
+  if (math == MathType::TensorOpAllowConversion) return false;
+  return problem_.dtype != DType::F32 || tf32_ || math == MathType::Fma;
+}
+
+Convolution::Operands Convolution::prepare(bool packed) {
+  const char* op = problem_.op;
+  auto read = [&](const CudaTensor* t, bool filter, TensorPtr& copy) {
+    if (t == nullptr) return;
+    const Layout layout = layout_of(*t);
+    if (layout == Layout::Nchw || (layout == Layout::Nhwc && !packed && !filter)) return;
+    copy = backend_.make_tensor(t->dtype(), t->shape(), op);
+    backend_.copy_into(*copy, *t, op);
+  };
+  Operands o;
+  o.x_read = problem_.x;
+  o.w_read = problem_.w;
+  o.y_read = problem_.y;
+  read(problem_.x, false, o.x);
+  read(problem_.w, true, o.w);
+  read(problem_.y, false, o.y);
+  switch (problem_.direction) {
+    case ConvDirection::Forward:
+      o.y = backend_.make_tensor(problem_.dtype, problem_.y_shape, op);
+      break;
+    case ConvDirection::BackwardData:
+      o.x = backend_.make_tensor(problem_.dtype, problem_.x_shape, op);
+      break;
+    case ConvDirection::BackwardFilter:
+      o.w = backend_.make_tensor(problem_.dtype, problem_.w_shape, op);
+      break;
+  }
+  return o;
+}
+
+std::optional<std::size_t> Convolution::workspace_bytes(const Descriptors& d, int algo) {
+  const Api& api = d.api;
+  Handle handle = cudnn_.handle;
+  std::size_t bytes = 0;
+  Status status = Status::NotSupported;
+  switch (problem_.direction) {
+    case ConvDirection::Forward:
+      status = api.forward_workspace(handle, d.x, d.w, d.conv, d.y, algo, &bytes);
+      break;
+    case ConvDirection::BackwardData:
+      status = api.backward_data_workspace(handle, d.w, d.y, d.conv, d.x, algo, &bytes);
+      break;
+    case ConvDirection::BackwardFilter:
+      status = api.backward_filter_workspace(handle, d.x, d.y, d.conv, d.w, algo, &bytes);
+      break;
+  }
+  if (status != Status::Success || bytes > kMaxWorkspaceBytes) return std::nullopt;
+  return bytes;
+}
+
+std::vector<AlgoPerf> Convolution::candidates(const Descriptors& d, const Operands* o,
+                                              void* workspace, std::size_t workspace_bytes) {
+  const Api& api = d.api;
+  Handle handle = cudnn_.handle;
+  int count = 0;
+  Status status = Status::NotSupported;
+  switch (problem_.direction) {
+    case ConvDirection::Forward:
+      status = api.forward_count(handle, &count);
+      break;
+    case ConvDirection::BackwardData:
+      status = api.backward_data_count(handle, &count);
+      break;
+    case ConvDirection::BackwardFilter:
+      status = api.backward_filter_count(handle, &count);
+      break;
+  }
+  if (status != Status::Success || count <= 0) return {};
+  std::vector<AlgoPerf> results(static_cast<std::size_t>(count));
+  int returned = 0;
+  AlgoPerf* out = results.data();
+  switch (problem_.direction) {
+    case ConvDirection::Forward:
+      status =
+          o == nullptr
+              ? api.forward_heuristic(handle, d.x, d.w, d.conv, d.y, count, &returned, out)
+              : api.forward_find(handle, d.x, o->x_data(), d.w, o->w_data(), d.conv, d.y,
+                                 o->y_data(), count, &returned, out, workspace, workspace_bytes);
+      break;
+    case ConvDirection::BackwardData:
+      status = o == nullptr ? api.backward_data_heuristic(handle, d.w, d.y, d.conv, d.x, count,
+                                                          &returned, out)
+                            : api.backward_data_find(handle, d.w, o->w_data(), d.y, o->y_data(),
+                                                     d.conv, d.x, o->x_data(), count, &returned,
+                                                     out, workspace, workspace_bytes);
+      break;
+    case ConvDirection::BackwardFilter:
+      status = o == nullptr ? api.backward_filter_heuristic(handle, d.x, d.y, d.conv, d.w, count,
+                                                            &returned, out)
+                            : api.backward_filter_find(handle, d.x, o->x_data(), d.y, o->y_data(),
+                                                       d.conv, d.w, o->w_data(), count, &returned,
+                                                       out, workspace, workspace_bytes);
+      break;
+  }
+  if (status != Status::Success) return {};
+  results.resize(static_cast<std::size_t>(std::clamp(returned, 0, count)));
+  return results;
+}
+
+std::optional<Algorithm> Convolution::best(bool measure) {
+  if (!expressible_) return std::nullopt;
+  Runtime& runtime = backend_.runtime();
+  const MathType math = problem_.dtype == DType::F64   ? MathType::Default
+                        : problem_.dtype != DType::F32 ? MathType::TensorOp
+                        : tf32_                        ? MathType::TensorOp
+                                                       : MathType::Fma;
+  auto in_math = [&](MathType m) { return allowed(m); };
+  // The operands as they are; again packed when a channels-last one left cuDNN without choice.
+  bool channels_last = false;
+  for (const CudaTensor* t : {problem_.x, problem_.w, problem_.y}) {
+    channels_last = channels_last || (t != nullptr && layout_of(*t) == Layout::Nhwc);
+  }
+  for (const bool packed : {false, true}) {
+    if (packed && !channels_last) break;
+    const Descriptors d(*this, packed, math);
+    if (!d.ok) continue;
+    std::vector<AlgoPerf> found =
+        acceptable(candidates(d, nullptr, nullptr, 0), kMaxWorkspaceBytes, in_math);
+    if (found.empty()) continue;
+    if (measure) {
+      // cuDNN times its algorithms on the operands, with as much workspace as the heuristic's
+      // acceptable ones ask; it writes the result, which is scratch here.
+      std::size_t bytes = 0;
+      for (const AlgoPerf& perf : found) bytes = std::max(bytes, perf.memory);
+      try {
+        const Operands operands = prepare(packed);
+        std::optional<Workspace> workspace;
+        if (bytes > 0) workspace.emplace(runtime, bytes, problem_.op);
+        lib_stream(runtime);  // the copies queued before cuDNN's runs
+        std::vector<AlgoPerf> timed =
+            acceptable(candidates(d, &operands, workspace ? workspace->get() : nullptr, bytes),
+                       bytes, in_math);
+        if (!timed.empty()) found = std::move(timed);
+      } catch (const OutOfMemory&) {
+        // No room to time them: the heuristic's order stands.
+      }
+    }
+    for (const AlgoPerf& perf : found) {
+      Algorithm algorithm{perf.algo, perf.math_type, packed};
+      if (usable(algorithm)) return algorithm;
+    }
+  }
+  return std::nullopt;
+}
+
+bool Convolution::usable(Algorithm& algorithm) {
+  if (!expressible_ || !allowed(algorithm.math)) return false;
+  const Descriptors d(*this, algorithm.packed, algorithm.math);
+  if (!d.ok) return false;
+  const std::optional<std::size_t> bytes = workspace_bytes(d, algorithm.algo);
+  if (!bytes) return false;
+  algorithm.workspace = *bytes;
+  return true;
+}
+
+std::optional<TensorPtr> Convolution::run(const Algorithm& algorithm) {
+  Runtime& runtime = backend_.runtime();
+  const char* op = problem_.op;
+  // The math type is the algorithm's (cuDNN picks the kernel by both).
+  const Descriptors d(*this, algorithm.packed, algorithm.math);
+  if (!d.ok) return std::nullopt;
+  const std::size_t bytes = algorithm.workspace;
+  const Operands o = prepare(algorithm.packed);
+  std::optional<Workspace> workspace;
+  if (bytes > 0) workspace.emplace(runtime, bytes, op);
+  void* space = workspace ? workspace->get() : nullptr;
+  // alpha = 1, beta = 0: doubles for f64 data, floats for the others.
+  const double one = 1, zero = 0;
+  const float one_f = 1, zero_f = 0;
+  const bool f64 = problem_.dtype == DType::F64;
+  const void* alpha = f64 ? static_cast<const void*>(&one) : &one_f;
+  const void* beta = f64 ? static_cast<const void*>(&zero) : &zero_f;
+  const Api& api = d.api;
+  Handle handle = cudnn_.handle;
+  lib_stream(runtime);  // every launch queued before (the copies) goes to the driver first
+  Status status = Status::NotSupported;
+  TensorPtr written;
+  switch (problem_.direction) {
+    case ConvDirection::Forward:
+      status = api.forward(handle, alpha, d.x, o.x_data(), d.w, o.w_data(), d.conv, algorithm.algo,
+                           space, bytes, beta, d.y, o.y_data());
+      written = o.y;
+      break;
+    case ConvDirection::BackwardData:
+      status = api.backward_data(handle, alpha, d.w, o.w_data(), d.y, o.y_data(), d.conv,
+                                 algorithm.algo, space, bytes, beta, d.x, o.x_data());
+      written = o.x;
+      break;
+    case ConvDirection::BackwardFilter:
+      status = api.backward_filter(handle, alpha, d.x, o.x_data(), d.y, o.y_data(), d.conv,
+                                   algorithm.algo, space, bytes, beta, d.w, o.w_data());
+      written = o.w;
+      break;
+  }
+  runtime.context.note_launch(op);
+  if (status != Status::Success) {
+    const Status kind = category(status);
+    if (kind == Status::BadParam || kind == Status::NotSupported) return std::nullopt;
+    const std::string what = describe(*cudnn_.library, status);
+    if (status == Status::DeviceAllocationFailed) {
+      detail::fail<OutOfMemory>(op, "cuDNN's convolution failed: ", what);
+    }
+    detail::fail<ExecutionError>(op, "cuDNN's convolution failed: ", what);
+  }
+  if (problem_.bias != nullptr) add_channel_bias(runtime, *written, *problem_.bias, op);
+  return written;
+}
+
+}  // namespace kiln::cuda::cudnn
