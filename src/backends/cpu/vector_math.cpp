@@ -103,12 +103,16 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
 // holds Hugging Face's additive -3.4e38 mask took three times as long). x = n ln2 + r with
 // |r| <= ln2 / 2 (ln2 in two parts, so n ln2 is exact enough), e^r = 1 + r + r^2 P(r) with P
 // Cephes' degree-5 minimax fit (within 2 ulp), and scalef multiplies by 2^n with one rounding,
-// subnormal results included. Below -104 every result rounds to 0; clamping there keeps -inf
-// from making n ln2 - x a NaN (max returns its second operand for a NaN x, so NaN stays NaN).
-// (The masked forms with every lane set: GCC 12's plain ones start from an undefined vector and
-// warn of it.)
+// subnormal results included. Below -103.98 every result rounds to 0 (e^-103.98 is less than
+// half the least subnormal): those lanes are zeroed by scalef's mask rather than computed, since
+// an underflowing scalef costs a microcode assist a vector (a quarter of the keys under Hugging
+// Face's additive -3.4e38 mask made softmax three times as slow). Clamping at -104 keeps -inf
+// from making n ln2 - x a NaN (max returns its second operand for a NaN x, so NaN stays NaN;
+// the mask keeps NaN lanes too). (The masked forms with every lane set: GCC 12's plain ones
+// start from an undefined vector and warn of it.)
 inline __m512 exp_nonpositive(__m512 x) {
   constexpr __mmask16 kAll = 0xffff;
+  const __mmask16 nonzero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.98f), _CMP_NLT_UQ);
   x = _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-104.0f), x);
   const __m512 n =
       _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -122,7 +126,7 @@ inline __m512 exp_nonpositive(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_scalef_ps(kAll, p, n);
+  return _mm512_maskz_scalef_ps(nonzero, p, n);
 }
 #else
 // libmvec's expf leaves its fast path for results below the normal range (x below about -87.3),
