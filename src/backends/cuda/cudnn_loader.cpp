@@ -12,11 +12,7 @@ namespace {
 
 using detail::concat;
 
-struct Loaded {
-  Library library;
-  bool ok = false;
-  std::string reason;  // why not, when !ok
-};
+using Loaded = search::Loaded<Library>;
 
 // Looked for once per process; never unloaded.
 const Loaded& load() {

@@ -90,4 +90,13 @@ Found find_library(const Library& library, const System& system,
                    std::span<const char* const> symbols,
                    const std::function<std::string(const std::vector<void*>&)>& accept);
 
+// A library a plugin part loaded once per process from what find_library found: its bound
+// functions (Api), or why there are none.
+template <class Api>
+struct Loaded {
+  Api library;
+  bool ok = false;
+  std::string reason;  // why not, when !ok
+};
+
 }  // namespace kiln::cuda::search

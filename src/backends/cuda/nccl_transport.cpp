@@ -71,11 +71,7 @@ std::string version_text(int code) {
   return concat(code / 1000, ".", code / 100 % 10, ".", code % 100);
 }
 
-struct Loaded {
-  Library library;
-  bool ok = false;
-  std::string reason;  // why not, when !ok
-};
+using Loaded = search::Loaded<Library>;
 
 // NCCL, looked for once per process (library_search.h); never unloaded.
 const Loaded& load() {
