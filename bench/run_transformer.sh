@@ -67,7 +67,8 @@ print(f"\nmeasured peak {peak / 1e9:.0f} GFLOP/s (best of sgemm, matmul), bandwi
       f"{torch['torch_version']}, {torch['threads']} threads")
 print(f"{'workload':28} {'kiln':>10} {'torch':>10} {'ratio':>6} {'floor':>10}")
 for name, row in kiln.items():
-    ours, peer = row.get("median"), torch.get(name, {}).get("median_s")
+    # The unpadded rows against torch's padded forward: the same attended tokens' states.
+    ours, peer = row.get("median"), torch.get(name.replace("_unpadded", ""), {}).get("median_s")
     floor = row["flops"] / peak if "flops" in row else row["bytes"] / bw if "bytes" in row else None
     cell = lambda s: f"{s * 1e3:.2f} ms" if s else "-"
     ratio = f"{peer / ours:.2f}" if ours and peer else "-"

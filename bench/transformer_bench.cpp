@@ -13,6 +13,8 @@
 //   bert_forward/minilm|base      nn::BertModel, batch 8 x 128 tokens with padding (the batch:
 //                                 KILN_BENCH_BERT_BATCH), on the default device (KILN_DEVICE):
 //                                 MiniLM-L6-H384 and BERT-base (L12-H768) shapes, random weights
+//   bert_forward_unpadded/...     the same with BertInputs::skip_padding (the padding's rows zeros;
+//                                 torch's row: the padded forward, the same real tokens' states)
 //   bert_contention/minilm        the MiniLM forward repeated beside a process that spins on one
 //                                 core: counters quiet_median_ms, loaded_p95_ms and their ratio,
 //                                 and the cores this process kept busy in each phase
@@ -224,24 +226,40 @@ float forward_once(const nn::BertModel& bert, const Inputs& in) {
   return read_one(bert.forward(in.ids, in.extra));
 }
 
-void bert_forward(benchmark::State& state) {
+// bert_forward/<which>, and with skip_padding bert_forward_unpadded/<which>: its flops count the
+// tokens the forward runs (every position, or the attended ones).
+void bert_rows(benchmark::State& state, bool skip_padding) {
   const nn::BertConfig config = shape_of(state.range(0));
   state.SetLabel(state.range(0) == 0 ? "minilm" : "base");
-  const double tokens = static_cast<double>(bert_batch() * kTokens);
+  double tokens = 0;
+  for (std::int64_t b = 0; b < bert_batch(); ++b) {
+    tokens += static_cast<double>(skip_padding ? real_tokens(b) : kTokens);
+  }
   const double h = static_cast<double>(config.hidden_size);
-  // Per layer: the four projections and the feed-forward pair, then q kT and the weights times v.
+  // Per layer: the four projections and the feed-forward pair, then q kT and the weights times v
+  // (over the padded batch either way).
   state.counters["flops"] =
       static_cast<double>(config.num_hidden_layers) *
       (2 * tokens * h * (4 * h + 2 * static_cast<double>(config.intermediate_size)) +
-       4 * tokens * kTokens * h);
+       4 * static_cast<double>(bert_batch() * kTokens) * kTokens * h);
   guarded(state, [&] {
     device().seed(1);
     const nn::BertModel bert = config.init(device());
-    const Inputs in = batch_inputs();
+    Inputs in = batch_inputs();
+    in.extra.skip_padding = skip_padding;
     if (!std::isfinite(forward_once(bert, in))) throw std::runtime_error("bert: not finite");
     for (auto _ : state) benchmark::DoNotOptimize(forward_once(bert, in));
   });
 }
+
+void bert_forward(benchmark::State& state) { bert_rows(state, false); }
+void bert_forward_unpadded(benchmark::State& state) { bert_rows(state, true); }
+BENCHMARK(bert_forward_unpadded)
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1);
 BENCHMARK(bert_forward)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1);
 
 double percentile(std::vector<double> v, double p) {

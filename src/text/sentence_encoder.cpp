@@ -132,7 +132,8 @@ Tensor<2> SentenceEncoder::encode(const std::vector<std::string>& texts) const {
       model.forward(int_tensor(std::move(batch.ids), batch.rows, batch.cols, device),
                     {.attention_mask = mask,
                      .token_type_ids = int_tensor(std::move(batch.token_type_ids), batch.rows,
-                                                  batch.cols, device)});
+                                                  batch.cols, device),
+                     .skip_padding = true});  // pooling reads no padded row
   const Tensor<2> pooled = pool(hidden, mask, pooling);
   if (!normalize) return pooled;
   // F.normalize's: x / max(||x||, 1e-12).

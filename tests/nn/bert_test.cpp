@@ -3,6 +3,7 @@
 // padding and token types equal what transformers computed in float64.
 #include <kiln/nn/bert.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -94,6 +95,36 @@ TEST(NnBert, PaddingMaskedEqualsTheUnpaddedSequence) {
     largest = std::max(largest, std::abs(unmasked[i] - alone[i]));
   }
   EXPECT_GT(largest, 1e-3);
+}
+
+// skip_padding: the attended tokens' states are the full forward's, the padding's rows zeros;
+// without a mask it changes nothing.
+TEST(NnBert, SkippingPaddingKeepsTheAttendedTokensStates) {
+  const Expected e = expected();
+  const BertModel bert =
+      cast(BertModel::from_pretrained(kFixtures / "tiny_bert", kCpu), DType::F64);
+  const Tensor<2, Int> ids = e.ints("input_ids");
+  BertInputs inputs = e.inputs();
+  const std::vector<double> full = testing::read(bert.forward(ids, inputs));
+  const std::vector<std::int64_t> mask =
+      e.json.at("attention_mask").get<std::vector<std::int64_t>>();
+  ASSERT_NE(std::count(mask.begin(), mask.end(), 0), 0) << "the fixture has no padding";
+  inputs.skip_padding = true;
+  const Tensor<3> skipped = bert.forward(ids, inputs);
+  ASSERT_EQ(skipped.shape(), (Shape{2, 7, 32}));
+  const std::vector<double> got = testing::read(skipped);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool attended = mask[i / 32] != 0;
+    EXPECT_NEAR(got[i], attended ? full[i] : 0.0, 1e-12) << "element " << i;
+  }
+  const std::vector<double> unmasked = testing::read(bert.forward(ids));
+  testing::expect_near(testing::read(bert.forward(ids, {.skip_padding = true})), unmasked, 0,
+                       "no mask");
+  // Every token padding: nothing to run, all zeros.
+  const Tensor<2, Int> none = Tensor<2, Int>::zeros(ids.shape(), kCpu);
+  const Tensor<3> empty = bert.forward(ids, {.attention_mask = none, .skip_padding = true});
+  EXPECT_EQ(empty.shape(), (Shape{2, 7, 32}));
+  EXPECT_EQ(testing::read(empty.abs().sum())[0], 0.0);
 }
 
 TEST(NnBert, ParameterNamesAreTransformers) {

@@ -90,6 +90,14 @@ struct BertInputs {
   std::optional<Tensor<2, Int>> attention_mask = std::nullopt;
   // [batch, seq]: the segment of each token (zeros when absent).
   std::optional<Tensor<2, Int>> token_type_ids = std::nullopt;
+  // With an attention_mask: the projections, feed-forward layers and norms run on the attended
+  // tokens only (gathered into one matrix; the attention itself on the padded batch), and the
+  // padding's rows of the result are zeros, as torch's nested-tensor encoder leaves them. Every
+  // attended token's state is the one the full computation gives (up to summation order); what
+  // transformers writes at padded positions (their attention over the real tokens) is not
+  // computed. For pooling with the mask (SentenceEncoder, `kiln embed`), which reads no padded
+  // row: a batch of mixed lengths costs its real tokens, not batch x longest.
+  bool skip_padding = false;
 };
 
 struct BertModel {
