@@ -24,6 +24,8 @@
 //                                                 the path kiln chooses per shape; .../cudnn and
 //                                                 .../kiln with KILN_CONV forcing cuDNN or kiln's
 //                                                 own im2col + cuBLASLt (torch's rows: cuDNN)
+//   conv2d/bf16/nhwc                              the same with x a channels-last view (torch's
+//                                                 row: x and w channels_last)
 //   tensor_topk/4096/32768/8, tensor_sort/16777216   Tensor::topk_with_indices, sort_with_indices
 //   tensor_cumsum/16777216/0, tensor_cumsum/8192/8192   cumsum of one 16M row; along the last dim
 //   nvrtc_first_compile, disk_cache_load          NVRTC seconds per kernel in a fresh process with
@@ -399,8 +401,9 @@ class ConvPath {
 };
 
 // path: "cudnn" or "kiln" forces that path (KILN_CONV); null leaves kiln's choice per shape (or
-// the caller's KILN_CONV). A cuDNN row without cuDNN is skipped with the reason.
-void conv2d(benchmark::State& state, DType dtype, const char* path) {
+// the caller's KILN_CONV). A cuDNN row without cuDNN is skipped with the reason. channels_last:
+// x is a [n, c, h, w] view of [n, h, w, c] memory.
+void conv2d(benchmark::State& state, DType dtype, const char* path, bool channels_last) {
   on_gpu(state, [&](const Device& device) {
     if (path != nullptr && std::string(path) == "cudnn") {
       bool loaded = false;
@@ -410,7 +413,11 @@ void conv2d(benchmark::State& state, DType dtype, const char* path) {
     const ConvPath forced(path);
     const std::int64_t n = 32, c = 64, k = 64, h = 56, w = 56, r = 3;
     device.seed(kSeed + 3);
-    const auto x = Tensor<4>::random({n, c, h, w}, Distribution::uniform(-1, 1), device, dtype);
+    const auto x =
+        channels_last
+            ? Tensor<4>::random({n, h, w, c}, Distribution::uniform(-1, 1), device, dtype)
+                  .permute({0, 3, 1, 2})
+            : Tensor<4>::random({n, c, h, w}, Distribution::uniform(-1, 1), device, dtype);
     const auto weight =
         Tensor<4>::random({k, c, r, r}, Distribution::uniform(-0.1, 0.1), device, dtype);
     const ConvOptions options{.stride = {1, 1}, .padding = {1, 1}};
@@ -847,10 +854,14 @@ void register_all() {
     for (const char* path : {static_cast<const char*>(nullptr), "cudnn", "kiln"}) {
       const std::string name = "conv2d/" + std::string(dtype_name(dtype)) +
                                (path != nullptr ? std::string("/") + path : "");
-      timed(RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { conv2d(s, dtype, path); }),
+      timed(RegisterBenchmark(name.c_str(),
+                              [=](benchmark::State& s) { conv2d(s, dtype, path, false); }),
             5);
     }
   }
+  timed(RegisterBenchmark("conv2d/bf16/nhwc",
+                          [](benchmark::State& s) { conv2d(s, DType::BF16, nullptr, true); }),
+        5);
   timed(RegisterBenchmark("tensor_topk/4096/32768/8", tensor_topk), 5);
   timed(RegisterBenchmark("tensor_sort/16777216", tensor_sort), 5);
   timed(RegisterBenchmark("tensor_cumsum/16777216/0",

@@ -159,6 +159,10 @@ def tensor_api_rows(results, dev, g, repeats):
         x = (torch.rand(32, 64, 56, 56, device=dev, generator=g) * 2 - 1).to(dtype)
         w = ((torch.rand(64, 64, 3, 3, device=dev, generator=g) * 2 - 1) * 0.1).to(dtype)
         record(name, lambda: torch.nn.functional.conv2d(x, w, stride=1, padding=1), 5)
+        if dtype == torch.bfloat16:
+            x = x.to(memory_format=torch.channels_last)
+            w = w.to(memory_format=torch.channels_last)
+            record(name + "/nhwc", lambda: torch.nn.functional.conv2d(x, w, stride=1, padding=1), 5)
         del x, w
     torch.backends.cudnn.allow_tf32 = True
 

@@ -122,6 +122,7 @@ def main():
     add("chain8 64^2 host/op fused", "chain8_host_fused/64", "<= 0.5 us")
     add("conv2d 32x64x56x56 3x3 f32", "conv2d/f32", "", PEAK["f32"])
     add("conv2d 32x64x56x56 3x3 bf16", "conv2d/bf16", "", PEAK["bf16"])
+    add("conv2d 32x64x56x56 3x3 bf16 channels-last", "conv2d/bf16/nhwc", "", PEAK["bf16"])
     # Each path forced (KILN_CONV), against the same torch rows (cuDNN there).
     for dtype in ("f32", "bf16"):
         for path in ("cudnn", "kiln"):

@@ -78,6 +78,12 @@ bool expect_through_cudnn(const Device& gpu, const test::Build& build, double to
   return taken;
 }
 
+// cuDNN's Winograd and FFT algorithms (taken where fastest, as torch's benchmark mode takes them)
+// transform the operands, so f32 results carry rounding errors of ~2e-5 of the sum's scale
+// (sqrt(C k^2) / 3 for C k^2 products of values in [-1, 1): about 8 at 576) where kiln's path
+// and the CPU's carry ~1e-6: measured 1.3e-4 against 1 + |expected| at 64 channels 3x3.
+double cudnn_tolerance(DType dtype) { return dtype == DType::F32 ? 5e-4 : conv_tolerance(dtype); }
+
 // Each case in every float dtype, its input laid out every way (views()), with its bias when it
 // has one, against the CPU: op(d, case, x, w, bias) is the op on device d. Checks the cases
 // cuDNN must take, and records how many it took.
@@ -95,7 +101,7 @@ void expect_cases_through_cudnn(const Device& device, const std::vector<Case>& c
             [&](Device d) {
               return op(d, c, x(d), on(w, d), c.bias ? OptionalPrimitive(on(b, d)) : std::nullopt);
             },
-            conv_tolerance(dtype),
+            cudnn_tolerance(dtype),
             std::string(dtype_name(dtype)) + " " + c.name + " (" + view_name + ")",
             cudnn_must_take(c.name, dtype) && c.x[0] > 0);
         ++ops;
@@ -147,7 +153,7 @@ TEST(GpuConvCudnn, GradientsMatchCpu) {
   const ScopedEnv path("KILN_CONV", "cudnn");
   std::uint64_t seed = 8000;
   for (DType dtype : kFloatDTypes) {
-    const double tol = gradient_tolerance(dtype);
+    const double tol = gradient_tolerance(dtype) * cudnn_tolerance(dtype) / conv_tolerance(dtype);
     for (const ConvCase& c : conv_cases()) {
       const auto [x, w, y_shape] = gradient_inputs(c, dtype, seed);
       const std::string name = std::string(dtype_name(dtype)) + " " + c.name;
@@ -247,8 +253,12 @@ TEST(GpuConvCudnn, TheChoicePerShapeIsMeasuredOnceAndRemembered) {
   auto conv = [&](Device d) {
     return backend_for(d).conv(on(x, d), on(w, d), std::nullopt, options);
   };
-  expect_same_finite(device, conv, conv_tolerance(DType::F32), "first call");
-  std::vector<autotune::Choice> choices = autotune::entries();
+  expect_same_finite(device, conv, cudnn_tolerance(DType::F32), "first call");
+  // kiln's path, timed against cuDNN, also leaves its cuBLASLt products' choices.
+  std::vector<autotune::Choice> choices;
+  for (const autotune::Choice& c : autotune::entries()) {
+    if (c.key.rfind("conv ", 0) == 0) choices.push_back(c);
+  }
   ASSERT_EQ(choices.size(), 1u);
   const autotune::Choice& choice = choices.front();
   EXPECT_EQ(choice.key.rfind("conv forward f32 fma x [3, 16, 19, 17]", 0), 0u) << choice.key;
@@ -259,8 +269,9 @@ TEST(GpuConvCudnn, TheChoicePerShapeIsMeasuredOnceAndRemembered) {
   EXPECT_GT(choice.chosen_us, 0);
   RecordProperty("choice", choice.choice + " (" + std::to_string(choice.chosen_us) + " us; cuDNN " +
                                std::to_string(choice.heuristic_us) + " us)");
-  expect_same_finite(device, conv, conv_tolerance(DType::F32), "second call");
-  EXPECT_EQ(autotune::entries(), choices);
+  const std::size_t entries = autotune::entries().size();
+  expect_same_finite(device, conv, cudnn_tolerance(DType::F32), "second call");
+  EXPECT_EQ(autotune::entries().size(), entries);
 }
 
 // f32 through cuDNN is f32-accurate unless the device allows tf32 (then within tf32's rounding).

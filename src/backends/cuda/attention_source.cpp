@@ -73,7 +73,7 @@ bool attention_hopper_pipelined() { return wgmma_choice() == 2; }
 
 bool attention_query_merged() {
   const char* choice = std::getenv("KILN_ATTENTION_MERGED_DQ");
-  return choice != nullptr && std::strcmp(choice, "1") == 0;
+  return choice == nullptr || std::strcmp(choice, "0") != 0;
 }
 
 const char* attention_kernel_name(AttentionKernel kernel) { return spec(kernel).name; }
