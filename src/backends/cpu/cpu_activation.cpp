@@ -202,27 +202,6 @@ bool activation_step_kernel(OpCode op, DType dtype, const StepParams& params, bo
 
 namespace {
 
-// The largest of v[0 .. n) (NaN never replaces a value, as `if (v > top) top = v`), over the
-// lanes of one 64-byte vector: a single running maximum is a chain of dependent compares, and
-// GCC leaves an array of lanes scalar (softmax's max pass was a sixth of its time).
-template <class C>
-C lanes_max(const C* v, std::int64_t n) {
-  using Lanes = vector64_t<C>;
-  constexpr std::int64_t kLanes = 64 / sizeof(C);
-  Lanes lanes;
-  for (std::int64_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<C>::infinity();
-  std::int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes) {
-    Lanes x;
-    std::memcpy(&x, v + k, sizeof x);
-    lanes = x > lanes ? x : lanes;
-  }
-  C top = -std::numeric_limits<C>::infinity();
-  for (std::int64_t j = 0; j < kLanes; ++j) top = lanes[j] > top ? lanes[j] : top;
-  for (; k < n; ++k) top = v[k] > top ? v[k] : top;
-  return top;
-}
-
 // The sum of v[0 .. n) in Acc, over 8 independent partial sums (as lanes_max, for the adds'
 // latency), added in a fixed order: the same row always gives the same sum.
 template <class Acc, class C>

@@ -94,12 +94,23 @@ void attention_kernel(const AttentionArgs<T>& args) {
         const std::int64_t visible = args.causal ? std::min(sk, i + 1) : sk;
         constexpr T kExcluded = -std::numeric_limits<T>::infinity();
         T max = kExcluded;
-        for (std::int64_t j = 0; j < sk; ++j) {
-          T v = s[j];
-          if (brow) v += brow[j * bs[3]];
-          if (j >= visible || (mrow && mrow[j * ms[3]])) v = kExcluded;
-          s[j] = v;
-          if (v > max) max = v;
+        if ((!brow || bs[3] == 1) && (!mrow || ms[3] == 1)) {
+          // Contiguous rows: a vector pass each (one loop doing all three, with the running
+          // maximum, stayed scalar: a quarter of the op's time).
+          if (brow) {
+            for (std::int64_t j = 0; j < sk; ++j) s[j] += brow[j];
+          }
+          if (mrow) fill_where(s, mrow, sk, kExcluded);
+          for (std::int64_t j = visible; j < sk; ++j) s[j] = kExcluded;
+          max = lanes_max(s, sk);
+        } else {
+          for (std::int64_t j = 0; j < sk; ++j) {
+            T v = s[j];
+            if (brow) v += brow[j * bs[3]];
+            if (j >= visible || (mrow && mrow[j * ms[3]])) v = kExcluded;
+            s[j] = v;
+            if (v > max) max = v;
+          }
         }
         if (max == kExcluded) {
           // Every key excluded: zero weights (NaN scores in the row still propagate).

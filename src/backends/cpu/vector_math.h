@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <limits>
 
 #if defined(KILN_HAVE_LIBMVEC) && (defined(__AVX512F__) || defined(__AVX2__))
 #include <immintrin.h>
@@ -62,6 +64,65 @@ struct Vector64<double> {
 };
 template <class T>
 using vector64_t = typename Vector64<T>::type;
+
+// The largest of v[0 .. n) (NaN never replaces a value, as `if (v > top) top = v`), over the
+// lanes of one 64-byte vector: a single running maximum is a chain of dependent compares, and
+// GCC leaves an array of lanes scalar (softmax's max pass was a sixth of its time).
+template <class C>
+inline C lanes_max(const C* v, std::int64_t n) {
+  using Lanes = vector64_t<C>;
+  constexpr std::int64_t kLanes = 64 / sizeof(C);
+  Lanes lanes;
+  for (std::int64_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<C>::infinity();
+  std::int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    Lanes x;
+    std::memcpy(&x, v + k, sizeof x);
+    lanes = x > lanes ? x : lanes;
+  }
+  C top = -std::numeric_limits<C>::infinity();
+  for (std::int64_t j = 0; j < kLanes; ++j) top = lanes[j] > top ? lanes[j] : top;
+  for (; k < n; ++k) top = v[k] > top ? v[k] : top;
+  return top;
+}
+
+// One vector's bools, and the same lanes as integer masks as wide as C.
+template <class C>
+struct MaskLanes;
+template <>
+struct MaskLanes<float> {
+  using bytes = std::uint8_t __attribute__((vector_size(16)));
+  using masks = std::int32_t __attribute__((vector_size(64)));
+};
+template <>
+struct MaskLanes<double> {
+  using bytes = std::uint8_t __attribute__((vector_size(8)));
+  using masks = std::int64_t __attribute__((vector_size(64)));
+};
+
+// v[j] = value wherever mask[j] is true, over the lanes of one 64-byte vector (the bools widened
+// to lane masks): GCC leaves `v[j] = mask[j] ? value : v[j]` a loop of branches and single
+// stores (attention's masking pass).
+template <class C>
+inline void fill_where(C* v, const bool* mask, std::int64_t n, C value) {
+  using Lanes = vector64_t<C>;
+  constexpr std::int64_t kLanes = 64 / sizeof(C);
+  using Bytes = typename MaskLanes<C>::bytes;
+  using Masks = typename MaskLanes<C>::masks;
+  Lanes fill;
+  for (std::int64_t j = 0; j < kLanes; ++j) fill[j] = value;
+  std::int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    Bytes b;
+    std::memcpy(&b, mask + k, sizeof b);
+    const Masks m = __builtin_convertvector(b, Masks) != 0;
+    Lanes x;
+    std::memcpy(&x, v + k, sizeof x);
+    x = m ? fill : x;
+    std::memcpy(v + k, &x, sizeof x);
+  }
+  for (; k < n; ++k) v[k] = mask[k] ? value : v[k];
+}
 
 bool vector_map(VectorFunction function, const float* in, float* out, std::int64_t n) noexcept;
 bool vector_map(VectorFunction function, const double* in, double* out, std::int64_t n) noexcept;

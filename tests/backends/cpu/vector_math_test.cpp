@@ -246,3 +246,42 @@ TEST(CpuVectorExpSum, TheSumWithAndWithoutTheExponentials) {
 
 }  // namespace
 }  // namespace kiln::cpu
+
+namespace kiln::cpu {
+namespace {
+
+// fill_where and lanes_max (attention's masking pass) equal their scalar loops on every run
+// length around a vector, in float and double; NaN never becomes the maximum.
+template <class C>
+void expect_fill_and_max_equal_loops() {
+  for (const std::int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 64, 100}) {
+    const auto values = test::spread(n, static_cast<std::uint32_t>(n + 40), -5.0, 5.0);
+    std::vector<C> v(static_cast<std::size_t>(n)), want(v.size());
+    bool mask[128] = {};
+    for (std::int64_t i = 0; i < n; ++i) {
+      v[i] = static_cast<C>(values[i]);
+      mask[i] = (i * 7 + n) % 3 == 0;
+      want[i] = mask[i] ? C(-1e30) : v[i];
+    }
+    if (n > 3) v[3] = want[3] = std::numeric_limits<C>::quiet_NaN(), mask[3] = false;
+    fill_where(v.data(), mask, n, C(-1e30));
+    C top = -std::numeric_limits<C>::infinity();
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(v[i])) << n << " [" << i << "]";
+      } else {
+        EXPECT_EQ(v[i], want[i]) << n << " [" << i << "]";
+        top = std::max(top, want[i]);
+      }
+    }
+    EXPECT_EQ(lanes_max(v.data(), n), top) << n;
+  }
+}
+
+TEST(CpuVectorMasks, FillWhereAndLanesMaxEqualTheirLoops) {
+  expect_fill_and_max_equal_loops<float>();
+  expect_fill_and_max_equal_loops<double>();
+}
+
+}  // namespace
+}  // namespace kiln::cpu
