@@ -204,9 +204,17 @@ KILN_CONFORMANCE_ROW(linear, ({"linear"})) {
     std::int64_t out;
     bool bias;
   };
-  const std::vector<Case> cases = {{{5, 7}, 4, true},  {{2, 3, 7}, 6, true}, {{2, 3, 7}, 6, false},
-                                   {{7}, 3, true},     {{4, 0}, 3, true},    {{0, 5}, 2, true},
-                                   {{3, 40}, 9, false}};
+  const std::vector<Case> cases = {{{5, 7}, 4, true},
+                                   {{2, 3, 7}, 6, true},
+                                   {{2, 3, 7}, 6, false},
+                                   {{7}, 3, true},
+                                   {{4, 0}, 3, true},
+                                   {{0, 5}, 2, true},
+                                   {{3, 40}, 9, false},
+                                   // Products the CPU splits over threads: by rows, by columns
+                                   // (each block adds its share of the bias).
+                                   {{300, 64}, 200, true},
+                                   {{40, 64}, 500, true}};
   std::uint64_t seed = 3000;
   for (DType dtype : kFloatDTypes) {
     for (Layout layout : kLayouts) {
@@ -233,7 +241,10 @@ KILN_CONFORMANCE_ROW(linear, ({"linear"})) {
           }
         }
         std::optional<Primitive> bias;
-        if (c.bias) bias = make_primitive(b, bs, dtype, Layout::Strided, device);
+        if (c.bias) {
+          bias =
+              make_primitive(b, bs, dtype, seed % 2 ? Layout::Strided : Layout::Contiguous, device);
+        }
         auto r = detail::linear(make_primitive(x, c.x, dtype, layout, device),
                                 make_primitive(w, ws, dtype, other_layout(layout), device), bias);
         expect_close(detail::into_data(r), out, dtype, representable(expected, dtype),

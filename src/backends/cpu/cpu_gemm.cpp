@@ -110,10 +110,30 @@ MatrixRef<T> cols_of(MatrixRef<T> m, std::int64_t begin, std::int64_t count) {
   return {m.data + begin * m.col_stride, m.rows, count, m.row_stride, m.col_stride};
 }
 
+// rows x cols of c (row stride ldc) += bias along each row.
+template <class T>
+void add_bias(T* c, std::int64_t ldc, std::int64_t rows, std::int64_t cols, RowBias<T> bias) {
+  if (bias.data == nullptr) return;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = c + r * ldc;
+    if (bias.stride == 1) {
+      for (std::int64_t j = 0; j < cols; ++j) row[j] += bias.data[j];
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) row[j] += bias.data[j * bias.stride];
+    }
+  }
+}
+
 }  // namespace
 
 template <class T>
 void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T beta) {
+  gemm(a, b, c, alpha, beta, RowBias<T>{});
+}
+
+template <class T>
+void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T beta,
+          RowBias<T> bias) {
   const std::int64_t m = c.rows, n = c.cols, k = a.cols;
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == T(0)) {
@@ -122,25 +142,29 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
       T* row = c.data + r * c.row_stride;
       for (std::int64_t j = 0; j < n; ++j) row[j] = beta == T(0) ? T(0) : beta * row[j];
     }
+    add_bias(c.data, c.row_stride, m, n, bias);
     return;
   }
-  // Dims beyond BLAS's int range are split into halves.
+  // Dims beyond BLAS's int range are split into halves (the bias with the columns; added once,
+  // after the second half of k).
   if (m > kMaxBlasDim) {
     const std::int64_t h = m / 2;
-    gemm(rows_of(a, 0, h), b, rows_of(c, 0, h), alpha, beta);
-    gemm(rows_of(a, h, m - h), b, rows_of(c, h, m - h), alpha, beta);
+    gemm(rows_of(a, 0, h), b, rows_of(c, 0, h), alpha, beta, bias);
+    gemm(rows_of(a, h, m - h), b, rows_of(c, h, m - h), alpha, beta, bias);
     return;
   }
   if (n > kMaxBlasDim) {
     const std::int64_t h = n / 2;
-    gemm(a, cols_of(b, 0, h), cols_of(c, 0, h), alpha, beta);
-    gemm(a, cols_of(b, h, n - h), cols_of(c, h, n - h), alpha, beta);
+    const RowBias<T> right{bias.data != nullptr ? bias.data + h * bias.stride : nullptr,
+                           bias.stride};
+    gemm(a, cols_of(b, 0, h), cols_of(c, 0, h), alpha, beta, bias);
+    gemm(a, cols_of(b, h, n - h), cols_of(c, h, n - h), alpha, beta, right);
     return;
   }
   if (k > kMaxBlasDim) {
     const std::int64_t h = k / 2;
-    gemm(cols_of(a, 0, h), rows_of(b, 0, h), c, alpha, beta);
-    gemm(cols_of(a, h, k - h), rows_of(b, h, k - h), c, alpha, T(1));
+    gemm(cols_of(a, 0, h), rows_of(b, 0, h), c, alpha, beta, RowBias<T>{});
+    gemm(cols_of(a, h, k - h), rows_of(b, h, k - h), c, alpha, T(1), bias);
     return;
   }
   detail::Buffer<T> a_copy, b_copy;
@@ -171,10 +195,15 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
       const T* a_rows = a.data + begin * (oa->trans == CblasNoTrans ? oa->ld : 1);
       blas_call<T>(oa->trans, ob->trans, count, n, k, alpha, a_rows, oa->ld, b.data, ob->ld, beta,
                    c.data + begin * ldc, ldc);
+      add_bias(c.data + begin * ldc, ldc, count, n, bias);
     } else {
       const T* b_cols = b.data + begin * (ob->trans == CblasNoTrans ? 1 : ob->ld);
       blas_call<T>(oa->trans, ob->trans, m, count, k, alpha, a.data, oa->ld, b_cols, ob->ld, beta,
                    c.data + begin, ldc);
+      if (bias.data != nullptr) {
+        add_bias(c.data + begin, ldc, m, count,
+                 RowBias<T>{bias.data + begin * bias.stride, bias.stride});
+      }
     }
   };
   if (parts <= 1) {
@@ -202,6 +231,10 @@ template void gemm<float>(MatrixRef<const float>, MatrixRef<const float>, Matrix
                           float);
 template void gemm<double>(MatrixRef<const double>, MatrixRef<const double>, MatrixRef<double>,
                            double, double);
+template void gemm<float>(MatrixRef<const float>, MatrixRef<const float>, MatrixRef<float>, float,
+                          float, RowBias<float>);
+template void gemm<double>(MatrixRef<const double>, MatrixRef<const double>, MatrixRef<double>,
+                           double, double, RowBias<double>);
 
 std::int64_t collapsed_row_stride(const std::int64_t* sizes, const std::int64_t* strides,
                                   std::size_t count, std::int64_t fallback) {

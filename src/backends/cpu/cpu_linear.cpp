@@ -5,7 +5,6 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_quant_tensor.h"
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/parallel.h"
 
 namespace kiln {
 
@@ -33,29 +32,20 @@ MatrixRef<const T> input_rows(const CpuTensor& x, std::int64_t rows,
   return {source->data_as<const T>(), rows, in, row_stride, source->strides()[rank - 1]};
 }
 
-// out [rows, out] = x [rows, in] @ w + bias, T = float or double; beta = 1 adds the bias rows
-// written into out beforehand.
+// out [rows, out] = x [rows, in] @ w + bias, T = float or double; each block of the product adds
+// the bias to its rows in cache (gemm's RowBias).
 template <class T>
 void linear_into(const CpuTensor& x, const CpuTensor& w, const CpuTensor* bias, CpuTensor& out) {
   const std::size_t rank = x.rank();
   const std::int64_t in = x.shape()[rank - 1];
   const std::int64_t cols = w.shape()[1];
   const std::int64_t rows = out.shape().num_elements() / std::max<std::int64_t>(cols, 1);
-  T* o = out.data_as<T>();
-  if (bias != nullptr) {
-    const T* b = bias->data_as<const T>();
-    const std::int64_t bs = bias->strides()[0];
-    parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(cols, 1)),
-                 [&](std::int64_t begin, std::int64_t end) {
-                   for (std::int64_t r = begin; r < end; ++r) {
-                     for (std::int64_t j = 0; j < cols; ++j) o[r * cols + j] = b[j * bs];
-                   }
-                 });
-  }
+  const RowBias<T> row_bias =
+      bias != nullptr ? RowBias<T>{bias->data_as<const T>(), bias->strides()[0]} : RowBias<T>{};
   std::shared_ptr<CpuTensor> holder;
   const MatrixRef<const T> a = input_rows<T>(x, rows, holder);
   const MatrixRef<const T> b{w.data_as<const T>(), in, cols, w.strides()[0], w.strides()[1]};
-  gemm<T>(a, b, {o, rows, cols, cols, 1}, T(1), bias != nullptr ? T(1) : T(0));
+  gemm<T>(a, b, {out.data_as<T>(), rows, cols, cols, 1}, T(1), T(0), row_bias);
 }
 
 // out = x @ w + bias for bf16 on oneDNN, the bias added before the one rounding; false (nothing

@@ -34,6 +34,20 @@ inline constexpr std::int64_t kMinThreadWork = 65536;
 template <class T>
 void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T beta);
 
+// A vector added to every row of a product (linear's bias): element j is data[j * stride].
+template <class T>
+struct RowBias {
+  const T* data = nullptr;
+  std::int64_t stride = 1;
+};
+
+// c = alpha * a b + beta * c, then bias added to every row of c. Each block of the parallel
+// product adds it to its rows while they are still in cache; writing the bias into c first for
+// BLAS to read back (beta 1) costs a pass over c from memory and back.
+template <class T>
+void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T beta,
+          RowBias<T> bias);
+
 // The row stride that walks rows spread over several dims (outer to inner, each a size and a
 // stride) as one matrix dim, or -1 when they do not collapse. With at most one row, any stride
 // works and `fallback` is returned.
