@@ -8,7 +8,8 @@
 // 3.9), and OMP_WAIT_POLICY=passive, which only the environment can set before the runtime
 // starts, brought it to 1.9 (bench/transformer_bench's bert_contention). Here a waiting thread
 // sleeps in the kernel at once, a region wakes only the workers it needs, and its tasks go to
-// whichever thread is running.
+// whichever thread is running; the region ends when its tasks are done, without waiting for a
+// worker that took none (one kept off its core by another process).
 #pragma once
 
 #include <cstdint>

@@ -108,6 +108,28 @@ TEST(ThreadPool, EveryTaskRunsOnceAndTheFirstErrorIsRethrown) {
   EXPECT_EQ(sum.load(), 4950);
 }
 
+// Regions of a few tasks back to back: a worker woken for one region often finds it over (the
+// caller took every task) and must claim nothing of it, nor run a later region's task under the
+// earlier region's count. Every task of every region runs once, with its own region's callable.
+TEST(ThreadPool, ShortRegionsBackToBackRunEachTaskOnce) {
+  constexpr int kRegions = 20000, kMaxTasks = 5;
+  std::vector<std::atomic<int>> runs(static_cast<std::size_t>(kRegions * kMaxTasks));
+  for (int r = 0; r < kRegions; ++r) {
+    const int count = 1 + r % kMaxTasks;
+    cpu::run_tasks(2 + r % 3, count, [&, r, count](std::int64_t i) {
+      if (i >= count) throw std::logic_error("an index past the region's count");
+      runs[static_cast<std::size_t>(r * kMaxTasks + i)].fetch_add(1);
+    });
+  }
+  for (int r = 0; r < kRegions; ++r) {
+    for (int i = 0; i < kMaxTasks; ++i) {
+      ASSERT_EQ(runs[static_cast<std::size_t>(r * kMaxTasks + i)].load(),
+                i < 1 + r % kMaxTasks ? 1 : 0)
+          << "region " << r << " task " << i;
+    }
+  }
+}
+
 TEST(ThreadPool, NestedRegionsRunOnTheirTaskThread) {
   std::atomic<std::int64_t> sum{0};
   std::atomic<int> nested_outside{0};
