@@ -42,18 +42,24 @@ BertActivation parse_activation(const std::string& name, const std::string& orig
                                       "gelu_fast, relu, silu, swish");
 }
 
-// The attended tokens of a padded batch as rows of one matrix (BertInputs::skip_padding).
+// The attended tokens of a padded batch as rows of one matrix (BertInputs::skip_padding), kept
+// as [1, tokens, width] so that the layers take them as a batch of one.
 struct TokenRows {
   Tensor<1, Int> index;  // positions in the flattened [batch * seq]
   std::int64_t batch, length;
 
-  // x [batch * seq, ...] -> its attended rows.
-  Tensor<2> gather(const Tensor<2>& x) const { return x.select(0, index); }
-  // rows [tokens, width] -> [batch, seq, width], zeros at the padding.
-  Tensor<3> scatter(const Tensor<2>& rows) const {
-    const std::int64_t width = rows.dims()[1];
+  // x [batch, seq, width] -> its attended rows [1, tokens, width].
+  Tensor<3> gather(const Tensor<3>& x) const {
+    const std::int64_t width = x.dims()[2];
+    const Tensor<2> kept = x.reshape<2>(Shape{batch * length, width}).select(0, index);
+    return kept.reshape<3>(Shape{1, kept.dims()[0], width});
+  }
+  // rows [1, tokens, width] -> [batch, seq, width], zeros at the padding.
+  Tensor<3> scatter(const Tensor<3>& rows) const {
+    const std::int64_t width = rows.dims()[2];
     return Tensor<2>::zeros({batch * length, width}, rows.device(), rows.dtype())
-        .select_assign(0, index, rows, IndexingUpdate::Assign)
+        .select_assign(0, index, rows.reshape<2>(Shape{rows.dims()[1], width}),
+                       IndexingUpdate::Assign)
         .reshape<3>(Shape{batch, length, width});
   }
 };
@@ -65,19 +71,13 @@ Tensor<3> layer_forward(const BertLayer& layer, const Tensor<3>& x,
                         BertActivation act, double attention_dropout,
                         const std::optional<TokenRows>& rows) {
   const BertSelfAttention& self = layer.attention.self_attention;
-  auto padded = [&](const Tensor<3>& t) {
-    return rows ? rows->scatter(t.reshape<2>(Shape{t.dims()[1], t.dims()[2]})) : t;
-  };
+  auto padded = [&](const Tensor<3>& t) { return rows ? rows->scatter(t) : t; };
   const Tensor<4> q = detail::split_heads(padded(self.query.forward(x)), heads);
   const Tensor<4> k = detail::split_heads(padded(self.key.forward(x)), heads);
   const Tensor<4> v = detail::split_heads(padded(self.value.forward(x)), heads);
   const double dropout = x.device().is_autodiff() ? attention_dropout : 0.0;
   Tensor<3> context = detail::merge_heads(detail::attend_heads(q, k, v, excluded, false, dropout));
-  if (rows) {
-    const Tensor<2> flat = context.reshape<2>(Shape{rows->batch * rows->length, context.dims()[2]});
-    const Tensor<2> kept = rows->gather(flat);
-    context = kept.reshape<3>(Shape{1, kept.dims()[0], kept.dims()[1]});
-  }
+  if (rows) context = rows->gather(context);
   const Tensor<3> attended = layer.attention.output.forward(context, x);
   return layer.output.forward(activate(layer.intermediate.dense.forward(attended), act), attended);
 }
@@ -129,13 +129,12 @@ Tensor<3> BertModel::forward(const Tensor<2, Int>& input_ids, const BertInputs& 
   if (inputs.skip_padding && inputs.attention_mask) {
     const Tensor<2, Int> where = inputs.attention_mask->reshape<1>(Shape{batch * length}).nonzero();
     rows = TokenRows{where.reshape<1>(Shape{where.dims()[0]}), batch, length};
-    const Tensor<2> kept = rows->gather(x.reshape<2>(Shape{batch * length, x.dims()[2]}));
-    x = kept.reshape<3>(Shape{1, kept.dims()[0], kept.dims()[1]});
+    x = rows->gather(x);
   }
   for (const BertLayer& layer : encoder.layer) {
     x = layer_forward(layer, x, excluded, num_attention_heads, activation, attention_dropout, rows);
   }
-  if (rows) return rows->scatter(x.reshape<2>(Shape{x.dims()[1], x.dims()[2]}));
+  if (rows) return rows->scatter(x);
   return x;
 }
 

@@ -110,6 +110,12 @@ MatrixRef<T> cols_of(MatrixRef<T> m, std::int64_t begin, std::int64_t count) {
   return {m.data + begin * m.col_stride, m.rows, count, m.row_stride, m.col_stride};
 }
 
+// The bias from column `by` on (none stays none).
+template <class T>
+RowBias<T> shifted(RowBias<T> bias, std::int64_t by) {
+  return {bias.data != nullptr ? bias.data + by * bias.stride : nullptr, bias.stride};
+}
+
 // rows x cols of c (row stride ldc) += bias along each row.
 template <class T>
 void add_bias(T* c, std::int64_t ldc, std::int64_t rows, std::int64_t cols, RowBias<T> bias) {
@@ -155,10 +161,8 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
   }
   if (n > kMaxBlasDim) {
     const std::int64_t h = n / 2;
-    const RowBias<T> right{bias.data != nullptr ? bias.data + h * bias.stride : nullptr,
-                           bias.stride};
     gemm(a, cols_of(b, 0, h), cols_of(c, 0, h), alpha, beta, bias);
-    gemm(a, cols_of(b, h, n - h), cols_of(c, h, n - h), alpha, beta, right);
+    gemm(a, cols_of(b, h, n - h), cols_of(c, h, n - h), alpha, beta, shifted(bias, h));
     return;
   }
   if (k > kMaxBlasDim) {
@@ -200,10 +204,7 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, T alpha, T
       const T* b_cols = b.data + begin * (ob->trans == CblasNoTrans ? 1 : ob->ld);
       blas_call<T>(oa->trans, ob->trans, m, count, k, alpha, a.data, oa->ld, b_cols, ob->ld, beta,
                    c.data + begin, ldc);
-      if (bias.data != nullptr) {
-        add_bias(c.data + begin, ldc, m, count,
-                 RowBias<T>{bias.data + begin * bias.stride, bias.stride});
-      }
+      add_bias(c.data + begin, ldc, m, count, shifted(bias, begin));
     }
   };
   if (parts <= 1) {
