@@ -332,15 +332,21 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
           const float top = in_step == 1 && out_step == 1 ? lanes_max(a, length) : 0.0f;
           // log_softmax needs the sum alone: the exponentials are not stored.
           float* e = kLog ? nullptr : stream ? exps.data() : o;
-          if (in_step == 1 && out_step == 1 && vector_exp_sum(a, top, e, length, sum)) {
+          // The next line's reads start during this one's exponentials (back to back: where
+          // this one ends).
+          const float* next = back_to_back && line + 1 < end ? a + length : nullptr;
+          if (in_step == 1 && out_step == 1 && vector_exp_sum(a, top, e, length, sum, next)) {
             if constexpr (kLog) {
               // logf of the rounded sum: a double log per row was a sixth of the time.
               const float log_sum = std::log(static_cast<float>(sum));
               for (std::int64_t k = 0; k < length; ++k) o[k] = (a[k] - top) - log_sum;
             } else {
               const float inverse = static_cast<float>(Acc(1) / sum);
-              for (std::int64_t k = 0; k < length; ++k) e[k] *= inverse;
-              if (stream) stream_bytes(o, e, length * static_cast<std::int64_t>(sizeof(float)));
+              if (stream) {
+                stream_scaled_unfenced(o, e, inverse, length);
+              } else {
+                for (std::int64_t k = 0; k < length; ++k) e[k] *= inverse;
+              }
             }
             continue;
           }
@@ -370,7 +376,7 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
           C* e = exps.data();
           for (std::int64_t k = 0; k < length; ++k) e[k] *= inverse;
           if (stream && out_step == 1) {
-            stream_bytes(o, e, length * static_cast<std::int64_t>(sizeof(T)));
+            stream_bytes_unfenced(o, e, length * static_cast<std::int64_t>(sizeof(T)));
           } else {
             for (std::int64_t k = 0; k < length; ++k) o[k * out_step] = e[k];
           }
@@ -381,6 +387,7 @@ Primitive softmax_rows(Primitive x, std::int64_t dim, const char* op) {
           }
         }
       }
+      if (stream) stream_fence();  // once per range: a fence per row waits for its lines
     });
   });
   return out;

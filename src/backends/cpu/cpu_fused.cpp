@@ -349,7 +349,11 @@ bool plan_pieces(const FusedProgram& program, PiecePlan& plan) {
   return true;
 }
 
-// Pulls the lines of [from, from + bytes) towards the core ahead of their use.
+// Pulls the lines of [from, from + bytes) towards the core ahead of their use. A piece spreads
+// its next pieces' fetches over its steps (a share before each): issued all at once, they
+// outnumber the core's outstanding misses and stall it until memory answers, where spread out
+// they overlap the steps' arithmetic (chain8 4096², 2 threads: 6.45 -> 5.5 ms in a model of
+// this loop).
 void fetch_ahead(const std::byte* from, std::int64_t bytes) {
 #if defined(__SSE__)
   for (std::int64_t at = 0; at < bytes; at += 64) {
@@ -452,9 +456,22 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
       }
     }
     std::vector<char*> leaf_at(leaves);  // each leaf's first element in the piece
-    for (std::int64_t piece = first; piece < last; ++piece) {
-      const std::int64_t row = piece / per_row;
-      const std::int64_t column = piece % per_row * piece_length;
+    std::vector<const std::byte*> fetch_at(leaves, nullptr);  // lines to fetch for a later piece
+    // Where step c's share of leaf l's lines starts: [l * (steps + 1) + c], in bytes.
+    std::vector<std::int64_t> fetch_share(leaves * (calls.size() + 1));
+    for (std::size_t l = 0; l < leaves; ++l) {
+      const std::int64_t bytes = piece_length * plan.value_bytes[l];
+      for (std::size_t c = 0; c <= calls.size(); ++c) {
+        fetch_share[l * (calls.size() + 1) + c] = bytes * static_cast<std::int64_t>(c) /
+                                                  static_cast<std::int64_t>(calls.size()) / 64 * 64;
+      }
+    }
+    // The piece's row and its first column, stepped along (two divisions a piece were a tenth
+    // of chain8's per-piece overhead).
+    std::int64_t row = first / per_row, column = first % per_row * piece_length;
+    for (std::int64_t piece = first; piece < last; ++piece,
+                      column = column + piece_length < row_length ? column + piece_length : 0,
+                      row += column == 0 ? 1 : 0) {
       const std::int64_t begin = row * row_length + column;
       const std::int64_t n = std::min(piece_length, row_length - column);
       for (std::size_t l = 0; l < leaves; ++l) {
@@ -464,10 +481,10 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
         switch (plan.leaf_read[l]) {
           case LeafRead::All:
             index = begin;
-            // What the piece after next reads (the other leaves are small).
-            if (piece + kFetchAhead < last) {
-              fetch_ahead(base + (begin + kFetchAhead * piece_length) * size, piece_length * size);
-            }
+            // What the piece after next reads (the other leaves are small), fetched below.
+            fetch_at[l] = piece + kFetchAhead < last
+                              ? base + (begin + kFetchAhead * piece_length) * size
+                              : nullptr;
             break;
           case LeafRead::Column:
             index = column;
@@ -491,7 +508,13 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
         }
         leaf_at[l] = const_cast<char*>(reinterpret_cast<const char*>(base + index * size));
       }
-      for (Call& call : calls) {
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        Call& call = calls[c];
+        for (std::size_t l = 0; l < leaves; ++l) {
+          if (fetch_at[l] == nullptr) continue;
+          const std::int64_t* share = &fetch_share[l * (calls.size() + 1) + c];
+          fetch_ahead(fetch_at[l] + share[0], share[1] - share[0]);
+        }
         if (call.random != nullptr) {
           const StepParams& p = call.random->params;
           draw_random(reinterpret_cast<std::byte*>(call.data[0]), call.random->dtype,
@@ -508,12 +531,13 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
         const std::int64_t size = plan.value_bytes[leaves + step];
         std::byte* to = outputs[k]->data() + begin * size;
         if (stream) {
-          stream_bytes(to, buffers[step], n * size);
+          stream_bytes_unfenced(to, buffers[step], n * size);
         } else {
           std::memcpy(to, buffers[step], static_cast<std::size_t>(n * size));
         }
       }
     }
+    if (stream) stream_fence();
   });
   return {outputs.begin(), outputs.end()};
 }

@@ -148,8 +148,8 @@ void redo_subnormal_lanes(const float* arguments, float* out, unsigned middle, i
 
 #endif
 
-bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
-                    double& sum) noexcept {
+bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n, double& sum,
+                    const float* fetch) noexcept {
   double lanes[8] = {};
   std::int64_t i = 0;
 #if defined(__AVX512F__)
@@ -173,6 +173,7 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
     __m512 block = _mm512_setzero_ps();
     for (i = start; i < std::min(n, start + kBlock); i += kFloatLanes) {
       const auto live = static_cast<__mmask16>(n - i >= kFloatLanes ? 0xffff : (1u << (n - i)) - 1);
+      if (fetch != nullptr) _mm_prefetch(reinterpret_cast<const char*>(fetch + i), _MM_HINT_T0);
       const __m512 e = _mm512_maskz_mov_ps(
           live, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, in + i), offset)));
       if (out != nullptr) _mm512_mask_storeu_ps(out + i, live, e);
@@ -186,6 +187,10 @@ bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n,
   const __m256 zero_below = _mm256_set1_ps(kExpZero);
   __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
   for (; i + kFloatLanes <= n; i += kFloatLanes) {
+    // One line of the next row per two vectors (8 floats a vector).
+    if (fetch != nullptr && i % 16 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(fetch + i), _MM_HINT_T0);
+    }
     const __m256 a = _mm256_sub_ps(load(in + i), offset);
     const __m256 below = _mm256_cmp_ps(a, floor, _CMP_LT_OQ);  // false for NaN
     const __m256 zero = _mm256_cmp_ps(a, zero_below, _CMP_LT_OQ);

@@ -133,7 +133,11 @@ bool vector_map(VectorFunction function, const double* in, double* out, std::int
 // depend on where its run starts. For in[i] - shift <= 0 or NaN (the
 // shift is the row's maximum): AVX-512 builds use an inline exp (vector_math.cpp) for every
 // element, AVX2 builds libmvec's with the scalar exp past the last full vector. Returns false
-// when no vector form exists. out may be in, or nullptr for the sum alone.
-bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n, double& sum) noexcept;
+// when no vector form exists. out may be in, or nullptr for the sum alone. fetch, where given,
+// is n floats a later call reads (the next row): their lines are pulled towards the core one per
+// vector of this call's exponentials, so that the next row's reads from memory overlap this
+// row's arithmetic instead of following it.
+bool vector_exp_sum(const float* in, float shift, float* out, std::int64_t n, double& sum,
+                    const float* fetch = nullptr) noexcept;
 
 }  // namespace kiln::cpu

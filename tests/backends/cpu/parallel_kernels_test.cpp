@@ -95,6 +95,28 @@ TEST_F(CpuParallelKernels, SoftmaxAlongAnOuterDim) {
                                   [&] { return std::vector{cpu().softmax(x, 0)}; });
 }
 
+TEST_F(CpuParallelKernels, SoftmaxStreamedPastTheCachesEqualsFloat64) {
+  // An output past kStreamOutputBytes (32 MiB) is streamed past the caches, each row scaled on
+  // its way out while the next row's lines are fetched; rows of 4100 floats start anywhere
+  // within a line.
+  const Shape shape{2050, 4100};
+  const Primitive x = floats(shape, 2);
+  expect_split_matches_one_thread("softmax streamed",
+                                  [&] { return std::vector{cpu().softmax(x, 1)}; });
+  const std::vector<double> in = detail::into_data(x).to_f64_vec();
+  const std::vector<double> got = detail::into_data(cpu().softmax(x, 1)).to_f64_vec();
+  for (std::int64_t row = 0; row < shape[0]; ++row) {
+    const double* a = in.data() + row * shape[1];
+    double top = a[0], sum = 0;
+    for (std::int64_t k = 0; k < shape[1]; ++k) top = std::max(top, a[k]);
+    for (std::int64_t k = 0; k < shape[1]; ++k) sum += std::exp(a[k] - top);
+    for (std::int64_t k = 0; k < shape[1]; ++k) {
+      const double want = std::exp(a[k] - top) / sum;
+      ASSERT_NEAR(got[row * shape[1] + k], want, 2e-6 * want) << row << ", " << k;
+    }
+  }
+}
+
 TEST_F(CpuParallelKernels, AttentionWithLongRows) {
   // Rows of 512 keys by 128: too much work per row to run blocks of rows side by side, so the
   // softmax over each block's rows is the parallel part.

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/stream_store.h"
 #include "support/spread.h"
 
 namespace kiln::vector_math_test {
@@ -229,10 +230,15 @@ TEST(CpuVectorExpSum, TheSumWithAndWithoutTheExponentials) {
     in[0] = -std::numeric_limits<float>::infinity();
     if (n > 2) in[2] = -3.4e38f;
     std::vector<float> out(in.size());
-    double with = 0, without = 0;
+    double with = 0, without = 0, fetching = 0;
     if (!vector_exp_sum(in.data(), 0.0f, out.data(), n, with)) GTEST_SKIP() << "no vector exp";
     ASSERT_TRUE(vector_exp_sum(in.data(), 0.0f, nullptr, n, without));
     EXPECT_EQ(with, without) << n;
+    // Fetching the next row's lines (a hint, here the same row) changes nothing.
+    std::vector<float> fetched(in.size());
+    ASSERT_TRUE(vector_exp_sum(in.data(), 0.0f, fetched.data(), n, fetching, in.data()));
+    EXPECT_EQ(fetching, with) << n;
+    EXPECT_EQ(fetched, out) << n;
     double want = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       want += static_cast<double>(static_cast<float>(std::exp(static_cast<double>(in[i]))));
@@ -281,6 +287,34 @@ void expect_fill_and_max_equal_loops() {
 TEST(CpuVectorMasks, FillWhereAndLanesMaxEqualTheirLoops) {
   expect_fill_and_max_equal_loops<float>();
   expect_fill_and_max_equal_loops<double>();
+}
+
+// The streamed copies equal plain loops for every length around a vector and every start
+// within a line, in the destination (aligned stores past an unaligned head) and the source.
+TEST(CpuStreamStore, CopiesAndScaledCopiesEqualTheirLoops) {
+  const auto values = test::spread(200, 61, -3.0, 3.0);
+  std::vector<float> src(values.begin(), values.end());
+  alignas(64) float dst[256];
+  for (const std::int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 150}) {
+    for (const std::int64_t to : {0, 1, 5, 15}) {
+      for (const std::int64_t from : {0, 3}) {
+        std::fill(std::begin(dst), std::end(dst), -7.0f);
+        stream_scaled_unfenced(dst + to, src.data() + from, 0.37f, n);
+        stream_fence();
+        for (std::int64_t i = 0; i < 256; ++i) {
+          const float want = i >= to && i < to + n ? src[i - to + from] * 0.37f : -7.0f;
+          ASSERT_EQ(dst[i], want) << "scaled n " << n << " to " << to << " from " << from;
+        }
+        std::fill(std::begin(dst), std::end(dst), -7.0f);
+        stream_bytes_unfenced(dst + to, src.data() + from, n * 4);
+        stream_fence();
+        for (std::int64_t i = 0; i < 256; ++i) {
+          const float want = i >= to && i < to + n ? src[i - to + from] : -7.0f;
+          ASSERT_EQ(dst[i], want) << "copy n " << n << " to " << to << " from " << from;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

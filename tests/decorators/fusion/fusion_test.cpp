@@ -128,6 +128,19 @@ TEST(Fusion, ElementwiseGroupsOverBroadcastLeavesAndIntegersEqualTheEagerOps) {
   EXPECT_EQ(ints(kFused), ints(kPlain));
 }
 
+TEST(Fusion, AGroupWhoseOutputIsStreamedPastTheCachesEqualsTheEagerOps) {
+  // 2050 x 4100 floats: an output past 32 MiB, streamed; a bias along the rows, so pieces stop
+  // at each row's end (4100 = 16 pieces of 256 and one of 4) and the next row's start.
+  const Tensor<2> x = matrix(2050, 4100, kFused, 21), y = matrix(2050, 4100, kFused, 22);
+  const Tensor<2> bias = matrix(1, 4100, kFused, 23);
+  const Tensor<2> px = matrix(2050, 4100, kPlain, 21), py = matrix(2050, 4100, kPlain, 22);
+  const Tensor<2> pbias = matrix(1, 4100, kPlain, 23);
+  const std::uint64_t before = groups();
+  const std::vector<double> fused = values(chain8(x, y, bias) * x);
+  EXPECT_EQ(groups(), before + 1);
+  EXPECT_EQ(fused, values(chain8(px, py, pbias) * px));
+}
+
 TEST(Fusion, ComparisonsAndCastsInAGroupEqualTheEagerOpsAndFloat64) {
   // Comparisons with a tensor and a scalar, casts between widths and masks inside elementwise
   // groups (the CPU runs them piece by piece, on their own kernels); NaNs, equal values, integers
