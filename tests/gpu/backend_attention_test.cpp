@@ -1,5 +1,6 @@
 // attention on the GPU: the flash kernel (bf16 and f16, head dims that are multiples of 16 up to
-// 128) and the default's composition (f32, f64, other head dims) against float64 loops written
+// 128), the f32 kernel (head dims that are multiples of 4 up to 64) and the default's composition
+// (f64, other head dims) against float64 loops written
 // here over the same (rounded) inputs: padding and full masks, a row with every key masked, an
 // additive bias, the causal cut with queries and keys of different lengths, lengths that are not
 // multiples of the 128-row and 64-key tiles, heads viewed out of [B, S, H, D], broadcast batch and
@@ -8,6 +9,7 @@
 // The cases and the reference are attention_cases.h's, which the emulated kernel's test shares.
 #include <optional>
 
+#include "contract/strided_tensor.h"
 #include "gpu/attention_cases.h"
 #include "runtime/registry.h"
 
@@ -92,8 +94,24 @@ TEST(GpuAttention, MatchesFloat64Reference) {
       {h, 1, 2, 17, 17, 16, gpu_attention::MaskKind::None, false, true},
       {b, 1, 2, 40, 40, 64, gpu_attention::MaskKind::None, false, false,
        gpu_attention::Layout::Contiguous, 0, true},
-      // The default's composition: f32 and f64, and a head dim the kernel does not take.
+      // The f32 kernel (head dims that are multiples of 4 up to 64): masks, a bias, the causal
+      // cut, lengths off its 128-row and 32-key tiles, heads of [B, S, H, D], rows off 16 bytes
+      // (copied), one key head for many query heads, NaN inputs.
       {DType::F32, 2, 2, 70, 50, 64, gpu_attention::MaskKind::Padding, true, false},
+      {DType::F32, 2, 3, 129, 100, 32, gpu_attention::MaskKind::Full, true, true},
+      {DType::F32, 1, 2, 200, 130, 64, gpu_attention::MaskKind::None, false, true},
+      {DType::F32, 2, 3, 70, 70, 32, gpu_attention::MaskKind::Padding, false, false,
+       gpu_attention::Layout::HeadsOfRows},
+      {DType::F32, 1, 2, 50, 33, 60, gpu_attention::MaskKind::None, true, false,
+       gpu_attention::Layout::Offset},
+      {DType::F32, 2, 4, 33, 90, 4, gpu_attention::MaskKind::None, false, true,
+       gpu_attention::Layout::Contiguous, 1},
+      {DType::F32, 1, 2, 40, 40, 64, gpu_attention::MaskKind::None, false, false,
+       gpu_attention::Layout::Contiguous, 0, true},
+      {DType::F32, 1, 1, 1, 300, 16},
+      // The default's composition: f32 past the f32 kernel's head dims, f64, and a head dim the
+      // 16-bit kernel does not take.
+      {DType::F32, 1, 2, 30, 20, 72, gpu_attention::MaskKind::Padding, true, true},
       {DType::F64, 1, 2, 30, 20, 24, gpu_attention::MaskKind::None, false, true},
       {b, 1, 2, 30, 20, 72, gpu_attention::MaskKind::Full},
   };
@@ -110,6 +128,38 @@ TEST(GpuAttention, LongSequencesMatchTheReference) {
   gpu_attention::check_case(
       device, {DType::BF16, 1, 1, 1000, 1000, 128, gpu_attention::MaskKind::None, false, true}, 77);
   gpu_attention::check_case(device, {DType::F16, 1, 2, 300, 1500, 64}, 78);
+  gpu_attention::check_case(
+      device, {DType::F32, 1, 2, 1000, 1000, 64, gpu_attention::MaskKind::None, false, true}, 79);
+}
+
+// The f32 kernel's output is a [B, H, Sq, D] view of [B, Sq, H, D] memory: merging the heads back
+// is a view of contiguous memory, and the view reads as the values it names.
+TEST(GpuAttention, F32OutputMergesItsHeadsWithoutACopy) {
+  KILN_REQUIRE_GPU();
+  const gpu_attention::AttentionCase c{DType::F32, 2, 3, 45, 45, 32};
+  const gpu_attention::Inputs in = gpu_attention::make_inputs(c, 555);
+  const AttentionOptions options{.scale = std::nullopt, .is_causal = false};
+  const Primitive out = detail::attention(on(in.q, device), on(in.k, device), on(in.v, device),
+                                          std::nullopt, std::nullopt, options);
+  EXPECT_EQ(out->shape(), (Shape{2, 3, 45, 32}));
+  const Primitive merged = detail::swap_dims(out, 1, 2);
+  const auto* strided = dynamic_cast<const StridedTensor*>(merged.get());
+  ASSERT_NE(strided, nullptr);
+  EXPECT_TRUE(strided->is_contiguous());
+  gpu_attention::expect_matches(c, in, detail::into_data(out));
+  // [B, Sq, H * D] as a reshape of the merged view, read back as the heads it holds.
+  const Primitive rows = detail::reshape(merged, Shape{2, 45, 96}, 3);
+  const std::vector<double> a = detail::into_data(out).to_f64_vec();
+  const std::vector<double> r = detail::into_data(rows).to_f64_vec();
+  for (std::int64_t b = 0; b < 2; ++b) {
+    for (std::int64_t h = 0; h < 3; ++h) {
+      for (std::int64_t i = 0; i < 45; ++i) {
+        for (std::int64_t d = 0; d < 32; ++d) {
+          ASSERT_EQ(a[((b * 3 + h) * 45 + i) * 32 + d], r[(b * 45 + i) * 96 + h * 32 + d]);
+        }
+      }
+    }
+  }
 }
 
 TEST(GpuAttention, BackwardMatchesFloat64Reference) {
@@ -125,8 +175,10 @@ TEST(GpuAttention, BackwardMatchesFloat64Reference) {
       {b, 3, 2, 20, 70, 64, MaskKind::Padding},
       {b, 2, 3, 70, 70, 64, MaskKind::None, false, false, Layout::HeadsOfRows},
       {b, 1, 2, 50, 64, 96, MaskKind::None, false, false, Layout::Offset},
-      // The default's composition: f32, and a head dim the kernels do not take.
+      // The default's composition: f32 (its forward's output a view, from the f32 kernel), and a
+      // head dim the kernels do not take.
       {DType::F32, 2, 2, 30, 20, 64, MaskKind::Padding, true, true},
+      {DType::F32, 1, 3, 40, 50, 32, MaskKind::None, false, false, Layout::HeadsOfRows},
       {b, 1, 2, 30, 20, 72, MaskKind::Full},
   };
   std::uint64_t seed = 1300;

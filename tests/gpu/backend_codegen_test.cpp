@@ -502,6 +502,25 @@ TEST(GpuCodegen, AttentionKernelAppliesToHalfTypesAndTileDepths) {
   EXPECT_FALSE(attention_hopper_applies(9, 0, 96));
   EXPECT_FALSE(attention_hopper_applies(8, 0, 128));
   EXPECT_FALSE(attention_hopper_applies(10, 0, 128));
+  // The f32 kernel: head dims that are multiples of 4 up to 64.
+  EXPECT_TRUE(attention_simt_applies(DType::F32, 4));
+  EXPECT_TRUE(attention_simt_applies(DType::F32, 64));
+  EXPECT_FALSE(attention_simt_applies(DType::F32, 66));
+  EXPECT_FALSE(attention_simt_applies(DType::F32, 72));
+  EXPECT_FALSE(attention_simt_applies(DType::F32, 0));
+  EXPECT_FALSE(attention_simt_applies(DType::F64, 64));
+  EXPECT_FALSE(attention_simt_applies(DType::BF16, 64));
+}
+
+TEST(GpuCodegen, AttentionF32KernelCompiles) {
+  for (std::int64_t depth : {4, 32, 60, 64}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool mask = variant & 1, bias = variant & 2;
+      const std::string log = compile(attention_simt_source(depth, mask, bias));
+      EXPECT_TRUE(log.empty()) << "D" << depth << " mask " << mask << " bias " << bias << ":\n"
+                               << log.substr(0, 4000);
+    }
+  }
 }
 
 TEST(GpuCodegen, LayerNormCompiles) {

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/attention_hopper.h"
 #include "backends/cuda/attention_kernels.h"
+#include "backends/cuda/attention_simt.h"
 #include "kiln/dtype.h"
 
 namespace kiln::cuda {
@@ -54,6 +55,15 @@ bool attention_hopper_pipelined();
 // backward at S 4096: 7.13 -> 6.37 ms on an H200, 7.15 -> 7.40 ms on an H100, whose lower
 // bandwidth the reductions feel; causal 4.16 -> 3.70 ms on the H100).
 bool attention_query_merged();
+// True where the f32 kernel (attention_simt.h) runs attention of dtype with head dim `depth`:
+// f32, depth a multiple of 4 up to 64.
+bool attention_simt_applies(DType dtype, std::int64_t depth);
+// Its source for head dim depth, with a mask and a bias or without; its extern "C" name, block
+// (threads, query rows) and dynamic shared memory.
+std::string attention_simt_source(std::int64_t depth, bool mask, bool bias);
+inline constexpr const char* kAttentionSimtName = "kiln_attention_f32";
+int attention_simt_threads();
+unsigned attention_simt_shared_bytes(std::int64_t depth);
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,

@@ -12,6 +12,7 @@
 #include "backends/cuda/attention.h"
 #include "backends/cuda/attention_hopper_source.h"
 #include "backends/cuda/attention_kernels_source.h"
+#include "backends/cuda/attention_simt_source.h"
 #include "backends/cuda/tensor_core_source.h"
 
 namespace kiln::cuda {
@@ -19,6 +20,31 @@ namespace kiln::cuda {
 bool attention_kernel_applies(DType dtype, std::int64_t depth) {
   return (dtype == DType::BF16 || dtype == DType::F16) && depth > 0 && depth <= 128 &&
          depth % 16 == 0;
+}
+
+bool attention_simt_applies(DType dtype, std::int64_t depth) {
+  return dtype == DType::F32 && attention_kernels::kf_depth_supported(depth);
+}
+
+std::string attention_simt_source(std::int64_t depth, bool mask, bool bias) {
+  std::string source = kTensorCoreSource;
+  source += kAttentionKernelsSource;
+  source += kAttentionSimtSource;
+  source += fmt::format(
+      R"CUDA(
+extern "C" __global__ void __launch_bounds__({}) {}(kiln::cuda::attention_kernels::KaParams p) {{
+  extern __shared__ __align__(16) float kiln_attention_shared[];
+  kiln::cuda::attention_kernels::kf_attention<{}, {}, {}>(p, kiln_attention_shared);
+}}
+)CUDA",
+      attention_kernels::kKfRows, kAttentionSimtName, depth, mask, bias);
+  return source;
+}
+
+int attention_simt_threads() { return attention_kernels::kKfRows; }
+
+unsigned attention_simt_shared_bytes(std::int64_t depth) {
+  return static_cast<unsigned>(attention_kernels::kf_shared_bytes(static_cast<int>(depth)));
 }
 
 namespace {

@@ -1,9 +1,10 @@
 // attention (a DEFAULT op) as one flash-attention kernel (attention.h) for bf16 and f16 inputs
-// whose head dims are equal multiples of 16 up to 128, and its gradients (attention_query_backward,
-// attention_key_value_backward) as two more after each query row's statistics: L as the forward
-// pass kept it with its output, D from the output and its gradient, or both recomputed where the
-// output is not the forward's own (or q, k, the mask or bias are not the forward's); other dtypes
-// and shapes run the default's composition (scores, softmax, product).
+// whose head dims are equal multiples of 16 up to 128 (for f32 ones whose head dims are multiples
+// of 4 up to 64, a kernel on the float units: attention_simt.h), and its gradients
+// (attention_query_backward, attention_key_value_backward) as two more after each query row's
+// statistics: L as the forward pass kept it with its output, D from the output and its gradient, or
+// both recomputed where the output is not the forward's own (or q, k, the mask or bias are not the
+// forward's); other dtypes and shapes run the default's composition (scores, softmax, product).
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -112,6 +113,15 @@ struct AttentionCall {
     return attention_kernel_applies(query->dtype(), query->shape()[3]) &&
            value->shape()[3] == query->shape()[3] && query->shape()[2] > 0 && key->shape()[2] > 0 &&
            out[0] * out[1] * ceil_div(rows, kAttentionKeys) <= 0x7fffffff;
+  }
+
+  // Whether the f32 kernel takes it (attention_simt.h): f32, equal head dims a multiple of 4 up
+  // to 64, rows on both sides, and a grid the launch takes.
+  static bool applies_simt(const Primitive& query, const Primitive& key, const Primitive& value) {
+    const Shape out = output_shape(query, key, value);
+    return attention_simt_applies(query->dtype(), query->shape()[3]) &&
+           value->shape()[3] == query->shape()[3] && query->shape()[2] > 0 && key->shape()[2] > 0 &&
+           out[0] * out[1] * ceil_div(query->shape()[2], attention_simt_threads()) <= 0x7fffffff;
   }
 
   // Whether the backward kernels take it: as applies(), with the forward's output and its
@@ -259,13 +269,37 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
                                  OptionalPrimitive mask, OptionalPrimitive bias,
                                  AttentionOptions options) {
   const char* op = "attention";
-  if (!AttentionCall::applies(query, key, value)) {
+  const bool simt = AttentionCall::applies_simt(query, key, value);
+  if (!simt && !AttentionCall::applies(query, key, value)) {
     return Backend::attention(std::move(query), std::move(key), std::move(value), std::move(mask),
                               std::move(bias), options);
   }
   // The tensor layer has checked the shapes and promoted q, k, v and the bias to one dtype.
   AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
                      std::move(bias), options, op);
+  if (simt) {
+    // Written as [B, Sq, H, D] and returned as its [B, H, Sq, D] view: merging the heads back
+    // ([B, Sq, H * D]) is then a view too. The backward ops take f32 through the default's
+    // composition, which needs nothing kept.
+    const std::int64_t batch = call.p.batch, heads = call.p.heads, rows = call.p.queries;
+    const std::int64_t depth = call.depth;
+    TensorPtr memory = make_tensor(DType::F32, Shape{batch, rows, heads, depth}, op);
+    call.p.out = memory->data();
+    call.p.query_blocks = ceil_div(rows, attention_simt_threads());
+    const bool has_mask = call.mask.has_value(), has_bias = call.bias.has_value();
+    std::string source_key = kAttentionSimtName;
+    source_key += ':';
+    source_key += call.key;
+    CUfunction function = runtime_.compiler.function(source_key, kAttentionSimtName, [&] {
+      return attention_simt_source(depth, has_mask, has_bias);
+    });
+    const unsigned shared = attention_simt_shared_bytes(depth);
+    Runtime::allow_shared(function, shared, op);
+    runtime_.launch(op, function, static_cast<unsigned>(call.heads_total() * call.p.query_blocks),
+                    static_cast<unsigned>(attention_simt_threads()), call.p, shared);
+    return make_view(*memory, Shape{batch, heads, rows, depth},
+                     Strides{rows * heads * depth, depth, heads * depth, 1}, 0);
+  }
   TensorPtr out =
       make_tensor(call.dtype, Shape{call.p.batch, call.p.heads, call.p.queries, call.depth}, op);
   call.p.out = out->data();
