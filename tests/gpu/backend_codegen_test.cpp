@@ -513,12 +513,18 @@ TEST(GpuCodegen, AttentionKernelAppliesToHalfTypesAndTileDepths) {
 }
 
 TEST(GpuCodegen, AttentionF32KernelCompiles) {
+  // Every variant with tiles of 16 keys (the default); tiles of 32 and 64 bare.
+  EXPECT_EQ(attention_simt_keys(), 16);
   for (std::int64_t depth : {4, 32, 60, 64}) {
     for (int variant = 0; variant < 4; ++variant) {
       const bool mask = variant & 1, bias = variant & 2;
-      const std::string log = compile(attention_simt_source(depth, mask, bias));
+      const std::string log = compile(attention_simt_source(depth, 16, mask, bias));
       EXPECT_TRUE(log.empty()) << "D" << depth << " mask " << mask << " bias " << bias << ":\n"
                                << log.substr(0, 4000);
+    }
+    for (int keys : {32, 64}) {
+      const std::string log = compile(attention_simt_source(depth, keys, false, false));
+      EXPECT_TRUE(log.empty()) << "D" << depth << " keys " << keys << ":\n" << log.substr(0, 4000);
     }
   }
 }

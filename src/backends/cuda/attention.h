@@ -58,12 +58,14 @@ bool attention_query_merged();
 // True where the f32 kernel (attention_simt.h) runs attention of dtype with head dim `depth`:
 // f32, depth a multiple of 4 up to 64.
 bool attention_simt_applies(DType dtype, std::int64_t depth);
-// Its source for head dim depth, with a mask and a bias or without; its extern "C" name, block
-// (threads, query rows) and dynamic shared memory.
-std::string attention_simt_source(std::int64_t depth, bool mask, bool bias);
+// Keys of its shared tiles: 16, or KILN_ATTENTION_F32_KEYS (16, 32 or 64).
+int attention_simt_keys();
+// Its source for head dim depth and tiles of `keys` keys, with a mask and a bias or without; its
+// extern "C" name, block (threads, query rows) and dynamic shared memory.
+std::string attention_simt_source(std::int64_t depth, int keys, bool mask, bool bias);
 inline constexpr const char* kAttentionSimtName = "kiln_attention_f32";
 int attention_simt_threads();
-unsigned attention_simt_shared_bytes(std::int64_t depth);
+unsigned attention_simt_shared_bytes(std::int64_t depth, int keys);
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,

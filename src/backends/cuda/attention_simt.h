@@ -6,7 +6,7 @@
 // output copied between [B, S, H, D] and [B, H, S, D] around them.
 //
 // A block of 128 threads takes 128 query rows of one (batch, head), a row a thread: its q (scaled
-// to base 2) and its running output in registers, the keys and values in tiles of 32 rows through
+// to base 2) and its running output in registers, the keys and values in tiles of 16 rows through
 // shared memory. Every thread reads the same key or value element at once (a broadcast: no bank
 // conflicts), four at a time, so each shared read feeds four fused multiply-adds. The online
 // softmax as the tensor-core kernels keep it: per tile the scores, their maximum, the running sums
@@ -25,17 +25,21 @@
 namespace kiln::cuda::attention_kernels {
 
 inline constexpr int kKfRows = 128;  // query rows of a block, one a thread
-inline constexpr int kKfKeys = 32;   // key and value rows of a shared tile
+// Key and value rows of a shared tile, unless KILN_ATTENTION_F32_KEYS says 32 or 64. H100, f32
+// BERT forwards at batch 64 x 128: MiniLM (head dim 32) 5.63 / 5.72 / 6.23 ms and BERT-base (64)
+// 35.3 / 35.6 / 37.3 ms with 16 / 32 / 64; two or four threads a row, each with part of the
+// dims, were slower still (base 37.2 and 39.3 ms against 35.5 with one, at 32 keys).
+inline constexpr int kKfKeys = 16;
 inline constexpr int kKfMaxDepth = 64;
 
 KA_FN constexpr bool kf_depth_supported(long long depth) {
   return depth > 0 && depth <= kKfMaxDepth && depth % 4 == 0;
 }
-// Shared bytes of a block: a tile of keys and one of values.
-KA_FN constexpr int kf_shared_bytes(int depth) { return 2 * kKfKeys * depth * 4; }
+// Shared bytes of a block: a tile of `keys` keys and one of values.
+KA_FN constexpr int kf_shared_bytes(int depth, int keys) { return 2 * keys * depth * 4; }
 
 #ifdef __CUDACC_RTC__
-template <int KD, bool kMask, bool kBias>
+template <int KD, int kKeys, bool kMask, bool kBias>
 __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
   static_assert(KD % 4 == 0 && KD <= kKfMaxDepth, "head dims up to 64, multiples of 4");
   const long long block = blockIdx.x;
@@ -48,7 +52,7 @@ __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
   const float* k = reinterpret_cast<const float*>(p.k) + b * p.k_strides[0] + h * p.k_strides[1];
   const float* v = reinterpret_cast<const float*>(p.v) + b * p.v_strides[0] + h * p.v_strides[1];
   float* keys = shared;
-  float* values = shared + kKfKeys * KD;
+  float* values = shared + kKeys * KD;
   const float neg_inf = ka_neg_inf();
 
   float qr[KD], acc[KD];
@@ -66,9 +70,9 @@ __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
   // Under the causal cut no key after the block's last query is seen.
   long long key_end = p.keys;
   if (p.causal && first + kKfRows < key_end) key_end = first + kKfRows;
-  for (long long k0 = 0; k0 < key_end; k0 += kKfKeys) {
+  for (long long k0 = 0; k0 < key_end; k0 += kKeys) {
     __syncthreads();  // the previous tile is used up
-    for (int i = t; i < kKfKeys * KD / 4; i += kKfRows) {
+    for (int i = t; i < kKeys * KD / 4; i += kKfRows) {
       const int row = i / (KD / 4), column = i % (KD / 4) * 4;
       const long long kj = k0 + row;
       float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
@@ -80,9 +84,9 @@ __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
       *reinterpret_cast<float4*>(values + row * KD + column) = vv;
     }
     __syncthreads();
-    float s[kKfKeys];
+    float s[kKeys];
     float tile_max = neg_inf;
-    KA_UNROLL for (int j = 0; j < kKfKeys; ++j) {
+    KA_UNROLL for (int j = 0; j < kKeys; ++j) {
       float dot = 0.f;
       KA_UNROLL for (int d = 0; d < KD; d += 4) {
         const float4 kk = *reinterpret_cast<const float4*>(keys + j * KD + d);
@@ -121,7 +125,7 @@ __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
     // A row with every key so far excluded has maximum -inf: its weights are taken against 0, so
     // that excluded keys weigh 0.
     const float base = m == neg_inf ? 0.f : m;
-    KA_UNROLL for (int j = 0; j < kKfKeys; ++j) {
+    KA_UNROLL for (int j = 0; j < kKeys; ++j) {
       const float w = exp2f(s[j] - base);
       l += w;
       KA_UNROLL for (int d = 0; d < KD; d += 4) {

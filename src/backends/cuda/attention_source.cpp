@@ -26,7 +26,16 @@ bool attention_simt_applies(DType dtype, std::int64_t depth) {
   return dtype == DType::F32 && attention_kernels::kf_depth_supported(depth);
 }
 
-std::string attention_simt_source(std::int64_t depth, bool mask, bool bias) {
+int attention_simt_keys() {
+  static const int keys = [] {
+    const char* text = std::getenv("KILN_ATTENTION_F32_KEYS");
+    const int asked = text == nullptr ? 0 : std::atoi(text);
+    return asked == 16 || asked == 32 || asked == 64 ? asked : attention_kernels::kKfKeys;
+  }();
+  return keys;
+}
+
+std::string attention_simt_source(std::int64_t depth, int keys, bool mask, bool bias) {
   std::string source = kTensorCoreSource;
   source += kAttentionKernelsSource;
   source += kAttentionSimtSource;
@@ -34,17 +43,17 @@ std::string attention_simt_source(std::int64_t depth, bool mask, bool bias) {
       R"CUDA(
 extern "C" __global__ void __launch_bounds__({}) {}(kiln::cuda::attention_kernels::KaParams p) {{
   extern __shared__ __align__(16) float kiln_attention_shared[];
-  kiln::cuda::attention_kernels::kf_attention<{}, {}, {}>(p, kiln_attention_shared);
+  kiln::cuda::attention_kernels::kf_attention<{}, {}, {}, {}>(p, kiln_attention_shared);
 }}
 )CUDA",
-      attention_kernels::kKfRows, kAttentionSimtName, depth, mask, bias);
+      attention_kernels::kKfRows, kAttentionSimtName, depth, keys, mask, bias);
   return source;
 }
 
 int attention_simt_threads() { return attention_kernels::kKfRows; }
 
-unsigned attention_simt_shared_bytes(std::int64_t depth) {
-  return static_cast<unsigned>(attention_kernels::kf_shared_bytes(static_cast<int>(depth)));
+unsigned attention_simt_shared_bytes(std::int64_t depth, int keys) {
+  return static_cast<unsigned>(attention_kernels::kf_shared_bytes(static_cast<int>(depth), keys));
 }
 
 namespace {

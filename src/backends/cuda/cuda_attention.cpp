@@ -287,13 +287,16 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
     call.p.out = memory->data();
     call.p.query_blocks = ceil_div(rows, attention_simt_threads());
     const bool has_mask = call.mask.has_value(), has_bias = call.bias.has_value();
+    const int keys = attention_simt_keys();
     std::string source_key = kAttentionSimtName;
     source_key += ':';
     source_key += call.key;
+    source_key += ":keys";
+    source_key += std::to_string(keys);
     CUfunction function = runtime_.compiler.function(source_key, kAttentionSimtName, [&] {
-      return attention_simt_source(depth, has_mask, has_bias);
+      return attention_simt_source(depth, keys, has_mask, has_bias);
     });
-    const unsigned shared = attention_simt_shared_bytes(depth);
+    const unsigned shared = attention_simt_shared_bytes(depth, keys);
     Runtime::allow_shared(function, shared, op);
     runtime_.launch(op, function, static_cast<unsigned>(call.heads_total() * call.p.query_blocks),
                     static_cast<unsigned>(attention_simt_threads()), call.p, shared);
