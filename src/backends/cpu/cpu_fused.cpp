@@ -161,8 +161,13 @@ void write_out(const Primitive& src, const Primitive& dst) {
 // in between otherwise waits on memory at the start of each piece. Measured on chain8 and
 // fma_exp 4096^2 (2 threads): 128 to 256 elements with the fetch ahead were best (chain8 16-17
 // ms, against 19-26 ms without it and 22.8 ms for the tiles below); 512 and more were slower.
+// Once a piece no longer waited for its streamed output (stream_store.h) and spread its fetches
+// over its steps, a step's call per piece counted for more: chain8 with 256 / 512 / 1024
+// elements, five interleaved rounds on a loaded machine, 9.1-11.1 / 8.0-10.7 / 7.5-10.4 ms,
+// 256 the slowest in four rounds of five; fma_exp within noise. 512 keeps a piece's buffers and
+// fetched lines in L1.
 
-constexpr std::int64_t kPieceElements = 256;
+constexpr std::int64_t kPieceElements = 512;
 constexpr std::int64_t kFetchAhead = 2;  // pieces
 
 // The stores of a small kernel's output are as-is when its storage is what the kernel writes (an
