@@ -1,9 +1,10 @@
-// Attention for f32 inputs (attention.h's AttentionKernel::F32Forward; NVRTC compiles this text
-// after attention_kernels.h's, whose KaParams and helpers it uses): the forward pass on the
-// ordinary float units, for head dims up to 64, where f32 models (BERT-base's 64, MiniLM's 32)
-// otherwise ran attention as its composition: the scores [B, H, Sq, Sk] written by one product,
-// read and written by the masking and the softmax, read by a second product, and q, k, v and the
-// output copied between [B, S, H, D] and [B, H, S, D] around them.
+// Attention for f32 inputs (attention.h's attention_simt_*, run by cuda_attention.cpp; NVRTC
+// compiles this text after attention_kernels.h's, whose KaParams and helpers it uses): the
+// forward pass on the ordinary float units, for head dims up to 64, where f32 models
+// (BERT-base's 64, MiniLM's 32) otherwise ran attention as its composition: the scores
+// [B, H, Sq, Sk] written by one product, read and written by the masking and the softmax, read by
+// a second product, and q, k, v and the output copied between [B, S, H, D] and [B, H, S, D]
+// around them.
 //
 // A block of 128 threads takes 128 query rows of one (batch, head), a row a thread: its q (scaled
 // to base 2) and its running output in registers, the keys and values in tiles of 16 rows through
