@@ -61,6 +61,54 @@ TEST(CheckedShapes, PoolingWindowsFarLargerThanTheInputTakeTheInputsTime) {
   EXPECT_NEAR(module::avg_pool2d(x, options).into_data().to_vec<float>()[0], sum / 8.0, 1e-6);
 }
 
+// In ceil mode a second window position can start far to the right of the first, so that the
+// taps some position reads inside the input lie far apart within the kernel: a table over the
+// kernel range between them held 3 * 10^11 taps, 4 of them inside (found by
+// fuzz/remote_frame_fuzz.cpp; its input is fuzz/corpus/remote_frame/pool_taps_past_the_input).
+// Both positions here cover the whole row; checked against loops over the taps inside the input.
+TEST(CheckedShapes, CeilModeWindowsWhoseTapsInsideTheInputLieFarApart) {
+  constexpr std::int64_t kWidth = (std::int64_t{1} << 41) + 2, kPad = std::int64_t{1} << 40;
+  constexpr std::int64_t kStride = 336287321090;
+  std::vector<float> values(4 * 4);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7) % 16);
+  const auto x = Tensor<4>::from_data(TensorData::from_vec(values, {1, 1, 4, 4}), kCpu);
+  PoolOptions options;
+  options.kernel_size = {2, kWidth};
+  options.stride = {2, kStride};
+  options.padding = {0, kPad};
+  options.ceil_mode = true;
+  options.count_include_pad = false;
+  auto [max, index] = module::max_pool2d_with_indices(x, options);
+  const auto mean = module::avg_pool2d(x, options);
+  ASSERT_EQ(max.shape(), (Shape{1, 1, 2, 2}));
+  ASSERT_EQ(mean.shape(), (Shape{1, 1, 2, 2}));
+  const std::vector<float> got_max = max.into_data().to_vec<float>();
+  const std::vector<double> got_index = index.into_data().to_f64_vec();
+  const std::vector<float> got_mean = mean.into_data().to_vec<float>();
+  for (std::int64_t oh = 0; oh < 2; ++oh) {
+    for (std::int64_t ow = 0; ow < 2; ++ow) {
+      const std::int64_t start =
+          ow * kStride - kPad;  // the window's columns: [start, start + kWidth)
+      float best = -std::numeric_limits<float>::infinity();
+      std::int64_t at = -1, count = 0;
+      double sum = 0;
+      for (std::int64_t h = 2 * oh; h < 2 * oh + 2; ++h) {
+        for (std::int64_t w = std::max<std::int64_t>(start, 0);
+             w < std::min<std::int64_t>(start + kWidth, 4); ++w) {
+          const float v = values[static_cast<std::size_t>(h * 4 + w)];
+          if (v > best) best = v, at = h * 4 + w;
+          sum += v;
+          ++count;
+        }
+      }
+      const std::size_t o = static_cast<std::size_t>(oh * 2 + ow);
+      EXPECT_EQ(got_max[o], best) << oh << ", " << ow;
+      EXPECT_EQ(got_index[o], static_cast<double>(at)) << oh << ", " << ow;
+      EXPECT_NEAR(got_mean[o], sum / static_cast<double>(count), 1e-6) << oh << ", " << ow;
+    }
+  }
+}
+
 TEST(CheckedShapes, NarrowPastTheEndIsRefusedAtAnyStart) {
   auto t = values({1, 2, 3, 4});
   expect_error<InvalidArgument>([&] { (void)t.narrow(0, kMax, 1); }, "narrow",

@@ -1,6 +1,7 @@
 // Max, average and adaptive average pooling over 1-3 spatial dims, with their gradients.
 // Every (batch, channel) plane is independent, so planes run in parallel and the gradients
 // scatter into their own plane without races.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -130,17 +131,44 @@ std::int64_t plane_work(const Window& w) {
   return static_cast<std::int64_t>(work);
 }
 
-// For each useful kernel tap along w (from taps.first), the output columns whose tap lies inside
-// the input.
-struct Columns {
-  UsefulTaps taps;
-  std::vector<std::pair<std::int64_t, std::int64_t>> valid;  // [kw - taps.first]
+// A kernel tap along w that some window position reads inside the input: kw, and the output
+// columns [first, last) whose tap lies inside it.
+struct WTap {
+  std::int64_t kw, first, last;
 };
-Columns avg_columns(const Window& w) {
-  Columns columns{useful_taps(w, 2), {}};
-  for (std::int64_t kw = columns.taps.first; kw < columns.taps.last; ++kw)
-    columns.valid.push_back(valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw));
-  return columns;
+
+// The taps along w that read inside the input, in order, with their columns; a tap's offset in
+// its window is kw * dilation (1 for average pooling, which has none). Normally every tap of the
+// useful range is looked at. A range far longer than the taps inside it (a window far wider than
+// the input, as ceil mode with a huge kernel and padding gives: fuzz/corpus/remote_frame/
+// pool_taps_past_the_input's range held 3 * 10^11 taps, 4 of them inside) is walked position by
+// position instead, so that the table is never larger than the work.
+std::vector<WTap> taps_along_w(const Window& w, std::int64_t dilation) {
+  const UsefulTaps range = useful_taps(w, 2);
+  std::vector<WTap> taps;
+  auto add = [&](std::int64_t kw) {
+    const auto [first, last] =
+        valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw * dilation);
+    if (first < last) taps.push_back({kw, first, last});
+  };
+  // A position reads at most in / dilation + 1 taps inside the input.
+  const spatial::Wide inside = spatial::Wide{w.out[2]} * (w.in[2] / dilation + 1);
+  if (spatial::Wide{range.last - range.first} <= inside) {
+    for (std::int64_t kw = range.first; kw < range.last; ++kw) add(kw);
+    return taps;
+  }
+  std::vector<std::int64_t> seen;
+  for (std::int64_t o = 0; o < w.out[2]; ++o) {
+    const std::int64_t start = o * w.stride[2] - w.padding[2];
+    const std::int64_t first = std::clamp<std::int64_t>(ceil_div(-start, dilation), 0, w.kernel[2]);
+    const std::int64_t last =
+        std::clamp<std::int64_t>(ceil_div(w.in[2] - start, dilation), first, w.kernel[2]);
+    for (std::int64_t kw = first; kw < last; ++kw) seen.push_back(kw);
+  }
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  for (const std::int64_t kw : seen) add(kw);
+  return taps;
 }
 
 // The taps of a max-pooling window along one dim that fall inside the input: window position
@@ -166,8 +194,7 @@ std::vector<TapRange> tap_ranges(const Window& w, std::size_t d) {
 // small plane's windows take less time than these divisions and allocations).
 struct PoolTaps {
   std::array<std::vector<TapRange>, 3> ranges;
-  UsefulTaps taps_w{0, 0};
-  std::vector<std::pair<std::int64_t, std::int64_t>> valid_w;  // [kw - taps_w.first]
+  std::vector<WTap> w_taps;
   bool two_by_two = false;  // a 2-d 2x2 window at stride 2, unpadded, undilated
 };
 
@@ -176,11 +203,7 @@ PoolTaps pool_taps(const Window& w) {
   taps.two_by_two = w.out[0] == 1 && w.kernel == Dims3{1, 2, 2} && w.stride[1] == 2 &&
                     w.stride[2] == 2 && w.padding == Dims3{0, 0, 0} &&
                     w.dilation == Dims3{1, 1, 1} && w.in[0] == 1;
-  taps.taps_w = useful_taps(w, 2);
-  for (std::int64_t kw = taps.taps_w.first; kw < taps.taps_w.last; ++kw) {
-    taps.valid_w.push_back(
-        valid_positions(w.in[2], w.out[2], w.stride[2], w.padding[2], kw * w.dilation[2]));
-  }
+  taps.w_taps = taps_along_w(w, w.dilation[2]);
   return taps;
 }
 
@@ -213,7 +236,6 @@ void max_pool_plane(const T* x, const Window& w, const PoolTaps& pool, T* out,
     return;
   }
   const auto& taps = pool.ranges;
-  const auto& valid = pool.valid_w;
   const auto clamp = [&](std::int64_t v, std::size_t d) {
     return std::clamp<std::int64_t>(v, 0, w.in[d] - 1);
   };
@@ -239,11 +261,10 @@ void max_pool_plane(const T* x, const Window& w, const PoolTaps& pool, T* out,
         const std::int64_t id = td.start + kd * w.dilation[0];
         for (std::int64_t kh = th.first; kh < th.last; ++kh) {
           const std::int64_t row = (id * w.in[1] + th.start + kh * w.dilation[1]) * w.in[2];
-          for (std::int64_t kw = pool.taps_w.first; kw < pool.taps_w.last; ++kw) {
-            const auto [first, last] = valid[static_cast<std::size_t>(kw - pool.taps_w.first)];
-            const std::int64_t base = row - w.padding[2] + kw * w.dilation[2];
+          for (const WTap& tap : pool.w_taps) {
+            const std::int64_t base = row - w.padding[2] + tap.kw * w.dilation[2];
             const std::int64_t step = w.stride[2];
-            for (std::int64_t ow = first; ow < last; ++ow) {
+            for (std::int64_t ow = tap.first; ow < tap.last; ++ow) {
               const T v = x[base + ow * step];
               const bool take = v > out[ow] || v != v;
               out[ow] = take ? v : out[ow];
@@ -275,7 +296,7 @@ Primitive CpuBackend::avg_pool(Primitive x, PoolOptions options) {
   const DType dtype = x->dtype();
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
-  const auto columns = avg_columns(w);
+  const std::vector<WTap> columns = taps_along_w(w, 1);
   auto in = compute_input(*this, x);
   auto out = make_tensor(in->dtype(), with_spatial(shape, w.out));
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
@@ -285,25 +306,23 @@ Primitive CpuBackend::avg_pool(Primitive x, PoolOptions options) {
       const T* plane = src + p * w.in_size();
       T* result = dst + p * w.out_size();
       // Each output row sums one kernel tap at a time across all its windows.
-      for_each_avg_row<T>(
-          w, options.count_include_pad,
-          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
-            T* o = result + row;
-            std::fill_n(o, w.out[2], T(0));
-            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
-              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
-                const T* line = plane + (id * w.in[1] + ih) * w.in[2];
-                for (std::int64_t kw = columns.taps.first; kw < columns.taps.last; ++kw) {
-                  const auto [first, last] =
-                      columns.valid[static_cast<std::size_t>(kw - columns.taps.first)];
-                  const T* at = line - w.padding[2] + kw;
-                  for (std::int64_t ow = first; ow < last; ++ow) o[ow] += at[ow * w.stride[2]];
-                }
-              }
-            }
-            for (std::int64_t ow = 0; ow < w.out[2]; ++ow)
-              o[ow] *= scale[static_cast<std::size_t>(ow)];
-          });
+      for_each_avg_row<T>(w, options.count_include_pad,
+                          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
+                            T* o = result + row;
+                            std::fill_n(o, w.out[2], T(0));
+                            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
+                              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
+                                const T* line = plane + (id * w.in[1] + ih) * w.in[2];
+                                for (const WTap& tap : columns) {
+                                  const T* at = line - w.padding[2] + tap.kw;
+                                  for (std::int64_t ow = tap.first; ow < tap.last; ++ow)
+                                    o[ow] += at[ow * w.stride[2]];
+                                }
+                              }
+                            }
+                            for (std::int64_t ow = 0; ow < w.out[2]; ++ow)
+                              o[ow] *= scale[static_cast<std::size_t>(ow)];
+                          });
     });
   });
   return from_compute(*this, out, dtype);
@@ -313,7 +332,7 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
   const DType dtype = x->dtype();
   const Shape shape = x->shape();
   const Window w = pool_window(shape, options);
-  const auto columns = avg_columns(w);
+  const std::vector<WTap> columns = taps_along_w(w, 1);
   auto dy = compute_input(*this, output_grad);
   auto out = make_tensor(dy->dtype(), shape);
   visit_compute(dtype, [&]<class T>(type_tag<T>) {
@@ -324,24 +343,21 @@ Primitive CpuBackend::avg_pool_backward(Primitive x, Primitive output_grad, Pool
       T* plane = dst + p * w.in_size();
       std::fill_n(plane, w.in_size(), T(0));
       detail::Buffer<T> share(static_cast<std::size_t>(w.out[2]));
-      for_each_avg_row<T>(
-          w, options.count_include_pad,
-          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
-            for (std::size_t i = 0; i < share.size(); ++i)
-              share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
-            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
-              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
-                T* line = plane + (id * w.in[1] + ih) * w.in[2];
-                for (std::int64_t kw = columns.taps.first; kw < columns.taps.last; ++kw) {
-                  const auto [first, last] =
-                      columns.valid[static_cast<std::size_t>(kw - columns.taps.first)];
-                  T* at = line - w.padding[2] + kw;
-                  for (std::int64_t ow = first; ow < last; ++ow)
-                    at[ow * w.stride[2]] += share[static_cast<std::size_t>(ow)];
-                }
-              }
-            }
-          });
+      for_each_avg_row<T>(w, options.count_include_pad,
+                          [&](std::int64_t row, Span sd, Span sh, const detail::Buffer<T>& scale) {
+                            for (std::size_t i = 0; i < share.size(); ++i)
+                              share[i] = grad[row + static_cast<std::int64_t>(i)] * scale[i];
+                            for (std::int64_t id = sd.begin; id < sd.end; ++id) {
+                              for (std::int64_t ih = sh.begin; ih < sh.end; ++ih) {
+                                T* line = plane + (id * w.in[1] + ih) * w.in[2];
+                                for (const WTap& tap : columns) {
+                                  T* at = line - w.padding[2] + tap.kw;
+                                  for (std::int64_t ow = tap.first; ow < tap.last; ++ow)
+                                    at[ow * w.stride[2]] += share[static_cast<std::size_t>(ow)];
+                                }
+                              }
+                            }
+                          });
     });
   });
   return from_compute(*this, out, dtype);
