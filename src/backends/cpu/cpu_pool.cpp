@@ -131,6 +131,19 @@ std::int64_t plane_work(const Window& w) {
   return static_cast<std::int64_t>(work);
 }
 
+// The taps of a pooling window along one dim that fall inside the input: window position o
+// starts at `start`; taps j in [first, last) read start + j * dilation.
+struct TapRange {
+  std::int64_t start, first, last;
+};
+TapRange tap_range(const Window& w, std::size_t d, std::int64_t o, std::int64_t dilation) {
+  const std::int64_t start = o * w.stride[d] - w.padding[d];
+  const std::int64_t first = std::clamp<std::int64_t>(ceil_div(-start, dilation), 0, w.kernel[d]);
+  const std::int64_t last =
+      std::clamp<std::int64_t>(ceil_div(w.in[d] - start, dilation), first, w.kernel[d]);
+  return {start, first, last};
+}
+
 // A kernel tap along w that some window position reads inside the input: kw, and the output
 // columns [first, last) whose tap lies inside it.
 struct WTap {
@@ -159,11 +172,8 @@ std::vector<WTap> taps_along_w(const Window& w, std::int64_t dilation) {
   }
   std::vector<std::int64_t> seen;
   for (std::int64_t o = 0; o < w.out[2]; ++o) {
-    const std::int64_t start = o * w.stride[2] - w.padding[2];
-    const std::int64_t first = std::clamp<std::int64_t>(ceil_div(-start, dilation), 0, w.kernel[2]);
-    const std::int64_t last =
-        std::clamp<std::int64_t>(ceil_div(w.in[2] - start, dilation), first, w.kernel[2]);
-    for (std::int64_t kw = first; kw < last; ++kw) seen.push_back(kw);
+    const TapRange r = tap_range(w, 2, o, dilation);
+    for (std::int64_t kw = r.first; kw < r.last; ++kw) seen.push_back(kw);
   }
   std::sort(seen.begin(), seen.end());
   seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
@@ -171,20 +181,10 @@ std::vector<WTap> taps_along_w(const Window& w, std::int64_t dilation) {
   return taps;
 }
 
-// The taps of a max-pooling window along one dim that fall inside the input: window position
-// o starts at `start`; taps j in [first, last) read start + j * dilation.
-struct TapRange {
-  std::int64_t start, first, last;
-};
 std::vector<TapRange> tap_ranges(const Window& w, std::size_t d) {
   std::vector<TapRange> ranges(static_cast<std::size_t>(w.out[d]));
   for (std::int64_t o = 0; o < w.out[d]; ++o) {
-    const std::int64_t start = o * w.stride[d] - w.padding[d];
-    const std::int64_t first =
-        std::clamp<std::int64_t>(ceil_div(-start, w.dilation[d]), 0, w.kernel[d]);
-    const std::int64_t last =
-        std::clamp<std::int64_t>(ceil_div(w.in[d] - start, w.dilation[d]), first, w.kernel[d]);
-    ranges[static_cast<std::size_t>(o)] = {start, first, last};
+    ranges[static_cast<std::size_t>(o)] = tap_range(w, d, o, w.dilation[d]);
   }
   return ranges;
 }
