@@ -513,18 +513,36 @@ TEST(GpuCodegen, AttentionKernelAppliesToHalfTypesAndTileDepths) {
 }
 
 TEST(GpuCodegen, AttentionF32KernelCompiles) {
-  // Every variant with tiles of 16 keys (the default); tiles of 32 and 64 bare.
+  // The row-a-thread kernel in every variant with tiles of 16 keys (the default); tiles of 32
+  // and 64 bare. The tiled kernel for head dims 32 and 64 in every variant, the default there.
   EXPECT_EQ(attention_simt_keys(), 16);
+  EXPECT_TRUE(attention_simt_kernel(64).tiled);
+  EXPECT_TRUE(attention_simt_kernel(32).tiled);
+  EXPECT_FALSE(attention_simt_kernel(60).tiled);
+  EXPECT_FALSE(attention_simt_kernel(16).tiled);
   for (std::int64_t depth : {4, 32, 60, 64}) {
     for (int variant = 0; variant < 4; ++variant) {
       const bool mask = variant & 1, bias = variant & 2;
-      const std::string log = compile(attention_simt_source(depth, 16, mask, bias));
+      const std::string log = compile(
+          attention_simt_source(attention_simt_kernel(depth, false, 16), depth, mask, bias));
       EXPECT_TRUE(log.empty()) << "D" << depth << " mask " << mask << " bias " << bias << ":\n"
                                << log.substr(0, 4000);
     }
     for (int keys : {32, 64}) {
-      const std::string log = compile(attention_simt_source(depth, keys, false, false));
+      const std::string log = compile(
+          attention_simt_source(attention_simt_kernel(depth, false, keys), depth, false, false));
       EXPECT_TRUE(log.empty()) << "D" << depth << " keys " << keys << ":\n" << log.substr(0, 4000);
+    }
+  }
+  for (std::int64_t depth : {32, 64}) {
+    const SimtKernel tiled = attention_simt_kernel(depth, true, 0);
+    EXPECT_LE(tiled.shared_bytes, 227u * 1024u);
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool mask = variant & 1, bias = variant & 2;
+      const std::string log = compile(attention_simt_source(tiled, depth, mask, bias));
+      EXPECT_TRUE(log.empty()) << "tiled D" << depth << " mask " << mask << " bias " << bias
+                               << ":\n"
+                               << log.substr(0, 4000);
     }
   }
 }

@@ -55,17 +55,30 @@ bool attention_hopper_pipelined();
 // backward at S 4096: 7.13 -> 6.37 ms on an H200, 7.15 -> 7.40 ms on an H100, whose lower
 // bandwidth the reductions feel; causal 4.16 -> 3.70 ms on the H100).
 bool attention_query_merged();
-// True where the f32 kernel (attention_simt.h) runs attention of dtype with head dim `depth`:
+// True where an f32 kernel (attention_simt.h) runs attention of dtype with head dim `depth`:
 // f32, depth a multiple of 4 up to 64.
 bool attention_simt_applies(DType dtype, std::int64_t depth);
-// Keys of its shared tiles: 16, or KILN_ATTENTION_F32_KEYS (16, 32 or 64).
+// Keys of the row-a-thread kernel's shared tiles: 16, or KILN_ATTENTION_F32_KEYS (16, 32 or 64).
 int attention_simt_keys();
-// Its source for head dim depth and tiles of `keys` keys, with a mask and a bias or without; its
-// extern "C" name, block (threads, query rows) and dynamic shared memory.
-std::string attention_simt_source(std::int64_t depth, int keys, bool mask, bool bias);
+// One of the f32 kernels for a head dim: the tiled one (head dims 32 and 64) or the
+// row-a-thread one (tiles of `keys` keys); a block's threads, query rows and dynamic shared bytes.
+struct SimtKernel {
+  bool tiled = false;
+  int keys = 0;
+  int threads = 0;
+  int rows = 0;
+  unsigned shared_bytes = 0;
+  int min_blocks = 0;  // blocks an SM must hold at once (__launch_bounds__), 0: no bound
+};
+// The kernel asked for: tiled where the head dim allows unless KILN_ATTENTION_F32_TILED=0, tiles
+// of attention_simt_keys() keys otherwise.
+SimtKernel attention_simt_kernel(std::int64_t depth);
+// A given one (tests): tiled (the head dim must allow it) or with tiles of `keys` keys.
+SimtKernel attention_simt_kernel(std::int64_t depth, bool tiled, int keys);
+// Its source for head dim depth, with a mask and a bias or without.
+std::string attention_simt_source(const SimtKernel& kernel, std::int64_t depth, bool mask,
+                                  bool bias);
 inline constexpr const char* kAttentionSimtName = "kiln_attention_f32";
-int attention_simt_threads();
-unsigned attention_simt_shared_bytes(std::int64_t depth, int keys);
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,

@@ -35,25 +35,51 @@ int attention_simt_keys() {
   return keys;
 }
 
-std::string attention_simt_source(std::int64_t depth, int keys, bool mask, bool bias) {
+SimtKernel attention_simt_kernel(std::int64_t depth, bool tiled, int keys) {
+  SimtKernel kernel;
+  kernel.tiled = tiled;
+  if (tiled) {
+    kernel.threads = attention_kernels::kKtThreads;
+    kernel.rows = attention_kernels::kKtRows;
+    kernel.shared_bytes =
+        static_cast<unsigned>(attention_kernels::kt_shared_bytes(static_cast<int>(depth)));
+    kernel.min_blocks = attention_kernels::kKtMinBlocks;
+  } else {
+    kernel.keys = keys;
+    kernel.threads = kernel.rows = attention_kernels::kKfRows;
+    kernel.shared_bytes =
+        static_cast<unsigned>(attention_kernels::kf_shared_bytes(static_cast<int>(depth), keys));
+  }
+  return kernel;
+}
+
+SimtKernel attention_simt_kernel(std::int64_t depth) {
+  static const bool tiled_allowed = [] {
+    const char* text = std::getenv("KILN_ATTENTION_F32_TILED");
+    return text == nullptr || std::strcmp(text, "0") != 0;
+  }();
+  return attention_simt_kernel(depth, tiled_allowed && attention_kernels::kt_depth_supported(depth),
+                               attention_simt_keys());
+}
+
+std::string attention_simt_source(const SimtKernel& kernel, std::int64_t depth, bool mask,
+                                  bool bias) {
   std::string source = kTensorCoreSource;
   source += kAttentionKernelsSource;
   source += kAttentionSimtSource;
+  const std::string body =
+      kernel.tiled ? fmt::format("kt_attention<{}, {}, {}>", depth, mask, bias)
+                   : fmt::format("kf_attention<{}, {}, {}, {}>", depth, kernel.keys, mask, bias);
   source += fmt::format(
       R"CUDA(
-extern "C" __global__ void __launch_bounds__({}) {}(kiln::cuda::attention_kernels::KaParams p) {{
+extern "C" __global__ void __launch_bounds__({}{}) {}(kiln::cuda::attention_kernels::KaParams p) {{
   extern __shared__ __align__(16) float kiln_attention_shared[];
-  kiln::cuda::attention_kernels::kf_attention<{}, {}, {}, {}>(p, kiln_attention_shared);
+  kiln::cuda::attention_kernels::{}(p, kiln_attention_shared);
 }}
 )CUDA",
-      attention_kernels::kKfRows, kAttentionSimtName, depth, keys, mask, bias);
+      kernel.threads, kernel.min_blocks > 0 ? fmt::format(", {}", kernel.min_blocks) : "",
+      kAttentionSimtName, body);
   return source;
-}
-
-int attention_simt_threads() { return attention_kernels::kKfRows; }
-
-unsigned attention_simt_shared_bytes(std::int64_t depth, int keys) {
-  return static_cast<unsigned>(attention_kernels::kf_shared_bytes(static_cast<int>(depth), keys));
 }
 
 namespace {

@@ -121,7 +121,9 @@ struct AttentionCall {
     const Shape out = output_shape(query, key, value);
     return attention_simt_applies(query->dtype(), query->shape()[3]) &&
            value->shape()[3] == query->shape()[3] && query->shape()[2] > 0 && key->shape()[2] > 0 &&
-           out[0] * out[1] * ceil_div(query->shape()[2], attention_simt_threads()) <= 0x7fffffff;
+           out[0] * out[1] *
+                   ceil_div(query->shape()[2], attention_simt_kernel(query->shape()[3]).rows) <=
+               0x7fffffff;
   }
 
   // Whether the backward kernels take it: as applies(), with the forward's output and its
@@ -285,21 +287,19 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
     const std::int64_t depth = call.depth;
     TensorPtr memory = make_tensor(DType::F32, Shape{batch, rows, heads, depth}, op);
     call.p.out = memory->data();
-    call.p.query_blocks = ceil_div(rows, attention_simt_threads());
+    const SimtKernel kernel = attention_simt_kernel(depth);
+    call.p.query_blocks = ceil_div(rows, kernel.rows);
     const bool has_mask = call.mask.has_value(), has_bias = call.bias.has_value();
-    const int keys = attention_simt_keys();
     std::string source_key = kAttentionSimtName;
     source_key += ':';
     source_key += call.key;
-    source_key += ":keys";
-    source_key += std::to_string(keys);
+    source_key += kernel.tiled ? ":tiled" : ":keys" + std::to_string(kernel.keys);
     CUfunction function = runtime_.compiler.function(source_key, kAttentionSimtName, [&] {
-      return attention_simt_source(depth, keys, has_mask, has_bias);
+      return attention_simt_source(kernel, depth, has_mask, has_bias);
     });
-    const unsigned shared = attention_simt_shared_bytes(depth, keys);
-    Runtime::allow_shared(function, shared, op);
+    Runtime::allow_shared(function, kernel.shared_bytes, op);
     runtime_.launch(op, function, static_cast<unsigned>(call.heads_total() * call.p.query_blocks),
-                    static_cast<unsigned>(attention_simt_threads()), call.p, shared);
+                    static_cast<unsigned>(kernel.threads), call.p, kernel.shared_bytes);
     return make_view(*memory, Shape{batch, heads, rows, depth},
                      Strides{rows * heads * depth, depth, heads * depth, 1}, 0);
   }
