@@ -117,6 +117,11 @@ Gradients backward(const Primitive& root, std::optional<Primitive> seed,
     start = backend.inner().ones(root->shape(), root->dtype(), root->device().without_autodiff());
     if (options.create_graph) start = autodiff::wrap(std::move(start));
   }
+  // The forward pass's recorded ops start on an asynchronous device now, so that they run while
+  // the backward pass is recorded: on a fused device nothing would otherwise run before the
+  // first read after it (a training step's loss, or the next step's first product), and the
+  // device would wait out the host's whole recording of the step.
+  if (root->device().kind() != DeviceKind::Cpu) backend.inner().flush();
   return autodiff::run_backward(node, std::move(start), options);
 }
 
