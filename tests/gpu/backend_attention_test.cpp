@@ -94,15 +94,18 @@ TEST(GpuAttention, MatchesFloat64Reference) {
       {h, 1, 2, 17, 17, 16, gpu_attention::MaskKind::None, false, true},
       {b, 1, 2, 40, 40, 64, gpu_attention::MaskKind::None, false, false,
        gpu_attention::Layout::Contiguous, 0, true},
-      // The f32 kernel (head dims that are multiples of 4 up to 64): masks, a bias, the causal
-      // cut, lengths off its 128-row and 32-key tiles, heads of [B, S, H, D], rows off 16 bytes
-      // (copied), one key head for many query heads, NaN inputs.
+      // The f32 kernels (tiled for head dims 32 and 64, a row a thread for the other multiples
+      // of 4 up to 64): masks, a bias, the causal cut, lengths off their tiles (64 rows and
+      // keys; 128 rows and 16 keys), heads of [B, S, H, D], rows off 16 bytes (copied), one key
+      // head for many query heads, NaN inputs.
       {DType::F32, 2, 2, 70, 50, 64, gpu_attention::MaskKind::Padding, true, false},
       {DType::F32, 2, 3, 129, 100, 32, gpu_attention::MaskKind::Full, true, true},
       {DType::F32, 1, 2, 200, 130, 64, gpu_attention::MaskKind::None, false, true},
       {DType::F32, 2, 3, 70, 70, 32, gpu_attention::MaskKind::Padding, false, false,
        gpu_attention::Layout::HeadsOfRows},
       {DType::F32, 1, 2, 50, 33, 60, gpu_attention::MaskKind::None, true, false,
+       gpu_attention::Layout::Offset},
+      {DType::F32, 1, 2, 50, 33, 64, gpu_attention::MaskKind::Padding, false, false,
        gpu_attention::Layout::Offset},
       {DType::F32, 2, 4, 33, 90, 4, gpu_attention::MaskKind::None, false, true,
        gpu_attention::Layout::Contiguous, 1},
