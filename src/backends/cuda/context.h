@@ -38,10 +38,13 @@ class Context {
     return stream_;
   }
   // Queues a launch of function (1-D grid) on the stream, after everything queued before.
+  // A footprint (the memory it touches) lets a captured launch run beside others
+  // (Dispatcher::submit).
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-              unsigned shared_bytes, const void* params, std::size_t bytes) {
+              unsigned shared_bytes, const void* params, std::size_t bytes,
+              const LaunchFootprint* footprint = nullptr) {
     wait_out_capture();
-    dispatcher_->submit(op, function, blocks, threads, shared_bytes, params, bytes);
+    dispatcher_->submit(op, function, blocks, threads, shared_bytes, params, bytes, footprint);
   }
   int major() const noexcept { return major_; }
   int minor() const noexcept { return minor_; }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -94,8 +95,17 @@ void Dispatcher::wait_handed_over() noexcept {
   while (head_.load(std::memory_order_acquire) < target) std::this_thread::yield();
 }
 
+bool Dispatcher::branches() {
+  static const bool on = [] {
+    const char* value = std::getenv("KILN_GRAPH_BRANCHES");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  return on;
+}
+
 void Dispatcher::submit(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                        unsigned shared_bytes, const void* params, std::size_t bytes) {
+                        unsigned shared_bytes, const void* params, std::size_t bytes,
+                        const LaunchFootprint* footprint) {
   if (refused_.load(std::memory_order_acquire)) throw_refused(op);
   if (bytes > kMaxParamBytes) {
     detail::fail<InvalidArgument>(op, "a kernel parameter block of ", bytes,
@@ -103,14 +113,15 @@ void Dispatcher::submit(const char* op, CUfunction function, unsigned blocks, un
   }
   if (!inline_.load(std::memory_order_relaxed)) {
     shutdown::arm_this_thread();
-    if (enqueue(op, function, blocks, threads, shared_bytes, params, bytes)) return;
+    if (enqueue(op, function, blocks, threads, shared_bytes, params, bytes, footprint)) return;
   }
-  launch_inline(op, function, blocks, threads, shared_bytes, params);
+  launch_inline(op, function, blocks, threads, shared_bytes, params, footprint);
   if (refused_.load(std::memory_order_acquire)) throw_refused(op);
 }
 
 bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                         unsigned shared_bytes, const void* params, std::size_t bytes) {
+                         unsigned shared_bytes, const void* params, std::size_t bytes,
+                         const LaunchFootprint* footprint) {
   {
     std::lock_guard lock(producers_);
     // Checked under the lock the launcher takes once after closing (close_ring): a producer
@@ -135,6 +146,12 @@ bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, u
     slot.threads = threads;
     slot.shared_bytes = shared_bytes;
     std::memcpy(slot.params, params, bytes);
+    slot.footprint.count = 0;
+    if (footprint != nullptr) {
+      slot.footprint.overflow = footprint->overflow;
+      slot.footprint.count = footprint->count;
+      std::copy_n(footprint->ranges.begin(), footprint->count, slot.footprint.ranges.begin());
+    }
     tail_.store(tail + 1, std::memory_order_seq_cst);
   }
   // Pairs with run(): it sets parked_ and then reads tail_; this thread set tail_ and now reads
@@ -147,14 +164,14 @@ bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, u
 }
 
 void Dispatcher::launch_inline(const char* op, CUfunction function, unsigned blocks,
-                               unsigned threads, unsigned shared_bytes,
-                               const void* params) noexcept {
+                               unsigned threads, unsigned shared_bytes, const void* params,
+                               const LaunchFootprint* footprint) noexcept {
   const CurrentContext current(context_);
   std::lock_guard lock(consumers_);
   // While the ring closes (stop) it may still hold launches: they go first, in order.
   while (launch_locked()) {
   }
-  launch_now(op, function, blocks, threads, shared_bytes, const_cast<void*>(params));
+  launch_now(op, function, blocks, threads, shared_bytes, const_cast<void*>(params), footprint);
 }
 
 void Dispatcher::drain() noexcept {
@@ -198,21 +215,107 @@ bool Dispatcher::launch_locked() noexcept {
   const std::uint64_t head = head_.load(std::memory_order_relaxed);
   if (head == tail_.load(std::memory_order_acquire)) return false;
   Launch& slot = ring_[head % kSlots];
-  launch_now(slot.op, slot.function, slot.blocks, slot.threads, slot.shared_bytes, slot.params);
+  launch_now(slot.op, slot.function, slot.blocks, slot.threads, slot.shared_bytes, slot.params,
+             slot.footprint.count > 0 ? &slot.footprint : nullptr);
   head_.store(head + 1, std::memory_order_release);
   return true;
 }
 
 void Dispatcher::launch_now(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                            unsigned shared_bytes, void* params) noexcept {
+                            unsigned shared_bytes, void* params,
+                            const LaunchFootprint* footprint) noexcept {
+  if (footprint != nullptr && footprint->known() && branches() &&
+      launch_captured(op, function, blocks, threads, shared_bytes, params, *footprint)) {
+    return;
+  }
   void* args[] = {params};
   const CUresult status =
       cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes, stream_, args, nullptr);
-  if (status != CUDA_SUCCESS && !refused_.load(std::memory_order_relaxed)) {
-    refused_op_ = op;
-    refused_status_ = status;
-    refused_.store(true, std::memory_order_release);
+  if (status != CUDA_SUCCESS) refuse(op, status);
+}
+
+void Dispatcher::refuse(const char* op, CUresult status) noexcept {
+  if (refused_.load(std::memory_order_relaxed)) return;
+  refused_op_ = op;
+  refused_status_ = status;
+  refused_.store(true, std::memory_order_release);
+}
+
+namespace {
+
+// Whether the stream's capture dependencies are exactly `nodes` (in any order).
+bool same_nodes(const CUgraphNode* dependencies, std::size_t count,
+                const std::vector<CUgraphNode>& nodes) {
+  if (count != nodes.size() || count == 0) return false;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (std::find(nodes.begin(), nodes.end(), dependencies[i]) == nodes.end()) return false;
   }
+  return true;
+}
+
+}  // namespace
+
+bool Dispatcher::launch_captured(const char* op, CUfunction function, unsigned blocks,
+                                 unsigned threads, unsigned shared_bytes, void* params,
+                                 const LaunchFootprint& footprint) noexcept {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t capture = 0;
+  const CUgraphNode* dependencies = nullptr;
+  std::size_t count = 0;
+  if (cuStreamGetCaptureInfo(stream_, &status, &capture, nullptr, &dependencies, nullptr, &count) !=
+          CUDA_SUCCESS ||
+      status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    return false;
+  }
+  if (capture != branch_capture_) {
+    // A new capture: the nodes kept are an earlier graph's (whose addresses may come again).
+    branch_capture_ = capture;
+    branch_base_.clear();
+    branch_nodes_.clear();
+    branch_group_.clear();
+  }
+  // A sibling only while the stream still ends at this group's nodes (anything captured since,
+  // a copy or a library call, made a node the next launch must follow) and it conflicts with
+  // none of them; it then comes after what the group's first launch came after.
+  bool sibling = same_nodes(dependencies, count, branch_nodes_) && branch_group_.admits(footprint);
+  if (sibling &&
+      cuStreamUpdateCaptureDependencies(stream_, branch_base_.data(), nullptr, branch_base_.size(),
+                                        CU_STREAM_SET_CAPTURE_DEPENDENCIES) != CUDA_SUCCESS) {
+    sibling = false;  // the stream still ends at the group: the launch follows all of it
+  }
+  if (!sibling) {
+    branch_base_.assign(dependencies, dependencies + count);
+    branch_nodes_.clear();
+    branch_group_.clear();
+  }
+  void* args[] = {params};
+  const CUresult launched =
+      cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes, stream_, args, nullptr);
+  if (launched != CUDA_SUCCESS) {
+    refuse(op, launched);
+    branch_nodes_.clear();
+    branch_group_.clear();
+    return true;
+  }
+  // The stream now ends at the new node alone; the group's next launch, or whatever comes
+  // next, must follow every sibling: the stream is set to end at all of them.
+  if (cuStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, &dependencies, nullptr, &count) !=
+          CUDA_SUCCESS ||
+      count != 1) {
+    branch_nodes_.clear();
+    branch_group_.clear();
+    return true;
+  }
+  branch_nodes_.push_back(dependencies[0]);
+  branch_group_.add(footprint);
+  if (branch_nodes_.size() > 1) {
+    const CUresult joined =
+        cuStreamUpdateCaptureDependencies(stream_, branch_nodes_.data(), nullptr,
+                                          branch_nodes_.size(), CU_STREAM_SET_CAPTURE_DEPENDENCIES);
+    // Later work would otherwise follow only the newest sibling: the capture must fail.
+    if (joined != CUDA_SUCCESS) refuse(op, joined);
+  }
+  return true;
 }
 
 void Dispatcher::run() noexcept {

@@ -27,6 +27,9 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include "backends/cuda/launch_footprint.h"
 
 namespace kiln::cuda {
 
@@ -42,9 +45,15 @@ class Dispatcher {
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   // Queues a launch of function (1-D grid) with one parameter block of `bytes` bytes, copied.
-  // Throws ExecutionError first if an earlier launch was refused.
+  // Throws ExecutionError first if an earlier launch was refused. With a footprint (the memory
+  // the kernel touches, launch_footprint.h) a launch inside a CUDA graph capture may become a
+  // sibling of the launches before it that it does not conflict with, where branches() allows.
   void submit(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-              unsigned shared_bytes, const void* params, std::size_t bytes);
+              unsigned shared_bytes, const void* params, std::size_t bytes,
+              const LaunchFootprint* footprint = nullptr);
+  // KILN_GRAPH_BRANCHES=1: captured launches with footprints run side by side where they can
+  // (off by default until measured on a GPU). Read once.
+  static bool branches();
   // Returns once every submitted launch was handed to the driver. Never throws (it runs on
   // noexcept paths such as the allocator's); refusals stay recorded for throw_refused.
   void drain() noexcept;
@@ -65,20 +74,30 @@ class Dispatcher {
     const char* op;
     unsigned blocks, threads, shared_bytes;
     alignas(16) unsigned char params[kMaxParamBytes];
+    LaunchFootprint footprint;  // count 0: none given
   };
   static constexpr std::uint64_t kSlots = 1024;
 
   // Copies a launch into the ring; false once the ring is closed (nothing was queued).
   bool enqueue(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-               unsigned shared_bytes, const void* params, std::size_t bytes);
+               unsigned shared_bytes, const void* params, std::size_t bytes,
+               const LaunchFootprint* footprint);
   // Launches on the calling thread, after whatever is still queued.
   void launch_inline(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                     unsigned shared_bytes, const void* params) noexcept;
+                     unsigned shared_bytes, const void* params,
+                     const LaunchFootprint* footprint) noexcept;
   bool launch_next() noexcept;    // the oldest queued launch, if any; false when none is queued
   bool launch_locked() noexcept;  // launch_next with consumers_ held
   void launch_now(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                  unsigned shared_bytes, void* params) noexcept;
-  void run() noexcept;         // the launcher thread
+                  unsigned shared_bytes, void* params, const LaunchFootprint* footprint) noexcept;
+  // launch_now inside an active capture for a launch with a known footprint: a sibling of the
+  // current group where it admits it, else the first of a new group. False when the stream is not
+  // capturing (nothing launched).
+  bool launch_captured(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+                       unsigned shared_bytes, void* params,
+                       const LaunchFootprint& footprint) noexcept;
+  void refuse(const char* op, CUresult status) noexcept;  // records the first refusal
+  void run() noexcept;                                    // the launcher thread
   void close_ring() noexcept;  // the launcher's last act: nothing is queued after it
 
   CUcontext context_;
@@ -98,6 +117,11 @@ class Dispatcher {
   std::atomic<bool> refused_{false};
   const char* refused_op_ = nullptr;
   CUresult refused_status_ = CUDA_SUCCESS;
+  // The capture's current group of siblings (launch_captured), under consumers_: the nodes they
+  // all come after, their own nodes, their footprints.
+  cuuint64_t branch_capture_ = 0;  // the capture they belong to (its id)
+  std::vector<CUgraphNode> branch_base_, branch_nodes_;
+  SiblingGroup branch_group_;
   std::mutex lifecycle_;  // stop() from several threads at once
   pid_t owner_;           // the process the launcher thread runs in (not a forked child)
   std::thread launcher_;

@@ -386,16 +386,30 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
     aligned = on_vector(p.in[k], kernel.inputs[k]);
   for (std::size_t j = 0; j < outputs.size() && aligned; ++j)
     aligned = on_vector(p.out[j], kernel.outputs[j].dtype);
+  // What the kernel touches, for a capture that runs independent launches side by side: every
+  // input and output is n contiguous elements; the error word is written where an op can fail.
+  LaunchFootprint footprint;
+  if (Dispatcher::branches()) {
+    const auto count = static_cast<std::uint64_t>(n);
+    for (std::size_t k = 0; k < inputs_.size(); ++k) {
+      footprint.add(p.in[k], count * dtype_size(kernel.inputs[k]), false);
+    }
+    for (std::size_t j = 0; j < outputs.size(); ++j) {
+      footprint.add(p.out[j], count * dtype_size(kernel.outputs[j].dtype), true);
+    }
+    if (failures_ > 0) footprint.add(p.error_word, sizeof(std::uint32_t), true);
+  }
   if (aligned) {
     const unsigned threads = vector_shape().threads;
     const std::int64_t vectors = n / width;
     const auto blocks = static_cast<unsigned>(
         std::clamp<std::int64_t>((vectors + threads - 1) / threads, 1, std::int64_t{1} << 30));
-    runtime.launch(name, function(KernelLayout::Wide, "kiln_fused_vec"), blocks, threads, p);
+    runtime.launch(name, function(KernelLayout::Wide, "kiln_fused_vec"), blocks, threads, p,
+                   footprint);
     return results;
   }
   runtime.launch(name, function(KernelLayout::Flat, "kiln_fused_flat"), runtime.blocks_for(n, 256),
-                 256, p);
+                 256, p, footprint);
   return results;
 }
 

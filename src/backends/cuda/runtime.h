@@ -32,6 +32,15 @@ struct Runtime {
     static_assert(sizeof(Params) <= Dispatcher::kMaxParamBytes, "grow Dispatcher::kMaxParamBytes");
     launch_bytes(op, function, blocks, threads, &params, sizeof(Params), shared_bytes);
   }
+  // The same with the memory the kernel reads and writes: inside a CUDA graph capture it may
+  // run beside the launches before it that it does not conflict with (launch_footprint.h).
+  template <class Params>
+  void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
+              const Params& params, const LaunchFootprint& footprint) {
+    static_assert(!std::is_pointer_v<Params>, "pass the parameter struct, not its address");
+    static_assert(sizeof(Params) <= Dispatcher::kMaxParamBytes, "grow Dispatcher::kMaxParamBytes");
+    launch_bytes(op, function, blocks, threads, &params, sizeof(Params), 0, &footprint);
+  }
   // Blocks for a grid-stride loop over n items.
   unsigned blocks_for(std::int64_t n, unsigned threads) const;
   // Lets function launch with `shared` bytes of dynamic shared memory: past 48 KiB a kernel must
@@ -41,7 +50,8 @@ struct Runtime {
 
  private:
   void launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                    const void* params, std::size_t bytes, unsigned shared_bytes);
+                    const void* params, std::size_t bytes, unsigned shared_bytes,
+                    const LaunchFootprint* footprint = nullptr);
   Device device_;
 };
 

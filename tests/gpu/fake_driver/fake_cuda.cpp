@@ -421,6 +421,24 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream, CUgraph* graph) {
   return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
 }
 
+// Never capturing (captures are refused above): the dispatcher launches as it does outside one.
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*,
+                                        CUgraph*, const CUgraphNode** dependencies,
+                                        const CUgraphEdgeData**, size_t* count) {
+  if (const CUresult entered = enter("cuStreamGetCaptureInfo")) return entered;
+  if (!live_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (status != nullptr) *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (dependencies != nullptr) *dependencies = nullptr;
+  if (count != nullptr) *count = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream, CUgraphNode*, const CUgraphEdgeData*,
+                                                   size_t, unsigned int) {
+  if (const CUresult status = enter("cuStreamUpdateCaptureDependencies")) return status;
+  return CUDA_ERROR_ILLEGAL_STATE;  // no stream is ever capturing here
+}
+
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long) {
   if (const CUresult status = enter("cuGraphInstantiateWithFlags")) return status;
   return CUDA_ERROR_NOT_SUPPORTED;
