@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -68,6 +69,63 @@ struct LaunchCost {
 };
 
 }  // namespace
+
+// A simulated capture of launches with footprints (KILN_GRAPH_BRANCHES=1, launch_footprint.h):
+// which launches the dispatcher makes siblings, and what each comes after.
+TEST(FakeDriverDispatch, CapturedLaunchesThatTouchDisjointMemoryBecomeSiblings) {
+  setenv("KILN_GRAPH_BRANCHES", "1", 1);  // before the dispatcher first reads it
+  ASSERT_TRUE(Dispatcher::branches());
+  fake::simulate_captures(true);
+  struct Simulation {
+    ~Simulation() { fake::simulate_captures(false); }
+  } simulation;
+  Dispatcher dispatcher(gpu().context, gpu().stream, 0);
+  auto touching = [](std::uint64_t read, std::uint64_t write) {
+    kiln::cuda::LaunchFootprint f;
+    f.add(read, 64, false);
+    f.add(write, 64, true);
+    return f;
+  };
+  auto launch = [&](std::uint64_t word, const kiln::cuda::LaunchFootprint* footprint) {
+    dispatcher.submit("op", gpu().kernel, 1, 32, 0, &word, sizeof word, footprint);
+  };
+  const CUstream stream = gpu().stream;
+  for (int capture = 0; capture < 2; ++capture) {
+    ASSERT_EQ(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    const auto a = touching(0x5000, 0x1000), b = touching(0x5000, 0x2000);
+    const auto c = touching(0x6000, 0x3000), d = touching(0x1000 + 32, 0x4000);
+    const auto f = touching(0x7000, 0x8000), g = touching(0x7000, 0x9000);
+    launch(0, &a);       // a group of one
+    launch(1, &b);       // reads what a reads, writes elsewhere: beside a
+    launch(2, &c);       // beside both
+    launch(3, &d);       // reads what a wrote: after the three
+    launch(4, nullptr);  // no footprint: after d
+    launch(5, &f);       // a new group after 4 (the stream no longer ends at d)
+    launch(6, &g);       // beside 5
+    launch(7, nullptr);  // after 5 and 6
+    dispatcher.drain();
+    CUgraph graph = nullptr;
+    ASSERT_EQ(cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+    const std::vector<fake::CapturedNode> nodes = fake::captured_nodes();
+    ASSERT_EQ(nodes.size(), 8u) << "capture " << capture;
+    const std::vector<std::vector<std::size_t>> after = {{},  {},  {},  {0, 1, 2},
+                                                         {3}, {4}, {4}, {5, 6}};
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      EXPECT_EQ(nodes[i].first_word, i) << "capture " << capture;
+      std::vector<std::size_t> got = nodes[i].after;
+      std::sort(got.begin(), got.end());
+      // (The second capture's node handles are the first's again: the group must not carry over.)
+      EXPECT_EQ(got, after[i]) << "capture " << capture << ", node " << i;
+    }
+  }
+  // Outside a capture a footprint changes nothing: the launch is made.
+  fake::record_launches();
+  const auto a = touching(0x5000, 0x1000);
+  launch(9, &a);
+  dispatcher.drain();
+  ASSERT_EQ(fake::launch_log().size(), 1u);
+  EXPECT_EQ(fake::launch_log()[0].first_word, 9u);
+}
 
 TEST(FakeDriverDispatch, StopHandsEveryQueuedLaunchToTheDriverInOrder) {
   const LaunchCost cost(20);

@@ -82,6 +82,18 @@ std::atomic<bool> g_recording{false};
 std::mutex g_log_mutex;
 std::vector<kiln::fake_cuda::LaunchRecord> g_log;
 
+// The simulated stream capture (fake_cuda_control.h), under g_capture_mutex: one stream at a time.
+std::atomic<bool> g_simulate_captures{false};
+std::mutex g_capture_mutex;
+CUstream g_capturing = nullptr;  // the stream being captured, if any
+cuuint64_t g_capture_id = 0;
+std::vector<kiln::fake_cuda::CapturedNode> g_nodes;
+std::vector<CUgraphNode> g_frontier;  // what the next captured launch comes after
+
+CUgraphNode node_handle(std::size_t position) {
+  return reinterpret_cast<CUgraphNode>(position + 1);
+}
+
 [[noreturn]] void die(const char* call, const char* what) {
   std::fprintf(stderr, "[fake cuda] %s: %s (pid %d)\n", call, what, static_cast<int>(getpid()));
   std::fflush(stderr);
@@ -196,6 +208,13 @@ void record_launches() {
 std::vector<LaunchRecord> launch_log() {
   std::lock_guard lock(g_log_mutex);
   return g_log;
+}
+
+void simulate_captures(bool on) { g_simulate_captures.store(on); }
+
+std::vector<CapturedNode> captured_nodes() {
+  std::lock_guard lock(g_capture_mutex);
+  return g_nodes;
 }
 
 }  // namespace kiln::fake_cuda
@@ -410,33 +429,61 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int)
 
 // Graphs: the fake records no work, so it captures nothing; it refuses, as a driver without
 // graph support would, and the backend reports that at capture.
+// (Simulated where a test asks: fake_cuda_control.h.)
 CUresult CUDAAPI cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode) {
   if (const CUresult status = enter("cuStreamBeginCapture")) return status;
-  return live_stream(stream) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_HANDLE;
-}
-
-CUresult CUDAAPI cuStreamEndCapture(CUstream, CUgraph* graph) {
-  if (const CUresult status = enter("cuStreamEndCapture")) return status;
-  if (graph != nullptr) *graph = nullptr;
-  return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-}
-
-// Never capturing (captures are refused above): the dispatcher launches as it does outside one.
-CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*,
-                                        CUgraph*, const CUgraphNode** dependencies,
-                                        const CUgraphEdgeData**, size_t* count) {
-  if (const CUresult entered = enter("cuStreamGetCaptureInfo")) return entered;
   if (!live_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  if (status != nullptr) *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (dependencies != nullptr) *dependencies = nullptr;
-  if (count != nullptr) *count = 0;
+  if (!g_simulate_captures.load()) return CUDA_ERROR_NOT_SUPPORTED;
+  std::lock_guard lock(g_capture_mutex);
+  if (g_capturing != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  g_capturing = stream;
+  ++g_capture_id;
+  g_nodes.clear();
+  g_frontier.clear();
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream, CUgraphNode*, const CUgraphEdgeData*,
-                                                   size_t, unsigned int) {
+CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* graph) {
+  if (const CUresult status = enter("cuStreamEndCapture")) return status;
+  if (graph != nullptr) *graph = nullptr;
+  std::lock_guard lock(g_capture_mutex);
+  if (g_capturing == nullptr || g_capturing != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  g_capturing = nullptr;
+  return CUDA_SUCCESS;
+}
+
+// Captures exist only where a test simulates them (fake_cuda_control.h).
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status,
+                                        cuuint64_t* id, CUgraph*, const CUgraphNode** dependencies,
+                                        const CUgraphEdgeData**, size_t* count) {
+  if (const CUresult entered = enter("cuStreamGetCaptureInfo")) return entered;
+  if (!live_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard lock(g_capture_mutex);
+  const bool active = g_capturing == stream;
+  if (status != nullptr) {
+    *status = active ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  if (id != nullptr) *id = active ? g_capture_id : 0;
+  if (dependencies != nullptr) *dependencies = active ? g_frontier.data() : nullptr;
+  if (count != nullptr) *count = active ? g_frontier.size() : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream stream, CUgraphNode* dependencies,
+                                                   const CUgraphEdgeData* data, size_t count,
+                                                   unsigned int flags) {
   if (const CUresult status = enter("cuStreamUpdateCaptureDependencies")) return status;
-  return CUDA_ERROR_ILLEGAL_STATE;  // no stream is ever capturing here
+  std::lock_guard lock(g_capture_mutex);
+  if (g_capturing == nullptr || g_capturing != stream) return CUDA_ERROR_ILLEGAL_STATE;
+  if (data != nullptr || flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+    return CUDA_ERROR_NOT_SUPPORTED;  // the only form kiln uses
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const auto position = reinterpret_cast<std::uintptr_t>(dependencies[i]);
+    if (position == 0 || position > g_nodes.size()) return CUDA_ERROR_INVALID_VALUE;
+  }
+  g_frontier.assign(dependencies, dependencies + count);
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long) {
@@ -681,6 +728,20 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x, unsign
     if (parameters != nullptr) std::memcpy(&first, parameters[0], sizeof first);
     std::lock_guard lock(g_log_mutex);
     g_log.push_back({first, std::this_thread::get_id()});
+  }
+  if (g_simulate_captures.load()) {
+    std::lock_guard lock(g_capture_mutex);
+    if (g_capturing == stream) {
+      kiln::fake_cuda::CapturedNode node;
+      if (parameters != nullptr)
+        std::memcpy(&node.first_word, parameters[0], sizeof(std::uint64_t));
+      for (CUgraphNode after : g_frontier) {
+        node.after.push_back(reinterpret_cast<std::uintptr_t>(after) - 1);
+      }
+      g_nodes.push_back(std::move(node));
+      g_frontier.assign(1, node_handle(g_nodes.size() - 1));
+      return CUDA_SUCCESS;  // captured, not run
+    }
   }
   g_launches.fetch_add(1, std::memory_order_seq_cst);
   return CUDA_SUCCESS;

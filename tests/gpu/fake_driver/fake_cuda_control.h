@@ -21,4 +21,17 @@ void set_launch_microseconds(int microseconds);
 void record_launches();
 std::vector<LaunchRecord> launch_log();
 
+// Stream captures: refused (as a driver without graphs would) unless simulated. A simulated
+// capture keeps the captured launches as nodes with the nodes each comes after, and answers
+// cuStreamGetCaptureInfo and cuStreamUpdateCaptureDependencies (SET) as the driver documents;
+// cuStreamEndCapture gives no graph (nullptr) and succeeds. Node handles are the nodes' positions
+// plus one in the capture, so a later capture's handles repeat an earlier one's.
+struct CapturedNode {
+  std::uint64_t first_word = 0;    // of the launch's parameter block
+  std::vector<std::size_t> after;  // positions of the nodes this one depends on
+};
+void simulate_captures(bool on);
+// The nodes of the current or last simulated capture.
+std::vector<CapturedNode> captured_nodes();
+
 }  // namespace kiln::fake_cuda
