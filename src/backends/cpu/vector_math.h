@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #if defined(KILN_HAVE_LIBMVEC) && (defined(__AVX512F__) || defined(__AVX2__))
 #include <immintrin.h>
@@ -105,6 +106,21 @@ struct MaskLanes<double> {
 // stores (attention's masking pass).
 template <class C>
 inline void fill_where(C* v, const bool* mask, std::int64_t n, C value) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if constexpr (std::is_same_v<C, float>) {
+    // A byte test makes the lane mask at once (GCC widens the bools below byte by byte).
+    const __m512 fill = _mm512_set1_ps(value);
+    const __m128i ones = _mm_set1_epi8(-1);
+    std::int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+      const __mmask16 m =
+          _mm_test_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mask + k)), ones);
+      _mm512_mask_storeu_ps(v + k, m, fill);
+    }
+    for (; k < n; ++k) v[k] = mask[k] ? value : v[k];
+    return;
+  }
+#endif
   using Lanes = vector64_t<C>;
   constexpr std::int64_t kLanes = 64 / sizeof(C);
   using Bytes = typename MaskLanes<C>::bytes;
