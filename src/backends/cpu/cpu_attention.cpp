@@ -72,12 +72,13 @@ void attention_kernel(const AttentionArgs<T>& args) {
   const std::int64_t blocks_per_head = (sq + block - 1) / block;
   const std::int64_t tasks = batch * heads * blocks_per_head;
 
-  auto run = [&](std::int64_t task, detail::Buffer<T>& scores) {
+  auto run = [&](std::int64_t task, detail::Buffer<T>& scores, detail::Buffer<T>& inverse) {
     const std::int64_t bh = task / blocks_per_head;
     const std::int64_t b = bh / heads, h = bh % heads;
     const std::int64_t i0 = (task % blocks_per_head) * block;
     const std::int64_t rows = std::min(block, sq - i0);
     scores.resize(static_cast<std::size_t>(rows * sk));
+    inverse.resize(static_cast<std::size_t>(rows));
     const T* qp = args.q->template data_as<const T>() + b * qs[0] + h * qs[1] + i0 * qs[2];
     const T* kp = args.k->template data_as<const T>() + b * ks[0] + h * ks[1];
     const T* vp = args.v->template data_as<const T>() + b * vs[0] + h * vs[1];
@@ -115,6 +116,7 @@ void attention_kernel(const AttentionArgs<T>& args) {
         if (max == kExcluded) {
           // Every key excluded: zero weights (NaN scores in the row still propagate).
           for (std::int64_t j = 0; j < sk; ++j) s[j] = s[j] == kExcluded ? T(0) : s[j] * T(0);
+          inverse[static_cast<std::size_t>(r)] = T(1);
           continue;
         }
         // The exponentials and their sum: libmvec's vector exp for f32 (vector_math.h).
@@ -127,27 +129,34 @@ void attention_kernel(const AttentionArgs<T>& args) {
             sum += static_cast<double>(s[j]);
           }
         }
-        const T inv = static_cast<T>(1.0 / sum);
-        for (std::int64_t j = 0; j < sk; ++j) s[j] *= inv;
+        // The weights stay unnormalised: their sum divides the row's output once the product
+        // has made it (dv values a row, not sk; and the next row's exponentials need not wait
+        // for this row's division).
+        inverse[static_cast<std::size_t>(r)] = static_cast<T>(1.0 / sum);
       }
     };
     parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(sk, 1)),
                  softmax_rows);
-    // out = weights v
+    // out = weights v, each row divided by its weights' sum
     gemm<T>({scores.data(), rows, sk, sk, 1}, {vp, sk, dv, vs[2], vs[3]}, {op, rows, dv, dv, 1},
             T(1), T(0));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T inv = inverse[static_cast<std::size_t>(r)];
+      T* row = op + r * dv;
+      for (std::int64_t j = 0; j < dv; ++j) row[j] *= inv;
+    }
   };
 
   if (parallel_blocks && tasks > 1) {
     // Tiny heads stay on one thread.
     const std::int64_t grain = std::max<std::int64_t>(1, kMinThreadWork / (block * row_work));
     parallel_for(tasks, grain, [&](std::int64_t begin, std::int64_t end) {
-      detail::Buffer<T> scores;
-      for (std::int64_t t = begin; t < end; ++t) run(t, scores);
+      detail::Buffer<T> scores, inverse;
+      for (std::int64_t t = begin; t < end; ++t) run(t, scores, inverse);
     });
   } else {
-    detail::Buffer<T> scores;
-    for (std::int64_t t = 0; t < tasks; ++t) run(t, scores);
+    detail::Buffer<T> scores, inverse;
+    for (std::int64_t t = 0; t < tasks; ++t) run(t, scores, inverse);
   }
 }
 
