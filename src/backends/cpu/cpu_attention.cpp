@@ -1,6 +1,8 @@
 // Scaled dot-product attention: per (batch, head) and block of query rows,
 // scores = scale * q k^T + bias, masked, softmax over keys, times v. Two gemms per block; the
-// score block stays bounded, so long sequences never allocate [Sq, Sk] at once.
+// score block stays bounded, so long sequences never allocate [Sq, Sk] at once. The softmax's
+// division comes last: the unnormalised weights times v, each output row then divided by its
+// weights' sum.
 //
 // Masking: a true mask entry, or (is_causal) a key after the query (j > i, top-left aligned as
 // in PyTorch), is excluded. A row with every key excluded gets all-zero weights, so its output
