@@ -106,36 +106,35 @@ struct MaskLanes<double> {
 // stores (attention's masking pass).
 template <class C>
 inline void fill_where(C* v, const bool* mask, std::int64_t n, C value) {
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  std::int64_t k = 0;
+#if defined(KILN_VECTOR_MATH) && defined(__AVX512BW__) && defined(__AVX512VL__)
   if constexpr (std::is_same_v<C, float>) {
     // A byte test makes the lane mask at once (GCC widens the bools below byte by byte).
     const __m512 fill = _mm512_set1_ps(value);
     const __m128i ones = _mm_set1_epi8(-1);
-    std::int64_t k = 0;
     for (; k + 16 <= n; k += 16) {
       const __mmask16 m =
           _mm_test_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mask + k)), ones);
       _mm512_mask_storeu_ps(v + k, m, fill);
     }
-    for (; k < n; ++k) v[k] = mask[k] ? value : v[k];
-    return;
-  }
+  } else
 #endif
-  using Lanes = vector64_t<C>;
-  constexpr std::int64_t kLanes = 64 / sizeof(C);
-  using Bytes = typename MaskLanes<C>::bytes;
-  using Masks = typename MaskLanes<C>::masks;
-  Lanes fill;
-  for (std::int64_t j = 0; j < kLanes; ++j) fill[j] = value;
-  std::int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes) {
-    Bytes b;
-    std::memcpy(&b, mask + k, sizeof b);
-    const Masks m = __builtin_convertvector(b, Masks) != 0;
-    Lanes x;
-    std::memcpy(&x, v + k, sizeof x);
-    x = m ? fill : x;
-    std::memcpy(v + k, &x, sizeof x);
+  {
+    using Lanes = vector64_t<C>;
+    constexpr std::int64_t kLanes = 64 / sizeof(C);
+    using Bytes = typename MaskLanes<C>::bytes;
+    using Masks = typename MaskLanes<C>::masks;
+    Lanes fill;
+    for (std::int64_t j = 0; j < kLanes; ++j) fill[j] = value;
+    for (; k + kLanes <= n; k += kLanes) {
+      Bytes b;
+      std::memcpy(&b, mask + k, sizeof b);
+      const Masks m = __builtin_convertvector(b, Masks) != 0;
+      Lanes x;
+      std::memcpy(&x, v + k, sizeof x);
+      x = m ? fill : x;
+      std::memcpy(v + k, &x, sizeof x);
+    }
   }
   for (; k < n; ++k) v[k] = mask[k] ? value : v[k];
 }

@@ -241,6 +241,12 @@ void Dispatcher::refuse(const char* op, CUresult status) noexcept {
   refused_.store(true, std::memory_order_release);
 }
 
+void Dispatcher::end_branch_group() noexcept {
+  branch_base_.clear();
+  branch_nodes_.clear();
+  branch_group_.clear();
+}
+
 namespace {
 
 // Whether the stream's capture dependencies are exactly `nodes` (in any order).
@@ -270,9 +276,7 @@ bool Dispatcher::launch_captured(const char* op, CUfunction function, unsigned b
   if (capture != branch_capture_) {
     // A new capture: the nodes kept are an earlier graph's (whose addresses may come again).
     branch_capture_ = capture;
-    branch_base_.clear();
-    branch_nodes_.clear();
-    branch_group_.clear();
+    end_branch_group();
   }
   // A sibling only while the stream still ends at this group's nodes (anything captured since,
   // a copy or a library call, made a node the next launch must follow) and it conflicts with
@@ -284,17 +288,15 @@ bool Dispatcher::launch_captured(const char* op, CUfunction function, unsigned b
     sibling = false;  // the stream still ends at the group: the launch follows all of it
   }
   if (!sibling) {
+    end_branch_group();
     branch_base_.assign(dependencies, dependencies + count);
-    branch_nodes_.clear();
-    branch_group_.clear();
   }
   void* args[] = {params};
   const CUresult launched =
       cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes, stream_, args, nullptr);
   if (launched != CUDA_SUCCESS) {
     refuse(op, launched);
-    branch_nodes_.clear();
-    branch_group_.clear();
+    end_branch_group();
     return true;
   }
   // The stream now ends at the new node alone; the group's next launch, or whatever comes
@@ -302,8 +304,7 @@ bool Dispatcher::launch_captured(const char* op, CUfunction function, unsigned b
   if (cuStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, &dependencies, nullptr, &count) !=
           CUDA_SUCCESS ||
       count != 1) {
-    branch_nodes_.clear();
-    branch_group_.clear();
+    end_branch_group();
     return true;
   }
   branch_nodes_.push_back(dependencies[0]);

@@ -96,6 +96,7 @@ class Dispatcher {
   bool launch_captured(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                        unsigned shared_bytes, void* params,
                        const LaunchFootprint& footprint) noexcept;
+  void end_branch_group() noexcept;  // no group: the next captured launch starts one
   void refuse(const char* op, CUresult status) noexcept;  // records the first refusal
   void run() noexcept;                                    // the launcher thread
   void close_ring() noexcept;  // the launcher's last act: nothing is queued after it

@@ -404,12 +404,12 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
     const std::int64_t vectors = n / width;
     const auto blocks = static_cast<unsigned>(
         std::clamp<std::int64_t>((vectors + threads - 1) / threads, 1, std::int64_t{1} << 30));
-    runtime.launch(name, function(KernelLayout::Wide, "kiln_fused_vec"), blocks, threads, p,
-                   footprint);
+    runtime.launch(name, function(KernelLayout::Wide, "kiln_fused_vec"), blocks, threads, p, 0,
+                   &footprint);
     return results;
   }
   runtime.launch(name, function(KernelLayout::Flat, "kiln_fused_flat"), runtime.blocks_for(n, 256),
-                 256, p, footprint);
+                 256, p, 0, &footprint);
   return results;
 }
 

@@ -24,22 +24,16 @@ struct Runtime {
 
   // A fresh contiguous tensor (contents uninitialised).
   TensorPtr make_tensor(DType dtype, const Shape& shape, const char* op);
-  // Launches function with one parameter block (copied) on the device's stream, 1-D grid.
+  // Launches function with one parameter block (copied) on the device's stream, 1-D grid. With
+  // the memory the kernel reads and writes (footprint), inside a CUDA graph capture it may run
+  // beside the launches before it that it does not conflict with (launch_footprint.h).
   template <class Params>
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-              const Params& params, unsigned shared_bytes = 0) {
+              const Params& params, unsigned shared_bytes = 0,
+              const LaunchFootprint* footprint = nullptr) {
     static_assert(!std::is_pointer_v<Params>, "pass the parameter struct, not its address");
     static_assert(sizeof(Params) <= Dispatcher::kMaxParamBytes, "grow Dispatcher::kMaxParamBytes");
-    launch_bytes(op, function, blocks, threads, &params, sizeof(Params), shared_bytes);
-  }
-  // The same with the memory the kernel reads and writes: inside a CUDA graph capture it may
-  // run beside the launches before it that it does not conflict with (launch_footprint.h).
-  template <class Params>
-  void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-              const Params& params, const LaunchFootprint& footprint) {
-    static_assert(!std::is_pointer_v<Params>, "pass the parameter struct, not its address");
-    static_assert(sizeof(Params) <= Dispatcher::kMaxParamBytes, "grow Dispatcher::kMaxParamBytes");
-    launch_bytes(op, function, blocks, threads, &params, sizeof(Params), 0, &footprint);
+    launch_bytes(op, function, blocks, threads, &params, sizeof(Params), shared_bytes, footprint);
   }
   // Blocks for a grid-stride loop over n items.
   unsigned blocks_for(std::int64_t n, unsigned threads) const;
@@ -51,7 +45,7 @@ struct Runtime {
  private:
   void launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                     const void* params, std::size_t bytes, unsigned shared_bytes,
-                    const LaunchFootprint* footprint = nullptr);
+                    const LaunchFootprint* footprint);
   Device device_;
 };
 
