@@ -92,6 +92,11 @@ struct InterpolateOptions {
 struct AttentionOptions {
   std::optional<double> scale;  // default 1/sqrt(dim)
   bool is_causal = false;
+  // Dropout on the attention weights (PyTorch's dropout_p), in [0, 1]: each weight is zeroed
+  // with this probability and the kept ones are scaled by 1 / (1 - dropout). Each call draws a
+  // fresh mask from the device's random stream (Device::seed reproduces it), which the
+  // backward pass remakes rather than stores. The fused kernels apply it in place; 0: none.
+  double dropout = 0.0;
   bool operator==(const AttentionOptions&) const = default;
 };
 

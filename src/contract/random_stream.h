@@ -18,6 +18,16 @@ struct RandomStream {
   bool operator==(const RandomStream&) const = default;
 };
 
+// The hash behind every random number the backends make (SplitMix64's finaliser): value c of a
+// stream with seed s hashes mix64(s) ^ c. CUDA kernels carry the same function (k_mix64,
+// kernel_source.cpp), so either device draws the same numbers.
+inline std::uint64_t mix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 // While one lives on a thread, the next random op a backend runs on that thread draws at `at`
 // instead of taking the next values of the device's stream (a backend whose reserve_random
 // answers reads it with take_pinned_random). Scoped: a place not taken is dropped at the end.

@@ -156,6 +156,7 @@ void mix_attribute(Hasher& hash, const Param& param, const Attribute& attribute)
         } else if constexpr (std::is_same_v<T, AttentionOptions>) {
           hash.mix(value.scale.has_value());
           hash.mix(value.is_causal);
+          hash.mix(value.dropout > 0);
         } else if constexpr (std::is_same_v<T, QuantScheme>) {
           hash.mix(static_cast<std::uint64_t>(value.kind));
           hash.mix(static_cast<std::uint64_t>(value.block_size));
@@ -283,7 +284,7 @@ bool same_attribute(const Attribute& a, const Attribute& b) {
           return x.kind == y.kind && same_bits(x.a, y.a) && same_bits(x.b, y.b);
         } else if constexpr (std::is_same_v<T, AttentionOptions>) {
           return x.is_causal == y.is_causal && x.scale.has_value() == y.scale.has_value() &&
-                 (!x.scale || same_bits(*x.scale, *y.scale));
+                 (!x.scale || same_bits(*x.scale, *y.scale)) && same_bits(x.dropout, y.dropout);
         } else if constexpr (std::is_same_v<T, TensorData>) {
           const auto bx = x.bytes();
           const auto by = y.bytes();
@@ -356,7 +357,8 @@ std::string to_string(const Attribute& attribute) {
                  ", align_corners=" + (value.align_corners ? "true" : "false") + "}";
         } else if constexpr (std::is_same_v<T, AttentionOptions>) {
           return "{scale=" + (value.scale ? number(*value.scale) : std::string("default")) +
-                 ", is_causal=" + (value.is_causal ? "true" : "false") + "}";
+                 ", is_causal=" + (value.is_causal ? "true" : "false") +
+                 (value.dropout > 0 ? ", dropout=" + number(value.dropout) : std::string()) + "}";
         } else if constexpr (std::is_same_v<T, QuantScheme>) {
           return kiln::detail::concat("{kind=", quant_kind_name(value.kind),
                                       ", block_size=", value.block_size, "}");

@@ -188,8 +188,8 @@ void validate(const Program& program);
 inline constexpr std::uint32_t kWireMagic = 0x52494b4b;  // "KKIR" little-endian
 // 2: QuantScheme names its block kind and QFloat data carries its scheme. 3: process groups and
 // the reductions max and min (the collectives). 4: a QFloat tensor type carries its scheme and
-// axes.
-inline constexpr std::uint32_t kWireVersion = 4;
+// axes. 5: attention's dropout (a seed operand, and its probability in AttentionOptions).
+inline constexpr std::uint32_t kWireVersion = 5;
 
 // Little-endian, length-prefixed:
 //   u32 magic, u32 version, u64 kBackendContractHash,

@@ -105,6 +105,7 @@ void write_attribute(Writer& out, const Attribute& attribute) {
           out.boolean(value.scale.has_value());
           out.f64(value.scale.value_or(0.0));
           out.boolean(value.is_causal);
+          out.f64(value.dropout);
         } else if constexpr (std::is_same_v<T, QuantScheme>) {
           write_scheme(out, value);
         } else if constexpr (std::is_same_v<T, DeviceAttr>) {
@@ -284,6 +285,7 @@ Attribute read_attribute(Reader& in) {
       const double scale = in.f64("attention scale");
       if (has_scale) o.scale = scale;
       o.is_causal = in.boolean("attention is_causal");
+      o.dropout = in.f64("attention dropout");
       return o;
     }
     case AttributeKind::QuantScheme: {

@@ -16,8 +16,8 @@ Tensor<4> split_heads(const Tensor<3>& x, std::int64_t heads);
 Tensor<3> merge_heads(const Tensor<4>& x);
 
 // softmax(q kᵀ / sqrt(D), excluded and, with is_causal, later keys left out) v; a query with
-// every key excluded gets zero weights. dropout > 0 drops attention weights (callers pass 0
-// outside training).
+// every key excluded gets zero weights. dropout > 0 drops attention weights inside the fused op
+// (callers pass 0 outside training).
 Tensor<4> attend_heads(const Tensor<4>& q, const Tensor<4>& k, const Tensor<4>& v,
                        const std::optional<Tensor<4, Bool>>& excluded, bool is_causal,
                        double dropout);

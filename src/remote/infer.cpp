@@ -1395,7 +1395,18 @@ Types infer_batch_norm(const Context& c, const TensorType& x, const TensorType& 
 // softmax(q k^T * scale + bias, masked) v on [batch, heads, seq, dim]; batch and heads broadcast.
 Types infer_attention(const Context& c, const TensorType& query, const TensorType& key,
                       const TensorType& value, const TensorType* mask, const TensorType* bias,
-                      const AttentionOptions& options) {
+                      const TensorType* dropout_seed, const AttentionOptions& options) {
+  if (!(options.dropout >= 0.0 && options.dropout <= 1.0)) {
+    fail<InvalidArgument>(c.op, "dropout must be in [0, 1], got ", options.dropout);
+  }
+  if ((dropout_seed != nullptr) != (options.dropout > 0.0)) {
+    fail<InvalidArgument>(c.op, "a dropout seed goes with a dropout above 0 (dropout ",
+                          options.dropout, ", ", dropout_seed ? "a seed" : "no seed", ")");
+  }
+  if (dropout_seed && (dropout_seed->dtype != DType::I64 || dropout_seed->shape != Shape{1})) {
+    fail<InvalidArgument>(c.op, "the dropout seed must be I64 [1], got ",
+                          dtype_text(dropout_seed->dtype), " ", dropout_seed->shape.to_string());
+  }
   check_float(c, query, "the query");
   check_float(c, key, "the key");
   check_float(c, value, "the value");
@@ -1449,8 +1460,10 @@ Types infer_attention(const Context& c, const TensorType& query, const TensorTyp
 void check_attention_backward(const Context& c, const TensorType& query, const TensorType& key,
                               const TensorType& value, const TensorType& output,
                               const TensorType& output_grad, const TensorType* mask,
-                              const TensorType* bias, const AttentionOptions& options) {
-  const TensorType forward = infer_attention(c, query, key, value, mask, bias, options)[0];
+                              const TensorType* bias, const TensorType* dropout_seed,
+                              const AttentionOptions& options) {
+  const TensorType forward =
+      infer_attention(c, query, key, value, mask, bias, dropout_seed, options)[0];
   for (const TensorType* t : {&output, &output_grad}) {
     const char* what = t == &output ? "output" : "output gradient";
     if (t->shape != forward.shape) {
@@ -1465,8 +1478,10 @@ Types infer_attention_query_backward(const Context& c, const TensorType& query,
                                      const TensorType& key, const TensorType& value,
                                      const TensorType& output, const TensorType& output_grad,
                                      const TensorType* mask, const TensorType* bias,
+                                     const TensorType* dropout_seed,
                                      const AttentionOptions& options) {
-  check_attention_backward(c, query, key, value, output, output_grad, mask, bias, options);
+  check_attention_backward(c, query, key, value, output, output_grad, mask, bias, dropout_seed,
+                           options);
   return {query};
 }
 
@@ -1474,8 +1489,10 @@ Types infer_attention_key_value_backward(const Context& c, const TensorType& que
                                          const TensorType& key, const TensorType& value,
                                          const TensorType& output, const TensorType& output_grad,
                                          const TensorType* mask, const TensorType* bias,
+                                         const TensorType* dropout_seed,
                                          const AttentionOptions& options) {
-  check_attention_backward(c, query, key, value, output, output_grad, mask, bias, options);
+  check_attention_backward(c, query, key, value, output, output_grad, mask, bias, dropout_seed,
+                           options);
   return {key, value};
 }
 

@@ -241,13 +241,24 @@ Primitive attention(Primitive query, Primitive key, Primitive value, std::option
   if (options.scale && !std::isfinite(*options.scale)) {
     fail<InvalidArgument>(op, "scale must be finite, got ", *options.scale);
   }
+  if (!(options.dropout >= 0.0 && options.dropout <= 1.0)) {
+    fail<InvalidArgument>(op, "dropout must be in [0, 1], got ", options.dropout);
+  }
   if (bias) {
     promote_all({&query, &key, &value, &*bias}, op);
   } else {
     promote_all({&query, &key, &value}, op);
   }
+  // The mask's seed, from the device's random stream (contract/attention_dropout.h): a tensor,
+  // so that a captured region draws a new one before each replay. 2^53: every integer a double
+  // holds.
+  std::optional<Primitive> dropout_seed;
+  if (options.dropout > 0.0) {
+    dropout_seed =
+        backend.random(Shape{1}, Distribution::uniform(0.0, 0x1.0p53), DType::I64, query->device());
+  }
   return backend.attention(std::move(query), std::move(key), std::move(value), std::move(mask),
-                           std::move(bias), options);
+                           std::move(bias), std::move(dropout_seed), options);
 }
 
 }  // namespace kiln::detail

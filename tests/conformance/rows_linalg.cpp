@@ -378,7 +378,26 @@ struct AttentionCase {
   std::optional<Shape> mask, bias;
   AttentionOptions options;
   bool fully_masked_row = false;  // mask every key of query row 0
+  std::int64_t dropout_seed = 0;  // the seed operand's value where options.dropout > 0
 };
+
+// Attention dropout's mask as the op documents it (ops.def; contract/attention_dropout.h),
+// written out again here: SplitMix64's finaliser, key = mix(seed), score n (row-major over
+// [B, H, Sq, Sk]) kept when mix(key ^ n) >> 40 >= round(p * 2^24); kept weights times 1/(1-p).
+std::uint64_t splitmix_finaliser(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+double dropout_factor(const AttentionCase& c, std::uint64_t score) {
+  const double p = c.options.dropout;
+  if (p <= 0) return 1.0;
+  const std::uint64_t key = splitmix_finaliser(static_cast<std::uint64_t>(c.dropout_seed));
+  const double bits = static_cast<double>(splitmix_finaliser(key ^ score) >> 40);
+  if (bits < std::nearbyint(p * 16777216.0)) return 0.0;
+  return p >= 1 ? 0.0 : static_cast<double>(static_cast<float>(1.0 / (1.0 - p)));
+}
 
 // Flat index of element (b, h, i, j) of a row-major rank-4 operand broadcast over its size-1
 // dims.
@@ -456,15 +475,18 @@ AttentionRun attention_run(const AttentionCase& c, DType dtype, std::uint64_t se
         for (std::int64_t j = 0; j < sk; ++j) {
           double& w = p[static_cast<std::size_t>(j)];
           w = sum > 0 ? w / sum : 0.0;
+          // Dropout: the output takes w m, and dP = m (g vᵀ).
+          const double m =
+              dropout_factor(c, static_cast<std::uint64_t>(((b * heads + h) * sq + i) * sk + j));
           double grad = 0;
           for (std::int64_t e = 0; e < dv; ++e) {
             const double g = r.grad[index4(r.out_shape, b, h, i, e)];
             grad += g * at4(r.v, c.v, b, h, j, e);
-            r.out[index4(r.out_shape, b, h, i, e)] += w * at4(r.v, c.v, b, h, j, e);
-            r.dv[index4(c.v, b, h, j, e)] += w * g;
+            r.out[index4(r.out_shape, b, h, i, e)] += w * m * at4(r.v, c.v, b, h, j, e);
+            r.dv[index4(c.v, b, h, j, e)] += w * m * g;
           }
-          dp[static_cast<std::size_t>(j)] = grad;
-          dot += w * grad;
+          dp[static_cast<std::size_t>(j)] = grad * m;
+          dot += w * grad * m;
         }
         for (std::int64_t j = 0; j < sk && gradients; ++j) {
           const double ds =
@@ -482,7 +504,15 @@ AttentionRun attention_run(const AttentionCase& c, DType dtype, std::uint64_t se
 
 std::string describe(const Device& device, DType dtype, Layout layout, const AttentionCase& c) {
   return context(device, dtype, layout, c.q) + " k " + c.k.to_string() + (c.mask ? " mask" : "") +
-         (c.bias ? " bias" : "") + (c.options.is_causal ? " causal" : "");
+         (c.bias ? " bias" : "") + (c.options.is_causal ? " causal" : "") +
+         (c.options.dropout > 0 ? " dropout " + std::to_string(c.options.dropout) : "");
+}
+
+// The seed operand of a case with dropout, on device.
+OptionalPrimitive dropout_seed(const AttentionCase& c, const Device& device) {
+  if (c.options.dropout <= 0) return std::nullopt;
+  return make_primitive({static_cast<double>(c.dropout_seed)}, Shape{1}, DType::I64,
+                        Layout::Contiguous, device);
 }
 
 void check_attention(const Device& device, DType dtype, Layout layout, const AttentionCase& c,
@@ -491,9 +521,14 @@ void check_attention(const Device& device, DType dtype, Layout layout, const Att
   std::optional<Primitive> pm, pb;
   if (c.mask) pm = make_primitive(r.mask, *c.mask, DType::Bool, other_layout(layout), device);
   if (c.bias) pb = make_primitive(r.bias, *c.bias, dtype, layout, device);
-  auto out = detail::attention(make_primitive(r.q, c.q, dtype, layout, device),
-                               make_primitive(r.k, c.k, dtype, other_layout(layout), device),
-                               make_primitive(r.v, c.v, dtype, layout, device), pm, pb, c.options);
+  const Primitive pq = make_primitive(r.q, c.q, dtype, layout, device);
+  const Primitive pk = make_primitive(r.k, c.k, dtype, other_layout(layout), device);
+  const Primitive pv = make_primitive(r.v, c.v, dtype, layout, device);
+  // With dropout the seed is given (the tensor layer would draw one): the backend's op itself.
+  const Primitive out =
+      c.options.dropout > 0
+          ? backend_for(device).attention(pq, pk, pv, pm, pb, dropout_seed(c, device), c.options)
+          : detail::attention(pq, pk, pv, pm, pb, c.options);
   expect_close(detail::into_data(out), r.out_shape, dtype, representable(r.out, dtype),
                "attention " + describe(device, dtype, layout, c), 4.0);
 }
@@ -514,11 +549,12 @@ void check_attention_backward(const Device& device, DType dtype, Layout layout,
   const Primitive pg = make_primitive(r.grad, r.out_shape, dtype, other_layout(layout), device);
   const std::string what = describe(device, dtype, layout, c);
   Backend& backend = backend_for(device);
-  expect_close(
-      detail::into_data(backend.attention_query_backward(pq, pk, pv, po, pg, pm, pb, c.options)),
-      c.q, dtype, representable(r.dq, dtype), "attention_query_backward " + what, 8.0);
+  const OptionalPrimitive seed_operand = dropout_seed(c, device);
+  expect_close(detail::into_data(backend.attention_query_backward(pq, pk, pv, po, pg, pm, pb,
+                                                                  seed_operand, c.options)),
+               c.q, dtype, representable(r.dq, dtype), "attention_query_backward " + what, 8.0);
   const auto [got_k, got_v] =
-      backend.attention_key_value_backward(pq, pk, pv, po, pg, pm, pb, c.options);
+      backend.attention_key_value_backward(pq, pk, pv, po, pg, pm, pb, seed_operand, c.options);
   expect_close(detail::into_data(got_k), c.k, dtype, representable(r.dk, dtype),
                "attention_key_value_backward dk " + what, 8.0);
   expect_close(detail::into_data(got_v), c.v, dtype, representable(r.dv, dtype),
@@ -551,6 +587,48 @@ std::vector<AttentionCase> attention_cases() {
       {{2, 1, 4, 3}, {2, 1, 5, 3}, {2, 1, 5, 3}, Shape{2, 1, 4, 5}, std::nullopt, {}, true},
       {{1, 1, 3, 4}, {1, 1, 0, 4}, {1, 1, 0, 2}, std::nullopt, std::nullopt, {}},  // no keys
       {{1, 2, 0, 4}, {1, 2, 3, 4}, {1, 2, 3, 4}, std::nullopt, std::nullopt, {}},  // no queries
+      // Dropout: with broadcasting, a mask, a bias and a scale; causal; a fully masked row;
+      // everything dropped; no queries.
+      {{2, 3, 5, 4},
+       {1, 3, 6, 4},
+       {1, 3, 6, 2},
+       Shape{2, 1, 5, 6},
+       Shape{1, 3, 5, 6},
+       {.scale = 0.3, .is_causal = false, .dropout = 0.3},
+       false,
+       918273},
+      {{1, 2, 5, 4},
+       {1, 2, 5, 4},
+       {1, 2, 5, 4},
+       std::nullopt,
+       std::nullopt,
+       {.scale = std::nullopt, .is_causal = true, .dropout = 0.5},
+       false,
+       (std::int64_t{1} << 52) + 77},
+      {{2, 1, 4, 3},
+       {2, 1, 5, 3},
+       {2, 1, 5, 3},
+       Shape{2, 1, 4, 5},
+       std::nullopt,
+       {.scale = std::nullopt, .is_causal = false, .dropout = 0.1},
+       true,
+       5},
+      {{1, 1, 3, 4},
+       {1, 1, 4, 4},
+       {1, 1, 4, 2},
+       std::nullopt,
+       std::nullopt,
+       {.scale = std::nullopt, .is_causal = false, .dropout = 1.0},
+       false,
+       12},
+      {{1, 2, 0, 4},
+       {1, 2, 3, 4},
+       {1, 2, 3, 4},
+       std::nullopt,
+       std::nullopt,
+       {.scale = std::nullopt, .is_causal = false, .dropout = 0.5},
+       false,
+       3},
   };
 }
 
@@ -577,6 +655,17 @@ KILN_CONFORMANCE_ROW(attention, ({"attention"})) {
         device, dtype, Layout::Transposed,
         {{1, 1, 10, 64}, {1, 1, 600, 64}, {1, 1, 600, 16}, std::nullopt, Shape{1, 1, 10, 600}, {}},
         seed += 5);
+    // Head dim 64 with dropout (the fused kernels' on cuda), keys cut by the tiles' ends.
+    check_attention(device, dtype, Layout::Contiguous,
+                    {{2, 2, 70, 64},
+                     {2, 2, 150, 64},
+                     {2, 2, 150, 64},
+                     Shape{2, 1, 1, 150},
+                     std::nullopt,
+                     {.scale = std::nullopt, .is_causal = true, .dropout = 0.15},
+                     false,
+                     314159},
+                    seed += 5);
   }
 }
 
@@ -604,6 +693,16 @@ KILN_CONFORMANCE_ROW(attention_backward,
         device, dtype, Layout::Transposed,
         {{2, 2, 40, 64}, {2, 1, 90, 64}, {2, 1, 90, 64}, std::nullopt, Shape{1, 2, 40, 90}, {}},
         seed += 5);
+    check_attention_backward(device, dtype, Layout::Contiguous,
+                             {{1, 2, 70, 64},
+                              {1, 2, 150, 64},
+                              {1, 2, 150, 64},
+                              Shape{1, 1, 1, 150},
+                              std::nullopt,
+                              {.scale = std::nullopt, .is_causal = true, .dropout = 0.2},
+                              false,
+                              271828},
+                             seed += 5);
   }
 }
 

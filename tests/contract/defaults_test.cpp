@@ -1036,14 +1036,19 @@ std::vector<Case> module_cases() {
              Primitive bias =
                  input(env, Shape{1, 2, 3, 5}, dtype, Layout::Contiguous, seed++, -1, 1, false);
              const std::string ctx = describe(dtype, layout, Shape{2, 2, 3, 4});
-             expect_same(
-                 KILN_BOTH(attention, q, k, v, std::nullopt, std::nullopt, AttentionOptions{}), ctx,
-                 8.0);
-             expect_same(KILN_BOTH(attention, q, k, v, mask, bias, AttentionOptions{0.7, false}),
+             const Primitive dropout_seed = exact(env, {918273.0}, Shape{1}, DType::I64);
+             expect_same(KILN_BOTH(attention, q, k, v, std::nullopt, std::nullopt, std::nullopt,
+                                   AttentionOptions{}),
+                         ctx, 8.0);
+             expect_same(KILN_BOTH(attention, q, k, v, mask, bias, std::nullopt,
+                                   AttentionOptions{0.7, false}),
                          ctx + " mask bias", 8.0);
-             expect_same(KILN_BOTH(attention, q, k, v, mask, std::nullopt,
+             expect_same(KILN_BOTH(attention, q, k, v, mask, std::nullopt, std::nullopt,
                                    AttentionOptions{std::nullopt, true}),
                          ctx + " causal", 8.0);
+             expect_same(KILN_BOTH(attention, q, k, v, mask, bias, dropout_seed,
+                                   AttentionOptions{std::nullopt, true, 0.4}),
+                         ctx + " causal mask bias dropout", 8.0);
            }
          }
        }});
@@ -1059,16 +1064,20 @@ std::vector<Case> module_cases() {
             input(env, Shape{1, 2, 3, 5}, dtype, Layout::Contiguous, seed++, -1, 1, false);
         Primitive g = input(env, Shape{2, 2, 3, 3}, dtype, layout, seed++, -1, 1, false);
         const std::string ctx = describe(dtype, layout, Shape{2, 2, 3, 4});
+        const Primitive dropout_seed = exact(env, {4242.0}, Shape{1}, DType::I64);
         for (const AttentionOptions options :
-             {AttentionOptions{}, AttentionOptions{std::nullopt, true}}) {
-          Primitive out = env.backend.attention(q, k, v, std::nullopt, bias, options);
+             {AttentionOptions{}, AttentionOptions{std::nullopt, true},
+              AttentionOptions{std::nullopt, true, 0.3}}) {
+          const OptionalPrimitive seed_in =
+              options.dropout > 0 ? OptionalPrimitive(dropout_seed) : std::nullopt;
+          Primitive out = env.backend.attention(q, k, v, std::nullopt, bias, seed_in, options);
           if (query) {
-            expect_same(
-                KILN_BOTH(attention_query_backward, q, k, v, out, g, std::nullopt, bias, options),
-                ctx, 8.0);
+            expect_same(KILN_BOTH(attention_query_backward, q, k, v, out, g, std::nullopt, bias,
+                                  seed_in, options),
+                        ctx, 8.0);
           } else {
             expect_same(KILN_BOTH(attention_key_value_backward, q, k, v, out, g, std::nullopt, bias,
-                                  options),
+                                  seed_in, options),
                         ctx, 8.0);
           }
         }

@@ -18,8 +18,10 @@
 #include "backends/cpu/cpu_tensor.h"
 #include "backends/cuda/attention_hopper.h"
 #include "backends/cuda/attention_kernels.h"
+#include "contract/attention_dropout.h"
 #include "gpu/attention_cases.h"
 #include "kernel_emulator.h"
+#include "runtime/registry.h"
 
 // The primitives attention_kernels.h declares for the host.
 namespace kiln::cuda::attention_kernels {
@@ -246,6 +248,83 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
   expect_near(wide(dv), want.dv, c.dtype, describe(c) + " dv");
 }
 
+// Dropout's bodies (kDropout: the forward pass, dq, dk and dv) for c's inputs against the CPU
+// backend's attention and gradients with the same seed, computed in float64 (the conformance
+// rows check those against float64 loops of their own). The backward pass takes the emulated
+// forward pass's output and its statistics from their own pass.
+template <int KD, bool kBf16, bool kMask, bool kBias>
+void check_dropout(const AttentionCase& c, const Inputs& in, std::uint64_t seed) {
+  const double probability = 0.3;
+  const std::int64_t seed_value = static_cast<std::int64_t>(seed) * 7919;
+  const kiln::AttentionDropout dropout(probability);
+  ka::KaParams p = params_of<KD>(c, in);
+  p.dropout_seed = reinterpret_cast<std::uintptr_t>(&seed_value);
+  p.dropout_threshold = dropout.threshold;
+  p.dropout_scale = dropout.scale;
+  const long long rows = c.batch * c.heads * c.queries;
+  const Shape out_shape{c.batch, c.heads, c.queries, KD};
+  std::vector<unsigned short> out(static_cast<std::size_t>(rows * KD), 0x7FC1);
+  p.out = reinterpret_cast<std::uintptr_t>(out.data());
+  p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
+  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false, true>);
+  std::vector<std::byte> bytes(out.size() * 2);
+  std::memcpy(bytes.data(), out.data(), bytes.size());
+  const TensorData got_out(std::move(bytes), out_shape, c.dtype);
+
+  kiln::Backend& cpu = kiln::backend_for(Device::cpu());
+  auto wide = [&](const Primitive& x) { return cpu.cast(x, DType::F64); };
+  const Primitive seed_operand =
+      kiln::detail::from_data(TensorData::from_vec(std::vector<std::int64_t>{seed_value}, Shape{1}),
+                              Device::cpu(), kiln::Kind::Int, 1);
+  const kiln::AttentionOptions options{
+      .scale = std::nullopt, .is_causal = c.causal, .dropout = probability};
+  std::optional<Primitive> bias;
+  if (in.bias) bias = wide(*in.bias);
+  // k and v at every head, as the kernels write dk and dv (the plugin sums broadcast heads).
+  const Shape keys_shape{c.batch, c.heads, c.keys, KD};
+  const Primitive q = wide(in.q), k = cpu.expand(wide(in.k), keys_shape),
+                  v = cpu.expand(wide(in.v), keys_shape);
+  const TensorData want_out =
+      kiln::detail::into_data(cpu.attention(q, k, v, in.mask, bias, seed_operand, options));
+  expect_near(got_out.to_f64_vec(), want_out.to_f64_vec(), c.dtype, describe(c) + " dropout out");
+
+  // The backward pass: statistics, then dq, dk and dv with the mask remade.
+  const Primitive grad = host_random(out_shape, c.dtype, seed + 1, -1, 1);
+  const Primitive out_operand =
+      kiln::detail::from_data(got_out, Device::cpu(), kiln::Kind::Float, 4);
+  long long unused[3];
+  p.out = address_and_strides(out_operand, unused);
+  p.grad = address_and_strides(grad, unused);
+  std::vector<float> stats(static_cast<std::size_t>(ka::ka_stats_floats(rows)), NAN);
+  std::vector<float> dq(static_cast<std::size_t>(rows * KD), NAN);
+  std::vector<float> dk(static_cast<std::size_t>(c.batch * c.heads * c.keys * KD), NAN);
+  std::vector<float> dv(dk.size(), NAN);
+  p.stats = reinterpret_cast<std::uintptr_t>(stats.data());
+  p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
+  p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
+  p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
+  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
+  p.query_blocks = (c.queries + ka::kKaKeys - 1) / ka::kKaKeys;
+  launch_blocks(p, p.query_blocks, KD, ka::ka_attention_dq<KD, kBf16, kMask, kBias, true>);
+  launch_blocks(p, (c.keys + ka::kKaKeys - 1) / ka::kKaKeys, KD,
+                ka::ka_attention_dkv<KD, kBf16, kMask, kBias, true>);
+  const Primitive g = wide(grad), o = wide(out_operand);
+  const std::vector<double> want_dq =
+      kiln::detail::into_data(
+          cpu.attention_query_backward(q, k, v, o, g, in.mask, bias, seed_operand, options))
+          .to_f64_vec();
+  const auto [want_dk, want_dv] =
+      cpu.attention_key_value_backward(q, k, v, o, g, in.mask, bias, seed_operand, options);
+  auto wide_floats = [](const std::vector<float>& x) {
+    return std::vector<double>(x.begin(), x.end());
+  };
+  expect_near(wide_floats(dq), want_dq, c.dtype, describe(c) + " dropout dq");
+  expect_near(wide_floats(dk), kiln::detail::into_data(want_dk).to_f64_vec(), c.dtype,
+              describe(c) + " dropout dk");
+  expect_near(wide_floats(dv), kiln::detail::into_data(want_dv).to_f64_vec(), c.dtype,
+              describe(c) + " dropout dv");
+}
+
 struct EmulatedCase {
   AttentionCase c;
   TensorData (*run)(const AttentionCase&, const Inputs&);
@@ -255,6 +334,16 @@ struct BackwardCase {
   AttentionCase c;
   void (*check)(const AttentionCase&, const Inputs&, std::uint64_t);
 };
+
+// Each case's check on inputs drawn from seed + 10, + 20, ...
+template <std::size_t N>
+void run_backward_cases(const BackwardCase (&cases)[N], std::uint64_t seed) {
+  for (const BackwardCase& e : cases) {
+    SCOPED_TRACE(describe(e.c));
+    const Inputs in = make_inputs(e.c, seed += 10);
+    e.check(e.c, in, seed + 5);
+  }
+}
 
 }  // namespace gpu_attention_emulated
 
@@ -331,12 +420,21 @@ TEST(GpuAttentionEmulated, BackwardKernelsMatchFloat64Reference) {
       {{b, 3, 2, 20, 70, 64, MaskKind::Padding},
        &check_backward<64, true, true, false, false, kFromForward>},
   };
-  std::uint64_t seed = 2900;
-  for (const BackwardCase& e : cases) {
-    SCOPED_TRACE(describe(e.c));
-    const Inputs in = make_inputs(e.c, seed += 10);
-    e.check(e.c, in, seed + 5);
-  }
+  run_backward_cases(cases, 2900);
+}
+
+// Dropout in the forward, dq and dk/dv bodies: the mask made from the seed per (query, key) in
+// each tile's layout (transposed in dk/dv), the kept weights scaled, the sums over all of them;
+// tiles cut by the ends and the causal diagonal, a mask and a bias, broadcast key/value heads.
+TEST(GpuAttentionEmulated, DropoutBodiesMatchTheCpuBackend) {
+  using namespace gpu_attention_emulated;
+  const BackwardCase cases[] = {
+      {{b, 1, 2, 130, 150, 64, none, false, true}, &check_dropout<64, true, false, false>},
+      {{h, 2, 1, 70, 90, 32, MaskKind::Full, true, false}, &check_dropout<32, false, true, true>},
+      {{h, 2, 2, 33, 90, 16, none, false, true, Layout::Contiguous, 1},
+       &check_dropout<16, false, false, false>},
+  };
+  run_backward_cases(cases, 3900);
 }
 
 // The Hopper kernel (attention_hopper.h: warpgroup products on swizzled tiles read through
@@ -396,12 +494,7 @@ TEST(GpuAttentionEmulated, HopperBackwardKernelsMatchFloat64Reference) {
       {{b, 2, 2, 33, 150, 64, none, false, true, Layout::Contiguous, 1},
        &check_backward<64, true, false, false, true, kStatsPass, true>},
   };
-  std::uint64_t seed = 4900;
-  for (const BackwardCase& e : cases) {
-    SCOPED_TRACE(describe(e.c));
-    const Inputs in = make_inputs(e.c, seed += 10);
-    e.check(e.c, in, seed + 5);
-  }
+  run_backward_cases(cases, 4900);
 }
 
 // The pipelined Hopper forward pass (tile j + 1's scores and softmax beside tile j's sum): with

@@ -49,10 +49,10 @@ void check_backward_case(const Device& gpu, const AttentionCase& c, std::uint64_
   // In autodiff's order: dk and dv first (on Hopper their kernel computes dq too and leaves it
   // with the forward's output for the query op).
   const Primitive grad_gpu = on(grad, gpu);
-  const auto [dk, dv] =
-      backend.attention_key_value_backward(q, k, v, out, grad_gpu, mask, bias, options);
+  const auto [dk, dv] = backend.attention_key_value_backward(q, k, v, out, grad_gpu, mask, bias,
+                                                             std::nullopt, options);
   const Primitive dq =
-      backend.attention_query_backward(q, k, v, out, grad_gpu, mask, bias, options);
+      backend.attention_query_backward(q, k, v, out, grad_gpu, mask, bias, std::nullopt, options);
   std::optional<Host4> mask_host, bias_host;
   if (in.mask) mask_host = host4(*in.mask);
   if (in.bias) bias_host = host4(*in.bias);
@@ -220,25 +220,26 @@ TEST(GpuAttention, BackwardUsesKeptStatisticsOnlyForTheirInputs) {
     const Primitive copy = on(on(out, Device::cpu()), device);
     const Primitive grad = on(test::host_random(out->shape(), c.dtype, seed + 3, -1, 1), device);
     Backend& backend = backend_for(device);
-    const Primitive dq_kept =
-        backend.attention_query_backward(other_q, k, v, out, grad, mask, bias, options);
-    const Primitive dq_copy =
-        backend.attention_query_backward(other_q, k, v, copy, grad, mask, bias, options);
+    const Primitive dq_kept = backend.attention_query_backward(other_q, k, v, out, grad, mask, bias,
+                                                               std::nullopt, options);
+    const Primitive dq_copy = backend.attention_query_backward(other_q, k, v, copy, grad, mask,
+                                                               bias, std::nullopt, options);
     EXPECT_EQ(detail::into_data(dq_kept).to_f64_vec(), detail::into_data(dq_copy).to_f64_vec());
-    const auto [dk_kept, dv_kept] =
-        backend.attention_key_value_backward(other_q, k, v, out, grad, mask, bias, options);
-    const auto [dk_copy, dv_copy] =
-        backend.attention_key_value_backward(other_q, k, v, copy, grad, mask, bias, options);
+    const auto [dk_kept, dv_kept] = backend.attention_key_value_backward(
+        other_q, k, v, out, grad, mask, bias, std::nullopt, options);
+    const auto [dk_copy, dv_copy] = backend.attention_key_value_backward(
+        other_q, k, v, copy, grad, mask, bias, std::nullopt, options);
     EXPECT_EQ(detail::into_data(dk_kept).to_f64_vec(), detail::into_data(dk_copy).to_f64_vec());
     EXPECT_EQ(detail::into_data(dv_kept).to_f64_vec(), detail::into_data(dv_copy).to_f64_vec());
     // A dq the key/value op left for one output gradient is not another's.
     const Primitive other_grad =
         on(test::host_random(out->shape(), c.dtype, seed + 4, -1, 1), device);
-    (void)backend.attention_key_value_backward(q, k, v, out, grad, mask, bias, options);
-    const Primitive dq_other =
-        backend.attention_query_backward(q, k, v, out, other_grad, mask, bias, options);
-    const Primitive dq_other_copy =
-        backend.attention_query_backward(q, k, v, copy, other_grad, mask, bias, options);
+    (void)backend.attention_key_value_backward(q, k, v, out, grad, mask, bias, std::nullopt,
+                                               options);
+    const Primitive dq_other = backend.attention_query_backward(q, k, v, out, other_grad, mask,
+                                                                bias, std::nullopt, options);
+    const Primitive dq_other_copy = backend.attention_query_backward(
+        q, k, v, copy, other_grad, mask, bias, std::nullopt, options);
     gpu_attention::expect_near(detail::into_data(dq_other).to_f64_vec(),
                                detail::into_data(dq_other_copy).to_f64_vec(), c.dtype,
                                "dq for another output gradient");

@@ -172,7 +172,7 @@ TEST(NnAttention, CausalAndPairMasksCombine) {
       mha_reference(mha, "", x, x, x, b, s, s, e, h, {padding, pairs, true});
   testing::expect_near(testing::read(mha.forward(testing::tensor<3>(x, {b, s, e}), masks)), want,
                        1e-10);
-  // The explicit path used with attention dropout applies the same masks: with p = 1e-12 the
+  // The attention op with dropout applies the same masks: with p = 1e-12 the
   // weights are kept (and scaled by 1 / (1 - 1e-12)).
   const MultiHeadAttention with_dropout = attention(e, h, 1e-12);
   testing::expect_near(

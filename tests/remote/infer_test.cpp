@@ -1111,13 +1111,17 @@ MANUAL_CASES(batch_norm) {
 MANUAL_CASES(attention) {
   for (DType dtype : dtypes_of(OpCode::attention)) {
     EXPECT_INFERRED(attention, tensor(dtype, {2, 3, 4, 8}), tensor(dtype, {2, 3, 5, 8}),
-                    tensor(dtype, {2, 3, 5, 6}), std::nullopt, std::nullopt, AttentionOptions{});
+                    tensor(dtype, {2, 3, 5, 6}), std::nullopt, std::nullopt, std::nullopt,
+                    AttentionOptions{});
     EXPECT_INFERRED(attention, tensor(dtype, {1, 3, 4, 8}), tensor(dtype, {2, 1, 5, 8}),
                     tensor(dtype, {2, 3, 5, 6}), mask({1, 1, 4, 5}), tensor(dtype, {2, 1, 1, 5}),
-                    AttentionOptions{0.5, true});
+                    std::nullopt, AttentionOptions{0.5, true});
     EXPECT_INFERRED(attention, tensor(dtype, {2, 1, 0, 4}), tensor(dtype, {2, 2, 3, 4}),
-                    tensor(dtype, {1, 2, 3, 1}), mask({2, 2, 1, 3}), std::nullopt,
+                    tensor(dtype, {1, 2, 3, 1}), mask({2, 2, 1, 3}), std::nullopt, std::nullopt,
                     AttentionOptions{std::nullopt, true});
+    EXPECT_INFERRED(attention, tensor(dtype, {2, 3, 4, 8}), tensor(dtype, {2, 3, 5, 8}),
+                    tensor(dtype, {2, 3, 5, 6}), std::nullopt, std::nullopt,
+                    tensor(DType::I64, {1}), AttentionOptions{std::nullopt, false, 0.25});
   }
 }
 
@@ -1126,7 +1130,7 @@ MANUAL_CASES(attention_query_backward) {
     EXPECT_INFERRED(attention_query_backward, tensor(dtype, {1, 3, 4, 8}),
                     tensor(dtype, {2, 1, 5, 8}), tensor(dtype, {2, 3, 5, 6}),
                     tensor(dtype, {2, 3, 4, 6}), tensor(dtype, {2, 3, 4, 6}), mask({1, 1, 4, 5}),
-                    tensor(dtype, {2, 1, 1, 5}), AttentionOptions{0.5, true});
+                    tensor(dtype, {2, 1, 1, 5}), std::nullopt, AttentionOptions{0.5, true});
   }
 }
 
@@ -1135,7 +1139,7 @@ MANUAL_CASES(attention_key_value_backward) {
     EXPECT_INFERRED(attention_key_value_backward, tensor(dtype, {1, 3, 4, 8}),
                     tensor(dtype, {2, 1, 5, 8}), tensor(dtype, {2, 3, 5, 6}),
                     tensor(dtype, {2, 3, 4, 6}), tensor(dtype, {2, 3, 4, 6}), std::nullopt,
-                    std::nullopt, AttentionOptions{});
+                    std::nullopt, std::nullopt, AttentionOptions{});
   }
 }
 
@@ -1515,41 +1519,64 @@ TEST(InferRefuses, Products) {
 
 TEST(InferRefuses, Attention) {
   const AttentionOptions plain{};
-  expect_refused<ShapeMismatch>(RECORD(attention, f32({2, 3, 4}), f32({2, 3, 5, 8}),
-                                       f32({2, 3, 5, 8}), std::nullopt, std::nullopt, plain),
-                                {"query"});
-  expect_refused<ShapeMismatch>(RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 7}),
-                                       f32({2, 3, 5, 8}), std::nullopt, std::nullopt, plain),
-                                {"dims differ"});
-  expect_refused<ShapeMismatch>(RECORD(attention, f32({2, 3, 4, 8}), f32({3, 3, 5, 8}),
-                                       f32({2, 3, 5, 8}), std::nullopt, std::nullopt, plain),
-                                {"broadcast"});
-  expect_refused<DTypeMismatch>(RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}),
-                                       f32({2, 3, 5, 8}), f32({1, 1, 4, 5}), std::nullopt, plain),
-                                {"mask"});
+  expect_refused<ShapeMismatch>(
+      RECORD(attention, f32({2, 3, 4}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
+             std::nullopt, std::nullopt, plain),
+      {"query"});
+  expect_refused<ShapeMismatch>(
+      RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 7}), f32({2, 3, 5, 8}), std::nullopt,
+             std::nullopt, std::nullopt, plain),
+      {"dims differ"});
+  expect_refused<ShapeMismatch>(
+      RECORD(attention, f32({2, 3, 4, 8}), f32({3, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
+             std::nullopt, std::nullopt, plain),
+      {"broadcast"});
+  expect_refused<DTypeMismatch>(
+      RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), f32({1, 1, 4, 5}),
+             std::nullopt, std::nullopt, plain),
+      {"mask"});
   expect_refused<ShapeMismatch>(
       RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}),
-             typed(DType::Bool, {1, 1, 5, 4}), std::nullopt, plain),
+             typed(DType::Bool, {1, 1, 5, 4}), std::nullopt, std::nullopt, plain),
       {"mask shape"});
   expect_refused<InvalidArgument>(
       RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
-             std::nullopt, AttentionOptions{std::numeric_limits<double>::infinity(), false}),
+             std::nullopt, std::nullopt,
+             AttentionOptions{std::numeric_limits<double>::infinity(), false}),
       {"scale"});
+  const OptionalPrimitive seed = typed(DType::I64, {1});
+  expect_refused<InvalidArgument>(
+      RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
+             std::nullopt, seed, plain),
+      {"dropout seed goes with a dropout above 0"});
+  expect_refused<InvalidArgument>(
+      RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
+             std::nullopt, std::nullopt, AttentionOptions{std::nullopt, false, 0.5}),
+      {"dropout seed goes with a dropout above 0"});
+  expect_refused<InvalidArgument>(
+      RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
+             std::nullopt, seed, AttentionOptions{std::nullopt, false, 1.5}),
+      {"dropout must be in [0, 1]"});
+  expect_refused<InvalidArgument>(
+      RECORD(attention, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}), std::nullopt,
+             std::nullopt, typed(DType::I32, {1}), AttentionOptions{std::nullopt, false, 0.5}),
+      {"I64 [1]"});
 }
 
 TEST(InferRefuses, AttentionBackward) {
   const AttentionOptions plain{};
   expect_refused<ShapeMismatch>(
       RECORD(attention_query_backward, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}),
-             f32({2, 3, 4, 7}), f32({2, 3, 4, 8}), std::nullopt, std::nullopt, plain),
+             f32({2, 3, 4, 7}), f32({2, 3, 4, 8}), std::nullopt, std::nullopt, std::nullopt, plain),
       {"output has shape"});
   expect_refused<DTypeMismatch>(
       RECORD(attention_key_value_backward, f32({2, 3, 4, 8}), f32({2, 3, 5, 8}), f32({2, 3, 5, 8}),
-             f32({2, 3, 4, 8}), typed(DType::F64, {2, 3, 4, 8}), std::nullopt, std::nullopt, plain),
+             f32({2, 3, 4, 8}), typed(DType::F64, {2, 3, 4, 8}), std::nullopt, std::nullopt,
+             std::nullopt, plain),
       {"output gradient"});
   expect_refused<ShapeMismatch>(
       RECORD(attention_key_value_backward, f32({2, 3, 4, 8}), f32({2, 3, 5, 7}), f32({2, 3, 5, 8}),
-             f32({2, 3, 4, 8}), f32({2, 3, 4, 8}), std::nullopt, std::nullopt, plain),
+             f32({2, 3, 4, 8}), f32({2, 3, 4, 8}), std::nullopt, std::nullopt, std::nullopt, plain),
       {"dims differ"});
 }
 
@@ -2089,7 +2116,7 @@ void fuzz_once() {
       EXPECT_CONSISTENT(attention, query, key, value,
                         uniform(0, 1) ? OptionalPrimitive(mask(nudged(scores))) : std::nullopt,
                         uniform(0, 1) ? OptionalPrimitive(floats(nudged(scores))) : std::nullopt,
-                        AttentionOptions{std::nullopt, uniform(0, 1) == 1});
+                        std::nullopt, AttentionOptions{std::nullopt, uniform(0, 1) == 1});
       break;
     }
     default:

@@ -7,9 +7,14 @@
 // Masking: a true mask entry, or (is_causal) a key after the query (j > i, top-left aligned as
 // in PyTorch), is excluded. A row with every key excluded gets all-zero weights, so its output
 // is zeros, not NaN (PyTorch's math path does the same since 2.5). NaN scores propagate.
+//
+// Dropout multiplies each weight by 0 or 1 / (1 - p) after the exponentials, the mask made from
+// the seed element by element (contract/attention_dropout.h); the row's sum, taken before, still
+// divides the output.
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -17,6 +22,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/vector_math.h"
+#include "contract/attention_dropout.h"
 #include "core/buffer.h"
 
 namespace kiln {
@@ -45,6 +51,8 @@ struct AttentionArgs {
   T scale;
   bool causal;
   CpuTensor* out;  // contiguous [B, H, Sq, Dv], T
+  std::optional<AttentionDropout> dropout;
+  std::uint64_t dropout_key = 0;
 };
 
 template <class T>
@@ -135,6 +143,15 @@ void attention_kernel(const AttentionArgs<T>& args) {
         // has made it (dv values a row, not sk; and the next row's exponentials need not wait
         // for this row's division).
         inverse[static_cast<std::size_t>(r)] = static_cast<T>(1.0 / sum);
+        if (args.dropout) {
+          const AttentionDropout& dropout = *args.dropout;
+          const auto first = static_cast<std::uint64_t>(((b * heads + h) * sq + i) * sk);
+          const T kept = static_cast<T>(dropout.scale);
+          for (std::int64_t j = 0; j < sk; ++j) {
+            s[j] *= dropout.keeps(args.dropout_key, first + static_cast<std::uint64_t>(j)) ? kept
+                                                                                           : T(0);
+          }
+        }
       }
     };
     parallel_for(rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(sk, 1)),
@@ -166,7 +183,7 @@ void attention_kernel(const AttentionArgs<T>& args) {
 
 Primitive CpuBackend::attention(Primitive query, Primitive key, Primitive value,
                                 OptionalPrimitive mask, OptionalPrimitive bias,
-                                AttentionOptions options) {
+                                OptionalPrimitive dropout_seed, AttentionOptions options) {
   const DType dtype = query->dtype();
   const Shape& qs = query->shape();
   const Shape& vs = value->shape();
@@ -189,14 +206,21 @@ Primitive CpuBackend::attention(Primitive query, Primitive key, Primitive value,
                            : (depth > 0 ? 1.0 / std::sqrt(static_cast<double>(depth)) : 1.0);
   const CpuTensor* m = mask ? &as_cpu(*mask) : nullptr;
   const CpuTensor* b = bias ? &as_cpu(*bias) : nullptr;
+  std::optional<AttentionDropout> dropout;
+  std::uint64_t dropout_key = 0;
+  if (dropout_seed) {
+    dropout.emplace(options.dropout);
+    dropout_key = AttentionDropout::key(*contiguous(*dropout_seed)->data_as<const std::int64_t>());
+  }
   if (dtype == DType::F32) {
     attention_kernel<float>({&as_cpu(query), &as_cpu(key), &as_cpu(value), m, b,
-                             static_cast<float>(scale), options.is_causal, out.get()});
+                             static_cast<float>(scale), options.is_causal, out.get(), dropout,
+                             dropout_key});
     return out;
   }
   if (dtype == DType::F64) {
-    attention_kernel<double>(
-        {&as_cpu(query), &as_cpu(key), &as_cpu(value), m, b, scale, options.is_causal, out.get()});
+    attention_kernel<double>({&as_cpu(query), &as_cpu(key), &as_cpu(value), m, b, scale,
+                              options.is_causal, out.get(), dropout, dropout_key});
     return out;
   }
   // 16-bit floats: compute in f32, round once.
@@ -206,7 +230,7 @@ Primitive CpuBackend::attention(Primitive query, Primitive key, Primitive value,
   std::shared_ptr<CpuTensor> bf = bias ? contiguous_as(*bias, DType::F32) : nullptr;
   auto result = make_tensor(DType::F32, out_shape);
   attention_kernel<float>({q.get(), k.get(), v.get(), m, bf.get(), static_cast<float>(scale),
-                           options.is_causal, result.get()});
+                           options.is_causal, result.get(), dropout, dropout_key});
   round_from_f32(*result, *out);
   return out;
 }

@@ -12,13 +12,6 @@
 
 namespace kiln::cpu {
 
-inline std::uint64_t mix64(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Uniform on [0, 1) with 53 random bits.
 inline double uniform01(std::uint64_t seed, std::uint64_t counter) noexcept {
   return static_cast<double>(mix64(mix64(seed) ^ counter) >> 11) * 0x1.0p-53;

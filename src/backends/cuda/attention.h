@@ -81,8 +81,11 @@ std::string attention_simt_source(const SimtKernel& kernel, std::int64_t depth, 
 inline constexpr const char* kAttentionSimtName = "kiln_attention_f32";
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
+// Whether the kernel has a body with dropout (the mma.sync forward, dq and dk/dv kernels).
+bool attention_kernel_drops(AttentionKernel kernel);
+// dropout: the body with dropout (UnsupportedOperation where the kernel has none).
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
-                                    bool mask, bool bias);
+                                    bool mask, bool bias, bool dropout = false);
 // The kernel's extern "C" name in its source.
 const char* attention_kernel_name(AttentionKernel kernel);
 // A kernel's block: its threads, the rows (queries, or keys for KeyValue) it takes, and its

@@ -42,6 +42,7 @@
 #include <limits>
 
 #include "backends/cuda/tensor_core.h"
+#include "contract/random_stream.h"
 #include "kiln/half.h"
 #define KA_FN inline
 #define KA_UNROLL
@@ -81,6 +82,12 @@ struct KaParams {
   float scale_log2;  // the scale times log2(e)
   float scale;
   int causal;
+  // Dropout (the kDropout bodies; contract/attention_dropout.h): the seed operand (one I64 on the
+  // device), the threshold the 24 bits of each weight's hash are kept from, and the kept ones'
+  // factor 1 / (1 - p).
+  unsigned long long dropout_seed;
+  unsigned dropout_threshold;
+  float dropout_scale;
 };
 
 // ---- the primitives ----
@@ -161,6 +168,13 @@ KA_FN float ka_log2(float x) {
   return y;
 }
 KA_FN float ka_neg_inf() { return __int_as_float(0xff800000); }
+// SplitMix64's finaliser, contract/random_stream.h's mix64 (the host's below).
+KA_FN unsigned long long ka_mix64(unsigned long long x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 #else
 unsigned ka_thread();
 unsigned ka_block();
@@ -193,6 +207,7 @@ inline float ka_fma(float a, float b, float c) { return std::fma(a, b, c); }
 inline float ka_exp2(float x) { return std::exp2(x); }
 inline float ka_log2(float x) { return std::log2(x); }
 inline float ka_neg_inf() { return -std::numeric_limits<float>::infinity(); }
+inline unsigned long long ka_mix64(unsigned long long x) { return mix64(x); }
 #endif
 
 // Accumulators of kM x 16 rows by N C tiles (the mma.m16n8 layout), zeroed.
@@ -340,6 +355,45 @@ KA_FN float ka_prepare_scores(float (&s)[kM][kColumns / 8][4], const KaParams& p
     }
   }
   return 1.f;
+}
+
+// Which of this lane's elements of a tile of scores (laid out as ka_prepare_scores' s) dropout
+// keeps, bit (mi * kColumns / 8 + n) * 4 + c for s[mi][n][c]: score (query qi, key kj) of head bh
+// is kept when mix64(key ^ ((bh * queries + qi) * keys + kj)) >> 40 >= the threshold, key =
+// mix64(seed) (contract/attention_dropout.h). Elements past the ends get some bit; they weigh 0.
+template <int kM, bool kTransposed, int kColumns = kKaKeys>
+KA_FN unsigned long long ka_dropout_kept(const KaParams& p, unsigned long long key, long long bh,
+                                         long long row0, long long column0, int lane) {
+  static_assert(kM * kColumns / 2 <= 64, "one bit an element");
+  const int g = lane >> 2, t = lane & 3;
+  const unsigned long long head =
+      static_cast<unsigned long long>(bh) * static_cast<unsigned long long>(p.queries);
+  const unsigned long long keys = static_cast<unsigned long long>(p.keys);
+  unsigned long long kept = 0;
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+    KA_UNROLL for (int n = 0; n < kColumns / 8; ++n) {
+      KA_UNROLL for (int c = 0; c < 4; ++c) {
+        const long long row = row0 + 16 * mi + g + (c >> 1) * 8;
+        const long long column = column0 + n * 8 + 2 * t + (c & 1);
+        const auto qi = static_cast<unsigned long long>(kTransposed ? column : row);
+        const auto kj = static_cast<unsigned long long>(kTransposed ? row : column);
+        const unsigned long long bits = ka_mix64(key ^ ((head + qi) * keys + kj)) >> 40;
+        if (bits >= p.dropout_threshold) kept |= 1ull << ((mi * (kColumns / 8) + n) * 4 + c);
+      }
+    }
+  }
+  return kept;
+}
+
+// dropout's factor for element (mi, n, c) of a tile whose kept bits are `kept`.
+template <int kColumns = kKaKeys>
+KA_FN float ka_dropout_factor(const KaParams& p, unsigned long long kept, int mi, int n, int c) {
+  return (kept >> ((mi * (kColumns / 8) + n) * 4 + c)) & 1ull ? p.dropout_scale : 0.f;
+}
+
+// The key of the dropout hash: mix64 of the seed operand.
+KA_FN unsigned long long ka_dropout_key(const KaParams& p) {
+  return ka_mix64(*reinterpret_cast<const unsigned long long*>(p.dropout_seed));
 }
 
 // The sum over the four lanes of a quad (the lanes that hold one row of a C tile).
@@ -546,7 +600,7 @@ KA_FN void ka_attention_delta(const KaParams& p, unsigned short*) {
 // no values read): query rows [q0, q0 + 128) of (batch, head) bh, the last query blocks first
 // (under a causal cut they have the most keys to walk). smem: ka_shared_bytes(KD), 16-byte
 // aligned.
-template <int KD, bool kBf16, bool kMask, bool kBias, bool kStats>
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kStats, bool kDropout = false>
 KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
   constexpr int kStride = ka_stride(KD), kTile = kKaKeys * kStride;
   unsigned short* q_tile = smem;
@@ -578,6 +632,8 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
 
   KaWarpState<KD> w;
   ka_start(w);
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();  // this thread's copies of tile j are in
     ka_sync();     // and every thread's
@@ -592,6 +648,17 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
       const float factor = ka_prepare_scores<kBf16, kMask, kBias, 2, false>(s, p, checked, b, h,
                                                                             first_row, k0, lane);
       ka_softmax_step<KD, !kStats>(s, w, factor);
+      if constexpr (kDropout && !kStats) {
+        // The sums keep every weight (they divide the output); the values take the kept ones.
+        const unsigned long long kept =
+            ka_dropout_kept<2, false>(p, dropout_key, bh, first_row, k0, lane);
+        KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
+          KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+            KA_UNROLL for (int c = 0; c < 4; ++c) s[mi][n][c] *=
+                ka_dropout_factor(p, kept, mi, n, c);
+          }
+        }
+      }
       if (!kStats) ka_accumulate<KD, kBf16, 2>(w.o, s, v_tiles + (j & 1) * kTile, lane);
     }
     ka_sync();  // every warp is done with stage j & 1
@@ -666,7 +733,7 @@ KA_FN void ka_store_key_grads(const float (&dk)[1][KD / 8][4], const float (&dv)
 // and the statistics (ka_store_stats), dP = dO vᵀ, dS = P (dP - D), dq += dS k; dq scaled by the
 // scale at the end, as f32 (p.dq, contiguous [B, H, Sq, KD]). smem as ka_attention's: q and dO's
 // 64 rows, two stages of k's and v's.
-template <int KD, bool kBf16, bool kMask, bool kBias>
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kDropout = false>
 KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
   constexpr int kStride = ka_stride(KD), kTile = kKaKeys * kStride;
   unsigned short* q_tile = smem;
@@ -698,6 +765,8 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
 
   float dq[1][KD / 8][4];
   ka_zero(dq);
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();
     ka_sync();
@@ -711,9 +780,15 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
       const float factor = ka_prepare_scores<kBf16, kMask, kBias, 1, false>(s, p, checked, b, h,
                                                                             first_row, k0, lane);
       ka_scores<KD, kBf16, 1>(dp, g_tile + warp * 16 * kStride, v_tiles + (j & 1) * kTile, lane);
+      // With dropout dP is dO vᵀ times the mask's factor (D is unchanged: Σ dO · out).
+      unsigned long long kept = 0;
+      if constexpr (kDropout)
+        kept = ka_dropout_kept<1, false>(p, dropout_key, bh, first_row, k0, lane);
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
-          s[0][n][c] = ka_exp2(ka_fma(s[0][n][c], factor, -L[c >> 1])) * (dp[0][n][c] - D[c >> 1]);
+          float dpc = dp[0][n][c];
+          if constexpr (kDropout) dpc *= ka_dropout_factor(p, kept, 0, n, c);
+          s[0][n][c] = ka_exp2(ka_fma(s[0][n][c], factor, -L[c >> 1])) * (dpc - D[c >> 1]);
         }
       }
       ka_accumulate<KD, kBf16, 1>(dq, s, keys, lane);
@@ -737,7 +812,7 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
 // Pᵀ = 2^(sᵀ - L), dv += Pᵀ dO, dPᵀ = v dOᵀ, dSᵀ = Pᵀ (dPᵀ - D), dk += dSᵀ q; dk scaled by the
 // scale at the end; both as f32 (p.dk, p.dv, contiguous [B, H, Sk, KD]). smem: k's and v's 64
 // rows, two stages of q's and dO's, then two stages of the queries' statistics (1 KiB).
-template <int KD, bool kBf16, bool kMask, bool kBias>
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kDropout = false>
 KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
   constexpr int kStride = ka_stride(KD), kTile = kKaKeys * kStride;
   unsigned short* k_tile = smem;
@@ -774,6 +849,8 @@ KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
   ka_zero(dk);
   ka_zero(dv);
   const int t = lane & 3;
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
   for (int j = 0; j < tiles; ++j) {
     ka_wait<1>();
     ka_sync();
@@ -795,11 +872,26 @@ KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
               ka_exp2(ka_fma(s[0][n][c], factor, -tile_stats[2 * (n * 8 + 2 * t + (c & 1))]));
         }
       }
-      ka_accumulate<KD, kBf16, 1>(dv, s, grads, lane);
+      unsigned long long kept = 0;
+      if constexpr (kDropout) {
+        // dv takes the kept weights (Pᵀ times the mask's factor), dS the kept dP.
+        kept = ka_dropout_kept<1, true>(p, dropout_key, bh, first_key, q0, lane);
+        float dropped[1][kKaKeys / 8][4];
+        KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
+          KA_UNROLL for (int c = 0; c < 4; ++c) {
+            dropped[0][n][c] = s[0][n][c] * ka_dropout_factor(p, kept, 0, n, c);
+          }
+        }
+        ka_accumulate<KD, kBf16, 1>(dv, dropped, grads, lane);
+      } else {
+        ka_accumulate<KD, kBf16, 1>(dv, s, grads, lane);
+      }
       ka_scores<KD, kBf16, 1>(dp, v_tile + warp * 16 * kStride, grads, lane);
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
-          s[0][n][c] *= dp[0][n][c] - tile_stats[2 * (n * 8 + 2 * t + (c & 1)) + 1];
+          float dpc = dp[0][n][c];
+          if constexpr (kDropout) dpc *= ka_dropout_factor(p, kept, 0, n, c);
+          s[0][n][c] *= dpc - tile_stats[2 * (n * 8 + 2 * t + (c & 1)) + 1];
         }
       }
       ka_accumulate<KD, kBf16, 1>(dk, s, queries, lane);

@@ -14,6 +14,7 @@
 #include "backends/cuda/attention_kernels_source.h"
 #include "backends/cuda/attention_simt_source.h"
 #include "backends/cuda/tensor_core_source.h"
+#include "kiln/error.h"
 
 namespace kiln::cuda {
 
@@ -145,9 +146,17 @@ int attention_kernel_threads(AttentionKernel kernel) {
 
 int attention_kernel_rows(AttentionKernel kernel) { return spec(kernel).rows; }
 
+bool attention_kernel_drops(AttentionKernel kernel) {
+  return kernel == AttentionKernel::Forward || kernel == AttentionKernel::Query ||
+         kernel == AttentionKernel::KeyValue;
+}
+
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
-                                    bool mask, bool bias) {
+                                    bool mask, bool bias, bool dropout) {
   const KernelSpec& k = spec(kernel);
+  if (dropout && !attention_kernel_drops(kernel)) {
+    throw UnsupportedOperation(fmt::format("[attention] {} has no dropout", k.name));
+  }
   std::string source = kTensorCoreSource;
   source += kAttentionKernelsSource;
   if (k.hopper) source += kAttentionHopperSource;
@@ -157,11 +166,11 @@ std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::in
       R"CUDA(
 extern "C" __global__ void __launch_bounds__({}{}) {}(kiln::cuda::attention_kernels::KaParams p) {{
   extern __shared__ __align__(16) unsigned char kiln_attention_shared[];
-  kiln::cuda::attention_kernels::{}<{}, {}, {}, {}{}>(p, {});
+  kiln::cuda::attention_kernels::{}<{}, {}, {}, {}{}{}>(p, {});
 }}
 )CUDA",
       attention_kernel_threads(kernel), k.hopper ? ", 1" : "", k.name, k.body, depth,
-      dtype == DType::BF16, mask, bias, k.stats,
+      dtype == DType::BF16, mask, bias, k.stats, dropout ? ", true" : "",
       k.hopper ? "kiln_attention_shared"
                : "reinterpret_cast<unsigned short*>(kiln_attention_shared)");
   return source;

@@ -14,6 +14,7 @@
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/grid_math.h"
 #include "backends/cuda/kernel_source.h"
+#include "contract/attention_dropout.h"
 #include "contract/defaults/compose.h"
 
 namespace kiln::cuda {
@@ -93,7 +94,7 @@ Shape output_shape(const Primitive& q, const Primitive& k, const Primitive& v) {
 // describe them, and the key of its kernels' sources.
 struct AttentionCall {
   Primitive q, k, v;
-  OptionalPrimitive mask, bias;
+  OptionalPrimitive mask, bias, dropout_seed;
   AttentionParams p{};
   DType dtype;
   std::int64_t depth;
@@ -137,13 +138,14 @@ struct AttentionCall {
   }
 
   AttentionCall(CudaBackend& backend, Primitive query, Primitive key_, Primitive value,
-                OptionalPrimitive mask_, OptionalPrimitive bias_, const AttentionOptions& options,
-                const char* op)
+                OptionalPrimitive mask_, OptionalPrimitive bias_, OptionalPrimitive seed,
+                const AttentionOptions& options, const char* op)
       : q(std::move(query)),
         k(std::move(key_)),
         v(std::move(value)),
         mask(std::move(mask_)),
         bias(std::move(bias_)),
+        dropout_seed(std::move(seed)),
         dtype(q->dtype()),
         depth(q->shape()[3]),
         q_identity(as_cuda(q)),
@@ -181,6 +183,14 @@ struct AttentionCall {
     p.causal = options.is_causal ? 1 : 0;
     key = std::string(short_name(dtype)) + ":" + std::to_string(depth) + (mask ? ":mask" : "") +
           (bias ? ":bias" : "");
+    if (dropout_seed) {
+      // The mma.sync kernels apply it (the Hopper ones have no dropout).
+      const AttentionDropout dropout(options.dropout);
+      p.dropout_seed = as_cuda(*dropout_seed).data();
+      p.dropout_threshold = dropout.threshold;
+      p.dropout_scale = dropout.scale;
+      return;
+    }
     const Context& context = backend.runtime().context;
     if (attention_hopper_applies(context.major(), context.minor(), depth)) {
       forward = attention_hopper_pipelined() ? AttentionKernel::HopperPipelined
@@ -196,9 +206,11 @@ struct AttentionCall {
   // Runs `kernel` over `blocks` blocks of every (batch, head).
   void launch(Runtime& runtime, AttentionKernel kernel, std::int64_t blocks, const char* op) {
     const char* name = attention_kernel_name(kernel);
-    const std::string source_key = std::string(name) + ":" + key;
+    const bool dropout = dropout_seed.has_value() && attention_kernel_drops(kernel);
+    const std::string source_key = std::string(name) + ":" + key + (dropout ? ":dropout" : "");
     CUfunction function = runtime.compiler.function(source_key, name, [&] {
-      return attention_kernel_source(kernel, dtype, depth, mask.has_value(), bias.has_value());
+      return attention_kernel_source(kernel, dtype, depth, mask.has_value(), bias.has_value(),
+                                     dropout);
     });
     const unsigned shared = attention_shared_bytes(kernel, depth);
     Runtime::allow_shared(function, shared, op);
@@ -269,16 +281,17 @@ struct AttentionCall {
 
 Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value,
                                  OptionalPrimitive mask, OptionalPrimitive bias,
-                                 AttentionOptions options) {
+                                 OptionalPrimitive dropout_seed, AttentionOptions options) {
   const char* op = "attention";
-  const bool simt = AttentionCall::applies_simt(query, key, value);
+  // Dropout: in the 16-bit kernels; f32 (which has no fused backward) composes it.
+  const bool simt = !dropout_seed && AttentionCall::applies_simt(query, key, value);
   if (!simt && !AttentionCall::applies(query, key, value)) {
     return Backend::attention(std::move(query), std::move(key), std::move(value), std::move(mask),
-                              std::move(bias), options);
+                              std::move(bias), std::move(dropout_seed), options);
   }
   // The tensor layer has checked the shapes and promoted q, k, v and the bias to one dtype.
   AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
-                     std::move(bias), options, op);
+                     std::move(bias), std::move(dropout_seed), options, op);
   if (simt) {
     // Written as [B, Sq, H, D] and returned as its [B, H, Sq, D] view: merging the heads back
     // ([B, Sq, H * D]) is then a view too. The backward ops take f32 through the default's
@@ -318,17 +331,18 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
 Primitive CudaBackend::attention_query_backward(Primitive query, Primitive key, Primitive value,
                                                 Primitive output, Primitive output_grad,
                                                 OptionalPrimitive mask, OptionalPrimitive bias,
+                                                OptionalPrimitive dropout_seed,
                                                 AttentionOptions options) {
   const char* op = "attention_query_backward";
   if (!AttentionCall::applies_backward(query, key, value, output, output_grad)) {
-    return Backend::attention_query_backward(std::move(query), std::move(key), std::move(value),
-                                             std::move(output), std::move(output_grad),
-                                             std::move(mask), std::move(bias), options);
+    return Backend::attention_query_backward(
+        std::move(query), std::move(key), std::move(value), std::move(output),
+        std::move(output_grad), std::move(mask), std::move(bias), std::move(dropout_seed), options);
   }
   const Shape shape = query->shape();
   const OperandIdentity grad_identity(as_cuda(output_grad)), v_identity(as_cuda(value));
   AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
-                     std::move(bias), options, op);
+                     std::move(bias), std::move(dropout_seed), options, op);
   AttentionSaved* kept = call.saved_by_forward(output);
   // dq as attention_key_value_backward left it for this output gradient and v.
   if (kept != nullptr && kept->query_grad && kept->query_grad->output_grad == grad_identity &&
@@ -348,17 +362,18 @@ Primitive CudaBackend::attention_query_backward(Primitive query, Primitive key, 
 
 PrimitivePair CudaBackend::attention_key_value_backward(
     Primitive query, Primitive key, Primitive value, Primitive output, Primitive output_grad,
-    OptionalPrimitive mask, OptionalPrimitive bias, AttentionOptions options) {
+    OptionalPrimitive mask, OptionalPrimitive bias, OptionalPrimitive dropout_seed,
+    AttentionOptions options) {
   const char* op = "attention_key_value_backward";
   if (!AttentionCall::applies_backward(query, key, value, output, output_grad)) {
-    return Backend::attention_key_value_backward(std::move(query), std::move(key), std::move(value),
-                                                 std::move(output), std::move(output_grad),
-                                                 std::move(mask), std::move(bias), options);
+    return Backend::attention_key_value_backward(
+        std::move(query), std::move(key), std::move(value), std::move(output),
+        std::move(output_grad), std::move(mask), std::move(bias), std::move(dropout_seed), options);
   }
   const Shape q_shape = query->shape(), k_shape = key->shape(), v_shape = value->shape();
   const OperandIdentity grad_identity(as_cuda(output_grad)), v_identity(as_cuda(value));
   AttentionCall call(*this, std::move(query), std::move(key), std::move(value), std::move(mask),
-                     std::move(bias), options, op);
+                     std::move(bias), std::move(dropout_seed), options, op);
   AttentionSaved* kept = call.saved_by_forward(output);
   const TensorPtr stats = call.stats(*this, kept, output, output_grad, op);
   const Shape full{call.p.batch, call.p.heads, call.p.keys, call.depth};

@@ -3,11 +3,22 @@
 #include <algorithm>
 #include <cmath>
 
+#include "contract/attention_dropout.h"
 #include "contract/defaults/compose.h"
 
 namespace kiln::defaults {
 
 namespace {
+
+// mix64 (contract/random_stream.h) element by element on a U64 tensor.
+Primitive mixed(Backend& b, Primitive x) {
+  x = b.add_scalar(std::move(x), Scalar(std::uint64_t{0x9e3779b97f4a7c15ull}));
+  x = b.mul_scalar(b.bitwise_xor(x, b.bitwise_right_shift_scalar(x, Scalar(30))),
+                   Scalar(std::uint64_t{0xbf58476d1ce4e5b9ull}));
+  x = b.mul_scalar(b.bitwise_xor(x, b.bitwise_right_shift_scalar(x, Scalar(27))),
+                   Scalar(std::uint64_t{0x94d049bb133111ebull}));
+  return b.bitwise_xor(x, b.bitwise_right_shift_scalar(x, Scalar(31)));
+}
 
 // x with its last two dims swapped.
 Primitive transposed(Backend& b, Primitive x) { return b.swap_dims(std::move(x), 2, 3); }
@@ -20,7 +31,8 @@ struct BlockGrads {
 };
 BlockGrads attention_block(Backend& b, const Primitive& q, const Primitive& k, const Primitive& v,
                            const OptionalPrimitive& bias, const OptionalPrimitive& mask,
-                           const Primitive& g, std::int64_t i0, const AttentionOptions& options,
+                           const OptionalPrimitive& dropout_seed, const Primitive& g,
+                           std::int64_t i0, std::int64_t queries, const AttentionOptions& options,
                            double factor, const Shape& score_shape, AttentionGradsWanted wanted) {
   Primitive scores = b.mul_scalar(b.matmul(q, transposed(b, k)), factor);
   if (bias) scores = b.add(std::move(scores), *bias);
@@ -46,10 +58,16 @@ BlockGrads attention_block(Backend& b, const Primitive& q, const Primitive& k, c
   }
   Primitive p = b.softmax(std::move(scores), 3);
   if (cut_off) p = b.mask_fill(std::move(p), std::move(*cut_off), Scalar(0.0));
+  OptionalPrimitive kept;
+  if (dropout_seed) {
+    kept = attention_dropout_multiplier(b, *dropout_seed, score_shape, i0, queries, options.dropout,
+                                        p->dtype());
+  }
   BlockGrads out;
-  if (wanted.dv) out.dv = b.matmul(transposed(b, p), g);
+  if (wanted.dv) out.dv = b.matmul(transposed(b, kept ? b.mul(p, *kept) : p), g);
   if (!wanted.dq && !wanted.dk && !wanted.dbias) return out;
   Primitive dp = b.matmul(g, transposed(b, v));
+  if (kept) dp = b.mul(std::move(dp), *kept);
   Primitive ds = b.mul(p, b.sub(dp, b.sum_dim(b.mul(dp, p), 3)));
   if (wanted.dq) out.dq = b.mul_scalar(b.matmul(ds, k), factor);
   if (wanted.dk) out.dk = b.mul_scalar(b.matmul(transposed(b, ds), q), factor);
@@ -65,6 +83,31 @@ Primitive query_rows(Backend& b, const Primitive& x, std::int64_t i0, std::int64
 
 }  // namespace
 
+Primitive attention_dropout_multiplier(Backend& b, const Primitive& seed, const Shape& scores,
+                                       std::int64_t row0, std::int64_t queries, double p,
+                                       DType dtype) {
+  const Device device = seed->device();
+  if (scores.num_elements() == 0) return b.full(scores, Scalar(0.0), dtype, device);
+  const std::int64_t heads = scores[0] * scores[1], rows = scores[2], keys = scores[3];
+  // Element (bh, i, j)'s index (bh * queries + row0 + i) * keys + j, as U64 (it wraps in the
+  // hash's products).
+  auto steps = [&](std::int64_t start, std::int64_t count, std::int64_t stride, Shape shape) {
+    Primitive r = b.cast(b.arange(start, start + count, 1, DType::I64, device), DType::U64);
+    if (stride != 1) r = b.mul_scalar(std::move(r), Scalar(static_cast<std::uint64_t>(stride)));
+    return expand_to(b, b.reshape(std::move(r), std::move(shape)), scores);
+  };
+  Primitive index = b.add(steps(0, heads, queries * keys, Shape{scores[0], scores[1], 1, 1}),
+                          steps(row0, rows, keys, Shape{1, 1, rows, 1}));
+  index = b.add(std::move(index), steps(0, keys, 1, Shape{1, 1, 1, keys}));
+  Primitive key = b.reshape(mixed(b, b.cast(seed, DType::U64)), Shape{1, 1, 1, 1});
+  Primitive bits = mixed(b, b.bitwise_xor(std::move(index), expand_to(b, std::move(key), scores)));
+  const AttentionDropout dropout(p);
+  Primitive kept = b.greater_equal_elem(
+      b.bitwise_right_shift_scalar(std::move(bits), Scalar(kAttentionDropoutShift)),
+      Scalar(static_cast<std::uint64_t>(dropout.threshold)));
+  return b.mul_scalar(b.cast(std::move(kept), dtype), Scalar(static_cast<double>(dropout.scale)));
+}
+
 std::int64_t& attention_backward_score_budget() noexcept {
   static std::int64_t budget = std::int64_t{1} << 24;
   return budget;
@@ -72,8 +115,9 @@ std::int64_t& attention_backward_score_budget() noexcept {
 
 AttentionGrads attention_grads(Backend& b, const Primitive& query, const Primitive& key,
                                const Primitive& value, const OptionalPrimitive& mask,
-                               const OptionalPrimitive& bias, const Primitive& output_grad,
-                               const AttentionOptions& options, AttentionGradsWanted wanted) {
+                               const OptionalPrimitive& bias, const OptionalPrimitive& dropout_seed,
+                               const Primitive& output_grad, const AttentionOptions& options,
+                               AttentionGradsWanted wanted) {
   const DType dtype = output_grad->dtype();
   const Shape q_shape = query->shape(), k_shape = key->shape(), v_shape = value->shape();
   const std::int64_t depth = q_shape[3];
@@ -103,8 +147,8 @@ AttentionGrads attention_grads(Backend& b, const Primitive& query, const Primiti
     if (mask) block_mask = query_rows(b, *mask, i0, rows);
     if (bias_c) block_bias = query_rows(b, *bias_c, i0, rows);
     BlockGrads grads =
-        attention_block(b, query_rows(b, q, i0, rows), k, v, block_bias, block_mask,
-                        query_rows(b, gc, i0, rows), i0, options, factor, score_shape, wanted);
+        attention_block(b, query_rows(b, q, i0, rows), k, v, block_bias, block_mask, dropout_seed,
+                        query_rows(b, gc, i0, rows), i0, sq, options, factor, score_shape, wanted);
     if (grads.dq) dq_blocks.push_back(std::move(grads.dq));
     if (grads.dk) dk = dk ? b.add(std::move(dk), std::move(grads.dk)) : std::move(grads.dk);
     if (grads.dv) dv = dv ? b.add(std::move(dv), std::move(grads.dv)) : std::move(grads.dv);

@@ -1,5 +1,6 @@
 // Defaults of module ops: pooling, embeddings, im2col/col2im by strided slices (exact for every
 // value, NaN and inf included), linear, normalisations and scaled dot-product attention.
+#include <algorithm>
 #include <cmath>
 
 #include "contract/defaults/attention_grads.h"
@@ -172,7 +173,7 @@ Primitive Backend::batch_norm(Primitive x, Primitive gamma, Primitive beta, Prim
 
 Primitive Backend::attention(Primitive query, Primitive key, Primitive value,
                              OptionalPrimitive mask, OptionalPrimitive bias,
-                             AttentionOptions options) {
+                             OptionalPrimitive dropout_seed, AttentionOptions options) {
   // softmax(q k^T * scale + bias, excluded -> -inf) v on [batch, heads, seq, dim]. A row whose
   // every key is excluded gets all-zero weights, so its output is zeros, not NaN (as the CPU
   // backend and PyTorch's math path since 2.5); NaN scores still propagate.
@@ -200,32 +201,42 @@ Primitive Backend::attention(Primitive query, Primitive key, Primitive value,
                   score_shape);
     excluded = excluded ? logical_or(std::move(*excluded), std::move(future)) : std::move(future);
   }
+  // The output's batch and head dims (v's count too), over which the dropout mask is indexed.
+  const Shape output_scores{std::max(score_shape[0], v->shape()[0]),
+                            std::max(score_shape[1], v->shape()[1]), score_shape[2],
+                            score_shape[3]};
+  if (excluded) scores = mask_fill(std::move(scores), *excluded, -kInfinity);
+  Primitive weights = softmax(std::move(scores), 3);
   if (excluded) {
-    scores = mask_fill(std::move(scores), *excluded, -kInfinity);
-    Primitive weights = softmax(std::move(scores), 3);
     Primitive empty_rows = expand_to(*this, all_dim(std::move(*excluded), 3), score_shape);
     weights = mask_fill(std::move(weights), std::move(empty_rows), 0.0);
-    return from_compute(*this, matmul(std::move(weights), std::move(v)), dtype);
   }
-  Primitive weights = softmax(std::move(scores), 3);
+  if (dropout_seed) {
+    weights = mul(std::move(weights),
+                  attention_dropout_multiplier(*this, *dropout_seed, output_scores, 0,
+                                               score_shape[2], options.dropout, v->dtype()));
+  }
   return from_compute(*this, matmul(std::move(weights), std::move(v)), dtype);
 }
 
 Primitive Backend::attention_query_backward(Primitive query, Primitive key, Primitive value,
                                             Primitive /*output*/, Primitive output_grad,
                                             OptionalPrimitive mask, OptionalPrimitive bias,
+                                            OptionalPrimitive dropout_seed,
                                             AttentionOptions options) {
-  return defaults::attention_grads(*this, query, key, value, mask, bias, output_grad, options,
-                                   {.dq = true})
+  return defaults::attention_grads(*this, query, key, value, mask, bias, dropout_seed, output_grad,
+                                   options, {.dq = true})
       .dq;
 }
 
 PrimitivePair Backend::attention_key_value_backward(Primitive query, Primitive key, Primitive value,
                                                     Primitive /*output*/, Primitive output_grad,
                                                     OptionalPrimitive mask, OptionalPrimitive bias,
+                                                    OptionalPrimitive dropout_seed,
                                                     AttentionOptions options) {
-  defaults::AttentionGrads grads = defaults::attention_grads(
-      *this, query, key, value, mask, bias, output_grad, options, {.dk = true, .dv = true});
+  defaults::AttentionGrads grads =
+      defaults::attention_grads(*this, query, key, value, mask, bias, dropout_seed, output_grad,
+                                options, {.dk = true, .dv = true});
   return {std::move(grads.dk), std::move(grads.dv)};
 }
 

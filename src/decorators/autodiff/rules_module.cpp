@@ -484,9 +484,11 @@ OptionalPrimitive optional_input(BackwardArgs& r, bool present, std::size_t i) {
 // attention_grads.h, whose ops are recorded in turn.
 Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive value,
                                      OptionalPrimitive mask, OptionalPrimitive bias,
-                                     AttentionOptions options) {
-  OptionalPrimitive mask_inner;
+                                     OptionalPrimitive dropout_seed, AttentionOptions options) {
+  // The mask and the dropout seed take no gradient: held as inner tensors, not recorded inputs.
+  OptionalPrimitive mask_inner, seed_inner;
   if (mask) mask_inner = inner_of(*mask);
+  if (dropout_seed) seed_inner = inner_of(*dropout_seed);
   const bool has_bias = bias.has_value();
   Inputs<0> in;
   in.reserve(4);
@@ -496,17 +498,17 @@ Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive v
   if (bias) in.push_back(std::move(*bias));
   return record<0>(
       "attention", Cost::Stored, std::move(in), kKeepAllIn | kKeepOut,
-      [mask_inner, options](Backend& b, Inputs<0> in) {
+      [mask_inner, seed_inner, options](Backend& b, Inputs<0> in) {
         return b.attention(std::move(in[0]), std::move(in[1]), std::move(in[2]), mask_inner,
-                           optional_at(in, 3), options);
+                           optional_at(in, 3), seed_inner, options);
       },
-      [mask_inner, options, has_bias](BackwardArgs& r, Primitive g) -> Grads {
+      [mask_inner, seed_inner, options, has_bias](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         const OptionalPrimitive bias = optional_input(r, has_bias, 3);
         const bool need_dbias = has_bias && r.needs(3);
         if (need_dbias || r.create_graph()) {
           defaults::AttentionGrads grads = defaults::attention_grads(
-              b, r.in(0), r.in(1), r.in(2), mask_inner, bias, g, options,
+              b, r.in(0), r.in(1), r.in(2), mask_inner, bias, seed_inner, g, options,
               {.dq = r.needs(0), .dk = r.needs(1), .dv = r.needs(2), .dbias = need_dbias});
           return {grads.dq, grads.dk, grads.dv, grads.dbias};
         }
@@ -515,14 +517,14 @@ Primitive AutodiffBackend::attention(Primitive query, Primitive key, Primitive v
         Primitive dq, dk, dv;
         const Primitive out = r.out();
         if (r.needs(1) || r.needs(2)) {
-          auto [k_grad, v_grad] = b.attention_key_value_backward(r.in(0), r.in(1), r.in(2), out, g,
-                                                                 mask_inner, bias, options);
+          auto [k_grad, v_grad] = b.attention_key_value_backward(
+              r.in(0), r.in(1), r.in(2), out, g, mask_inner, bias, seed_inner, options);
           if (r.needs(1)) dk = std::move(k_grad);
           if (r.needs(2)) dv = std::move(v_grad);
         }
         if (r.needs(0)) {
           dq = b.attention_query_backward(r.in(0), r.in(1), r.in(2), out, g, mask_inner, bias,
-                                          options);
+                                          seed_inner, options);
         }
         return {dq, dk, dv, nullptr};
       });

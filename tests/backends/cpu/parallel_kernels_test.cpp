@@ -124,7 +124,10 @@ TEST_F(CpuParallelKernels, AttentionWithLongRows) {
   const Primitive v = floats({1, 1, 512, 16}, 4);
   expect_split_matches_one_thread(
       "attention",
-      [&] { return std::vector{cpu().attention(q, k, v, std::nullopt, std::nullopt, {})}; }, 1e-5);
+      [&] {
+        return std::vector{cpu().attention(q, k, v, std::nullopt, std::nullopt, std::nullopt, {})};
+      },
+      1e-5);
 }
 
 TEST_F(CpuParallelKernels, ConvTransposeBiasAndConvBiasGradient) {

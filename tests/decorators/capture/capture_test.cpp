@@ -4,6 +4,7 @@
 // every refusal.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
+#include <kiln/module_ops.h>
 
 #include <cstring>
 #include <functional>
@@ -407,32 +408,54 @@ TEST(Capture, ARegionEndingWhereTheFusionQueueIsPurgedRecordsItsLastOp) {
   }
 }
 
+// The region's result after capture and after three replays equals what eager calls in the same
+// order give from the same seed, and the replays drew other numbers than the capture.
+void expect_fresh_draws_each_replay(const Device& device, std::uint64_t seed,
+                                    const std::function<Tensor<2>()>& region) {
+  device.seed(seed);
+  Tensor<2> y;
+  const Graph graph = capture(device, [&] { y = region(); });
+  std::vector<Tensor<2>> replayed;
+  replayed.push_back(Tensor<2>::from_data(y.into_data(), Device::cpu()));
+  for (int i = 0; i < 3; ++i) {
+    graph.replay();
+    replayed.push_back(Tensor<2>::from_data(y.into_data(), Device::cpu()));
+  }
+  device.seed(seed);
+  for (std::size_t i = 0; i < replayed.size(); ++i) {
+    EXPECT_TRUE(same_bits(replayed[i], Tensor<2>::from_data(region().into_data(), Device::cpu())))
+        << "run " << i;
+  }
+  EXPECT_FALSE(same_bits(replayed[0], replayed[1]));
+}
+
 // Random numbers inside a region are drawn afresh before each replay, from the device's stream in
 // the order eager steps would draw them (plain, and fused, where random would otherwise fuse).
 TEST(Capture, RandomValuesAreDrawnAfreshForEachReplay) {
   for (const Device& device : cpu_flavours()) {
     SCOPED_TRACE(device.to_string());
     const Tensor<2> x = random_tensor(64, 80, 1, device);
-    auto region = [&] {
+    expect_fresh_draws_each_replay(device, 11, [&] {
       const Tensor<2> keep = Tensor<2>::random({64, 80}, Distribution::uniform(0, 1), device);
       return x * keep.greater_elem(0.3).float_() +
              Tensor<2>::random({64, 80}, Distribution::normal(0, 1), device);
-    };
-    device.seed(11);
-    Tensor<2> y;
-    const Graph graph = capture(device, [&] { y = region(); });
-    std::vector<Tensor<2>> replayed;
-    replayed.push_back(Tensor<2>::from_data(y.into_data(), Device::cpu()));
-    for (int i = 0; i < 3; ++i) {
-      graph.replay();
-      replayed.push_back(Tensor<2>::from_data(y.into_data(), Device::cpu()));
-    }
-    device.seed(11);
-    for (std::size_t i = 0; i < replayed.size(); ++i) {
-      EXPECT_TRUE(same_bits(replayed[i], Tensor<2>::from_data(region().into_data(), Device::cpu())))
-          << "run " << i;
-    }
-    EXPECT_FALSE(same_bits(replayed[0], replayed[1]));
+    });
+  }
+}
+
+// Attention's dropout seed is a random draw too: each replay drops other weights, the ones the
+// eager calls in the same order would drop.
+TEST(Capture, AttentionDropoutMasksAreDrawnAfreshForEachReplay) {
+  for (const Device& device : cpu_flavours()) {
+    SCOPED_TRACE(device.to_string());
+    const Tensor<4> q = random_tensor(16, 8, 1, device).reshape<4>(Shape{1, 2, 8, 8});
+    const Tensor<4> k = random_tensor(16, 8, 2, device).reshape<4>(Shape{1, 2, 8, 8});
+    const Tensor<4> v = random_tensor(16, 8, 3, device).reshape<4>(Shape{1, 2, 8, 8});
+    expect_fresh_draws_each_replay(device, 21, [&] {
+      return module::attention(q, k, v, std::nullopt, std::nullopt,
+                               {.scale = std::nullopt, .is_causal = false, .dropout = 0.5})
+          .reshape<2>(Shape{16, 8});
+    });
   }
 }
 
