@@ -526,8 +526,10 @@ void attention_bench(benchmark::State& state, DType dtype, std::int64_t seq, boo
 // two products and the backward's five (2.5 times the forward's, as flash-attention's benchmarks
 // count), halved under the causal cut. Checked on two heads through two identities of the
 // softmax: the rows of dv sum to those of g (each query's weights sum to 1), and those of dk sum
-// to 0 (each query's dS sums to 0).
-void attention_fwd_bwd_bench(benchmark::State& state, DType dtype, std::int64_t seq, bool causal) {
+// to 0 (each query's dS sums to 0). With dropout (the /dropout row, p = 0.1) only dk's identity
+// holds (dS = P (dP - D) still sums to 0; the kept weights sum to 1 only on average).
+void attention_fwd_bwd_bench(benchmark::State& state, DType dtype, std::int64_t seq, bool causal,
+                             double dropout = 0.0) {
   on_gpu(state, [&](const Device& device) {
     const std::int64_t b = 4, h = 16, d = 128;
     const Device tracked = device.autodiff();
@@ -538,7 +540,7 @@ void attention_fwd_bwd_bench(benchmark::State& state, DType dtype, std::int64_t 
     };
     const auto q = leaf(), k = leaf(), v = leaf();
     const auto g = Tensor<4>::random({b, h, seq, d}, Distribution::uniform(-1, 1), tracked, dtype);
-    const AttentionOptions options{.scale = std::nullopt, .is_causal = causal};
+    const AttentionOptions options{.scale = std::nullopt, .is_causal = causal, .dropout = dropout};
     auto op = [&] {
       const Gradients grads =
           (module::attention(q, k, v, std::nullopt, std::nullopt, options) * g).sum().backward();
@@ -562,8 +564,9 @@ void attention_fwd_bwd_bench(benchmark::State& state, DType dtype, std::int64_t 
             dk_sum += dk[at];
             dk_size += std::abs(dk[at]);
           }
-          if (!(std::abs(dv_sum - g_sum) <= 2e-2 * (1 + std::abs(g_sum))) ||
-              !(std::abs(dk_sum) <= 2e-2 * (1 + dk_size))) {
+          const bool dv_holds =
+              dropout > 0 || std::abs(dv_sum - g_sum) <= 2e-2 * (1 + std::abs(g_sum));
+          if (!dv_holds || !(std::abs(dk_sum) <= 2e-2 * (1 + dk_size))) {
             throw std::runtime_error("attention_fwd_bwd: head " + std::to_string(head) + " dim " +
                                      std::to_string(i) + ": dv sums to " + std::to_string(dv_sum) +
                                      " (g: " + std::to_string(g_sum) + "), dk to " +
@@ -848,6 +851,10 @@ void register_all() {
             3);
     }
   }
+  timed(RegisterBenchmark(
+            "attention_fwd_bwd/bf16/4096/dropout",
+            [](benchmark::State& s) { attention_fwd_bwd_bench(s, DType::BF16, 4096, false, 0.1); }),
+        3);
   // conv2d/<dtype> as the caller's KILN_CONV has it (kiln's own path when unset, the choice per
   // shape with auto; the row torch's peer has); /cudnn and /kiln each path forced.
   for (const DType dtype : {DType::F32, DType::BF16}) {

@@ -181,6 +181,11 @@ def tensor_api_rows(results, dev, g, repeats):
                 out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 out.backward(grad)
             record(f"attention_fwd_bwd/bf16/{seq}" + ("/causal" if causal else ""), fwd_bwd, 2)
+        if seq == 4096:
+            def fwd_bwd_dropout():
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+                out.backward(grad)
+            record("attention_fwd_bwd/bf16/4096/dropout", fwd_bwd_dropout, 2)
         del q, k, v, grad
 
     m = torch.rand(4096, 32768, device=dev, generator=g) * 2 - 1

@@ -134,6 +134,8 @@ def main():
                 f"attention/bf16/{seq}{causal}", "ratio >= 1", PEAK["bf16"])
             add(f"attention fwd+bwd bf16 4x16x{seq}x128{' causal' if causal else ''}",
                 f"attention_fwd_bwd/bf16/{seq}{causal}", "ratio >= 1", PEAK["bf16"])
+    add("attention fwd+bwd bf16 4x16x4096x128 dropout 0.1", "attention_fwd_bwd/bf16/4096/dropout",
+        "ratio >= 1", PEAK["bf16"])
     add("topk 8 of 4096x32768 f32", "tensor_topk/4096/32768/8")
     add("sort 16M f32 + i64 idx", "tensor_sort/16777216", "ratio >= 1")
     add("cumsum 16M f32, one row", "tensor_cumsum/16777216/0", FLOOR_TARGET)
