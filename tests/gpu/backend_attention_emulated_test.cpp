@@ -251,8 +251,9 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
 // Dropout's bodies (kDropout: the forward pass, dq, dk and dv) for c's inputs against the CPU
 // backend's attention and gradients with the same seed, computed in float64 (the conformance
 // rows check those against float64 loops of their own). The backward pass takes the emulated
-// forward pass's output and its statistics from their own pass.
-template <int KD, bool kBf16, bool kMask, bool kBias>
+// forward pass's output and its statistics from their own pass. kHopper: attention_hopper.h's
+// bodies (kMerged: dq from the dk/dv body).
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kHopper = false, bool kMerged = false>
 void check_dropout(const AttentionCase& c, const Inputs& in, std::uint64_t seed) {
   const double probability = 0.3;
   const std::int64_t seed_value = static_cast<std::int64_t>(seed) * 7919;
@@ -265,8 +266,14 @@ void check_dropout(const AttentionCase& c, const Inputs& in, std::uint64_t seed)
   const Shape out_shape{c.batch, c.heads, c.queries, KD};
   std::vector<unsigned short> out(static_cast<std::size_t>(rows * KD), 0x7FC1);
   p.out = reinterpret_cast<std::uintptr_t>(out.data());
-  p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
-  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false, true>);
+  if constexpr (kHopper) {
+    p.query_blocks = (c.queries + ka::kKhRows - 1) / ka::kKhRows;
+    launch_hopper_blocks(p, p.query_blocks, KD,
+                         ka::kh_attention<KD, kBf16, kMask, kBias, false, true>);
+  } else {
+    p.query_blocks = (c.queries + ka::kKaRows - 1) / ka::kKaRows;
+    launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, false, true>);
+  }
   std::vector<std::byte> bytes(out.size() * 2);
   std::memcpy(bytes.data(), out.data(), bytes.size());
   const TensorData got_out(std::move(bytes), out_shape, c.dtype);
@@ -296,18 +303,33 @@ void check_dropout(const AttentionCase& c, const Inputs& in, std::uint64_t seed)
   p.out = address_and_strides(out_operand, unused);
   p.grad = address_and_strides(grad, unused);
   std::vector<float> stats(static_cast<std::size_t>(ka::ka_stats_floats(rows)), NAN);
-  std::vector<float> dq(static_cast<std::size_t>(rows * KD), NAN);
+  std::vector<float> dq(static_cast<std::size_t>(rows * KD), kMerged ? 0.f : NAN);
   std::vector<float> dk(static_cast<std::size_t>(c.batch * c.heads * c.keys * KD), NAN);
   std::vector<float> dv(dk.size(), NAN);
   p.stats = reinterpret_cast<std::uintptr_t>(stats.data());
   p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
   p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
   p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
-  launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
-  p.query_blocks = (c.queries + ka::kKaKeys - 1) / ka::kKaKeys;
-  launch_blocks(p, p.query_blocks, KD, ka::ka_attention_dq<KD, kBf16, kMask, kBias, true>);
-  launch_blocks(p, (c.keys + ka::kKaKeys - 1) / ka::kKaKeys, KD,
-                ka::ka_attention_dkv<KD, kBf16, kMask, kBias, true>);
+  if constexpr (kHopper) {
+    launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, true>);
+    const long long key_blocks = (c.keys + ka::kKhRows - 1) / ka::kKhRows;
+    if constexpr (kMerged) {
+      launch_hopper_blocks(p, key_blocks, KD,
+                           ka::kh_attention_dkv<KD, kBf16, kMask, kBias, true, true>,
+                           std::max(ka::kh_shared_bytes(KD), ka::kh_dqkv_shared_bytes(KD)));
+    } else {
+      launch_hopper_blocks(p, p.query_blocks, KD,
+                           ka::kh_attention_dq<KD, kBf16, kMask, kBias, true>);
+      launch_hopper_blocks(p, key_blocks, KD,
+                           ka::kh_attention_dkv<KD, kBf16, kMask, kBias, false, true>);
+    }
+  } else {
+    launch_blocks(p, p.query_blocks, KD, ka::ka_attention<KD, kBf16, kMask, kBias, true>);
+    p.query_blocks = (c.queries + ka::kKaKeys - 1) / ka::kKaKeys;
+    launch_blocks(p, p.query_blocks, KD, ka::ka_attention_dq<KD, kBf16, kMask, kBias, true>);
+    launch_blocks(p, (c.keys + ka::kKaKeys - 1) / ka::kKaKeys, KD,
+                  ka::ka_attention_dkv<KD, kBf16, kMask, kBias, true>);
+  }
   const Primitive g = wide(grad), o = wide(out_operand);
   const std::vector<double> want_dq =
       kiln::detail::into_data(
@@ -433,6 +455,13 @@ TEST(GpuAttentionEmulated, DropoutBodiesMatchTheCpuBackend) {
       {{h, 2, 1, 70, 90, 32, MaskKind::Full, true, false}, &check_dropout<32, false, true, true>},
       {{h, 2, 2, 33, 90, 16, none, false, true, Layout::Contiguous, 1},
        &check_dropout<16, false, false, false>},
+      // The Hopper bodies: two key tiles of 128 forward (the last partial), the causal
+      // diagonal, a mask and a bias, dq from the dk/dv body.
+      {{b, 1, 2, 130, 200, 64, none, false, true}, &check_dropout<64, true, false, false, true>},
+      {{h, 2, 1, 70, 150, 128, MaskKind::Full, true, false},
+       &check_dropout<128, false, true, true, true>},
+      {{b, 2, 2, 33, 150, 64, none, false, true, Layout::Contiguous, 1},
+       &check_dropout<64, true, false, false, true, true>},
   };
   run_backward_cases(cases, 3900);
 }

@@ -81,7 +81,8 @@ std::string attention_simt_source(const SimtKernel& kernel, std::int64_t depth, 
 inline constexpr const char* kAttentionSimtName = "kiln_attention_f32";
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.
-// Whether the kernel has a body with dropout (the mma.sync forward, dq and dk/dv kernels).
+// Whether the kernel has a body with dropout (the forward, dq and dk/dv kernels of either family;
+// not the statistics, delta or pipelined ones).
 bool attention_kernel_drops(AttentionKernel kernel);
 // dropout: the body with dropout (UnsupportedOperation where the kernel has none).
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,

@@ -275,7 +275,7 @@ struct KhForwardBlock {
 // One block of the forward pass (kStats: of the backward pass's statistics, with no values
 // read), as ka_attention but on the Hopper layout above: query rows [q0, q0 + 128) of (batch,
 // head) bh, the last query blocks first. smem: kh_shared_bytes(KD), 16-byte aligned.
-template <int KD, bool kBf16, bool kMask, bool kBias, bool kStats>
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kStats, bool kDropout = false>
 KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
   const KhForwardBlock<KD> f(p, smem);
   const KaHead& head = f.head;
@@ -302,6 +302,8 @@ KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
 
   KaWarpState<KD, 1> w;
   ka_start(w);
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();       // this thread's copies of tile j are in
     kh_fence_shared();  // visible to the tensor cores' reads
@@ -323,6 +325,11 @@ KA_FN void kh_attention(const KaParams& p, unsigned char* smem) {
           s, p, checked, b, h, first_row, k0, lane);
       ka_softmax_step<KD, !kStats, 1, kKhKeys>(s, w, factor);
       if (!kStats) {
+        if constexpr (kDropout) {
+          // The sums keep every weight; the values take the kept ones (ka_attention's).
+          ka_drop<1, kKhKeys>(
+              s, p, ka_dropout_kept<1, false, kKhKeys>(p, dropout_key, bh, first_row, k0, lane));
+        }
         unsigned a[kKhKeys / 16][4];
         kh_pack_weights<kBf16, kKhKeys>(a, s);
         kh_pin_all(w.o);
@@ -483,7 +490,7 @@ KA_FN void kh_tile_products(float (&s)[1][kKhTile / 8][4], float (&dp)[1][kKhTil
 // keys: S = q kᵀ and dP = dO vᵀ (q, dO, k and v K-major in shared memory), dS = P (dP - D) in
 // registers, dq += dS k (k read transposed). smem: q's and dO's 128 rows, two stages of k's and
 // v's 64.
-template <int KD, bool kBf16, bool kMask, bool kBias>
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kDropout = false>
 KA_FN void kh_attention_dq(const KaParams& p, unsigned char* smem) {
   constexpr int kRowsBytes = kKhRows * KD * 2, kTileBytes = kKhTile * KD * 2;
   const KhShared base = kh_aligned(smem);
@@ -520,6 +527,8 @@ KA_FN void kh_attention_dq(const KaParams& p, unsigned char* smem) {
 
   float dq[1][KD / 8][4];
   ka_zero(dq);
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
   const unsigned q_rows = q_at + group * 64 * 128, g_rows = g_at + group * 64 * 128;
   for (int j = 0; j < key_tiles; ++j) {
     ka_wait<1>();
@@ -537,6 +546,10 @@ KA_FN void kh_attention_dq(const KaParams& p, unsigned char* smem) {
       const float factor = ka_prepare_scores<kBf16, kMask, kBias, 1, false, kKhTile>(
           s, p, checked, b, h, first_row, k0, lane);
       unsigned a[kKhTile / 16][4];
+      if constexpr (kDropout) {  // dP times the mask's factor (ka_attention_dq's)
+        ka_drop<1, kKhTile>(
+            dp, p, ka_dropout_kept<1, false, kKhTile>(p, dropout_key, bh, first_row, k0, lane));
+      }
       KA_UNROLL for (int n = 0; n < kKhTile / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
           s[0][n][c] = ka_exp2(ka_fma(s[0][n][c], factor, -L[c >> 1])) * (dp[0][n][c] - D[c >> 1]);
@@ -632,7 +645,7 @@ KA_FN void kh_query_grads(const KaParams& p, long long bh, unsigned scores_at, u
 // each tile's dS staged in shared memory (kh_stage_scores), then dq's share of the tile
 // (kh_query_grads; 64 of the head dim a warpgroup, the first warpgroup alone at head dim 64)
 // added to p.dq by reductions; smem then kh_dqkv_shared_bytes.
-template <int KD, bool kBf16, bool kMask, bool kBias, bool kQuery = false>
+template <int KD, bool kBf16, bool kMask, bool kBias, bool kQuery = false, bool kDropout = false>
 KA_FN void kh_attention_dkv(const KaParams& p, unsigned char* smem) {
   constexpr int kRowsBytes = kKhRows * KD * 2, kTileBytes = kKhTile * KD * 2;
   const KhShared base = kh_aligned(smem);
@@ -674,6 +687,8 @@ KA_FN void kh_attention_dkv(const KaParams& p, unsigned char* smem) {
   ka_zero(dk);
   ka_zero(dv);
   const int t = lane & 3;
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
   const unsigned k_rows = k_at + group * 64 * 128, v_rows = v_at + group * 64 * 128;
   for (int j = 0; j < tiles; ++j) {
     ka_wait<1>();
@@ -697,7 +712,20 @@ KA_FN void kh_attention_dkv(const KaParams& p, unsigned char* smem) {
         }
       }
       unsigned a[kKhTile / 16][4];
-      kh_pack_weights<kBf16, kKhTile>(a, s);
+      if constexpr (kDropout) {
+        // dv takes the kept weights, dS the kept dP (ka_attention_dkv's).
+        const unsigned long long kept =
+            ka_dropout_kept<1, true, kKhTile>(p, dropout_key, bh, first_key, q0, lane);
+        float dropped[1][kKhTile / 8][4];
+        KA_UNROLL for (int n = 0; n < kKhTile / 8; ++n) {
+          KA_UNROLL for (int c = 0; c < 4; ++c) dropped[0][n][c] = s[0][n][c];
+        }
+        ka_drop<1, kKhTile>(dropped, p, kept);
+        kh_pack_weights<kBf16, kKhTile>(a, dropped);
+        ka_drop<1, kKhTile>(dp, p, kept);
+      } else {
+        kh_pack_weights<kBf16, kKhTile>(a, s);
+      }
       KA_UNROLL for (int n = 0; n < kKhTile / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
           s[0][n][c] *= dp[0][n][c] - tile_stats[2 * (n * 8 + 2 * t + (c & 1)) + 1];

@@ -391,6 +391,18 @@ KA_FN float ka_dropout_factor(const KaParams& p, unsigned long long kept, int mi
   return (kept >> ((mi * (kColumns / 8) + n) * 4 + c)) & 1ull ? p.dropout_scale : 0.f;
 }
 
+// s times dropout's factor, element by element, for a tile whose kept bits are `kept`.
+template <int kM, int kColumns = kKaKeys>
+KA_FN void ka_drop(float (&s)[kM][kColumns / 8][4], const KaParams& p, unsigned long long kept) {
+  KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
+    KA_UNROLL for (int n = 0; n < kColumns / 8; ++n) {
+      KA_UNROLL for (int c = 0; c < 4; ++c) {
+        s[mi][n][c] *= ka_dropout_factor<kColumns>(p, kept, mi, n, c);
+      }
+    }
+  }
+}
+
 // The key of the dropout hash: mix64 of the seed operand.
 KA_FN unsigned long long ka_dropout_key(const KaParams& p) {
   return ka_mix64(*reinterpret_cast<const unsigned long long*>(p.dropout_seed));
@@ -650,14 +662,7 @@ KA_FN void ka_attention(const KaParams& p, unsigned short* smem) {
       ka_softmax_step<KD, !kStats>(s, w, factor);
       if constexpr (kDropout && !kStats) {
         // The sums keep every weight (they divide the output); the values take the kept ones.
-        const unsigned long long kept =
-            ka_dropout_kept<2, false>(p, dropout_key, bh, first_row, k0, lane);
-        KA_UNROLL for (int mi = 0; mi < 2; ++mi) {
-          KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
-            KA_UNROLL for (int c = 0; c < 4; ++c) s[mi][n][c] *=
-                ka_dropout_factor(p, kept, mi, n, c);
-          }
-        }
+        ka_drop<2>(s, p, ka_dropout_kept<2, false>(p, dropout_key, bh, first_row, k0, lane));
       }
       if (!kStats) ka_accumulate<KD, kBf16, 2>(w.o, s, v_tiles + (j & 1) * kTile, lane);
     }
@@ -781,14 +786,12 @@ KA_FN void ka_attention_dq(const KaParams& p, unsigned short* smem) {
                                                                             first_row, k0, lane);
       ka_scores<KD, kBf16, 1>(dp, g_tile + warp * 16 * kStride, v_tiles + (j & 1) * kTile, lane);
       // With dropout dP is dO vᵀ times the mask's factor (D is unchanged: Σ dO · out).
-      unsigned long long kept = 0;
-      if constexpr (kDropout)
-        kept = ka_dropout_kept<1, false>(p, dropout_key, bh, first_row, k0, lane);
+      if constexpr (kDropout) {
+        ka_drop<1>(dp, p, ka_dropout_kept<1, false>(p, dropout_key, bh, first_row, k0, lane));
+      }
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
-          float dpc = dp[0][n][c];
-          if constexpr (kDropout) dpc *= ka_dropout_factor(p, kept, 0, n, c);
-          s[0][n][c] = ka_exp2(ka_fma(s[0][n][c], factor, -L[c >> 1])) * (dpc - D[c >> 1]);
+          s[0][n][c] = ka_exp2(ka_fma(s[0][n][c], factor, -L[c >> 1])) * (dp[0][n][c] - D[c >> 1]);
         }
       }
       ka_accumulate<KD, kBf16, 1>(dq, s, keys, lane);
@@ -878,20 +881,18 @@ KA_FN void ka_attention_dkv(const KaParams& p, unsigned short* smem) {
         kept = ka_dropout_kept<1, true>(p, dropout_key, bh, first_key, q0, lane);
         float dropped[1][kKaKeys / 8][4];
         KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
-          KA_UNROLL for (int c = 0; c < 4; ++c) {
-            dropped[0][n][c] = s[0][n][c] * ka_dropout_factor(p, kept, 0, n, c);
-          }
+          KA_UNROLL for (int c = 0; c < 4; ++c) dropped[0][n][c] = s[0][n][c];
         }
+        ka_drop<1>(dropped, p, kept);
         ka_accumulate<KD, kBf16, 1>(dv, dropped, grads, lane);
       } else {
         ka_accumulate<KD, kBf16, 1>(dv, s, grads, lane);
       }
       ka_scores<KD, kBf16, 1>(dp, v_tile + warp * 16 * kStride, grads, lane);
+      if constexpr (kDropout) ka_drop<1>(dp, p, kept);
       KA_UNROLL for (int n = 0; n < kKaKeys / 8; ++n) {
         KA_UNROLL for (int c = 0; c < 4; ++c) {
-          float dpc = dp[0][n][c];
-          if constexpr (kDropout) dpc *= ka_dropout_factor(p, kept, 0, n, c);
-          s[0][n][c] *= dpc - tile_stats[2 * (n * 8 + 2 * t + (c & 1)) + 1];
+          s[0][n][c] *= dp[0][n][c] - tile_stats[2 * (n * 8 + 2 * t + (c & 1)) + 1];
         }
       }
       ka_accumulate<KD, kBf16, 1>(dk, s, queries, lane);

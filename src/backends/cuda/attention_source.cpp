@@ -95,28 +95,34 @@ int wgmma_choice() {
 }
 
 // What each kernel is: its extern "C" name, the body it instantiates and that body's trailing
-// template argument (the forward bodies' kStats, the dk/dv body's kQuery), whether it is a Hopper
-// kernel, and the rows
+// template argument (the forward bodies' kStats, the dk/dv body's kQuery), the arguments that
+// follow them for dropout (null: the body has none), whether it is a Hopper kernel, and the rows
 // (queries, or keys for the dk/dv kernels) a block takes. In AttentionKernel's order.
 struct KernelSpec {
   const char* name;
   const char* body;
   const char* stats;
+  const char* dropout;
   bool hopper;
   int rows;
 };
 constexpr KernelSpec kSpecs[] = {
-    {"kiln_attention", "ka_attention", ", false", false, attention_kernels::kKaRows},
-    {"kiln_attention_stats", "ka_attention", ", true", false, attention_kernels::kKaRows},
-    {"kiln_attention_dq", "ka_attention_dq", "", false, attention_kernels::kKaKeys},
-    {"kiln_attention_dkv", "ka_attention_dkv", "", false, attention_kernels::kKaKeys},
-    {"kiln_attention_wg", "kh_attention", ", false", true, attention_kernels::kKhRows},
-    {"kiln_attention_wg_stats", "kh_attention", ", true", true, attention_kernels::kKhRows},
-    {"kiln_attention_wg_dq", "kh_attention_dq", "", true, attention_kernels::kKhRows},
-    {"kiln_attention_wg_dkv", "kh_attention_dkv", "", true, attention_kernels::kKhRows},
-    {"kiln_attention_wg_pipelined", "kh_attention_pipelined", "", true, attention_kernels::kKhRows},
-    {"kiln_attention_delta", "ka_attention_delta", "", false, attention_kernels::kKaThreads / 32},
-    {"kiln_attention_wg_dqkv", "kh_attention_dkv", ", true", true, attention_kernels::kKhRows},
+    {"kiln_attention", "ka_attention", ", false", ", true", false, attention_kernels::kKaRows},
+    {"kiln_attention_stats", "ka_attention", ", true", nullptr, false, attention_kernels::kKaRows},
+    {"kiln_attention_dq", "ka_attention_dq", "", ", true", false, attention_kernels::kKaKeys},
+    {"kiln_attention_dkv", "ka_attention_dkv", "", ", true", false, attention_kernels::kKaKeys},
+    {"kiln_attention_wg", "kh_attention", ", false", ", true", true, attention_kernels::kKhRows},
+    {"kiln_attention_wg_stats", "kh_attention", ", true", nullptr, true,
+     attention_kernels::kKhRows},
+    {"kiln_attention_wg_dq", "kh_attention_dq", "", ", true", true, attention_kernels::kKhRows},
+    {"kiln_attention_wg_dkv", "kh_attention_dkv", "", ", false, true", true,
+     attention_kernels::kKhRows},
+    {"kiln_attention_wg_pipelined", "kh_attention_pipelined", "", nullptr, true,
+     attention_kernels::kKhRows},
+    {"kiln_attention_delta", "ka_attention_delta", "", nullptr, false,
+     attention_kernels::kKaThreads / 32},
+    {"kiln_attention_wg_dqkv", "kh_attention_dkv", ", true", ", true", true,
+     attention_kernels::kKhRows},
 };
 static_assert(std::size(kSpecs) ==
                   static_cast<std::size_t>(AttentionKernel::HopperQueryKeyValue) + 1,
@@ -146,10 +152,7 @@ int attention_kernel_threads(AttentionKernel kernel) {
 
 int attention_kernel_rows(AttentionKernel kernel) { return spec(kernel).rows; }
 
-bool attention_kernel_drops(AttentionKernel kernel) {
-  return kernel == AttentionKernel::Forward || kernel == AttentionKernel::Query ||
-         kernel == AttentionKernel::KeyValue;
-}
+bool attention_kernel_drops(AttentionKernel kernel) { return spec(kernel).dropout != nullptr; }
 
 std::string attention_kernel_source(AttentionKernel kernel, DType dtype, std::int64_t depth,
                                     bool mask, bool bias, bool dropout) {
@@ -170,7 +173,7 @@ extern "C" __global__ void __launch_bounds__({}{}) {}(kiln::cuda::attention_kern
 }}
 )CUDA",
       attention_kernel_threads(kernel), k.hopper ? ", 1" : "", k.name, k.body, depth,
-      dtype == DType::BF16, mask, bias, k.stats, dropout ? ", true" : "",
+      dtype == DType::BF16, mask, bias, k.stats, dropout ? k.dropout : "",
       k.hopper ? "kiln_attention_shared"
                : "reinterpret_cast<unsigned short*>(kiln_attention_shared)");
   return source;

@@ -184,17 +184,16 @@ struct AttentionCall {
     key = std::string(short_name(dtype)) + ":" + std::to_string(depth) + (mask ? ":mask" : "") +
           (bias ? ":bias" : "");
     if (dropout_seed) {
-      // The mma.sync kernels apply it (the Hopper ones have no dropout).
       const AttentionDropout dropout(options.dropout);
       p.dropout_seed = as_cuda(*dropout_seed).data();
       p.dropout_threshold = dropout.threshold;
       p.dropout_scale = dropout.scale;
-      return;
     }
     const Context& context = backend.runtime().context;
     if (attention_hopper_applies(context.major(), context.minor(), depth)) {
-      forward = attention_hopper_pipelined() ? AttentionKernel::HopperPipelined
-                                             : AttentionKernel::HopperForward;
+      // The pipelined forward pass has no dropout.
+      forward = attention_hopper_pipelined() && !dropout_seed ? AttentionKernel::HopperPipelined
+                                                              : AttentionKernel::HopperForward;
       statistics = AttentionKernel::HopperStats;
       query_grad = AttentionKernel::HopperQuery;
       key_value_grad = AttentionKernel::HopperKeyValue;
