@@ -489,6 +489,38 @@ TEST(GpuCodegen, AttentionKernelCompiles) {
   }
 }
 
+TEST(GpuCodegen, AttentionDropoutBodiesCompile) {
+  // Every kernel that has a dropout body, at a head dim of each family, bare and with both a mask
+  // and a bias; those that have none refuse to make one; the f32 kernels' dropout bodies.
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      const bool both = variant == 1;
+      for (int k = 0; k <= static_cast<int>(AttentionKernel::HopperQueryKeyValue); ++k) {
+        const auto kernel = static_cast<AttentionKernel>(k);
+        if (!attention_kernel_drops(kernel)) {
+          EXPECT_THROW((void)attention_kernel_source(kernel, dtype, 64, both, both, true),
+                       UnsupportedOperation);
+          continue;
+        }
+        const std::string log =
+            compile(attention_kernel_source(kernel, dtype, 64, both, both, true));
+        EXPECT_TRUE(log.empty()) << dtype_name(dtype) << " kernel " << k << " mask and bias "
+                                 << both << ":\n"
+                                 << log.substr(0, 4000);
+      }
+    }
+  }
+  for (std::int64_t depth : {4, 64}) {
+    for (const bool tiled : {false, true}) {
+      if (tiled && depth != 64) continue;
+      const std::string log = compile(attention_simt_source(
+          attention_simt_kernel(depth, tiled, tiled ? 0 : 16), depth, true, true, true));
+      EXPECT_TRUE(log.empty()) << "f32 D" << depth << " tiled " << tiled << ":\n"
+                               << log.substr(0, 4000);
+    }
+  }
+}
+
 TEST(GpuCodegen, AttentionKernelAppliesToHalfTypesAndTileDepths) {
   EXPECT_TRUE(attention_kernel_applies(DType::BF16, 64));
   EXPECT_TRUE(attention_kernel_applies(DType::F16, 128));

@@ -76,8 +76,9 @@ SimtKernel attention_simt_kernel(std::int64_t depth);
 // A given one (tests): tiled (the head dim must allow it) or with tiles of `keys` keys.
 SimtKernel attention_simt_kernel(std::int64_t depth, bool tiled, int keys);
 // Its source for head dim depth, with a mask and a bias or without.
+// dropout: the body that drops weights (KaParams' dropout fields).
 std::string attention_simt_source(const SimtKernel& kernel, std::int64_t depth, bool mask,
-                                  bool bias);
+                                  bool bias, bool dropout = false);
 inline constexpr const char* kAttentionSimtName = "kiln_attention_f32";
 // A kernel's source: inputs of dtype, head dim depth, with a mask (bool) and a bias (of dtype)
 // or without.

@@ -357,28 +357,35 @@ KA_FN float ka_prepare_scores(float (&s)[kM][kColumns / 8][4], const KaParams& p
   return 1.f;
 }
 
+// Whether dropout keeps score (query qi, key kj) of head bh: mix64(key ^ ((bh * queries + qi) *
+// keys + kj)) >> 40 >= the threshold, key = mix64(seed) (contract/attention_dropout.h).
+KA_FN bool ka_dropout_keeps(const KaParams& p, unsigned long long key, long long bh, long long qi,
+                            long long kj) {
+  const auto index =
+      (static_cast<unsigned long long>(bh) * static_cast<unsigned long long>(p.queries) +
+       static_cast<unsigned long long>(qi)) *
+          static_cast<unsigned long long>(p.keys) +
+      static_cast<unsigned long long>(kj);
+  return (ka_mix64(key ^ index) >> 40) >= p.dropout_threshold;
+}
+
 // Which of this lane's elements of a tile of scores (laid out as ka_prepare_scores' s) dropout
-// keeps, bit (mi * kColumns / 8 + n) * 4 + c for s[mi][n][c]: score (query qi, key kj) of head bh
-// is kept when mix64(key ^ ((bh * queries + qi) * keys + kj)) >> 40 >= the threshold, key =
-// mix64(seed) (contract/attention_dropout.h). Elements past the ends get some bit; they weigh 0.
+// keeps (ka_dropout_keeps), bit (mi * kColumns / 8 + n) * 4 + c for s[mi][n][c]. Elements past
+// the ends get some bit; they weigh 0.
 template <int kM, bool kTransposed, int kColumns = kKaKeys>
 KA_FN unsigned long long ka_dropout_kept(const KaParams& p, unsigned long long key, long long bh,
                                          long long row0, long long column0, int lane) {
   static_assert(kM * kColumns / 2 <= 64, "one bit an element");
   const int g = lane >> 2, t = lane & 3;
-  const unsigned long long head =
-      static_cast<unsigned long long>(bh) * static_cast<unsigned long long>(p.queries);
-  const unsigned long long keys = static_cast<unsigned long long>(p.keys);
   unsigned long long kept = 0;
   KA_UNROLL for (int mi = 0; mi < kM; ++mi) {
     KA_UNROLL for (int n = 0; n < kColumns / 8; ++n) {
       KA_UNROLL for (int c = 0; c < 4; ++c) {
         const long long row = row0 + 16 * mi + g + (c >> 1) * 8;
         const long long column = column0 + n * 8 + 2 * t + (c & 1);
-        const auto qi = static_cast<unsigned long long>(kTransposed ? column : row);
-        const auto kj = static_cast<unsigned long long>(kTransposed ? row : column);
-        const unsigned long long bits = ka_mix64(key ^ ((head + qi) * keys + kj)) >> 40;
-        if (bits >= p.dropout_threshold) kept |= 1ull << ((mi * (kColumns / 8) + n) * 4 + c);
+        const bool keeps = kTransposed ? ka_dropout_keeps(p, key, bh, column, row)
+                                       : ka_dropout_keeps(p, key, bh, row, column);
+        if (keeps) kept |= 1ull << ((mi * (kColumns / 8) + n) * 4 + c);
       }
     }
   }

@@ -62,7 +62,7 @@ __device__ __forceinline__ void kf_load_tile(const KaParams& p, const float* k, 
   }
 }
 
-template <int KD, int kKeys, bool kMask, bool kBias>
+template <int KD, int kKeys, bool kMask, bool kBias, bool kDropout = false>
 __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
   static_assert(KD % 4 == 0 && KD <= kKfMaxDepth, "head dims up to 64, multiples of 4");
   const long long block = blockIdx.x;
@@ -89,6 +89,8 @@ __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
     acc[d] = acc[d + 1] = acc[d + 2] = acc[d + 3] = 0.f;
   }
   float m = neg_inf, l = 0.f;  // the row's running maximum (base 2) and sum of weights
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
 
   // Under the causal cut no key after the block's last query is seen.
   long long key_end = p.keys;
@@ -139,8 +141,12 @@ __device__ __forceinline__ void kf_attention(const KaParams& p, float* shared) {
     // that excluded keys weigh 0.
     const float base = m == neg_inf ? 0.f : m;
     KA_UNROLL for (int j = 0; j < kKeys; ++j) {
-      const float w = exp2f(s[j] - base);
+      float w = exp2f(s[j] - base);
       l += w;
+      // Dropout: the sum keeps every weight, the values take the kept ones.
+      if constexpr (kDropout) {
+        w *= ka_dropout_keeps(p, dropout_key, bh, qi, k0 + j) ? p.dropout_scale : 0.f;
+      }
       KA_UNROLL for (int d = 0; d < KD; d += 4) {
         const float4 vv = *reinterpret_cast<const float4*>(values + j * KD + d);
         acc[d] = fmaf(w, vv.x, acc[d]);
@@ -191,7 +197,7 @@ KA_FN constexpr int kt_shared_bytes(int depth) {
 }
 
 #ifdef __CUDACC_RTC__
-template <int KD, bool kMask, bool kBias>
+template <int KD, bool kMask, bool kBias, bool kDropout = false>
 __device__ __forceinline__ void kt_attention(const KaParams& p, float* shared) {
   static_assert(KD == 32 || KD == 64, "head dims 32 and 64");
   constexpr int kPitch = KD + 4;    // q's and k's rows in shared memory
@@ -234,6 +240,8 @@ __device__ __forceinline__ void kt_attention(const KaParams& p, float* shared) {
                     h * p.bias_strides[1] + qi[i] * p.bias_strides[2];
     }
   }
+  unsigned long long dropout_key = 0;
+  if constexpr (kDropout) dropout_key = ka_dropout_key(p);
   float acc[4][kGroups][4];
   float m[4], l[4];  // each row's running maximum (base 2) and this thread's share of its sum
   KA_UNROLL for (int i = 0; i < 4; ++i) {
@@ -311,7 +319,12 @@ __device__ __forceinline__ void kt_attention(const KaParams& p, float* shared) {
     __syncthreads();  // every thread has read its keys: the weights take their place
     KA_UNROLL for (int i = 0; i < 4; ++i) {
       KA_UNROLL for (int j = 0; j < 8; ++j) {
-        ks[(rg + 16 * i) * kKtWeightPitch + cg + 8 * j] = s[i][j];
+        float w = s[i][j];
+        // Dropout: the sums keep every weight, the values take the kept ones.
+        if constexpr (kDropout) {
+          w *= ka_dropout_keeps(p, dropout_key, bh, qi[i], k0 + cg + 8 * j) ? p.dropout_scale : 0.f;
+        }
+        ks[(rg + 16 * i) * kKtWeightPitch + cg + 8 * j] = w;
       }
     }
     __syncthreads();

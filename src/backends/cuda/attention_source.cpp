@@ -64,13 +64,14 @@ SimtKernel attention_simt_kernel(std::int64_t depth) {
 }
 
 std::string attention_simt_source(const SimtKernel& kernel, std::int64_t depth, bool mask,
-                                  bool bias) {
+                                  bool bias, bool dropout) {
   std::string source = kTensorCoreSource;
   source += kAttentionKernelsSource;
   source += kAttentionSimtSource;
   const std::string body =
-      kernel.tiled ? fmt::format("kt_attention<{}, {}, {}>", depth, mask, bias)
-                   : fmt::format("kf_attention<{}, {}, {}, {}>", depth, kernel.keys, mask, bias);
+      kernel.tiled ? fmt::format("kt_attention<{}, {}, {}, {}>", depth, mask, bias, dropout)
+                   : fmt::format("kf_attention<{}, {}, {}, {}, {}>", depth, kernel.keys, mask, bias,
+                                 dropout);
   source += fmt::format(
       R"CUDA(
 extern "C" __global__ void __launch_bounds__({}{}) {}(kiln::cuda::attention_kernels::KaParams p) {{

@@ -282,8 +282,7 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
                                  OptionalPrimitive mask, OptionalPrimitive bias,
                                  OptionalPrimitive dropout_seed, AttentionOptions options) {
   const char* op = "attention";
-  // Dropout: in the 16-bit kernels; f32 (which has no fused backward) composes it.
-  const bool simt = !dropout_seed && AttentionCall::applies_simt(query, key, value);
+  const bool simt = AttentionCall::applies_simt(query, key, value);
   if (!simt && !AttentionCall::applies(query, key, value)) {
     return Backend::attention(std::move(query), std::move(key), std::move(value), std::move(mask),
                               std::move(bias), std::move(dropout_seed), options);
@@ -302,12 +301,14 @@ Primitive CudaBackend::attention(Primitive query, Primitive key, Primitive value
     const SimtKernel kernel = attention_simt_kernel(depth);
     call.p.query_blocks = ceil_div(rows, kernel.rows);
     const bool has_mask = call.mask.has_value(), has_bias = call.bias.has_value();
+    const bool dropout = call.dropout_seed.has_value();
     std::string source_key = kAttentionSimtName;
     source_key += ':';
     source_key += call.key;
     source_key += kernel.tiled ? ":tiled" : ":keys" + std::to_string(kernel.keys);
+    if (dropout) source_key += ":dropout";
     CUfunction function = runtime_.compiler.function(source_key, kAttentionSimtName, [&] {
-      return attention_simt_source(kernel, depth, has_mask, has_bias);
+      return attention_simt_source(kernel, depth, has_mask, has_bias, dropout);
     });
     Runtime::allow_shared(function, kernel.shared_bytes, op);
     runtime_.launch(op, function, static_cast<unsigned>(call.heads_total() * call.p.query_blocks),
