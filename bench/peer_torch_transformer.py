@@ -144,6 +144,8 @@ def workloads(device, bert_batch):
         "log_softmax_scores": lambda: read_one(torch.log_softmax(scores, dim=-1)),
         "attention_op": lambda: read_one(attention_op()),
         "attention_composed": lambda: read_one(attention_composed()),
+        "attention_op_dropout": lambda: read_one(
+            F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)),
         "layer_norm_hidden": lambda: read_one(F.layer_norm(hidden, (768,), gamma, beta, 1e-12)),
         "bert_forward/0": lambda: read_one(minilm(ids, mask)),
         "bert_forward/1": lambda: read_one(base(ids, mask)),
