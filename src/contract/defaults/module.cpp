@@ -1,6 +1,5 @@
 // Defaults of module ops: pooling, embeddings, im2col/col2im by strided slices (exact for every
 // value, NaN and inf included), linear, normalisations and scaled dot-product attention.
-#include <algorithm>
 #include <cmath>
 
 #include "contract/defaults/attention_grads.h"
@@ -202,9 +201,8 @@ Primitive Backend::attention(Primitive query, Primitive key, Primitive value,
     excluded = excluded ? logical_or(std::move(*excluded), std::move(future)) : std::move(future);
   }
   // The output's batch and head dims (v's count too), over which the dropout mask is indexed.
-  const Shape output_scores{std::max(score_shape[0], v->shape()[0]),
-                            std::max(score_shape[1], v->shape()[1]), score_shape[2],
-                            score_shape[3]};
+  const Shape output_scores =
+      broadcast(score_shape, Shape{v->shape()[0], v->shape()[1], score_shape[2], score_shape[3]});
   if (excluded) scores = mask_fill(std::move(scores), *excluded, -kInfinity);
   Primitive weights = softmax(std::move(scores), 3);
   if (excluded) {
