@@ -94,6 +94,37 @@ TEST(AttentionDropout, KeptWeightsAreScaledAndAboutPAreDropped) {
   }
 }
 
+// Under autocast the op runs in the scope's type and drops the same weights: the seed is not a
+// float operand, so it is neither cast nor counted in the op's widest type.
+TEST(AttentionDropout, AutocastRunsItInTheLowTypeWithTheSameMask) {
+  const Device dev = Device::cpu();
+  const Shape shape{1, 2, 16, 8};
+  const auto n = static_cast<std::size_t>(shape.num_elements());
+  auto f32 = [&](std::uint32_t seed) {
+    return Tensor<4>::from_data(
+        TensorData::from_vec(uniform_values(n, seed), shape).convert(DType::F32), dev);
+  };
+  const Tensor<4> q = f32(11), k = f32(12), v = f32(13);
+  auto run = [&](const Tensor<4>& a, const Tensor<4>& b, const Tensor<4>& c) {
+    dev.seed(17);
+    return module::attention(a, b, c, std::nullopt, std::nullopt, with_dropout(0.5));
+  };
+  Tensor<4> low;
+  {
+    AutocastScope amp(dev, DType::BF16);
+    low = run(q, k, v);
+  }
+  EXPECT_EQ(low.dtype(), DType::BF16);
+  const std::vector<double> want =
+      read(run(q.cast(DType::BF16).cast(DType::F32), k.cast(DType::BF16).cast(DType::F32),
+               v.cast(DType::BF16).cast(DType::F32)));
+  const std::vector<double> got = read(low);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    // Another mask would move these by tenths; bf16's rounding moves them by hundredths.
+    EXPECT_NEAR(got[i], want[i], 2e-2 * (1 + std::abs(want[i]))) << i;
+  }
+}
+
 // Autodiff's gradients against central differences of the forward, the device reseeded before
 // every forward so that each sees the same mask. Causal, a bias, broadcast k and v.
 TEST(AttentionDropout, GradientsAreTheDroppedAttentionsDerivative) {
