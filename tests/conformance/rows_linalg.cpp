@@ -561,10 +561,17 @@ void check_attention_backward(const Device& device, DType dtype, Layout layout,
                "attention_key_value_backward dv " + what, 8.0);
 }
 
+// c with dropout p, its mask made from seed.
+AttentionCase with_dropout(AttentionCase c, double p, std::int64_t seed) {
+  c.options.dropout = p;
+  c.dropout_seed = seed;
+  return c;
+}
+
 // The cases both attention rows take: broadcast batch and head dims, masks with and without a
 // query dim, a bias, a scale, the causal cut, a fully masked row, no keys, no queries.
 std::vector<AttentionCase> attention_cases() {
-  return {
+  std::vector<AttentionCase> cases = {
       {{2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 6, 3}, std::nullopt, std::nullopt, {}},
       {{2, 3, 5, 4},
        {1, 3, 6, 4},
@@ -587,32 +594,7 @@ std::vector<AttentionCase> attention_cases() {
       {{2, 1, 4, 3}, {2, 1, 5, 3}, {2, 1, 5, 3}, Shape{2, 1, 4, 5}, std::nullopt, {}, true},
       {{1, 1, 3, 4}, {1, 1, 0, 4}, {1, 1, 0, 2}, std::nullopt, std::nullopt, {}},  // no keys
       {{1, 2, 0, 4}, {1, 2, 3, 4}, {1, 2, 3, 4}, std::nullopt, std::nullopt, {}},  // no queries
-      // Dropout: with broadcasting, a mask, a bias and a scale; causal; a fully masked row;
-      // everything dropped; no queries.
-      {{2, 3, 5, 4},
-       {1, 3, 6, 4},
-       {1, 3, 6, 2},
-       Shape{2, 1, 5, 6},
-       Shape{1, 3, 5, 6},
-       {.scale = 0.3, .is_causal = false, .dropout = 0.3},
-       false,
-       918273},
-      {{1, 2, 5, 4},
-       {1, 2, 5, 4},
-       {1, 2, 5, 4},
-       std::nullopt,
-       std::nullopt,
-       {.scale = std::nullopt, .is_causal = true, .dropout = 0.5},
-       false,
-       (std::int64_t{1} << 52) + 77},
-      {{2, 1, 4, 3},
-       {2, 1, 5, 3},
-       {2, 1, 5, 3},
-       Shape{2, 1, 4, 5},
-       std::nullopt,
-       {.scale = std::nullopt, .is_causal = false, .dropout = 0.1},
-       true,
-       5},
+      // Everything dropped.
       {{1, 1, 3, 4},
        {1, 1, 4, 4},
        {1, 1, 4, 2},
@@ -621,15 +603,14 @@ std::vector<AttentionCase> attention_cases() {
        {.scale = std::nullopt, .is_causal = false, .dropout = 1.0},
        false,
        12},
-      {{1, 2, 0, 4},
-       {1, 2, 3, 4},
-       {1, 2, 3, 4},
-       std::nullopt,
-       std::nullopt,
-       {.scale = std::nullopt, .is_causal = false, .dropout = 0.5},
-       false,
-       3},
   };
+  // Dropout on the cases with broadcasting, a mask, a bias and a scale; causal; a fully masked
+  // row; no queries.
+  cases.push_back(with_dropout(cases[1], 0.3, 918273));
+  cases.push_back(with_dropout(cases[2], 0.5, (std::int64_t{1} << 52) + 77));
+  cases.push_back(with_dropout(cases[4], 0.1, 5));
+  cases.push_back(with_dropout(cases[6], 0.5, 3));
+  return cases;
 }
 
 }  // namespace
@@ -681,27 +662,15 @@ KILN_CONFORMANCE_ROW(attention_backward,
     // Head dims of 64 (the kernels' on cuda for 16-bit floats): query and key tiles cut by the
     // ends and the causal diagonal, a mask without a query dim, and a bias.
     if (dtype != DType::BF16 && dtype != DType::F16) continue;
-    check_attention_backward(device, dtype, Layout::Contiguous,
-                             {{1, 2, 70, 64},
-                              {1, 2, 150, 64},
-                              {1, 2, 150, 64},
-                              Shape{1, 1, 1, 150},
-                              std::nullopt,
-                              {.scale = std::nullopt, .is_causal = true}},
-                             seed += 5);
+    const AttentionCase diagonal{{1, 2, 70, 64},  {1, 2, 150, 64},
+                                 {1, 2, 150, 64}, Shape{1, 1, 1, 150},
+                                 std::nullopt,    {.scale = std::nullopt, .is_causal = true}};
+    check_attention_backward(device, dtype, Layout::Contiguous, diagonal, seed += 5);
     check_attention_backward(
         device, dtype, Layout::Transposed,
         {{2, 2, 40, 64}, {2, 1, 90, 64}, {2, 1, 90, 64}, std::nullopt, Shape{1, 2, 40, 90}, {}},
         seed += 5);
-    check_attention_backward(device, dtype, Layout::Contiguous,
-                             {{1, 2, 70, 64},
-                              {1, 2, 150, 64},
-                              {1, 2, 150, 64},
-                              Shape{1, 1, 1, 150},
-                              std::nullopt,
-                              {.scale = std::nullopt, .is_causal = true, .dropout = 0.2},
-                              false,
-                              271828},
+    check_attention_backward(device, dtype, Layout::Contiguous, with_dropout(diagonal, 0.2, 271828),
                              seed += 5);
   }
 }

@@ -162,6 +162,27 @@ TensorData run_kernel(const AttentionCase& c, const Inputs& in) {
   return TensorData(std::move(bytes), Shape{c.batch, c.heads, c.queries, KD}, c.dtype);
 }
 
+// The backward kernels' outputs for c, their addresses set in p: the statistics, dq (zeros for
+// the merged kernel, which adds to it; NaN otherwise, so an element left unwritten shows), dk
+// and dv (f32, at every head).
+struct GradBuffers {
+  std::vector<float> stats, dq, dk, dv;
+  GradBuffers(const AttentionCase& c, int depth, bool merged, ka::KaParams& p) {
+    const long long rows = c.batch * c.heads * c.queries;
+    stats.assign(static_cast<std::size_t>(ka::ka_stats_floats(rows)), NAN);
+    dq.assign(static_cast<std::size_t>(rows * depth), merged ? 0.f : NAN);
+    dk.assign(static_cast<std::size_t>(c.batch * c.heads * c.keys * depth), NAN);
+    dv.assign(dk.size(), NAN);
+    p.stats = reinterpret_cast<std::uintptr_t>(stats.data());
+    p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
+    p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
+    p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
+  }
+  static std::vector<double> wide(const std::vector<float>& v) {
+    return std::vector<double>(v.begin(), v.end());
+  }
+};
+
 // Where the backward pass's statistics come from: their own pass, or L from a forward pass
 // (the family's own, or the pipelined Hopper one) and D from ka_attention_delta.
 enum Stats { kStatsPass, kFromForward, kFromPipelined };
@@ -188,15 +209,7 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
   p.out = address_and_strides(out, unused);
   p.grad = address_and_strides(grad, unused);
   const long long rows = c.batch * c.heads * c.queries;
-  std::vector<float> stats(static_cast<std::size_t>(ka::ka_stats_floats(rows)), NAN);
-  // The merged kernel adds dq to zeros; the dq kernel writes each element.
-  std::vector<float> dq(static_cast<std::size_t>(rows * KD), kMerged ? 0.f : NAN);
-  std::vector<float> dk(static_cast<std::size_t>(c.batch * c.heads * c.keys * KD), NAN);
-  std::vector<float> dv(dk.size(), NAN);
-  p.stats = reinterpret_cast<std::uintptr_t>(stats.data());
-  p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
-  p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
-  p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
+  const GradBuffers grads(c, KD, kMerged, p);
   if constexpr (kStats != kStatsPass) {
     // The forward pass writes L beside an output of its own; D comes from the reference's.
     std::vector<unsigned short> forward_out(static_cast<std::size_t>(rows * KD));
@@ -242,10 +255,9 @@ void check_backward(const AttentionCase& c, const Inputs& in, std::uint64_t seed
   }
   const ReferenceGrads want = reference_grads(host4(in.q), host4(in.k), host4(in.v), mask, bias,
                                               host4(grad), scale, c.causal);
-  auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
-  expect_near(wide(dq), want.dq, c.dtype, describe(c) + " dq");
-  expect_near(wide(dk), want.dk, c.dtype, describe(c) + " dk");
-  expect_near(wide(dv), want.dv, c.dtype, describe(c) + " dv");
+  expect_near(GradBuffers::wide(grads.dq), want.dq, c.dtype, describe(c) + " dq");
+  expect_near(GradBuffers::wide(grads.dk), want.dk, c.dtype, describe(c) + " dk");
+  expect_near(GradBuffers::wide(grads.dv), want.dv, c.dtype, describe(c) + " dv");
 }
 
 // Dropout's bodies (kDropout: the forward pass, dq, dk and dv) for c's inputs against the CPU
@@ -302,14 +314,7 @@ void check_dropout(const AttentionCase& c, const Inputs& in, std::uint64_t seed)
   long long unused[3];
   p.out = address_and_strides(out_operand, unused);
   p.grad = address_and_strides(grad, unused);
-  std::vector<float> stats(static_cast<std::size_t>(ka::ka_stats_floats(rows)), NAN);
-  std::vector<float> dq(static_cast<std::size_t>(rows * KD), kMerged ? 0.f : NAN);
-  std::vector<float> dk(static_cast<std::size_t>(c.batch * c.heads * c.keys * KD), NAN);
-  std::vector<float> dv(dk.size(), NAN);
-  p.stats = reinterpret_cast<std::uintptr_t>(stats.data());
-  p.dq = reinterpret_cast<std::uintptr_t>(dq.data());
-  p.dk = reinterpret_cast<std::uintptr_t>(dk.data());
-  p.dv = reinterpret_cast<std::uintptr_t>(dv.data());
+  const GradBuffers grads(c, KD, kMerged, p);
   if constexpr (kHopper) {
     launch_hopper_blocks(p, p.query_blocks, KD, ka::kh_attention<KD, kBf16, kMask, kBias, true>);
     const long long key_blocks = (c.keys + ka::kKhRows - 1) / ka::kKhRows;
@@ -337,13 +342,10 @@ void check_dropout(const AttentionCase& c, const Inputs& in, std::uint64_t seed)
           .to_f64_vec();
   const auto [want_dk, want_dv] =
       cpu.attention_key_value_backward(q, k, v, o, g, in.mask, bias, seed_operand, options);
-  auto wide_floats = [](const std::vector<float>& x) {
-    return std::vector<double>(x.begin(), x.end());
-  };
-  expect_near(wide_floats(dq), want_dq, c.dtype, describe(c) + " dropout dq");
-  expect_near(wide_floats(dk), kiln::detail::into_data(want_dk).to_f64_vec(), c.dtype,
+  expect_near(GradBuffers::wide(grads.dq), want_dq, c.dtype, describe(c) + " dropout dq");
+  expect_near(GradBuffers::wide(grads.dk), kiln::detail::into_data(want_dk).to_f64_vec(), c.dtype,
               describe(c) + " dropout dk");
-  expect_near(wide_floats(dv), kiln::detail::into_data(want_dv).to_f64_vec(), c.dtype,
+  expect_near(GradBuffers::wide(grads.dv), kiln::detail::into_data(want_dv).to_f64_vec(), c.dtype,
               describe(c) + " dropout dv");
 }
 
