@@ -1,8 +1,17 @@
 // An emulated CUDA grid for the kernel bodies that are one text for two compilers
-// (src/backends/cuda/quant_kernels.h, attention_kernels.h): a host thread per CUDA thread, a block
-// at a time; __syncthreads a barrier of the block's threads; the warp-wide instructions (mma.sync,
-// ldmatrix, shuffles) barriers of the warp's 32 lanes around an exchange of what each lane holds.
-// The tests define each header's primitives with these; the GPU runs check the CUDA itself.
+// (src/backends/cuda/quant_kernels.h, attention_kernels.h): a fiber per CUDA thread, a block at
+// a time on the calling thread; __syncthreads a barrier of the block's fibers; the warp-wide
+// instructions (mma.sync, ldmatrix, shuffles) barriers of the warp's 32 lanes around an exchange
+// of what each lane holds. The tests define each header's primitives with these; the GPU runs
+// check the CUDA itself.
+//
+// Fibers, not threads: a block's threads meet at a barrier every few instructions, and as host
+// threads each meeting was a futex round trip through the scheduler for 32 or 256 threads (two
+// thirds of the tests' time went to the kernel). The scheduler always resumes the lowest-numbered
+// thread that can run, so warp 0 runs as far ahead of the others as the barriers let it: a tile
+// refilled before the warps that read it are done, or a copy read before its wait, shows on
+// every run instead of on the interleavings a host scheduler happens to pick. Threads that all
+// wait with none able to run are reported as a deadlock (the kernel's barriers do not match).
 //
 // cp.async has two readings here, and a test runs both: eager (the bytes land at the call, so a
 // copy issued into a tile that another warp still reads corrupts it) and lazy (the bytes land at
@@ -14,22 +23,35 @@
 
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "kiln/half.h"
 
 namespace kernel_emulator {
 
+// std::barrier's arrive_and_wait for the fibers of one block: the last to arrive goes on, the
+// others wait (yield to the block's scheduler) until it has.
+class Barrier {
+ public:
+  explicit Barrier(std::ptrdiff_t count) : count_(count) {}
+  Barrier(const Barrier&) = delete;
+  Barrier& operator=(const Barrier&) = delete;
+  void arrive_and_wait();
+
+ private:
+  std::ptrdiff_t count_;
+  std::vector<unsigned> waiting_;  // the fibers that arrived before the last
+};
+
 // What the threads of one emulated warp exchange.
 struct Warp {
   Warp() : barrier(32) {}
-  std::barrier<> barrier;
+  Barrier barrier;
   unsigned a[32][4];
   unsigned b[32][2];
   unsigned word[32];
@@ -39,7 +61,7 @@ struct Warp {
 struct Block {
   explicit Block(unsigned threads)
       : barrier(static_cast<std::ptrdiff_t>(threads)), warps(threads / 32) {}
-  std::barrier<> barrier;
+  Barrier barrier;
   std::vector<Warp> warps;
 };
 
@@ -62,6 +84,37 @@ inline thread_local std::vector<std::vector<PendingCopy>> t_committed;
 inline thread_local std::vector<std::function<void()>> t_open_products;
 inline thread_local std::vector<std::vector<std::function<void()>>> t_committed_products;
 
+// Each emulated thread's values of the thread-locals above (every one of them), which the
+// scheduler swaps in when it resumes the thread's fiber and out when the fiber yields.
+struct ThreadState {
+  unsigned thread = 0, block = 0, threads = 0, blocks = 0;
+  Block* shared = nullptr;
+  const unsigned char* smem = nullptr;
+  std::size_t smem_bytes = 0;
+  std::vector<PendingCopy> open_group;
+  std::vector<std::vector<PendingCopy>> committed;
+  std::vector<std::function<void()>> open_products;
+  std::vector<std::vector<std::function<void()>>> committed_products;
+
+  void swap_with_thread_locals() {
+    std::swap(thread, t_thread);
+    std::swap(block, t_block);
+    std::swap(threads, t_threads);
+    std::swap(blocks, t_blocks);
+    std::swap(shared, t_shared);
+    std::swap(smem, t_smem);
+    std::swap(smem_bytes, t_smem_bytes);
+    open_group.swap(t_open_group);
+    committed.swap(t_committed);
+    open_products.swap(t_open_products);
+    committed_products.swap(t_committed_products);
+  }
+};
+
+// Runs body once for each of `threads` fibers (the thread-local state above set for each), until
+// all have returned; a deadlock fails the test and aborts (the fibers cannot be unwound).
+void run_block(unsigned threads, const std::function<void(unsigned thread)>& body);
+
 // body(smem) for every thread of blocks blocks of threads threads, a block at a time.
 template <class Body>
 void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body body) {
@@ -71,25 +124,20 @@ void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body bo
     std::vector<unsigned char> storage(shared_bytes + 16, 0xA5);
     unsigned char* smem =
         storage.data() + (16 - reinterpret_cast<std::uintptr_t>(storage.data()) % 16) % 16;
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (unsigned i = 0; i < threads; ++i) {
-      pool.emplace_back([&, i] {
-        t_thread = i;
-        t_block = b;
-        t_threads = threads;
-        t_blocks = blocks;
-        t_shared = &block;
-        t_smem = smem;
-        t_smem_bytes = shared_bytes;
-        t_open_group.clear();
-        t_committed.clear();
-        t_open_products.clear();
-        t_committed_products.clear();
-        body(smem);
-      });
-    }
-    for (std::thread& t : pool) t.join();
+    run_block(threads, [&](unsigned i) {
+      t_thread = i;
+      t_block = b;
+      t_threads = threads;
+      t_blocks = blocks;
+      t_shared = &block;
+      t_smem = smem;
+      t_smem_bytes = shared_bytes;
+      t_open_group.clear();
+      t_committed.clear();
+      t_open_products.clear();
+      t_committed_products.clear();
+      body(smem);
+    });
   }
 }
 
