@@ -24,8 +24,10 @@
 //                                                 the path kiln chooses per shape; .../cudnn and
 //                                                 .../kiln with KILN_CONV forcing cuDNN or kiln's
 //                                                 own im2col + cuBLASLt (torch's rows: cuDNN)
-//   conv2d/bf16/nhwc                              the same with x a channels-last view (torch's
-//                                                 row: x and w channels_last)
+//   conv2d/bf16/legacy                            cuDNN's legacy calls alone (KILN_CUDNN_GRAPH=0)
+//   conv2d/bf16/nhwc[/legacy]                     the same with x and w channels-last views (as
+//                                                 torch's row)
+//   conv2d/bf16/nhwc/{128x28,256x14,512x7}        ResNet-50's other 3x3 layers, batch 32
 //   tensor_topk/4096/32768/8, tensor_sort/16777216   Tensor::topk_with_indices, sort_with_indices
 //   tensor_cumsum/16777216/0, tensor_cumsum/8192/8192   cumsum of one 16M row; along the last dim
 //   nvrtc_first_compile, disk_cache_load          NVRTC seconds per kernel in a fresh process with
@@ -378,48 +380,66 @@ void chain8_host(benchmark::State& state, bool fused) {
   });
 }
 
-// ---- conv2d, a ResNet 3x3 layer ----
-// KILN_CONV for one row, restored after it (the plugin reads it at each op).
-class ConvPath {
+// ---- conv2d, ResNet 3x3 layers ----
+// An environment variable for one row, restored after it (the plugin reads KILN_CONV and
+// KILN_CUDNN_GRAPH at each op).
+class ScopedVariable {
  public:
-  explicit ConvPath(const char* path) {
-    if (const char* old = std::getenv("KILN_CONV")) old_ = old;
-    if (path != nullptr) setenv("KILN_CONV", path, 1);
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) setenv(name, value, 1);
   }
-  ~ConvPath() {
+  ~ScopedVariable() {
     if (old_) {
-      setenv("KILN_CONV", old_->c_str(), 1);
+      setenv(name_, old_->c_str(), 1);
     } else {
-      unsetenv("KILN_CONV");
+      unsetenv(name_);
     }
   }
-  ConvPath(const ConvPath&) = delete;
-  ConvPath& operator=(const ConvPath&) = delete;
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
 
  private:
+  const char* name_;
   std::optional<std::string> old_;
 };
 
-// path: "cudnn" or "kiln" forces that path (KILN_CONV); null leaves kiln's choice per shape (or
-// the caller's KILN_CONV). A cuDNN row without cuDNN is skipped with the reason. channels_last:
-// x is a [n, c, h, w] view of [n, h, w, c] memory.
-void conv2d(benchmark::State& state, DType dtype, const char* path, bool channels_last) {
+// One row's convolution: x [32, channels, side, side], w [channels, channels, 3, 3], stride 1,
+// padding 1. path: "cudnn" or "kiln" forces that path (KILN_CONV); null leaves kiln's choice per
+// shape (or the caller's KILN_CONV); graph sets KILN_CUDNN_GRAPH ("0": cuDNN's legacy calls
+// only). A cuDNN row without cuDNN is skipped with the reason. channels_last: x and w are
+// [n, c, h, w] views of [n, h, w, c] memory (as torch's channels_last).
+struct ConvRow {
+  DType dtype = DType::F32;
+  const char* path = nullptr;
+  bool channels_last = false;
+  const char* graph = nullptr;
+  std::int64_t channels = 64, side = 56;
+};
+
+void conv2d(benchmark::State& state, const ConvRow& row) {
+  const DType dtype = row.dtype;
   on_gpu(state, [&](const Device& device) {
-    if (path != nullptr && std::string(path) == "cudnn") {
+    if (row.path != nullptr && std::string(row.path) == "cudnn") {
       bool loaded = false;
       const std::string why = cuda_plugin(nullptr)->cudnn_status(device.index(), &loaded, nullptr);
       if (!loaded) throw std::runtime_error("no cuDNN: " + why);
     }
-    const ConvPath forced(path);
-    const std::int64_t n = 32, c = 64, k = 64, h = 56, w = 56, r = 3;
+    const ScopedVariable forced("KILN_CONV", row.path);
+    const ScopedVariable graph("KILN_CUDNN_GRAPH", row.graph);
+    const std::int64_t n = 32, c = row.channels, k = row.channels, h = row.side, w = row.side,
+                       r = 3;
     device.seed(kSeed + 3);
-    const auto x =
-        channels_last
-            ? Tensor<4>::random({n, h, w, c}, Distribution::uniform(-1, 1), device, dtype)
-                  .permute({0, 3, 1, 2})
-            : Tensor<4>::random({n, c, h, w}, Distribution::uniform(-1, 1), device, dtype);
-    const auto weight =
-        Tensor<4>::random({k, c, r, r}, Distribution::uniform(-0.1, 0.1), device, dtype);
+    auto random = [&](std::int64_t d0, std::int64_t d1, std::int64_t d2, double bound) {
+      return row.channels_last
+                 ? Tensor<4>::random({d0, d2, d2, d1}, Distribution::uniform(-bound, bound), device,
+                                     dtype)
+                       .permute({0, 3, 1, 2})
+                 : Tensor<4>::random({d0, d1, d2, d2}, Distribution::uniform(-bound, bound), device,
+                                     dtype);
+    };
+    const auto x = random(n, c, h, 1);
+    const auto weight = random(k, c, r, 0.1);
     const ConvOptions options{.stride = {1, 1}, .padding = {1, 1}};
     auto op = [&] { return module::conv2d(x, weight, std::nullopt, options); };
     const std::vector<double> xs = host(x), ws = host(weight);
@@ -856,19 +876,28 @@ void register_all() {
             [](benchmark::State& s) { attention_fwd_bwd_bench(s, DType::BF16, 4096, false, 0.1); }),
         3);
   // conv2d/<dtype> as the caller's KILN_CONV has it (kiln's own path when unset, the choice per
-  // shape with auto; the row torch's peer has); /cudnn and /kiln each path forced.
+  // shape with auto; the row torch's peer has); /cudnn and /kiln each path forced; /legacy
+  // cuDNN's legacy calls alone (KILN_CUDNN_GRAPH=0).
+  auto conv_row = [&](const std::string& name, const ConvRow& row) {
+    timed(RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { conv2d(s, row); }), 5);
+  };
   for (const DType dtype : {DType::F32, DType::BF16}) {
     for (const char* path : {static_cast<const char*>(nullptr), "cudnn", "kiln"}) {
-      const std::string name = "conv2d/" + std::string(dtype_name(dtype)) +
-                               (path != nullptr ? std::string("/") + path : "");
-      timed(RegisterBenchmark(name.c_str(),
-                              [=](benchmark::State& s) { conv2d(s, dtype, path, false); }),
-            5);
+      conv_row("conv2d/" + std::string(dtype_name(dtype)) +
+                   (path != nullptr ? std::string("/") + path : ""),
+               {.dtype = dtype, .path = path});
     }
   }
-  timed(RegisterBenchmark("conv2d/bf16/nhwc",
-                          [](benchmark::State& s) { conv2d(s, DType::BF16, nullptr, true); }),
-        5);
+  conv_row("conv2d/bf16/legacy", {.dtype = DType::BF16, .path = "cudnn", .graph = "0"});
+  conv_row("conv2d/bf16/nhwc", {.dtype = DType::BF16, .channels_last = true});
+  conv_row("conv2d/bf16/nhwc/legacy",
+           {.dtype = DType::BF16, .path = "cudnn", .channels_last = true, .graph = "0"});
+  // ResNet-50's other 3x3 layers at batch 32, channels-last as torch's own benchmarks run them.
+  for (const auto& [channels, side] :
+       {std::pair<std::int64_t, std::int64_t>{128, 28}, {256, 14}, {512, 7}}) {
+    conv_row("conv2d/bf16/nhwc/" + std::to_string(channels) + "x" + std::to_string(side),
+             {.dtype = DType::BF16, .channels_last = true, .channels = channels, .side = side});
+  }
   timed(RegisterBenchmark("tensor_topk/4096/32768/8", tensor_topk), 5);
   timed(RegisterBenchmark("tensor_sort/16777216", tensor_sort), 5);
   timed(RegisterBenchmark("tensor_cumsum/16777216/0",

@@ -164,6 +164,15 @@ def tensor_api_rows(results, dev, g, repeats):
             w = w.to(memory_format=torch.channels_last)
             record(name + "/nhwc", lambda: torch.nn.functional.conv2d(x, w, stride=1, padding=1), 5)
         del x, w
+    # ResNet-50's other 3x3 layers, batch 32, bf16 channels-last.
+    for channels, side in ((128, 28), (256, 14), (512, 7)):
+        x = ((torch.rand(32, channels, side, side, device=dev, generator=g) * 2 - 1)
+             .to(torch.bfloat16).to(memory_format=torch.channels_last))
+        w = (((torch.rand(channels, channels, 3, 3, device=dev, generator=g) * 2 - 1) * 0.1)
+             .to(torch.bfloat16).to(memory_format=torch.channels_last))
+        record(f"conv2d/bf16/nhwc/{channels}x{side}",
+               lambda: torch.nn.functional.conv2d(x, w, stride=1, padding=1), 5)
+        del x, w
     torch.backends.cudnn.allow_tf32 = True
 
     for seq in (4096, 16384):

@@ -128,6 +128,13 @@ def main():
         for path in ("cudnn", "kiln"):
             add(f"conv2d 32x64x56x56 3x3 {dtype}, KILN_CONV={path}", f"conv2d/{dtype}/{path}", "",
                 PEAK[dtype], f"conv2d/{dtype}")
+    add("conv2d 32x64x56x56 3x3 bf16, cuDNN legacy calls", "conv2d/bf16/legacy", "", PEAK["bf16"],
+        "conv2d/bf16")
+    add("conv2d 32x64x56x56 3x3 bf16 channels-last, cuDNN legacy calls", "conv2d/bf16/nhwc/legacy",
+        "", PEAK["bf16"], "conv2d/bf16/nhwc")
+    for channels, side in ((128, 28), (256, 14), (512, 7)):
+        add(f"conv2d 32x{channels}x{side}x{side} 3x3 bf16 channels-last",
+            f"conv2d/bf16/nhwc/{channels}x{side}", "ratio >= 1", PEAK["bf16"])
     for seq in (4096, 16384):
         for causal in ("", "/causal"):
             add(f"attention fwd bf16 4x16x{seq}x128{' causal' if causal else ''}",

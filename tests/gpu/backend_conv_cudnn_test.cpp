@@ -89,9 +89,11 @@ double cudnn_tolerance(DType dtype) { return dtype == DType::F32 ? 5e-4 : conv_t
 // cuDNN must take, and records how many it took.
 template <class Case, class BiasSize, class Op>
 void expect_cases_through_cudnn(const Device& device, const std::vector<Case>& cases,
-                                std::uint64_t seed, const BiasSize& bias_size, const Op& op) {
+                                std::uint64_t seed, const BiasSize& bias_size, const Op& op,
+                                const std::vector<DType>& dtypes = {std::begin(kFloatDTypes),
+                                                                    std::end(kFloatDTypes)}) {
   int taken = 0, ops = 0;
-  for (DType dtype : kFloatDTypes) {
+  for (DType dtype : dtypes) {
     for (const Case& c : cases) {
       Primitive w = host_random(c.w, dtype, seed++);
       Primitive b = host_random(Shape{bias_size(c)}, dtype, seed++);
@@ -145,14 +147,11 @@ TEST(GpuConvCudnn, ConvTransposeMatchesCpu) {
 }
 
 // The gradients as autodiff calls them: conv_x_backward (the default: a conv_transpose, through
-// cudnnConvolutionBackwardData) and conv_weight_backward (cudnnConvolutionBackwardFilter), the
-// output gradient contiguous and laid out the other ways.
-TEST(GpuConvCudnn, GradientsMatchCpu) {
-  KILN_REQUIRE_CUDNN();
-  const OwnAutotuneCache cache;
-  const ScopedEnv path("KILN_CONV", "cudnn");
-  std::uint64_t seed = 8000;
-  for (DType dtype : kFloatDTypes) {
+// cuDNN's data gradient) and conv_weight_backward (its filter gradient), the output gradient
+// contiguous and laid out the other ways, in each of dtypes.
+void expect_gradients_through_cudnn(const Device& device, std::uint64_t seed,
+                                    const std::vector<DType>& dtypes) {
+  for (DType dtype : dtypes) {
     const double tol = gradient_tolerance(dtype) * cudnn_tolerance(dtype) / conv_tolerance(dtype);
     for (const ConvCase& c : conv_cases()) {
       const auto [x, w, y_shape] = gradient_inputs(c, dtype, seed);
@@ -173,6 +172,54 @@ TEST(GpuConvCudnn, GradientsMatchCpu) {
             tol, name + " dw (dy " + view_name + ")", must);
       }
     }
+  }
+}
+
+TEST(GpuConvCudnn, GradientsMatchCpu) {
+  KILN_REQUIRE_CUDNN();
+  const OwnAutotuneCache cache;
+  const ScopedEnv path("KILN_CONV", "cudnn");
+  expect_gradients_through_cudnn(device, 8000, {std::begin(kFloatDTypes), std::end(kFloatDTypes)});
+}
+
+// cuDNN's graph API alone (KILN_CUDNN_GRAPH=only) for the 16-bit dtypes it serves: conv, conv
+// transpose (its data gradient) and both gradients on every case and layout, the filter read
+// channels-last where it lies so; the plainest case must go through an engine of it (with no
+// engine cuDNN would not be taken at all).
+TEST(GpuConvCudnn, GraphEnginesMatchCpu) {
+  KILN_REQUIRE_CUDNN();
+  const OwnAutotuneCache cache;
+  const ScopedEnv path("KILN_CONV", "cudnn");
+  const ScopedEnv graph("KILN_CUDNN_GRAPH", "only");
+  const std::vector<DType> dtypes = {DType::F16, DType::BF16};
+  expect_cases_through_cudnn(
+      device, conv_cases(), 6500, [](const ConvCase& c) { return c.w[0]; },
+      [](Device d, const ConvCase& c, Primitive x, Primitive w, OptionalPrimitive b) {
+        return backend_for(d).conv(std::move(x), std::move(w), std::move(b), c.options);
+      },
+      dtypes);
+  expect_cases_through_cudnn(
+      device, transpose_cases(), 7500,
+      [](const TransposeCase& c) { return c.w[1] * c.options.groups; },
+      [](Device d, const TransposeCase& c, Primitive x, Primitive w, OptionalPrimitive b) {
+        return backend_for(d).conv_transpose(std::move(x), std::move(w), std::move(b), c.options);
+      },
+      dtypes);
+  expect_gradients_through_cudnn(device, 8500, dtypes);
+  // A channels-last filter as it lies (the legacy calls copy it to channels-first).
+  for (DType dtype : dtypes) {
+    // Channels-last storage viewed channels-first.
+    Primitive x = host_random({2, 14, 14, 32}, dtype, 8600);
+    Primitive w = host_random({48, 3, 3, 32}, dtype, 8601);
+    const ConvOptions options{{1, 1}, {1, 1}, {1, 1}, 1};
+    expect_through_cudnn(
+        device,
+        [&](Device d) {
+          return backend_for(d).conv(detail::permute(on(x, d), {0, 3, 1, 2}),
+                                     detail::permute(on(w, d), {0, 3, 1, 2}), std::nullopt,
+                                     options);
+        },
+        conv_tolerance(dtype), std::string(dtype_name(dtype)) + " x and w channels-last", true);
   }
 }
 
@@ -223,20 +270,38 @@ TEST(GpuConvCudnn, KilnConvKilnNeverCallsCudnn) {
   EXPECT_EQ(cudnn_calls(device.index()), before);
 }
 
+namespace {
+
+// A dtype conv on device with an environment variable at a bad value: InvalidArgument naming the
+// op and saying `message`.
+void expect_conv_refused(const Device& device, DType dtype, const char* variable, const char* value,
+                         const std::string& message) {
+  const ScopedEnv bad(variable, value);
+  Primitive x = on(host_random({1, 2, 5, 5}, dtype, 9200), device);
+  Primitive w = on(host_random({2, 2, 3, 3}, dtype, 9201), device);
+  try {
+    (void)backend_for(device).conv(x, w, std::nullopt, ConvOptions{});
+    ADD_FAILURE() << variable << "=" << value << " was accepted";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("[conv]"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+
 // Needs a GPU only: the value is read before cuDNN is looked at.
 TEST(GpuConvCudnn, AnUnknownKilnConvIsRefused) {
   KILN_REQUIRE_GPU();
-  const ScopedEnv path("KILN_CONV", "fastest");
-  Primitive x = on(host_random({1, 2, 5, 5}, DType::F32, 9200), device);
-  Primitive w = on(host_random({2, 2, 3, 3}, DType::F32, 9201), device);
-  try {
-    (void)backend_for(device).conv(x, w, std::nullopt, ConvOptions{});
-    ADD_FAILURE() << "KILN_CONV=fastest was accepted";
-  } catch (const InvalidArgument& error) {
-    EXPECT_NE(std::string(error.what()).find("KILN_CONV must be auto, cudnn or kiln"),
-              std::string::npos)
-        << error.what();
-  }
+  expect_conv_refused(device, DType::F32, "KILN_CONV", "fastest",
+                      "KILN_CONV must be auto, cudnn or kiln");
+}
+
+TEST(GpuConvCudnn, AnUnknownKilnCudnnGraphIsRefused) {
+  KILN_REQUIRE_CUDNN();
+  const ScopedEnv path("KILN_CONV", "cudnn");
+  expect_conv_refused(device, DType::BF16, "KILN_CUDNN_GRAPH", "sometimes",
+                      "KILN_CUDNN_GRAPH must be 1, 0 or only");
 }
 
 // With KILN_CONV=auto, the first call of a shape class times cuDNN and kiln's own path and

@@ -152,6 +152,131 @@ TEST(CudnnAbi, EnumValuesMatch) {
   static_assert(sizeof(cudnn::Determinism) == sizeof(cudnnDeterminism_t));
   static_assert(static_cast<int>(cudnn::Determinism::NonDeterministic) == CUDNN_NON_DETERMINISTIC);
   static_assert(static_cast<int>(cudnn::Determinism::Deterministic) == CUDNN_DETERMINISTIC);
+  // The graph API's.
+  using cudnn::Attribute;
+  using cudnn::AttributeType;
+  using cudnn::DescriptorType;
+  static_assert(sizeof(DescriptorType) == sizeof(cudnnBackendDescriptorType_t));
+  static_assert(static_cast<int>(DescriptorType::Convolution) ==
+                CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::Engine) == CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::EngineConfig) ==
+                CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::EngineHeuristics) ==
+                CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::ExecutionPlan) ==
+                CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::ConvolutionForward) ==
+                CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::ConvolutionBackwardFilter) ==
+                CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::ConvolutionBackwardData) ==
+                CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::OperationGraph) ==
+                CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::VariantPack) ==
+                CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  static_assert(static_cast<int>(DescriptorType::Tensor) == CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  static_assert(sizeof(Attribute) == sizeof(cudnnBackendAttributeName_t));
+  static_assert(static_cast<int>(Attribute::ConvolutionComputeType) ==
+                CUDNN_ATTR_CONVOLUTION_COMP_TYPE);
+  static_assert(static_cast<int>(Attribute::ConvolutionMode) == CUDNN_ATTR_CONVOLUTION_CONV_MODE);
+  static_assert(static_cast<int>(Attribute::ConvolutionDilations) ==
+                CUDNN_ATTR_CONVOLUTION_DILATIONS);
+  static_assert(static_cast<int>(Attribute::ConvolutionStrides) ==
+                CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES);
+  static_assert(static_cast<int>(Attribute::ConvolutionPostPaddings) ==
+                CUDNN_ATTR_CONVOLUTION_POST_PADDINGS);
+  static_assert(static_cast<int>(Attribute::ConvolutionPrePaddings) ==
+                CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS);
+  static_assert(static_cast<int>(Attribute::ConvolutionSpatialDims) ==
+                CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS);
+  static_assert(static_cast<int>(Attribute::HeuristicsMode) == CUDNN_ATTR_ENGINEHEUR_MODE);
+  static_assert(static_cast<int>(Attribute::HeuristicsGraph) ==
+                CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
+  static_assert(static_cast<int>(Attribute::HeuristicsResults) == CUDNN_ATTR_ENGINEHEUR_RESULTS);
+  static_assert(static_cast<int>(Attribute::EngineConfigEngine) == CUDNN_ATTR_ENGINECFG_ENGINE);
+  static_assert(static_cast<int>(Attribute::PlanHandle) == 400);  // deprecated, still read
+  static_assert(static_cast<int>(Attribute::PlanEngineConfig) ==
+                CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG);
+  static_assert(static_cast<int>(Attribute::PlanWorkspaceSize) ==
+                CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+  static_assert(static_cast<int>(Attribute::ForwardAlpha) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA);
+  static_assert(static_cast<int>(Attribute::ForwardBeta) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA);
+  static_assert(static_cast<int>(Attribute::ForwardConvolution) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC);
+  static_assert(static_cast<int>(Attribute::ForwardW) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W);
+  static_assert(static_cast<int>(Attribute::ForwardX) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X);
+  static_assert(static_cast<int>(Attribute::ForwardY) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y);
+  static_assert(static_cast<int>(Attribute::BackwardDataAlpha) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA);
+  static_assert(static_cast<int>(Attribute::BackwardDataBeta) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA);
+  static_assert(static_cast<int>(Attribute::BackwardDataConvolution) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC);
+  static_assert(static_cast<int>(Attribute::BackwardDataW) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W);
+  static_assert(static_cast<int>(Attribute::BackwardDataDx) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX);
+  static_assert(static_cast<int>(Attribute::BackwardDataDy) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY);
+  static_assert(static_cast<int>(Attribute::BackwardFilterAlpha) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA);
+  static_assert(static_cast<int>(Attribute::BackwardFilterBeta) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA);
+  static_assert(static_cast<int>(Attribute::BackwardFilterConvolution) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC);
+  static_assert(static_cast<int>(Attribute::BackwardFilterDw) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW);
+  static_assert(static_cast<int>(Attribute::BackwardFilterX) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X);
+  static_assert(static_cast<int>(Attribute::BackwardFilterDy) ==
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY);
+  static_assert(static_cast<int>(Attribute::GraphHandle) == 800);  // deprecated, still read
+  static_assert(static_cast<int>(Attribute::GraphOperations) == CUDNN_ATTR_OPERATIONGRAPH_OPS);
+  static_assert(static_cast<int>(Attribute::TensorAlignment) == CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT);
+  static_assert(static_cast<int>(Attribute::TensorDataType) == CUDNN_ATTR_TENSOR_DATA_TYPE);
+  static_assert(static_cast<int>(Attribute::TensorDimensions) == CUDNN_ATTR_TENSOR_DIMENSIONS);
+  static_assert(static_cast<int>(Attribute::TensorStrides) == CUDNN_ATTR_TENSOR_STRIDES);
+  static_assert(static_cast<int>(Attribute::TensorUniqueId) == CUDNN_ATTR_TENSOR_UNIQUE_ID);
+  static_assert(static_cast<int>(Attribute::VariantUniqueIds) ==
+                CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS);
+  static_assert(static_cast<int>(Attribute::VariantDataPointers) ==
+                CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
+  static_assert(static_cast<int>(Attribute::VariantWorkspace) == CUDNN_ATTR_VARIANT_PACK_WORKSPACE);
+  static_assert(static_cast<int>(Attribute::EngineNumericalNotes) ==
+                CUDNN_ATTR_ENGINE_NUMERICAL_NOTE);
+  static_assert(sizeof(AttributeType) == sizeof(cudnnBackendAttributeType_t));
+  static_assert(static_cast<int>(AttributeType::Handle) == CUDNN_TYPE_HANDLE);
+  static_assert(static_cast<int>(AttributeType::DataType) == CUDNN_TYPE_DATA_TYPE);
+  static_assert(static_cast<int>(AttributeType::Int64) == CUDNN_TYPE_INT64);
+  static_assert(static_cast<int>(AttributeType::Float) == CUDNN_TYPE_FLOAT);
+  static_assert(static_cast<int>(AttributeType::Double) == CUDNN_TYPE_DOUBLE);
+  static_assert(static_cast<int>(AttributeType::VoidPointer) == CUDNN_TYPE_VOID_PTR);
+  static_assert(static_cast<int>(AttributeType::ConvolutionMode) == CUDNN_TYPE_CONVOLUTION_MODE);
+  static_assert(static_cast<int>(AttributeType::HeuristicsMode) == CUDNN_TYPE_HEUR_MODE);
+  static_assert(static_cast<int>(AttributeType::NumericalNote) == CUDNN_TYPE_NUMERICAL_NOTE);
+  static_assert(static_cast<int>(AttributeType::Descriptor) == CUDNN_TYPE_BACKEND_DESCRIPTOR);
+  static_assert(sizeof(cudnn::HeuristicsMode) == sizeof(cudnnBackendHeurMode_t));
+  static_assert(static_cast<int>(cudnn::HeuristicsMode::Instant) == CUDNN_HEUR_MODE_INSTANT);
+  static_assert(static_cast<int>(cudnn::HeuristicsMode::A) == CUDNN_HEUR_MODE_A);
+  using cudnn::NumericalNote;
+  static_assert(sizeof(NumericalNote) == sizeof(cudnnBackendNumericalNote_t));
+  static_assert(static_cast<int>(NumericalNote::TensorCore) == CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+  static_assert(static_cast<int>(NumericalNote::DownConvertInputs) ==
+                CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+  static_assert(static_cast<int>(NumericalNote::ReducedPrecisionReduction) ==
+                CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION);
+  static_assert(static_cast<int>(NumericalNote::Fft) == CUDNN_NUMERICAL_NOTE_FFT);
+  static_assert(static_cast<int>(NumericalNote::Nondeterministic) ==
+                CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+  static_assert(static_cast<int>(NumericalNote::Winograd) == CUDNN_NUMERICAL_NOTE_WINOGRAD);
+  static_assert(std::is_same_v<cudnn::BackendDescriptor, cudnnBackendDescriptor_t>);
   // The algorithms travel as ints.
   static_assert(sizeof(int) == sizeof(cudnnConvolutionFwdAlgo_t));
   static_assert(sizeof(int) == sizeof(cudnnConvolutionBwdDataAlgo_t));

@@ -20,12 +20,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/conv_cudnn_layout.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cudnn_loader.h"
+#include "backends/cuda/lib_call.h"
 
 namespace kiln::cuda {
 
@@ -62,18 +65,53 @@ TensorPtr convolve(CudaBackend& backend, const ConvProblem& problem,
 
 namespace cudnn {
 
+// The most workspace an algorithm may ask for: as much as kiln's own path allows its columns.
+inline constexpr std::size_t kMaxWorkspaceBytes = std::size_t{512} << 20;
+
+// A finalised execution plan of cuDNN's graph API for one problem, its operands' layouts
+// included, destroyed with the last Algorithm that holds it.
+struct GraphPlan {
+  const Api* api = nullptr;
+  BackendDescriptor plan = nullptr;
+  std::size_t workspace = 0;
+  GraphPlan() = default;
+  GraphPlan(const GraphPlan&) = delete;
+  GraphPlan& operator=(const GraphPlan&) = delete;
+  ~GraphPlan() {
+    if (plan != nullptr) api->backend_destroy(plan);
+  }
+};
+
 // One of cuDNN's algorithms for a problem, with the math type it runs in, whether every operand
 // read is first copied to packed channels-first, and the workspace it needs there (asked of cuDNN
 // once, when the algorithm is chosen: the same for every call of the shape class).
+//
+// Or, with engine >= 0, an engine of the graph API (cuDNN's runtime-compiled and fused kernels,
+// which torch reaches and the legacy calls above do not): its place in the heuristic's list (mode
+// A) for the problem, and the plan made for it. That path takes every operand read as it lies
+// when packed channels-first or channels-last, the filter too.
 struct Algorithm {
   int algo = 0;
   MathType math = MathType::Default;
   bool packed = false;
   std::size_t workspace = 0;
+  int engine = -1;
+  std::shared_ptr<const GraphPlan> graph;  // made by usable() or the search
 };
 
-// The autotune cache's words for an algorithm ("cudnn algo=1 math=3 packed=0"), and back (the
-// workspace still to be asked: Convolution::usable).
+// KILN_CUDNN_GRAPH, read at each op: for f16 and bf16, the graph API's engines compete with the
+// legacy algorithms (unset or 1), are not asked (0), or alone are taken (only: the tests of that
+// path). Another value is an InvalidArgument naming op.
+enum class GraphMode { Compete, Legacy, Only };
+GraphMode graph_mode(const char* op);
+
+// Whether a failed call is cuDNN refusing the problem (a bad or unsupported parameter: nothing
+// was written, kiln's path answers); false for a call that succeeded. Other failures throw,
+// naming op: OutOfMemory for device memory, ExecutionError otherwise.
+bool refused(const Library& library, Status status, const char* op);
+
+// The autotune cache's words for an algorithm ("cudnn algo=1 math=3 packed=0", "cudnn graph
+// engine=2"), and back (the workspace or the plan still to be made: Convolution::usable).
 std::string encode(const Algorithm& algorithm);
 std::optional<Algorithm> decode(const std::string& text);
 
@@ -94,11 +132,13 @@ class Convolution {
   std::string precision() const;
   // cuDNN's best deterministic algorithm in the allowed math: timed by cuDNN (its Find
   // functions: synchronises, so never under a CUDA graph capture) when measure is set, else its
-  // heuristic's first; the operands as they are first, packed when that gives none. nullopt when
-  // cuDNN has none.
+  // heuristic's first; the operands as they are first, packed when that gives none. For f16 and
+  // bf16 the graph API's engines compete too (KILN_CUDNN_GRAPH=0: not): measured, the faster of
+  // the legacy winner and the heuristic's first few engines, each timed as the whole op; not
+  // measured, the heuristic's first engine. nullopt when cuDNN has none.
   std::optional<Algorithm> best(bool measure);
   // Whether algorithm runs here (a remembered choice: its math is allowed and cuDNN sizes its
-  // workspace, which is kept in algorithm).
+  // workspace, which is kept in algorithm; a graph engine's plan is made and kept in it).
   bool usable(Algorithm& algorithm);
   // The op's result through algorithm, with the bias added; nullopt when cuDNN refuses it as it
   // runs (a bad or unsupported parameter), which leaves nothing written. Other failures throw.
@@ -106,9 +146,35 @@ class Convolution {
 
  private:
   struct Descriptors;
-  struct Operands;
-  // The operands read, copied where the layout (or packed) asks; the written one allocated.
-  Operands prepare(bool packed);
+  // The three tensors of one call: the ones read (copies where their layout asks) and the one
+  // written (fresh, packed channels-first).
+  struct Operands {
+    TensorPtr x, w, y;
+    const CudaTensor* x_read = nullptr;
+    const CudaTensor* w_read = nullptr;
+    const CudaTensor* y_read = nullptr;
+    const CudaTensor& x_tensor() const { return x ? *x : *x_read; }
+    const CudaTensor& w_tensor() const { return w ? *w : *w_read; }
+    const CudaTensor& y_tensor() const { return y ? *y : *y_read; }
+    void* x_data() const { return device_address(x_tensor()); }
+    void* w_data() const { return device_address(w_tensor()); }
+    void* y_data() const { return device_address(y_tensor()); }
+  };
+  // The operands read, copied where the layout (or packed) asks, the filter kept channels-last
+  // only for the graph API; the written one allocated.
+  Operands prepare(bool packed, bool graph = false);
+  // The legacy API's best (above).
+  std::optional<Algorithm> best_legacy(bool measure);
+  // The graph API (cuda_conv_cudnn_graph.cpp). Whether it may serve the problem here; its
+  // engines' plans in the heuristic's order, at most `limit` (engines kiln refuses, or that
+  // cannot be planned, skipped), or only the one at place `only`; the op through one of them.
+  bool graph_allowed() const;
+  // The layout the graph path writes its result in: channels-last when the image operand it
+  // reads (x; y for the data gradient) lies so, as torch's convolutions keep a channels-last
+  // input's layout, else channels-first. Mixed layouts cost cuDNN's engines transposes.
+  Layout graph_written_layout() const;
+  std::vector<Algorithm> graph_plans(int limit, int only = -1);
+  std::optional<TensorPtr> run_graph(const Algorithm& algorithm);
   std::optional<std::size_t> workspace_bytes(const Descriptors& descriptors, int algo);
   std::vector<AlgoPerf> candidates(const Descriptors& descriptors, const Operands* operands,
                                    void* workspace, std::size_t workspace_bytes);

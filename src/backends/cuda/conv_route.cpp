@@ -64,6 +64,19 @@ std::string joined(const std::vector<std::int64_t>& values) {
   return text;
 }
 
+// KILN_CUDNN_GRAPH's part of the key: its choices differ from the default's.
+const char* graph_words(cudnn::GraphMode mode) {
+  switch (mode) {
+    case cudnn::GraphMode::Compete:
+      return "";
+    case cudnn::GraphMode::Legacy:
+      return " legacy";
+    case cudnn::GraphMode::Only:
+      return " graph";
+  }
+  return "";
+}
+
 // The shape class: direction, dtype and math, the three shapes, the windows, the layouts of the
 // operands read, and the machine with its cuDNN (what makes a measured choice valid elsewhere).
 std::string key_of(const ConvProblem& p, const cudnn::Convolution& conv,
@@ -74,7 +87,8 @@ std::string key_of(const ConvProblem& p, const cudnn::Convolution& conv,
       precision, " x ", p.x_shape.to_string(), " w ", p.w_shape.to_string(), " y ",
       p.y_shape.to_string(), " stride ", joined(p.stride), " padding ", joined(p.padding),
       " dilation ", joined(p.dilation), " groups ", p.groups, " ", conv.layouts(), " | ",
-      lib::lt_machine_key(index, p.op), "/cudnn ", cudnn::version_text(device.library->version));
+      lib::lt_machine_key(index, p.op), "/cudnn ", cudnn::version_text(device.library->version),
+      graph_words(cudnn::graph_mode(p.op)));
 }
 
 // cuDNN's algorithm for the plan: timed by cuDNN when measuring is allowed, else its heuristic's.

@@ -3,51 +3,21 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <limits>
 
 #include "backends/cuda/conv_cudnn.h"
+#include "backends/cuda/conv_cudnn_layout.h"
+#include "backends/cuda/lib/event_timer.h"
 #include "backends/cuda/lib_call.h"
 #include "contract/spatial_shape.h"
 
 namespace kiln::cuda::cudnn {
 namespace {
 
-// The most workspace an algorithm may ask for: as much as kiln's own path allows its columns.
-constexpr std::size_t kMaxWorkspaceBytes = std::size_t{512} << 20;
+// The graph API's engines timed against the legacy API's best when choosing.
+constexpr int kGraphCandidates = 4;
 // cuDNN's tensors hold fewer than 2^31 elements, and their sizes and strides are ints.
 constexpr std::int64_t kMaxElements = std::int64_t{INT_MAX};
-
-// How an operand lies in memory, as cuDNN will be told.
-enum class Layout { Nchw, Nhwc, Copy };
-
-// Whether t's elements are packed in this order of dims (innermost first); size-1 dims may have
-// any stride.
-bool packed_in(const CudaTensor& t, const std::vector<std::size_t>& innermost_first) {
-  std::int64_t expected = 1;
-  for (std::size_t d : innermost_first) {
-    if (t.shape()[d] != 1 && t.strides()[d] != expected) return false;
-    expected *= t.shape()[d];
-  }
-  return true;
-}
-
-// Dims from the innermost out: channels-first (n, c, spatial...) or channels-last (c innermost).
-std::vector<std::size_t> order(std::size_t rank, Layout layout) {
-  std::vector<std::size_t> dims;
-  if (layout == Layout::Nhwc) dims.push_back(1);
-  for (std::size_t d = rank; d-- > 2;) dims.push_back(d);
-  if (layout != Layout::Nhwc) dims.push_back(1);
-  dims.push_back(0);
-  return dims;
-}
-
-// The layout an operand read by cuDNN has: packed and 16-byte aligned as cuDNN's kernels want,
-// or to be copied.
-Layout layout_of(const CudaTensor& t) {
-  if (t.data() % 16 != 0) return Layout::Copy;
-  if (packed_in(t, order(t.rank(), Layout::Nchw))) return Layout::Nchw;
-  if (packed_in(t, order(t.rank(), Layout::Nhwc))) return Layout::Nhwc;
-  return Layout::Copy;
-}
 
 const char* layout_name(Layout layout) {
   switch (layout) {
@@ -59,17 +29,6 @@ const char* layout_name(Layout layout) {
       return "copy";
   }
   return "?";
-}
-
-// Packed strides of sizes in layout.
-std::vector<int> strides_of(const std::vector<int>& sizes, Layout layout) {
-  std::vector<int> strides(sizes.size());
-  std::int64_t step = 1;
-  for (std::size_t d : order(sizes.size(), layout)) {
-    strides[d] = static_cast<int>(step);
-    step *= sizes[d];
-  }
-  return strides;
 }
 
 // The tensor cuDNN sees: a 1-D convolution's shape with a spatial dim of 1 in front. Empty when
@@ -85,19 +44,6 @@ std::vector<int> sizes_of(const Shape& shape, int dims) {
     sizes.push_back(static_cast<int>(shape[d]));
   }
   return sizes;
-}
-
-DataType data_type(DType dtype) {
-  switch (dtype) {
-    case DType::F64:
-      return DataType::Double;
-    case DType::F16:
-      return DataType::Half;
-    case DType::BF16:
-      return DataType::BFloat16;
-    default:
-      return DataType::Float;
-  }
 }
 
 // An algorithm's perf result as kiln takes it: it ran (or may run), deterministically, in an
@@ -118,19 +64,32 @@ std::vector<AlgoPerf> acceptable(const std::vector<AlgoPerf>& results, std::size
 }  // namespace
 
 std::string encode(const Algorithm& algorithm) {
+  if (algorithm.engine >= 0) return detail::concat("cudnn graph engine=", algorithm.engine);
   return detail::concat("cudnn algo=", algorithm.algo, " math=", static_cast<int>(algorithm.math),
                         " packed=", algorithm.packed ? 1 : 0);
 }
 
 std::optional<Algorithm> decode(const std::string& text) {
-  int algo = 0, math = 0, packed = 0, used = 0;
+  int engine = 0, used = 0;
+  if (std::sscanf(text.c_str(), "cudnn graph engine=%d%n", &engine, &used) == 1) {
+    if (static_cast<std::size_t>(used) != text.size() || engine < 0) return std::nullopt;
+    Algorithm algorithm;
+    algorithm.engine = engine;
+    return algorithm;
+  }
+  int algo = 0, math = 0, packed = 0;
+  used = 0;
   if (std::sscanf(text.c_str(), "cudnn algo=%d math=%d packed=%d%n", &algo, &math, &packed,
                   &used) != 3 ||
       static_cast<std::size_t>(used) != text.size() || algo < 0 || math < 0 || math > 3 ||
       (packed != 0 && packed != 1)) {
     return std::nullopt;
   }
-  return Algorithm{algo, static_cast<MathType>(math), packed == 1};
+  Algorithm algorithm;
+  algorithm.algo = algo;
+  algorithm.math = static_cast<MathType>(math);
+  algorithm.packed = packed == 1;
+  return algorithm;
 }
 
 // The four descriptors of one call, destroyed with it; ok once all are set.
@@ -173,18 +132,6 @@ struct Convolution::Descriptors {
   }
   Descriptors(const Descriptors&) = delete;
   Descriptors& operator=(const Descriptors&) = delete;
-};
-
-// The three tensors of one call: the ones read (copies where their layout asks) and the one
-// written (fresh, packed channels-first).
-struct Convolution::Operands {
-  TensorPtr x, w, y;
-  const CudaTensor* x_read = nullptr;
-  const CudaTensor* w_read = nullptr;
-  const CudaTensor* y_read = nullptr;
-  void* x_data() const { return device_address(x ? *x : *x_read); }
-  void* w_data() const { return device_address(w ? *w : *w_read); }
-  void* y_data() const { return device_address(y ? *y : *y_read); }
 };
 
 Convolution::Convolution(CudaBackend& backend, DeviceCudnn& cudnn, const ConvProblem& problem)
@@ -251,12 +198,14 @@ bool Convolution::allowed(MathType math) const {
   return problem_.dtype != DType::F32 || tf32_ || math == MathType::Fma;
 }
 
-Convolution::Operands Convolution::prepare(bool packed) {
+Convolution::Operands Convolution::prepare(bool packed, bool graph) {
   const char* op = problem_.op;
   auto read = [&](const CudaTensor* t, bool filter, TensorPtr& copy) {
     if (t == nullptr) return;
     const Layout layout = layout_of(*t);
-    if (layout == Layout::Nchw || (layout == Layout::Nhwc && !packed && !filter)) return;
+    if (layout == Layout::Nchw || (layout == Layout::Nhwc && !packed && (graph || !filter))) {
+      return;
+    }
     copy = backend_.make_tensor(t->dtype(), t->shape(), op);
     backend_.copy_into(*copy, *t, op);
   };
@@ -267,15 +216,28 @@ Convolution::Operands Convolution::prepare(bool packed) {
   read(problem_.x, false, o.x);
   read(problem_.w, true, o.w);
   read(problem_.y, false, o.y);
+  // The written tensor: packed channels-first, or channels-last where the graph API writes it so.
+  const bool channels_last = graph && graph_written_layout() == Layout::Nhwc;
+  auto written = [&](const Shape& shape) {
+    if (!channels_last) return backend_.make_tensor(problem_.dtype, shape, op);
+    const TensorPtr storage = backend_.make_tensor(problem_.dtype, Shape{shape.num_elements()}, op);
+    Strides strides(shape.rank());
+    std::int64_t step = 1;
+    for (std::size_t d : order(shape.rank(), Layout::Nhwc)) {
+      strides[d] = step;
+      step *= shape[d];
+    }
+    return make_view(*storage, shape, std::move(strides), 0);
+  };
   switch (problem_.direction) {
     case ConvDirection::Forward:
-      o.y = backend_.make_tensor(problem_.dtype, problem_.y_shape, op);
+      o.y = written(problem_.y_shape);
       break;
     case ConvDirection::BackwardData:
-      o.x = backend_.make_tensor(problem_.dtype, problem_.x_shape, op);
+      o.x = written(problem_.x_shape);
       break;
     case ConvDirection::BackwardFilter:
-      o.w = backend_.make_tensor(problem_.dtype, problem_.w_shape, op);
+      o.w = written(problem_.w_shape);
       break;
   }
   return o;
@@ -352,6 +314,45 @@ std::vector<AlgoPerf> Convolution::candidates(const Descriptors& d, const Operan
 
 std::optional<Algorithm> Convolution::best(bool measure) {
   if (!expressible_) return std::nullopt;
+  if (!graph_allowed()) return best_legacy(measure);
+  const bool only = graph_mode(problem_.op) == GraphMode::Only;
+  if (!measure) {
+    std::vector<Algorithm> first = graph_plans(1);
+    if (!first.empty()) return std::move(first.front());
+    return only ? std::nullopt : best_legacy(false);
+  }
+  // Each candidate timed as the whole op (copies and all), on the stream, after a first call.
+  std::vector<Algorithm> candidates = graph_plans(kGraphCandidates);
+  if (std::optional<Algorithm> legacy = only ? std::nullopt : best_legacy(true)) {
+    candidates.push_back(std::move(*legacy));
+  }
+  if (candidates.size() <= 1) {
+    if (candidates.empty()) return std::nullopt;
+    return std::move(candidates.front());
+  }
+  Runtime& runtime = backend_.runtime();
+  lib::EventTimer timer(problem_.op);
+  double best_seconds = std::numeric_limits<double>::infinity();
+  std::size_t chosen = candidates.size();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    double seconds = std::numeric_limits<double>::infinity();
+    try {
+      bool ran = true;
+      seconds = timer.seconds([&] { ran = run(candidates[i]).has_value(); },
+                              [&] { return lib_stream(runtime); });
+      if (!ran) seconds = std::numeric_limits<double>::infinity();
+    } catch (const OutOfMemory&) {
+    }
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      chosen = i;
+    }
+  }
+  if (chosen == candidates.size()) return std::nullopt;
+  return std::move(candidates[chosen]);
+}
+
+std::optional<Algorithm> Convolution::best_legacy(bool measure) {
   Runtime& runtime = backend_.runtime();
   const MathType math = problem_.dtype == DType::F64   ? MathType::Default
                         : problem_.dtype != DType::F32 ? MathType::TensorOp
@@ -389,7 +390,10 @@ std::optional<Algorithm> Convolution::best(bool measure) {
       }
     }
     for (const AlgoPerf& perf : found) {
-      Algorithm algorithm{perf.algo, perf.math_type, packed};
+      Algorithm algorithm;
+      algorithm.algo = perf.algo;
+      algorithm.math = perf.math_type;
+      algorithm.packed = packed;
       if (usable(algorithm)) return algorithm;
     }
   }
@@ -397,6 +401,15 @@ std::optional<Algorithm> Convolution::best(bool measure) {
 }
 
 bool Convolution::usable(Algorithm& algorithm) {
+  if (algorithm.engine >= 0) {
+    if (!expressible_ || !graph_allowed()) return false;
+    if (algorithm.graph == nullptr) {
+      std::vector<Algorithm> plan = graph_plans(1, algorithm.engine);
+      if (plan.empty()) return false;
+      algorithm = std::move(plan.front());
+    }
+    return true;
+  }
   if (!expressible_ || !allowed(algorithm.math)) return false;
   const Descriptors d(*this, algorithm.packed, algorithm.math);
   if (!d.ok) return false;
@@ -407,6 +420,7 @@ bool Convolution::usable(Algorithm& algorithm) {
 }
 
 std::optional<TensorPtr> Convolution::run(const Algorithm& algorithm) {
+  if (algorithm.engine >= 0) return run_graph(algorithm);
   Runtime& runtime = backend_.runtime();
   const char* op = problem_.op;
   // The math type is the algorithm's (cuDNN picks the kernel by both).
@@ -446,17 +460,20 @@ std::optional<TensorPtr> Convolution::run(const Algorithm& algorithm) {
       break;
   }
   runtime.context.note_launch(op);
-  if (status != Status::Success) {
-    const Status kind = category(status);
-    if (kind == Status::BadParam || kind == Status::NotSupported) return std::nullopt;
-    const std::string what = describe(*cudnn_.library, status);
-    if (status == Status::DeviceAllocationFailed) {
-      detail::fail<OutOfMemory>(op, "cuDNN's convolution failed: ", what);
-    }
-    detail::fail<ExecutionError>(op, "cuDNN's convolution failed: ", what);
-  }
+  if (refused(*cudnn_.library, status, op)) return std::nullopt;
   if (problem_.bias != nullptr) add_channel_bias(runtime, *written, *problem_.bias, op);
   return written;
+}
+
+bool refused(const Library& library, Status status, const char* op) {
+  if (status == Status::Success) return false;
+  const Status kind = category(status);
+  if (kind == Status::BadParam || kind == Status::NotSupported) return true;
+  const std::string what = describe(library, status);
+  if (status == Status::DeviceAllocationFailed) {
+    detail::fail<OutOfMemory>(op, "cuDNN's convolution failed: ", what);
+  }
+  detail::fail<ExecutionError>(op, "cuDNN's convolution failed: ", what);
 }
 
 }  // namespace kiln::cuda::cudnn

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,91 @@ enum class MathType : int { Default = 0, TensorOp = 1, TensorOpAllowConversion =
 enum class TensorFormat : int { Nchw = 0 };
 enum class ConvolutionMode : int { Convolution = 0, CrossCorrelation = 1 };
 enum class Determinism : int { NonDeterministic = 0, Deterministic = 1 };
+
+// The graph ("backend") API: every object is a descriptor of one of these types, built by setting
+// its attributes, then finalised. Only the types, attributes and values kiln uses are named.
+using BackendDescriptor = void*;
+enum class DescriptorType : int {
+  Convolution = 1,
+  Engine = 2,
+  EngineConfig = 3,
+  EngineHeuristics = 4,
+  ExecutionPlan = 5,
+  ConvolutionForward = 10,
+  ConvolutionBackwardFilter = 11,
+  ConvolutionBackwardData = 12,
+  OperationGraph = 15,
+  VariantPack = 16,
+  Tensor = 17,
+};
+enum class Attribute : int {
+  ConvolutionComputeType = 100,
+  ConvolutionMode = 101,
+  ConvolutionDilations = 102,
+  ConvolutionStrides = 103,
+  ConvolutionPostPaddings = 104,
+  ConvolutionPrePaddings = 105,
+  ConvolutionSpatialDims = 106,
+  HeuristicsMode = 200,
+  HeuristicsGraph = 201,
+  HeuristicsResults = 202,
+  EngineConfigEngine = 300,
+  PlanHandle = 400,
+  PlanEngineConfig = 401,
+  PlanWorkspaceSize = 402,
+  ForwardAlpha = 700,
+  ForwardBeta = 701,
+  ForwardConvolution = 702,
+  ForwardW = 703,
+  ForwardX = 704,
+  ForwardY = 705,
+  BackwardDataAlpha = 706,
+  BackwardDataBeta = 707,
+  BackwardDataConvolution = 708,
+  BackwardDataW = 709,
+  BackwardDataDx = 710,
+  BackwardDataDy = 711,
+  BackwardFilterAlpha = 712,
+  BackwardFilterBeta = 713,
+  BackwardFilterConvolution = 714,
+  BackwardFilterDw = 715,
+  BackwardFilterX = 716,
+  BackwardFilterDy = 717,
+  GraphHandle = 800,
+  GraphOperations = 801,
+  TensorAlignment = 900,
+  TensorDataType = 901,
+  TensorDimensions = 902,
+  TensorStrides = 903,
+  TensorUniqueId = 906,
+  VariantUniqueIds = 1000,
+  VariantDataPointers = 1001,
+  VariantWorkspace = 1003,
+  EngineNumericalNotes = 1303,
+};
+enum class AttributeType : int {
+  Handle = 0,
+  DataType = 1,
+  Int64 = 3,
+  Float = 4,
+  Double = 5,
+  VoidPointer = 6,
+  ConvolutionMode = 7,
+  HeuristicsMode = 8,
+  NumericalNote = 11,
+  Descriptor = 15,
+};
+enum class HeuristicsMode : int { Instant = 0, A = 3 };
+// What an engine's numbers are like: kiln takes none that is nondeterministic, converts its
+// inputs down or reduces in less than f32.
+enum class NumericalNote : int {
+  TensorCore = 0,
+  DownConvertInputs = 1,
+  ReducedPrecisionReduction = 2,
+  Fft = 3,
+  Nondeterministic = 4,
+  Winograd = 5,
+};
 
 // cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionBwdDataAlgoPerf_t and
 // cudnnConvolutionBwdFilterAlgoPerf_t: one layout for the three, the algorithm as its int.
@@ -129,7 +215,17 @@ struct AlgoPerf {
   X(backward_filter, cudnnConvolutionBackwardFilter, Status,                                       \
     (Handle, const void* alpha, TensorDescriptor x, const void*, TensorDescriptor y, const void*,  \
      ConvolutionDescriptor, int algo, void* workspace, std::size_t workspace_bytes,                \
-     const void* beta, FilterDescriptor w, void*))
+     const void* beta, FilterDescriptor w, void*))                                                 \
+  X(backend_create, cudnnBackendCreateDescriptor, Status, (DescriptorType, BackendDescriptor*))    \
+  X(backend_destroy, cudnnBackendDestroyDescriptor, Status, (BackendDescriptor))                   \
+  X(backend_finalize, cudnnBackendFinalize, Status, (BackendDescriptor))                           \
+  X(backend_set, cudnnBackendSetAttribute, Status,                                                 \
+    (BackendDescriptor, Attribute, AttributeType, std::int64_t count, const void* elements))       \
+  X(backend_get, cudnnBackendGetAttribute, Status,                                                 \
+    (BackendDescriptor const, Attribute, AttributeType, std::int64_t requested,                    \
+     std::int64_t* count, void* elements))                                                         \
+  X(backend_execute, cudnnBackendExecute, Status,                                                  \
+    (Handle, BackendDescriptor plan, BackendDescriptor variant_pack))
 
 // The functions as the library has them.
 struct Api {
