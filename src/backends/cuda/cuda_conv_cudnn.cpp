@@ -342,6 +342,8 @@ std::optional<Algorithm> Convolution::best(bool measure) {
                               [&] { return lib_stream(runtime); });
       if (!ran) seconds = std::numeric_limits<double>::infinity();
     } catch (const OutOfMemory&) {
+    } catch (const ExecutionError&) {
+      // An engine that fails as it runs is not a candidate; the others may still serve.
     }
     if (seconds < best_seconds) {
       best_seconds = seconds;
