@@ -1,6 +1,6 @@
 // The quantized kernels' bodies (src/backends/cuda/quant_kernels.h, the templates NVRTC
-// instantiates) run on the host, without a GPU: an emulated grid (kernel_emulator.h) runs a host
-// thread per CUDA thread, __syncthreads is a barrier of the block's threads, cp.async a copy, and
+// instantiates) run on the host, without a GPU: an emulated grid (kernel_emulator.h) runs a fiber
+// per CUDA thread, __syncthreads is a barrier of the block's threads, cp.async a copy, and
 // mma.sync a barrier of the warp's 32 lanes around PTX's m16n8k16 computed from all their
 // fragments. So the tile staging (weights at any alignment), the splits of k, the predicates on
 // rows past the ends and every index of kiln_quant_product, kiln_quant_decode and kiln_quant_split
@@ -11,14 +11,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <memory>
 #include <random>
-#include <thread>
 #include <type_traits>
 #include <vector>
 

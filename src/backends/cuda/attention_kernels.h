@@ -1,7 +1,7 @@
 // The flash-attention kernel's body (attention.h), one text for two compilers like
 // quant_kernels.h: NVRTC compiles it (CMake embeds it as kAttentionKernelsSource;
 // attention_source.cpp writes the extern "C" entry; tensor_core.h's text comes first), and the host
-// tests run the same template on an emulated grid, a host thread per CUDA thread
+// tests run the same template on an emulated grid, a fiber per CUDA thread
 // (tests/gpu/kernel_emulator.h), so the tiling, the pipeline and every index are checked without a
 // GPU. Under NVRTC the primitives are CUDA's (cp.async, ldmatrix, mma.sync, shuffles); on the host
 // they are declared here and defined by the emulator.

@@ -1,7 +1,7 @@
 // The bodies of the quantized kernels (quant.h), one text for two compilers like quant_blocks.h
 // (which it follows in every generated module): NVRTC compiles it, each kernel an instance of a
 // template here (quant_source.cpp writes the extern "C" entry), and the host tests run the same
-// templates on an emulated grid, a host thread per CUDA thread (tests/gpu/kernel_emulator.h), so
+// templates on an emulated grid, a fiber per CUDA thread (tests/gpu/kernel_emulator.h), so
 // the staging, the splits and every index are checked without a GPU. Under NVRTC the primitives
 // below are CUDA's (threadIdx, __syncthreads, mma.sync, cp.async); on the host they are declared
 // here and defined by the emulator.
