@@ -185,7 +185,6 @@ void run_block(unsigned threads, const std::function<void(unsigned thread)>& bod
     prepare(f.context, f.stack, kStackBytes);
     s.set_runnable(i, true);
   }
-  Scheduler* const outer = t_scheduler;
   t_scheduler = &s;
   // This thread's own values of the thread-locals, kept aside while the fibers run.
   ThreadState host;
@@ -218,7 +217,7 @@ void run_block(unsigned threads, const std::function<void(unsigned thread)>& bod
     f.state.swap_with_thread_locals();
   }
   host.swap_with_thread_locals();
-  t_scheduler = outer;
+  t_scheduler = nullptr;
 }
 
 }  // namespace kernel_emulator

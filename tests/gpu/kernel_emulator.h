@@ -111,8 +111,8 @@ struct ThreadState {
   }
 };
 
-// Runs body once for each of `threads` fibers (the thread-local state above set for each), until
-// all have returned; a deadlock fails the test and aborts (the fibers cannot be unwound).
+// Runs body once for each of `threads` fibers, each starting from a fresh ThreadState, until all
+// have returned; a deadlock prints the waiting threads and aborts (fibers cannot be unwound).
 void run_block(unsigned threads, const std::function<void(unsigned thread)>& body);
 
 // body(smem) for every thread of blocks blocks of threads threads, a block at a time.
@@ -131,11 +131,7 @@ void launch(unsigned blocks, unsigned threads, std::size_t shared_bytes, Body bo
       t_blocks = blocks;
       t_shared = &block;
       t_smem = smem;
-      t_smem_bytes = shared_bytes;
-      t_open_group.clear();
-      t_committed.clear();
-      t_open_products.clear();
-      t_committed_products.clear();
+      t_smem_bytes = shared_bytes;  // the copy and product groups start empty (a fresh state)
       body(smem);
     });
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda/cuda_tensor.h"
@@ -43,15 +44,21 @@ inline Layout layout_of(const CudaTensor& t) {
   return Layout::Copy;
 }
 
-// Packed strides of sizes in layout.
-inline std::vector<int> strides_of(const std::vector<int>& sizes, Layout layout) {
-  std::vector<int> strides(sizes.size());
+// Packed strides in layout of `rank` dims of these sizes (a Shape or a vector of ints), as Out.
+template <class Out, class Sizes>
+Out packed_strides(const Sizes& sizes, std::size_t rank, Layout layout) {
+  Out strides(rank);
   std::int64_t step = 1;
-  for (std::size_t d : order(sizes.size(), layout)) {
-    strides[d] = static_cast<int>(step);
+  for (std::size_t d : order(rank, layout)) {
+    strides[d] = static_cast<std::remove_cvref_t<decltype(strides[d])>>(step);
     step *= sizes[d];
   }
   return strides;
+}
+
+// Packed strides of sizes in layout.
+inline std::vector<int> strides_of(const std::vector<int>& sizes, Layout layout) {
+  return packed_strides<std::vector<int>>(sizes, sizes.size(), layout);
 }
 
 // cuDNN's type for a float dtype (f32 for any other).

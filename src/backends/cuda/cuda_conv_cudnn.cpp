@@ -221,13 +221,8 @@ Convolution::Operands Convolution::prepare(bool packed, bool graph) {
   auto written = [&](const Shape& shape) {
     if (!channels_last) return backend_.make_tensor(problem_.dtype, shape, op);
     const TensorPtr storage = backend_.make_tensor(problem_.dtype, Shape{shape.num_elements()}, op);
-    Strides strides(shape.rank());
-    std::int64_t step = 1;
-    for (std::size_t d : order(shape.rank(), Layout::Nhwc)) {
-      strides[d] = step;
-      step *= shape[d];
-    }
-    return make_view(*storage, shape, std::move(strides), 0);
+    return make_view(*storage, shape, packed_strides<Strides>(shape, shape.rank(), Layout::Nhwc),
+                     0);
   };
   switch (problem_.direction) {
     case ConvDirection::Forward:

@@ -60,6 +60,43 @@ class Descriptor {
   bool ok_ = false;
 };
 
+// The graph node of a direction: its descriptor type and the attributes that name the image x,
+// the filter w and the windows' side y (whichever of them it writes), the convolution, alpha and
+// beta.
+struct Node {
+  DescriptorType type;
+  Attribute x, w, y, convolution, alpha, beta;
+};
+Node node_of(ConvDirection direction) {
+  switch (direction) {
+    case ConvDirection::Forward:
+      break;
+    case ConvDirection::BackwardData:
+      return {DescriptorType::ConvolutionBackwardData,
+              Attribute::BackwardDataDx,
+              Attribute::BackwardDataW,
+              Attribute::BackwardDataDy,
+              Attribute::BackwardDataConvolution,
+              Attribute::BackwardDataAlpha,
+              Attribute::BackwardDataBeta};
+    case ConvDirection::BackwardFilter:
+      return {DescriptorType::ConvolutionBackwardFilter,
+              Attribute::BackwardFilterX,
+              Attribute::BackwardFilterDw,
+              Attribute::BackwardFilterDy,
+              Attribute::BackwardFilterConvolution,
+              Attribute::BackwardFilterAlpha,
+              Attribute::BackwardFilterBeta};
+  }
+  return {DescriptorType::ConvolutionForward,
+          Attribute::ForwardX,
+          Attribute::ForwardW,
+          Attribute::ForwardY,
+          Attribute::ForwardConvolution,
+          Attribute::ForwardAlpha,
+          Attribute::ForwardBeta};
+}
+
 std::vector<std::int64_t> widened(const std::vector<int>& values) {
   return {values.begin(), values.end()};
 }
@@ -160,40 +197,18 @@ std::vector<Algorithm> Convolution::graph_plans(int limit, int only) {
       .finalize();
 
   const float alpha = 1, beta = 0;
-  std::optional<Descriptor> operation;
-  switch (p.direction) {
-    case ConvDirection::Forward:
-      operation.emplace(api, DescriptorType::ConvolutionForward);
-      operation->set(Attribute::ForwardX, x)
-          .set(Attribute::ForwardW, w)
-          .set(Attribute::ForwardY, y)
-          .set(Attribute::ForwardConvolution, conv)
-          .set(Attribute::ForwardAlpha, AttributeType::Float, &alpha)
-          .set(Attribute::ForwardBeta, AttributeType::Float, &beta);
-      break;
-    case ConvDirection::BackwardData:
-      operation.emplace(api, DescriptorType::ConvolutionBackwardData);
-      operation->set(Attribute::BackwardDataDx, x)
-          .set(Attribute::BackwardDataW, w)
-          .set(Attribute::BackwardDataDy, y)
-          .set(Attribute::BackwardDataConvolution, conv)
-          .set(Attribute::BackwardDataAlpha, AttributeType::Float, &alpha)
-          .set(Attribute::BackwardDataBeta, AttributeType::Float, &beta);
-      break;
-    case ConvDirection::BackwardFilter:
-      operation.emplace(api, DescriptorType::ConvolutionBackwardFilter);
-      operation->set(Attribute::BackwardFilterX, x)
-          .set(Attribute::BackwardFilterDw, w)
-          .set(Attribute::BackwardFilterDy, y)
-          .set(Attribute::BackwardFilterConvolution, conv)
-          .set(Attribute::BackwardFilterAlpha, AttributeType::Float, &alpha)
-          .set(Attribute::BackwardFilterBeta, AttributeType::Float, &beta);
-      break;
-  }
-  if (!operation->finalize()) return plans;
+  const Node node = node_of(p.direction);
+  Descriptor operation(api, node.type);
+  operation.set(node.x, x)
+      .set(node.w, w)
+      .set(node.y, y)
+      .set(node.convolution, conv)
+      .set(node.alpha, AttributeType::Float, &alpha)
+      .set(node.beta, AttributeType::Float, &beta);
+  if (!operation.finalize()) return plans;
 
   Descriptor graph(api, DescriptorType::OperationGraph);
-  graph.set(Attribute::GraphOperations, *operation)
+  graph.set(Attribute::GraphOperations, operation)
       .set(Attribute::GraphHandle, AttributeType::Handle, &handle)
       .finalize();
   Descriptor heuristics(api, DescriptorType::EngineHeuristics);
