@@ -312,6 +312,13 @@ case "$scenario" in
     grep -qF "kiln fusion: group #1 (structure hash " "$work/err" &&
       grep -qF "kiln fusion: end of group #1" "$work/err" ||
       fail "KILN_FUSION_DESCRIBE=1 printed: $(cat "$work/err")"
+    KILN_FUSION_DESCRIBE=all "$chains" >/dev/null 2>"$work/err"
+    [ "$(grep -c "^kiln fusion: end of group #" "$work/err")" -eq \
+      "$(grep -c "^kiln fusion: group #" "$work/err")" ] &&
+      grep -qF "kiln fusion: end of group #0" "$work/err" &&
+      grep -qF "kiln fusion: end of group #2" "$work/err" ||
+      fail "KILN_FUSION_DESCRIBE=all printed: $(cat "$work/err")"
+    KILN_FUSION_DESCRIBE=al "$chains" >/dev/null 2>"$work/err" && fail "KILN_FUSION_DESCRIBE=al accepted"
     KILN_FUSION_LIMIT=x "$chains" >/dev/null 2>"$work/err" && fail "KILN_FUSION_LIMIT=x accepted"
     grep -qF "[KILN_FUSION_LIMIT] expected a group number" "$work/err" ||
       fail "KILN_FUSION_LIMIT=x: $(cat "$work/err")"

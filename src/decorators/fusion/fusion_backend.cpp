@@ -286,7 +286,7 @@ bool FusionPassthrough::compute_locked(const NodeRef& target, const Primitive& i
   if (into != nullptr && fused && !check()) {
     offer_write_into(group.program, target_output, into);
   }
-  if (controls_.describe == number) {
+  if (controls_.describes(number)) {
     std::fputs(describe_group(number, fused, group.program).c_str(), stderr);
   }
   std::vector<Primitive> values;

@@ -51,7 +51,9 @@ GroupControls GroupControls::from_environment() {
   GroupControls controls;
   if (const auto limit = number_from_environment("KILN_FUSION_LIMIT")) controls.limit = *limit;
   controls.only = number_from_environment("KILN_FUSION_ONLY");
-  controls.describe = number_from_environment("KILN_FUSION_DESCRIBE");
+  const char* describe = std::getenv("KILN_FUSION_DESCRIBE");
+  controls.describe_all = describe != nullptr && std::string_view(describe) == "all";
+  if (!controls.describe_all) controls.describe = number_from_environment("KILN_FUSION_DESCRIBE");
   controls.fault = number_from_environment("KILN_FUSION_FAULT_FOR_TESTS");
   static std::once_flag count_writer;
   std::call_once(count_writer, [] {

@@ -6,7 +6,8 @@
 //
 //   KILN_FUSION_LIMIT=N             groups numbered N and above run step by step (run_steps)
 //   KILN_FUSION_ONLY=K              group K alone runs fused, every other one step by step
-//   KILN_FUSION_DESCRIBE=K          group K's program is printed to stderr when it runs
+//   KILN_FUSION_DESCRIBE=K|all      group K's (or every group's) program is printed to stderr
+//                                   when it runs
 //   KILN_FUSION_COUNT_FILE=PATH     the number of groups run is written to PATH at exit
 //   KILN_FUSION_FAULT_FOR_TESTS=K   tests only: group K's fused result is made wrong
 #pragma once
@@ -30,6 +31,7 @@ struct GroupControls {
   std::uint64_t limit = std::numeric_limits<std::uint64_t>::max();
   std::optional<std::uint64_t> only;
   std::optional<std::uint64_t> describe;
+  bool describe_all = false;
   std::optional<std::uint64_t> fault;
 
   // The variables above; a value that is not a non-negative integer is an InvalidArgument naming
@@ -39,6 +41,7 @@ struct GroupControls {
   bool runs_fused(std::uint64_t group) const noexcept {
     return group < limit && (!only || *only == group);
   }
+  bool describes(std::uint64_t group) const noexcept { return describe_all || describe == group; }
 };
 
 // The next group's number (a relaxed atomic increment, shared by every fusion backend).
