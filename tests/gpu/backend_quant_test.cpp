@@ -590,3 +590,46 @@ TEST(GpuQuant, EmbeddingDecodesTheRowsItLooksUp) {
 }
 
 }  // namespace gpu_quant
+
+namespace gpu_quant {
+
+// Quantized products launched back to back may overlap (LaunchOrder::Overlapping: the next
+// one streams its weight in while the last finishes): a chain whose every x is the product
+// before it (one row of x and eight), k in one chunk and in two (the split sums' counters), gives
+// the bits it gives with a read after every step (which queues other work between the launches,
+// so none overlaps).
+TEST(GpuQuant, ProductsLaunchedBackToBackStayInOrder) {
+  KILN_REQUIRE_GPU();
+  // k 4608: two chunks of 4096 values for one row of x.
+  for (const std::int64_t k : {std::int64_t{1024}, std::int64_t{4608}}) {
+    for (const QuantScheme& scheme : {quant_scheme(QKind::Q8_0), quant_scheme(QKind::Q4_K)}) {
+      const float scale = 1.0f / std::sqrt(static_cast<float>(k));
+      std::vector<Tensor<2>> weights;
+      for (std::uint32_t s = 0; s < (k > 1024 ? 3u : 6u); ++s) {
+        weights.push_back(Tensor<2>::from_data(
+            TensorData::from_vec(normal_values(k * k, 3100 + s, scale), {k, k}).quantize(scheme),
+            device));
+      }
+      const std::string what = name_of(scheme) + " k " + std::to_string(k);
+      const auto x0 =
+          Tensor<2>::from_data(TensorData::from_vec(normal_values(k, 3099), {1, k}), device);
+      // One row of x (kiln_quant_matvec) and eight (kiln_quant_round, then kiln_quant_product).
+      for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{8}}) {
+        const auto x = Tensor<2>::from_data(
+            TensorData::from_vec(normal_values(rows * k, 3098), {rows, k}), device);
+        Tensor<2> chained = x, stepped = x;
+        for (int round = 0; round < 3; ++round) {
+          for (const Tensor<2>& w : weights) {
+            chained = module::linear(chained, w, std::nullopt);
+            stepped =
+                Tensor<2>::from_data(module::linear(stepped, w, std::nullopt).into_data(), device);
+          }
+        }
+        expect_same_floats(chained.into_data(), stepped.into_data(),
+                           what + " chain of " + std::to_string(rows) + " rows");
+      }
+    }
+  }
+}
+
+}  // namespace gpu_quant

@@ -41,7 +41,7 @@ Context::Context(int index) : index_(index) {
   KILN_CUDA_CHECK(op, cuMemHostGetDevicePointer(&error_word_device_, host, 0));
   KILN_CUDA_CHECK(op, cuMemAlloc(&split_counters_, kSplitCounters * sizeof(std::uint32_t)));
   KILN_CUDA_CHECK(op, cuMemsetD32(split_counters_, 0, kSplitCounters));
-  dispatcher_ = std::make_unique<Dispatcher>(context_, stream_, index_);
+  dispatcher_ = std::make_unique<Dispatcher>(context_, stream_, index_, major_ >= 9);
 }
 
 // Runs only for a context made and destroyed while the process lives (the plugin's backends are

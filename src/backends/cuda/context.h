@@ -35,6 +35,7 @@ class Context {
   CUstream stream() noexcept {
     wait_out_capture();
     dispatcher_->drain();
+    dispatcher_->note_other_work();
     return stream_;
   }
   // Queues a launch of function (1-D grid) on the stream, after everything queued before.
@@ -42,9 +43,10 @@ class Context {
   // (Dispatcher::submit).
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
               unsigned shared_bytes, const void* params, std::size_t bytes,
-              const LaunchFootprint* footprint = nullptr) {
+              const LaunchFootprint* footprint = nullptr, LaunchOrder order = LaunchOrder::After) {
     wait_out_capture();
-    dispatcher_->submit(op, function, blocks, threads, shared_bytes, params, bytes, footprint);
+    dispatcher_->submit(op, function, blocks, threads, shared_bytes, params, bytes, footprint,
+                        order);
   }
   int major() const noexcept { return major_; }
   int minor() const noexcept { return minor_; }

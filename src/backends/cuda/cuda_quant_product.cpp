@@ -93,6 +93,12 @@ int resident_blocks(CUfunction kernel, int threads, unsigned shared, const char*
   return blocks;
 }
 
+// How the products' kernels launch: one product's kernels, and consecutive products, overlap
+// (one's weight starts streaming in while the launch before it finishes: kiln_quant_matvec and
+// kiln_quant_product read nothing else before their griddepcontrol.wait, kiln_quant_round nothing
+// at all, and none of them writes a weight).
+constexpr LaunchOrder kProductOrder = LaunchOrder::OverlappingWeightReader;
+
 // The rows of W a warp of kiln_quant_matvec takes: the fewest that make a grid of at most one
 // wave (every block resident from the start, each taking the same share of the weight, so no SM
 // waits on a tail). KILN_QUANT_MV_WAVES (1 to 8) allows that many waves, for measuring.
@@ -131,7 +137,8 @@ void matvec(CudaBackend& backend, const QuantProductKernel& plan, Primitive x,
   p.splits = static_cast<std::int32_t>(splits);
   p.tiles_per_split = static_cast<std::int32_t>(chunk / 32);  // blocks of 32 values
   p.warp_rows = static_cast<std::int32_t>(warp_rows);
-  runtime.launch(op, kernel, static_cast<unsigned>(blocks), kQuantMatvecThreads, p, shared);
+  runtime.launch(op, kernel, static_cast<unsigned>(blocks), kQuantMatvecThreads, p, shared, nullptr,
+                 kProductOrder);
 }
 
 }  // namespace
@@ -180,7 +187,8 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
     CUfunction round =
         runtime.compiler.function(fmt::format("quant_round:{}", plan.x_type), "kiln_quant_round",
                                   [&] { return quant_round_source(plan.x_type); });
-    runtime.launch(op, round, runtime.blocks_for(rows * k / 4, 256), 256, p);
+    runtime.launch(op, round, runtime.blocks_for(rows * k / 4, 256), 256, p, 0, nullptr,
+                   kProductOrder);
   } else if (values->dtype() == DType::F32) {
     planes = backend.make_tensor(DType::BF16, Shape{3, rows, k}, op);
     QuantSplitParams p{values->data(), planes->data(), rows * k};
@@ -235,7 +243,8 @@ Primitive quantized_product(CudaBackend& backend, Primitive x, const Primitive& 
     p.column_groups = static_cast<std::int32_t>(groups);
     p.splits = static_cast<std::int32_t>(splits);
     p.tiles_per_split = static_cast<std::int32_t>(tiles_per_split);
-    runtime.launch(op, product, static_cast<unsigned>(blocks), kQuantThreads, p, shared);
+    runtime.launch(op, product, static_cast<unsigned>(blocks), kQuantThreads, p, shared, nullptr,
+                   kProductOrder);
   }
   return out;
 }

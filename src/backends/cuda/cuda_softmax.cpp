@@ -54,9 +54,11 @@ TensorPtr launch_plan(Runtime& runtime, SoftmaxPlan plan, const Shape& shape, DT
     CUfunction function = runtime.compiler.function(
         key, name, [&] { return softmax_kernel_source(launch.kernel, dtype, log, load); });
     if (load != nullptr)
-      runtime.launch(op, function, launch.blocks, launch.threads, both);
+      runtime.launch(op, function, launch.blocks, launch.threads, both, 0, nullptr,
+                     LaunchOrder::Overlapping);
     else
-      runtime.launch(op, function, launch.blocks, launch.threads, p);
+      runtime.launch(op, function, launch.blocks, launch.threads, p, 0, nullptr,
+                     LaunchOrder::Overlapping);
   }
   return out;
 }

@@ -26,13 +26,21 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-bool dispatch_inline() {
-  const char* mode = std::getenv("KILN_CUDA_DISPATCH");
-  if (mode == nullptr || *mode == '\0' || std::string_view(mode) == "thread") return false;
-  if (std::string_view(mode) == "inline") return true;
-  detail::fail<InvalidArgument>("cuda", "KILN_CUDA_DISPATCH is '", mode,
-                                "'; want 'thread' (the default) or 'inline'");
+// A two-way switch in the environment: false when unset or `usual`, true when `other`; any other
+// value is an InvalidArgument naming the variable.
+bool switched(const char* variable, std::string_view usual, std::string_view other) {
+  const char* mode = std::getenv(variable);
+  if (mode == nullptr || *mode == '\0' || mode == usual) return false;
+  if (mode == other) return true;
+  detail::fail<InvalidArgument>("cuda", variable, " is '", mode, "'; want '", usual,
+                                "' (the default) or '", other, "'");
 }
+
+bool dispatch_inline() { return switched("KILN_CUDA_DISPATCH", "thread", "inline"); }
+
+// KILN_CUDA_OVERLAP=0: every launch waits for the one before it to end (LaunchOrder::Overlapping
+// ignored), for measuring what overlapping gains.
+bool overlap_allowed() { return !switched("KILN_CUDA_OVERLAP", "1", "0"); }
 
 // Makes context current on the calling thread for the scope, restoring the previous one.
 class CurrentContext {
@@ -55,10 +63,11 @@ class CurrentContext {
 
 }  // namespace
 
-Dispatcher::Dispatcher(CUcontext context, CUstream stream, int device_index)
+Dispatcher::Dispatcher(CUcontext context, CUstream stream, int device_index, bool programmatic)
     : context_(context),
       stream_(stream),
       device_index_(device_index),
+      programmatic_(programmatic && overlap_allowed()),
       inline_(dispatch_inline()),
       owner_(getpid()) {
   if (inline_.load(std::memory_order_relaxed)) return;
@@ -105,7 +114,7 @@ bool Dispatcher::branches() {
 
 void Dispatcher::submit(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                         unsigned shared_bytes, const void* params, std::size_t bytes,
-                        const LaunchFootprint* footprint) {
+                        const LaunchFootprint* footprint, LaunchOrder order) {
   if (refused_.load(std::memory_order_acquire)) throw_refused(op);
   if (bytes > kMaxParamBytes) {
     detail::fail<InvalidArgument>(op, "a kernel parameter block of ", bytes,
@@ -113,15 +122,17 @@ void Dispatcher::submit(const char* op, CUfunction function, unsigned blocks, un
   }
   if (!inline_.load(std::memory_order_relaxed)) {
     shutdown::arm_this_thread();
-    if (enqueue(op, function, blocks, threads, shared_bytes, params, bytes, footprint)) return;
+    if (enqueue(op, function, blocks, threads, shared_bytes, params, bytes, footprint, order)) {
+      return;
+    }
   }
-  launch_inline(op, function, blocks, threads, shared_bytes, params, footprint);
+  launch_inline(op, function, blocks, threads, shared_bytes, params, footprint, order);
   if (refused_.load(std::memory_order_acquire)) throw_refused(op);
 }
 
 bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                          unsigned shared_bytes, const void* params, std::size_t bytes,
-                         const LaunchFootprint* footprint) {
+                         const LaunchFootprint* footprint, LaunchOrder order) {
   {
     std::lock_guard lock(producers_);
     // Checked under the lock the launcher takes once after closing (close_ring): a producer
@@ -145,6 +156,7 @@ bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, u
     slot.blocks = blocks;
     slot.threads = threads;
     slot.shared_bytes = shared_bytes;
+    slot.order = order;
     std::memcpy(slot.params, params, bytes);
     slot.footprint.count = 0;
     if (footprint != nullptr) {
@@ -165,13 +177,14 @@ bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, u
 
 void Dispatcher::launch_inline(const char* op, CUfunction function, unsigned blocks,
                                unsigned threads, unsigned shared_bytes, const void* params,
-                               const LaunchFootprint* footprint) noexcept {
+                               const LaunchFootprint* footprint, LaunchOrder order) noexcept {
   const CurrentContext current(context_);
   std::lock_guard lock(consumers_);
   // While the ring closes (stop) it may still hold launches: they go first, in order.
   while (launch_locked()) {
   }
-  launch_now(op, function, blocks, threads, shared_bytes, const_cast<void*>(params), footprint);
+  launch_now(op, function, blocks, threads, shared_bytes, const_cast<void*>(params), footprint,
+             order);
 }
 
 void Dispatcher::drain() noexcept {
@@ -216,21 +229,44 @@ bool Dispatcher::launch_locked() noexcept {
   if (head == tail_.load(std::memory_order_acquire)) return false;
   Launch& slot = ring_[head % kSlots];
   launch_now(slot.op, slot.function, slot.blocks, slot.threads, slot.shared_bytes, slot.params,
-             slot.footprint.count > 0 ? &slot.footprint : nullptr);
+             slot.footprint.count > 0 ? &slot.footprint : nullptr, slot.order);
   head_.store(head + 1, std::memory_order_release);
   return true;
 }
 
 void Dispatcher::launch_now(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                            unsigned shared_bytes, void* params,
-                            const LaunchFootprint* footprint) noexcept {
+                            unsigned shared_bytes, void* params, const LaunchFootprint* footprint,
+                            LaunchOrder order) noexcept {
+  if (!programmatic_) order = LaunchOrder::After;
+  const LaunchOrder previous = previous_order_.exchange(order, std::memory_order_relaxed);
+  const bool early = (order == LaunchOrder::Overlapping && previous != LaunchOrder::After) ||
+                     (order == LaunchOrder::OverlappingWeightReader && previous == order);
   if (footprint != nullptr && footprint->known() && branches() &&
       launch_captured(op, function, blocks, threads, shared_bytes, params, *footprint)) {
     return;
   }
   void* args[] = {params};
-  const CUresult status =
-      cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes, stream_, args, nullptr);
+  CUresult status = CUDA_SUCCESS;
+  if (early) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = blocks;
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = threads;
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = shared_bytes;
+    config.hStream = stream_;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    status = cuLaunchKernelEx(&config, function, args, nullptr);
+  }
+  // (A driver that refuses the early start gets the usual launch: the kernel runs either way.)
+  if (!early || status != CUDA_SUCCESS) {
+    status =
+        cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes, stream_, args, nullptr);
+  }
   if (status != CUDA_SUCCESS) refuse(op, status);
 }
 

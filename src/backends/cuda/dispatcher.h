@@ -33,13 +33,33 @@
 
 namespace kiln::cuda {
 
+// Whether a launch may overlap the launch before it on the stream (Hopper's programmatic
+// dependent launch: the kernel is launched as the one ahead of it finishes, its blocks start
+// early and wait at griddepcontrol.wait until that one has completed and its writes are visible).
+// A kernel launched so executes griddepcontrol.launch_dependents only after its own wait, so
+// everything before the launch ahead of it has completed by the time the next one starts.
+//   After: the usual launch, after everything queued before has completed.
+//   Overlapping: the kernel waits before it reads or writes any memory (generated kernels start
+//     with k_grid_dependency(), kernel_source.cpp's prelude); it may follow any Overlapping
+//     launch early. A chain of them, as a captured training step has, then does not wait out
+//     each launch's latency in turn.
+//   OverlappingWeightReader: the kernel reads a quantized weight before its wait (so its first
+//     tiles stream in while the launch ahead finishes) and writes no weight; it may follow only
+//     another such launch early, whose kernels write no weight either (an Overlapping copy may
+//     have written any memory, a weight's bytes included).
+// Anything else queued on the stream (a copy, a library call, an event: Context::stream()) makes
+// the next launch wait as usual. KILN_CUDA_OVERLAP=0 launches everything After (read once).
+enum class LaunchOrder : std::uint8_t { After, Overlapping, OverlappingWeightReader };
+
 class Dispatcher {
  public:
   // Largest parameter block a kernel of kiln takes (a softmax over a fused chain's is 1136: its
   // own parameters, then the chain's).
   static constexpr std::size_t kMaxParamBytes = 1152;
 
-  Dispatcher(CUcontext context, CUstream stream, int device_index);
+  // programmatic: the device can launch a kernel before the one ahead of it ends (Overlapping
+  // launches; compute capability 9.0 and up).
+  Dispatcher(CUcontext context, CUstream stream, int device_index, bool programmatic = false);
   ~Dispatcher();  // stops the launcher (stop)
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -50,7 +70,12 @@ class Dispatcher {
   // sibling of the launches before it that it does not conflict with, where branches() allows.
   void submit(const char* op, CUfunction function, unsigned blocks, unsigned threads,
               unsigned shared_bytes, const void* params, std::size_t bytes,
-              const LaunchFootprint* footprint = nullptr);
+              const LaunchFootprint* footprint = nullptr, LaunchOrder order = LaunchOrder::After);
+  // Something other than a launch was queued on the stream (Context::stream()): the next
+  // Overlapping launch waits for it as usual.
+  void note_other_work() noexcept {
+    previous_order_.store(LaunchOrder::After, std::memory_order_relaxed);
+  }
   // KILN_GRAPH_BRANCHES=1: captured launches with footprints run side by side where they can
   // (off by default until measured on a GPU). Read once.
   static bool branches();
@@ -75,21 +100,23 @@ class Dispatcher {
     unsigned blocks, threads, shared_bytes;
     alignas(16) unsigned char params[kMaxParamBytes];
     LaunchFootprint footprint;  // count 0: none given
+    LaunchOrder order;
   };
   static constexpr std::uint64_t kSlots = 1024;
 
   // Copies a launch into the ring; false once the ring is closed (nothing was queued).
   bool enqueue(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                unsigned shared_bytes, const void* params, std::size_t bytes,
-               const LaunchFootprint* footprint);
+               const LaunchFootprint* footprint, LaunchOrder order);
   // Launches on the calling thread, after whatever is still queued.
   void launch_inline(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                     unsigned shared_bytes, const void* params,
-                     const LaunchFootprint* footprint) noexcept;
+                     unsigned shared_bytes, const void* params, const LaunchFootprint* footprint,
+                     LaunchOrder order) noexcept;
   bool launch_next() noexcept;    // the oldest queued launch, if any; false when none is queued
   bool launch_locked() noexcept;  // launch_next with consumers_ held
   void launch_now(const char* op, CUfunction function, unsigned blocks, unsigned threads,
-                  unsigned shared_bytes, void* params, const LaunchFootprint* footprint) noexcept;
+                  unsigned shared_bytes, void* params, const LaunchFootprint* footprint,
+                  LaunchOrder order) noexcept;
   // launch_now inside an active capture for a launch with a known footprint: a sibling of the
   // current group where it admits it, else the first of a new group. False when the stream is not
   // capturing (nothing launched).
@@ -104,6 +131,9 @@ class Dispatcher {
   CUcontext context_;
   CUstream stream_;
   int device_index_;
+  bool programmatic_ = false;  // the device has programmatic dependent launch (9.0 and up)
+  // The order of the last launch handed to the driver; After when other work was queued since.
+  std::atomic<LaunchOrder> previous_order_{LaunchOrder::After};
   std::atomic<bool> inline_{false};
   std::array<Launch, kSlots> ring_;
   std::atomic<std::uint64_t> head_{0};  // next to launch

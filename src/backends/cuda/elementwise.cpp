@@ -201,11 +201,12 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
           static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, std::int64_t{1} << 30));
       CUfunction wide = function(KernelLayout::Wide, "kiln_elementwise_vec");
       p.reverse = next_direction();
-      runtime.launch(op.name, wide, vector_blocks, vector.threads, p);
+      runtime.launch(op.name, wide, vector_blocks, vector.threads, p, 0, nullptr,
+                     LaunchOrder::Overlapping);
       return;
     }
     runtime.launch(op.name, function(KernelLayout::Flat, "kiln_elementwise_flat"), blocks, kThreads,
-                   p);
+                   p, 0, nullptr, LaunchOrder::Overlapping);
     return;
   }
   params.pointers[0] = out.data();
@@ -216,7 +217,7 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
   params.error_word = error_word;
   params.error_token = error_token;
   runtime.launch(op.name, function(KernelLayout::Strided, "kiln_elementwise"), blocks, kThreads,
-                 params);
+                 params, 0, nullptr, LaunchOrder::Overlapping);
 }
 
 }  // namespace kiln::cuda

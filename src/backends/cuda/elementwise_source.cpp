@@ -64,6 +64,7 @@ std::string value_and_store(const ElementwiseOp& op, std::string_view indent, st
 std::string kernel_head(const ElementwiseOp& op, const char* name, const char* params) {
   return fmt::format(
       R"CUDA(extern "C" __global__ void __launch_bounds__(256) {name}(const {params} p) {{
+  k_grid_dependency();
   bool err = false;
 {scalars}  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {{
 )CUDA",
@@ -110,6 +111,7 @@ std::string vector_kernel(const ElementwiseOp& op) {
   return fmt::format(
       R"CUDA(template <class T> struct alignas({width} * sizeof(T) < 16 ? {width} * sizeof(T) : 16) V {{ T v[{width}]; }};
 extern "C" __global__ void __launch_bounds__({threads}) kiln_elementwise_vec(const PF p) {{
+  k_grid_dependency();
   bool err = false;
 {scalars}  const i64 threads = (i64)gridDim.x * blockDim.x;
   const i64 vectors = p.n / {width};

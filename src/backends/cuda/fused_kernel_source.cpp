@@ -125,9 +125,10 @@ std::int32_t failure_count(const FusedKernel& kernel) {
   return failures;
 }
 
-// The error flags and scalars, declared before the element loop; and the flags' report after it.
+// The wait for the launch ahead (LaunchOrder::Overlapping), the error flags and scalars, declared
+// before the element loop; and the flags' report after it.
 std::string kernel_head(const FusedKernel& kernel) {
-  std::string s;
+  std::string s = "  k_grid_dependency();\n";  // launched LaunchOrder::Overlapping
   for (std::int32_t k = 0; k < failure_count(kernel); ++k)
     s += fmt::format("  bool e{} = false;\n", k);
   for (const FusedKernelOp& f : kernel.ops) {

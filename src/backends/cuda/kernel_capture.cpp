@@ -359,13 +359,14 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
       const unsigned threads = vector_shape().threads;
       const auto blocks = static_cast<unsigned>(
           std::clamp<std::int64_t>((n / width + threads - 1) / threads, 1, std::int64_t{1} << 30));
-      runtime.launch(name, rows, blocks, threads, params);
+      runtime.launch(name, rows, blocks, threads, params, 0, nullptr, LaunchOrder::Overlapping);
       return results;
     }
     // Each thread takes fused_strided_run() elements (fused_kernel_source.cpp).
     const std::int64_t run = fused_strided_run();
     runtime.launch(name, function(KernelLayout::Strided, "kiln_fused"),
-                   runtime.blocks_for((n + run - 1) / run, 256), 256, params);
+                   runtime.blocks_for((n + run - 1) / run, 256), 256, params, 0, nullptr,
+                   LaunchOrder::Overlapping);
     return results;
   }
   FusedFlatParams p;
@@ -405,11 +406,11 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
     const auto blocks = static_cast<unsigned>(
         std::clamp<std::int64_t>((vectors + threads - 1) / threads, 1, std::int64_t{1} << 30));
     runtime.launch(name, function(KernelLayout::Wide, "kiln_fused_vec"), blocks, threads, p, 0,
-                   &footprint);
+                   &footprint, LaunchOrder::Overlapping);
     return results;
   }
   runtime.launch(name, function(KernelLayout::Flat, "kiln_fused_flat"), runtime.blocks_for(n, 256),
-                 256, p, 0, &footprint);
+                 256, p, 0, &footprint, LaunchOrder::Overlapping);
   return results;
 }
 

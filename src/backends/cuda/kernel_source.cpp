@@ -171,6 +171,14 @@ __device__ __forceinline__ double k_normal(u64 seed, u64 counter) {
   const double u2 = k_uniform01(seed, 2 * counter + 1);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+// The first statement of a kernel launched LaunchOrder::Overlapping (dispatcher.h) that reads
+// nothing before the launch ahead of it has completed: wait for that, then let the launch after
+// this one start its blocks. No-ops for a kernel launched the usual way.
+__device__ __forceinline__ void k_grid_dependency() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 )CUDA";
 
 template <class T>

@@ -90,6 +90,19 @@ KQ_FN void kq_fence() { __threadfence(); }
 KQ_FN unsigned kq_ticket(unsigned* counter) { return atomicAdd(counter, 1u); }
 KQ_FN float kq_load_l2(const float* at) { return __ldcg(at); }
 KQ_FN void kq_warp_sync() { __syncwarp(); }
+// Programmatic dependent launch (dispatcher.h's LaunchOrder): waits until the
+// launch before this one has completed and its writes are visible; lets the launch after this
+// one start its blocks. No-ops where the kernel was launched the usual way.
+KQ_FN void kq_grid_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+KQ_FN void kq_grid_release() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 KQ_FN float kq_round(float v) { return roundf(v); }  // halves away from zero, as std::round
 KQ_FN float kq_nan() { return __int_as_float(0x7fc00000); }
 // v of lane (this lane ^ mask); every lane of the warp takes part.
@@ -130,6 +143,8 @@ void kq_fence();
 unsigned kq_ticket(unsigned* counter);
 inline float kq_load_l2(const float* at) { return *at; }
 void kq_warp_sync();
+inline void kq_grid_wait() {}  // the emulated grid runs one launch at a time
+inline void kq_grid_release() {}
 unsigned kq_shfl_xor(unsigned v, int mask);
 inline float kq_round(float v) { return std::round(v); }
 inline float kq_nan() { return std::numeric_limits<float>::quiet_NaN(); }
@@ -579,22 +594,36 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
       0.0f;
 
   // Tile i of the split into stage i % kStages: W's rows, and x's where it is staged.
-  auto load = [&](int i) {
-    unsigned char* stage = smem + (i % kStages) * kStage;
-    const long long k0 = (first + i) * kKqTile;
-    kq_load_tile<Kind, kInt8, kRowStride>(p, stage, row0, k0);
+  auto load_w = [&](int i) {
+    kq_load_tile<Kind, kInt8, kRowStride>(p, smem + (i % kStages) * kStage, row0,
+                                          (first + i) * kKqTile);
+  };
+  auto load_x = [&](int i) {
     if constexpr (kTerms <= 1) {
-      kq_load_x_tile<kTerms, kNt>(p, stage + kKqRows * kRowStride, col0, k0);
+      kq_load_x_tile<kTerms, kNt>(p, smem + (i % kStages) * kStage + kKqRows * kRowStride, col0,
+                                  (first + i) * kKqTile);
     }
   };
+  // The first tiles of the weight before the wait for the launch before this one, which may still
+  // be running but writes no weight (kiln_quant_round or another product:
+  // LaunchOrder::OverlappingWeightReader); x, the partial sums and the output after it. The
+  // weight's copies join tile 0's group.
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count) load(s);
+    if (s < count) load_w(s);
+  }
+  kq_grid_wait();
+  kq_grid_release();
+  KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) {
+    if (s < count) load_x(s);
     kq_commit();
   }
   for (int it = 0; it < count; ++it) {
     kq_wait<kStages - 2>();
     kq_sync();  // every thread's copies of tile it are in; every warp is done with tile it - 1
-    if (it + kStages - 1 < count) load(it + kStages - 1);
+    if (it + kStages - 1 < count) {
+      load_w(it + kStages - 1);
+      load_x(it + kStages - 1);
+    }
     kq_commit();
     if constexpr (kTerms == 0) {
       kq_tile_int<Kind, kNt, kRowStride>(p, smem + (it % kStages) * kStage, (first + it) * kKqTile,
@@ -783,6 +812,11 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
     kq_commit();
   };
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) load_row(s, s);
+  // Only the weight was read so far: the launch before this one may still be running, but it
+  // writes no weight (LaunchOrder::OverlappingWeightReader); x, the partial sums and the output
+  // may be its. Past the wait it has completed, and the next launch may start.
+  kq_grid_wait();
+  kq_grid_release();
   // x's chunk while the first rows are on their way.
   kq_mv_quantize_x<kCols, kPieces, kX>(p, k0, values, x_codes, x_scales, x_sums);
   kq_sync();
@@ -901,6 +935,10 @@ struct KqRoundParams {
 // lane of a warp takes the same turns, so the shuffles always have their partners.
 template <int kX>
 KQ_FN void kq_round_x(const KqRoundParams& p) {
+  // x may be the output of the launch before this one (LaunchOrder::OverlappingWeightReader);
+  // past the wait the product after this launch may start streaming its weight in.
+  kq_grid_wait();
+  kq_grid_release();
   const long long tasks = p.rows * (p.k / 32) * 8;
   const long long stride = static_cast<long long>(kq_grid_blocks()) * kq_block_threads();
   const long long lane = kq_thread() % 32;

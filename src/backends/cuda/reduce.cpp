@@ -55,9 +55,11 @@ void launch_plan(Runtime& runtime, ReducePlan plan, const CudaTensor& out, const
       return reduce_kernel_source(launch.kernel, reducer, dtype, out.dtype(), load);
     });
     if (load != nullptr)
-      runtime.launch(op, function, launch.blocks, launch.threads, both);
+      runtime.launch(op, function, launch.blocks, launch.threads, both, 0, nullptr,
+                     LaunchOrder::Overlapping);
     else
-      runtime.launch(op, function, launch.blocks, launch.threads, p);
+      runtime.launch(op, function, launch.blocks, launch.threads, p, 0, nullptr,
+                     LaunchOrder::Overlapping);
   }
 }
 

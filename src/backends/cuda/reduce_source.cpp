@@ -367,7 +367,7 @@ std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& r, DType dt
       R"CUDA({prelude}{fused_value}{params}typedef {S} S;
 constexpr int VECTOR = {vector};
 __device__ __forceinline__ {C} ld(S v) {{ return {load}; }}
-{accumulator}{common}{loads}{body}extern "C" __global__ void __launch_bounds__(256, 4) {name}(const P p) {{ {call}(p); }}
+{accumulator}{common}{loads}{body}extern "C" __global__ void __launch_bounds__(256, 4) {name}(const P p) {{ k_grid_dependency(); {call}(p); }}
 )CUDA",
       "prelude"_a = kernel_prelude(),
       "fused_value"_a = fused != nullptr ? fused_load_source(*fused) : std::string(),

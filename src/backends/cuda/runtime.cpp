@@ -22,11 +22,11 @@ TensorPtr Runtime::make_tensor(DType dtype, const Shape& shape, const char* op) 
 
 void Runtime::launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                            const void* params, std::size_t bytes, unsigned shared_bytes,
-                           const LaunchFootprint* footprint) {
+                           const LaunchFootprint* footprint, LaunchOrder order) {
   KernelCapture::refuse_if_active();  // only elementwise kernels are captured
   // Module loads and allocations around a launch expect the context current on this thread.
   context.make_current();
-  context.launch(op, function, blocks, threads, shared_bytes, params, bytes, footprint);
+  context.launch(op, function, blocks, threads, shared_bytes, params, bytes, footprint, order);
   context.note_launch(op);
 }
 

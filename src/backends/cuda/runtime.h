@@ -26,14 +26,17 @@ struct Runtime {
   TensorPtr make_tensor(DType dtype, const Shape& shape, const char* op);
   // Launches function with one parameter block (copied) on the device's stream, 1-D grid. With
   // the memory the kernel reads and writes (footprint), inside a CUDA graph capture it may run
-  // beside the launches before it that it does not conflict with (launch_footprint.h).
+  // beside the launches before it that it does not conflict with (launch_footprint.h). An
+  // Overlapping kernel may start as the launch before it finishes (dispatcher.h's LaunchOrder
+  // says what its code must do for that).
   template <class Params>
   void launch(const char* op, CUfunction function, unsigned blocks, unsigned threads,
               const Params& params, unsigned shared_bytes = 0,
-              const LaunchFootprint* footprint = nullptr) {
+              const LaunchFootprint* footprint = nullptr, LaunchOrder order = LaunchOrder::After) {
     static_assert(!std::is_pointer_v<Params>, "pass the parameter struct, not its address");
     static_assert(sizeof(Params) <= Dispatcher::kMaxParamBytes, "grow Dispatcher::kMaxParamBytes");
-    launch_bytes(op, function, blocks, threads, &params, sizeof(Params), shared_bytes, footprint);
+    launch_bytes(op, function, blocks, threads, &params, sizeof(Params), shared_bytes, footprint,
+                 order);
   }
   // Blocks for a grid-stride loop over n items.
   unsigned blocks_for(std::int64_t n, unsigned threads) const;
@@ -45,7 +48,7 @@ struct Runtime {
  private:
   void launch_bytes(const char* op, CUfunction function, unsigned blocks, unsigned threads,
                     const void* params, std::size_t bytes, unsigned shared_bytes,
-                    const LaunchFootprint* footprint);
+                    const LaunchFootprint* footprint, LaunchOrder order);
   Device device_;
 };
 

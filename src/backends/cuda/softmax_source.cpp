@@ -427,7 +427,7 @@ constexpr int KEPT = {kept};
 #define kNegInf {negative_infinity}
 __device__ __forceinline__ C ld(S v) {{ return {load}; }}
 __device__ __forceinline__ S st(C v) {{ return {store}; }}
-{common}{loads}{body}extern "C" __global__ void __launch_bounds__({bounds}) {name}(const P p) {{ {call}; }}
+{common}{loads}{body}extern "C" __global__ void __launch_bounds__({bounds}) {name}(const P p) {{ k_grid_dependency(); {call}; }}
 )CUDA",
       "prelude"_a = kernel_prelude(),
       "fused_value"_a = fused != nullptr ? fused_load_source(*fused) : std::string(),

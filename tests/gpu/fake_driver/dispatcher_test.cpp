@@ -127,6 +127,42 @@ TEST(FakeDriverDispatch, CapturedLaunchesThatTouchDisjointMemoryBecomeSiblings) 
   EXPECT_EQ(fake::launch_log()[0].first_word, 9u);
 }
 
+// Which launches start early (programmatic dependent launch, dispatcher.h's LaunchOrder): an
+// Overlapping one after any overlapping launch, a weight reader only after another weight reader,
+// none after other work on the stream, and none where the device cannot.
+TEST(FakeDriverDispatch, OverlappingLaunchesStartEarlyOnlyAfterTheLaunchesTheyMayFollow) {
+  using kiln::cuda::LaunchOrder;
+  for (const bool device_can : {true, false}) {
+    Dispatcher dispatcher(gpu().context, gpu().stream, 0, device_can);
+    fake::record_launches();
+    auto submit_as = [&](std::uint64_t word, LaunchOrder order) {
+      dispatcher.submit("order", gpu().kernel, 1, 32, 0, &word, sizeof word, nullptr, order);
+    };
+    submit_as(0, LaunchOrder::After);
+    submit_as(1, LaunchOrder::Overlapping);              // after an After launch: waits
+    submit_as(2, LaunchOrder::Overlapping);              // early
+    submit_as(3, LaunchOrder::OverlappingWeightReader);  // after a kernel that may write a weight
+    submit_as(4, LaunchOrder::OverlappingWeightReader);  // early
+    submit_as(5, LaunchOrder::Overlapping);              // early: it reads nothing before its wait
+    dispatcher.drain();
+    dispatcher.note_other_work();  // a copy, say
+    submit_as(6, LaunchOrder::Overlapping);
+    submit_as(7, LaunchOrder::After);
+    submit_as(8, LaunchOrder::OverlappingWeightReader);
+    submit_as(9, LaunchOrder::OverlappingWeightReader);
+    dispatcher.drain();
+    const std::vector<bool> early = {false, false, true,  false, true,
+                                     true,  false, false, false, true};
+    const auto log = fake::launch_log();
+    ASSERT_EQ(log.size(), early.size());
+    for (std::size_t i = 0; i < log.size(); ++i) {
+      EXPECT_EQ(log[i].first_word, i);
+      EXPECT_EQ(log[i].programmatic, device_can && early[i]) << "launch " << i;
+    }
+    dispatcher.stop();
+  }
+}
+
 TEST(FakeDriverDispatch, StopHandsEveryQueuedLaunchToTheDriverInOrder) {
   const LaunchCost cost(20);
   Dispatcher dispatcher(gpu().context, gpu().stream, 0);

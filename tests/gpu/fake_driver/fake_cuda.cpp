@@ -72,6 +72,7 @@ pid_t g_init_pid = 0;
 CUctx_st g_contexts[kDevices] = {{0}};
 int g_retains[kDevices] = {0};
 thread_local CUcontext t_current = nullptr;
+thread_local bool t_programmatic = false;  // inside cuLaunchKernelEx, with the attribute set
 thread_local std::vector<CUcontext> t_stack;
 
 std::mutex g_mutex;  // guards the blocks and the contexts' retain counts
@@ -727,7 +728,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x, unsign
     std::uint64_t first = 0;
     if (parameters != nullptr) std::memcpy(&first, parameters[0], sizeof first);
     std::lock_guard lock(g_log_mutex);
-    g_log.push_back({first, std::this_thread::get_id()});
+    g_log.push_back({first, std::this_thread::get_id(), t_programmatic});
   }
   if (g_simulate_captures.load()) {
     std::lock_guard lock(g_capture_mutex);
@@ -745,6 +746,32 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x, unsign
   }
   g_launches.fetch_add(1, std::memory_order_seq_cst);
   return CUDA_SUCCESS;
+}
+
+// A launch with attributes (kiln sets only programmatic stream serialisation, which changes when
+// a kernel may start, never what it does): the plain launch of the same grid, recorded as
+// programmatic where that attribute is on.
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction function,
+                                  void** parameters, void** extra) {
+  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  bool programmatic = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& attribute = config->attrs[i];
+    if (attribute.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
+      programmatic = attribute.value.programmaticStreamSerializationAllowed != 0;
+    } else {
+      return CUDA_ERROR_NOT_SUPPORTED;  // kiln asks for no other attribute
+    }
+  }
+  t_programmatic = programmatic;
+  const CUresult status =
+      cuLaunchKernel(function, config->gridDimX, config->gridDimY, config->gridDimZ,
+                     config->blockDimX, config->blockDimY, config->blockDimZ,
+                     config->sharedMemBytes, config->hStream, parameters, extra);
+  t_programmatic = false;
+  return status;
 }
 
 }  // extern "C"

@@ -11,6 +11,8 @@ namespace kiln::fake_cuda {
 struct LaunchRecord {
   std::uint64_t first_word;  // the first 8 bytes of the launch's parameter block
   std::thread::id thread;    // the thread that called cuLaunchKernel
+  // cuLaunchKernelEx with programmatic stream serialisation (dispatcher.h's LaunchOrder)
+  bool programmatic = false;
 };
 
 // Launches handed to the driver since it started (or since the last reset).
