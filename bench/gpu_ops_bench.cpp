@@ -52,6 +52,7 @@
 
 #include "bench_common.h"
 #include "runtime/cuda_plugin.h"
+#include "tests/support/scoped_env.h"
 
 namespace {
 
@@ -381,29 +382,6 @@ void chain8_host(benchmark::State& state, bool fused) {
 }
 
 // ---- conv2d, ResNet 3x3 layers ----
-// An environment variable for one row, restored after it (the plugin reads KILN_CONV and
-// KILN_CUDNN_GRAPH at each op).
-class ScopedVariable {
- public:
-  ScopedVariable(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) setenv(name, value, 1);
-  }
-  ~ScopedVariable() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedVariable(const ScopedVariable&) = delete;
-  ScopedVariable& operator=(const ScopedVariable&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // One row's convolution: x [32, channels, side, side], w [channels, channels, 3, 3], stride 1,
 // padding 1. path: "cudnn" or "kiln" forces that path (KILN_CONV); null leaves kiln's choice per
 // shape (or the caller's KILN_CONV); graph sets KILN_CUDNN_GRAPH ("0": cuDNN's legacy calls
@@ -425,8 +403,11 @@ void conv2d(benchmark::State& state, const ConvRow& row) {
       const std::string why = cuda_plugin(nullptr)->cudnn_status(device.index(), &loaded, nullptr);
       if (!loaded) throw std::runtime_error("no cuDNN: " + why);
     }
-    const ScopedVariable forced("KILN_CONV", row.path);
-    const ScopedVariable graph("KILN_CUDNN_GRAPH", row.graph);
+    // The variables the row sets, restored after it (the plugin reads them at each op); the
+    // ones it leaves null keep the caller's value.
+    std::optional<test::ScopedEnv> forced, graph;
+    if (row.path != nullptr) forced.emplace("KILN_CONV", row.path);
+    if (row.graph != nullptr) graph.emplace("KILN_CUDNN_GRAPH", row.graph);
     const std::int64_t n = 32, c = row.channels, k = row.channels, h = row.side, w = row.side,
                        r = 3;
     device.seed(kSeed + 3);

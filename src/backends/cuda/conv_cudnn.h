@@ -147,7 +147,7 @@ class Convolution {
  private:
   struct Descriptors;
   // The three tensors of one call: the ones read (copies where their layout asks) and the one
-  // written (fresh, packed channels-first).
+  // written (fresh, packed channels-first, or channels-last where the graph API writes it so).
   struct Operands {
     TensorPtr x, w, y;
     const CudaTensor* x_read = nullptr;
@@ -174,6 +174,9 @@ class Convolution {
   // input's layout, else channels-first. Mixed layouts cost cuDNN's engines transposes.
   Layout graph_written_layout() const;
   std::vector<Algorithm> graph_plans(int limit, int only = -1);
+  // After either API's call returned status: the op's result (the operand the direction writes,
+  // the bias added), or nullopt where cuDNN refused the call.
+  std::optional<TensorPtr> finish(Status status, const Operands& o);
   std::optional<TensorPtr> run_graph(const Algorithm& algorithm);
   std::optional<std::size_t> workspace_bytes(const Descriptors& descriptors, int algo);
   std::vector<AlgoPerf> candidates(const Descriptors& descriptors, const Operands* operands,

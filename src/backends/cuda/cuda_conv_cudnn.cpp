@@ -438,26 +438,40 @@ std::optional<TensorPtr> Convolution::run(const Algorithm& algorithm) {
   Handle handle = cudnn_.handle;
   lib_stream(runtime);  // every launch queued before (the copies) goes to the driver first
   Status status = Status::NotSupported;
-  TensorPtr written;
   switch (problem_.direction) {
     case ConvDirection::Forward:
       status = api.forward(handle, alpha, d.x, o.x_data(), d.w, o.w_data(), d.conv, algorithm.algo,
                            space, bytes, beta, d.y, o.y_data());
-      written = o.y;
       break;
     case ConvDirection::BackwardData:
       status = api.backward_data(handle, alpha, d.w, o.w_data(), d.y, o.y_data(), d.conv,
                                  algorithm.algo, space, bytes, beta, d.x, o.x_data());
-      written = o.x;
       break;
     case ConvDirection::BackwardFilter:
       status = api.backward_filter(handle, alpha, d.x, o.x_data(), d.y, o.y_data(), d.conv,
                                    algorithm.algo, space, bytes, beta, d.w, o.w_data());
+      break;
+  }
+  return finish(status, o);
+}
+
+std::optional<TensorPtr> Convolution::finish(Status status, const Operands& o) {
+  Runtime& runtime = backend_.runtime();
+  const char* op = problem_.op;
+  runtime.context.note_launch(op);
+  if (refused(*cudnn_.library, status, op)) return std::nullopt;
+  TensorPtr written;
+  switch (problem_.direction) {
+    case ConvDirection::Forward:
+      written = o.y;
+      break;
+    case ConvDirection::BackwardData:
+      written = o.x;
+      break;
+    case ConvDirection::BackwardFilter:
       written = o.w;
       break;
   }
-  runtime.context.note_launch(op);
-  if (refused(*cudnn_.library, status, op)) return std::nullopt;
   if (problem_.bias != nullptr) add_channel_bias(runtime, *written, *problem_.bias, op);
   return written;
 }

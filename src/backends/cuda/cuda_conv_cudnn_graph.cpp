@@ -285,23 +285,7 @@ std::optional<TensorPtr> Convolution::run_graph(const Algorithm& algorithm) {
       .finalize();
   if (!pack.ok()) return std::nullopt;
   lib_stream(runtime);  // every launch queued before (the copies) goes to the driver first
-  const Status status = api.backend_execute(cudnn_.handle, plan.plan, pack.get());
-  runtime.context.note_launch(op);
-  if (refused(*cudnn_.library, status, op)) return std::nullopt;
-  TensorPtr written;
-  switch (problem_.direction) {
-    case ConvDirection::Forward:
-      written = o.y;
-      break;
-    case ConvDirection::BackwardData:
-      written = o.x;
-      break;
-    case ConvDirection::BackwardFilter:
-      written = o.w;
-      break;
-  }
-  if (problem_.bias != nullptr) add_channel_bias(runtime, *written, *problem_.bias, op);
-  return written;
+  return finish(api.backend_execute(cudnn_.handle, plan.plan, pack.get()), o);
 }
 
 }  // namespace kiln::cuda::cudnn
