@@ -21,6 +21,7 @@
 #include "decorators/fusion/fusion_backend.h"
 #include "gpu/gpu_test_support.h"
 #include "runtime/registry.h"
+#include "support/scoped_env.h"
 
 using namespace kiln;
 
@@ -769,5 +770,122 @@ TEST(GpuFusion, AnAssignedUpdateWritesItsParameterInPlace) {
       const double want = before[r * 256 + c] - 0.5 * before[c * 256 + r];
       ASSERT_NEAR(got[r * 256 + c], want, 1e-5 * (1 + std::abs(want))) << r << ", " << c;
     }
+  }
+}
+
+// A product scaled and summed with a tensor of its shape (alpha · x·y + beta · c, an optimizer's
+// W - lr · Xᵀ·dY) is one cuBLASLt call: no generated kernel, within the float64 reference's
+// rounding bound; assigned to c's own parameter it is written there in place (no new memory),
+// except where the product reads that parameter (then new memory, and the values stay right).
+TEST(GpuFusion, AProductScaledAndSummedWithATensorIsOneCublasLtCall) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  const test::ScopedEnv product_sum("KILN_CUDA_PRODUCT_SUM", "1");  // off by default
+  auto& fusion = static_cast<fusion::FusionPassthrough&>(backend_for(device.fused()));
+  const Device fused = device.fused();
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    const Tensor<2> x = random_on(device, {96, 70}, dtype, 71);
+    const Tensor<2> w = random_on(device, {70, 130}, dtype, 72);
+    const Tensor<2> c = random_on(device, {96, 130}, dtype, 73);
+    // An addend as a transposed view (made contiguous first).
+    const Tensor<2> ct = random_on(device, {130, 96}, dtype, 74).transpose();
+    const Tensor<2> fx = x.to_device(fused), fw = w.to_device(fused), fc = c.to_device(fused);
+    const Tensor<2> fct = ct.to_device(fused);
+    struct Case {
+      const char* what;
+      std::function<Tensor<2>(const Tensor<2>&, const Tensor<2>&, const Tensor<2>&)> run;
+      double alpha, beta;
+      std::size_t steps;
+    };
+    const Case cases[] = {
+        {"c - x @ w * 0.25", [](auto& x, auto& w, auto& c) { return c - x.matmul(w) * 0.25; },
+         -0.25, 1, 3},
+        {"x @ w * 2 + c", [](auto& x, auto& w, auto& c) { return x.matmul(w) * 2.0 + c; }, 2, 1, 3},
+        {"c + x @ w", [](auto& x, auto& w, auto& c) { return c + x.matmul(w); }, 1, 1, 2},
+        {"x @ w - c", [](auto& x, auto& w, auto& c) { return x.matmul(w) - c; }, 1, -1, 2},
+        {"x @ w * -3", [](auto& x, auto& w, auto&) { return x.matmul(w) * -3.0; }, -3, 0, 2},
+    };
+    const ProductReference product = product_reference(x, w, nullptr, false, false);
+    const double out_eps = dtype == DType::BF16  ? 0x1p-8
+                           : dtype == DType::F16 ? 0x1p-11
+                           : dtype == DType::F32 ? 0x1p-24
+                                                 : 0x1p-53;
+    for (const Case& k : cases) {
+      for (const bool view : {false, true}) {
+        const std::vector<double> cs = (view ? ct : c).into_data().to_f64_vec();
+        ProductReference ref;
+        for (std::size_t i = 0; i < product.value.size(); ++i) {
+          const double sum = k.alpha * product.value[i] + k.beta * cs[i];
+          ref.value.push_back(sum);
+          // The product's bound scaled, and a rounding of each term and of the sum (the unfused
+          // device rounds after the product, the scale and the sum).
+          ref.bound.push_back(std::abs(k.alpha) * 2 * product.bound[i] +
+                              4 * out_eps *
+                                  (std::abs(k.alpha * product.value[i]) + std::abs(k.beta * cs[i]) +
+                                   std::abs(sum)));
+        }
+        const std::string what = std::string(k.what) + " " + std::string(dtype_name(dtype)) +
+                                 (view ? " (c a transposed view)" : "");
+        expect_near_product(k.run(x, w, view ? ct : c), ref, what + " unfused");
+        std::vector<std::size_t> group_steps;
+        fusion.set_result_hook_for_tests([&](const FusedProgram& program, std::vector<Primitive>&) {
+          group_steps.push_back(program.steps.size());
+        });
+        for (int run = 0; run < 2; ++run) {  // the second run is the group's plan
+          const Tensor<2> out = k.run(fx, fw, view ? fct : fc);
+          const std::int64_t before = kernel_requests(device);
+          expect_near_product(out, ref, what + " fused, run " + std::to_string(run));
+          EXPECT_EQ(kernel_requests(device), before) << what << ": no generated kernel";
+        }
+        fusion.set_result_hook_for_tests(nullptr);
+        EXPECT_EQ(group_steps, (std::vector<std::size_t>{k.steps, k.steps})) << what;
+      }
+    }
+  }
+
+  // SGD's update of a weight in place: p -= lr · xᵀ·g, three steps, against float64 of the
+  // values read back before each; an alias of p sees them; no memory of p's size is taken.
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const std::string what(dtype_name(dtype));
+    const std::int64_t batch = 2048, in = 256, out = 384;  // a long k: split-k algorithms
+    Tensor<2> p = random_on(fused, {in, out}, dtype, 81);
+    const Tensor<2> alias = p;
+    const Tensor<2> xs = random_on(fused, {batch, in}, dtype, 82);
+    const Tensor<2> g = random_on(fused, {batch, out}, dtype, 83);
+    const Tensor<2> xt = xs.transpose();
+    const ProductReference step = product_reference(xs.to_device(device).transpose(),
+                                                    g.to_device(device), nullptr, false, false);
+    const double out_eps = dtype == DType::BF16 ? 0x1p-8 : 0x1p-24;
+    for (int s = 0; s < 3; ++s) {
+      const std::vector<double> before = p.into_data().to_f64_vec();
+      device.sync();
+      device.reset_peak_memory();
+      const std::int64_t base = device.memory_stats().bytes_in_use;
+      p.assign(p - xt.matmul(g) * 0.01);
+      device.sync();
+      const std::int64_t used = device.memory_stats().peak_bytes_in_use - base;
+      EXPECT_LT(used, in * out * std::int64_t(dtype_size(dtype))) << what << " step " << s;
+      for (const Tensor<2>* t : {static_cast<const Tensor<2>*>(&p), &alias}) {
+        const std::vector<double> got = t->into_data().to_f64_vec();
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const double want = before[i] - 0.01 * step.value[i];
+          const double bound =
+              0.02 * step.bound[i] + 4 * out_eps * (std::abs(before[i]) + std::abs(want));
+          ASSERT_LE(std::abs(got[i] - want), bound) << what << " step " << s << " at " << i;
+        }
+      }
+    }
+  }
+
+  // The product reads the parameter it is assigned to: not in place, and still right.
+  Tensor<2> q = random_on(fused, {128, 128}, DType::F32, 84);
+  const Tensor<2> qc = q.to_device(device);
+  const ProductReference qq = product_reference(qc, qc, nullptr, false, false);
+  const std::vector<double> q0 = qc.into_data().to_f64_vec();
+  q.assign(q - q.matmul(q) * 0.5);
+  const std::vector<double> got = q.into_data().to_f64_vec();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double want = q0[i] - 0.5 * qq.value[i];
+    ASSERT_LE(std::abs(got[i] - want), qq.bound[i] + 1e-6 * (std::abs(want) + 1)) << i;
   }
 }

@@ -52,10 +52,19 @@ double tolerance(const MatmulDesc& d) {
   return 1.5e-2;  // bf16
 }
 
+// alpha · A·B + beta · addend: the addend random, in C's layout, in C itself or apart.
+struct Sum {
+  double alpha = 1.0;
+  double beta = 0.0;
+  bool addend = false;
+  bool in_place = false;
+};
+
 // Runs d on random operands (offset by `misalign` elements from the allocation) and compares
 // ||C - ref|| / ||ref|| over the m×n matrices with the float64 product.
 template <class T>
-void check_matmul(const MatmulDesc& d, std::uint64_t seed, std::int64_t misalign = 0) {
+void check_matmul(const MatmulDesc& d, std::uint64_t seed, std::int64_t misalign = 0,
+                  const Sum& sum = {}) {
   SCOPED_TRACE(::testing::Message()
                << dtype_name(d.dtype) << " m " << d.m << " n " << d.n << " k " << d.k << " batch "
                << d.batch << " A " << d.a.row_stride << "," << d.a.col_stride << ","
@@ -76,12 +85,20 @@ void check_matmul(const MatmulDesc& d, std::uint64_t seed, std::int64_t misalign
   const auto b = fill(span(d.k, d.n, d.b, d.batch));
   const auto bias = fill(d.n);
   const std::int64_t c_span = span(d.m, d.n, d.c, d.batch) + misalign;
-  DeviceBuffer da(a), db(b), dbias(bias), dc(c_span * sizeof(T));
+  const auto c0 = fill(c_span - misalign);
+  DeviceBuffer da(a), db(b), dbias(bias), dadd(c0);
+  DeviceBuffer dc = sum.in_place ? DeviceBuffer(c0) : DeviceBuffer(c_span * sizeof(T));
   const auto offset = [&](const DeviceBuffer& buf) {
     return static_cast<void*>(static_cast<T*>(buf.get()) + misalign);
   };
-  matmul(d, {offset(da), offset(db), offset(dc), with_bias(d.epilogue) ? offset(dbias) : nullptr},
-         nullptr);
+  MatmulArgs args{offset(da), offset(db), offset(dc),
+                  with_bias(d.epilogue) ? offset(dbias) : nullptr};
+  args.alpha = sum.alpha;
+  if (sum.addend) {
+    args.addend = sum.in_place ? offset(dc) : offset(dadd);
+    args.beta = sum.beta;
+  }
+  matmul(d, args, nullptr);
   KILN_CUDA_CHECK("test", cudaDeviceSynchronize());
   const auto c = dc.read<T>(static_cast<std::size_t>(c_span));
 
@@ -97,7 +114,13 @@ void check_matmul(const MatmulDesc& d, std::uint64_t seed, std::int64_t misalign
                      b[misalign + p * d.b.batch_stride + l * d.b.row_stride + j * d.b.col_stride]);
         }
         if (with_bias(d.epilogue)) acc += as_double(bias[misalign + j]);
-        const double expected = activate(acc, d.epilogue);
+        double expected = activate(acc, d.epilogue) * sum.alpha;
+        if (sum.addend) {
+          expected +=
+              sum.beta *
+              as_double(
+                  c0[misalign + p * d.c.batch_stride + i * d.c.row_stride + j * d.c.col_stride]);
+        }
         const double got =
             as_double(c[misalign + p * d.c.batch_stride + i * d.c.row_stride + j * d.c.col_stride]);
         ASSERT_FALSE(std::isnan(got)) << "C[" << p << ", " << i << ", " << j << "] is NaN";
@@ -181,6 +204,43 @@ TEST(LibMatmul, EveryEpilogue) {
       check_matmul<T>(d, seed++);
     });
   }
+}
+
+// C = alpha · A·B + beta · addend, in place (addend is C) and apart, with row- and column-major
+// C (cuBLASLt's swapped and direct problems), batches, every dtype; refused with an epilogue.
+TEST(LibMatmul, ScaledProductPlusAnAddend) {
+  KILN_REQUIRE_GPU();
+  std::uint64_t seed = 70;
+  for (const Sum& sum : {Sum{-0.25, 1, true, true}, Sum{2, -1, true, false},
+                         Sum{0.5, 0, false, false}, Sum{1, 0.75, true, true}}) {
+    gpu_test::for_each_float_dtype([&]<class T>(DType dtype, T) {
+      check_matmul<T>(
+          {dtype, 64, 48, 40, 2, row_major(64, 40), col_major(40, 48, 0), row_major(64, 48)},
+          seed++, 0, sum);
+      check_matmul<T>(
+          {dtype, 33, 70, 17, 1, col_major(33, 17), row_major(17, 70), col_major(33, 70)}, seed++,
+          1, sum);
+    });
+  }
+  // In place on a plan's first call (the autotuner must not run an in-place product twice).
+  check_matmul<float>(
+      {DType::F32, 200, 300, 500, 1, row_major(200, 500), row_major(500, 300), row_major(200, 300)},
+      seed++, 0, Sum{-0.01, 1, true, true});
+  // A long k over few outputs, where cuBLASLt splits k (its partial sums and the addend).
+  check_matmul<float>(
+      {DType::F32, 64, 64, 8192, 1, col_major(64, 8192), row_major(8192, 64), row_major(64, 64)},
+      seed++, 0, Sum{-0.5, 1, true, true});
+  DeviceBuffer a(std::vector<float>(16, 1.0f)), c(std::vector<float>(16, 1.0f));
+  MatmulArgs args{a.get(), a.get(), c.get(), a.get()};
+  args.addend = c.get();
+  args.beta = 1;
+  EXPECT_THROW(matmul({DType::F32, 4, 4, 4, 1, row_major(4, 4), row_major(4, 4), row_major(4, 4),
+                       MatmulCompute::Default, Epilogue::Bias},
+                      args, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(matmul({DType::F32, 4, 4, 0, 1, row_major(4, 0), row_major(0, 4), row_major(4, 4)},
+                      args, nullptr),
+               InvalidArgument);
 }
 
 TEST(LibMatmul, UnalignedPointersAndOddSizes) {

@@ -19,6 +19,17 @@ namespace kiln::cuda {
 class FusedPlans;
 std::shared_ptr<FusedPlans> make_fused_plans();
 
+// What CudaBackend::linear_epilogue adds to a product in the same cuBLASLt call (epilogue None
+// only): alpha · product + beta · addend, addend of the result's dtype and shape; in_place
+// writes the result into addend and returns it where addend is dense and on no storage of x or
+// weight (an optimizer's W - lr · Xᵀ·dY).
+struct ProductSum {
+  const Primitive* addend = nullptr;
+  double alpha = 1.0;
+  double beta = 0.0;
+  bool in_place = false;
+};
+
 class CudaBackend final : public StridedBackend {
  public:
   explicit CudaBackend(int index);
@@ -69,8 +80,9 @@ class CudaBackend final : public StridedBackend {
   // (lib/matmul.h: + bias [out], an activation) in the same cuBLASLt call (cuda_linear.cpp); null
   // where that call cannot run (integer dtypes, an empty product, layouts or alignments cuBLASLt
   // refuses): the caller composes the ops instead.
+  // With sum (epilogue None only): alpha · product + beta · addend in the same call.
   Primitive linear_epilogue(const Primitive& x, const Primitive& weight, const Primitive* bias,
-                            lib::Epilogue epilogue);
+                            lib::Epilogue epilogue, const ProductSum& sum = {});
 
  private:
   // ---- StridedBackend's hooks (cuda_layout.cpp) ----

@@ -2,8 +2,8 @@
 // bias (lib/matmul.h), where the default composes a product and a broadcast add: one launch and
 // one pass over the result fewer for every nn::Linear layer. Without a bias, for integer dtypes,
 // or where cuBLASLt does not take the layouts, the default's composition runs. linear_epilogue
-// is also how a fused group runs a product with the bias and activation recorded after it
-// (cuda_fused.cpp).
+// is also how a fused group runs a product with the bias and activation recorded after it, or a
+// scale and a sum with a tensor of its shape (cuda_fused.cpp).
 #include "backends/cuda/cuda_quant_tensor.h"
 #include "backends/cuda/lib_call.h"
 
@@ -41,12 +41,18 @@ Primitive CudaBackend::linear(Primitive x, Primitive weight, OptionalPrimitive b
 }
 
 Primitive CudaBackend::linear_epilogue(const Primitive& x, const Primitive& weight,
-                                       const Primitive* bias, lib::Epilogue epilogue) {
+                                       const Primitive* bias, lib::Epilogue epilogue,
+                                       const ProductSum& sum) {
   const char* op = "linear";
   const DType dtype = x->dtype();
   const bool float_product =
       dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F64;
   if (!float_product || weight->dtype() != dtype || (bias && (*bias)->dtype() != dtype)) {
+    return nullptr;
+  }
+  if ((sum.addend != nullptr || sum.alpha != 1.0) &&
+      (epilogue != lib::Epilogue::None ||
+       (sum.addend != nullptr && (*sum.addend)->dtype() != dtype))) {
     return nullptr;
   }
   const Shape& shape = x->shape();
@@ -83,12 +89,26 @@ Primitive CudaBackend::linear_epilogue(const Primitive& x, const Primitive& weig
   desc.epilogue = epilogue;
   if (!lib::matmul_supported(desc)) return nullptr;
   desc.compute = product_compute(runtime_, dtype);
-  TensorPtr result = make_tensor(dtype, out_shape, op);
+  TensorPtr addend;
+  if (sum.addend != nullptr) {
+    if ((*sum.addend)->shape() != out_shape) return nullptr;
+    addend = contiguous(*sum.addend, op);
+  }
+  // In place only where the product reads nothing of the addend's storage: cuBLASLt reads A and
+  // B while it writes C.
+  const bool in_place = sum.in_place && addend && addend.get() == sum.addend->get() &&
+                        addend->storage_key() != xs->storage_key() &&
+                        addend->storage_key() != w.storage_key();
+  TensorPtr result = in_place ? addend : make_tensor(dtype, out_shape, op);
   try {
-    lib::matmul(desc,
-                {device_address(*xs), device_address(w), device_address(*result),
-                 b ? device_address(*b) : nullptr},
-                lib_stream(runtime_));
+    lib::MatmulArgs args{device_address(*xs), device_address(w), device_address(*result),
+                         b ? device_address(*b) : nullptr};
+    args.alpha = sum.alpha;
+    if (addend) {
+      args.addend = device_address(*addend);
+      args.beta = sum.beta;
+    }
+    lib::matmul(desc, args, lib_stream(runtime_));
   } catch (const UnsupportedOperation&) {
     return nullptr;  // no algorithm for these alignments (views at odd offsets)
   }

@@ -383,6 +383,12 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
   if (bias && args.bias == nullptr) {
     detail::fail<InvalidArgument>("matmul", "the epilogue needs a bias pointer");
   }
+  const bool scaled = args.addend != nullptr || args.alpha != 1.0;
+  if (scaled && (d.epilogue != Epilogue::None || d.k == 0)) {
+    detail::fail<InvalidArgument>("matmul", "alpha ", args.alpha,
+                                  " and an addend need Epilogue::None and k > 0 (epilogue ",
+                                  static_cast<int>(d.epilogue), ", k ", d.k, ")");
+  }
   if (d.k == 0) {
     // An empty sum: C = act(bias) (or 0); cuBLASLt does not take k = 0.
     apply_epilogue(d, args.c, bias ? args.bias : nullptr, activation_of(d.epilogue), true, stream);
@@ -440,16 +446,19 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
   const void* first = plan->problem.swapped ? args.b : args.a;
   const void* second = plan->problem.swapped ? args.a : args.b;
   const bool f64 = d.dtype == DType::F64;
-  const double one64 = 1.0, zero64 = 0.0;
-  const float one32 = 1.0f, zero32 = 0.0f;
-  const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
-  const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
+  // The scale type is the compute type's: f64 for f64 products, f32 otherwise.
+  const double alpha64 = args.alpha, beta64 = args.addend != nullptr ? args.beta : 0.0;
+  const float alpha32 = static_cast<float>(alpha64), beta32 = static_cast<float>(beta64);
+  const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
+  // cuBLASLt reads C (the addend, laid out as D) only where beta is not 0.
+  const void* addend = args.addend != nullptr ? args.addend : args.c;
   {
     std::lock_guard lock(plan->call);
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
       KILN_CUDA_CHECK(
           "matmul", cublasLtMatmul(handle, plan->op.get(), alpha, first, plan->first.get(), second,
-                                   plan->second.get(), beta, args.c, plan->out.get(), args.c,
+                                   plan->second.get(), beta, addend, plan->out.get(), args.c,
                                    plan->out.get(), &algo, workspace, kWorkspaceBytes, stream));
     };
     if (plan->fused_bias) {
@@ -457,7 +466,11 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                                                                CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &args.bias, sizeof(args.bias)));
     }
-    run(plan->choice.settle(run, stream, "matmul"));
+    // Timing candidates runs the product several times: in place, each run would add to the
+    // last one's result, so an in-place call takes the chosen (or the heuristic's) algorithm and
+    // leaves the measuring to a call that is not in place.
+    const bool in_place = args.addend != nullptr && args.addend == args.c && beta64 != 0.0;
+    run(in_place ? plan->choice.algo : plan->choice.settle(run, stream, "matmul"));
   }
   if (plan->bias_after || plan->after != Activation::None) {
     apply_epilogue(d, args.c, plan->bias_after ? args.bias : nullptr, plan->after, false, stream);

@@ -1,5 +1,6 @@
 // Batched matrix products on raw device pointers through cuBLASLt:
 //   C[b] = act(A[b] · B[b] + bias)      A[b]: m×k, B[b]: k×n, C[b]: m×n, bias: n (per column)
+// or, without an epilogue, C[b] = alpha · A[b] · B[b] + beta · addend[b] (MatmulArgs).
 // Every matrix is given by element strides, so transposed views need no copy: a matrix whose
 // rows or columns are contiguous (one stride 1) maps onto cuBLASLt's column-major layouts with
 // CUBLAS_OP_N / CUBLAS_OP_T. A batch stride of 0 broadcasts A or B over the batch.
@@ -68,6 +69,12 @@ struct MatmulArgs {
   const void* b = nullptr;
   void* c = nullptr;
   const void* bias = nullptr;  // n elements of dtype, when the epilogue has a bias
+  // C = alpha · A · B + beta · addend (Epilogue::None only, k > 0): addend has C's dtype and
+  // strides and is either C itself (updated in place: an optimizer's W - lr · Xᵀ·dY) or memory
+  // overlapping none of A, B and C. alpha and beta are rounded to f32 unless dtype is f64.
+  const void* addend = nullptr;
+  double alpha = 1.0;
+  double beta = 0.0;
 };
 
 // Whether cuBLASLt takes desc's layouts as they are. False (with the reason in *why) when an
