@@ -151,6 +151,58 @@ std::uint64_t structure_hash(const FusedProgram& program) {
 
 bool is_head(OpCode op) noexcept { return op_info(op).product_head; }
 
+double ProductSumSteps::alpha(const FusedProgram& program) const noexcept {
+  const double scale =
+      scale_step >= 0
+          ? program.steps[static_cast<std::size_t>(scale_step)].params.scalars[0].to_double()
+          : 1.0;
+  return product_sign * scale;
+}
+
+ProductSumSteps product_sum_after(const FusedProgram& program, std::size_t head,
+                                  std::span<const std::int32_t> last_use) {
+  const FusedStep& product = program.steps[head];
+  if (!is_float(product.dtype)) return {};
+  const std::int32_t leaves = program.leaf_count();
+  const auto shape_of = [&](std::int32_t v) -> const Shape& {
+    return v < leaves ? program.leaves[static_cast<std::size_t>(v)]->shape()
+                      : program.steps[static_cast<std::size_t>(v - leaves)].shape;
+  };
+  const auto dtype_of = [&](std::int32_t v) {
+    return v < leaves ? program.leaves[static_cast<std::size_t>(v)]->dtype()
+                      : program.steps[static_cast<std::size_t>(v - leaves)].dtype;
+  };
+  // Whether step i reads value v, is the only step that does (v is not an output either), and
+  // keeps the product's dtype and shape.
+  const auto only_reader = [&](std::size_t i, std::int32_t v) {
+    const FusedStep& step = program.steps[i];
+    return last_use[static_cast<std::size_t>(v)] == static_cast<std::int32_t>(i) &&
+           (step.inputs[0] == v || (step.arity > 1 && step.inputs[1] == v)) &&
+           step.dtype == product.dtype && step.shape == product.shape;
+  };
+  ProductSumSteps sum;
+  std::int32_t v = leaves + static_cast<std::int32_t>(head);
+  std::size_t i = head + 1;
+  if (i < program.steps.size() && program.steps[i].op == OpCode::mul_scalar && only_reader(i, v)) {
+    sum.scale_step = static_cast<std::int32_t>(i);
+    v = leaves + static_cast<std::int32_t>(i++);
+  }
+  if (i < program.steps.size() && only_reader(i, v)) {
+    const FusedStep& step = program.steps[i];
+    const bool product_first = step.inputs[0] == v;
+    const std::int32_t other = product_first ? step.inputs[1] : step.inputs[0];
+    if ((step.op == OpCode::add || step.op == OpCode::sub) && other != v &&
+        shape_of(other) == product.shape && dtype_of(other) == product.dtype) {
+      sum.addend = other;
+      if (step.op == OpCode::sub) (product_first ? sum.addend_sign : sum.product_sign) = -1.0;
+      ++i;
+    }
+  }
+  if (sum.scale_step < 0 && sum.addend < 0) return {};
+  sum.end = i;
+  return sum;
+}
+
 bool has_head(const FusedProgram& program) noexcept {
   for (const FusedStep& step : program.steps) {
     if (is_head(step.op)) return true;

@@ -111,6 +111,26 @@ void run_steps_on(Backend& backend, const FusedProgram& program,
 bool is_head(OpCode op) noexcept;
 bool has_head(const FusedProgram& program) noexcept;
 
+// A product's scale and sum recorded after it, alpha · product + beta · addend: a BLAS call's
+// alpha and beta, so an optimizer's update of a weight (w - lr · xᵀ·dy) is one product call. Step
+// `head` is the product; the step after it may be mul_scalar (alpha its scalar), the one after
+// that add or sub with a value of the product's dtype and shape, not broadcast (beta ±1); each
+// value read there alone. end == 0: no such steps.
+struct ProductSumSteps {
+  std::size_t end = 0;           // steps [head, end)
+  std::int32_t scale_step = -1;  // mul_scalar's step, -1: none
+  std::int32_t addend = -1;      // the value summed, -1: none
+  double product_sign = 1.0;
+  double addend_sign = 1.0;
+
+  // alpha and beta for program (whose scalars may differ from the program matched).
+  double alpha(const FusedProgram& program) const noexcept;
+  double beta() const noexcept { return addend >= 0 ? addend_sign : 0.0; }
+};
+// last_use: last_uses(program).
+ProductSumSteps product_sum_after(const FusedProgram& program, std::size_t head,
+                                  std::span<const std::int32_t> last_use);
+
 // Runs program's heads on backend, each whole, then the other steps through run_rest (the
 // backend's own runner for programs without heads), whose program takes the heads' values as
 // leaves after program's own; returns program's outputs in its order. A program whose head reads

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -23,6 +24,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/random.h"
@@ -547,11 +549,62 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
   return {outputs.begin(), outputs.end()};
 }
 
+// ---- a weight's update in its gradient's product ----
+//
+// A group that is a matrix product, its scale and its sum with a leaf that the group's result may
+// be written into (FusedProgram::write_into: an optimizer's w.assign(w - xᵀ·dy * lr)) is one
+// BLAS call, c = alpha · a·b + beta · c with c that leaf: the product is never written out and
+// read back, and the update is no pass of its own. Not where an operand of the product lies on
+// the leaf's storage (BLAS reads it while it writes c). Returns the group's output, or nothing.
+template <class T>
+MatrixRef<T> matrix_of(const CpuTensor& x) {
+  return {x.data_as<T>(), x.shape()[0], x.shape()[1], x.strides()[0], x.strides()[1]};
+}
+
+std::optional<Primitive> run_update_in_product(const FusedProgram& program) {
+  const FusedStep& product = program.steps.front();
+  const DType dtype = product.dtype;
+  const std::int32_t leaves = program.leaf_count();
+  if (product.op != OpCode::matmul || product.arity != 2 || product.shape.rank() != 2 ||
+      (dtype != DType::F32 && dtype != DType::F64) || program.outputs.size() != 1 ||
+      program.write_into.empty() || product.inputs[0] >= leaves || product.inputs[1] >= leaves) {
+    return std::nullopt;
+  }
+  const std::int32_t into = CpuBackend::writable_leaf(program, 0);
+  if (into < 0) return std::nullopt;
+  const ProductSumSteps sum = product_sum_after(program, 0, last_uses(program));
+  if (sum.end != program.steps.size() || sum.addend != into ||
+      program.outputs[0] != static_cast<std::int32_t>(sum.end - 1)) {
+    return std::nullopt;
+  }
+  const CpuTensor& a = as_cpu(program.leaves[static_cast<std::size_t>(product.inputs[0])]);
+  const CpuTensor& b = as_cpu(program.leaves[static_cast<std::size_t>(product.inputs[1])]);
+  const Primitive& out = program.leaves[static_cast<std::size_t>(into)];
+  CpuTensor& c = as_cpu(out);
+  if (a.dtype() != dtype || b.dtype() != dtype || a.rank() != 2 || b.rank() != 2 ||
+      a.storage_key() == c.storage_key() || b.storage_key() == c.storage_key() ||
+      c.shape()[1] > (std::int64_t{1} << 30)) {
+    return std::nullopt;
+  }
+  const double alpha = sum.alpha(program), beta = sum.beta();
+  // A zero scale: BLAS would skip the product, and with it the NaN an infinite term makes.
+  if (alpha == 0.0) return std::nullopt;
+  if (dtype == DType::F32) {
+    gemm<float>(matrix_of<const float>(a), matrix_of<const float>(b), matrix_of<float>(c),
+                static_cast<float>(alpha), static_cast<float>(beta));
+  } else {
+    gemm<double>(matrix_of<const double>(a), matrix_of<const double>(b), matrix_of<double>(c),
+                 alpha, beta);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<Primitive> CpuBackend::run_fused(const FusedProgram& program) {
   // A product runs whole (OpenBLAS), the steps after it on pieces of its result.
   if (has_head(program)) {
+    if (std::optional<Primitive> updated = run_update_in_product(program)) return {*updated};
     return run_heads_first(*this, program, [](Backend& self, const FusedProgram& rest) {
       return self.run_fused(rest);
     });

@@ -36,7 +36,7 @@ constexpr std::size_t kOpCount = 0
 #undef KILN_OP
     ;
 
-// KILN_CUDA_PRODUCT_SUM=1: a product's scale and sum run in its cuBLASLt call (sum_after). Off
+// KILN_CUDA_PRODUCT_SUM=1: a product's scale and sum run in its cuBLASLt call. Off
 // by default until it has run on a GPU; read at each group that is planned anew (not at replays
 // of a plan), so a test can turn it on for its own groups.
 bool product_sum_enabled() {
@@ -59,16 +59,12 @@ bool fusing_enabled() {
 // captured run of steps [first, end).
 // A product and the steps after it that its cuBLASLt call does as its epilogue: steps
 // [head, end); the value added per column (-1: none) and the epilogue.
-// Or, with no bias nor activation: a scale (mul_scalar's step, -1: none) and a sum with a value
-// of the product's shape (add, or sub on either side: the signs of the product and of addend).
+// Or, with no bias nor activation: a scale and a sum (product_sum_after, fused_program.h).
 struct ProductEpilogue {
   std::size_t end = 0;  // 0: none
   std::int32_t bias = -1;
   lib::Epilogue epilogue = lib::Epilogue::None;
-  std::int32_t scale_step = -1;
-  std::int32_t addend = -1;
-  double product_sign = 1.0;
-  double addend_sign = 1.0;
+  ProductSumSteps sum;  // sum.end > 0: this form
 };
 
 struct PlanSegment {
@@ -200,45 +196,6 @@ const Shape& value_shape(const FusedProgram& program, std::int32_t v) {
                     : program.steps[static_cast<std::size_t>(v - leaves)].shape;
 }
 
-// The scale and sum after a product whose value is v (epilogue_after's second form): cuBLASLt's
-// alpha and beta. The step after the product may be mul_scalar by a float, the one after that an
-// add or sub with a value of the product's dtype and shape (not broadcast); each read only there.
-template <class ReadsOnly>
-ProductEpilogue sum_after(const FusedProgram& program, std::size_t head, std::int32_t v,
-                          const ReadsOnly& reads_only) {
-  if (!product_sum_enabled()) return {};
-  const FusedStep& product = program.steps[head];
-  const std::int32_t leaves = program.leaf_count();
-  ProductEpilogue e;
-  std::size_t i = head + 1;
-  auto same_kind = [&](const FusedStep& step) {
-    return step.dtype == product.dtype && step.shape == product.shape;
-  };
-  if (i < program.steps.size()) {
-    const FusedStep& scale = program.steps[i];
-    if (scale.op == OpCode::mul_scalar && same_kind(scale) && reads_only(scale, v)) {
-      e.scale_step = static_cast<std::int32_t>(i);
-      v = leaves + static_cast<std::int32_t>(i++);
-    }
-  }
-  if (i < program.steps.size()) {
-    const FusedStep& sum = program.steps[i];
-    if ((sum.op == OpCode::add || sum.op == OpCode::sub) && same_kind(sum) &&
-        sum.inputs[0] != sum.inputs[1] && reads_only(sum, v)) {
-      const bool product_first = sum.inputs[0] == v;
-      const std::int32_t other = product_first ? sum.inputs[1] : sum.inputs[0];
-      if (value_shape(program, other) == product.shape) {
-        e.addend = other;
-        if (sum.op == OpCode::sub) (product_first ? e.addend_sign : e.product_sign) = -1.0;
-        ++i;
-      }
-    }
-  }
-  if (e.scale_step < 0 && e.addend < 0) return {};
-  e.end = i;
-  return e;
-}
-
 // What of the steps after the product at step `head` its cuBLASLt call can do: an add of a value
 // per column (a bias: n values, every other dim 1), then relu or gelu, each only where the value
 // before it is read by that step alone. A product is linear (its own bias) or a matmul whose
@@ -265,13 +222,11 @@ ProductEpilogue epilogue_after(const FusedProgram& program, std::size_t head,
   bool bias = product.op == OpCode::linear && product.arity == 3;
   std::int32_t v = leaves + static_cast<std::int32_t>(head);  // the value the epilogue ends with
   std::size_t i = head + 1;
-  // Whether `step` reads value u, and is the only step that does (u is not written out).
-  auto reads_only_value = [&](const FusedStep& step, std::int32_t u) {
-    return last_use[static_cast<std::size_t>(u)] ==
-               static_cast<std::int32_t>(&step - &program.steps[0]) &&
-           (step.inputs[0] == u || (step.arity > 1 && step.inputs[1] == u));
+  // Whether step i reads v, and is the only step that does (v is not written out).
+  auto reads_only = [&](const FusedStep& step) {
+    return last_use[static_cast<std::size_t>(v)] == static_cast<std::int32_t>(i) &&
+           (step.inputs[0] == v || (step.arity > 1 && step.inputs[1] == v));
   };
-  auto reads_only = [&](const FusedStep& step) { return reads_only_value(step, v); };
   if (!bias && i < program.steps.size()) {
     const FusedStep& add = program.steps[i];
     if (add.op == OpCode::add && add.dtype == dtype && add.shape == product.shape &&
@@ -293,8 +248,12 @@ ProductEpilogue epilogue_after(const FusedProgram& program, std::size_t head,
       ++i;
     }
   }
-  if (activation == lib::Epilogue::None && !bias)
-    return sum_after(program, head, v, reads_only_value);
+  if (activation == lib::Epilogue::None && !bias) {
+    if (!product_sum_enabled()) return {};
+    e.sum = product_sum_after(program, head, last_use);
+    e.end = e.sum.end;
+    return e;
+  }
   if (activation == lib::Epilogue::None && e.bias < 0) return {};
   e.end = i;
   if (activation == lib::Epilogue::Relu) {
@@ -322,17 +281,17 @@ bool run_product(CudaBackend& backend, const FusedProgram& program, std::size_t 
                               ? &value(product.inputs[2])
                               : nullptr;
   ProductSum sum;
-  if (e.scale_step >= 0) {
-    sum.alpha = program.steps[static_cast<std::size_t>(e.scale_step)].params.scalars[0].to_double();
-  }
-  sum.alpha *= e.product_sign;
-  if (e.addend >= 0) {
-    sum.addend = &value(e.addend);
-    sum.beta = e.addend_sign;
-    // Written over the addend where the group may write its result there (an update in place)
-    // and no later step reads the addend's old values.
-    sum.in_place = !into_leaf.empty() && into_leaf[e.end - 1] == e.addend &&
-                   last_use[static_cast<std::size_t>(e.addend)] < static_cast<std::int32_t>(e.end);
+  if (e.sum.end > 0) {
+    sum.alpha = e.sum.alpha(program);
+    if (e.sum.addend >= 0) {
+      sum.addend = &value(e.sum.addend);
+      sum.beta = e.sum.beta();
+      // Written over the addend where the group may write its result there (an update in place)
+      // and no later step reads the addend's old values.
+      sum.in_place =
+          !into_leaf.empty() && into_leaf[e.end - 1] == e.sum.addend &&
+          last_use[static_cast<std::size_t>(e.sum.addend)] < static_cast<std::int32_t>(e.end);
+    }
   }
   Primitive out = backend.linear_epilogue(value(product.inputs[0]), value(product.inputs[1]), bias,
                                           e.epilogue, sum);
@@ -390,8 +349,9 @@ std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedPro
   std::array<const CudaTensor*, kMaxFusedInputs> inputs{};
   for (PlanSegment& segment : plan.segments) {
     if (segment.product.end > 0) {
-      const std::vector<std::int32_t> into_leaf =
-          segment.product.addend >= 0 ? into_leaf_of_steps(program) : std::vector<std::int32_t>{};
+      const std::vector<std::int32_t> into_leaf = segment.product.sum.addend >= 0
+                                                      ? into_leaf_of_steps(program)
+                                                      : std::vector<std::int32_t>{};
       if (!run_product(backend, program, segment.first, segment.product, plan.last_use, into_leaf,
                        values)) {
         for (std::size_t s = segment.first; s < segment.end; ++s)

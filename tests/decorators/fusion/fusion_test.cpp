@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -510,6 +512,81 @@ TEST(Fusion, AnAssignedGroupHeadedByAProductWritesIntoItsDestination) {
     }
   }
   expect_near(values(q), qwant, 1e-12);
+}
+
+// An update that is a product, its scale and its sum with the parameter it is assigned to (SGD's
+// w.assign(w - xᵀ·dy * lr), autodiff's weight gradient still pending as the product) is one BLAS
+// call into the parameter (c = alpha a·b + beta c): no memory for the product, the values within
+// float64's rounding bound, in f32 and f64 and in each form (add, sub on either side, no scale);
+// not where the product reads the parameter, nor with a zero scale (the NaN of an infinite term
+// survives, as unfused).
+TEST(Fusion, AnUpdateInItsGradientsProductIsOneBlasCallIntoTheParameter) {
+  const auto made = [](std::int64_t rows, std::int64_t cols, std::uint32_t seed, DType dtype) {
+    const std::vector<double> v = test::spread(rows * cols, seed, -2.0, 2.0);
+    if (dtype == DType::F64) {
+      return Tensor<2>::from_data(TensorData::from_vec(v, Shape{rows, cols}), kFused);
+    }
+    return Tensor<2>::from_data(
+        TensorData::from_vec(std::vector<float>(v.begin(), v.end()), Shape{rows, cols}), kFused);
+  };
+  struct Form {
+    const char* what;
+    // (p, x, dy), the product xᵀ·dy made inside: a handle outside would make it written out.
+    std::function<Tensor<2>(const Tensor<2>&, const Tensor<2>&, const Tensor<2>&)> run;
+    double alpha, beta;
+  };
+  const Form forms[] = {
+      {"p - g * 0.01",
+       [](auto& p, auto& x, auto& dy) { return p - x.transpose().matmul(dy) * 0.01; }, -0.01, 1},
+      {"g * 2 + p", [](auto& p, auto& x, auto& dy) { return x.transpose().matmul(dy) * 2.0 + p; },
+       2, 1},
+      {"p + g", [](auto& p, auto& x, auto& dy) { return p + x.transpose().matmul(dy); }, 1, 1},
+      {"g - p", [](auto& p, auto& x, auto& dy) { return x.transpose().matmul(dy) - p; }, 1, -1},
+  };
+  for (const DType dtype : {DType::F32, DType::F64}) {
+    const double eps = dtype == DType::F32 ? 0x1p-24 : 0x1p-53;
+    for (const Form& form : forms) {
+      const std::string what = std::string(form.what) + " " + std::string(dtype_name(dtype));
+      Tensor<2> p = made(200, 300, 81, dtype);
+      const Tensor<2> alias = p;
+      const Tensor<2> x = made(96, 200, 82, dtype), dy = made(96, 300, 83, dtype);
+      const std::vector<double> pv = values(p), xv = values(x), dv = values(dy);
+      kPlain.reset_peak_memory();
+      const std::int64_t base = kPlain.memory_stats().bytes_in_use;
+      p.assign(form.run(p, x, dy));
+      EXPECT_LT(kPlain.memory_stats().peak_bytes_in_use - base,
+                200 * 300 * std::int64_t(dtype_size(dtype)) / 2)
+          << what << ": the product took memory of its own";
+      const std::vector<double> got = values(p), seen = values(alias);
+      for (std::size_t r = 0; r < 200; ++r) {
+        for (std::size_t c = 0; c < 300; ++c) {
+          double dot = 0, magnitude = 0;
+          for (std::size_t k = 0; k < 96; ++k) {
+            dot += xv[k * 200 + r] * dv[k * 300 + c];
+            magnitude += std::abs(xv[k * 200 + r] * dv[k * 300 + c]);
+          }
+          const std::size_t i = r * 300 + c;
+          const double want = form.alpha * dot + form.beta * pv[i];
+          const double bound = eps * (100 * std::abs(form.alpha) * magnitude + 4 * std::abs(pv[i]) +
+                                      4 * std::abs(want));
+          ASSERT_NEAR(got[i], want, bound) << what << " at " << r << ", " << c;
+          ASSERT_EQ(seen[i], got[i]) << what << ": the parameter's other handle";
+        }
+      }
+    }
+  }
+  // A zero scale keeps the product's NaN (an infinite term times zero), as the ops one by one do.
+  Tensor<2> p = made(64, 128, 84, DType::F32);
+  std::vector<double> with_inf = test::spread(64 * 64, 85, 0.5, 1.0);
+  with_inf[3] = std::numeric_limits<double>::infinity();  // row 0
+  const Tensor<2> a = Tensor<2>::from_data(
+      TensorData::from_vec(std::vector<float>(with_inf.begin(), with_inf.end()), Shape{64, 64}),
+      kFused);
+  const Tensor<2> b = made(64, 128, 86, DType::F32).abs() + 0.5;  // no zero times the infinity
+  p.assign(p - a.matmul(b) * 0.0);
+  const std::vector<double> zero_scaled = values(p);
+  for (std::size_t c = 0; c < 128; ++c) ASSERT_TRUE(std::isnan(zero_scaled[c])) << c;
+  for (std::size_t i = 128; i < zero_scaled.size(); ++i) ASSERT_FALSE(std::isnan(zero_scaled[i]));
 }
 
 // A group that reads its destination through another view (its transpose, a broadcast row of
