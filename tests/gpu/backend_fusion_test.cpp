@@ -835,7 +835,8 @@ TEST(GpuFusion, AProductScaledAndSummedWithATensorIsOneCublasLtCall) {
           const Tensor<2> out = k.run(fx, fw, view ? fct : fc);
           const std::int64_t before = kernel_requests(device);
           expect_near_product(out, ref, what + " fused, run " + std::to_string(run));
-          EXPECT_EQ(kernel_requests(device), before) << what << ": no generated kernel";
+          // None, but the copy that makes a transposed addend contiguous.
+          EXPECT_LE(kernel_requests(device) - before, view ? 1 : 0) << what << ": a kernel";
         }
         fusion.set_result_hook_for_tests(nullptr);
         EXPECT_EQ(group_steps, (std::vector<std::size_t>{k.steps, k.steps})) << what;
