@@ -556,11 +556,6 @@ std::vector<Primitive> run_pieces(const FusedProgram& program, const PiecePlan& 
 // BLAS call, c = alpha · a·b + beta · c with c that leaf: the product is never written out and
 // read back, and the update is no pass of its own. Not where an operand of the product lies on
 // the leaf's storage (BLAS reads it while it writes c). Returns the group's output, or nothing.
-template <class T>
-MatrixRef<T> matrix_of(const CpuTensor& x) {
-  return {x.data_as<T>(), x.shape()[0], x.shape()[1], x.strides()[0], x.strides()[1]};
-}
-
 std::optional<Primitive> run_update_in_product(const FusedProgram& program) {
   const FusedStep& product = program.steps.front();
   const DType dtype = product.dtype;
@@ -589,11 +584,12 @@ std::optional<Primitive> run_update_in_product(const FusedProgram& program) {
   const double alpha = sum.alpha(program), beta = sum.beta();
   // A zero scale: BLAS would skip the product, and with it the NaN an infinite term makes.
   if (alpha == 0.0) return std::nullopt;
+  const std::int64_t m = c.shape()[0], n = c.shape()[1];  // c is dense (writable_leaf)
   if (dtype == DType::F32) {
-    gemm<float>(matrix_of<const float>(a), matrix_of<const float>(b), matrix_of<float>(c),
+    gemm<float>(matrix_at<float>(a), matrix_at<float>(b), {c.data_as<float>(), m, n, n, 1},
                 static_cast<float>(alpha), static_cast<float>(beta));
   } else {
-    gemm<double>(matrix_of<const double>(a), matrix_of<const double>(b), matrix_of<double>(c),
+    gemm<double>(matrix_at<double>(a), matrix_at<double>(b), {c.data_as<double>(), m, n, n, 1},
                  alpha, beta);
   }
   return out;

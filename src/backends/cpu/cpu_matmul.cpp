@@ -61,13 +61,6 @@ BatchPlan plan_batch(const CpuTensor& lhs, const CpuTensor& rhs) {
   return plan;
 }
 
-template <class T>
-MatrixRef<const T> matrix_at(const CpuTensor& x, std::int64_t offset) {
-  const std::size_t r = x.rank();
-  return {x.data_as<const T>() + offset, x.shape()[r - 2], x.shape()[r - 1], x.strides()[r - 2],
-          x.strides()[r - 1]};
-}
-
 // With one rhs shared by the batch and lhs rows that walk as one matrix, lhs as that matrix
 // [batch * M, K]: the batch folds into M (one big product, as for x [B, S, in] @ w [in, out]).
 template <class T>

@@ -28,6 +28,15 @@ inline constexpr std::int64_t kBlasSingleThreadWork = 262144;
 // Multiply-adds below which handing work to another thread costs more than it saves.
 inline constexpr std::int64_t kMinThreadWork = 65536;
 
+// The matrix of x's last two dims that starts `offset` elements into x's data (one matrix of a
+// batch).
+template <class T>
+MatrixRef<const T> matrix_at(const CpuTensor& x, std::int64_t offset = 0) {
+  const std::size_t r = x.rank();
+  return {x.data_as<const T>() + offset, x.shape()[r - 2], x.shape()[r - 1], x.strides()[r - 2],
+          x.strides()[r - 1]};
+}
+
 // c = alpha * a b + beta * c for T = float or double. a and b may have any strides (including 0
 // and negative); c must be row-major (col_stride 1, row_stride >= cols, at most 2^30). beta == 0
 // ignores c's contents (NaN included).

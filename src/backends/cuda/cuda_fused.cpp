@@ -65,6 +65,9 @@ struct ProductEpilogue {
   std::int32_t bias = -1;
   lib::Epilogue epilogue = lib::Epilogue::None;
   ProductSumSteps sum;  // sum.end > 0: this form
+  // The group may write its result over sum.addend (an update in place) and no later step reads
+  // the addend's old values: decided by the run that makes the plan (into_leaf_of_steps).
+  bool over_addend = false;
 };
 
 struct PlanSegment {
@@ -268,10 +271,9 @@ ProductEpilogue epilogue_after(const FusedProgram& program, std::size_t head,
 
 // Runs the product at step head with its epilogue e into values (the last step's value); false,
 // with nothing run, where cuBLASLt cannot take it (the steps then run one by one).
-// into_leaf: the leaf each step may be written into (into_leaf_of_steps), or empty.
 bool run_product(CudaBackend& backend, const FusedProgram& program, std::size_t head,
                  const ProductEpilogue& e, std::span<const std::int32_t> last_use,
-                 std::span<const std::int32_t> into_leaf, std::vector<Primitive>& values) {
+                 std::vector<Primitive>& values) {
   const FusedStep& product = program.steps[head];
   const auto value = [&](std::int32_t v) -> Primitive& {
     return values[static_cast<std::size_t>(v)];
@@ -286,11 +288,7 @@ bool run_product(CudaBackend& backend, const FusedProgram& program, std::size_t 
     if (e.sum.addend >= 0) {
       sum.addend = &value(e.sum.addend);
       sum.beta = e.sum.beta();
-      // Written over the addend where the group may write its result there (an update in place)
-      // and no later step reads the addend's old values.
-      sum.in_place =
-          !into_leaf.empty() && into_leaf[e.end - 1] == e.sum.addend &&
-          last_use[static_cast<std::size_t>(e.sum.addend)] < static_cast<std::int32_t>(e.end);
+      sum.in_place = e.over_addend;
     }
   }
   Primitive out = backend.linear_epilogue(value(product.inputs[0]), value(product.inputs[1]), bias,
@@ -349,11 +347,7 @@ std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedPro
   std::array<const CudaTensor*, kMaxFusedInputs> inputs{};
   for (PlanSegment& segment : plan.segments) {
     if (segment.product.end > 0) {
-      const std::vector<std::int32_t> into_leaf = segment.product.sum.addend >= 0
-                                                      ? into_leaf_of_steps(program)
-                                                      : std::vector<std::int32_t>{};
-      if (!run_product(backend, program, segment.first, segment.product, plan.last_use, into_leaf,
-                       values)) {
+      if (!run_product(backend, program, segment.first, segment.product, plan.last_use, values)) {
         for (std::size_t s = segment.first; s < segment.end; ++s)
           run_step(backend, program, s, plan.last_use, values);
       }
@@ -520,8 +514,11 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
     if (is_head(step.op)) {
       // A product is a library call, never captured; what follows it may be its epilogue.
       close(i);
-      const ProductEpilogue e = epilogue_after(program, i, last_use);
-      if (e.end > 0 && run_product(*this, program, i, e, last_use, into_leaf, values)) {
+      ProductEpilogue e = epilogue_after(program, i, last_use);
+      e.over_addend =
+          e.sum.addend >= 0 && !into_leaf.empty() && into_leaf[e.end - 1] == e.sum.addend &&
+          last_use[static_cast<std::size_t>(e.sum.addend)] < static_cast<std::int32_t>(e.end);
+      if (e.end > 0 && run_product(*this, program, i, e, last_use, values)) {
         if (plan) plan->segments.emplace_back(i, e.end).product = e;
         i = e.end - 1;
         continue;

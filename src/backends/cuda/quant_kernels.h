@@ -90,19 +90,8 @@ KQ_FN void kq_fence() { __threadfence(); }
 KQ_FN unsigned kq_ticket(unsigned* counter) { return atomicAdd(counter, 1u); }
 KQ_FN float kq_load_l2(const float* at) { return __ldcg(at); }
 KQ_FN void kq_warp_sync() { __syncwarp(); }
-// Programmatic dependent launch (dispatcher.h's LaunchOrder): waits until the
-// launch before this one has completed and its writes are visible; lets the launch after this
-// one start its blocks. No-ops where the kernel was launched the usual way.
-KQ_FN void kq_grid_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-KQ_FN void kq_grid_release() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (dispatcher.h's LaunchOrder): the prelude's k_grid_dependency.
+KQ_FN void kq_grid_dependency() { k_grid_dependency(); }
 KQ_FN float kq_round(float v) { return roundf(v); }  // halves away from zero, as std::round
 KQ_FN float kq_nan() { return __int_as_float(0x7fc00000); }
 // v of lane (this lane ^ mask); every lane of the warp takes part.
@@ -143,8 +132,7 @@ void kq_fence();
 unsigned kq_ticket(unsigned* counter);
 inline float kq_load_l2(const float* at) { return *at; }
 void kq_warp_sync();
-inline void kq_grid_wait() {}  // the emulated grid runs one launch at a time
-inline void kq_grid_release() {}
+inline void kq_grid_dependency() {}  // the emulated grid runs one launch at a time
 unsigned kq_shfl_xor(unsigned v, int mask);
 inline float kq_round(float v) { return std::round(v); }
 inline float kq_nan() { return std::numeric_limits<float>::quiet_NaN(); }
@@ -611,8 +599,7 @@ KQ_FN void kq_product(const KqProductParams& p, unsigned char* smem) {
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) {
     if (s < count) load_w(s);
   }
-  kq_grid_wait();
-  kq_grid_release();
+  kq_grid_dependency();
   KQ_UNROLL for (int s = 0; s < kStages - 1; ++s) {
     if (s < count) load_x(s);
     kq_commit();
@@ -815,8 +802,7 @@ KQ_FN void kq_matvec(const KqProductParams& p, unsigned char* smem) {
   // Only the weight was read so far: the launch before this one may still be running, but it
   // writes no weight (LaunchOrder::OverlappingWeightReader); x, the partial sums and the output
   // may be its. Past the wait it has completed, and the next launch may start.
-  kq_grid_wait();
-  kq_grid_release();
+  kq_grid_dependency();
   // x's chunk while the first rows are on their way.
   kq_mv_quantize_x<kCols, kPieces, kX>(p, k0, values, x_codes, x_scales, x_sums);
   kq_sync();
@@ -937,8 +923,7 @@ template <int kX>
 KQ_FN void kq_round_x(const KqRoundParams& p) {
   // x may be the output of the launch before this one (LaunchOrder::OverlappingWeightReader);
   // past the wait the product after this launch may start streaming its weight in.
-  kq_grid_wait();
-  kq_grid_release();
+  kq_grid_dependency();
   const long long tasks = p.rows * (p.k / 32) * 8;
   const long long stride = static_cast<long long>(kq_grid_blocks()) * kq_block_threads();
   const long long lane = kq_thread() % 32;
