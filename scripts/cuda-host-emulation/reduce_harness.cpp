@@ -7,12 +7,15 @@
 // "fused": the same kernels as the tail of a fused chain (fused_kernel.h), planned as the capture
 // plans them, its inputs strided and broadcast or flat; the result and the chain's held value
 // compared with the CPU running the chain, then the op.
+// "epilogue": a reduction of a tensor with elementwise ops on each result it writes (a capture's
+// tail over a tensor and its epilogue), every kernel of the plan, against the CPU.
 // "random": a random op captured into a fused kernel (cuda_creation.cpp's random_op, every
 // distribution and several dtypes) in each of the kernel's three layouts, then a product with an
 // input (flat, or a transposed view): the values must be the CPU's drawn at the same place of
 // the stream, bit for bit (the host's maths on both sides).
 #include <dlfcn.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -726,6 +729,101 @@ void fused_randoms() {
   }
 }
 
+// ---- a reduction of a tensor with elementwise ops on each result (kernel_capture.h) ----
+
+// The epilogue's scalar s0 as the kernel reads it (its compute type's bits).
+std::uint64_t scalar_word(double value, DType d) {
+  if (d == DType::F64) return std::bit_cast<std::uint64_t>(value);
+  return std::bit_cast<std::uint32_t>(static_cast<float>(value));
+}
+
+// Every kernel of the plan with the epilogue b - (r * s0 + c) (r the result, b of the result's
+// shape, c a [1, 1] broadcast to it) and r * s0 also written; against the CPU's reduction, then
+// those ops.
+void check_epilogue(const Reducer& r, DType d, const Shape& shape, std::int64_t dim,
+                    std::uint64_t seed) {
+  const std::string what = std::string(reducer_name(r)) + " epilogue " +
+                           std::string(dtype_name(d)) + " " + shape.to_string() + " dim " +
+                           std::to_string(dim);
+  if (skipped(what)) return;
+  const Primitive x = values(shape, d, seed, -2, 2);
+  Shape out_shape = shape;
+  out_shape[static_cast<std::size_t>(dim)] = 1;
+  const Primitive b = values(out_shape, d, seed + 1, -2, 2);
+  const Primitive c = values(Shape{1, 1}, d, seed + 2, -2, 2);
+  auto result = cpu::make_tensor(d, out_shape);
+  auto updated = cpu::make_tensor(d, out_shape), scaled = cpu::make_tensor(d, out_shape);
+  FusedKernel k;
+  k.inputs = {d, d, d};                                                       // r, b, c
+  k.ops.push_back({{"mul_scalar", "k_mul(a, s0)", {d}, d, d, {d}}, {0}, 0});  // 3
+  k.ops.push_back({{"add", "k_add(a, b)", {d, d}, d, d, {}}, {3, 2}});        // 4
+  k.ops.push_back({{"sub", "k_sub(a, b)", {d, d}, d, d, {}}, {1, 4}});        // 5
+  k.outputs = {{5, d}, {3, d}};
+  const double s0 = 0.375;
+  ReducePlan plan = plan_reduce(shape, as_cpu(x).strides().span(), address(x), dim, d, 3, "emu");
+  std::vector<unsigned char> scratch(static_cast<std::size_t>(plan.scratch_bytes) + 64);
+  struct {
+    ReduceParams reduce;
+    FusedParams epilogue;
+  } p{};
+  p.reduce = plan.params;
+  p.reduce.in = address(x);
+  p.reduce.out = address(result);
+  p.reduce.scratch = (reinterpret_cast<std::uint64_t>(scratch.data()) + 31) / 32 * 32;
+  FusedParams& e = p.epilogue;
+  e.n = out_shape.num_elements();
+  e.rank = static_cast<std::int32_t>(out_shape.rank());
+  const auto contiguous = strided::contiguous_strides(out_shape);
+  for (std::size_t j = 0; j < out_shape.rank(); ++j) {
+    e.sizes[j] = out_shape[j];
+    e.strides[0][j] = contiguous[j];
+    e.strides[1][j] = as_cpu(b).strides()[j];
+    e.strides[2][j] = 0;  // c: one value for all
+  }
+  e.in[1] = address(b);
+  e.in[2] = address(c);
+  e.out[0] = address(updated);
+  e.out[1] = address(scaled);
+  e.s[0] = scalar_word(s0, d);
+  std::string kernels;
+  for (const ReduceLaunch& launch : plan.launches) {
+    const char* name = reduce_kernel_name(launch.kernel);
+    kernels += std::string(name) + " ";
+    const std::string key =
+        std::string(name) + "_" + reducer_name(r) + "_" + std::string(dtype_name(d)) + "_epilogue";
+    Launcher run = module(
+        key, name, [&] { return reduce_kernel_source(launch.kernel, r, d, d, nullptr, &k); });
+    run(&p, std::min(launch.blocks, kMaxEmulatedBlocks), launch.threads);
+  }
+  const Primitive want = cpu_reduce(r, x, dim);
+  const Primitive want_scaled = cpub().mul_scalar(want, Scalar(s0));
+  const Primitive want_updated = cpub().sub(b, cpub().add(want_scaled, c));
+  const bool extremum = r == Reducer::Max || r == Reducer::Min;
+  const double tolerance = extremum           ? 0
+                           : d == DType::BF16 ? 1e-2
+                           : d == DType::F16  ? 1e-3
+                           : d == DType::F32  ? 1e-5
+                                              : 1e-12;
+  const std::string how = " [" + kernels + "chunks " + std::to_string(p.reduce.chunks) + "]";
+  compare(result, want, tolerance, what + how);
+  compare(scaled, want_scaled, tolerance, what + " (r * s0)" + how);
+  compare(updated, want_updated, tolerance, what + " (b - (r * s0 + c))" + how);
+}
+
+void epilogues() {
+  std::uint64_t seed = 500;
+  for (const Reducer& r : {Reducer::Sum, Reducer::Mean, Reducer::Max}) {
+    // (f16 converts with PTX instructions the host cannot run.)
+    for (DType d : {DType::F32, DType::BF16, DType::F64}) {
+      // Columns, lines, columns split into chunks and finished, long lines split and finished.
+      check_epilogue(r, d, Shape{37, 300}, 0, seed++);
+      check_epilogue(r, d, Shape{37, 300}, 1, seed++);
+      check_epilogue(r, d, Shape{6000, 7}, 0, seed++);
+      check_epilogue(r, d, Shape{3, 20000}, 1, seed++);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -737,6 +835,7 @@ int main(int argc, char** argv) {
   if (which == "all" || which == "random") fused_randoms();
   if (which == "all" || which == "strided") fused_strided();
   if (which == "all" || which == "rows") fused_rows();
+  if (which == "all" || which == "epilogue") epilogues();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

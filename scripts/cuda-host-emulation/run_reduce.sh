@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Host emulation of the reduction and softmax kernel families (no GPU needed):
-#   scripts/cuda-host-emulation/run_reduce.sh [build-dir] [reduce|softmax|fused|random|strided|rows|all]
+#   scripts/cuda-host-emulation/run_reduce.sh [build-dir] [reduce|softmax|fused|random|strided|rows|epilogue|all]
 # Builds reduce_harness.cpp against libkiln.so; it generates each kernel module it needs,
 # compiles it with g++ against shim.h (blocks run as real threads) and compares with the CPU.
 set -euo pipefail

@@ -80,6 +80,11 @@ class Backend {
   // recording only adds the record's cost. 4096 by default (the CPU's tiles); a backend whose
   // run_fused saves launches at any size says 1.
   virtual std::int64_t min_fused_elements() const { return 4096; }
+  // Whether run_fused runs elementwise steps over a reduction's result (of the reduced shape)
+  // inside the reduction's kernels: the fusion decorator then groups a reduction with the ops
+  // after it (an optimizer's update after a bias's gradient is summed), which otherwise form a
+  // group of their own. False by default (the CPU: the group would run step by step).
+  virtual bool fuses_reduction_epilogues() const { return false; }
 
   // ---- in-place writes and capture (kiln/graph.h) ----
   // Writes src's values into dst's storage, so every handle sharing that storage sees them (the

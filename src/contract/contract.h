@@ -15,8 +15,8 @@ namespace kiln {
 // device-level virtual methods or the FusedProgram handed to run_fused change (3: run_fused;
 // 4: min_fused_elements; 5: reserve_random, a step's random draw and its result shape; 6:
 // nccl_status and collective_transport, and the Communicator's check, timeout, set_broken and
-// attachment; 7: cudnn_status).
-inline constexpr int kPluginTableRevision = 7;
+// attachment; 7: cudnn_status; 8: fuses_reduction_epilogues).
+inline constexpr int kPluginTableRevision = 8;
 
 namespace detail {
 

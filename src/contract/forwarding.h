@@ -35,6 +35,7 @@ class ForwardingBackend : public Backend {
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   bool autodiff_enabled() const override { return inner_->autodiff_enabled(); }
   std::int64_t min_fused_elements() const override { return inner_->min_fused_elements(); }
+  bool fuses_reduction_epilogues() const override { return inner_->fuses_reduction_epilogues(); }
   std::vector<Primitive> run_fused(const FusedProgram& program) override {
     return inner_->run_fused(program);
   }

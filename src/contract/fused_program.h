@@ -65,13 +65,16 @@ struct FusedProgram {
   // (-1: none), returning that leaf as the output (a backend that does not returns new memory,
   // as without it). The fusion decorator offers one for an assign whose source is the group's
   // value (an optimizer's update of a parameter in place): the leaf is dense, of the output's
-  // dtype and shape, nothing reads its old values after the group, no step works along a dim, and
+  // dtype and shape, nothing reads its old values after the group, no step works along a dim (or,
+  // for an output of a reduction's epilogue, only epilogue steps read the leaf's values), and
   // every other leaf on its storage is the same view; so a kernel that reads an element's inputs
   // before it writes the element may write there. Not part of the structure (a kernel is the
   // same; only where it writes differs).
   std::vector<std::int32_t> write_into;
   // The iteration shape: every step's shape is this one, or this one with the dims an op along
-  // a dim reduced set to 1; a leaf's shape broadcasts to it.
+  // a dim reduced set to 1 (a reduction's result, and the elementwise steps after it, its
+  // epilogue, where the backend fuses those: Backend::fuses_reduction_epilogues); a leaf's shape
+  // broadcasts to it.
   Shape shape;
 
   std::int32_t leaf_count() const noexcept { return static_cast<std::int32_t>(leaves.size()); }

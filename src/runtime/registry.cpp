@@ -166,7 +166,7 @@ Backend& decorated_backend(const Device& device) {
         std::shared_ptr<Backend> borrowed(std::shared_ptr<Backend>{}, &inner);
         if (device.is_autodiff())
           return std::make_shared<autodiff::AutodiffBackend>(std::move(borrowed));
-        return std::make_shared<fusion::FusionBackend>(std::move(borrowed));
+        return fusion::make_fusion_backend(std::move(borrowed));
       });
 }
 

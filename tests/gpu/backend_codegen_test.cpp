@@ -302,6 +302,25 @@ FusedLoad tail_load(DType d, bool flat) {
   return load;
 }
 
+// An SGD update after a reduction (an epilogue, kernel_capture.h): value 0 is the reduction's
+// result r (of dtype out), value 1 a parameter b: b - r * s0, and r * s0 written too. Integers
+// (an argmax's indices): r / s0 + b, which can fail.
+FusedKernel epilogue(DType out) {
+  FusedKernel k;
+  k.inputs = {out, out};
+  if (is_float(out)) {
+    k.ops.push_back(fused_op({"mul_scalar", "k_mul(a, s0)", {out}, out, out, {out}}, {0}, 0));
+    k.ops.push_back(fused_op({"sub", "k_sub(a, b)", {out, out}, out, out, {}}, {1, 2}));
+  } else {
+    k.ops.push_back(fused_op(
+        {"div_scalar", "k_div(a, s0, err)", {out}, out, out, {out}, "integer division by zero"},
+        {0}, 0, 0));
+    k.ops.push_back(fused_op({"add", "k_add(a, b)", {out, out}, out, out, {}}, {2, 1}));
+  }
+  k.outputs = {{3, out}, {2, out}};
+  return k;
+}
+
 }  // namespace fused_codegen
 
 // The fused kernel of a group (cuda_fused.cpp) in its four launch forms, compiled every time:
@@ -392,6 +411,43 @@ TEST(GpuCodegen, FusedReductionsCompile) {
       ++i;
     }
   }
+}
+
+// A reduction of a tensor with elementwise ops on each result (its epilogue): every kernel of
+// the family, the finishing ones included (they write the results of split lines), compiles with
+// the epilogue's parameters after the reduction's and the epilogue applied where a result is
+// written.
+TEST(GpuCodegen, ReductionEpiloguesCompile) {
+  struct Case {
+    ReduceKernel kernel;
+    Reducer reducer;
+    DType dtype, out;
+  };
+  const Case cases[] = {
+      {ReduceKernel::LinesWarp, Reducer::Sum, DType::F32, DType::F32},
+      {ReduceKernel::LinesBlock, Reducer::Mean, DType::F16, DType::F16},
+      {ReduceKernel::Columns, Reducer::Sum, DType::F32, DType::F32},
+      {ReduceKernel::ColumnsVector, Reducer::Max, DType::BF16, DType::BF16},
+      {ReduceKernel::FinishWarp, Reducer::Sum, DType::F64, DType::F64},
+      {ReduceKernel::FinishBlock, Reducer::Prod, DType::F32, DType::F32},
+      {ReduceKernel::LinesWarp, Reducer::ArgMax, DType::F32, DType::I64},
+      {ReduceKernel::FinishWarp, Reducer::Min, DType::I32, DType::I32},
+  };
+  for (const Case& c : cases) {
+    const FusedKernel epilogue = fused_codegen::epilogue(c.out);
+    const std::string source =
+        reduce_kernel_source(c.kernel, c.reducer, c.dtype, c.out, nullptr, &epilogue);
+    const std::string what = std::string(reducer_name(c.reducer)) + " " +
+                             reduce_kernel_name(c.kernel) + " " + std::string(dtype_name(c.dtype));
+    EXPECT_NE(source.find("FP e;"), std::string::npos) << what;
+    EXPECT_NE(source.find("fused_epilogue(p.e, o,"), std::string::npos) << what;
+    const Compiled compiled = compile_to_cubin(source);
+    EXPECT_TRUE(compiled.ok) << what << ":\n" << compiled.log.substr(0, 4000);
+  }
+  // Without an epilogue a result is only written.
+  EXPECT_EQ(reduce_kernel_source(ReduceKernel::LinesWarp, Reducer::Sum, DType::F32, DType::F32)
+                .find("fused_epilogue"),
+            std::string::npos);
 }
 
 // Softmax as the tail of a fused chain: every kernel that reads the input (Combine reads only

@@ -21,6 +21,7 @@
 #include "decorators/fusion/fusion_backend.h"
 #include "gpu/gpu_test_support.h"
 #include "runtime/registry.h"
+#include "support/epilogue_decorator.h"
 #include "support/scoped_env.h"
 
 using namespace kiln;
@@ -888,5 +889,169 @@ TEST(GpuFusion, AProductScaledAndSummedWithATensorIsOneCublasLtCall) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double want = q0[i] - 0.5 * qq.value[i];
     ASSERT_LE(std::abs(got[i] - want), qq.bound[i] + 1e-6 * (std::abs(want) + 1)) << i;
+  }
+}
+
+// Elementwise ops on a reduction's result run in the reduction's own kernels (its epilogue),
+// through a fusion decorator that groups them (test::EpilogueDecorator: the device's own
+// decorator does only with KILN_CUDA_REDUCE_EPILOGUE=1): a bias's SGD update after its gradient's
+// sum is one group and as many launches as the sum alone (one, or two when long lines are split
+// and finished), within the float64 reference's rounding bound in every float dtype and equal to
+// the unfused device's, its plan run again; along either dim, over a transposed view, with the
+// epilogue reading another tensor broadcast, with the result itself still held, with integers;
+// assigned to the bias it is written there in place (no memory of the bias's size taken).
+TEST(GpuFusion, AReductionsEpilogueRunsInItsKernels) {
+  KILN_REQUIRE_GPU();
+  using namespace gpu_fusion_test;
+  Backend& cuda = backend_for(device);
+  const auto launches_of = [&](auto run) {
+    device.sync();
+    const std::int64_t before = kernel_requests(device);
+    run();
+    device.sync();
+    return kernel_requests(device) - before;
+  };
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    const std::string type(dtype_name(dtype));
+    const double eps = dtype == DType::BF16  ? 0x1p-8
+                       : dtype == DType::F16 ? 0x1p-11
+                       : dtype == DType::F32 ? 0x1p-24
+                                             : 0x1p-53;
+    // Short lines (one launch) and long ones (split, then finished).
+    for (const std::int64_t rows : {128, 8192}) {
+      test::EpilogueDecorator d(device);
+      const std::int64_t cols = 96;
+      const std::string what = type + " [" + std::to_string(rows) + ", 96]";
+      const Primitive g = random_on(device, {rows, cols}, dtype, 91).primitive();
+      const Primitive b = random_on(device, {1, cols}, dtype, 92).primitive();
+      // float64: b - 0.01 * (column sums), with the sum's and the update's roundings as bound.
+      const std::vector<double> gs = values_of(g), bs = values_of(b);
+      std::vector<double> want(cols), bound(cols);
+      for (std::int64_t j = 0; j < cols; ++j) {
+        double sum = 0, magnitude = 0;
+        for (std::int64_t i = 0; i < rows; ++i) {
+          sum += gs[i * cols + j];
+          magnitude += std::abs(gs[i * cols + j]);
+        }
+        want[j] = bs[j] - 0.01 * sum;
+        bound[j] = 4 * eps * (0.01 * magnitude + std::abs(bs[j]) + std::abs(want[j]));
+      }
+      const std::int64_t alone = launches_of([&] { (void)values_of(cuda.sum_dim(g, 0)); });
+      const Primitive unfused = cuda.sub(b, cuda.mul_scalar(cuda.sum_dim(g, 0), Scalar(0.01)));
+      for (int run = 0; run < 2; ++run) {  // the second run is the group's plan
+        Primitive out;
+        const std::int64_t launches = launches_of([&] {
+          out = d.b.sub(b, d.b.mul_scalar(d.b.sum_dim(g, 0), Scalar(0.01)));
+          (void)d.read(out);
+        });
+        const std::string at = what + " run " + std::to_string(run);
+        ASSERT_EQ(d.programs().size(), static_cast<std::size_t>(run + 1)) << at;
+        EXPECT_EQ(test::ops_of(d.programs().back()),
+                  (std::vector<std::string>{"sum_dim", "mul_scalar", "sub"}))
+            << at;
+        EXPECT_EQ(launches, alone) << at;
+        const std::vector<double> got = d.read(out);
+        for (std::int64_t j = 0; j < cols; ++j)
+          ASSERT_LE(std::abs(got[j] - want[j]), bound[j]) << at << " at " << j;
+        expect_same_as_unfused(d.fusion.computed(out), unfused, false, at + " against unfused");
+      }
+    }
+
+    // Along dim 1 of a transposed view, then exp of a scaled result plus a broadcast [1, 1].
+    {
+      test::EpilogueDecorator d(device);
+      const Primitive x = random_on(device, {300, 70}, dtype, 93).transpose().primitive();
+      const Primitive c = random_on(device, {1, 1}, dtype, 94).primitive();
+      const auto f = [&](Backend& on) {
+        return on.add(on.exp(on.mul_scalar(on.mean_dim(x, 1), Scalar(0.5))), c);
+      };
+      Primitive out;
+      const std::int64_t alone = launches_of([&] { (void)values_of(cuda.mean_dim(x, 1)); });
+      const std::int64_t launches = launches_of([&] {
+        out = f(d.b);
+        (void)d.read(out);
+      });
+      ASSERT_EQ(d.programs().size(), 1u) << type;
+      EXPECT_EQ(test::ops_of(d.programs()[0]),
+                (std::vector<std::string>{"mean_dim", "mul_scalar", "exp", "add"}))
+          << type;
+      EXPECT_EQ(launches, alone) << type << " mean_dim(1)";
+      expect_same_as_unfused(d.fusion.computed(out), f(cuda), false, type + " mean_dim(1)");
+      Backend& cpu = backend_for(Device::cpu());
+      const Primitive x64 = cpu.cast(test::on(x, Device::cpu()), DType::F64);
+      const Primitive c64 = cpu.cast(test::on(c, Device::cpu()), DType::F64);
+      expect_near_reference(
+          d.fusion.computed(out),
+          cpu.add(cpu.exp(cpu.mul_scalar(cpu.mean_dim(x64, 1), Scalar(0.5))), c64),
+          type + " mean_dim(1)");
+    }
+
+    // The maximum still held after the group: written too, and equal bit for bit.
+    {
+      test::EpilogueDecorator d(device);
+      const Primitive x = random_on(device, {64, 257}, dtype, 95).primitive();
+      const Primitive m = d.b.max_dim(x, 1);
+      const Primitive out = d.b.abs(d.b.sub_scalar(m, Scalar(1.0)));
+      (void)d.read(out);
+      ASSERT_EQ(d.programs().size(), 1u) << type;
+      EXPECT_EQ(d.programs()[0].outputs.size(), 2u) << type << " the max held";
+      expect_same_as_unfused(d.fusion.computed(m), cuda.max_dim(x, 1), true, type + " the max");
+      expect_same_as_unfused(d.fusion.computed(out),
+                             cuda.abs(cuda.sub_scalar(cuda.max_dim(x, 1), Scalar(1.0))), true,
+                             type + " |max - 1|");
+    }
+
+    // SGD's update of a bias in place, three steps (the second and third the plan's): the group
+    // is offered the bias and writes it (no memory of its size taken), within the float64 bound.
+    {
+      test::EpilogueDecorator d(device);
+      const std::int64_t rows = 64, cols = 65536;
+      const Primitive p =
+          d.fusion.wrap_computed(random_on(device, {1, cols}, dtype, 96).primitive());
+      const Primitive gr = random_on(device, {rows, cols}, dtype, 97).primitive();
+      const std::vector<double> gs = values_of(gr);
+      for (int s = 0; s < 3; ++s) {
+        const std::vector<double> before = d.read(p);
+        device.sync();
+        device.reset_peak_memory();
+        const std::int64_t base = device.memory_stats().bytes_in_use;
+        d.b.assign(p, d.b.sub(p, d.b.mul_scalar(d.b.sum_dim(gr, 0), Scalar(0.125))));
+        device.sync();
+        const std::int64_t used = device.memory_stats().peak_bytes_in_use - base;
+        const std::string at = type + " in place, step " + std::to_string(s);
+        ASSERT_EQ(d.programs().size(), static_cast<std::size_t>(s + 1)) << at;
+        ASSERT_EQ(d.programs().back().write_into.size(), 1u) << at;
+        EXPECT_GE(d.programs().back().write_into[0], 0) << at << ": the bias not offered";
+        EXPECT_LT(used, cols * std::int64_t(dtype_size(dtype))) << at << ": new memory";
+        const std::vector<double> got = d.read(p);
+        for (std::int64_t j = 0; j < cols; ++j) {
+          double sum = 0, magnitude = 0;
+          for (std::int64_t i = 0; i < rows; ++i) {
+            sum += gs[i * cols + j];
+            magnitude += std::abs(gs[i * cols + j]);
+          }
+          const double want = before[j] - 0.125 * sum;
+          ASSERT_LE(std::abs(got[j] - want),
+                    4 * eps * (0.125 * magnitude + std::abs(before[j]) + std::abs(want)))
+              << at << " at " << j;
+        }
+      }
+    }
+  }
+
+  // Integers: a column sum times 3 plus a row, exact.
+  {
+    test::EpilogueDecorator d(device);
+    const Primitive x = (random_on(device, {50, 40}, DType::F32, 98) * 50.0).int_().primitive();
+    const Primitive c = (random_on(device, {1, 40}, DType::F32, 99) * 50.0).int_().primitive();
+    const auto f = [&](Backend& on) {
+      return on.add(on.mul_scalar(on.sum_dim(x, 0), Scalar(std::int64_t{3})), c);
+    };
+    const Primitive out = f(d.b);
+    (void)d.read(out);
+    ASSERT_EQ(d.programs().size(), 1u);
+    EXPECT_EQ(test::ops_of(d.programs()[0]),
+              (std::vector<std::string>{"sum_dim", "mul_scalar", "add"}));
+    expect_same_as_unfused(d.fusion.computed(out), f(cuda), true, "ints sum_dim(0) * 3 + c");
   }
 }

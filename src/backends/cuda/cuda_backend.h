@@ -60,6 +60,8 @@ class CudaBackend final : public StridedBackend {
   std::vector<Primitive> run_fused(const FusedProgram& program) override;
   // Any group saves launches: every op with F is recorded, however small.
   std::int64_t min_fused_elements() const override { return 1; }
+  // With KILN_CUDA_REDUCE_EPILOGUE=1 (cuda_fused.cpp; off by default until run on a GPU).
+  bool fuses_reduction_epilogues() const override;
 
   // ---- every op whose impl column in ops.def has a G (every REQUIRED op among them) ----
 #define KILN_OP(name, group, kinds, result, params, args, availability, impl, form, amp) \

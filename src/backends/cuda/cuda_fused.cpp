@@ -14,6 +14,7 @@
 // again on the group's new tensors, no op method is called. Other scalars capture anew (the
 // plan is replaced); a group with random steps (whose place in the stream is a scalar that
 // changes at every call) is never planned.
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,19 @@ bool product_sum_enabled() {
 
 // Ops that refused a capture once (they do more than elementwise kernels): not tried again.
 std::atomic<bool> refused[kOpCount];
+
+// KILN_CUDA_REDUCE_EPILOGUE=1: the backend tells the fusion decorator that it runs a
+// reduction's epilogue in the reduction's kernels (fuses_reduction_epilogues), so the decorator
+// groups them. Off by default until it has run on a GPU; read once. (A group that holds an
+// epilogue runs it so whatever this says: tests hand such groups over with a decorator of their
+// own.)
+bool reduction_epilogues() {
+  static const bool enabled = [] {
+    const char* text = std::getenv("KILN_CUDA_REDUCE_EPILOGUE");
+    return text != nullptr && std::strcmp(text, "1") == 0;
+  }();
+  return enabled;
+}
 
 bool fusing_enabled() {
   static const bool enabled = [] {
@@ -386,6 +400,8 @@ std::vector<Primitive> run_plan(CudaBackend& backend, Plan& plan, const FusedPro
 
 }  // namespace
 
+bool CudaBackend::fuses_reduction_epilogues() const { return reduction_epilogues(); }
+
 std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
   if (!fusing_enabled()) return run_steps(*this, program);
   // This thread's signature buffer (run_fused is never inside another run_fused on a thread).
@@ -473,11 +489,12 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
     capture.reset();
   };
 
-  // Runs step i under the capture; when it cannot be captured, leaves the capture as it was.
+  // Runs step i under the capture (a new one over shape where none is open); when it cannot be
+  // captured, leaves the capture as it was.
   enum class Outcome { Captured, Refused, Full };
-  auto try_capture = [&](std::size_t i, const FusedStep& step) {
+  auto try_capture = [&](std::size_t i, const FusedStep& step, const Shape& shape) {
     if (!capture) {
-      capture = std::make_unique<KernelCapture>(step.shape);
+      capture = std::make_unique<KernelCapture>(shape);
       capture_start = i;
     }
     const KernelCapture::Mark mark = capture->mark();
@@ -508,6 +525,21 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
         static_cast<const CudaTensor*>(values[static_cast<std::size_t>(step.inputs[0])].get());
     return capture->is_placeholder(x) && capture->op_of(x) >= 0;
   };
+  // Whether step i is a reduction of a tensor whose result the next step reads elementwise at its
+  // shape: then it starts a capture of its own, and the steps after it may be its epilogue.
+  auto starts_epilogue = [&](std::size_t i) {
+    const FusedStep& step = program.steps[i];
+    if (op_info(step.op).group != "reduce" || i + 1 == program.steps.size() ||
+        reads_capture(step)) {
+      return false;
+    }
+    const FusedStep& next = program.steps[i + 1];
+    const auto v = static_cast<std::int32_t>(leaves + i);
+    return next.dim() < 0 && next.shape == step.shape &&
+           !refused[static_cast<std::size_t>(next.op)].load(std::memory_order_relaxed) &&
+           std::find(next.inputs.begin(), next.inputs.begin() + next.arity, v) !=
+               next.inputs.begin() + next.arity;
+  };
 
   for (std::size_t i = 0; i < program.steps.size(); ++i) {
     const FusedStep& step = program.steps[i];
@@ -529,16 +561,23 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
     }
     const bool tried = !refused[static_cast<std::size_t>(step.op)].load(std::memory_order_relaxed);
     if (tried && step.dim() < 0) {
-      if (capture && !(capture->shape() == step.shape)) close(i);
-      Outcome outcome = try_capture(i, step);
+      if (capture && !(capture->open_shape() == step.shape)) close(i);
+      Outcome outcome = try_capture(i, step, step.shape);
       if (outcome == Outcome::Full && !capture->empty()) {  // it may fit a kernel of its own
         close(i);
-        outcome = try_capture(i, step);
+        outcome = try_capture(i, step, step.shape);
       }
       if (outcome == Outcome::Captured) continue;
     } else if (tried && step.arity == 1 && reads_capture(step)) {
-      if (try_capture(i, step) == Outcome::Captured) {
-        close(i + 1);  // nothing follows a tail in its kernel
+      if (try_capture(i, step, step.shape) == Outcome::Captured) {
+        close(i + 1);  // nothing follows a tail over a chain in its kernels
+        continue;
+      }
+    } else if (tried && step.arity == 1 && starts_epilogue(i)) {
+      close(i);
+      const Shape& over = value_shape(program, step.inputs[0]);
+      if (try_capture(i, step, over) == Outcome::Captured) {
+        if (!capture->takes_epilogue()) close(i + 1);
         continue;
       }
     }

@@ -121,4 +121,12 @@ struct FusedTailParams {
   std::int64_t along[kMaxFusedInputs];
 };
 
+// Elementwise ops on each result of a reduction that reads a tensor (a capture's tail and its
+// epilogue, kernel_capture.h): value 0 of kernel is the result itself (kernel.inputs[0], the
+// reduction's output dtype), the other inputs are tensors read at the result's element through
+// FusedParams' merged dims and strides (the result's shape); outputs are stored at the result's
+// flat index. Device code: struct FP and fused_epilogue(const FP& e, i64 i, S0 r), where S0 is
+// input 0's storage type.
+std::string fused_epilogue_source(const FusedKernel& kernel);
+
 }  // namespace kiln::cuda

@@ -127,8 +127,8 @@ std::int32_t failure_count(const FusedKernel& kernel) {
 
 // The wait for the launch ahead (LaunchOrder::Overlapping), the error flags and scalars, declared
 // before the element loop; and the flags' report after it.
-std::string kernel_head(const FusedKernel& kernel) {
-  std::string s = "  k_grid_dependency();\n";  // launched LaunchOrder::Overlapping
+std::string kernel_head(const FusedKernel& kernel, bool wait = true) {
+  std::string s = wait ? "  k_grid_dependency();\n" : "";  // launched LaunchOrder::Overlapping
   for (std::int32_t k = 0; k < failure_count(kernel); ++k)
     s += fmt::format("  bool e{} = false;\n", k);
   for (const FusedKernelOp& f : kernel.ops) {
@@ -493,6 +493,35 @@ constexpr int KIN = {inputs};
       "loads"_a = input_loads(kernel, "  ", true), "body"_a = element_body(kernel, "  "),
       "stores"_a = output_stores(kernel, "    "), "reports"_a = error_reports(kernel),
       "value"_a = word_as(kernel, load.value, load.dtype), "lines"_a = kLines);
+}
+
+std::string fused_epilogue_source(const FusedKernel& kernel) {
+  // Input 0 is the reduction's result, in a register; the others are loaded at their offsets.
+  std::string offsets, loads;
+  for (std::size_t k = 1; k < kernel.inputs.size(); ++k) {
+    offsets += fmt::format("    o{0} += idx * e.strides[{0}][d];\n", k);
+    loads += fmt::format("  const {0} v{1} = ((const {0}*)e.in[{1}])[o{1}];\n",
+                         storage_type(kernel.inputs[k]), k);
+  }
+  std::string declared;
+  for (std::size_t k = 1; k < kernel.inputs.size(); ++k) declared += fmt::format(" o{} = 0,", k);
+  if (!declared.empty()) declared = "  i64" + declared.substr(0, declared.size() - 1) + ";\n";
+  // (The stores and reports name the parameters p.)
+  return fmt::format(
+      R"CUDA({structs}__device__ __forceinline__ void fused_epilogue(const FP& e, const i64 i, const {S0} r) {{
+  const FP& p = e;
+{head}{declared}  i64 rem = i;
+  for (int d = e.rank - 1; d >= 0; --d) {{
+    const i64 size = e.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;
+{offsets}  }}
+  (void)rem;
+  const {S0} v0 = r;
+{loads}{body}{stores}{reports}}}
+)CUDA",
+      "structs"_a = kParamsStructs, "S0"_a = storage_type(kernel.inputs.at(0)),
+      "head"_a = kernel_head(kernel, false), "declared"_a = declared, "offsets"_a = offsets,
+      "loads"_a = loads, "body"_a = element_body(kernel, "  "),
+      "stores"_a = output_stores(kernel, "  "), "reports"_a = error_reports(kernel));
 }
 
 }  // namespace kiln::cuda

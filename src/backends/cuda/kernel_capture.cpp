@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "contract/strided.h"
+
 namespace kiln::cuda {
 
 namespace {
@@ -40,6 +42,7 @@ std::int32_t KernelCapture::op_of(const CudaTensor* p) const noexcept {
 }
 
 std::int32_t KernelCapture::operand_of(const CudaTensor* tensor) {
+  if (tail_ && tensor == tail_->result) return kTailResult;
   if (is_placeholder(tensor)) {
     const std::int32_t op = op_of(tensor);
     if (op < 0) throw NotCapturable{};  // a placeholder no kernel wrote
@@ -62,9 +65,13 @@ void KernelCapture::record(const ElementwiseOp& op, const CudaTensor& out,
   // Gathering ops read other elements than their own; an output that is no fresh placeholder
   // (an op writing into a tensor it was given) or of another shape is not an element of this
   // kernel's iteration.
-  if (tail_ || op.gathered_input >= 0 || !is_placeholder(&out) || op_of(&out) >= 0 ||
-      !(out.shape() == shape_) || inputs.size() != op.inputs.size() || inputs.size() > 3 ||
-      dtype_size(out.dtype()) != dtype_size(op.output)) {
+  // After a tail, only its epilogue: ops of its result's shape (another op may fit a capture of
+  // its own, so the refusal says only that this one is full).
+  if (tail_ && (!takes_epilogue() || !(out.shape() == tail_->shape)))
+    throw NotCapturable{.full = true};
+  if (op.gathered_input >= 0 || !is_placeholder(&out) || op_of(&out) >= 0 ||
+      (!tail_ && !(out.shape() == shape_)) || inputs.size() != op.inputs.size() ||
+      inputs.size() > 3 || dtype_size(out.dtype()) != dtype_size(op.output)) {
     throw NotCapturable{};
   }
   if (ops_.size() == kMaxCapturedOps) throw NotCapturable{.full = true};
@@ -85,10 +92,25 @@ void KernelCapture::record(const ElementwiseOp& op, const CudaTensor& out,
 
 TensorPtr KernelCapture::record_tail(const CudaTensor& x, DType dtype, const Shape& shape,
                                      CaptureTail tail) {
-  const std::int32_t operand = is_placeholder(&x) ? op_of(&x) : -1;
-  if (tail_ || operand < 0) throw NotCapturable{};
+  // (Refusals say "full": they depend on what was captured before, not on the op.)
+  if (tail_) throw NotCapturable{.full = true};
+  std::int32_t operand = 0;
+  if (is_placeholder(&x)) {
+    operand = op_of(&x);
+    if (operand < 0) throw NotCapturable{.full = true};
+  } else {
+    if (!ops_.empty() || tail.with_epilogue == nullptr || shape.rank() > kMaxFusedDims)
+      throw NotCapturable{.full = true};
+    operand = operand_of(&x);
+  }
   TensorPtr out = placeholder(dtype, shape, x.device());
-  tail_ = Tail{.run = std::move(tail), .operand = operand, .dtype = x.dtype(), .result = out.get()};
+  tail_ = Tail{.run = std::move(tail),
+               .operand = operand,
+               .dtype = x.dtype(),
+               .result = out.get(),
+               .shape = shape,
+               .result_dtype = dtype,
+               .first_epilogue_op = ops_.size()};
   return out;
 }
 
@@ -262,8 +284,10 @@ void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outp
 
 std::vector<TensorPtr> KernelCapture::run(Runtime& runtime, const std::vector<bool>& wanted,
                                           std::span<const TensorPtr> into) {
-  std::vector<TensorPtr> results = tail_ && wanted[ops_.size()] ? run_with_tail(runtime, wanted)
-                                                                : run_ops(runtime, wanted, into);
+  std::vector<TensorPtr> results = tail_ && tail_->operand < 0
+                                       ? run_tail_over_input(runtime, wanted, into)
+                                   : tail_ && wanted[ops_.size()] ? run_with_tail(runtime, wanted)
+                                                                  : run_ops(runtime, wanted, into);
   results.resize(this->results());
   return results;
 }
@@ -306,6 +330,134 @@ std::vector<TensorPtr> KernelCapture::run_tail_alone(Runtime& runtime,
   if (!wanted[operand]) results[operand].reset();
   results.push_back(std::move(out));
   return results;
+}
+
+std::vector<TensorPtr> KernelCapture::run_tail_over_input(Runtime& runtime,
+                                                          const std::vector<bool>& wanted,
+                                                          std::span<const TensorPtr> into) {
+  const std::size_t tail = ops_.size();  // the tail's result's index
+  std::vector<TensorPtr> results(tail + 1);
+  std::vector<std::int32_t> outputs;
+  for (std::size_t k = 0; k < tail; ++k) {
+    if (wanted[k]) outputs.push_back(static_cast<std::int32_t>(k));
+  }
+  if (outputs.empty() && !wanted[tail]) return results;
+  const CudaTensor& x = *inputs_[static_cast<std::size_t>(-1 - tail_->operand)].tensor;
+  // Where one kernel cannot write them all: the tail, then the epilogue's ops one by one.
+  const auto apart = [&] {
+    results[tail] = tail_->run.eager(runtime, x);
+    run_epilogue_one_by_one(runtime, results[tail], wanted, into, results);
+    if (!wanted[tail]) results[tail].reset();
+    return results;
+  };
+  if (outputs.empty()) {  // the tail's result alone
+    results[tail] = tail_->run.eager(runtime, x);
+    return results;
+  }
+  if (outputs.size() > kMaxFusedOutputs) return apart();
+  if (!compiled_epilogue_ || compiled_epilogue_->outputs != outputs) {
+    // Input 0 is the tail's result; the capture's inputs the ops read follow, in order.
+    CompiledEpilogue c;
+    c.outputs = outputs;
+    c.kernel.inputs.push_back(tail_->result_dtype);
+    std::vector<std::int32_t> slot(inputs_.size(), -1);
+    for (const Op& op : ops_) {
+      FusedKernelOp f{.op = op.spec, .first_scalar = op.first_scalar, .failure = op.failure};
+      for (std::size_t j = 0; j < op.spec.inputs.size(); ++j) {
+        const std::int32_t operand = op.operands[j];
+        if (operand == kTailResult) {
+          f.operands[j] = 0;
+        } else if (operand >= 0) {
+          f.operands[j] = -1;  // set below, once the inputs are counted
+        } else {
+          std::int32_t& s = slot[static_cast<std::size_t>(-1 - operand)];
+          if (s < 0) {
+            s = static_cast<std::int32_t>(c.kernel.inputs.size());
+            c.kernel.inputs.push_back(
+                inputs_[static_cast<std::size_t>(-1 - operand)].tensor->dtype());
+            c.inputs.push_back(-1 - operand);
+          }
+          f.operands[j] = s;
+        }
+      }
+      c.kernel.ops.push_back(std::move(f));
+    }
+    for (std::size_t k = 0; k < ops_.size(); ++k) {
+      for (std::size_t j = 0; j < ops_[k].spec.inputs.size(); ++j) {
+        const std::int32_t operand = ops_[k].operands[j];
+        if (operand >= 0 && operand != kTailResult) {
+          c.kernel.ops[k].operands[j] = c.kernel.value_of_op(static_cast<std::size_t>(operand));
+        }
+      }
+    }
+    for (std::int32_t k : outputs) {
+      c.kernel.outputs.push_back({c.kernel.value_of_op(static_cast<std::size_t>(k)),
+                                  ops_[static_cast<std::size_t>(k)].dtype});
+    }
+    c.key = fused_kernel_key(c.kernel);
+    compiled_epilogue_ = std::move(c);
+  }
+  const CompiledEpilogue& c = *compiled_epilogue_;
+  TailEpilogue epilogue{.kernel = &c.kernel, .key = &c.key};
+  FusedParams& params = epilogue.params;
+  const Shape& shape = tail_->shape;
+  std::vector<Strides> strides;
+  strides.reserve(c.kernel.inputs.size());
+  strides.push_back(strided::contiguous_strides(shape));  // the result, as the outputs lie
+  for (std::int32_t k : c.inputs) {
+    strides.push_back(broadcast_strides(*inputs_[static_cast<std::size_t>(k)].tensor, shape));
+  }
+  params.n = shape.num_elements();
+  params.rank =
+      merge_dims(shape, strides, params.sizes, &params.strides[0][0], kMaxFusedDims, kMaxFusedDims);
+  if (c.kernel.inputs.size() > kMaxFusedInputs || params.rank < 0) return apart();
+  for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+    params.in[k + 1] = inputs_[static_cast<std::size_t>(c.inputs[k])].tensor->data();
+  }
+  for (std::size_t j = 0; j < outputs.size(); ++j) {
+    const auto r = static_cast<std::size_t>(outputs[j]);
+    results[r] = r < into.size() && into[r]
+                     ? into[r]
+                     : runtime.make_tensor(ops_[r].dtype, shape, ops_[r].spec.name);
+    params.out[j] = results[r]->data();
+  }
+  std::copy(scalars_.begin(), scalars_.end(), params.s);
+  params.error_word = runtime.context.error_word();
+  for (const Op& op : ops_) {
+    if (op.failure >= 0) {
+      params.tokens[op.failure] = runtime.context.error_token(op.spec.name, op.spec.failure);
+    }
+  }
+  TensorPtr result = tail_->run.with_epilogue(runtime, x, epilogue);
+  if (wanted[tail]) results[tail] = std::move(result);
+  return results;
+}
+
+void KernelCapture::run_epilogue_one_by_one(Runtime& runtime, const TensorPtr& result,
+                                            const std::vector<bool>& wanted,
+                                            std::span<const TensorPtr> into,
+                                            std::vector<TensorPtr>& results) {
+  std::vector<TensorPtr> values(ops_.size());
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const Op& op = ops_[k];
+    const CudaTensor* inputs[3] = {};
+    for (std::size_t j = 0; j < op.spec.inputs.size(); ++j) {
+      const std::int32_t operand = op.operands[j];
+      inputs[j] = operand == kTailResult ? result.get()
+                  : operand >= 0         ? values[static_cast<std::size_t>(operand)].get()
+                                         : inputs_[static_cast<std::size_t>(-1 - operand)].tensor;
+    }
+    values[k] = wanted[k] && k < into.size() && into[k]
+                    ? into[k]
+                    : runtime.make_tensor(op.dtype, tail_->shape, op.spec.name);
+    launch_elementwise(
+        runtime, op.spec, *values[k],
+        std::span<const CudaTensor* const>(inputs, op.spec.inputs.size()),
+        std::span<const std::uint64_t>(scalars_.data() + op.first_scalar, op.spec.scalars.size()));
+  }
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    if (wanted[k]) results[k] = std::move(values[k]);
+  }
 }
 
 std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vector<bool>& wanted,

@@ -11,10 +11,16 @@
 // reduce_dim and softmax record what they would launch (CaptureTail), and run() launches their
 // kernels with the chain evaluated at each element they read, so that value is never written
 // unless something else still needs it.
+//
+// A reduction may also be the first op of a capture, over a tensor; then elementwise ops of its
+// result's shape that read that result, tensors and each other are its epilogue: run() launches
+// the reduction's kernels with those ops on each result they write (an optimizer's update of a
+// bias after its gradient's sum), and only the values still needed are written.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,6 +37,14 @@ struct NotCapturable {
   bool full = false;
 };
 
+// Elementwise ops on each result of a tail (its epilogue) in the tail's kernels: the generated
+// ops (fused_epilogue_source: input 0 the result) and their parameters.
+struct TailEpilogue {
+  const FusedKernel* kernel = nullptr;
+  const std::string* key = nullptr;  // fused_kernel_key(*kernel)
+  FusedParams params{};
+};
+
 // The last step of a capture: an op along a dim over one captured value.
 struct CaptureTail {
   std::int64_t dim = 0;
@@ -39,6 +53,10 @@ struct CaptureTail {
   std::function<TensorPtr(Runtime&, const FusedLoad& load, const FusedTailParams& chain)> fused;
   // The op on the value written out, where the chain and the op cannot be one kernel.
   std::function<TensorPtr(Runtime&, const CudaTensor& x)> eager;
+  // The op on a tensor with epilogue's ops on each of its results (its result is written too);
+  // empty for an op that takes no epilogue (softmax): it is then never a capture's first op.
+  std::function<TensorPtr(Runtime&, const CudaTensor& x, const TailEpilogue& epilogue)>
+      with_epilogue;
 };
 
 class KernelCapture {
@@ -70,13 +88,22 @@ class KernelCapture {
   TensorPtr placeholder(DType dtype, const Shape& shape, Device device);
   void record(const ElementwiseOp& op, const CudaTensor& out,
               std::span<const CudaTensor* const> inputs, std::span<const std::uint64_t> scalars);
-  // Records the op along a dim over x, a result of this capture, as its tail; returns the op's
-  // result placeholder (dtype, shape). Nothing is captured after a tail.
+  // Records the op along a dim over x as this capture's tail; returns the op's result placeholder
+  // (dtype, shape). x is a result of this capture, or a tensor when the capture has no ops yet
+  // and the op takes an epilogue (CaptureTail::with_epilogue). After a tail over a captured
+  // value nothing is captured; after one over a tensor, elementwise ops of the result's shape that
+  // read no value of the ops before it (its epilogue).
   TensorPtr record_tail(const CudaTensor& x, DType dtype, const Shape& shape, CaptureTail tail);
 
   // ---- the fused group's runner ----
   const Shape& shape() const noexcept { return shape_; }
-  bool empty() const noexcept { return ops_.empty(); }
+  // The shape of the ops this capture may take next: its tail's result's once it has a tail.
+  const Shape& open_shape() const noexcept { return tail_ ? tail_->shape : shape_; }
+  // Whether elementwise ops may follow the tail (a tail over a tensor that takes an epilogue).
+  bool takes_epilogue() const noexcept {
+    return tail_ && tail_->operand < 0 && tail_->run.with_epilogue != nullptr;
+  }
+  bool empty() const noexcept { return ops_.empty() && !tail_; }
   // The captured results: one per op, then the tail's.
   std::size_t results() const noexcept { return ops_.size() + (tail_ ? 1 : 0); }
   struct Mark {
@@ -127,10 +154,18 @@ class KernelCapture {
   };
   struct Tail {
     CaptureTail run;
-    std::int32_t operand;  // the op whose value it reads
+    std::int32_t operand;  // the op whose value it reads, or input -1 - operand
     DType dtype;           // that value's dtype as the tail reads it
     const CudaTensor* result;
+    Shape shape;  // the result's
+    DType result_dtype;
+    // Ops from this one on are the epilogue (a tail over an input only).
+    std::size_t first_epilogue_op;
   };
+  // The operand an epilogue op gives for the tail's result.
+  static constexpr std::int32_t kTailResult = std::numeric_limits<std::int32_t>::max();
+  // Ops before the tail's epilogue: those of the chain (all of them without a tail).
+  std::size_t chain_ops() const noexcept { return tail_ ? tail_->first_epilogue_op : ops_.size(); }
   enum class Layout { Flat, Strided, TooManyDims };
 
   std::int32_t operand_of(const CudaTensor* tensor);
@@ -139,6 +174,14 @@ class KernelCapture {
   std::vector<TensorPtr> run_one_by_one(Runtime& runtime, const std::vector<bool>& wanted);
   std::vector<TensorPtr> run_with_tail(Runtime& runtime, const std::vector<bool>& wanted);
   std::vector<TensorPtr> run_tail_alone(Runtime& runtime, const std::vector<bool>& wanted);
+  // A tail over an input with its epilogue's wanted ops in its kernels (into as for run).
+  std::vector<TensorPtr> run_tail_over_input(Runtime& runtime, const std::vector<bool>& wanted,
+                                             std::span<const TensorPtr> into);
+  // The epilogue's ops one by one after the tail's result (more results wanted than a kernel
+  // writes), into results.
+  void run_epilogue_one_by_one(Runtime& runtime, const TensorPtr& result,
+                               const std::vector<bool>& wanted, std::span<const TensorPtr> into,
+                               std::vector<TensorPtr>& results);
   // The ops flagged in wanted, in order.
   std::vector<std::int32_t> wanted_ops(const std::vector<bool>& wanted) const;
   // Whether wanted flags exactly the ops of outputs (ascending).
@@ -179,6 +222,13 @@ class KernelCapture {
     FusedLoad load;  // its key set
   };
   std::optional<CompiledTail> compiled_tail_;
+  struct CompiledEpilogue {
+    std::vector<std::int32_t> outputs;  // the epilogue ops written
+    FusedKernel kernel;
+    std::string key;
+    std::vector<std::int32_t> inputs;  // the capture's input behind each kernel input from 1 on
+  };
+  std::optional<CompiledEpilogue> compiled_epilogue_;
 };
 
 }  // namespace kiln::cuda

@@ -67,11 +67,14 @@ ReducePlan plan_reduce(const Shape& shape, std::span<const std::int64_t> strides
                        const char* op);
 
 struct FusedLoad;
+struct FusedKernel;
 // Generated source of one kernel of a reducer (exposed for tests that compile every kernel
 // without a GPU); with fused, its input is the value of a fused chain (fused_kernel.h) instead
-// of x in memory.
+// of x in memory; with epilogue (not with fused), each result written is then the input 0 of
+// those elementwise ops (fused_epilogue_source), whose parameters follow the reduction's.
 std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& reducer, DType dtype,
-                                 DType out_dtype, const FusedLoad* fused = nullptr);
+                                 DType out_dtype, const FusedLoad* fused = nullptr,
+                                 const FusedKernel* epilogue = nullptr);
 const char* reduce_kernel_name(ReduceKernel kernel);
 inline const char* reducer_name(const Reducer& reducer) { return reducer.name; }
 

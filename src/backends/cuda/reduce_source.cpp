@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "backends/cuda/fused_kernel.h"
@@ -24,8 +25,24 @@ constexpr const char* kParamMembers = R"CUDA(
   double divisor;
 )CUDA";
 
-std::string params_struct(bool fused) {
-  return fmt::format("\nstruct P {{{}{}}};\n", kParamMembers, fused ? "  FT t;\n" : "");
+std::string params_struct(bool fused, bool epilogue) {
+  return fmt::format("\nstruct P {{{}{}{}}};\n", kParamMembers, fused ? "  FT t;\n" : "",
+                     epilogue ? "  FP e;\n" : "");
+}
+
+// emit(): a result written (write(), the reducer's), then, with an epilogue, the epilogue's ops on
+// it (fused_epilogue, fused_kernel.h), read back from where write() put it: the same thread's
+// store, and every reducer's write() stays as it is.
+std::string emit_function(DType out_dtype, bool epilogue) {
+  if (!epilogue) {
+    return "__device__ __forceinline__ void emit(const P& p, i64 o, const Acc& a) { write(p, o, "
+           "a); "
+           "}\n";
+  }
+  return fmt::format(
+      "__device__ __forceinline__ void emit(const P& p, i64 o, const Acc& a) {{ write(p, o, a); "
+      "fused_epilogue(p.e, o, ((const {}*)p.out)[o]); }}\n",
+      storage_type(out_dtype));
 }
 
 // The accumulators of the built-in reducers over dtype, written to out_dtype.
@@ -159,7 +176,7 @@ template <int GROUP> __device__ __forceinline__ Acc group_reduce(Acc a) {
   if constexpr (GROUP == 32) return warp_reduce(a); else return block_reduce(a);
 }
 __device__ __forceinline__ void finish_or_keep(const P& p, i64 o, i64 chunk, const Acc& a) {
-  if (p.chunks == 1) write(p, o, a);
+  if (p.chunks == 1) emit(p, o, a);
   else ((Acc*)p.scratch)[chunk * p.outputs + o] = a;
 }
 )CUDA";
@@ -277,7 +294,7 @@ template <int GROUP> __device__ __forceinline__ void reduce_finish(const P& p) {
     Acc a = init();
     for (i64 c = lane; c < p.chunks; c += GROUP) combine(a, partials[c * p.outputs + o]);
     a = group_reduce<GROUP>(a);
-    if (lane == 0) write(p, o, a);
+    if (lane == 0) emit(p, o, a);
   }
 }
 )CUDA";
@@ -361,17 +378,24 @@ const Reducer Reducer::Any{"any", [](DType d, DType o) { return truth(d, o, true
 const Reducer Reducer::All{"all", [](DType d, DType o) { return truth(d, o, false); }};
 
 std::string reduce_kernel_source(ReduceKernel kernel, const Reducer& r, DType dtype,
-                                 DType out_dtype, const FusedLoad* fused) {
+                                 DType out_dtype, const FusedLoad* fused,
+                                 const FusedKernel* epilogue) {
+  if (fused != nullptr && epilogue != nullptr) {
+    throw std::logic_error("reduce_kernel_source: an epilogue after a fused chain");
+  }
   const Entry entry = entry_of(kernel);
   return fmt::format(
       R"CUDA({prelude}{fused_value}{params}typedef {S} S;
 constexpr int VECTOR = {vector};
 __device__ __forceinline__ {C} ld(S v) {{ return {load}; }}
-{accumulator}{common}{loads}{body}extern "C" __global__ void __launch_bounds__(256, 4) {name}(const P p) {{ k_grid_dependency(); {call}(p); }}
+{accumulator}{emit}{common}{loads}{body}extern "C" __global__ void __launch_bounds__(256, 4) {name}(const P p) {{ k_grid_dependency(); {call}(p); }}
 )CUDA",
       "prelude"_a = kernel_prelude(),
-      "fused_value"_a = fused != nullptr ? fused_load_source(*fused) : std::string(),
-      "params"_a = params_struct(fused != nullptr), "S"_a = storage_type(dtype),
+      "fused_value"_a = fused != nullptr      ? fused_load_source(*fused)
+                        : epilogue != nullptr ? fused_epilogue_source(*epilogue)
+                                              : std::string(),
+      "params"_a = params_struct(fused != nullptr, epilogue != nullptr),
+      "emit"_a = emit_function(out_dtype, epilogue != nullptr), "S"_a = storage_type(dtype),
       "vector"_a = std::min<std::size_t>(4, 16 / dtype_size(dtype)), "C"_a = compute_type(dtype),
       "load"_a = load_expression(dtype, "v"), "accumulator"_a = r.accumulator(dtype, out_dtype),
       "common"_a = kCommon, "loads"_a = fused != nullptr ? kFusedLoads : kLoads,

@@ -83,6 +83,10 @@ NodeRef computed_node(Primitive inner) {
 
 }  // namespace
 
+std::shared_ptr<FusionPassthrough> make_fusion_backend(std::shared_ptr<Backend> inner) {
+  return std::make_shared<FusionBackend>(std::move(inner));
+}
+
 NodeRef FusionPassthrough::node_of(const Primitive& p) const {
   if (!p->device().is_fused()) return computed_node(p);  // the unfused device's, a constant
   const auto& tensor = static_cast<const FusionTensor&>(*p);
@@ -174,7 +178,35 @@ Primitive FusionPassthrough::record(OpCode op, DType dtype, Shape shape, const S
                                             device_);
 }
 
-bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape& space) {
+Shape FusionPassthrough::group_space(const LazyNode& target, Shape& epilogue) const {
+  epilogue = Shape{};
+  if (!reduction_epilogues_ || target.params.dim >= 0) return target.space();
+  // Depth-first over the pending elementwise nodes of target's shape that target reads; the
+  // first pending reduction whose result has that shape gives the space. (Bounded: a group holds
+  // at most kMaxGroupOps pending nodes.)
+  std::array<const LazyNode*, kMaxGroupOps> stack{};
+  std::size_t depth = 0, visited = 0;
+  stack[depth++] = &target;
+  while (depth > 0 && visited++ < kMaxGroupOps) {
+    const LazyNode* node = stack[--depth];
+    for (std::uint8_t k = 0; k < node->arity; ++k) {
+      const LazyNode* in = node->inputs[k].get();
+      if (in->computed() || in->shape != target.shape) continue;
+      if (in->params.dim >= 0) {
+        if (op_info(in->op).group == "reduce" && in->space() != target.shape) {
+          epilogue = target.shape;
+          return in->space();
+        }
+      } else if (in->op != OpCode::random && depth < stack.size()) {
+        stack[depth++] = in;
+      }
+    }
+  }
+  return target.space();
+}
+
+bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape& space,
+                               const Shape& epilogue) {
   group.clear();
   group.stamp = ++gathers_;
   group.program.shape = space;
@@ -198,7 +230,12 @@ bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape&
     std::array<std::int32_t, 3> inputs{};
     for (std::uint8_t k = 0; k < node->arity; ++k) {
       LazyNode* in = node->inputs[k].get();
-      if (!in->computed() && in->space() != space) compute_locked(node->inputs[k]);
+      // A reduction's epilogue: elementwise ops over results of the reduced shape (not random,
+      // whose values are drawn at positions of its own shape).
+      const bool joins_epilogue = epilogue.rank() > 0 && in->params.dim < 0 &&
+                                  in->op != OpCode::random && in->shape == epilogue;
+      if (!in->computed() && in->space() != space && !joins_epilogue)
+        compute_locked(node->inputs[k]);
       inputs[k] = self(self, in);
     }
     step.inputs = inputs;
@@ -225,22 +262,37 @@ bool FusionPassthrough::gather(Group& group, const NodeRef& target, const Shape&
 namespace {
 
 // Offers the backend to write output k of program into `into` (FusedProgram::write_into) where
-// the group allows it: no step along a dim (a reduction's kernels may read an element after an
-// elementwise kernel of the same launch wrote it), only float steps (an integer op that fails,
-// division by zero, makes a backend run the group again step by step, which would read the leaf
-// written), and output k iterates over the whole space. (A product runs whole before the steps
-// after it: it has read its inputs before anything is written.) The backend checks the memory
-// (into dense, other leaves on its storage the same view).
+// the group allows it: only float steps (an integer op that fails, division by zero, makes a
+// backend run the group again step by step, which would read the leaf written), and either
+// output k iterates over the whole space and no step works along a dim (a reduction's kernels
+// may read an element after an elementwise kernel of the same launch wrote it), or output k is of
+// a reduction's epilogue and only epilogue steps read into's values, directly or not (each reads
+// an element just before the element is written). (A product runs whole before the steps after
+// it: it has read its inputs before anything is written.) The backend checks the memory (into
+// dense, other leaves on its storage the same view).
 void offer_write_into(FusedProgram& program, std::size_t k, const Primitive& into) {
   const FusedStep& out = program.steps[static_cast<std::size_t>(program.outputs[k])];
-  if (out.dtype != into->dtype() || out.shape != into->shape() || out.shape != program.shape) {
-    return;
-  }
+  if (out.dtype != into->dtype() || out.shape != into->shape()) return;
+  const bool epilogue = out.shape != program.shape;
   for (const FusedStep& step : program.steps) {
-    if (step.dim() >= 0 || !is_float(step.dtype)) return;
+    if ((step.dim() >= 0 && !epilogue) || !is_float(step.dtype)) return;
   }
   std::vector<Primitive>& leaves = program.leaves;
   auto leaf = std::find(leaves.begin(), leaves.end(), into);
+  if (epilogue && leaf != leaves.end()) {
+    // The values that depend on into's: every step that computes one is an epilogue step.
+    std::vector<bool> reads_into(leaves.size() + program.steps.size(), false);
+    reads_into[static_cast<std::size_t>(leaf - leaves.begin())] = true;
+    for (std::size_t i = 0; i < program.steps.size(); ++i) {
+      const FusedStep& step = program.steps[i];
+      bool reads = false;
+      for (std::uint8_t j = 0; j < step.arity; ++j)
+        reads = reads || reads_into[static_cast<std::size_t>(step.inputs[j])];
+      if (!reads) continue;
+      if (step.dim() >= 0 || step.shape != out.shape) return;
+      reads_into[leaves.size() + i] = true;
+    }
+  }
   if (leaf == leaves.end()) {
     leaves.push_back(into);
     leaf = leaves.end() - 1;
@@ -260,12 +312,15 @@ void offer_write_into(FusedProgram& program, std::size_t k, const Primitive& int
 
 bool FusionPassthrough::compute_locked(const NodeRef& target, const Primitive& into) {
   if (target->computed()) return false;
-  const Shape space = target->space();
   const GroupLease lease;
   Group& group = *lease;
   // Computing an input outside the group may compute steps already taken into it (a node of
-  // this space that the outside input depends on): then the group is gathered again.
-  while (!gather(group, target, space)) {
+  // this space that the outside input depends on): then the group is gathered again, over the
+  // space target then has (its reduction may have run).
+  Shape epilogue;
+  for (;;) {
+    const Shape space = group_space(*target, epilogue);
+    if (gather(group, target, space, epilogue)) break;
     if (target->computed()) return false;
   }
   // The values to write: the target, and every other step a user still holds.

@@ -113,8 +113,14 @@ class FusionPassthrough : public ForwardingBackend {
   bool compute_locked(const NodeRef& target, const Primitive& into = nullptr);
   // computed(p) for a caller that holds mutex_.
   Primitive computed_locked(const Primitive& p);
-  // Gathers target's group over space; false when gathering computed one of its steps.
-  bool gather(Group& group, const NodeRef& target, const Shape& space);
+  // The space of target's group: target's own; or, where the inner backend runs a reduction's
+  // epilogue in its kernels (Backend::fuses_reduction_epilogues), for an elementwise op over the
+  // result of a pending reduction along a dim (through elementwise ops of that result's shape),
+  // the reduction's input's, with the result's shape as epilogue (else epilogue is rank 0).
+  Shape group_space(const LazyNode& target, Shape& epilogue) const;
+  // Gathers target's group over space (and the pending elementwise nodes of the epilogue's
+  // shape, where it has a rank); false when gathering computed one of its steps.
+  bool gather(Group& group, const NodeRef& target, const Shape& space, const Shape& epilogue);
   // Computes every held pending node but those of skip (kept queued).
   void flush_locked(std::span<const LazyNode* const> skip = {});
 
@@ -128,14 +134,20 @@ class FusionPassthrough : public ForwardingBackend {
   std::uint64_t gathers_ = 0;  // gathers so far, each one's stamp on the nodes it takes
   std::atomic<std::uint64_t> groups_run_{0};
   std::atomic<bool> check_{check_from_environment()};
-  // The inner backend's min_fused_elements() and this decorator's device, asked once.
+  // The inner backend's min_fused_elements() and fuses_reduction_epilogues() and this
+  // decorator's device, asked once.
   const std::int64_t min_fused_ = inner().min_fused_elements();
+  const bool reduction_epilogues_ = inner().fuses_reduction_epilogues();
   const Device device_ = inner().device().fused();
   ResultHook result_hook_;
   GroupControls controls_ = GroupControls::from_environment();  // guarded by mutex_
   static bool check_from_environment() noexcept;
   void check_group(const FusedProgram& program, const std::vector<Primitive>& fused);
 };
+
+// The fusion decorator over inner: the registry's for a fused device; tests wrap a backend of
+// their own.
+std::shared_ptr<FusionPassthrough> make_fusion_backend(std::shared_ptr<Backend> inner);
 
 class KILN_INTERNAL FusionBackend final : public FusionPassthrough {
  public:
