@@ -273,6 +273,10 @@ void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outp
         r < into.size() && into[r] ? into[r] : runtime.make_tensor(op.dtype, shape_, op.spec.name);
     params.out[j] = result->data();
   }
+  bind_scalars(runtime, params);
+}
+
+void KernelCapture::bind_scalars(Runtime& runtime, FusedParams& params) const {
   std::copy(scalars_.begin(), scalars_.end(), params.s);
   params.error_word = runtime.context.error_word();
   for (const Op& op : ops_) {
@@ -421,13 +425,7 @@ std::vector<TensorPtr> KernelCapture::run_tail_over_input(Runtime& runtime,
                      : runtime.make_tensor(ops_[r].dtype, shape, ops_[r].spec.name);
     params.out[j] = results[r]->data();
   }
-  std::copy(scalars_.begin(), scalars_.end(), params.s);
-  params.error_word = runtime.context.error_word();
-  for (const Op& op : ops_) {
-    if (op.failure >= 0) {
-      params.tokens[op.failure] = runtime.context.error_token(op.spec.name, op.spec.failure);
-    }
-  }
+  bind_scalars(runtime, params);
   TensorPtr result = tail_->run.with_epilogue(runtime, x, epilogue);
   if (wanted[tail]) results[tail] = std::move(result);
   return results;

@@ -197,6 +197,8 @@ class KernelCapture {
                          std::string& modes);
   // The tensors of outputs (in results), their addresses, the inputs', the scalars and the
   // error tokens in params.
+  // The scalars and the error tokens of every op (bind, and an epilogue's parameters).
+  void bind_scalars(Runtime& runtime, FusedParams& params) const;
   void bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
             std::span<const TensorPtr> into, std::vector<TensorPtr>& results,
             FusedParams& params) const;
