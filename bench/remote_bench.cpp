@@ -64,7 +64,9 @@ void upload_on(benchmark::State& state, bool repeated) {
     std::vector<float> host = host_values(n, 7);
     TensorData data = TensorData::from_vec(host, {n});
     float* first = reinterpret_cast<float*>(data.bytes().data());
-    std::int64_t iteration = 0;
+    // Counts across repetitions (each calls this again in the same session): a count from 0 in
+    // each would repeat the first repetition's contents, which the server then has cached.
+    static std::int64_t iteration = 0;
     {
       const auto t = Tensor<1>::from_data(data, device);
       expect_near(read_one(t), host[0], 0, "upload");

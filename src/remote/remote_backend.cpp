@@ -200,6 +200,7 @@ Primitive RemoteBackend::from_data(TensorData data, Device) {
   const std::uint32_t id = channel_->new_id();
   auto result = std::make_shared<RemoteTensor>(type_of(data), device_, channel_.get(), id);
   channel_->upload(id, data);
+  uploaded_.release(std::move(data).into_bytes());
   return result;
 }
 

@@ -11,6 +11,7 @@
 
 #include "contract/backend.h"
 #include "kiln/detail/op_columns.h"
+#include "remote/background_release.h"
 #include "remote/channel.h"
 
 namespace kiln::remote {
@@ -81,6 +82,7 @@ class RemoteBackend final : public Backend {
 
   const Device device_;
   std::unique_ptr<Channel> channel_;
+  BackgroundRelease uploaded_;  // the bytes of uploads, freed off the caller's thread
 };
 
 }  // namespace kiln::remote
