@@ -1,11 +1,9 @@
 #include "remote/channel.h"
 
-// Inline, so that XXH3 takes the widest vectors this build targets (-march=native): the
-// library's own build is for any x86-64, and hashed 64 MB in 5-6 ms against 2.8 inline.
-#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "contract/contract.h"
+#include "remote/content_hash.h"
 
 namespace kiln::remote {
 namespace {
@@ -186,10 +184,7 @@ std::uint64_t Channel::hash_of(const TensorData& data) const {
     type.push_back(data.scheme().block_size);
   }
   const std::uint64_t type_hash = XXH3_64bits(type.data(), type.size() * sizeof(std::int64_t));
-  // One thread: hashing runs at the speed of memory, and a second thread only shared it (a 64 MB
-  // upload hashed in 4 ms on one core, 5.5 ms on two).
-  const std::span<const std::byte> bytes = data.bytes();
-  const std::uint64_t hash = XXH3_64bits_withSeed(bytes.data(), bytes.size(), type_hash);
+  const std::uint64_t hash = content_hash(data.bytes(), type_hash);
   return hash == 0 ? 1 : hash;  // 0 means "not cached" on the wire
 }
 
