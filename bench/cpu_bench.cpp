@@ -326,6 +326,23 @@ BENCHMARK(dropout_mask_fill_fused_large)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.3);
 
+// ---- a normal draw of a 4096² f32 tensor (a model's initialisation): 1 output written; the
+// spot check is that the draw's mean and spread are those asked for, within 1% ----
+void random_normal_large(benchmark::State& state) {
+  state.counters["bytes"] = 1.0 * kLarge * kLarge * sizeof(float);
+  guarded(state, [&] {
+    const Distribution normal = Distribution::normal(0.5, 2.0);
+    const auto sample = Tensor<2>::random({kLarge, kLarge}, normal, kDevice);
+    const double mean = sample.mean().into_scalar<double>();
+    const double spread = std::sqrt((sample - mean).powf_scalar(2).mean().into_scalar<double>());
+    expect_near(mean, 0.5, 0.01 * 2.0, "random_normal mean");
+    expect_near(spread, 2.0, 0.01 * 2.0, "random_normal spread");
+    for (auto _ : state)
+      benchmark::DoNotOptimize(read_one(Tensor<2>::random({kLarge, kLarge}, normal, kDevice)));
+  });
+}
+BENCHMARK(random_normal_large)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+
 // ---- the elementwise layer's other paths: broadcast, strided, 16-bit floats, compare ----
 // Each reads two 4096² operands (or one and a row) and writes one; the spot check is element
 // [0, 0].

@@ -145,6 +145,10 @@ def workloads():
         "dropout_mask_fill_large": lambda: read_one(
             x.masked_fill(torch.rand(x.shape, generator=g) < 0.1, 0.0) / 0.9
         ),
+        # torch's own normal draw (its generator, not kiln's stream), as a model's init makes it.
+        "random_normal_large": lambda: read_one(
+            torch.empty(LARGE, LARGE).normal_(0.5, 2.0, generator=g)
+        ),
         # autodiff_bench
         "small_add_tracked": small_add_tracked(g),
         "mlp_step/128": mlp_step(128, g),

@@ -173,6 +173,8 @@ def main():
     add_row("softmax 4096^2 dim -1", "softmax_large", "torch", torch_time("softmax_large"))
     add_row("softmax 4096^2 dim -1, fused", "softmax_fused_large", "torch",
             torch_time("softmax_large"), "kiln <= 3.5 ms")
+    add_row("normal draw 4096^2 f32", "random_normal_large", "torch",
+            torch_time("random_normal_large"))
     # autodiff_bench: the cost of recording a node, against the same add untracked.
     add_row("small_add tracked 16 f32", "small_add_tracked", "plain",
             median("small_add_plain"), "ratio >= 0.5 (<= 2x plain)")

@@ -17,17 +17,11 @@ inline double uniform01(std::uint64_t seed, std::uint64_t counter) noexcept {
   return static_cast<double>(mix64(mix64(seed) ^ counter) >> 11) * 0x1.0p-53;
 }
 
-// Standard normal by Box-Muller on two uniforms.
-inline double standard_normal(std::uint64_t seed, std::uint64_t counter) noexcept {
-  const double u1 = 1.0 - uniform01(seed, 2 * counter);  // (0, 1]
-  const double u2 = uniform01(seed, 2 * counter + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
-
 // Values [begin, begin + count) of a draw at `at` (value i is the stream's value at.first + i),
 // as dtype's elements into out: the random op's numbers, for all of a tensor (the op) or for the
 // positions of a piece or tile of a fused group (cpu_fused.cpp), bit for bit the same either way.
-// Normal draws two uniforms per value (counters 2c and 2c + 1 of the value's counter c).
+// Normal draws two uniforms per value (counters 2c and 2c + 1 of the value's counter c) and
+// takes sqrt(-2 log(1 - u1)) cos(2 pi u2) (Box-Muller).
 void draw_random(std::byte* out, DType dtype, const Distribution& distribution, RandomStream at,
                  std::int64_t begin, std::int64_t count);
 
