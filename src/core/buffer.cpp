@@ -1,5 +1,6 @@
 #include "core/buffer.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #if defined(__linux__)
@@ -29,15 +30,17 @@ void advise_huge_pages(void* data, std::size_t bytes) noexcept {
 #endif
 }
 
-std::vector<std::byte> allocate_bytes(std::size_t bytes) {
+std::vector<std::byte> allocate_bytes(std::size_t bytes, std::span<const std::byte> initial) {
   if (bytes > kMaxHostAllocationBytes) {
     fail<OutOfMemory>("cpu", "cannot allocate ", bytes, " bytes of host memory");
   }
   try {
-    // Reserved first, advised, then zeroed: the zeroing is the first touch of every page.
+    // Reserved first, advised, then filled: the copy and the zeroing are the first touch of
+    // every page.
     std::vector<std::byte> out;
     out.reserve(bytes);
     advise_huge_pages(out.data(), bytes);
+    out.insert(out.end(), initial.begin(), initial.begin() + std::min(initial.size(), bytes));
     out.resize(bytes);
     return out;
   } catch (const std::bad_alloc&) {

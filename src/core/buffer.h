@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <new>
+#include <span>
 #include <vector>
 
 namespace kiln::detail {
@@ -46,9 +47,10 @@ struct GuardedAllocator {
 template <class T>
 using Buffer = std::vector<T, GuardedAllocator<T>>;
 
-// A std::vector<std::byte> of `bytes` zeroed bytes (what TensorData holds), OutOfMemory on failure.
-// Its whole 2 MiB pages are advised to transparent huge pages before they are first touched.
-std::vector<std::byte> allocate_bytes(std::size_t bytes);
+// A std::vector<std::byte> of `bytes` bytes (what TensorData holds): a copy of `initial` first
+// (at most `bytes` of it), zeros after it; OutOfMemory on failure. Its whole 2 MiB pages are
+// advised to transparent huge pages before they are first touched.
+std::vector<std::byte> allocate_bytes(std::size_t bytes, std::span<const std::byte> initial = {});
 // The size of a transparent huge page on x86-64 Linux.
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 // Advises the whole 2 MiB pages inside [data, data + bytes) to transparent huge pages (Linux;

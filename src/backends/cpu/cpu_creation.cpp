@@ -99,8 +99,8 @@ ReadFuture CpuBackend::into_data(Primitive x) {
   auto c = contiguous(x);
   const std::size_t bytes =
       static_cast<std::size_t>(c->shape().num_elements()) * dtype_size(c->dtype());
-  std::vector<std::byte> host = detail::allocate_bytes(bytes);
-  if (bytes != 0) std::memcpy(host.data(), c->data(), bytes);
+  // Copied in as the buffer is made: no zeroing pass first.
+  std::vector<std::byte> host = detail::allocate_bytes(bytes, {c->data(), bytes});
   std::promise<TensorData> promise;
   promise.set_value(TensorData(std::move(host), c->shape(), c->dtype()));
   return promise.get_future();
