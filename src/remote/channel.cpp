@@ -43,7 +43,7 @@ Channel::Channel(const std::string& address, const std::string& token) : address
     std::rethrow_exception(unavailable(address, e.what()));
   }
   connection_ = std::make_unique<Connection>(std::move(socket));
-  std::vector<std::byte> body;
+  FrameBody body;
   try {
     connection_->send(encode_frame(FrameKind::Hello, [&](ir::wire::Writer& out) {
       write_hello(out, Hello{kProtocolMagic, kProtocolVersion, kBackendContractHash, token});
@@ -258,7 +258,7 @@ void Channel::fail_locked(std::exception_ptr error) {
 }
 
 void Channel::read_replies() {
-  std::vector<std::byte> body;
+  FrameBody body;
   for (;;) {
     FrameHeader header;
     try {

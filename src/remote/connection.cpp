@@ -37,8 +37,7 @@ void Connection::read_exact(std::span<std::byte> data, Deadline deadline) {
   }
 }
 
-FrameHeader Connection::receive(std::vector<std::byte>& body, std::uint64_t limit,
-                                Deadline deadline) {
+FrameHeader Connection::receive(FrameBody& body, std::uint64_t limit, Deadline deadline) {
   std::array<std::byte, kFrameHeaderBytes> head;
   read_exact(head, deadline);
   const FrameHeader header = read_frame_header(head, limit);

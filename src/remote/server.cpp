@@ -65,7 +65,7 @@ void Server::State::serve(Connection& connection, std::uint64_t number) {
   const auto began = std::chrono::steady_clock::now();
   const std::string peer = connection.peer();
   std::string ending = "client closed";
-  std::vector<std::byte> body;
+  FrameBody body;
   std::unique_ptr<Session> session;
   try {
     // The handshake: the only frame read before the token is checked, and a small one.
