@@ -7,6 +7,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,11 @@ class Backend {
   virtual void reset_peak_memory() {}
   // Whether this backend records gradients (the autodiff decorator says yes).
   virtual bool autodiff_enabled() const { return false; }
+  // The bytes of a tensor this backend made with empty(), where they are host memory the caller
+  // may write in place (the CPU): a server receives an upload straight into the tensor instead of
+  // a buffer copied in afterwards. Empty where they are not (device memory, a decorator's
+  // wrapped value), and the caller then goes through from_data.
+  virtual std::span<std::byte> host_bytes(const Primitive& /*fresh*/) { return {}; }
   // Runs a group of ops the fusion decorator recorded and returns the values program.outputs
   // names (contract/fused_program.h). The default runs the steps one by one (run_steps); a
   // backend overrides it to run the group as one kernel.

@@ -369,16 +369,34 @@ void Session::upload(const Upload& chunk) {
       // Kept as the value's failure: the client reads it back as an OutOfMemory.
       return fail_upload(chunk.id, chunk.hash, type);
     }
-    // The first chunk (for most uploads the whole tensor) is copied in as the buffer is made,
-    // with no zeroing pass before it, into huge pages where the kernel offers them (a first touch
-    // faults once per 2 MiB instead of once per 4 KiB).
-    copied = chunk.bytes.size() <= total;
-    std::vector<std::byte> bytes =
-        kiln::detail::allocate_bytes(total, copied ? chunk.bytes : std::span<const std::byte>{});
     PendingUpload pending;
-    pending.data = blocks ? TensorData::quantized(std::move(bytes), chunk.shape, chunk.scheme)
-                          : TensorData(std::move(bytes), chunk.shape, chunk.dtype);
+    pending.type = blocks ? type : ir::TensorType{chunk.dtype, chunk.shape};
     pending.hash = chunk.hash;
+    // Only a CPU server's tensors are host memory (a GPU's empty() would be an allocation made
+    // for nothing).
+    if (!blocks && total > 0 && device_.kind() == DeviceKind::Cpu) {
+      try {
+        pending.tensor = backend_.empty(chunk.shape, chunk.dtype, device_);
+      } catch (...) {
+        return fail_upload(chunk.id, chunk.hash, type);
+      }
+      pending.target = backend_.host_bytes(pending.tensor);
+      if (pending.target.size() != total) {
+        pending.tensor.reset();
+        pending.target = {};
+      }
+    }
+    if (!pending.tensor) {
+      // The first chunk (for most uploads the whole tensor) is copied in as the buffer is made,
+      // with no zeroing pass before it, into huge pages where the kernel offers them (a first
+      // touch faults once per 2 MiB instead of once per 4 KiB).
+      copied = chunk.bytes.size() <= total;
+      std::vector<std::byte> bytes =
+          kiln::detail::allocate_bytes(total, copied ? chunk.bytes : std::span<const std::byte>{});
+      pending.data = blocks ? TensorData::quantized(std::move(bytes), chunk.shape, chunk.scheme)
+                            : TensorData(std::move(bytes), chunk.shape, chunk.dtype);
+      pending.target = pending.data.bytes();
+    }
     uploads_.emplace(chunk.id, std::move(pending));
     bytes_ += total;  // held while it arrives; moved to the slot when complete
   } else if (slots_.size() > chunk.id && slots_[chunk.id].bound && slots_[chunk.id].failure) {
@@ -390,11 +408,11 @@ void Session::upload(const Upload& chunk) {
                                      ", which has no upload in progress"));
   }
   PendingUpload& pending = found->second;
-  std::span<std::byte> target = pending.data.bytes();
+  const std::span<std::byte> target = pending.target;
   if (chunk.offset != pending.received || chunk.bytes.size() > target.size() - chunk.offset ||
-      chunk.dtype != pending.data.dtype() || chunk.shape != pending.data.shape() ||
+      chunk.dtype != pending.type.dtype || chunk.shape != pending.type.shape ||
       chunk.hash != pending.hash ||
-      (chunk.dtype == DType::QFloat && chunk.scheme != pending.data.scheme())) {
+      (chunk.dtype == DType::QFloat && chunk.scheme != pending.type.scheme)) {
     end_session(kiln::detail::concat("upload id ", chunk.id, ": a chunk of ", chunk.bytes.size(),
                                      " bytes at offset ", chunk.offset, " after ", pending.received,
                                      " of ", target.size(),
@@ -407,16 +425,18 @@ void Session::upload(const Upload& chunk) {
 
   PendingUpload done = std::move(pending);
   uploads_.erase(found);
-  const std::uint64_t total = done.data.bytes().size();
+  const std::uint64_t total = done.target.size();
   bytes_ -= total;
   ++totals_.uploads;
   totals_.upload_bytes += total;
-  const ir::TensorType type = type_of(done.data);
-  Primitive value;
-  try {
-    value = backend_.from_data(std::move(done.data), device_);
-  } catch (...) {
-    return fail_upload(chunk.id, done.hash, type);
+  const ir::TensorType type = done.type;
+  Primitive value = std::move(done.tensor);
+  if (!value) {
+    try {
+      value = backend_.from_data(std::move(done.data), device_);
+    } catch (...) {
+      return fail_upload(chunk.id, done.hash, type);
+    }
   }
   // Content the cache holds already (a client that sent it again) keeps the cached value; this
   // one is the slot's own and counted as such, or repeated uploads would escape the limit.

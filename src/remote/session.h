@@ -44,8 +44,14 @@ class Session {
     bool bound = false;
     bool shares_cache = false;  // may share storage with an upload in the cache
   };
+  // An upload whose chunks are still arriving: written straight into the tensor where the
+  // backend lends its host bytes (Backend::host_bytes: the CPU), else into data, which goes
+  // through from_data when complete (device memory, QFloat blocks).
   struct PendingUpload {
+    ir::TensorType type;
+    Primitive tensor;
     TensorData data;
+    std::span<std::byte> target;  // tensor's bytes or data's
     std::uint64_t hash = 0;
     std::uint64_t received = 0;
   };

@@ -25,6 +25,7 @@ class KILN_INTERNAL CpuBackend final : public StridedBackend {
   void reset_peak_memory() override;
   // Reserves count random values (thread-safe): the seed and the counter of the first.
   std::optional<RandomStream> reserve_random(std::uint64_t count) override;
+  std::span<std::byte> host_bytes(const Primitive& fresh) override;
   // A fused group tile by tile, its intermediates in cache (cpu_fused.cpp).
   std::vector<Primitive> run_fused(const FusedProgram& program) override;
   // A src nobody else holds, laid out as dst, moves its storage into dst instead of being copied

@@ -50,6 +50,14 @@ Primitive CpuBackend::from_data(TensorData data, Device) {
   return out;
 }
 
+std::span<std::byte> CpuBackend::host_bytes(const Primitive& fresh) {
+  const auto* tensor = dynamic_cast<const CpuTensor*>(fresh.get());
+  if (tensor == nullptr || !tensor->is_contiguous() || tensor->dtype() == DType::QFloat) return {};
+  const auto bytes =
+      static_cast<std::size_t>(tensor->shape().num_elements()) * dtype_size(tensor->dtype());
+  return {tensor->data(), bytes};
+}
+
 Primitive CpuBackend::empty(Shape shape, DType dtype, Device) {
   check_storage_dtype(*this, dtype, "empty");
   return make_tensor(dtype, shape);

@@ -6,10 +6,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/allocator.h"
 #include "backends/cpu/cpu_tensor.h"
+#include "runtime/registry.h"
 #include "support/devices.h"
 
 namespace kiln {
@@ -216,6 +219,28 @@ TEST(CpuAllocator, ResetPeakStartsANewHighWaterMark) {
   // The autodiff form of the device reports (and resets) the same hardware's memory.
   kCpu.autodiff().reset_peak_memory();
   EXPECT_EQ(kCpu.autodiff().memory_stats().peak_bytes_in_use, in_use);
+}
+
+// ---- host bytes (Backend::host_bytes: a server writes an upload straight into the tensor) ----
+
+TEST(CpuHostBytes, AreTheFreshTensorsOwnBytes) {
+  Backend& cpu = hardware_backend_for(Device::cpu());
+  const Primitive fresh = cpu.empty(Shape{3, 5}, DType::F64, Device::cpu());
+  const std::span<std::byte> bytes = cpu.host_bytes(fresh);
+  ASSERT_EQ(bytes.size(), 15 * sizeof(double));
+  EXPECT_EQ(bytes.data(), data_of(fresh));
+  std::vector<double> values(15);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.25 * static_cast<double>(i) - 1;
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  EXPECT_EQ(cpu.into_data(fresh).get().to_vec<double>(), values);
+}
+
+TEST(CpuHostBytes, AreNoneForAViewThatIsNotContiguous) {
+  Backend& cpu = hardware_backend_for(Device::cpu());
+  const Tensor<2> m = matrix(4, 6).to_device(kCpu.without_fusion());
+  EXPECT_EQ(cpu.host_bytes(m.primitive()).size(), 24 * sizeof(float));
+  EXPECT_TRUE(cpu.host_bytes(m.transpose().primitive()).empty());
+  EXPECT_EQ(cpu.host_bytes(Tensor<2>::zeros(Shape{0, 3}, kCpu).primitive()).size(), 0u);
 }
 
 }  // namespace
