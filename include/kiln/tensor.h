@@ -212,12 +212,23 @@ class Tensor {
 #define KILN_TENSOR_FORM_UNARY(name, allowed)                                         \
   Tensor name() const& requires(allowed) { return Tensor(detail::name(primitive_)); } \
   Tensor name() && requires(allowed) { return Tensor(detail::name(std::move(primitive_))); }
-#define KILN_TENSOR_FORM_BINARY(name, allowed)                          \
-  Tensor name(const Tensor& rhs) const& requires(allowed) {             \
-    return Tensor(detail::name(primitive_, rhs.primitive_));            \
-  }                                                                     \
-  Tensor name(const Tensor& rhs) && requires(allowed) {                 \
-    return Tensor(detail::name(std::move(primitive_), rhs.primitive_)); \
+// An rvalue operand gives its handle up (a temporary of an expression, `p - g * lr`): nothing
+// else then holds its value, which the CPU may overwrite in place and the fusion decorator need
+// not write out. The same tensor on both sides is copied, not moved twice.
+#define KILN_TENSOR_FORM_BINARY(name, allowed)                                    \
+  Tensor name(const Tensor& rhs) const& requires(allowed) {                       \
+    return Tensor(detail::name(primitive_, rhs.primitive_));                      \
+  }                                                                               \
+  Tensor name(const Tensor& rhs) && requires(allowed) {                           \
+    return Tensor(detail::name(std::move(primitive_), rhs.primitive_));           \
+  }                                                                               \
+  Tensor name(Tensor&& rhs) const& requires(allowed) {                            \
+    Primitive lhs = primitive_;                                                   \
+    return Tensor(detail::name(std::move(lhs), rhs.take_primitive_unless(this))); \
+  }                                                                               \
+  Tensor name(Tensor&& rhs) && requires(allowed) {                                \
+    Primitive r = rhs.take_primitive_unless(this);                                \
+    return Tensor(detail::name(std::move(primitive_), std::move(r)));             \
   }
 #define KILN_TENSOR_FORM_SCALAR(name, allowed)                                                   \
   Tensor name(Scalar v) const& requires(allowed) { return Tensor(detail::name(primitive_, v)); } \
@@ -579,6 +590,11 @@ class Tensor {
     }
     return dtype;
   }
+  // This tensor's handle, given up; a copy of it where this is `other` (x.sub(std::move(x))).
+  Primitive take_primitive_unless(const Tensor* other) {
+    if (other == this) return primitive_;
+    return std::move(primitive_);
+  }
   template <class K2>
   Tensor<D, K2> kind_cast() const {
     return Tensor<D, K2>::wrap(detail::to_kind(primitive_, K2::kind));
@@ -622,6 +638,14 @@ Tensor<D, Float> Tensor<D, K>::float_(DType dtype) const {
     return std::move(lhs).name(rhs);                                           \
   }                                                                            \
   template <std::size_t D, NumericKind K>                                      \
+  Tensor<D, K> operator op(const Tensor<D, K>& lhs, Tensor<D, K>&& rhs) {      \
+    return lhs.name(std::move(rhs));                                           \
+  }                                                                            \
+  template <std::size_t D, NumericKind K>                                      \
+  Tensor<D, K> operator op(Tensor<D, K>&& lhs, Tensor<D, K>&& rhs) {           \
+    return std::move(lhs).name(std::move(rhs));                                \
+  }                                                                            \
+  template <std::size_t D, NumericKind K>                                      \
   Tensor<D, K> operator op(const Tensor<D, K>& lhs, Scalar rhs) {              \
     return lhs.name##_scalar(rhs);                                             \
   }                                                                            \
@@ -652,6 +676,23 @@ Tensor<D, K> operator-(Scalar lhs, const Tensor<D, K>& rhs) {
 template <std::size_t D, NumericKind K>
 Tensor<D, K> operator/(Scalar lhs, const Tensor<D, K>& rhs) {
   return Tensor<D, K>::full_like(rhs, lhs).div(rhs);
+}
+template <std::size_t D, NumericKind K>
+Tensor<D, K> operator+(Scalar lhs, Tensor<D, K>&& rhs) {
+  return std::move(rhs).add_scalar(lhs);
+}
+template <std::size_t D, NumericKind K>
+Tensor<D, K> operator*(Scalar lhs, Tensor<D, K>&& rhs) {
+  return std::move(rhs).mul_scalar(lhs);
+}
+template <std::size_t D, NumericKind K>
+Tensor<D, K> operator-(Scalar lhs, Tensor<D, K>&& rhs) {
+  return std::move(rhs).neg().add_scalar(lhs);
+}
+template <std::size_t D, NumericKind K>
+Tensor<D, K> operator/(Scalar lhs, Tensor<D, K>&& rhs) {
+  Tensor<D, K> numerator = Tensor<D, K>::full_like(rhs, lhs);
+  return std::move(numerator).div(std::move(rhs));
 }
 template <std::size_t D, NumericKind K>
 Tensor<D, K> operator-(const Tensor<D, K>& x) {

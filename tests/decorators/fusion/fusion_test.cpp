@@ -575,6 +575,22 @@ TEST(Fusion, AnUpdateInItsGradientsProductIsOneBlasCallIntoTheParameter) {
       }
     }
   }
+  // Written at the call, the expression's temporaries give their handles up to the ops that read
+  // them (the operators' rvalue forms): no memory for the product there either, and the values
+  // of the form made inside a function, bit for bit.
+  {
+    Tensor<2> p = made(200, 300, 87, DType::F32), q = made(200, 300, 87, DType::F32);
+    const Tensor<2> x = made(96, 200, 88, DType::F32), dy = made(96, 300, 89, DType::F32);
+    (void)values(p);
+    (void)values(q);
+    kPlain.reset_peak_memory();
+    const std::int64_t base = kPlain.memory_stats().bytes_in_use;
+    p.assign(p - x.transpose().matmul(dy) * 0.01);
+    EXPECT_LT(kPlain.memory_stats().peak_bytes_in_use - base, 200 * 300 * 4 / 2)
+        << "at the call: the product took memory of its own";
+    q.assign(forms[0].run(q, x, dy));
+    EXPECT_EQ(values(p), values(q));
+  }
   // A zero scale keeps the product's NaN (an infinite term times zero), as the ops one by one do.
   Tensor<2> p = made(64, 128, 84, DType::F32);
   std::vector<double> with_inf = test::spread(64 * 64, 85, 0.5, 1.0);
