@@ -215,20 +215,19 @@ class Tensor {
 // An rvalue operand gives its handle up (a temporary of an expression, `p - g * lr`): nothing
 // else then holds its value, which the CPU may overwrite in place and the fusion decorator need
 // not write out. The same tensor on both sides is copied, not moved twice.
-#define KILN_TENSOR_FORM_BINARY(name, allowed)                                    \
-  Tensor name(const Tensor& rhs) const& requires(allowed) {                       \
-    return Tensor(detail::name(primitive_, rhs.primitive_));                      \
-  }                                                                               \
-  Tensor name(const Tensor& rhs) && requires(allowed) {                           \
-    return Tensor(detail::name(std::move(primitive_), rhs.primitive_));           \
-  }                                                                               \
-  Tensor name(Tensor&& rhs) const& requires(allowed) {                            \
-    Primitive lhs = primitive_;                                                   \
-    return Tensor(detail::name(std::move(lhs), rhs.take_primitive_unless(this))); \
-  }                                                                               \
-  Tensor name(Tensor&& rhs) && requires(allowed) {                                \
-    Primitive r = rhs.take_primitive_unless(this);                                \
-    return Tensor(detail::name(std::move(primitive_), std::move(r)));             \
+#define KILN_TENSOR_FORM_BINARY(name, allowed)                                \
+  Tensor name(const Tensor& rhs) const& requires(allowed) {                   \
+    return Tensor(detail::name(primitive_, rhs.primitive_));                  \
+  }                                                                           \
+  Tensor name(const Tensor& rhs) && requires(allowed) {                       \
+    return Tensor(detail::name(std::move(primitive_), rhs.primitive_));       \
+  }                                                                           \
+  Tensor name(Tensor&& rhs) const& requires(allowed) {                        \
+    return Tensor(detail::name(primitive_, rhs.take_primitive_unless(this))); \
+  }                                                                           \
+  Tensor name(Tensor&& rhs) && requires(allowed) {                            \
+    Primitive r = rhs.take_primitive_unless(this);                            \
+    return Tensor(detail::name(std::move(primitive_), std::move(r)));         \
   }
 #define KILN_TENSOR_FORM_SCALAR(name, allowed)                                                   \
   Tensor name(Scalar v) const& requires(allowed) { return Tensor(detail::name(primitive_, v)); } \

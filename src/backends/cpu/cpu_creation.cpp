@@ -32,6 +32,11 @@ void check_storage_dtype(const CpuBackend& backend, DType dtype, const char* op)
   }
 }
 
+// The bytes of t's elements laid out densely.
+std::size_t dense_bytes(const CpuTensor& t) {
+  return static_cast<std::size_t>(t.shape().num_elements()) * dtype_size(t.dtype());
+}
+
 template <class T>
 void fill(T* out, std::int64_t n, T value) {
   parallel_for(n, kParallelGrain, [&](std::int64_t b, std::int64_t e) {
@@ -53,9 +58,7 @@ Primitive CpuBackend::from_data(TensorData data, Device) {
 std::span<std::byte> CpuBackend::host_bytes(const Primitive& fresh) {
   const auto* tensor = dynamic_cast<const CpuTensor*>(fresh.get());
   if (tensor == nullptr || !tensor->is_contiguous() || tensor->dtype() == DType::QFloat) return {};
-  const auto bytes =
-      static_cast<std::size_t>(tensor->shape().num_elements()) * dtype_size(tensor->dtype());
-  return {tensor->data(), bytes};
+  return {tensor->data(), dense_bytes(*tensor)};
 }
 
 Primitive CpuBackend::empty(Shape shape, DType dtype, Device) {
@@ -105,8 +108,7 @@ ReadFuture CpuBackend::into_data(Primitive x) {
     return promise.get_future();
   }
   auto c = contiguous(x);
-  const std::size_t bytes =
-      static_cast<std::size_t>(c->shape().num_elements()) * dtype_size(c->dtype());
+  const std::size_t bytes = dense_bytes(*c);
   // Copied in as the buffer is made: no zeroing pass first.
   std::vector<std::byte> host = detail::allocate_bytes(bytes, {c->data(), bytes});
   std::promise<TensorData> promise;
