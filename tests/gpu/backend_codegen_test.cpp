@@ -1,12 +1,11 @@
 // Every generated kernel family compiles with NVRTC for sm_90a (what the plugin targets on an
 // H100 or H200: Context::compile_arch), on any machine with the toolkit
 // (no GPU or driver needed): generator or prelude regressions show up in CI, not on the GPU.
-// CI compiles a sample of each family; KILN_CODEGEN=all (scripts/gpu-check) every source.
+// CI compiles a sample of each family to PTX; KILN_CODEGEN=all (scripts/gpu-check) every source
+// to a cubin (gpu/nvrtc_compile.h).
 // Each kernel packs many prelude functions into one expression, so one compile instantiates
 // them all for a dtype.
 #include <gtest/gtest.h>
-#include <nvrtc.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +30,7 @@
 #include "backends/cuda/topk.h"
 #include "contract/strided.h"
 #include "gpu/gpu_test_support.h"
+#include "gpu/nvrtc_compile.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
@@ -47,49 +47,9 @@ std::vector<DType> every_dtype() {
   return all;
 }
 
-struct Compiled {
-  bool ok = false;
-  std::string log;  // NVRTC's messages (warnings too, when it compiled)
-  std::size_t cubin_bytes = 0;
-  double cpu_seconds = 0;  // of the compiling thread (NVRTC compiles on the caller's thread)
-};
+using Compiled = test::NvrtcCompiled;
 
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-// Compiles source for sm_90a as the plugin's Compiler does on 9.0, down to the cubin.
-Compiled compile_to_cubin(const std::string& source) {
-  Compiled c;
-  const double start = thread_cpu_seconds();
-  nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    c.log = "nvrtcCreateProgram failed";
-    return c;
-  }
-  const char* options[] = {"--gpu-architecture=sm_90a", "--std=c++17", "-default-device"};
-  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
-  std::size_t size = 0;
-  nvrtcGetProgramLogSize(program, &size);
-  c.log.assign(size, '\0');
-  nvrtcGetProgramLog(program, c.log.data());
-  c.log.erase(std::find(c.log.begin(), c.log.end(), '\0'), c.log.end());
-  c.ok = result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &c.cubin_bytes) == NVRTC_SUCCESS;
-  if (result != NVRTC_SUCCESS) c.log = std::string(nvrtcGetErrorString(result)) + "\n" + c.log;
-  nvrtcDestroyProgram(&program);
-  c.cpu_seconds = thread_cpu_seconds() - start;
-  return c;
-}
-
-// KILN_CODEGEN=all (scripts/gpu-check) compiles every generated source; otherwise (CI, which has
-// two cores) a sample: NVRTC is most of this suite's time.
-bool every_instance() {
-  const char* which = std::getenv("KILN_CODEGEN");
-  return which != nullptr && std::string(which) == "all";
-}
+bool every_instance() { return test::every_codegen_instance(); }
 
 // Whether compile() compiles its next source: the first of each test and every fifth after it,
 // or every one with KILN_CODEGEN=all (as the GPU check runs it). The sources are still generated
@@ -110,7 +70,7 @@ bool sampled() {
 // Compiles source (when sampled); returns NVRTC's log on failure (empty on success).
 std::string compile(const std::string& source) {
   if (!sampled()) return std::string();
-  Compiled c = compile_to_cubin(source);
+  Compiled c = test::nvrtc_compile(source);
   return c.ok ? std::string() : c.log;
 }
 
@@ -336,7 +296,7 @@ TEST(GpuCodegen, FusedKernelsCompile) {
       const std::string source = fused_kernel_source(kernel, layout);
       EXPECT_NE(source.find(name), std::string::npos) << key << ": " << name;
       EXPECT_EQ(source.find("__global__"), source.rfind("__global__")) << key << ": " << name;
-      const Compiled c = compile_to_cubin(source);
+      const Compiled c = test::nvrtc_compile(source);
       EXPECT_TRUE(c.ok) << key << " " << name << ":\n" << c.log.substr(0, 4000);
     }
     // The rows form: the first input a broadcast row, the second a value per row, any others
@@ -346,7 +306,7 @@ TEST(GpuCodegen, FusedKernelsCompile) {
     if (modes.size() > 1) modes[1] = 'c';
     const std::string rows = fused_rows_source(kernel, modes);
     EXPECT_NE(rows.find("kiln_fused_rows(const FP p)"), std::string::npos) << key;
-    const Compiled c = compile_to_cubin(rows);
+    const Compiled c = test::nvrtc_compile(rows);
     EXPECT_TRUE(c.ok) << key << " rows " << modes << ":\n" << c.log.substr(0, 4000);
   }
   // The key tells apart what the source depends on: wiring, dtypes, outputs.
@@ -388,7 +348,7 @@ TEST(GpuCodegen, FusedReductionsCompile) {
                              (c.flat ? " flat" : " strided");
     EXPECT_NE(source.find("chain_line(p.t, base)"), std::string::npos) << what;
     EXPECT_EQ(source.find("(const S*)p.in"), std::string::npos) << what;  // x is never read
-    const Compiled compiled = compile_to_cubin(source);
+    const Compiled compiled = test::nvrtc_compile(source);
     EXPECT_TRUE(compiled.ok) << what << ":\n" << compiled.log.substr(0, 4000);
   }
   const ReduceKernel readers[] = {ReduceKernel::LinesWarp, ReduceKernel::LinesBlock,
@@ -441,7 +401,7 @@ TEST(GpuCodegen, ReductionEpiloguesCompile) {
                              reduce_kernel_name(c.kernel) + " " + std::string(dtype_name(c.dtype));
     EXPECT_NE(source.find("FP e;"), std::string::npos) << what;
     EXPECT_NE(source.find("fused_epilogue(p.e, o,"), std::string::npos) << what;
-    const Compiled compiled = compile_to_cubin(source);
+    const Compiled compiled = test::nvrtc_compile(source);
     EXPECT_TRUE(compiled.ok) << what << ":\n" << compiled.log.substr(0, 4000);
   }
   // Without an epilogue a result is only written.
@@ -475,7 +435,7 @@ TEST(GpuCodegen, FusedSoftmaxCompiles) {
                         k == SoftmaxKernel::LineWrite;
     std::string failure;
     if (always) {
-      const Compiled compiled = compile_to_cubin(source);
+      const Compiled compiled = test::nvrtc_compile(source);
       if (!compiled.ok) failure = compiled.log;
     } else {
       failure = compile(source);
@@ -906,10 +866,10 @@ TEST(GpuCodegen, ConvFamiliesCompile) {
 
 TEST(GpuCodegen, TopkFamiliesCompile) {
   // The select kernel per key type (each width with the kinds of its dtypes) and list length,
-  // the merge per width and list length; each to a cubin with an empty log (no warning).
-  // Compiled on several threads; the CPU times printed are what a first use pays (the disk cache
-  // spares the next process). The long lists take NVRTC up to half a minute each, several
-  // minutes in all: CI compiles lists of 1 and 4 of every key type, and KILN_CODEGEN=all
+  // the merge per width and list length; each to a cubin (PTX in CI) with an empty log (no
+  // warning). Compiled on several threads; the CPU times printed are what a first use pays (the
+  // disk cache spares the next process). The long lists take NVRTC up to half a minute each,
+  // several minutes in all: CI compiles lists of 1 and 4 of every key type, and KILN_CODEGEN=all
   // (scripts/gpu-check) every instance the plugin may ask for.
   const bool every_list = every_instance();
   struct Instance {
@@ -940,7 +900,7 @@ TEST(GpuCodegen, TopkFamiliesCompile) {
   auto work = [&] {
     for (std::size_t i = next++; i < instances.size(); i = next++) {
       Instance& in = instances[i];
-      in.result = compile_to_cubin(topk_kernel_source(in.kernel, in.dtype, in.list));
+      in.result = test::nvrtc_compile(topk_kernel_source(in.kernel, in.dtype, in.list));
     }
   };
   std::vector<std::thread> threads(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
@@ -951,11 +911,11 @@ TEST(GpuCodegen, TopkFamiliesCompile) {
   for (const Instance& in : instances) {
     const std::string key = topk_kernel_key(in.kernel, in.dtype, in.list);
     const Compiled& c = in.result;
-    EXPECT_TRUE(c.ok && c.cubin_bytes > 0) << key << ":\n" << c.log.substr(0, 4000);
+    EXPECT_TRUE(c.ok && c.bytes > 0) << key << ":\n" << c.log.substr(0, 4000);
     EXPECT_TRUE(c.log.empty()) << key << " warns:\n" << c.log.substr(0, 4000);
     total += c.cpu_seconds;
-    std::cout << "[ topk     ] " << key << ": " << c.cpu_seconds << " s of CPU, cubin "
-              << c.cubin_bytes << " bytes\n";
+    std::cout << "[ topk     ] " << key << ": " << c.cpu_seconds << " s of CPU, " << c.bytes
+              << " bytes\n";
   }
   std::cout << "[ topk     ] " << instances.size() << " NVRTC compiles, " << total
             << " s of CPU in all\n";
@@ -977,8 +937,8 @@ TEST(GpuCodegen, TopkFamiliesCompile) {
 
 TEST(GpuCodegen, ScanFamiliesCompile) {
   // Every module the scans may load: each kernel of each op, per dtype (integer sums and products
-  // per width), 160 in all, to a cubin with an empty log. They take NVRTC a few tenths of a
-  // second each: CI compiles every fifth in (op, dtype, kernel) order, which meets every op,
+  // per width), 160 in all, to a cubin (PTX in CI) with an empty log. They take NVRTC a few tenths
+  // of a second each: CI compiles every fifth in (op, dtype, kernel) order, which meets every op,
   // kernel and dtype; KILN_CODEGEN=all compiles them all.
   const bool every = every_instance();
   struct Instance {
@@ -1011,7 +971,7 @@ TEST(GpuCodegen, ScanFamiliesCompile) {
   auto work = [&] {
     for (std::size_t i = next++; i < instances.size(); i = next++) {
       Instance& in = instances[i];
-      in.result = compile_to_cubin(scan_kernel_source(in.kernel, in.op, in.dtype));
+      in.result = test::nvrtc_compile(scan_kernel_source(in.kernel, in.op, in.dtype));
     }
   };
   std::vector<std::thread> threads(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
@@ -1021,11 +981,11 @@ TEST(GpuCodegen, ScanFamiliesCompile) {
   double total = 0;
   for (const Instance& in : instances) {
     const Compiled& c = in.result;
-    EXPECT_TRUE(c.ok && c.cubin_bytes > 0) << in.key << ":\n" << c.log.substr(0, 4000);
+    EXPECT_TRUE(c.ok && c.bytes > 0) << in.key << ":\n" << c.log.substr(0, 4000);
     EXPECT_TRUE(c.log.empty()) << in.key << " warns:\n" << c.log.substr(0, 4000);
     total += c.cpu_seconds;
-    std::cout << "[ scan     ] " << in.key << ": " << c.cpu_seconds << " s of CPU, cubin "
-              << c.cubin_bytes << " bytes\n";
+    std::cout << "[ scan     ] " << in.key << ": " << c.cpu_seconds << " s of CPU, " << c.bytes
+              << " bytes\n";
   }
   std::cout << "[ scan     ] " << instances.size() << " NVRTC compiles, " << total
             << " s of CPU in all\n";

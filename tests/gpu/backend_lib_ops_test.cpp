@@ -13,7 +13,7 @@
 
 #include "backends/cuda/int_matmul_source.h"
 #include "gpu/gpu_test_support.h"
-#include "gpu/nvrtc_errors.h"
+#include "gpu/nvrtc_compile.h"
 #include "kiln/detail/tensor_ops.h"
 #include "runtime/registry.h"
 

@@ -18,7 +18,7 @@
 
 #include "backends/cuda/quant.h"
 #include "backends/cuda/quant_blocks.h"
-#include "gpu/nvrtc_errors.h"
+#include "gpu/nvrtc_compile.h"
 #include "quant/block_reference.h"
 
 namespace gpu_quant_host {
@@ -477,10 +477,7 @@ TEST(GpuQuantHost, ProductPlansTakeEveryKindAndFitSharedMemory) {
   EXPECT_FALSE(plan_quant_product(kiln::quant_scheme(QKind::Q4_K), 0, DType::BF16, 1).applies);
 }
 
-bool every_instance() {
-  const char* which = std::getenv("KILN_CODEGEN");
-  return which != nullptr && std::string(which) == "all";
-}
+bool every_instance() { return kiln::test::every_codegen_instance(); }
 
 TEST(GpuCodegen, QuantKernelsCompile) {
   // Every kind's decode and products once (bf16 x: the matrix-vector kernel, the tiled one of two
