@@ -50,8 +50,9 @@ start_server() {
 # The upload rows again against a server whose session may hold 1 GiB: the client's cache of
 # uploads (a quarter of that) then evicts, and each new upload lands in memory the server has
 # used before. With the default 16 GiB every upload of the benchmark is new memory, whose first
-# touch the machine may make the larger cost (the development VM took 146 ms for each 64 MB once a
-# process had grown by about 256 MB).
+# touch the machine may make the larger cost (the development VM, a Firecracker guest, hands free
+# 8 MB blocks back to its host: a 2 MB page split from one faults in the host at its first touch,
+# 150-200 ms for each 64 MB, where pages the guest still holds take 7-8 ms).
 reused_log=$(mktemp)
 start_server "$reused_log" --max-session-bytes $((1 << 30))
 # A second of uploads first fills the cache, so that every timed one follows an eviction.
