@@ -17,6 +17,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/lib/lt_autotune.h"
 #include "backends/cuda/lib/matmul_epilogue.h"
+#include "backends/cuda/lib/skinny_matmul.h"
 #include "runtime/autotune.h"
 
 namespace kiln::cuda::lib {
@@ -59,27 +60,6 @@ std::optional<Stored> as_stored(std::int64_t r, std::int64_t c, std::int64_t rs,
   }
   if (auto s = as_is()) return s;
   return transposed();
-}
-
-bool has_bias(Epilogue e) {
-  return e == Epilogue::Bias || e == Epilogue::BiasRelu || e == Epilogue::BiasGelu ||
-         e == Epilogue::BiasGeluTanh;
-}
-
-Activation activation_of(Epilogue e) {
-  switch (e) {
-    case Epilogue::Relu:
-    case Epilogue::BiasRelu:
-      return Activation::Relu;
-    case Epilogue::Gelu:
-    case Epilogue::BiasGelu:
-      return Activation::Gelu;
-    case Epilogue::GeluTanh:
-    case Epilogue::BiasGeluTanh:
-      return Activation::GeluTanh;
-    default:
-      return Activation::None;
-  }
 }
 
 // The cuBLASLt problem: D (M×N, column-major) = op(first) · op(second).
@@ -219,6 +199,15 @@ struct Registry {
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: CUDA may be gone at static exit
   return *r;
+}
+
+// The workspace of (state's device, stream), made at its first use; the caller holds the
+// registry's lock. cuBLASLt and the thin products' split sums share it: a stream runs one at a
+// time.
+void* workspace_of(DeviceState& state, cudaStream_t stream) {
+  void*& ws = state.workspaces[stream];
+  if (ws == nullptr) KILN_CUDA_CHECK("matmul", cudaMalloc(&ws, kWorkspaceBytes));
+  return ws;
 }
 
 LayoutPtr make_layout(cudaDataType_t type, const Stored& s, std::int64_t batch,
@@ -420,6 +409,15 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                     bias ? alignment_of(args.bias) : 0};
 
   Registry& r = registry();
+  if (skinny_product(d)) {
+    void* workspace = nullptr;
+    {
+      std::lock_guard lock(r.mutex);
+      workspace = workspace_of(r.devices[device], stream);
+    }
+    skinny_matmul(d, args, workspace, kWorkspaceBytes, stream);
+    return;
+  }
   Plan* plan = nullptr;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -428,9 +426,7 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
     DeviceState& state = r.devices[device];
     if (state.handle == nullptr) KILN_CUDA_CHECK("matmul", cublasLtCreate(&state.handle));
     handle = state.handle;
-    void*& ws = state.workspaces[stream];
-    if (ws == nullptr) KILN_CUDA_CHECK("matmul", cudaMalloc(&ws, kWorkspaceBytes));
-    workspace = ws;
+    workspace = workspace_of(state, stream);
     auto& slot = r.plans[key];
     if (!slot) {
       try {
