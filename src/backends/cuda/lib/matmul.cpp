@@ -188,6 +188,7 @@ struct Plan {
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
   std::unordered_map<cudaStream_t, void*> workspaces;
+  int sms = 0;  // asked at the first thin product (skinny_matmul.h)
 };
 
 struct Registry {
@@ -386,6 +387,23 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
 
   int device = 0;
   KILN_CUDA_CHECK("matmul", cudaGetDevice(&device));
+  Registry& r = registry();
+  if (skinny_product(d)) {
+    void* workspace = nullptr;
+    int sms = 0;
+    {
+      std::lock_guard lock(r.mutex);
+      DeviceState& state = r.devices[device];
+      workspace = workspace_of(state, stream);
+      if (state.sms == 0) {
+        KILN_CUDA_CHECK("matmul",
+                        cudaDeviceGetAttribute(&state.sms, cudaDevAttrMultiProcessorCount, device));
+      }
+      sms = state.sms;
+    }
+    skinny_matmul(d, args, workspace, kWorkspaceBytes, sms, stream);
+    return;
+  }
   const PlanKey key{device,
                     static_cast<std::int64_t>(d.dtype),
                     static_cast<std::int64_t>(d.compute),
@@ -408,16 +426,6 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                     alignment_of(args.c),
                     bias ? alignment_of(args.bias) : 0};
 
-  Registry& r = registry();
-  if (skinny_product(d)) {
-    void* workspace = nullptr;
-    {
-      std::lock_guard lock(r.mutex);
-      workspace = workspace_of(r.devices[device], stream);
-    }
-    skinny_matmul(d, args, workspace, kWorkspaceBytes, stream);
-    return;
-  }
   Plan* plan = nullptr;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;

@@ -14,8 +14,6 @@
 // order. (A first version read B straight from global memory, each lane its own row of B: ten
 // cache lines a load, slower than cuBLASLt; docs/cuda-backend-notes.md, session 62.)
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -47,9 +45,8 @@ struct Params {
   std::int64_t c_rs, c_cs, c_bs;
   std::int64_t k_chunk;  // terms of k per split
   std::int64_t splits;
-  double alpha, beta;
+  double alpha, beta;  // alpha 1 and no addend unless the epilogue is None (matmul.h)
   Activation activation;
-  bool scaled;  // alpha · A·B (+ beta · addend)
 };
 
 template <class T>
@@ -82,11 +79,8 @@ __device__ void finish(const Params& p, const Operands<T>& o, std::int64_t bi, s
                        std::int64_t j, Acc sum) {
   const std::int64_t at = bi * p.c_bs + i * p.c_rs + j * p.c_cs;
   if (o.bias != nullptr) sum += Compute<T>::load(o.bias[j]);
-  sum = activate(sum, p.activation);
-  if (p.scaled) {
-    sum *= static_cast<Acc>(p.alpha);
-    if (o.addend != nullptr) sum += static_cast<Acc>(p.beta) * Compute<T>::load(o.addend[at]);
-  }
+  sum = activate(sum, p.activation) * static_cast<Acc>(p.alpha);
+  if (o.addend != nullptr) sum += static_cast<Acc>(p.beta) * Compute<T>::load(o.addend[at]);
   o.c[at] = Compute<T>::store(sum);
 }
 
@@ -238,26 +232,11 @@ bool enabled() {
   return value != nullptr && std::string_view(value) == "1";
 }
 
-// The current device's SM count, asked once per device.
-std::int64_t sm_count() {
-  static std::array<std::atomic<int>, 64> counts{};
-  int device = 0;
-  KILN_CUDA_CHECK("matmul", cudaGetDevice(&device));
-  const bool cached = device >= 0 && device < static_cast<int>(counts.size());
-  if (cached) {
-    if (const int known = counts[device].load(std::memory_order_relaxed); known > 0) return known;
-  }
-  int count = 0;
-  KILN_CUDA_CHECK("matmul", cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  if (cached) counts[device].store(count, std::memory_order_relaxed);
-  return std::max(count, 1);
-}
-
 std::int64_t ceil_div(std::int64_t x, std::int64_t y) { return (x + y - 1) / y; }
 
 template <class T>
 void run(const MatmulDesc& d, const MatmulArgs& args, void* workspace, std::size_t workspace_bytes,
-         cudaStream_t stream) {
+         std::int64_t sms, cudaStream_t stream) {
   using Acc = typename Compute<T>::type;
   Params p{};
   p.m = d.m;
@@ -274,7 +253,6 @@ void run(const MatmulDesc& d, const MatmulArgs& args, void* workspace, std::size
   p.c_cs = d.c.col_stride;
   p.c_bs = d.c.batch_stride;
   p.activation = activation_of(d.epilogue);
-  p.scaled = args.addend != nullptr || args.alpha != 1.0;
   p.alpha = args.alpha;
   p.beta = args.beta;
   Operands<T> o{static_cast<const T*>(args.a), static_cast<const T*>(args.b),
@@ -292,7 +270,6 @@ void run(const MatmulDesc& d, const MatmulArgs& args, void* workspace, std::size
   }
   // The column kernels: k split until the blocks fill the SMs (each split at least a tile, or
   // kMinThreadSplit terms), as far as the partial sums fit the workspace.
-  const std::int64_t sms = sm_count();
   const bool by_warp = d.a.col_stride == 1;
   const std::int64_t row_blocks = ceil_div(d.m, by_warp ? kWarps * kRowsPerWarp : kThreadBlock);
   const std::int64_t blocks = row_blocks * d.batch;
@@ -334,22 +311,26 @@ void run(const MatmulDesc& d, const MatmulArgs& args, void* workspace, std::size
 }  // namespace
 
 bool skinny_product(const MatmulDesc& d) {
-  if (d.k <= 0 || d.batch > 65535 || !enabled()) return false;
-  if (d.n <= kMaxThin) return d.a.col_stride == 1 || d.a.row_stride == 1;
-  return d.k <= kMaxThin && d.c.col_stride == 1 && ceil_div(d.m, kShortRows) <= 65535;
+  if (d.k <= 0 || d.batch > 65535) return false;
+  // The shape first: the environment is read for thin products only.
+  const bool thin = d.n <= kMaxThin ? d.a.col_stride == 1 || d.a.row_stride == 1
+                                    : d.k <= kMaxThin && d.c.col_stride == 1 &&
+                                          ceil_div(d.m, kShortRows) <= 65535;
+  return thin && enabled();
 }
 
 void skinny_matmul(const MatmulDesc& desc, const MatmulArgs& args, void* workspace,
-                   std::size_t workspace_bytes, cudaStream_t stream) {
+                   std::size_t workspace_bytes, int sms, cudaStream_t stream) {
+  const std::int64_t count = std::max(sms, 1);
   switch (desc.dtype) {
     case DType::F64:
-      return run<double>(desc, args, workspace, workspace_bytes, stream);
+      return run<double>(desc, args, workspace, workspace_bytes, count, stream);
     case DType::F32:
-      return run<float>(desc, args, workspace, workspace_bytes, stream);
+      return run<float>(desc, args, workspace, workspace_bytes, count, stream);
     case DType::F16:
-      return run<__half>(desc, args, workspace, workspace_bytes, stream);
+      return run<__half>(desc, args, workspace, workspace_bytes, count, stream);
     case DType::BF16:
-      return run<__nv_bfloat16>(desc, args, workspace, workspace_bytes, stream);
+      return run<__nv_bfloat16>(desc, args, workspace, workspace_bytes, count, stream);
     default:
       break;
   }

@@ -25,9 +25,10 @@ namespace kiln::cuda::lib {
 // Every epilogue, alpha, beta and addend is taken.
 [[nodiscard]] bool skinny_product(const MatmulDesc& desc);
 
-// Runs desc (skinny_product(desc) holds) on stream. workspace (workspace_bytes of device memory,
-// used by nothing else on stream meanwhile) holds the partial sums when k is split.
+// Runs desc (skinny_product(desc) holds) on stream, on the current device of sms SMs. workspace
+// (workspace_bytes of device memory, used by nothing else on stream meanwhile) holds the partial
+// sums when k is split.
 void skinny_matmul(const MatmulDesc& desc, const MatmulArgs& args, void* workspace,
-                   std::size_t workspace_bytes, cudaStream_t stream);
+                   std::size_t workspace_bytes, int sms, cudaStream_t stream);
 
 }  // namespace kiln::cuda::lib
