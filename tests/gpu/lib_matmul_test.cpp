@@ -1,6 +1,5 @@
 // kiln_cuda_lib matmul against float64 loops: every dtype, transposed and padded views, batch
-// broadcast, column-major C, every epilogue, k = 0, unaligned pointers, and unsupported layouts;
-// the thin products of skinny_matmul.h against the same loops, and against cuBLASLt.
+// broadcast, column-major C, every epilogue, k = 0, unaligned pointers, and unsupported layouts.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,10 +9,8 @@
 #include <vector>
 
 #include "backends/cuda/lib/matmul.h"
-#include "backends/cuda/lib/skinny_matmul.h"
 #include "gpu_test_util.h"
 #include "kiln/half.h"
-#include "support/scoped_env.h"
 
 namespace kiln::cuda::lib {
 namespace {
@@ -306,68 +303,6 @@ TEST(LibMatmul, UnsupportedLayoutsAreReported) {
                InvalidArgument);
   EXPECT_THROW((void)matmul_supported({DType::F32, -1, 8, 8, 1, square, square, square}),
                InvalidArgument);
-}
-
-// Products with at most 16 columns or a sum of at most 16 terms run kiln's kernels with
-// KILN_CUDA_SKINNY=1 (skinny_matmul.h), which make no cuBLASLt plan; by default cuBLASLt. Both
-// against the float64 loops: a warp per row (A's rows contiguous) and a thread per row (A
-// transposed, as a weight's gradient hᵀ · dy reads it), k split over blocks or not, the short
-// sums with row- and column-major C, a batch over a shared B, every epilogue, alpha and an
-// addend in place and apart, every dtype, pointers off alignment.
-TEST(LibMatmul, ThinProductsRunKilnsKernels) {
-  KILN_REQUIRE_GPU();
-  struct Case {
-    std::int64_t m, n, k, batch;
-    bool a_t, b_t, c_t;
-    Epilogue epilogue;
-    Sum sum;
-    std::int64_t misalign;
-  };
-  const Case cases[] = {
-      {4096, 10, 512, 1, false, false, false, Epilogue::Bias, {}, 0},  // x · w3 + b3
-      {128, 10, 512, 1, false, false, false, Epilogue::None, {}, 0},   // split over k
-      {512, 10, 4096, 1, true, false, false, Epilogue::None, {}, 0},   // h2ᵀ · dy, split
-      {512, 10, 4096, 1, true, false, false, Epilogue::None, {-0.01, 1, true, true}, 0},
-      {4096, 512, 10, 1, false, true, false, Epilogue::None, {}, 0},     // dy · w3ᵀ
-      {300, 600, 7, 1, false, false, false, Epilogue::BiasRelu, {}, 1},  // short sums
-      {300, 200, 7, 1, true, false, true, Epilogue::Relu, {}, 0},        // C by columns
-      {33, 16, 1000, 3, false, false, false, Epilogue::None, {2, -1, true, false}, 0},
-      {17, 3, 16, 2, true, true, true, Epilogue::Gelu, {}, 3},
-      {1, 1, 1, 1, false, false, false, Epilogue::BiasGeluTanh, {}, 0},
-      {5, 17, 16, 4, false, false, false, Epilogue::BiasGelu, {}, 0},
-      {70, 300, 3, 2, true, true, false, Epilogue::None, {0.5, 0.75, true, true}, 2},
-      {2, 1, 30000, 1, false, false, false, Epilogue::None, {}, 0},  // a long dot product
-      {1000, 16, 333, 1, true, true, false, Epilogue::Relu, {}, 1},
-  };
-  std::uint64_t seed = 400;
-  for (const Case& c : cases) {
-    gpu_test::for_each_float_dtype([&]<class T>(DType dtype, T) {
-      MatmulDesc d{dtype,
-                   c.m,
-                   c.n,
-                   c.k,
-                   c.batch,
-                   c.a_t ? col_major(c.m, c.k) : row_major(c.m, c.k),
-                   c.b_t ? col_major(c.k, c.n, 0) : row_major(c.k, c.n, 0),
-                   c.c_t ? col_major(c.m, c.n) : row_major(c.m, c.n)};
-      d.epilogue = c.epilogue;
-      {
-        const test::ScopedEnv cublas("KILN_CUDA_SKINNY", nullptr);
-        EXPECT_FALSE(skinny_product(d));  // off by default
-      }
-      const test::ScopedEnv thin("KILN_CUDA_SKINNY", "1");
-      // Every thin shape but a short sum into C by columns, which cuBLASLt keeps.
-      EXPECT_EQ(skinny_product(d), !(c.n > 16 && c.c_t));
-      const std::size_t plans = matmul_plan_count();
-      check_matmul<T>(d, seed, c.misalign, c.sum);
-      if (skinny_product(d)) {
-        EXPECT_EQ(matmul_plan_count(), plans) << "it went to cuBLASLt";
-      }
-      const test::ScopedEnv cublas("KILN_CUDA_SKINNY", "0");
-      EXPECT_FALSE(skinny_product(d));
-      check_matmul<T>(d, seed++, c.misalign, c.sum);
-    });
-  }
 }
 
 TEST(LibMatmul, PlansAreCached) {

@@ -17,7 +17,6 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/lib/lt_autotune.h"
 #include "backends/cuda/lib/matmul_epilogue.h"
-#include "backends/cuda/lib/skinny_matmul.h"
 #include "runtime/autotune.h"
 
 namespace kiln::cuda::lib {
@@ -60,6 +59,27 @@ std::optional<Stored> as_stored(std::int64_t r, std::int64_t c, std::int64_t rs,
   }
   if (auto s = as_is()) return s;
   return transposed();
+}
+
+bool has_bias(Epilogue e) {
+  return e == Epilogue::Bias || e == Epilogue::BiasRelu || e == Epilogue::BiasGelu ||
+         e == Epilogue::BiasGeluTanh;
+}
+
+Activation activation_of(Epilogue e) {
+  switch (e) {
+    case Epilogue::Relu:
+    case Epilogue::BiasRelu:
+      return Activation::Relu;
+    case Epilogue::Gelu:
+    case Epilogue::BiasGelu:
+      return Activation::Gelu;
+    case Epilogue::GeluTanh:
+    case Epilogue::BiasGeluTanh:
+      return Activation::GeluTanh;
+    default:
+      return Activation::None;
+  }
 }
 
 // The cuBLASLt problem: D (M×N, column-major) = op(first) · op(second).
@@ -188,7 +208,6 @@ struct Plan {
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
   std::unordered_map<cudaStream_t, void*> workspaces;
-  int sms = 0;  // asked at the first thin product (skinny_matmul.h)
 };
 
 struct Registry {
@@ -200,15 +219,6 @@ struct Registry {
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: CUDA may be gone at static exit
   return *r;
-}
-
-// The workspace of (state's device, stream), made at its first use; the caller holds the
-// registry's lock. cuBLASLt and the thin products' split sums share it: a stream runs one at a
-// time.
-void* workspace_of(DeviceState& state, cudaStream_t stream) {
-  void*& ws = state.workspaces[stream];
-  if (ws == nullptr) KILN_CUDA_CHECK("matmul", cudaMalloc(&ws, kWorkspaceBytes));
-  return ws;
 }
 
 LayoutPtr make_layout(cudaDataType_t type, const Stored& s, std::int64_t batch,
@@ -387,23 +397,6 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
 
   int device = 0;
   KILN_CUDA_CHECK("matmul", cudaGetDevice(&device));
-  Registry& r = registry();
-  if (skinny_product(d)) {
-    void* workspace = nullptr;
-    int sms = 0;
-    {
-      std::lock_guard lock(r.mutex);
-      DeviceState& state = r.devices[device];
-      workspace = workspace_of(state, stream);
-      if (state.sms == 0) {
-        KILN_CUDA_CHECK("matmul",
-                        cudaDeviceGetAttribute(&state.sms, cudaDevAttrMultiProcessorCount, device));
-      }
-      sms = state.sms;
-    }
-    skinny_matmul(d, args, workspace, kWorkspaceBytes, sms, stream);
-    return;
-  }
   const PlanKey key{device,
                     static_cast<std::int64_t>(d.dtype),
                     static_cast<std::int64_t>(d.compute),
@@ -426,6 +419,7 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
                     alignment_of(args.c),
                     bias ? alignment_of(args.bias) : 0};
 
+  Registry& r = registry();
   Plan* plan = nullptr;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -434,7 +428,9 @@ void matmul(const MatmulDesc& d, const MatmulArgs& args, cudaStream_t stream) {
     DeviceState& state = r.devices[device];
     if (state.handle == nullptr) KILN_CUDA_CHECK("matmul", cublasLtCreate(&state.handle));
     handle = state.handle;
-    workspace = workspace_of(state, stream);
+    void*& ws = state.workspaces[stream];
+    if (ws == nullptr) KILN_CUDA_CHECK("matmul", cudaMalloc(&ws, kWorkspaceBytes));
+    workspace = ws;
     auto& slot = r.plans[key];
     if (!slot) {
       try {

@@ -1,15 +1,60 @@
 // A strided elementwise pass over C: optional zeroing, bias per column, activation. Computes in
 // float (double for f64), as the CPU's gelu and relu do for these dtypes.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "backends/cuda/check.h"
-#include "backends/cuda/lib/device_math.cuh"
 #include "backends/cuda/lib/matmul_epilogue.h"
 
 namespace kiln::cuda::lib {
 
 namespace {
+
+template <class T>
+struct Compute {
+  using type = float;
+  __device__ static float load(T v) { return static_cast<float>(v); }
+  __device__ static T store(float v) { return static_cast<T>(v); }
+};
+template <>
+struct Compute<double> {
+  using type = double;
+  __device__ static double load(double v) { return v; }
+  __device__ static double store(double v) { return v; }
+};
+template <>
+struct Compute<__half> {
+  using type = float;
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+template <>
+struct Compute<__nv_bfloat16> {
+  using type = float;
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <class C>
+__device__ C activate(C x, Activation activation) {
+  switch (activation) {
+    case Activation::Relu:
+      return x < C(0) ? C(0) : x;
+    case Activation::Gelu:
+      // x Φ(x) = x erfc(-x / sqrt 2) / 2: no cancellation in the left tail (cpu_activation.cpp).
+      if (isinf(x) && x < C(0)) return C(0);
+      return x * C(0.5) * erfc(-x * C(0.70710678118654752440));
+    case Activation::GeluTanh: {
+      const C inner = C(0.79788456080286535588) * (x + C(0.044715) * x * x * x);
+      return C(0.5) * x * (C(1) + tanh(inner));
+    }
+    default:
+      return x;
+  }
+}
 
 template <class T>
 __global__ void epilogue_kernel(T* c, const T* bias, std::int64_t m, std::int64_t n,

@@ -13,27 +13,6 @@ namespace kiln::cuda::lib {
 
 enum class Activation : std::uint8_t { None, Relu, Gelu, GeluTanh };
 
-inline bool has_bias(Epilogue e) {
-  return e == Epilogue::Bias || e == Epilogue::BiasRelu || e == Epilogue::BiasGelu ||
-         e == Epilogue::BiasGeluTanh;
-}
-
-inline Activation activation_of(Epilogue e) {
-  switch (e) {
-    case Epilogue::Relu:
-    case Epilogue::BiasRelu:
-      return Activation::Relu;
-    case Epilogue::Gelu:
-    case Epilogue::BiasGelu:
-      return Activation::Gelu;
-    case Epilogue::GeluTanh:
-    case Epilogue::BiasGeluTanh:
-      return Activation::GeluTanh;
-    default:
-      return Activation::None;
-  }
-}
-
 // C[b, i, j] = act((zero_first ? 0 : C[b, i, j]) + (bias ? bias[j] : 0)) for the m×n matrices
 // of desc.c, asynchronously on stream.
 void apply_epilogue(const MatmulDesc& desc, void* c, const void* bias, Activation activation,
