@@ -14,6 +14,7 @@
 
 #include "gpu/conv_cases.h"
 #include "gpu/gpu_test_support.h"
+#include "gpu/own_autotune_cache.h"
 #include "kiln/detail/tensor_ops.h"
 #include "runtime/autotune.h"
 #include "runtime/cuda_plugin.h"
@@ -38,24 +39,6 @@ std::int64_t cudnn_calls(int index, std::string* reason = nullptr) {
   if (reason != nullptr) *reason = status;
   return loaded ? calls : -1;
 }
-
-// The autotune cache as a file of this test's own, empty at the start (never the user's).
-class OwnAutotuneCache {
- public:
-  OwnAutotuneCache() : previous_(autotune::cache_path()) {
-    autotune::set_cache_path(::testing::TempDir() + "kiln_conv_cudnn_autotune.tsv");
-    autotune::clear();
-  }
-  ~OwnAutotuneCache() {
-    autotune::clear();
-    autotune::set_cache_path(previous_);
-  }
-  OwnAutotuneCache(const OwnAutotuneCache&) = delete;
-  OwnAutotuneCache& operator=(const OwnAutotuneCache&) = delete;
-
- private:
-  std::string previous_;
-};
 
 // Whether a case must run through cuDNN: the plainest 2-d convolution in every dtype (cuDNN
 // has deterministic algorithms for it in each), and the other 2-d cases in f32, whose FMA
@@ -125,7 +108,7 @@ void expect_cases_through_cudnn(const Device& device, const std::vector<Case>& c
 
 TEST(GpuConvCudnn, ConvMatchesCpu) {
   KILN_REQUIRE_CUDNN();
-  const OwnAutotuneCache cache;
+  const test::OwnAutotuneCache cache("kiln_conv_cudnn_autotune.tsv");
   const ScopedEnv path("KILN_CONV", "cudnn");
   expect_cases_through_cudnn(
       device, conv_cases(), 6000, [](const ConvCase& c) { return c.w[0]; },
@@ -136,7 +119,7 @@ TEST(GpuConvCudnn, ConvMatchesCpu) {
 
 TEST(GpuConvCudnn, ConvTransposeMatchesCpu) {
   KILN_REQUIRE_CUDNN();
-  const OwnAutotuneCache cache;
+  const test::OwnAutotuneCache cache("kiln_conv_cudnn_autotune.tsv");
   const ScopedEnv path("KILN_CONV", "cudnn");
   expect_cases_through_cudnn(
       device, transpose_cases(), 7000,
@@ -177,7 +160,7 @@ void expect_gradients_through_cudnn(const Device& device, std::uint64_t seed,
 
 TEST(GpuConvCudnn, GradientsMatchCpu) {
   KILN_REQUIRE_CUDNN();
-  const OwnAutotuneCache cache;
+  const test::OwnAutotuneCache cache("kiln_conv_cudnn_autotune.tsv");
   const ScopedEnv path("KILN_CONV", "cudnn");
   expect_gradients_through_cudnn(device, 8000, {std::begin(kFloatDTypes), std::end(kFloatDTypes)});
 }
@@ -188,7 +171,7 @@ TEST(GpuConvCudnn, GradientsMatchCpu) {
 // engine cuDNN would not be taken at all).
 TEST(GpuConvCudnn, GraphEnginesMatchCpu) {
   KILN_REQUIRE_CUDNN();
-  const OwnAutotuneCache cache;
+  const test::OwnAutotuneCache cache("kiln_conv_cudnn_autotune.tsv");
   const ScopedEnv path("KILN_CONV", "cudnn");
   const ScopedEnv graph("KILN_CUDNN_GRAPH", "only");
   const std::vector<DType> dtypes = {DType::F16, DType::BF16};
@@ -309,7 +292,7 @@ TEST(GpuConvCudnn, AnUnknownKilnCudnnGraphIsRefused) {
 TEST(GpuConvCudnn, TheChoicePerShapeIsMeasuredOnceAndRemembered) {
   KILN_REQUIRE_CUDNN();
   if (!autotune::enabled()) GTEST_SKIP() << "KILN_AUTOTUNE=0: nothing is measured";
-  const OwnAutotuneCache cache;
+  const test::OwnAutotuneCache cache("kiln_conv_cudnn_autotune.tsv");
   const ScopedEnv path("KILN_CONV", "auto");
   // A shape no other test uses (the choice is kept per process too).
   Primitive x = host_random({3, 16, 19, 17}, DType::F32, 9300);
@@ -342,7 +325,7 @@ TEST(GpuConvCudnn, TheChoicePerShapeIsMeasuredOnceAndRemembered) {
 // f32 through cuDNN is f32-accurate unless the device allows tf32 (then within tf32's rounding).
 TEST(GpuConvCudnn, Tf32OnlyWhenAllowed) {
   KILN_REQUIRE_CUDNN();
-  const OwnAutotuneCache cache;
+  const test::OwnAutotuneCache cache("kiln_conv_cudnn_autotune.tsv");
   const ScopedEnv path("KILN_CONV", "cudnn");
   const bool was = device.allow_tf32();
   Primitive x = host_random({2, 16, 20, 20}, DType::F32, 9400);

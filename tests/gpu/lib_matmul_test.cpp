@@ -11,6 +11,8 @@
 #include "backends/cuda/lib/matmul.h"
 #include "gpu_test_util.h"
 #include "kiln/half.h"
+#include "own_autotune_cache.h"
+#include "runtime/autotune.h"
 
 namespace kiln::cuda::lib {
 namespace {
@@ -303,6 +305,31 @@ TEST(LibMatmul, UnsupportedLayoutsAreReported) {
                InvalidArgument);
   EXPECT_THROW((void)matmul_supported({DType::F32, -1, 8, 8, 1, square, square, square}),
                InvalidArgument);
+}
+
+// Products with few output tiles over a long k, from an empty autotune cache: the autotuner times
+// the heuristic's algorithms and their variants split over k (lt_autotune.h) and keeps the
+// fastest, whichever it is; its result, and the same plan's again, against float64.
+TEST(LibMatmul, LongSumsThroughTheAutotunersSplits) {
+  KILN_REQUIRE_GPU();
+  const test::OwnAutotuneCache cache("kiln_lib_matmul_autotune.tsv");
+  std::uint64_t seed = 90;
+  for (int round = 0; round < 2; ++round) {
+    // A first layer's product at a small batch, with its bias and ReLU.
+    check_matmul<float>({DType::F32, 128, 512, 784, 1, row_major(128, 784), row_major(784, 512),
+                         row_major(128, 512), MatmulCompute::Default, Epilogue::BiasRelu},
+                        seed++);
+    // A weight's gradient: Aᵀ read through a view, the update summed into C in place.
+    check_matmul<float>(
+        {DType::F32, 96, 80, 6000, 1, col_major(96, 6000), row_major(6000, 80), row_major(96, 80)},
+        seed++, 0, Sum{-0.5, 1, true, true});
+    gpu_test::for_each_float_dtype([&]<class T>(DType dtype, T) {
+      check_matmul<T>(
+          {dtype, 32, 48, 3000, 2, row_major(32, 3000), col_major(3000, 48), row_major(32, 48)},
+          seed++, 1);
+    });
+  }
+  EXPECT_FALSE(autotune::entries().empty());
 }
 
 TEST(LibMatmul, PlansAreCached) {

@@ -1,5 +1,6 @@
 #include "backends/cuda/lib/lt_autotune.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -68,6 +69,58 @@ bool stream_capturing(cudaStream_t stream, const char* op) {
 }
 
 }  // namespace
+
+std::vector<cublasLtMatmulHeuristicResult_t> with_split_variants(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+    const cublasLtMatmulHeuristicResult_t* results, int found, std::size_t workspace_bytes) {
+  std::vector<cublasLtMatmulHeuristicResult_t> out(results, results + found);
+  if (!autotune::enabled()) return out;
+  auto known = [&](const cublasLtMatmulAlgo_t& algo) {
+    return std::any_of(out.begin(), out.end(), [&](const cublasLtMatmulHeuristicResult_t& r) {
+      return std::memcmp(&r.algo, &algo, sizeof(algo)) == 0;
+    });
+  };
+  // Attribute queries on an algorithm the heuristic returned fail only for attributes this
+  // cuBLASLt lacks: a variant is then simply not offered.
+  for (int i = 0; i < std::min(found, kLtSplitVariantsOf); ++i) {
+    const cublasLtMatmulAlgo_t& base = results[i].algo;
+    std::int32_t splittable = 0;
+    std::uint32_t schemes = 0;
+    std::size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splittable,
+                                          sizeof(splittable), &written) != CUBLAS_STATUS_SUCCESS ||
+        splittable == 0 ||
+        cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                          sizeof(schemes), &written) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    // Partial sums in the compute type, added by a separate kernel; else in the output's type.
+    const std::uint32_t scheme = (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) != 0
+                                     ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                                 : (schemes & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE) != 0
+                                     ? CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE
+                                     : 0;
+    if (scheme == 0) continue;
+    for (const std::uint32_t splits : {2u, 4u, 8u, 16u}) {
+      cublasLtMatmulAlgo_t algo = base;
+      cublasLtMatmulHeuristicResult_t variant{};
+      if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                               sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                               &scheme, sizeof(scheme)) != CUBLAS_STATUS_SUCCESS ||
+          known(algo) ||
+          cublasLtMatmulAlgoCheck(handle, desc, a, b, c, d, &algo, &variant) !=
+              CUBLAS_STATUS_SUCCESS ||
+          variant.workspaceSize > workspace_bytes) {
+        continue;
+      }
+      variant.algo = algo;
+      out.push_back(variant);
+    }
+  }
+  return out;
+}
 
 void LtChoice::offer(const cublasLtMatmulHeuristicResult_t* results, int found) {
   algo = results[0].algo;

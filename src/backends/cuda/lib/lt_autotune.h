@@ -19,6 +19,19 @@ namespace kiln::cuda::lib {
 // Algorithms asked of the heuristic when autotuning.
 inline constexpr int kLtAutotuneCandidates = 8;
 
+// The heuristic's results and, when autotuning, variants of its first kLtSplitVariantsOf that
+// split the sum over k differently (CUBLASLT_ALGO_CONFIG_SPLITK_NUM 2 to 16, the parts added by
+// cuBLASLt's reduction kernel in a fixed order, so deterministic), each checked
+// (cublasLtMatmulAlgoCheck) and needing at most workspace_bytes: the heuristic ranks few such
+// splits, and a product with few output tiles over a long k (a first layer's product at a small
+// batch: 64 tiles walking k = 784 serially on 132 SMs) runs faster split. The autotuner times
+// them beside the rest.
+inline constexpr int kLtSplitVariantsOf = 3;
+std::vector<cublasLtMatmulHeuristicResult_t> with_split_variants(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+    const cublasLtMatmulHeuristicResult_t* results, int found, std::size_t workspace_bytes);
+
 // The machine part of an autotune key (architecture, SMs, driver, CUDA, cuBLASLt and kiln
 // versions): what makes a measured choice valid elsewhere. Cached per device.
 std::string lt_machine_key(int device, const char* op);

@@ -306,7 +306,10 @@ bool try_plan(Plan& plan, cublasLtHandle_t handle, const MatmulDesc& d, const Pl
       preference.get(), wanted, results.data(), &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return false;
   KILN_CUDA_CHECK("matmul", status);
-  plan.choice.offer(results.data(), found);
+  const std::vector<cublasLtMatmulHeuristicResult_t> offered =
+      with_split_variants(handle, raw, plan.first.get(), plan.second.get(), plan.out.get(),
+                          plan.out.get(), results.data(), found, kWorkspaceBytes);
+  plan.choice.offer(offered.data(), static_cast<int>(offered.size()));
   return true;
 }
 
