@@ -25,6 +25,17 @@ struct ConvSizes {
 inline constexpr std::int64_t kConvSerialWork = std::int64_t{1} << 18;
 
 #if KILN_HAVE_DNNL
+// Whether 3x3 stride-1 2-D convolutions without groups may take Winograd's algorithm where oneDNN
+// has it for this CPU (cpu_conv_dnnl.cpp says how fast and how exact): on unless
+// KILN_CONV_WINOGRAD=0 was in the environment at the first call; tests switch it.
+bool conv_winograd() noexcept;
+void set_conv_winograd(bool on) noexcept;
+
+// Whether the pass's primitive for a whole call of s and w (one task) runs Winograd's algorithm,
+// for tests.
+enum class ConvPass { kForward, kInputGrad, kWeightGrad };
+bool dnnl_conv_runs_winograd(ConvPass pass, const ConvSizes& s, const Window& w);
+
 // On contiguous channels-first f32 data: the
 // convolution y = conv(x, weight) + bias (bias may be null), its input gradient dx from dy,
 // and its weight gradient dweight. Each returns false where oneDNN has no primitive for the

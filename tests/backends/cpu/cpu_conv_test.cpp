@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/cpu/conv_dnnl.h"
 #include "runtime/registry.h"
 #include "tensor/common.h"
 
@@ -294,6 +295,85 @@ void expect_f32_matches_f64(const std::function<Primitive(DType)>& op, const std
   const std::vector<double> want = detail::into_data(op(DType::F64)).to_f64_vec();
   expect_near_all(op(DType::F32), want, 1e-4, what);
 }
+
+#if KILN_HAVE_DNNL
+// 3x3 stride-1 convolutions over at most 128 summed channels take oneDNN's Winograd algorithm
+// where it has one for this CPU (conv_dnnl.h): its forward, gradients and transposes against
+// float64, across task cuts (blocks of images; one image's blocks of channels) and sizes that
+// fill no whole 6x6 tile or 16-channel block, with the algorithm on and off.
+TEST(CpuConv, WinogradWhereOneDnnHasIt) {
+  const auto window = [](const Geometry& g) {
+    cpu::Window w;
+    for (std::size_t d = 0; d < 3; ++d) {
+      w.in[d] = g.in[d];
+      w.out[d] = g.out(d);
+      w.kernel[d] = g.kernel[d];
+      w.stride[d] = g.stride[d];
+      w.padding[d] = g.padding[d];
+      w.dilation[d] = g.dilation[d];
+    }
+    return w;
+  };
+  const auto sizes = [](const Geometry& g) {
+    const std::int64_t in = g.in_channels / g.groups;
+    return cpu::ConvSizes{g.batch,
+                          g.groups,
+                          in,
+                          g.out_channels / g.groups,
+                          in * g.kernel[0] * g.kernel[1] * g.kernel[2],
+                          static_cast<std::int64_t>(g.dims)};
+  };
+  // {dims, batch, in, out, groups, in extent, kernel, stride, padding, dilation}
+  const std::vector<Geometry> winograd{
+      {2, 4, 32, 48, 1, {1, 13, 11}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+      {2, 1, 40, 24, 1, {1, 17, 9}, {1, 3, 3}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},
+      {2, 2, 128, 128, 1, {1, 6, 7}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},  // the most
+  };
+  const std::vector<Geometry> direct{
+      {2, 2, 16, 16, 1, {1, 12, 12}, {1, 3, 3}, {1, 2, 2}, {0, 1, 1}, {1, 1, 1}},  // stride 2
+      {2, 2, 16, 16, 1, {1, 12, 12}, {1, 5, 5}, {1, 1, 1}, {0, 2, 2}, {1, 1, 1}},  // 5x5
+      {2, 2, 16, 16, 2, {1, 12, 12}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},  // groups
+      {2, 2, 16, 16, 1, {1, 12, 12}, {1, 3, 3}, {1, 1, 1}, {0, 2, 2}, {1, 2, 2}},  // dilated
+      {1, 2, 16, 16, 1, {1, 1, 30}, {1, 1, 3}, {1, 1, 1}, {0, 0, 1}, {1, 1, 1}},   // 1-D
+      {2, 2, 144, 16, 1, {1, 6, 6}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},   // 144 summed
+  };
+  const bool saved = cpu::conv_winograd();
+  cpu::set_conv_winograd(true);
+  if (!cpu::dnnl_conv_runs_winograd(cpu::ConvPass::kForward, sizes(winograd[0]),
+                                    window(winograd[0]))) {
+    cpu::set_conv_winograd(saved);
+    GTEST_SKIP() << "oneDNN has no Winograd convolution for this CPU";
+  }
+  for (bool on : {true, false}) {
+    cpu::set_conv_winograd(on);
+    for (std::size_t i = 0; i < winograd.size(); ++i) {
+      const std::string what =
+          "winograd " + std::string(on ? "on" : "off") + ", case " + std::to_string(i);
+      for (cpu::ConvPass pass :
+           {cpu::ConvPass::kForward, cpu::ConvPass::kInputGrad, cpu::ConvPass::kWeightGrad}) {
+        EXPECT_EQ(cpu::dnnl_conv_runs_winograd(pass, sizes(winograd[i]), window(winograd[i])), on)
+            << what << ", pass " << static_cast<int>(pass);
+      }
+      check_geometry(winograd[i], {DType::F32}, {false, true}, what);
+    }
+  }
+  cpu::set_conv_winograd(true);
+  for (std::size_t i = 0; i < direct.size(); ++i) {
+    EXPECT_FALSE(
+        cpu::dnnl_conv_runs_winograd(cpu::ConvPass::kForward, sizes(direct[i]), window(direct[i])))
+        << "direct case " << i;
+  }
+  // 144 channels out: the input gradient sums them directly, the weight gradient may not.
+  Geometry wide_out = direct.back();
+  std::swap(wide_out.in_channels, wide_out.out_channels);
+  EXPECT_FALSE(
+      cpu::dnnl_conv_runs_winograd(cpu::ConvPass::kInputGrad, sizes(wide_out), window(wide_out)));
+  EXPECT_TRUE(
+      cpu::dnnl_conv_runs_winograd(cpu::ConvPass::kWeightGrad, sizes(wide_out), window(wide_out)));
+  check_geometry(wide_out, {DType::F32}, {false}, "144 channels out");
+  cpu::set_conv_winograd(saved);
+}
+#endif
 
 TEST(CpuConv, TransposeWithPaddingOutBeyondStride) {
   // padding_out 1 with stride 1 (allowed by dilation 2): the output has one position more than
