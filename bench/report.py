@@ -206,6 +206,9 @@ def main():
     if bandwidth:
         print(f"bandwidth (best of parallel memcpy and triads): {bandwidth / 1e9:.1f} GB/s", end="")
     print()
+    # cpu_conv_dnnl.cpp: the 3x3 rows run Winograd's algorithm (unless KILN_CONV_WINOGRAD=0).
+    print("conv floors: the FLOPs of direct sums over the peak; Winograd's F(4x4, 3x3) multiplies "
+          "2.25x less")
     if peer:
         print(f"peer: torch {peer.get('torch_version', '?')}, {peer.get('threads', '?')} threads")
     print("ratio = peer time / kiln time (> 1: kiln faster); add vs memcpy: GB/s ratio")
