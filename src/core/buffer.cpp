@@ -17,16 +17,41 @@ void fail_allocation(std::size_t count, std::size_t element_size) {
                     " bytes for scratch memory");
 }
 
+namespace {
+thread_local bool t_small_pages = false;
+}  // namespace
+
+SmallPages::SmallPages() noexcept : previous_(t_small_pages) { t_small_pages = true; }
+SmallPages::~SmallPages() { t_small_pages = previous_; }
+
 void advise_huge_pages(void* data, std::size_t bytes) noexcept {
-#if defined(MADV_HUGEPAGE)
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
   constexpr std::uintptr_t kMask = kHugePageBytes - 1;
   const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kMask) & ~kMask;
   const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~kMask;
-  // Advice only: refused (no transparent huge pages), the memory stays in ordinary pages.
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  // Advice only: refused (no transparent huge pages), the memory stays in ordinary pages. Under
+  // SmallPages the opposite advice, for kernels that give huge pages unasked ("always" mode).
+  if (end > begin) {
+    (void)madvise(reinterpret_cast<void*>(begin), end - begin,
+                  t_small_pages ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+  }
 #else
   (void)data;
   (void)bytes;
+#endif
+}
+
+bool populate_for_writing(void* data, std::size_t bytes) noexcept {
+#if defined(MADV_POPULATE_WRITE)
+  constexpr std::uintptr_t kPage = 4096;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kPage - 1) & ~(kPage - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kPage - 1);
+  return end <= begin ||
+         madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
+#else
+  (void)data;
+  (void)bytes;
+  return false;
 #endif
 }
 
