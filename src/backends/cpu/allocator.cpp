@@ -95,7 +95,8 @@ std::uint64_t memory_limit() {
 // development VM, a Firecracker guest reporting free 8 MiB blocks) makes a huge page split from
 // such a block the dearer first touch (150-200 ms per 64 MiB against 35 ms in 4 KiB pages, the
 // host faulting each of its pages in); the advice stays, since streaming ops over large tensors
-// ran 2-15% faster on huge pages there (chain8 and fma_exp fused, add, 4096^2 f32).
+// ran 2-15% faster on huge pages there (chain8 and fma_exp fused, add, 4096^2 f32), but for
+// memory filled once as bytes arrive, allocated under detail::SmallPages (a server's uploads).
 void* allocate_block(std::size_t capacity) {
   if (capacity < detail::kHugePageBytes) return std::aligned_alloc(kAlignment, capacity);
   void* block = nullptr;
