@@ -375,10 +375,10 @@ void Session::upload(const Upload& chunk) {
     PendingUpload pending;
     pending.type = blocks ? type : ir::TensorType{chunk.dtype, chunk.shape};
     pending.hash = chunk.hash;
-    // Only a CPU server's tensors are host memory (a GPU's empty() would be an allocation made
-    // for nothing).
     // Filled once, in order, as the chunks arrive: in 4 KiB pages (core/buffer.h).
     const kiln::detail::SmallPages small_pages;
+    // Only a CPU server's tensors are host memory (a GPU's empty() would be an allocation made
+    // for nothing).
     if (!blocks && total > 0 && device_.kind() == DeviceKind::Cpu) {
       try {
         pending.tensor = backend_.empty(chunk.shape, chunk.dtype, device_);

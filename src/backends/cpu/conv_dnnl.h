@@ -33,7 +33,7 @@ void set_conv_winograd(bool on) noexcept;
 
 // Whether the pass's primitive for a whole call of s and w (one task) runs Winograd's algorithm,
 // for tests.
-enum class ConvPass { kForward, kInputGrad, kWeightGrad };
+enum class ConvPass : std::int64_t { kForward, kInputGrad, kWeightGrad };
 bool dnnl_conv_runs_winograd(ConvPass pass, const ConvSizes& s, const Window& w);
 
 // On contiguous channels-first f32 data: the

@@ -33,7 +33,7 @@ namespace {
 using dnnl::memory;
 using DnnlDims = memory::dims;
 
-enum class Pass : std::int64_t { kForward, kInputGrad, kWeightGrad };
+using Pass = ConvPass;  // conv_dnnl.h
 
 // One primitive's problem: the pass, the window, and the part of the tensors one task covers
 // (`batch` images, in_slice of the in_channels and out_slice of the out_channels, in `groups`
@@ -568,11 +568,8 @@ bool conv_winograd() noexcept { return winograd_switch().load(std::memory_order_
 void set_conv_winograd(bool on) noexcept { winograd_switch().store(on, std::memory_order_relaxed); }
 
 bool dnnl_conv_runs_winograd(ConvPass pass, const ConvSizes& s, const Window& w) {
-  const Pass inner = pass == ConvPass::kForward     ? Pass::kForward
-                     : pass == ConvPass::kInputGrad ? Pass::kInputGrad
-                                                    : Pass::kWeightGrad;
   if (!has_work(s, w)) return false;
-  const std::shared_ptr<const Plan> plan = plan_cache().get(whole_problem(inner, s, w, false));
+  const std::shared_ptr<const Plan> plan = plan_cache().get(whole_problem(pass, s, w, false));
   return plan != nullptr && plan->algorithm == dnnl::algorithm::convolution_winograd;
 }
 
