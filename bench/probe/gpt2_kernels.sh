@@ -15,4 +15,4 @@ for n in 2 3; do
     /tmp/gpt2_probe "$precision" "$layers" $n 2>/dev/null | sed -n '/^"ID"/,$p' \
     > /tmp/ncu_gpt2_$n.csv || true
 done
-python3 bench/probe/ncu_last_run.py /tmp/ncu_gpt2_2.csv /tmp/ncu_gpt2_3.csv
+python3 bench/probe/ncu_last_run.py /tmp/ncu_gpt2_2.csv /tmp/ncu_gpt2_3.csv "${TOP:-25}"

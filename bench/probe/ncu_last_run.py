@@ -1,7 +1,7 @@
 # The kernels of a program's last unit of work (a forward, a training step) from two Nsight
 # Compute CSVs (--metrics gpu__time_duration.sum --csv) of the program doing n and n + 1 units:
-# those past the shorter run's count, summed by kernel name, the 25 longest first.
-#   python3 ncu_last_run.py SHORTER.csv LONGER.csv
+# those past the shorter run's count, summed by kernel name, the TOP longest first (25).
+#   python3 ncu_last_run.py SHORTER.csv LONGER.csv [TOP]
 import collections
 import csv
 import sys
@@ -20,6 +20,6 @@ for r in last:
     by_name[r['Kernel Name'][:100]][0] += 1
     by_name[r['Kernel Name'][:100]][1] += us
 total = sum(v[1] for v in by_name.values())
-for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]:
+for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:int(sys.argv[3]) if len(sys.argv) > 3 else 25]:
     print(f"{us / 1e3:8.2f} ms {n:4d}x  {name}")
 print(f"{total / 1e3:8.2f} ms in {len(last)} kernels")

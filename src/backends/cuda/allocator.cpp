@@ -4,6 +4,7 @@
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/context.h"
+#include "backends/cuda/host_trace.h"
 #include "backends/cuda/shutdown.h"
 #include "decorators/capture/session.h"
 
@@ -52,10 +53,15 @@ CUdeviceptr Allocator::allocate(std::size_t bytes, std::size_t& capacity, const 
 
   context_.make_current();
   CUdeviceptr pointer = 0;
-  CUresult status = cuMemAlloc(&pointer, size);
+  CUresult status;
+  {
+    HostTrace trace(op, "cuMemAlloc");
+    status = cuMemAlloc(&pointer, size);
+  }
   if (status == CUDA_ERROR_OUT_OF_MEMORY && capturing_ == nullptr) {
     // Cached blocks may be what is missing: give them back to the driver and try once more (not
     // under a capture: that waits for the stream).
+    HostTrace trace(op, "out of memory: the cache released and cuMemAlloc again");
     release_cache_locked();
     status = cuMemAlloc(&pointer, size);
   }

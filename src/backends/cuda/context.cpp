@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/host_trace.h"
 
 namespace kiln::cuda {
 
@@ -145,7 +146,11 @@ void Context::synchronize(const char* op) {
                                   "CUDA graph cannot replay");
   }
   make_current();
-  const CUresult status = cuStreamSynchronize(stream());
+  CUresult status;
+  {
+    HostTrace trace(op, "cuStreamSynchronize");
+    status = cuStreamSynchronize(stream());
+  }
   if (status != CUDA_SUCCESS) {
     const char* text = nullptr;
     cuGetErrorString(status, &text);

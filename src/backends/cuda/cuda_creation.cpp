@@ -6,6 +6,7 @@
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_quant_tensor.h"
 #include "backends/cuda/elementwise_ops.h"
+#include "backends/cuda/host_trace.h"
 #include "backends/cuda/index_kernels.h"
 #include "backends/cuda/pinned.h"
 #include "core/checked.h"
@@ -80,7 +81,11 @@ std::shared_ptr<CUevent_st> record_event(Runtime& rt, const char* op) {
 
 void wait_event(Runtime& rt, CUevent event, const char* op) {
   rt.context.make_current();
-  const CUresult status = cuEventSynchronize(event);
+  CUresult status;
+  {
+    HostTrace trace(op, "cuEventSynchronize");
+    status = cuEventSynchronize(event);
+  }
   if (status != CUDA_SUCCESS) {
     const char* text = nullptr;
     cuGetErrorString(status, &text);

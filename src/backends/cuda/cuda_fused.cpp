@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/host_trace.h"
 #include "backends/cuda/kernel_capture.h"
 #include "backends/cuda/lib/matmul.h"
 #include "contract/fused_program.h"
@@ -335,6 +336,10 @@ class FusedPlans {
     }
     return std::move(found->second);
   }
+  bool has(std::uint64_t hash) {
+    std::lock_guard lock(mutex_);
+    return plans_.contains(hash);
+  }
   void put(std::uint64_t hash, std::unique_ptr<Plan> plan) {
     std::lock_guard lock(mutex_);
     // Bounded: a program whose groups never repeat (shapes that change every step) starts over
@@ -417,6 +422,10 @@ std::vector<Primitive> CudaBackend::run_fused(const FusedProgram& program) {
       }
     }
   }
+  HostTrace trace("fused group", !host_trace_enabled() ? ""
+                                 : signature.empty()   ? "run step by step (no plan)"
+                                 : plans_->has(hash) ? "planned again (other scalars or signature)"
+                                                     : "planned (a new structure)");
   // A plan made while this group runs; dropped when a step does something it cannot repeat.
   std::unique_ptr<Plan> plan;
   if (!signature.empty()) {

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
+#include "backends/cuda/host_trace.h"
 #include "backends/cuda/shutdown.h"
 #include "kiln/detail/format.h"
 #include "kiln/error.h"
@@ -142,6 +144,9 @@ bool Dispatcher::enqueue(const char* op, CUfunction function, unsigned blocks, u
     // A full ring: wait for the launcher to free a slot (competing with it for each launch
     // would hand the consumer lock back and forth); launch here only if it is parked, or closing
     // and so waiting for this lock.
+    std::optional<HostTrace> full;
+    if (tail - head_.load(std::memory_order_acquire) >= kSlots)
+      full.emplace(op, "full launch ring");
     while (tail - head_.load(std::memory_order_acquire) >= kSlots) {
       if (parked_.load(std::memory_order_acquire) || closed_.load(std::memory_order_acquire)) {
         const CurrentContext current(context_);
@@ -192,6 +197,7 @@ void Dispatcher::drain() noexcept {
   // ring means every launch is with the driver.
   if (head_.load(std::memory_order_acquire) == tail_.load(std::memory_order_acquire)) return;
   const CurrentContext current(context_);
+  HostTrace trace("stream", "drain of the launch ring");
   // The draining thread launches the rest itself, under one lock for the whole batch (the
   // launcher waits rather than taking turns per launch). Measured on the H200 host: waiting for
   // the launcher instead gave 4.2-4.3 us per small add end to end, this 3.7-4.0, launching on the

@@ -1,6 +1,7 @@
 #include "backends/cuda/lib/event_timer.h"
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/host_trace.h"
 
 namespace kiln::cuda::lib {
 
@@ -19,6 +20,7 @@ EventTimer::~EventTimer() {
 
 double EventTimer::seconds(const std::function<void()>& run,
                            const std::function<cudaStream_t()>& stream, int repeats) {
+  HostTrace trace(op_, "autotuner timing a candidate");
   run();
   KILN_CUDA_CHECK(op_, cudaEventRecord(start_, stream()));
   for (int r = 0; r < repeats; ++r) run();

@@ -1,0 +1,45 @@
+// KILN_CUDA_TRACE=1: where a program's host time goes on cuda when it should only be queueing
+// work. Each wait of the host for the device or the driver of 0.1 ms or more (a stream's or an
+// event's synchronisation, a read's copy, the allocator handing memory to or back from the
+// driver, an autotuner timing candidates) and each fused group planned anew (its kernels chosen
+// by capturing its ops, not replayed from a plan) prints one line on stderr naming the op, what
+// it waited for and how long. Off (one relaxed load of a cached flag) otherwise.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace kiln::cuda {
+
+inline bool host_trace_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CUDA_TRACE");
+    return v != nullptr && *v != '\0' && *v != '0';
+  }();
+  return enabled;
+}
+
+// Times its scope and prints "kiln cuda: OP WHAT took X ms" when tracing and at least 0.1 ms.
+class HostTrace {
+ public:
+  HostTrace(const char* op, const char* what) : op_(op), what_(what) {
+    if (host_trace_enabled()) start_ = std::chrono::steady_clock::now();
+  }
+  ~HostTrace() {
+    if (!host_trace_enabled()) return;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
+    if (ms >= 0.1) std::fprintf(stderr, "kiln cuda: %s %s took %.3f ms\n", op_, what_, ms);
+  }
+  HostTrace(const HostTrace&) = delete;
+  HostTrace& operator=(const HostTrace&) = delete;
+
+ private:
+  const char* op_;
+  const char* what_;
+  std::chrono::steady_clock::time_point start_{};
+};
+
+}  // namespace kiln::cuda
