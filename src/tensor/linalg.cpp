@@ -145,8 +145,17 @@ Primitive linear_out_in(Primitive x, Primitive weight, std::optional<Primitive> 
                         "stored [in, out] is its transpose)");
   }
   // Inside an autocast scope the weight is cast before the transpose makes a fresh view of it,
-  // so that its cast is made once per scope.
-  if (weight->dtype() == DType::F32) weight = autocast::cast_weight(weight);
+  // so that its cast is made once per scope. An f32 input and bias are then cast here too, as the
+  // autocast layer would cast them: left f32, linear's promotion would widen the cast weight back
+  // to f32 for the layer to narrow again (two passes over the weight, and over its gradient,
+  // each written where autodiff keeps it).
+  if (weight->dtype() == DType::F32) {
+    weight = autocast::cast_weight(weight);
+    if (weight->dtype() != DType::F32) {
+      if (x->dtype() == DType::F32) x = autocast::cast_weight(x);
+      if (bias && (*bias)->dtype() == DType::F32) bias = autocast::cast_weight(*bias);
+    }
+  }
   return linear(std::move(x), transpose(std::move(weight)), std::move(bias));
 }
 

@@ -38,8 +38,9 @@ class Suspension {
 Primitive cast_in_scope(Backend& backend, const Primitive& x, DType dtype);
 
 // A weight the tensor layer is about to rearrange (linear transposes its [out, in] weight into
-// a fresh view, whose cast could not be found again): w cast to the scope's low dtype, once per
-// scope, when a scope covers it and it is f32; w itself otherwise.
+// a fresh view, whose cast could not be found again), or an operand it casts with that weight:
+// w cast to the scope's low dtype as the layer would cast it (once per scope where something
+// else holds w), when a scope covers it and it is f32; w itself otherwise.
 Primitive cast_weight(const Primitive& w);
 
 // Drops the scope's cast of x, if any (x is being written in place).

@@ -224,6 +224,36 @@ TEST(Autocast, AHeldTensorIsCastOncePerScope) {
   }
 }
 
+TEST(Autocast, ALinearWeightIsHeldOnceInTheScopesDtype) {
+  // module::linear casts its f32 [out, in] weight once per scope; an f32 input and bias are cast
+  // beside it, so that promoting them against the cast weight does not widen it back to f32 for
+  // the layer to narrow again (a second bf16 copy, kept by the scope and by autodiff).
+  const Device ad = kCpu.autodiff();
+  const std::int64_t in = 512, out = 1024, weight_bytes = in * out * 2;
+  const auto x = tensor<2>({2, in}, 81, ad);
+  const auto w = tensor<2>({out, in}, 82, ad).require_grad();
+  const auto b = tensor<1>({out}, 83, ad).require_grad();
+  const std::int64_t before = ad.memory_stats().bytes_in_use;
+  AutocastScope amp(ad, DType::BF16);
+  const auto y = module::linear(x, w, b);
+  EXPECT_EQ(y.dtype(), DType::BF16);
+  const std::int64_t kept = ad.memory_stats().bytes_in_use - before;
+  EXPECT_GE(kept, weight_bytes);
+  EXPECT_LT(kept, weight_bytes + weight_bytes / 2) << "the weight is held in bf16 once";
+  // The values: the product of the rounded operands, plus the rounded bias.
+  const auto xr = rounded(values(x), DType::BF16), wr = rounded(values(w), DType::BF16);
+  const auto br = rounded(values(b), DType::BF16);
+  const auto got = values(y);
+  for (std::int64_t i = 0; i < 2; ++i) {
+    for (std::int64_t j = 0; j < out; j += 97) {
+      double want = br[j];
+      for (std::int64_t p = 0; p < in; ++p) want += xr[i * in + p] * wr[j * in + p];
+      EXPECT_NEAR(got[i * out + j], want, 1.0 / 64 * std::max(1.0, std::abs(want)))
+          << i << "," << j;
+    }
+  }
+}
+
 TEST(Autocast, OnlyF16AndBf16AreLowPrecisionTypes) {
   for (const DType bad : {DType::F32, DType::F64, DType::I32, DType::Bool}) {
     try {
