@@ -149,7 +149,8 @@ Primitive linear_out_in(Primitive x, Primitive weight, std::optional<Primitive> 
   // autocast layer would cast them: left f32, linear's promotion would widen the cast weight back
   // to f32 for the layer to narrow again (two passes over the weight, and over its gradient,
   // each written where autodiff keeps it).
-  if (weight->dtype() == DType::F32) {
+  // An f64 input is never narrowed, so neither is the weight it would be promoted to.
+  if (weight->dtype() == DType::F32 && x->dtype() != DType::F64) {
     weight = autocast::cast_weight(weight);
     if (weight->dtype() != DType::F32) {
       if (x->dtype() == DType::F32) x = autocast::cast_weight(x);

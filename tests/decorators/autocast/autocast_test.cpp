@@ -252,6 +252,16 @@ TEST(Autocast, ALinearWeightIsHeldOnceInTheScopesDtype) {
           << i << "," << j;
     }
   }
+  // An f64 input is not narrowed, nor the weight it meets: the product is f64's, unrounded.
+  const auto x64 = tensor<2>({2, in}, 84, ad, DType::F64);
+  const auto y64 = module::linear(x64, w, b);
+  EXPECT_EQ(y64.dtype(), DType::F64);
+  const auto x64v = values(x64), wv = values(w), bv = values(b), got64 = values(y64);
+  for (std::int64_t j = 0; j < out; j += 97) {
+    double want = bv[j];
+    for (std::int64_t p = 0; p < in; ++p) want += x64v[p] * wv[j * in + p];
+    EXPECT_NEAR(got64[j], want, 1e-12 * std::max(1.0, std::abs(want))) << j;
+  }
 }
 
 TEST(Autocast, OnlyF16AndBf16AreLowPrecisionTypes) {
