@@ -20,6 +20,7 @@ for r in last:
     by_name[r['Kernel Name'][:100]][0] += 1
     by_name[r['Kernel Name'][:100]][1] += us
 total = sum(v[1] for v in by_name.values())
-for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:int(sys.argv[3]) if len(sys.argv) > 3 else 25]:
+top = int(sys.argv[3]) if len(sys.argv) > 3 else 25
+for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]:
     print(f"{us / 1e3:8.2f} ms {n:4d}x  {name}")
 print(f"{total / 1e3:8.2f} ms in {len(last)} kernels")

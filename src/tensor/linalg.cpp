@@ -148,8 +148,8 @@ Primitive linear_out_in(Primitive x, Primitive weight, std::optional<Primitive> 
   // so that its cast is made once per scope. An f32 input and bias are then cast here too, as the
   // autocast layer would cast them: left f32, linear's promotion would widen the cast weight back
   // to f32 for the layer to narrow again (two passes over the weight, and over its gradient,
-  // each written where autodiff keeps it).
-  // An f64 input is never narrowed, so neither is the weight it would be promoted to.
+  // each written where autodiff keeps it). Beside an f64 input, which is never narrowed, the
+  // weight stays f32 too.
   if (weight->dtype() == DType::F32 && x->dtype() != DType::F64) {
     weight = autocast::cast_weight(weight);
     if (weight->dtype() != DType::F32) {

@@ -1,9 +1,10 @@
 // KILN_CUDA_TRACE=1: where a program's host time goes on cuda when it should only be queueing
 // work. Each wait of the host for the device or the driver of 0.1 ms or more (a stream's or an
-// event's synchronisation, a read's copy, the allocator handing memory to or back from the
-// driver, an autotuner timing candidates) and each fused group planned anew (its kernels chosen
-// by capturing its ops, not replayed from a plan) prints one line on stderr naming the op, what
-// it waited for and how long. Off (one relaxed load of a cached flag) otherwise.
+// event's synchronisation, the allocator asking the driver for memory or giving its cache back,
+// an autotuner timing candidates, a full launch ring while the device is behind, a drain of the
+// ring before other work on the stream) and each fused group planned anew (its kernels chosen by
+// capturing its ops, not replayed from a plan) prints one line on stderr naming the op, what it
+// waited for and how long. Off (a test of a flag read once) otherwise.
 #pragma once
 
 #include <chrono>
