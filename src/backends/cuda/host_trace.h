@@ -4,12 +4,16 @@
 // an autotuner timing candidates, a full launch ring while the device is behind, a drain of the
 // ring before other work on the stream) and each fused group planned anew (its kernels chosen by
 // capturing its ops, not replayed from a plan) prints one line on stderr naming the op, what it
-// waited for and how long. Off (a test of a flag read once) otherwise.
+// waited for and how long. KILN_CUDA_TRACE=launches adds a line for each kernel kiln launches
+// (not the libraries' own): the op, the kernel and its grid, in launch order, so a profiler's
+// list of kernels (Nsight Compute's, in the same order) can be matched with the ops behind them.
+// Off (a test of a flag read once) otherwise.
 #pragma once
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 namespace kiln::cuda {
 
@@ -17,6 +21,14 @@ inline bool host_trace_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("KILN_CUDA_TRACE");
     return v != nullptr && *v != '\0' && *v != '0';
+  }();
+  return enabled;
+}
+
+inline bool launch_trace_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_CUDA_TRACE");
+    return v != nullptr && std::string_view(v) == "launches";
   }();
   return enabled;
 }

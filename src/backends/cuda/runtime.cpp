@@ -1,8 +1,10 @@
 #include "backends/cuda/runtime.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "backends/cuda/check.h"
+#include "backends/cuda/host_trace.h"
 #include "backends/cuda/kernel_capture.h"
 #include "core/checked.h"
 
@@ -26,6 +28,11 @@ void Runtime::launch_bytes(const char* op, CUfunction function, unsigned blocks,
   KernelCapture::refuse_if_active();  // only elementwise kernels are captured
   // Module loads and allocations around a launch expect the context current on this thread.
   context.make_current();
+  if (launch_trace_enabled()) {
+    const char* name = "?";
+    if (cuFuncGetName(&name, function) != CUDA_SUCCESS) name = "?";
+    std::fprintf(stderr, "kiln cuda launch: %s %s %ux%u\n", op, name, blocks, threads);
+  }
   context.launch(op, function, blocks, threads, shared_bytes, params, bytes, footprint, order);
   context.note_launch(op);
 }
