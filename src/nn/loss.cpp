@@ -1,6 +1,7 @@
 #include "kiln/nn/loss.h"
 
 #include "kiln/activation.h"
+#include "kiln/autocast.h"
 #include "kiln/detail/format.h"
 #include "kiln/graph.h"
 
@@ -49,10 +50,20 @@ struct Picked {
   Tensor<D - 1> weight;
 };
 
+// The targets with ignored positions reading class 0 (their loss is then zeroed, so any
+// ignore_index works), and the per-sample weights: w[t] (1 without class weights), 0 where
+// ignored. The shapes and every target's range are checked here.
 template <std::size_t D>
-Picked<D> pick(const char* op, const Tensor<D>& log_probabilities, const Tensor<D - 1, Int>& target,
-               const std::optional<Tensor<1>>& class_weight, std::int64_t ignore_index) {
-  const Shape& shape = log_probabilities.shape();
+struct Targets {
+  Tensor<D - 1, Int> safe;
+  Tensor<D - 1> weight;
+};
+
+template <std::size_t D>
+Targets<D> checked_targets(const char* op, const Shape& shape, DType dtype,
+                           const Tensor<D - 1, Int>& target,
+                           const std::optional<Tensor<1>>& class_weight,
+                           std::int64_t ignore_index) {
   const std::int64_t classes = shape[1];
   bool shapes_agree = target.shape()[0] == shape[0];
   for (std::size_t d = 2; d < D; ++d)
@@ -64,10 +75,9 @@ Picked<D> pick(const char* op, const Tensor<D>& log_probabilities, const Tensor<
   }
   if (class_weight) check_class_vector(op, "weight", *class_weight, classes);
   const Tensor<D - 1, Bool> ignored = target.equal_elem(ignore_index);
-  // Ignored positions read class 0 (their loss is then zeroed), so any ignore_index works.
   const Tensor<D - 1, Int> safe = target.mask_fill(ignored, 0);
   // Inside a capture nothing is read to the host: a target out of range is then caught by the
-  // gather below (at once on the CPU, at the next read on cuda).
+  // gather that picks it (at once on the CPU, at the next read on cuda).
   const bool out_of_range = !capture_open() && safe.lower_elem(0)
                                                    .logical_or(safe.greater_equal_elem(classes))
                                                    .any()
@@ -78,14 +88,22 @@ Picked<D> pick(const char* op, const Tensor<D>& log_probabilities, const Tensor<
     kiln::detail::fail<InvalidArgument>(op, "a target is outside [0, ", classes,
                                         ") and is not ignore_index ", ignore_index);
   }
-  const Tensor<D - 1> picked =
-      log_probabilities.gather(1, safe.unsqueeze(1)).template squeeze<D - 1>(1);
-  Tensor<D - 1> weight = ignored.logical_not().float_(log_probabilities.dtype());
+  Tensor<D - 1> weight = ignored.logical_not().float_(dtype);
   if (class_weight) {
     const Tensor<1, Int> flat = safe.template reshape<1>(Shape{safe.num_elements()});
     weight = weight * class_weight->select(0, flat).template reshape<D - 1>(target.shape());
   }
-  return {-(picked * weight), weight};
+  return {safe, weight};
+}
+
+template <std::size_t D>
+Picked<D> pick(const char* op, const Tensor<D>& log_probabilities, const Tensor<D - 1, Int>& target,
+               const std::optional<Tensor<1>>& class_weight, std::int64_t ignore_index) {
+  const Targets<D> t = checked_targets<D>(op, log_probabilities.shape(), log_probabilities.dtype(),
+                                          target, class_weight, ignore_index);
+  const Tensor<D - 1> picked =
+      log_probabilities.gather(1, t.safe.unsqueeze(1)).template squeeze<D - 1>(1);
+  return {-(picked * t.weight), t.weight};
 }
 
 template <std::size_t D>
@@ -164,7 +182,11 @@ requires(D >= 2 && D <= 5) Tensor<1> nll_loss(const Tensor<D>& log_probabilities
 
 namespace {
 
-// The unreduced cross entropy and the per-sample weights for the mean.
+// The unreduced cross entropy and the per-sample weights for the mean. Logits of rank 2 without
+// label smoothing go through softmax_cross_entropy (ops.def): the log-probabilities are never
+// written, only the logits are kept for the backward pass, and 16-bit logits are read as they
+// are. The loss is then f32 for 16-bit logits; outside an autocast scope it is cast back to the
+// logits' dtype, as log_softmax's path gives.
 template <std::size_t D>
 std::pair<Tensor<D - 1>, Picked<D>> cross_entropy_parts(const Tensor<D>& logits,
                                                         const Tensor<D - 1, Int>& target,
@@ -173,6 +195,22 @@ std::pair<Tensor<D - 1>, Picked<D>> cross_entropy_parts(const Tensor<D>& logits,
   const double s = options.label_smoothing;
   if (!(s >= 0.0 && s <= 1.0)) {
     kiln::detail::fail<InvalidArgument>(op, "label_smoothing ", s, " is not in [0, 1]");
+  }
+  if constexpr (D == 2) {
+    if (s == 0.0) {
+      const DType dtype = logits.dtype();
+      const bool narrow = dtype == DType::F16 || dtype == DType::BF16;
+      const DType loss_dtype = narrow ? DType::F32 : dtype;
+      const Targets<D> t = checked_targets<D>(op, logits.shape(), loss_dtype, target,
+                                              options.weight, options.ignore_index);
+      const Tensor<1> rows = Tensor<1>::wrap(
+          kiln::detail::softmax_cross_entropy(logits.primitive(), t.safe.primitive()));
+      Picked<D> p{rows * t.weight, t.weight};
+      if (narrow && !autocast_dtype(logits.device())) {
+        p = {p.loss.cast(dtype), p.weight.cast(dtype)};
+      }
+      return {p.loss, p};
+    }
   }
   const Tensor<D> log_probabilities = activation::log_softmax(logits, 1);
   Picked<D> p = pick(op, log_probabilities, target, options.weight, options.ignore_index);

@@ -1560,6 +1560,22 @@ Types infer_log_softmax(const Context& c, const TensorType& x, std::int64_t dim)
 Types infer_softmin(const Context& c, const TensorType& x, std::int64_t dim) {
   return along(c, x, dim);
 }
+Types infer_softmax_cross_entropy(const Context& c, const TensorType& logits,
+                                  const TensorType& target) {
+  check_float(c, logits, "logits");
+  check_int(c, target, "target");
+  if (logits.shape.rank() != 2 || target.shape.rank() != 1 || target.shape[0] != logits.shape[0]) {
+    fail<ShapeMismatch>(c.op, "logits ", logits.shape.to_string(),
+                        " must be [rows, classes] and target ", target.shape.to_string(),
+                        " [rows]");
+  }
+  if (logits.shape[1] == 0 && logits.shape[0] > 0) {
+    fail<InvalidArgument>(c.op, "logits ", logits.shape.to_string(),
+                          " have no classes to pick from");
+  }
+  const bool narrow = logits.dtype == DType::F16 || logits.dtype == DType::BF16;
+  return {{narrow ? DType::F32 : logits.dtype, Shape{logits.shape[0]}}};
+}
 
 // ---- dispatch ------------------------------------------------------------------------------
 

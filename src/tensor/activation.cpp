@@ -64,4 +64,21 @@ Primitive softmin(Primitive x, std::int64_t dim) {
   return backend_of(x).softmin(std::move(x), d);
 }
 
+Primitive softmax_cross_entropy(Primitive logits, Primitive target) {
+  const char* op = "softmax_cross_entropy";
+  check_float(logits, op);
+  check_int(target, op);
+  Backend& backend = backend_of(logits, target, op);
+  if (logits->rank() != 2 || target->rank() != 1 || target->shape()[0] != logits->shape()[0]) {
+    fail<ShapeMismatch>(op, "logits ", logits->shape().to_string(),
+                        " must be [rows, classes] and target ", target->shape().to_string(),
+                        " [rows]");
+  }
+  if (logits->shape()[1] == 0 && logits->shape()[0] > 0) {
+    fail<InvalidArgument>(op, "logits ", logits->shape().to_string(),
+                          " have no classes to pick from");
+  }
+  return backend.softmax_cross_entropy(std::move(logits), std::move(target));
+}
+
 }  // namespace kiln::detail

@@ -273,6 +273,40 @@ double broadcast_at(const std::vector<double>& values, const Shape& shape,
   return values[static_cast<std::size_t>(ravel(index, shape))];
 }
 
+std::vector<double> ref_softmax_cross_entropy(const std::vector<double>& logits,
+                                              std::size_t classes,
+                                              const std::vector<double>& targets,
+                                              const std::vector<double>* g,
+                                              std::vector<double>* dlogits) {
+  std::vector<double> loss(targets.size());
+  if (dlogits != nullptr) dlogits->assign(logits.size(), 0.0);
+  for (std::size_t r = 0; r < targets.size(); ++r) {
+    const double* row = logits.data() + r * classes;
+    double top = -kInf;
+    bool nan = false;
+    for (std::size_t c = 0; c < classes; ++c) {
+      nan = nan || std::isnan(row[c]);
+      top = std::max(top, row[c]);
+    }
+    double total = top;
+    if (std::isfinite(top)) {
+      double sum = 0;
+      for (std::size_t c = 0; c < classes; ++c) sum += std::exp(row[c] - top);
+      total = top + std::log(sum);
+    }
+    if (nan) total = kNaN;
+    const auto target = static_cast<std::size_t>(targets[r]);
+    loss[r] = total - row[target];
+    if (dlogits != nullptr && g != nullptr) {
+      for (std::size_t c = 0; c < classes; ++c) {
+        (*dlogits)[r * classes + c] =
+            (std::exp(row[c] - total) - (c == target ? 1.0 : 0.0)) * (*g)[r];
+      }
+    }
+  }
+  return loss;
+}
+
 std::string context(const Device& device, DType dtype, Layout layout, const Shape& shape) {
   std::ostringstream out;
   out << device.to_string() << " " << dtype_name(dtype) << " " << layout_name(layout) << " "

@@ -102,6 +102,16 @@ double broadcast_at(const std::vector<double>& values, const Shape& shape,
 
 std::string context(const Device& device, DType dtype, Layout layout, const Shape& shape);
 
+// softmax_cross_entropy in float64: logsumexp(row) - row[target] for row-major logits
+// [targets.size(), classes] (a NaN in the row gives NaN, a +inf gives inf, and inf - inf where
+// the target is the +inf NaN); dlogits, when given g per row, receives (softmax(row) -
+// onehot(target)) * g.
+std::vector<double> ref_softmax_cross_entropy(const std::vector<double>& logits,
+                                              std::size_t classes,
+                                              const std::vector<double>& targets,
+                                              const std::vector<double>* g = nullptr,
+                                              std::vector<double>* dlogits = nullptr);
+
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 

@@ -101,6 +101,25 @@ KILN_CONFORMANCE_ROW(grad_softmax, ({"grad:softmax", "grad:log_softmax", "grad:s
   }
 }
 
+// Every row's target a different class; a second derivative through the recorded gradient.
+KILN_CONFORMANCE_ROW(grad_softmax_cross_entropy, ({"grad:softmax_cross_entropy"})) {
+  auto loss = [](const std::vector<double>& targets) {
+    return [targets](const Prims& in) {
+      const auto rows = static_cast<std::int64_t>(targets.size());
+      return detail::softmax_cross_entropy(in[0], ints(targets, Shape{rows}, in[0]));
+    };
+  };
+  for (Layout layout : kLayouts) {
+    gradcheck(device, "softmax_cross_entropy", {{Shape{3, 4}, layout}}, loss({2, 0, 3}));
+  }
+  gradcheck(device, "softmax_cross_entropy one class", {{Shape{2, 1}}}, loss({0, 0}));
+  gradcheck(device, "softmax_cross_entropy empty", {{Shape{0, 3}}}, loss({}));
+  gradcheck(device, "softmax_cross_entropy second derivative", {{Shape{2, 3}}, {Shape{2}}},
+            [&](const Prims& in) {
+              return grad_of(in[0], in[1], [&](const Primitive& x) { return loss({1, 2})({x}); });
+            });
+}
+
 // The fused backward ops, called on the backend: linear in the incoming gradient, and (gelu,
 // sigmoid) differentiable in the saved value too.
 KILN_CONFORMANCE_ROW(grad_activation_backward,

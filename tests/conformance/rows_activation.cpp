@@ -191,6 +191,53 @@ std::vector<double> ref_softmax(const std::vector<double>& x, const Shape& shape
   return out;
 }
 
+// Against the float64 reference on every float dtype and layout, i64 and i32 targets, rows of
+// specials (NaN, +-inf), one class, no rows (bad arguments: tests/tensor/activation_errors_test).
+KILN_CONFORMANCE_ROW(softmax_cross_entropy, ({"softmax_cross_entropy"})) {
+  std::uint64_t seed = 1350;
+  for (DType dtype : kFloatDTypes) {
+    const DType loss_dtype = dtype == DType::F16 || dtype == DType::BF16 ? DType::F32 : dtype;
+    for (Layout layout : kLayouts) {
+      for (const Shape& shape : {Shape{4, 9}, Shape{3, 1}, Shape{0, 5}}) {
+        for (DType index : {DType::I64, DType::I32}) {
+          std::vector<double> x = random_values(shape, dtype, seed++, -8, 8);
+          if (x.size() >= 36) {
+            x[1] = std::nan("");  // row 0
+            x[10] = kInf;         // row 1: inf, or NaN where it is the target
+            x[19] = -kInf;        // row 2: still a distribution
+          }
+          const std::vector<double> targets = random_values(Shape{shape[0]}, DType::I64, seed++, 0,
+                                                            static_cast<double>(shape[1] - 1));
+          Primitive logits = make_primitive(x, shape, dtype, layout, device);
+          Primitive t = make_primitive(targets, Shape{shape[0]}, index, Layout::Contiguous, device);
+          const auto expected = ref_softmax_cross_entropy(
+              representable(x, dtype), static_cast<std::size_t>(shape[1]), targets);
+          expect_close(detail::into_data(detail::softmax_cross_entropy(logits, t)), Shape{shape[0]},
+                       loss_dtype, expected,
+                       "softmax_cross_entropy " + context(device, dtype, layout, shape) +
+                           " targets " + std::string(dtype_name(index)),
+                       4.0);
+        }
+      }
+    }
+  }
+  // Logits far beyond exp's range. The loss is the row's logsumexp less the target's logit, so
+  // it carries the rounding of a logsumexp near 5000 (an f32 ulp of 5000 is 5e-4).
+  const std::vector<double> big = {1000, 999, -1000, 0, 5000, 4999, -5000, -4000};
+  for (DType dtype : {DType::F32, DType::F64}) {
+    Primitive big_logits = make_primitive(big, Shape{2, 4}, dtype, Layout::Contiguous, device);
+    const TensorData got = detail::into_data(
+        detail::softmax_cross_entropy(big_logits, ints({0, 3}, Shape{2}, big_logits)));
+    const std::vector<double> want = ref_softmax_cross_entropy(big, 4, {0, 3});
+    const std::vector<double> values = got.to_f64_vec();
+    for (std::size_t r = 0; r < want.size(); ++r) {
+      EXPECT_NEAR(values[r], want[r], dtype == DType::F32 ? 1e-3 : 1e-9)
+          << "softmax_cross_entropy large logits "
+          << context(device, dtype, Layout::Contiguous, Shape{2, 4});
+    }
+  }
+}
+
 KILN_CONFORMANCE_ROW(softmax_family, ({"softmax", "log_softmax", "softmin"})) {
   struct Case {
     const char* name;

@@ -1206,6 +1206,33 @@ std::vector<Case> activation_cases() {
   cases.push_back(softmax_like("softmax", 0));
   cases.push_back(softmax_like("log_softmax", 1));
   cases.push_back(softmax_like("softmin", 2));
+  // Against conformance's float64 reference on every float dtype and layout, with rows of
+  // specials (NaN, +-inf, +-0), and with no rows.
+  cases.push_back(
+      {"softmax_cross_entropy", [](const Env& env) {
+         std::uint64_t seed = 151;
+         for (DType dtype : kFloatDTypes) {
+           for (Layout layout : kLayouts) {
+             for (const Shape& shape : {Shape{5, 7}, Shape{3, 1}, Shape{0, 4}}) {
+               const bool specials = layout == Layout::Contiguous;
+               Primitive x = input(env, shape, dtype, layout, seed++, -6, 6, specials);
+               std::vector<double> picks = conformance::random_values(
+                   Shape{shape[0]}, DType::I64, seed++, 0, double(shape[1] - 1));
+               Primitive t = exact(env, picks, Shape{shape[0]}, DType::I64);
+               const std::string ctx = describe(dtype, layout, shape);
+               const TensorData got =
+                   detail::into_data(env.defaults.Backend::softmax_cross_entropy(x, t));
+               const DType want = is_float(dtype) && dtype_size(dtype) == 2 ? DType::F32 : dtype;
+               ASSERT_EQ(got.dtype(), want) << ctx;
+               ASSERT_EQ(got.shape(), Shape{shape[0]}) << ctx;
+               const std::vector<double> expected = conformance::ref_softmax_cross_entropy(
+                   detail::into_data(x).to_f64_vec(), static_cast<std::size_t>(shape[1]), picks);
+               conformance::expect_close(got, got.shape(), got.dtype(), expected,
+                                         ctx + " (default vs float64 reference)", 4.0);
+             }
+           }
+         }
+       }});
   return cases;
 }
 

@@ -1197,6 +1197,16 @@ void along_dim_cases() {
 MANUAL_CASES(softmax) { along_dim_cases<OpCode::softmax>(); }
 MANUAL_CASES(log_softmax) { along_dim_cases<OpCode::log_softmax>(); }
 MANUAL_CASES(softmin) { along_dim_cases<OpCode::softmin>(); }
+MANUAL_CASES(softmax_cross_entropy) {
+  // Targets of zeros: in range wherever there is a class.
+  for (DType dtype : dtypes_of(OpCode::softmax_cross_entropy)) {
+    for (const Shape& logits : {Shape{3, 4}, Shape{1, 1}, Shape{0, 5}, Shape{0, 0}}) {
+      for (DType index : {DType::I64, DType::I32, DType::U8}) {
+        EXPECT_INFERRED(softmax_cross_entropy, tensor(dtype, logits), zeros(index, {logits[0]}));
+      }
+    }
+  }
+}
 
 #undef MANUAL_CASES
 

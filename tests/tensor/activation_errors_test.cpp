@@ -44,6 +44,47 @@ TEST(ActivationErrors, DimOutOfRange) {
   expect_error<InvalidArgument>([] { detail::softmin(floats(), 5); }, "softmin");
 }
 
+Primitive targets(std::vector<std::int64_t> values, Shape shape) {
+  return detail::from_data(TensorData::from_vec(std::move(values), shape), Device::cpu(), Kind::Int,
+                           shape.rank());
+}
+
+TEST(ActivationErrors, SoftmaxCrossEntropyTakesRowsOfLogitsAndATargetPerRow) {
+  const char* op = "softmax_cross_entropy";
+  expect_error<ShapeMismatch>(
+      [] {
+        detail::softmax_cross_entropy(floats(), targets({0, 1, 0}, {3}));
+      },
+      op, {"[2, 2]", "[3]"});
+  expect_error<ShapeMismatch>(
+      [] {
+        detail::softmax_cross_entropy(floats(), targets({0, 1}, {1, 2}));
+      },
+      op);
+  expect_error<ShapeMismatch>(
+      [] {
+        detail::softmax_cross_entropy(floats({2, 2, 1}), targets({0, 1}, {2}));
+      },
+      op);
+  expect_error<DTypeMismatch>([] { detail::softmax_cross_entropy(floats(), floats({2})); }, op);
+  expect_error<DTypeMismatch>(
+      [] {
+        detail::softmax_cross_entropy(ints(), targets({0, 1}, {2}));
+      },
+      op);
+  expect_error<InvalidArgument>(
+      [] {
+        detail::softmax_cross_entropy(floats({2, 0}), targets({0, 0}, {2}));
+      },
+      op, {"no classes"});
+  // A target outside the classes is the gather's error, named as such.
+  expect_error<Error>(
+      [] {
+        detail::softmax_cross_entropy(floats(), targets({0, 2}, {2}));
+      },
+      "gather");
+}
+
 TEST(ActivationErrors, PreluAlphaMustBroadcastToInput) {
   expect_error<ShapeMismatch>([] { detail::prelu(floats({2, 2}), floats({1, 3})); }, "prelu");
   expect_error<ShapeMismatch>([] { detail::prelu(floats({1, 2}), floats({3, 2})); }, "prelu");

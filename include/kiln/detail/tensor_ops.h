@@ -164,6 +164,9 @@ Primitive log_sigmoid(Primitive x);
 Primitive softmax(Primitive x, std::int64_t dim);
 Primitive log_softmax(Primitive x, std::int64_t dim);
 Primitive softmin(Primitive x, std::int64_t dim);
+// logsumexp(row) - row[target] of logits [rows, classes] and integer target [rows] (ops.def);
+// f32 for 16-bit logits.
+Primitive softmax_cross_entropy(Primitive logits, Primitive target);
 
 // ---- module ops ----
 Primitive conv(Primitive x, Primitive weight, std::optional<Primitive> bias, ConvOptions options,

@@ -126,4 +126,16 @@ Primitive Backend::softmin(Primitive x, std::int64_t dim) {
   return softmax(neg(std::move(x)), dim);
 }
 
+// logsumexp(row) - row[target]: the logits' one read is the logsumexp's (its cast to the compute
+// dtype fuses into it where fusion is on), the picked logits a gather of one per row.
+Primitive Backend::softmax_cross_entropy(Primitive logits, Primitive target) {
+  const std::int64_t rows = logits->shape()[0];
+  const DType compute = compute_dtype(logits->dtype());
+  if (rows == 0) return zeros(Shape{0}, compute, logits->device());
+  Primitive column = reshape(std::move(target), Shape{rows, 1});
+  Primitive picked = to_compute(*this, gather(1, logits, std::move(column)));
+  Primitive total = logsumexp_dim(to_compute(*this, std::move(logits)), 1);
+  return reshape(sub(std::move(total), std::move(picked)), Shape{rows});
+}
+
 }  // namespace kiln

@@ -220,6 +220,35 @@ Primitive AutodiffBackend::log_softmax(Primitive x, std::int64_t dim) {
       });
 }
 
+// loss = logsumexp(x) - x[t] per row: dx = (softmax(x) - onehot(t)) g, in the compute dtype.
+// Only the logits are kept (they exist anyway); the row's logsumexp is the loss plus the picked
+// logit, so the backward is one elementwise pass over the logits, fused where fusion is on.
+Primitive AutodiffBackend::softmax_cross_entropy(Primitive logits, Primitive target) {
+  Primitive index = inner_of(target);
+  return record<1>(
+      "softmax_cross_entropy", Cost::Stored, {std::move(logits)}, kKeepIn0 | kKeepOut,
+      [index](Backend& b, Inputs<1> in) {
+        return b.softmax_cross_entropy(std::move(in[0]), index);
+      },
+      [index](BackwardArgs& r, Primitive g) -> Grads {
+        Backend& b = r.b;
+        Primitive x = r.in(0);
+        const DType dtype = x->dtype();
+        const std::int64_t rows = x->shape()[0], classes = x->shape()[1];
+        if (rows == 0) return {b.zeros(x->shape(), dtype, x->device())};
+        Primitive column = b.reshape(index, Shape{rows, 1});
+        Primitive picked = to_compute(b, b.gather(1, x, column));
+        Primitive total = b.add(b.reshape(r.out(), Shape{rows, 1}), std::move(picked));
+        Primitive p = b.exp(b.sub(to_compute(b, x), std::move(total)));
+        Primitive classes_row =
+            b.reshape(b.arange(0, classes, 1, index->dtype(), x->device()), Shape{1, classes});
+        Primitive hot = b.cast(b.equal(std::move(classes_row), std::move(column)), p->dtype());
+        Primitive scale = b.reshape(std::move(g), Shape{rows, 1});
+        return {
+            from_compute(b, b.mul(b.sub(std::move(p), std::move(hot)), std::move(scale)), dtype)};
+      });
+}
+
 // softmin(x) = softmax(-x): dx = y (sum(g y) - g).
 Primitive AutodiffBackend::softmin(Primitive x, std::int64_t dim) {
   return unary(

@@ -1,6 +1,7 @@
 // Every op of ops.def as the fusion decorator runs an op that it does not record: inputs computed
 // (their pending groups run), the inner backend runs the op, the result is a computed node.
-// Derived mechanically from ops.def; to_device, which changes devices, is written out below.
+// Derived mechanically from ops.def; to_device, which changes devices, and softmax_cross_entropy,
+// whose default is what fuses, are written out below.
 #include "decorators/fusion/fusion_backend.h"
 #include "runtime/registry.h"
 
@@ -38,6 +39,7 @@ T finish(const FusionPassthrough&, T value) {
 }  // namespace
 
 #define KILN_FUSION_WRITTEN_OUT_to_device KILN_PROBE
+#define KILN_FUSION_WRITTEN_OUT_softmax_cross_entropy KILN_PROBE
 #define KILN_FUSION_NOT_0 1
 #define KILN_FUSION_NOT_1 0
 #define KILN_FUSION_NOT(x) KILN_FUSION_NOT_EXPANDED(x)
@@ -66,6 +68,12 @@ Primitive FusionPassthrough::to_device(Primitive x, Device device) {
   if (plain->device() != target)
     plain = backend_for(plain->device()).to_device(std::move(plain), target);
   return device.is_fused() ? wrap_computed(std::move(plain)) : plain;
+}
+
+// Recorded as its default's composition, so that its ops fuse: the logits' cast into the
+// logsumexp that reads them (one pass, no f32 copy written), the picked logits a gather.
+Primitive FusionPassthrough::softmax_cross_entropy(Primitive logits, Primitive target) {
+  return Backend::softmax_cross_entropy(std::move(logits), std::move(target));
 }
 
 }  // namespace kiln::fusion
