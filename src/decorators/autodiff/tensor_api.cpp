@@ -104,9 +104,13 @@ Gradients backward(const Primitive& root, std::optional<Primitive> seed,
     if (start->dtype() != root->dtype())
       start = backend.inner().cast(std::move(start), root->dtype());
     if (options.create_graph) {
-      start = autodiff::is_autodiff(*seed) && (*seed)->dtype() == root->dtype()
-                  ? *seed
-                  : autodiff::wrap(std::move(start));
+      // A tracked seed of another dtype (a 16-bit seed of an f32 loss) is cast on the graph, so
+      // that what is recorded stays differentiable in the seed.
+      if (!autodiff::is_autodiff(*seed)) {
+        start = autodiff::wrap(std::move(start));
+      } else {
+        start = (*seed)->dtype() == root->dtype() ? *seed : backend.cast(*seed, root->dtype());
+      }
     }
   } else {
     if (root->shape().num_elements() != 1) {

@@ -317,5 +317,20 @@ TEST(AutodiffHigherOrder, ASeededCreateGraphBackward) {
   expect_close(values(grad_of(x, second)), want, kTight, "6 x s");
 }
 
+// A tracked seed of another dtype than the output (a bf16 seed of an f64 loss) is cast on the
+// graph: the recorded gradient stays differentiable in the seed. Before, the cast was made off
+// the graph and d/ds came back zero.
+TEST(AutodiffHigherOrder, ASeedOfAnotherDtypeStaysDifferentiable) {
+  // y = x³ seeded with s: ∇ = 3x² s; d<∇, 1>/ds = 3x².
+  const std::vector<double> xv = {0.5, -1.0, 2.0}, sv = {1.0, 2.0, -0.5};
+  const auto x = f64<1>(xv, {3}).require_grad();
+  const auto s = tensor<1>(sv, {3}, kAd, DType::BF16).require_grad();
+  const Gradients first = (x * x * x).backward(s, {.create_graph = true});
+  const Gradients second = grad_of(x, first).sum().backward();
+  std::vector<double> want;
+  for (double v : xv) want.push_back(3 * v * v);
+  expect_close(values(grad_of(s, second)), want, 1e-2, "3 x² through the seed's cast");
+}
+
 }  // namespace
 }  // namespace kiln::autodiff_test
