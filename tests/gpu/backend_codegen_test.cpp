@@ -75,16 +75,19 @@ std::string compile(const std::string& source) {
 }
 
 // Every kernel of op, each a module of its own: the strided one, the flat one and, unless an input
-// is gathered, the wide-load one the aligned flat path launches.
+// is gathered, the wide-load ones the aligned flat and strided paths launch.
 void expect_compiles(const ElementwiseOp& op, std::string_view what) {
   const std::string vec = "void __launch_bounds__(" + std::to_string(vector_shape().threads) +
                           ") kiln_elementwise_vec(const PF p)";
   const std::pair<KernelLayout, std::string> layouts[] = {
       {KernelLayout::Strided, "void __launch_bounds__(256) kiln_elementwise(const P p)"},
       {KernelLayout::Flat, "void __launch_bounds__(256) kiln_elementwise_flat(const PF p)"},
-      {KernelLayout::Wide, vec}};
+      {KernelLayout::Wide, vec},
+      {KernelLayout::StridedWide,
+       "void __launch_bounds__(256) kiln_elementwise_strided_vec(const P p)"}};
   for (const auto& [layout, signature] : layouts) {
-    if (layout == KernelLayout::Wide && op.gathered_input >= 0) continue;
+    const bool vectors = layout == KernelLayout::Wide || layout == KernelLayout::StridedWide;
+    if (vectors && op.gathered_input >= 0) continue;
     const std::string source = elementwise_source(op, layout);
     EXPECT_NE(source.find(signature), std::string::npos) << what;
     // One kernel per module.
@@ -599,6 +602,11 @@ TEST(GpuCodegen, LayerNormCompiles) {
   for (DType dtype : test::kFloatDTypes) {
     const std::string log = compile(layer_norm_source(dtype, dtype, dtype));
     EXPECT_TRUE(log.empty()) << dtype_name(dtype) << ":\n" << log.substr(0, 4000);
+    const std::string backward = layer_norm_backward_source(dtype);
+    EXPECT_NE(backward.find("kiln_layer_norm_backward(const P p)"), std::string::npos);
+    const std::string backward_log = test::nvrtc_compile(backward).log;
+    EXPECT_TRUE(test::nvrtc_compile(backward).ok) << dtype_name(dtype) << " backward:\n"
+                                                  << backward_log.substr(0, 4000);
     // Register plans: a warp per row with scalar loads, wide loads with wide parameters, 1,024
     // threads per row.
     for (const auto& [width, aligned] : {std::pair<std::int64_t, bool>{7, true},

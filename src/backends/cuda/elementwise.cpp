@@ -89,6 +89,32 @@ std::uint32_t next_direction() {
   return alternate ? launches.fetch_add(1, std::memory_order_relaxed) & 1u : 0u;
 }
 
+// Whether the strided-vector kernel can take params (merged dims, pointers set): its innermost
+// dim contiguous in every operand and a whole number of vectors long, every other stride and
+// every pointer on whole vectors, so each vector of the iteration is one aligned run in every
+// operand. KILN_CUDA_STRIDED_VECTORS=0 keeps such views on the element-wise strided kernel.
+bool strided_vectors_fit(const ElementwiseOp& op, const Params& params, std::size_t count) {
+  static const bool enabled = [] {
+    const char* text = std::getenv("KILN_CUDA_STRIDED_VECTORS");
+    return text == nullptr || std::strcmp(text, "0") != 0;
+  }();
+  const int rank = params.rank;
+  if (!enabled || op.gathered_input >= 0 || rank < 2) return false;
+  const std::int64_t width = vector_width(op);
+  if (params.sizes[rank - 1] % width != 0) return false;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (params.strides[k][rank - 1] != 1) return false;
+    for (int d = 0; d + 1 < rank; ++d) {
+      if (params.strides[k][d] % width != 0) return false;
+    }
+    const DType dtype = k == 0 ? op.output : op.inputs[k - 1];
+    const std::uint64_t bytes =
+        std::min<std::uint64_t>(16, static_cast<std::uint64_t>(width) * dtype_size(dtype));
+    if (params.pointers[k] % bytes != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int merge_dims(const Shape& shape, std::span<const Strides> strides, std::int64_t* sizes,
@@ -216,6 +242,13 @@ void launch_elementwise(Runtime& runtime, const ElementwiseOp& op, const CudaTen
     params.scalars[k] = k < scalar_bits.size() ? scalar_bits[k] : 0;
   params.error_word = error_word;
   params.error_token = error_token;
+  if (strided_vectors_fit(op, params, count)) {
+    const std::int64_t vectors = n / vector_width(op);
+    runtime.launch(op.name, function(KernelLayout::StridedWide, "kiln_elementwise_strided_vec"),
+                   runtime.blocks_for(vectors, kThreads), kThreads, params, 0, nullptr,
+                   LaunchOrder::Overlapping);
+    return;
+  }
   runtime.launch(op.name, function(KernelLayout::Strided, "kiln_elementwise"), blocks, kThreads,
                  params, 0, nullptr, LaunchOrder::Overlapping);
 }

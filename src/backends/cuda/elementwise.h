@@ -104,6 +104,12 @@ enum class KernelLayout : char {
   Strided = 's',  // any strides: kiln_elementwise
   Flat = 'f',     // every operand contiguous and of the output's shape: kiln_elementwise_flat
   Wide = 'w',     // flat and aligned, 16-byte loads: kiln_elementwise_vec (no gathered input)
+  // Any strides whose innermost merged dim is contiguous in every operand, a whole number of
+  // vectors long, with the other strides and every pointer on whole vectors: a permuted copy of
+  // [B, S, H, D] to [B, H, S, D], a strided slice of rows. kiln_elementwise_strided_vec walks
+  // vectors: one split of the index into coordinates and one 16-byte load or store per operand
+  // for each vector, not each element (no gathered input).
+  StridedWide = 'v',
 };
 
 // Generated source of op's kernel for layout (exposed for tests that compile every kernel

@@ -147,6 +147,49 @@ extern "C" __global__ void __launch_bounds__({threads}) kiln_elementwise_vec(con
       "tail"_a = kernel_tail(op));
 }
 
+// KernelLayout::StridedWide: a vector of every operand per thread and loop step, at the
+// offsets of its first element (the host checked that each vector is contiguous and aligned in
+// every operand).
+std::string strided_vector_kernel(const ElementwiseOp& op) {
+  const std::size_t operands = op.inputs.size() + 1;
+  std::string loads, lanes;
+  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    const DType d = op.inputs[k];
+    loads +=
+        fmt::format("    const V<{1}> v{0} = *(const V<{1}>*)((const {1}*)p.ptr[{0}] + o{0});\n",
+                    k + 1, storage_type(d));
+    lanes += fmt::format("      const {} {} = {};\n", compute_type(d), kOperandNames[k],
+                         load_expression(d, fmt::format("v{}.v[j]", k + 1)));
+  }
+  return fmt::format(
+      R"CUDA(template <class T> struct alignas({width} * sizeof(T) < 16 ? {width} * sizeof(T) : 16) V {{ T v[{width}]; }};
+extern "C" __global__ void __launch_bounds__(256) kiln_elementwise_strided_vec(const P p) {{
+  k_grid_dependency();
+  bool err = false;
+{scalars}  const i64 vectors = p.n / {width};
+  for (i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x; c < vectors; c += (i64)gridDim.x * blockDim.x) {{
+    i64 rem = c * {width};
+{offsets}    for (int d = p.rank - 1; d >= 0; --d) {{
+      const i64 size = p.sizes[d]; const i64 q = rem / size; const i64 idx = rem - q * size; rem = q;
+{steps}    }}
+{loads}    V<{output}> v0;
+#pragma unroll
+    for (int j = 0; j < {width}; ++j) {{
+      const i64 i = c * {width} + j;
+      (void)i;
+{lanes}{value_and_store}    }}
+    *(V<{output}>*)(({output}*)p.ptr[0] + o0) = v0;
+  }}
+  if (err) *p.err_word = p.err_token;
+}}
+)CUDA",
+      "width"_a = vector_width(op), "scalars"_a = scalar_declarations(op),
+      "offsets"_a = per_operand(operands, "    i64 o{0} = 0;\n"),
+      "steps"_a = per_operand(operands, "      o{0} += idx * p.strides[{0}][d];\n"),
+      "loads"_a = loads, "lanes"_a = lanes, "output"_a = storage_type(op.output),
+      "value_and_store"_a = value_and_store(op, "      ", "v0.v[j]"));
+}
+
 VectorShape read_vector_shape() {
   VectorShape shape{.threads = 128, .unroll = 1, .blocks_per_sm = 0};
   const char* text = std::getenv("KILN_CUDA_VECTOR_SHAPE");
@@ -235,6 +278,9 @@ std::string elementwise_source(const ElementwiseOp& op, KernelLayout layout) {
       break;
     case KernelLayout::Wide:
       kernel = vector_kernel(op);
+      break;
+    case KernelLayout::StridedWide:
+      kernel = strided_vector_kernel(op);
       break;
   }
   return fmt::format("{}{}{}{}", kernel_prelude(), kParamsStructs, gather, kernel);

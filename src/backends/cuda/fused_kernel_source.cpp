@@ -463,6 +463,8 @@ std::string fused_kernel_source(const FusedKernel& kernel, KernelLayout layout) 
     case KernelLayout::Wide:
       body = vector_kernel(kernel);
       break;
+    case KernelLayout::StridedWide:
+      detail::fail<InvalidArgument>("cuda", "fused kernels have no strided-vector layout");
   }
   return fmt::format("{}{}{}", kernel_prelude(), kParamsStructs, body);
 }
