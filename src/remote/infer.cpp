@@ -1378,6 +1378,21 @@ Types infer_layer_norm(const Context& c, const TensorType& x, const TensorType& 
   return {x};
 }
 
+Types infer_layer_norm_backward(const Context& c, const TensorType& x, const TensorType& gamma,
+                                const TensorType& grad, double epsilon) {
+  check_float(c, x, "the input");
+  check_float(c, gamma, "gamma");
+  check_float(c, grad, "grad");
+  check_min_rank(c, x, 1, "input");
+  const std::int64_t width = x.shape[x.shape.rank() - 1];
+  check_vector(c, gamma, width, "gamma");
+  check_shape(c, grad.shape, x.shape, "grad");
+  check_epsilon(c, epsilon);
+  check_same_dtype(c, gamma, "gamma", x, "the input");
+  check_same_dtype(c, grad, "grad", x, "the input");
+  return {x, {x.dtype, Shape{width}}};
+}
+
 Types infer_batch_norm(const Context& c, const TensorType& x, const TensorType& gamma,
                        const TensorType& beta, const TensorType& mean, const TensorType& variance,
                        double epsilon) {

@@ -160,6 +160,23 @@ Primitive linear_out_in(Primitive x, Primitive weight, std::optional<Primitive> 
   return linear(std::move(x), transpose(std::move(weight)), std::move(bias));
 }
 
+PrimPair layer_norm_backward(Primitive x, Primitive gamma, Primitive grad, double epsilon) {
+  const char* op = "layer_norm_backward";
+  check_float(x, op);
+  check_float(gamma, op);
+  check_float(grad, op);
+  Backend& backend = backend_of_all({&x, &gamma, &grad}, op);
+  if (x->rank() == 0) fail<ShapeMismatch>(op, "the input must have at least one dim");
+  check_vector(gamma, x->shape()[x->rank() - 1], "gamma", op);
+  if (grad->shape() != x->shape()) {
+    fail<ShapeMismatch>(op, "grad ", grad->shape().to_string(), " must have the input's shape ",
+                        x->shape().to_string());
+  }
+  check_epsilon(epsilon, op);
+  promote_all({&x, &gamma, &grad}, op);
+  return backend.layer_norm_backward(std::move(x), std::move(gamma), std::move(grad), epsilon);
+}
+
 Primitive layer_norm(Primitive x, Primitive gamma, std::optional<Primitive> beta, double epsilon) {
   const char* op = "layer_norm";
   check_float(x, op);

@@ -295,6 +295,39 @@ KILN_CONFORMANCE_ROW(layer_norm, ({"layer_norm"})) {
   }
 }
 
+// Both outputs against float64 loops, every float dtype and layout (a transposed grad too), a
+// large common offset, rows of one value, no rows.
+KILN_CONFORMANCE_ROW(layer_norm_backward, ({"layer_norm_backward"})) {
+  const std::vector<Shape> shapes = {{4, 10}, {2, 3, 16}, {3, 1}, {0, 5}, {5, 300}};
+  std::uint64_t seed = 4100;
+  for (DType dtype : kFloatDTypes) {
+    for (Layout layout : kLayouts) {
+      for (const Shape& shape : shapes) {
+        const std::int64_t width = shape[shape.rank() - 1];
+        const double offset = dtype == DType::F64 || dtype == DType::F32 ? 50.0 : 0.0;
+        const auto x =
+            representable(random_values(shape, dtype, seed++, offset - 3, offset + 3), dtype);
+        const auto gamma = representable(random_values({width}, dtype, seed++, 0.5, 2), dtype);
+        const auto grad = representable(random_values(shape, dtype, seed++, -1, 1), dtype);
+        const double eps = 1e-5;
+        std::vector<double> dx, dgamma;
+        test::layer_norm_backward_reference(x, width, gamma, grad, eps, dx, dgamma);
+        const auto [got_dx, got_dgamma] = detail::layer_norm_backward(
+            make_primitive(x, shape, dtype, layout, device),
+            make_primitive(gamma, {width}, dtype, Layout::Strided, device),
+            make_primitive(grad, shape, dtype,
+                           layout == Layout::Contiguous ? Layout::Transposed : Layout::Contiguous,
+                           device),
+            eps);
+        const std::string ctx = "layer_norm_backward " + context(device, dtype, layout, shape);
+        expect_close(detail::into_data(got_dx), shape, dtype, dx, ctx + " dx", 8.0);
+        expect_close(detail::into_data(got_dgamma), Shape{width}, dtype, dgamma, ctx + " dgamma",
+                     8.0);
+      }
+    }
+  }
+}
+
 KILN_CONFORMANCE_ROW(batch_norm, ({"batch_norm"})) {
   const std::vector<Shape> shapes = {{4, 3}, {2, 3, 5}, {2, 3, 2, 2}, {0, 3, 4}, {2, 3, 2, 2, 2}};
   std::uint64_t seed = 5000;

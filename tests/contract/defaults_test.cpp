@@ -22,6 +22,7 @@
 #include "distributed/collective_checks.h"
 #include "kiln/quant.h"
 #include "runtime/registry.h"
+#include "support/layer_norm_reference.h"
 #include "support/ranks.h"
 
 namespace kiln {
@@ -996,6 +997,30 @@ std::vector<Case> module_cases() {
              const std::string ctx = describe(dtype, layout, Shape{3, 4, 6});
              expect_same(KILN_BOTH(layer_norm, x, gamma, beta, 1e-5), ctx, 8.0);
              expect_same(KILN_BOTH(layer_norm, x, gamma, std::nullopt, 0.1), ctx + " no beta", 8.0);
+           }
+         }
+       }});
+  cases.push_back(
+      {"layer_norm_backward", [](const Env& env) {
+         std::uint64_t seed = 111;
+         for (DType dtype : kFloatDTypes) {
+           for (Layout layout : kLayouts) {
+             const Shape shape{3, 4, 6};
+             Primitive x = input(env, shape, dtype, layout, seed++, -3, 3, false);
+             Primitive gamma =
+                 input(env, Shape{6}, dtype, Layout::Contiguous, seed++, 0.5, 2, false);
+             Primitive grad = input(env, shape, dtype, Layout::Contiguous, seed++, -1, 1, false);
+             std::vector<double> dx, dgamma;
+             test::layer_norm_backward_reference(
+                 detail::into_data(x).to_f64_vec(), 6, detail::into_data(gamma).to_f64_vec(),
+                 detail::into_data(grad).to_f64_vec(), 1e-5, dx, dgamma);
+             const auto [got_dx, got_dgamma] =
+                 env.defaults.Backend::layer_norm_backward(x, gamma, grad, 1e-5);
+             const std::string ctx = describe(dtype, layout, shape);
+             conformance::expect_close(detail::into_data(got_dx), shape, dtype, dx,
+                                       ctx + " dx (default vs float64 reference)", 8.0);
+             conformance::expect_close(detail::into_data(got_dgamma), Shape{6}, dtype, dgamma,
+                                       ctx + " dgamma (default vs float64 reference)", 8.0);
            }
          }
        }});

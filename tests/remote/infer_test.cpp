@@ -1090,6 +1090,15 @@ MANUAL_CASES(dequantize) {
   }
 }
 
+MANUAL_CASES(layer_norm_backward) {
+  for (DType dtype : dtypes_of(OpCode::layer_norm_backward)) {
+    for (const Shape& x : {Shape{2, 4}, Shape{3, 2, 4}, Shape{0, 4}, Shape{4}}) {
+      EXPECT_INFERRED(layer_norm_backward, tensor(dtype, x), tensor(dtype, {4}), tensor(dtype, x),
+                      1e-5);
+    }
+  }
+}
+
 MANUAL_CASES(layer_norm) {
   for (DType dtype : dtypes_of(OpCode::layer_norm)) {
     for (const Shape& x : {Shape{4}, Shape{2, 4}, Shape{0, 3, 4}}) {

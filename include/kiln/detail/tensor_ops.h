@@ -169,6 +169,8 @@ Primitive softmin(Primitive x, std::int64_t dim);
 Primitive softmax_cross_entropy(Primitive logits, Primitive target);
 
 // ---- module ops ----
+// dx and dgamma of layer_norm over the last dim given its output's gradient (ops.def).
+PrimPair layer_norm_backward(Primitive x, Primitive gamma, Primitive grad, double epsilon);
 Primitive conv(Primitive x, Primitive weight, std::optional<Primitive> bias, ConvOptions options,
                std::size_t spatial_dims);
 Primitive conv_transpose(Primitive x, Primitive weight, std::optional<Primitive> bias,

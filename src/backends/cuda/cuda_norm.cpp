@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backends/cuda/elementwise_ops.h"
 #include "backends/cuda/kernel_source.h"
@@ -62,6 +64,52 @@ Primitive CudaBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitiv
   const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(p.rows, sms * 16));
   runtime().launch(op, function, blocks, 256, p);
   return out;
+}
+
+// KILN_CUDA_LAYER_NORM_BACKWARD=0 runs the default's composition instead (for comparisons).
+PrimitivePair CudaBackend::layer_norm_backward(Primitive x, Primitive gamma, Primitive grad,
+                                               double epsilon) {
+  const char* op = "layer_norm_backward";
+  static const bool enabled = [] {
+    const char* text = std::getenv("KILN_CUDA_LAYER_NORM_BACKWARD");
+    return text == nullptr || std::string_view(text) != "0";
+  }();
+  const Shape shape = x->shape();
+  const std::int64_t width = shape[shape.rank() - 1];
+  if (!enabled || shape.num_elements() == 0) {
+    return Backend::layer_norm_backward(std::move(x), std::move(gamma), std::move(grad), epsilon);
+  }
+  check_accepts(x->dtype(), Accepts::Float, op);
+  // The tensor layer has checked the shapes and promoted the three to one dtype.
+  const DType dtype = x->dtype();
+  const DType xg_dtype = dtype == DType::F64 ? DType::F64 : DType::F32;
+  TensorPtr in = contiguous(x, op);
+  TensorPtr g = contiguous(grad, op);
+  const CudaTensor& gam = as_cuda(gamma);
+  TensorPtr dx = make_tensor(dtype, shape, op);
+  const std::int64_t rows = shape.num_elements() / width;
+  TensorPtr xg = make_tensor(xg_dtype, Shape{rows, width}, op);
+  LayerNormBackwardParams p{};
+  p.rows = rows;
+  p.width = width;
+  p.gamma_stride = gam.strides()[0];
+  p.x = in->data();
+  p.grad = g->data();
+  p.gamma = gam.data();
+  p.dx = dx->data();
+  p.xg = xg->data();
+  p.epsilon = epsilon;
+  CUfunction function = runtime().compiler.function(
+      std::string("layer_norm_backward:") + short_name(dtype), "kiln_layer_norm_backward",
+      [&] { return layer_norm_backward_source(dtype); });
+  constexpr unsigned kBlock = 256, kRowsPerBlock = kBlock / 32;
+  const std::int64_t sms = runtime().context.sm_count();
+  const auto blocks = static_cast<unsigned>(
+      std::min<std::int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, sms * 16));
+  runtime().launch(op, function, blocks, kBlock, p);
+  Primitive dgamma = reshape(sum_dim(std::move(xg), 0), Shape{width});
+  if (dgamma->dtype() != dtype) dgamma = cast(std::move(dgamma), dtype);
+  return {std::move(dx), std::move(dgamma)};
 }
 
 }  // namespace kiln::cuda

@@ -42,4 +42,15 @@ std::string layer_norm_rows_source(DType x, DType gamma, DType beta, const Layer
 // The module with kiln_layer_norm (a block per row, streaming) for any width.
 std::string layer_norm_source(DType x, DType gamma, DType beta);
 
+// layer_norm_backward: a warp per row reads x and grad (the row's later passes hit L1), computes
+// the row's mean and deviation (two passes, in double), then the sums of grad * gamma and of it
+// times x̂, and writes dx (grad's dtype) and x̂ * grad (`xg`, in the compute dtype: f32, or f64)
+// for dgamma's column sum. x and grad contiguous; gamma of any stride. Mirrors struct P.
+struct LayerNormBackwardParams {
+  std::int64_t rows, width, gamma_stride;
+  std::uint64_t x, grad, gamma, dx, xg;
+  double epsilon;
+};
+std::string layer_norm_backward_source(DType dtype);
+
 }  // namespace kiln::cuda

@@ -218,4 +218,63 @@ extern "C" __global__ void __launch_bounds__(256) kiln_layer_norm(const P p) {{
                      "store"_a = store_expression(x, convert_expression(DType::F64, x, "value")));
 }
 
+std::string layer_norm_backward_source(DType dtype) {
+  auto load = [dtype](const char* at) { return load_expression(dtype, at); };
+  const DType xg = dtype == DType::F64 ? DType::F64 : DType::F32;
+  return fmt::format(
+      R"CUDA({prelude}
+struct P {{
+  i64 rows, width, gamma_stride;
+  u64 x, grad, gamma, dx, xg;
+  double epsilon;
+}};
+__device__ __forceinline__ double k_warp_sum(double v) {{
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}}
+extern "C" __global__ void __launch_bounds__(256) kiln_layer_norm_backward(const P p) {{
+  k_grid_dependency();
+  const int lane = threadIdx.x & 31;
+  const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+  const {t}* gamma = (const {t}*)p.gamma;
+  const double n = (double)p.width;
+  for (i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < p.rows; row += warps) {{
+    const {t}* x = (const {t}*)p.x + row * p.width;
+    const {t}* g = (const {t}*)p.grad + row * p.width;
+    {t}* dx = ({t}*)p.dx + row * p.width;
+    {xg_t}* xg = ({xg_t}*)p.xg + row * p.width;
+    double s = 0;
+    for (i64 i = lane; i < p.width; i += 32) s += (double)({x_at});
+    const double mean = k_warp_sum(s) / n;
+    double v = 0;
+    for (i64 i = lane; i < p.width; i += 32) {{
+      const double d = (double)({x_at}) - mean;
+      v += d * d;
+    }}
+    const double rstd = 1.0 / sqrt(k_warp_sum(v) / n + p.epsilon);
+    double s1 = 0, s2 = 0;
+    for (i64 i = lane; i < p.width; i += 32) {{
+      const double gx = (double)({g_at}) * (double)({gamma_at});
+      s1 += gx;
+      s2 += gx * (((double)({x_at}) - mean) * rstd);
+    }}
+    const double m1 = k_warp_sum(s1) / n, m2 = k_warp_sum(s2) / n;
+    for (i64 i = lane; i < p.width; i += 32) {{
+      const double gi = (double)({g_at});
+      const double normed = ((double)({x_at}) - mean) * rstd;
+      const double value = rstd * (gi * (double)({gamma_at}) - m1 - normed * m2);
+      dx[i] = {store_dx};
+      const double product = normed * gi;
+      xg[i] = {store_xg};
+    }}
+  }}
+}}
+)CUDA",
+      "prelude"_a = kernel_prelude(), "t"_a = storage_type(dtype), "xg_t"_a = storage_type(xg),
+      "x_at"_a = load("x[i]"), "g_at"_a = load("g[i]"),
+      "gamma_at"_a = load("gamma[i * p.gamma_stride]"),
+      "store_dx"_a = store_expression(dtype, convert_expression(DType::F64, dtype, "value")),
+      "store_xg"_a = store_expression(xg, convert_expression(DType::F64, xg, "product")));
+}
+
 }  // namespace kiln::cuda

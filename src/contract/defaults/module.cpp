@@ -156,6 +156,31 @@ Primitive Backend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitive be
   return from_compute(*this, std::move(y), dtype);
 }
 
+// With x̂ = (x - mean) * rstd over the last dim and gx = grad * gamma:
+// dx = rstd (gx - mean(gx) - x̂ mean(gx x̂)), dgamma = Σ grad x̂ over the rows; x̂ recomputed.
+PrimitivePair Backend::layer_norm_backward(Primitive x, Primitive gamma, Primitive grad,
+                                           double epsilon) {
+  const DType dtype = grad->dtype();
+  const Shape shape = x->shape();
+  const std::size_t rank = shape.rank();
+  const auto last = static_cast<std::int64_t>(rank) - 1;
+  const std::int64_t width = shape[rank - 1];
+  const std::int64_t rows = shape.num_elements() / std::max<std::int64_t>(1, width);
+  Primitive xc = to_compute(*this, std::move(x));
+  Primitive centred = sub(xc, mean_dim(xc, last));
+  Primitive rstd = rsqrt(add_scalar(mean_dim(square(centred), last), epsilon));
+  Primitive normed = mul(std::move(centred), rstd);
+  Primitive gc = to_compute(*this, std::move(grad));
+  Primitive dgamma = from_compute(
+      *this, reshape(sum_dim(reshape(mul(gc, normed), Shape{rows, width}), 0), Shape{width}),
+      dtype);
+  Primitive gx = mul(std::move(gc),
+                     reshape(to_compute(*this, std::move(gamma)), along(rank, rank - 1, width)));
+  Primitive along_normed = mul(normed, mean_dim(mul(gx, normed), last));
+  Primitive inner = sub(sub(gx, mean_dim(gx, last)), std::move(along_normed));
+  return {from_compute(*this, mul(std::move(inner), std::move(rstd)), dtype), std::move(dgamma)};
+}
+
 Primitive Backend::batch_norm(Primitive x, Primitive gamma, Primitive beta, Primitive mean,
                               Primitive variance, double epsilon) {
   // Inference form over dim 1 with the given statistics.

@@ -379,9 +379,9 @@ Primitive AutodiffBackend::linear(Primitive x, Primitive weight, OptionalPrimiti
       });
 }
 
-// With x̂ = (x - mean) * rstd over the last dim and gx = g * gamma:
-// dx = rstd (gx - mean(gx) - x̂ mean(gx x̂)), dgamma = Σ g x̂, dbeta = Σ g over the rows.
-// x̂ is recomputed from x rather than stored; 16-bit floats compute in f32.
+// dx and dgamma from the backend's layer_norm_backward (one kernel on cuda), or, when the
+// backward pass is itself recorded, from its default's composition of differentiable ops (the
+// same formula); dbeta = Σ g over the rows.
 Primitive AutodiffBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitive beta,
                                       double epsilon) {
   const Shape shape = x->shape();
@@ -394,31 +394,22 @@ Primitive AutodiffBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrim
       [epsilon, shape](BackwardArgs& r, Primitive g) -> Grads {
         Backend& b = r.b;
         const DType dtype = g->dtype();
-        const std::size_t rank = shape.rank();
-        const auto last = static_cast<std::int64_t>(rank) - 1;
-        const std::int64_t width = shape[rank - 1];
+        const std::int64_t width = shape[shape.rank() - 1];
         const std::int64_t rows = shape.num_elements() / std::max<std::int64_t>(1, width);
-        // Σ over every row, as a [width] vector.
-        auto row_sum = [&](Primitive t) {
-          return from_compute(
-              b, b.reshape(b.sum_dim(b.reshape(std::move(t), Shape{rows, width}), 0), Shape{width}),
-              dtype);
-        };
-        Primitive xc = to_compute(b, r.in(0));
-        Primitive centred = b.sub(xc, b.mean_dim(xc, last));
-        Primitive rstd = b.rsqrt(b.add_scalar(b.mean_dim(b.square(centred), last), epsilon));
-        Primitive normed = b.mul(std::move(centred), rstd);
-        Primitive gc = to_compute(b, std::move(g));
         Primitive dx, dgamma, dbeta;
-        if (r.needs(2)) dbeta = row_sum(gc);
-        if (r.needs(1)) dgamma = row_sum(b.mul(gc, normed));
-        if (r.needs(0)) {
-          Shape param_shape = ones_shape(rank);
-          param_shape[rank - 1] = width;
-          Primitive gx = b.mul(gc, b.reshape(to_compute(b, r.in(1)), param_shape));
-          Primitive along = b.mul(normed, b.mean_dim(b.mul(gx, normed), last));
-          Primitive inner_grad = b.sub(b.sub(gx, b.mean_dim(gx, last)), std::move(along));
-          dx = from_compute(b, b.mul(std::move(inner_grad), std::move(rstd)), dtype);
+        if (r.needs(2)) {
+          dbeta =
+              from_compute(b,
+                           b.reshape(b.sum_dim(b.reshape(to_compute(b, g), Shape{rows, width}), 0),
+                                     Shape{width}),
+                           dtype);
+        }
+        if (r.needs(0) || r.needs(1)) {
+          PrimitivePair grads = r.create_graph()
+                                    ? b.Backend::layer_norm_backward(r.in(0), r.in(1), g, epsilon)
+                                    : b.layer_norm_backward(r.in(0), r.in(1), g, epsilon);
+          if (r.needs(0)) dx = std::move(grads.first);
+          if (r.needs(1)) dgamma = std::move(grads.second);
         }
         return {dx, dgamma, dbeta};
       });

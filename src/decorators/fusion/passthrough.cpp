@@ -1,7 +1,7 @@
 // Every op of ops.def as the fusion decorator runs an op that it does not record: inputs computed
 // (their pending groups run), the inner backend runs the op, the result is a computed node.
-// Derived mechanically from ops.def; to_device, which changes devices, and softmax_cross_entropy,
-// whose default is what fuses, are written out below.
+// Derived mechanically from ops.def; to_device, which changes devices, softmax_cross_entropy,
+// whose default is what fuses, and layer_norm_backward, are written out below.
 #include "decorators/fusion/fusion_backend.h"
 #include "runtime/registry.h"
 
@@ -40,6 +40,7 @@ T finish(const FusionPassthrough&, T value) {
 
 #define KILN_FUSION_WRITTEN_OUT_to_device KILN_PROBE
 #define KILN_FUSION_WRITTEN_OUT_softmax_cross_entropy KILN_PROBE
+#define KILN_FUSION_WRITTEN_OUT_layer_norm_backward KILN_PROBE
 #define KILN_FUSION_NOT_0 1
 #define KILN_FUSION_NOT_1 0
 #define KILN_FUSION_NOT(x) KILN_FUSION_NOT_EXPANDED(x)
@@ -74,6 +75,21 @@ Primitive FusionPassthrough::to_device(Primitive x, Device device) {
 // logsumexp that reads them (one pass, no f32 copy written), the picked logits a gather.
 Primitive FusionPassthrough::softmax_cross_entropy(Primitive logits, Primitive target) {
   return Backend::softmax_cross_entropy(std::move(logits), std::move(target));
+}
+
+// The inner backend's kernel where it has one (cuda's: one pass over the rows), else the
+// default's composition recorded lazily, whose ops fuse as the rule's did before the op existed.
+PrimitivePair FusionPassthrough::layer_norm_backward(Primitive x, Primitive gamma, Primitive grad,
+                                                     double epsilon) {
+  const OpInfo& info = op_info(OpCode::layer_norm_backward);
+  const DeviceKind kind = device().kind();
+  const bool kernel = (kind == DeviceKind::Cuda && info.cuda_kernel) ||
+                      (kind == DeviceKind::Cpu && info.cpu_kernel);
+  if (!kernel) {
+    return Backend::layer_norm_backward(std::move(x), std::move(gamma), std::move(grad), epsilon);
+  }
+  return finish(*this,
+                inner().layer_norm_backward(computed(x), computed(gamma), computed(grad), epsilon));
 }
 
 }  // namespace kiln::fusion
