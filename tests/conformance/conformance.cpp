@@ -294,7 +294,8 @@ std::vector<double> ref_softmax_cross_entropy(const std::vector<double>& logits,
       for (std::size_t c = 0; c < classes; ++c) sum += std::exp(row[c] - top);
       total = top + std::log(sum);
     }
-    if (nan) total = kNaN;
+    // A +inf (no distribution) or a NaN gives NaN, as log_softmax does.
+    if (nan || top == kInf) total = kNaN;
     const auto target = static_cast<std::size_t>(targets[r]);
     loss[r] = total - row[target];
     if (dlogits != nullptr && g != nullptr) {

@@ -103,9 +103,8 @@ double broadcast_at(const std::vector<double>& values, const Shape& shape,
 std::string context(const Device& device, DType dtype, Layout layout, const Shape& shape);
 
 // softmax_cross_entropy in float64: logsumexp(row) - row[target] for row-major logits
-// [targets.size(), classes] (a NaN in the row gives NaN, a +inf gives inf, and inf - inf where
-// the target is the +inf NaN); dlogits, when given g per row, receives (softmax(row) -
-// onehot(target)) * g.
+// [targets.size(), classes] (a row holding a NaN or a +inf gives NaN, as log_softmax does);
+// dlogits, when given g per row, receives (softmax(row) - onehot(target)) * g.
 std::vector<double> ref_softmax_cross_entropy(const std::vector<double>& logits,
                                               std::size_t classes,
                                               const std::vector<double>& targets,

@@ -203,7 +203,7 @@ KILN_CONFORMANCE_ROW(softmax_cross_entropy, ({"softmax_cross_entropy"})) {
           std::vector<double> x = random_values(shape, dtype, seed++, -8, 8);
           if (x.size() >= 36) {
             x[1] = std::nan("");  // row 0
-            x[10] = kInf;         // row 1: inf, or NaN where it is the target
+            x[10] = kInf;         // row 1: no distribution, NaN
             x[19] = -kInf;        // row 2: still a distribution
           }
           const std::vector<double> targets = random_values(Shape{shape[0]}, DType::I64, seed++, 0,

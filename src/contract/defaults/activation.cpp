@@ -135,7 +135,10 @@ Primitive Backend::softmax_cross_entropy(Primitive logits, Primitive target) {
   Primitive column = reshape(std::move(target), Shape{rows, 1});
   Primitive picked = to_compute(*this, gather(1, logits, std::move(column)));
   Primitive total = logsumexp_dim(to_compute(*this, std::move(logits)), 1);
-  return reshape(sub(std::move(total), std::move(picked)), Shape{rows});
+  // A row holding +inf has no distribution: NaN, as log_softmax (and PyTorch) give, not inf.
+  Primitive no_distribution = sub(total, total);
+  return reshape(add(sub(std::move(total), std::move(picked)), std::move(no_distribution)),
+                 Shape{rows});
 }
 
 }  // namespace kiln
