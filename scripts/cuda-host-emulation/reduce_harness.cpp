@@ -150,6 +150,7 @@ Primitive cpu_reduce(const Reducer& r, const Primitive& x, std::int64_t dim) {
   if (r == Reducer::ArgMax) return cpub().argmax(x, dim, DType::I64);
   if (r == Reducer::ArgMin) return cpub().argmin(x, dim, DType::I64);
   if (r == Reducer::Any) return cpub().any_dim(x, dim);
+  if (r == Reducer::LogSumExp) return cpub().logsumexp_dim(x, dim);
   return cpub().all_dim(x, dim);
 }
 
@@ -186,8 +187,9 @@ void check_reduce(Reducer r, const Primitive& x, std::int64_t dim, int sm_count 
 }
 
 void reductions() {
-  const Reducer float_reducers[] = {Reducer::Sum, Reducer::Mean,   Reducer::Prod,  Reducer::Max,
-                                    Reducer::Min, Reducer::ArgMax, Reducer::ArgMin};
+  const Reducer float_reducers[] = {Reducer::Sum,    Reducer::Mean,     Reducer::Prod,
+                                    Reducer::Max,    Reducer::Min,      Reducer::ArgMax,
+                                    Reducer::ArgMin, Reducer::LogSumExp};
   const Reducer int_reducers[] = {Reducer::Sum, Reducer::Max, Reducer::Min, Reducer::ArgMax,
                                   Reducer::ArgMin};
   std::uint64_t seed = 1;
@@ -239,6 +241,12 @@ void reductions() {
   }
   // A long line finished by blocks (more than 64 chunks), and an empty dim.
   check_reduce(Reducer::Sum, values(Shape{300000}, DType::F32, seed++, -1, 1), 0, 16);
+  // logsumexp over long lines: float partials settled into double sums, a growing maximum.
+  for (DType d : {DType::F32, DType::BF16}) {
+    check_reduce(Reducer::LogSumExp, values(Shape{300000}, d, seed++, -30, 30), 0, 16);
+    check_reduce(Reducer::LogSumExp, values(Shape{4, 50304}, d, seed++, -20, 20), 1, 16);
+    check_reduce(Reducer::LogSumExp, values(Shape{20000, 8}, d, seed++, -20, 20), 0, 16);
+  }
   check_reduce(Reducer::ArgMax, values(Shape{300000}, DType::U8, seed++, 0, 50), 0, 16);
   for (Reducer r : {Reducer::Sum, Reducer::Prod, Reducer::Any, Reducer::All}) {
     check_reduce(r, values(Shape{5, 0}, DType::F32, seed++, 0, 1), 1);
@@ -529,7 +537,8 @@ void fused_tails() {
   };
   for (const Tail& t : reduce_tails) {
     for (DType d : {DType::F32, DType::BF16, DType::F64}) {
-      for (const Reducer& r : {Reducer::Sum, Reducer::Mean, Reducer::Max, Reducer::ArgMax})
+      for (const Reducer& r :
+           {Reducer::Sum, Reducer::Mean, Reducer::Max, Reducer::ArgMax, Reducer::LogSumExp})
         check_fused_reduce(r, d, t, seed++);
     }
     for (const Reducer& r : {Reducer::Sum, Reducer::Min, Reducer::ArgMin})

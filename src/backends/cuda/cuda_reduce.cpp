@@ -52,50 +52,6 @@ std::optional<Primitive> dense_line(const Primitive& x) {
   return make_view(t, Shape{t.shape().num_elements()}, Strides{1}, offset);
 }
 
-// logsumexp's accumulator: the running maximum and the sum of exp(x - max) in double, rescaled
-// when the maximum grows (the CPU backend's formulas: a NaN gives NaN, a +inf +inf, nothing or
-// only -inf gives -inf).
-constexpr const char* kLogSumExpMerge = R"CUDA(
-#define LSE_INF __longlong_as_double(0x7ff0000000000000ll)
-struct Acc { double max, sum; };
-__device__ __forceinline__ void merge(Acc& a, double max, double sum) {
-  if (a.max != a.max || max == -LSE_INF) return;
-  if (max != max || max == LSE_INF || a.max == LSE_INF) { a.max = max != max ? max : LSE_INF; }
-  else if (max > a.max) { a.sum = a.sum * exp(a.max - max) + sum; a.max = max; }
-  else { a.sum += sum * exp(max - a.max); }
-}
-__device__ __forceinline__ Acc init() { return Acc{-LSE_INF, 0.0}; }
-__device__ __forceinline__ void combine(Acc& a, const Acc& b) { merge(a, b.max, b.sum); }
-)CUDA";
-
-// A float element at or below a finite running maximum (nearly every one) adds its term with
-// expf: a double exp per element made the logsumexp over GPT-2's logits (8192 x 50304 bf16)
-// compute-bound at 1.85 ms on an H100, seven times its read. The sum stays in double; f64
-// inputs keep the double exp.
-std::string logsumexp_accumulator(DType dtype, DType out_dtype) {
-  using namespace fmt::literals;
-  const char* C = compute_type(dtype);
-  const std::string step =
-      std::string_view(C) == "double"
-          ? "merge(a, (double)x, 1.0);"
-          : "const double v = (double)x;\n"
-            "  if (v <= a.max && a.max > -LSE_INF) { a.sum += (double)expf((float)(v - a.max)); }\n"
-            "  else { merge(a, v, 1.0); }";
-  return fmt::format(
-      R"CUDA({merge}__device__ __forceinline__ void step(Acc& a, {C} x, i64) {{
-  {step}
-}}
-__device__ __forceinline__ void write(const P& p, i64 o, const Acc& a) {{
-  const double r = a.max - a.max == 0.0 ? a.max + log(a.sum) : a.max;
-  (({out}*)p.out)[o] = {store};
-}}
-)CUDA",
-      "merge"_a = kLogSumExpMerge, "C"_a = C, "step"_a = step, "out"_a = storage_type(out_dtype),
-      "store"_a = store_expression(out_dtype, fmt::format("({})r", C)));
-}
-
-const Reducer kLogSumExp{"logsumexp", &logsumexp_accumulator};
-
 }  // namespace
 
 Primitive CudaBackend::sum_dim(Primitive x, std::int64_t dim) {
@@ -114,7 +70,7 @@ Primitive CudaBackend::min_dim(Primitive x, std::int64_t dim) {
   return run(*this, x, dim, Reducer::Min, Accepts::Numeric, "min_dim");
 }
 Primitive CudaBackend::logsumexp_dim(Primitive x, std::int64_t dim) {
-  return run(*this, x, dim, kLogSumExp, Accepts::Float, "logsumexp_dim");
+  return run(*this, x, dim, Reducer::LogSumExp, Accepts::Float, "logsumexp_dim");
 }
 Primitive CudaBackend::any_dim(Primitive x, std::int64_t dim) {
   return run(*this, x, dim, Reducer::Any, Accepts::Any, "any_dim", DType::Bool);

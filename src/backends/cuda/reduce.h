@@ -32,7 +32,7 @@ struct Reducer {
   std::string (*accumulator)(DType dtype, DType out_dtype);
   bool needs_elements = false;  // an empty dim is an error rather than init()'s value
 
-  static const Reducer Sum, Mean, Prod, Max, Min, ArgMax, ArgMin, Any, All;
+  static const Reducer Sum, Mean, Prod, Max, Min, ArgMax, ArgMin, Any, All, LogSumExp;
   friend bool operator==(const Reducer&, const Reducer&) = default;
 };
 
