@@ -342,6 +342,9 @@ TEST(GpuCodegen, FusedReductionsCompile) {
       {ReduceKernel::LinesWarp, Reducer::ArgMax, DType::F16, DType::I64, false},
       {ReduceKernel::ColumnsVector, Reducer::Min, DType::I32, DType::I32, true},
       {ReduceKernel::LinesBlock, Reducer::Sum, DType::U8, DType::U8, true},
+      {ReduceKernel::LinesBlock, Reducer::LogSumExp, DType::F32, DType::F32, true},
+      {ReduceKernel::ColumnsVector, Reducer::LogSumExp, DType::BF16, DType::BF16, false},
+      {ReduceKernel::LinesWarp, Reducer::LogSumExp, DType::F64, DType::F64, false},
   };
   for (const Case& c : always) {
     const FusedLoad load = tail_load(c.dtype, c.flat);
@@ -351,19 +354,26 @@ TEST(GpuCodegen, FusedReductionsCompile) {
                              (c.flat ? " flat" : " strided");
     EXPECT_NE(source.find("chain_line(p.t, base)"), std::string::npos) << what;
     EXPECT_EQ(source.find("(const S*)p.in"), std::string::npos) << what;  // x is never read
+    // The wait for the launch ahead is the entry point's alone: in the chain's per-element load
+    // its "memory" clobber serialised a thread's loads.
+    std::size_t waits = 0;
+    for (std::size_t at = source.find("k_grid_dependency();"); at != std::string::npos;
+         at = source.find("k_grid_dependency();", at + 1))
+      ++waits;
+    EXPECT_EQ(waits, 1u) << what;
     const Compiled compiled = test::nvrtc_compile(source);
     EXPECT_TRUE(compiled.ok) << what << ":\n" << compiled.log.substr(0, 4000);
   }
   const ReduceKernel readers[] = {ReduceKernel::LinesWarp, ReduceKernel::LinesBlock,
                                   ReduceKernel::Columns, ReduceKernel::ColumnsVector};
-  const Reducer reducers[] = {Reducer::Sum, Reducer::Mean,   Reducer::Prod,  Reducer::Max,
-                              Reducer::Min, Reducer::ArgMax, Reducer::ArgMin};
+  const Reducer reducers[] = {Reducer::Sum, Reducer::Mean,   Reducer::Prod,   Reducer::Max,
+                              Reducer::Min, Reducer::ArgMax, Reducer::ArgMin, Reducer::LogSumExp};
   std::vector<DType> numeric(std::begin(test::kFloatDTypes), std::end(test::kFloatDTypes));
   numeric.insert(numeric.end(), kInts.begin(), kInts.end());
   std::size_t i = 0;
   for (const Reducer& r : reducers) {
     for (ReduceKernel k : readers) {
-      const bool mean = r == Reducer::Mean;
+      const bool mean = r == Reducer::Mean || r == Reducer::LogSumExp;  // float only
       const DType d = mean ? test::kFloatDTypes[i % 4] : numeric[i % numeric.size()];
       const bool arg = r == Reducer::ArgMax || r == Reducer::ArgMin;
       const FusedLoad load = tail_load(d, i % 3 == 0);
@@ -696,6 +706,12 @@ TEST(GpuCodegen, ReductionFamiliesCompile) {
   for (DType d : test::kFloatDTypes) {
     check(ReduceKernel::LinesBlock, Reducer::Mean, d, d);
     check(ReduceKernel::ColumnsVector, Reducer::Mean, d, d);
+  }
+  // logsumexp: float partials settled into a double sum (f32, f16, bf16), double throughout
+  // (f64), in every kernel.
+  for (std::size_t k = 0; k < std::size(kernels); ++k) {
+    const DType d = test::kFloatDTypes[k % std::size(test::kFloatDTypes)];
+    check(kernels[k], Reducer::LogSumExp, d, d);
   }
   for (ReduceKernel k : kernels) {
     check(k, Reducer::Any, DType::Bool, DType::Bool);
