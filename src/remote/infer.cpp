@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "contract/defaults/compose.h"
 #include "contract/spatial_shape.h"
 #include "core/checked.h"
 #include "kiln/detail/format.h"
@@ -1588,8 +1589,7 @@ Types infer_softmax_cross_entropy(const Context& c, const TensorType& logits,
     fail<InvalidArgument>(c.op, "logits ", logits.shape.to_string(),
                           " have no classes to pick from");
   }
-  const bool narrow = logits.dtype == DType::F16 || logits.dtype == DType::BF16;
-  return {{narrow ? DType::F32 : logits.dtype, Shape{logits.shape[0]}}};
+  return {{defaults::compute_dtype(logits.dtype), Shape{logits.shape[0]}}};
 }
 
 // ---- dispatch ------------------------------------------------------------------------------

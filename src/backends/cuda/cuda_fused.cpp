@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/host_trace.h"
 #include "backends/cuda/kernel_capture.h"
 #include "backends/cuda/lib/matmul.h"
@@ -63,10 +64,7 @@ bool reduction_epilogues() {
 }
 
 bool fusing_enabled() {
-  static const bool enabled = [] {
-    const char* text = std::getenv("KILN_CUDA_FUSE");
-    return text == nullptr || std::strcmp(text, "0") != 0;
-  }();
+  static const bool enabled = on_unless_zero("KILN_CUDA_FUSE");
   return enabled;
 }
 

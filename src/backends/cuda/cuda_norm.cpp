@@ -2,10 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "backends/cuda/elementwise_ops.h"
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/kernel_source.h"
 #include "backends/cuda/norm.h"
 
@@ -70,10 +69,7 @@ Primitive CudaBackend::layer_norm(Primitive x, Primitive gamma, OptionalPrimitiv
 PrimitivePair CudaBackend::layer_norm_backward(Primitive x, Primitive gamma, Primitive grad,
                                                double epsilon) {
   const char* op = "layer_norm_backward";
-  static const bool enabled = [] {
-    const char* text = std::getenv("KILN_CUDA_LAYER_NORM_BACKWARD");
-    return text == nullptr || std::string_view(text) != "0";
-  }();
+  static const bool enabled = on_unless_zero("KILN_CUDA_LAYER_NORM_BACKWARD");
   const Shape shape = x->shape();
   const std::int64_t width = shape[shape.rank() - 1];
   if (!enabled || shape.num_elements() == 0) {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/kernel_capture.h"
 #include "backends/cuda/kernel_source.h"
 
@@ -81,10 +81,7 @@ class ModuleKey {
 // still in L2 (a 4096^2 f32 tensor is 64 MiB, the H200's L2 60 MB). Elementwise results do not
 // depend on the order. KILN_CUDA_ALTERNATE=0 keeps every launch forward (for comparisons).
 std::uint32_t next_direction() {
-  static const bool alternate = [] {
-    const char* text = std::getenv("KILN_CUDA_ALTERNATE");
-    return text == nullptr || std::strcmp(text, "0") != 0;
-  }();
+  static const bool alternate = on_unless_zero("KILN_CUDA_ALTERNATE");
   static std::atomic<std::uint32_t> launches{0};
   return alternate ? launches.fetch_add(1, std::memory_order_relaxed) & 1u : 0u;
 }
@@ -94,10 +91,7 @@ std::uint32_t next_direction() {
 // every pointer on whole vectors, so each vector of the iteration is one aligned run in every
 // operand. KILN_CUDA_STRIDED_VECTORS=0 keeps such views on the element-wise strided kernel.
 bool strided_vectors_fit(const ElementwiseOp& op, const Params& params, std::size_t count) {
-  static const bool enabled = [] {
-    const char* text = std::getenv("KILN_CUDA_STRIDED_VECTORS");
-    return text == nullptr || std::strcmp(text, "0") != 0;
-  }();
+  static const bool enabled = on_unless_zero("KILN_CUDA_STRIDED_VECTORS");
   const int rank = params.rank;
   if (!enabled || op.gathered_input >= 0 || rank < 2) return false;
   const std::int64_t width = vector_width(op);
