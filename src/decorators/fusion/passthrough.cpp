@@ -9,7 +9,14 @@ namespace kiln::fusion {
 namespace {
 
 // ---- arguments for the inner backend ----
-Primitive unwrap(FusionPassthrough& self, Primitive p) { return self.computed(p); }
+// The handle is let go before the inner op runs: where it was the last one (a temporary given
+// up, as in the autodiff rules), the inner tensor is then the op's alone and may be written in
+// place (an 824 MB scatter into a gradient no longer copies it first).
+Primitive unwrap(FusionPassthrough& self, Primitive p) {
+  Primitive value = self.computed(p);
+  p.reset();
+  return value;
+}
 OptionalPrimitive unwrap(FusionPassthrough& self, OptionalPrimitive p) {
   if (!p) return p;
   return self.computed(*p);

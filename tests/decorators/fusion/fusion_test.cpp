@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "backends/cpu/cpu_tensor.h"
 #include "contract/fused_program.h"
 #include "decorators/fusion/fusion_backend.h"
 #include "decorators/fusion/fusion_test_support.h"
@@ -78,6 +79,40 @@ TEST(Fusion, AHeldIntermediateIsWrittenByTheSameGroup) {
   EXPECT_EQ(groups(), before + 1) << "a was an output of b's group";
   expect_near(va, values(matrix(100, 400, kPlain).exp()), 1e-6);
   expect_near(vb, values((matrix(100, 400, kPlain).exp() * 2.0).tanh()), 1e-6);
+}
+
+// An op the decorator does not record (scatter) gets the inner tensor of a pending value whose
+// last handle was given up, so the inner backend may write it in place; a value another handle
+// still shows is copied and keeps its values.
+TEST(Fusion, AnUnrecordedOpWritesAGivenUpValueInPlaceAndAHeldOneNot) {
+  fusion::FusionPassthrough& f = fusion_backend();
+  const Tensor<2> x = matrix(64, 300, kFused, 4);
+  const Tensor<2, Int> where = Tensor<2, Int>::from_data(
+      TensorData::from_vec(std::vector<std::int64_t>{5, 299, 0, 17}, Shape{4, 1}), kFused);
+  const Tensor<2> put = matrix(4, 1, kFused, 5);
+  const auto scattered = [&](Primitive base) {
+    return f.scatter(1, std::move(base), where.primitive(), put.primitive(),
+                     IndexingUpdate::Assign);
+  };
+  auto want = values(matrix(64, 300, kPlain, 4).exp());
+  const std::vector<double> put_values = values(put);
+  for (std::size_t r = 0; r < 4; ++r) {
+    const std::int64_t column = std::vector<std::int64_t>{5, 299, 0, 17}[r];
+    want[r * 300 + static_cast<std::size_t>(column)] = put_values[r];
+  }
+  // Given up: the group's output is the scatter's result, not a copy of it.
+  Primitive temporary = x.exp().primitive();
+  const void* storage = cpu::as_cpu(f.computed(temporary)).data();
+  const Primitive result = scattered(std::move(temporary));
+  EXPECT_EQ(cpu::as_cpu(f.computed(result)).data(), storage) << "copied, not written in place";
+  expect_near(values(Tensor<2>::from_primitive(result)), want, 1e-6);
+  // Held: the other handle still shows exp(x).
+  const Tensor<2> held = x.exp();
+  const Primitive copied = scattered(held.primitive());
+  EXPECT_NE(cpu::as_cpu(f.computed(copied)).data(),
+            cpu::as_cpu(f.computed(held.primitive())).data());
+  expect_near(values(Tensor<2>::from_primitive(copied)), want, 1e-6);
+  expect_near(values(held), values(matrix(64, 300, kPlain, 4).exp()), 1e-6);
 }
 
 TEST(Fusion, ABroadcastOperandMadeLazilyIsItsOwnGroup) {
