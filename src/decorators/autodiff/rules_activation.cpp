@@ -222,7 +222,15 @@ Primitive AutodiffBackend::log_softmax(Primitive x, std::int64_t dim) {
 
 // loss = logsumexp(x) - x[t] per row: dx = (softmax(x) - onehot(t)) g, in the compute dtype.
 // Only the logits are kept (they exist anyway); the row's logsumexp is the loss plus the picked
-// logit, so the backward is one elementwise pass over the logits, fused where fusion is on.
+// logit, so the backward is one elementwise pass over the logits, fused where fusion is on. The
+// one-hot is either compared in that pass (a [1, classes] arange against the targets) or, for
+// large logits, left out of it and each row's target value scattered over the pass's result
+// afterwards (in place: that result is the scatter's alone). The compare is a 64-bit load and
+// compare per element and holds a GPU's vectors to 8 bytes of bf16 (GPT-2's 8192 x 50304 logits);
+// the scatter is two more small launches, which a step of small logits (an MLP's 128 x 10) would
+// notice. Both give the same bits: the target's value is the same operations with a 1.
+constexpr std::int64_t kScatteredTargetElements = std::int64_t{1} << 20;
+
 Primitive AutodiffBackend::softmax_cross_entropy(Primitive logits, Primitive target) {
   Primitive index = inner_of(target);
   return record<1>(
@@ -238,14 +246,24 @@ Primitive AutodiffBackend::softmax_cross_entropy(Primitive logits, Primitive tar
         if (rows == 0) return {b.zeros(x->shape(), dtype, x->device())};
         Primitive column = b.reshape(index, Shape{rows, 1});
         Primitive picked = to_compute(b, b.gather(1, x, column));
-        Primitive total = b.add(b.reshape(r.out(), Shape{rows, 1}), std::move(picked));
-        Primitive p = b.exp(b.sub(to_compute(b, x), std::move(total)));
-        Primitive classes_row =
-            b.reshape(b.arange(0, classes, 1, index->dtype(), x->device()), Shape{1, classes});
-        Primitive hot = b.cast(b.equal(std::move(classes_row), std::move(column)), p->dtype());
+        Primitive total = b.add(b.reshape(r.out(), Shape{rows, 1}), picked);
         Primitive scale = b.reshape(std::move(g), Shape{rows, 1});
-        return {
-            from_compute(b, b.mul(b.sub(std::move(p), std::move(hot)), std::move(scale)), dtype)};
+        if (rows * classes < kScatteredTargetElements) {
+          Primitive p = b.exp(b.sub(to_compute(b, x), std::move(total)));
+          Primitive classes_row =
+              b.reshape(b.arange(0, classes, 1, index->dtype(), x->device()), Shape{1, classes});
+          Primitive hot = b.cast(b.equal(std::move(classes_row), std::move(column)), p->dtype());
+          return {
+              from_compute(b, b.mul(b.sub(std::move(p), std::move(hot)), std::move(scale)), dtype)};
+        }
+        // (exp(x_t - total) - 1) g at the target's column.
+        Primitive at_target = from_compute(
+            b, b.mul(b.sub_scalar(b.exp(b.sub(std::move(picked), total)), Scalar(1.0)), scale),
+            dtype);
+        Primitive p = b.exp(b.sub(to_compute(b, x), std::move(total)));
+        Primitive rest = from_compute(b, b.mul(std::move(p), std::move(scale)), dtype);
+        return {b.scatter(1, std::move(rest), std::move(column), std::move(at_target),
+                          IndexingUpdate::Assign)};
       });
 }
 
