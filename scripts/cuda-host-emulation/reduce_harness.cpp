@@ -677,6 +677,22 @@ void fused_strided() {
 // ---- the rows kernel: x (whole) * bias row + per-row value (a column, or every other element)
 // ----
 
+// kiln_fused_rows's parameters over [rows, cols] for the inputs "frc" (whole, a row, a value per
+// row), each already expanded to the shape; the error word in error.
+FusedParams rows_params(const Shape& shape, const Primitive (&inputs)[3], unsigned& error) {
+  FusedParams fp{};
+  fp.n = shape.num_elements();
+  fp.rank = 2;
+  fp.sizes[0] = shape[0];
+  fp.sizes[1] = shape[1];
+  for (std::size_t j = 0; j < 3; ++j) {
+    for (std::size_t d = 0; d < 2; ++d) fp.strides[j][d] = as_cpu(inputs[j]).strides()[d];
+    fp.in[j] = address(inputs[j]);
+  }
+  fp.error_word = reinterpret_cast<std::uint64_t>(&error);
+  return fp;
+}
+
 void check_fused_rows(std::int64_t rows, std::int64_t cols, bool strided_column) {
   const std::string what = "rows fused [" + std::to_string(rows) + ", " + std::to_string(cols) +
                            "]" + (strided_column ? " (column every other element)" : "");
@@ -696,31 +712,63 @@ void check_fused_rows(std::int64_t rows, std::int64_t cols, bool strided_column)
   unsigned error = 0;
   const std::string file_key =
       "rows_" + std::to_string(std::hash<std::string>{}(fused_kernel_key(k)));
-  Launcher run = module(file_key, "kiln_fused_rows",
-                        [&] { return fused_rows_source(k, "frc") + "typedef FP P;\n"; });
-  FusedParams fp{};
-  fp.n = shape.num_elements();
-  fp.rank = 2;
-  fp.sizes[0] = rows;
-  fp.sizes[1] = cols;
+  Launcher run = module(file_key, "kiln_fused_rows", [&] {
+    return fused_rows_source(k, "frc", fused_rows_width(k, "frc")) + "typedef FP P;\n";
+  });
   const Primitive inputs[] = {x, detail::expand(bias, shape), detail::expand(column, shape)};
-  for (std::size_t j = 0; j < 3; ++j) {
-    for (std::size_t d = 0; d < 2; ++d) fp.strides[j][d] = as_cpu(inputs[j]).strides()[d];
-    fp.in[j] = address(inputs[j]);
-  }
+  FusedParams fp = rows_params(shape, inputs, error);
   fp.out[0] = address(out);
   fp.out[1] = address(product);
-  fp.error_word = reinterpret_cast<std::uint64_t>(&error);
   run(&fp, kMaxEmulatedBlocks, 64);
   const Primitive want_product = cpub().mul(x, inputs[1]);
   compare(product, want_product, 0, what + " (x * bias)");
   compare(out, cpub().add(want_product, inputs[2]), 1e-6, what);
 }
 
+// bf16 rows scaled by a bf16 row plus an f32 value per row, written as bf16: the 'c' input does
+// not narrow the vectors (fused_rows_width: 8 elements), and the values are the CPU's bits.
+void check_fused_rows_bf16(std::int64_t rows, std::int64_t cols) {
+  const std::string what =
+      "rows fused bf16 [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+  if (skipped(what)) return;
+  const DType f = DType::F32, h = DType::BF16;
+  FusedKernel k;
+  k.inputs = {h, h, f};
+  k.ops.push_back(FusedKernelOp{{"cast", "a", {h}, h, f, {}}, {0}, 0, -1});                 // 3
+  k.ops.push_back(FusedKernelOp{{"cast", "a", {h}, h, f, {}}, {1}, 0, -1});                 // 4
+  k.ops.push_back(FusedKernelOp{{"mul", "k_mul(a, b)", {f, f}, f, f, {}}, {3, 4}, 0, -1});  // 5
+  k.ops.push_back(FusedKernelOp{{"add", "k_add(a, b)", {f, f}, f, h, {}}, {5, 2}, 0, -1});  // 6
+  k.outputs = {{6, h}};
+  if (fused_rows_width(k, "frc") != 8) {
+    std::printf("FAIL %s: width %lld, not 8\n", what.c_str(),
+                static_cast<long long>(fused_rows_width(k, "frc")));
+    ++failures;
+    return;
+  }
+  const Shape shape{rows, cols};
+  const Primitive x = values(shape, h, 31, -2, 2), bias = values(Shape{1, cols}, h, 32, -2, 2);
+  const Primitive column = values(Shape{rows, 1}, f, 33, -2, 2);
+  auto out = cpu::make_tensor(h, shape);
+  unsigned error = 0;
+  Launcher run =
+      module("rows_bf16_" + std::to_string(std::hash<std::string>{}(fused_kernel_key(k))),
+             "kiln_fused_rows", [&] { return fused_rows_source(k, "frc", 8) + "typedef FP P;\n"; });
+  const Primitive inputs[] = {x, detail::expand(bias, shape), detail::expand(column, shape)};
+  FusedParams fp = rows_params(shape, inputs, error);
+  fp.out[0] = address(out);
+  run(&fp, kMaxEmulatedBlocks, 64);
+  const Primitive product = cpub().mul(cpub().cast(x, f), cpub().cast(inputs[1], f));
+  compare(out, cpub().cast(cpub().add(product, inputs[2]), h), 0, what);
+}
+
 void fused_rows() {
   for (const auto& [rows, cols] :
        {std::pair<std::int64_t, std::int64_t>{9, 512}, {33, 8}, {1, 4}, {300, 12}}) {
     for (bool strided_column : {false, true}) check_fused_rows(rows, cols, strided_column);
+  }
+  for (const auto& [rows, cols] :
+       {std::pair<std::int64_t, std::int64_t>{9, 512}, {33, 8}, {1, 16}, {300, 24}}) {
+    check_fused_rows_bf16(rows, cols);
   }
 }
 

@@ -307,10 +307,13 @@ TEST(GpuCodegen, FusedKernelsCompile) {
     std::string modes(kernel.inputs.size(), 'f');
     if (!modes.empty()) modes[0] = 'r';
     if (modes.size() > 1) modes[1] = 'c';
-    const std::string rows = fused_rows_source(kernel, modes);
-    EXPECT_NE(rows.find("kiln_fused_rows(const FP p)"), std::string::npos) << key;
-    const Compiled c = test::nvrtc_compile(rows);
-    EXPECT_TRUE(c.ok) << key << " rows " << modes << ":\n" << c.log.substr(0, 4000);
+    for (const std::int64_t width : {fused_vector_width(kernel), fused_rows_width(kernel, modes)}) {
+      const std::string rows = fused_rows_source(kernel, modes, width);
+      EXPECT_NE(rows.find("kiln_fused_rows(const FP p)"), std::string::npos) << key;
+      const Compiled c = test::nvrtc_compile(rows);
+      EXPECT_TRUE(c.ok) << key << " rows " << modes << " width " << width << ":\n"
+                        << c.log.substr(0, 4000);
+    }
   }
   // The key tells apart what the source depends on: wiring, dtypes, outputs.
   FusedKernel rewired = fused_codegen::chain8();
@@ -321,6 +324,14 @@ TEST(GpuCodegen, FusedKernelsCompile) {
   EXPECT_NE(fused_kernel_key(more), fused_kernel_key(fused_codegen::chain8()));
   EXPECT_EQ(fused_vector_width(fused_codegen::chain8()), 4);
   EXPECT_EQ(fused_vector_width(fused_codegen::mixed()), 4);
+  // The rows kernel's vectors: 16 bytes of what is read or written whole, not of the values per
+  // row (a bf16 gradient scaled by f32 row statistics: 8 elements).
+  FusedKernel scaled;
+  scaled.inputs = {DType::BF16, DType::F32};
+  scaled.outputs = {{1, DType::BF16}};
+  EXPECT_EQ(fused_rows_width(scaled, "fc"), 8);
+  EXPECT_EQ(fused_rows_width(scaled, "ff"), 4);
+  EXPECT_EQ(fused_vector_width(scaled), 4);
 }
 
 // A reduction as the tail of a fused chain: every kernel that reads the input, with the chain

@@ -60,10 +60,15 @@ std::string fused_kernel_key(const FusedKernel& kernel);
 std::string fused_kernel_source(const FusedKernel& kernel, KernelLayout layout);
 
 // A module with kiln_fused_rows (FusedParams): the merged iteration shape [rows, cols], cols a
-// multiple of fused_vector_width, every input as modes[k] says: 'f' row-major of that shape, 'r'
-// one row broadcast over the rows (strides 0, 1), 'c' one value per row (strides s, 0); every
-// 'f' and 'r' pointer and every output on a whole vector. One vector of each output per thread.
-std::string fused_rows_source(const FusedKernel& kernel, std::string_view modes);
+// multiple of width, every input as modes[k] says: 'f' row-major of that shape, 'r' one row
+// broadcast over the rows (strides 0, 1), 'c' one value per row (strides s, 0); every 'f' and 'r'
+// pointer and every output on a whole vector. One vector of each output per thread.
+std::string fused_rows_source(const FusedKernel& kernel, std::string_view modes,
+                              std::int64_t width);
+// Elements per vector of kiln_fused_rows: 16 bytes of the widest 'f' or 'r' input or output, 4
+// to 16 ('c' inputs are one scalar a vector: a bf16 row scaled by f32 row statistics moves 16
+// bytes a load, not 8).
+std::int64_t fused_rows_width(const FusedKernel& kernel, std::string_view modes) noexcept;
 
 // A captured chain as the input of a reduction or softmax along a dim (the capture's tail,
 // kernel_capture.h). Their kernels read that input by lines along the dim: chain_line(t, base)

@@ -298,8 +298,7 @@ extern "C" __global__ void __launch_bounds__(1024) kiln_fused_vec(const FF p) {{
 // linear layer, a softmax's statistics. Each thread moves one vector of every output, as the
 // wide-load kernel; a 'c' input is one scalar load for the vector's row (a vector never crosses
 // a row). One 32-bit division per vector below 2^31 elements.
-std::string rows_kernel(const FusedKernel& kernel, std::string_view modes) {
-  const std::int64_t width = fused_vector_width(kernel);
+std::string rows_kernel(const FusedKernel& kernel, std::string_view modes, std::int64_t width) {
   std::string loads, lanes, outputs, stores;
   for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
     const char* type = storage_type(kernel.inputs[k]);
@@ -408,6 +407,16 @@ std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept {
   return std::clamp<std::int64_t>(16 / static_cast<std::int64_t>(widest), 4, 16);
 }
 
+std::int64_t fused_rows_width(const FusedKernel& kernel, std::string_view modes) noexcept {
+  std::size_t widest = 1;
+  for (std::size_t k = 0; k < kernel.inputs.size() && k < modes.size(); ++k) {
+    if (modes[k] != 'c') widest = std::max(widest, dtype_size(kernel.inputs[k]));
+  }
+  for (const FusedKernel::Output& out : kernel.outputs)
+    widest = std::max(widest, dtype_size(out.dtype));
+  return std::clamp<std::int64_t>(16 / static_cast<std::int64_t>(widest), 4, 16);
+}
+
 std::string fused_kernel_key(const FusedKernel& kernel) {
   // Built on every run of a group (it is the compiled kernel's lookup key): plain appends into
   // one reserved string, no formatting.
@@ -469,8 +478,9 @@ std::string fused_kernel_source(const FusedKernel& kernel, KernelLayout layout) 
   return fmt::format("{}{}{}", kernel_prelude(), kParamsStructs, body);
 }
 
-std::string fused_rows_source(const FusedKernel& kernel, std::string_view modes) {
-  return fmt::format("{}{}{}", kernel_prelude(), kParamsStructs, rows_kernel(kernel, modes));
+std::string fused_rows_source(const FusedKernel& kernel, std::string_view modes,
+                              std::int64_t width) {
+  return fmt::format("{}{}{}", kernel_prelude(), kParamsStructs, rows_kernel(kernel, modes, width));
 }
 
 std::string fused_load_key(const FusedLoad& load) {

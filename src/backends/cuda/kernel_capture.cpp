@@ -231,33 +231,42 @@ KernelCapture::Layout KernelCapture::layout(FusedParams& params) const {
 }
 
 bool KernelCapture::rows_modes(const FusedParams& params, const FusedKernel& kernel,
-                               std::size_t outputs, std::string& modes) {
+                               std::size_t outputs, std::string& modes, std::int64_t& width) {
   // kiln_fused_rows (fused_kernel.h): two merged dims, whole vectors per row, every input a
   // row-major operand, a broadcast row or a value per row, and every vector pointer aligned.
-  const std::int64_t width = fused_vector_width(kernel);
-  if (params.rank != 2 || params.sizes[1] % width != 0) return false;
+  if (params.rank != 2) return false;
   const std::int64_t cols = params.sizes[1];
-  auto on_vector = [&](std::uint64_t pointer, DType dtype) {
-    return pointer % std::min<std::uint64_t>(16, std::uint64_t(width) * dtype_size(dtype)) == 0;
-  };
   modes.clear();
   for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
     const std::int64_t along_rows = params.strides[k][0], along_cols = params.strides[k][1];
-    char mode = 0;
     if (along_cols == 0) {
-      mode = 'c';
+      modes += 'c';
     } else if (along_cols == 1 && (along_rows == cols || along_rows == 0)) {
-      if (!on_vector(params.in[k], kernel.inputs[k])) return false;
-      mode = along_rows == 0 ? 'r' : 'f';
+      modes += along_rows == 0 ? 'r' : 'f';
     } else {
       return false;
     }
-    modes += mode;
   }
-  for (std::size_t j = 0; j < outputs; ++j) {
-    if (!on_vector(params.out[j], kernel.outputs[j].dtype)) return false;
+  auto fits = [&](std::int64_t w) {
+    auto on_vector = [&](std::uint64_t pointer, DType dtype) {
+      return pointer % std::min<std::uint64_t>(16, std::uint64_t(w) * dtype_size(dtype)) == 0;
+    };
+    if (cols % w != 0) return false;
+    for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+      if (modes[k] != 'c' && !on_vector(params.in[k], kernel.inputs[k])) return false;
+    }
+    for (std::size_t j = 0; j < outputs; ++j) {
+      if (!on_vector(params.out[j], kernel.outputs[j].dtype)) return false;
+    }
+    return true;
+  };
+  for (const std::int64_t w : {fused_rows_width(kernel, modes), fused_vector_width(kernel)}) {
+    if (fits(w)) {
+      width = w;
+      return true;
+    }
   }
-  return true;
+  return false;
 }
 
 void KernelCapture::bind(Runtime& runtime, const std::vector<std::int32_t>& outputs,
@@ -496,7 +505,11 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
   const char* name = ops_.back().spec.name;
   const std::int64_t width = fused_vector_width(kernel);
   if (inputs == Layout::Strided) {
-    if (std::string modes; rows_modes(params, kernel, outputs.size(), modes)) {
+    std::string modes;
+    if (std::int64_t rows_width = 0;
+        rows_modes(params, kernel, outputs.size(), modes, rows_width)) {
+      // The modes and the width (one character: 4 to 16) after the layout's.
+      modes += static_cast<char>('a' + rows_width);
       std::string& key = compiled_->rows_key;
       const std::size_t base = compiled_->key.size();
       if (key.size() != base + modes.size() || key.compare(base, std::string::npos, modes) != 0) {
@@ -504,11 +517,12 @@ std::vector<TensorPtr> KernelCapture::run_ops(Runtime& runtime, const std::vecto
         key.back() = 'r';
         key += modes;
       }
+      modes.pop_back();
       const CUfunction rows = runtime.compiler.function(
-          key, "kiln_fused_rows", [&] { return fused_rows_source(kernel, modes); });
+          key, "kiln_fused_rows", [&] { return fused_rows_source(kernel, modes, rows_width); });
       const unsigned threads = vector_shape().threads;
-      const auto blocks = static_cast<unsigned>(
-          std::clamp<std::int64_t>((n / width + threads - 1) / threads, 1, std::int64_t{1} << 30));
+      const auto blocks = static_cast<unsigned>(std::clamp<std::int64_t>(
+          (n / rows_width + threads - 1) / threads, 1, std::int64_t{1} << 30));
       runtime.launch(name, rows, blocks, threads, params, 0, nullptr, LaunchOrder::Overlapping);
       return results;
     }

@@ -192,9 +192,10 @@ class KernelCapture {
   // The inputs' layout; for Strided, the merged dims and strides in params.
   Layout layout(FusedParams& params) const;
   // Whether kiln_fused_rows runs the kernel on params' merged dims (fused_kernel.h), with each
-  // input's mode in modes.
+  // input's mode in modes and width elements a vector (fused_rows_width, else
+  // fused_vector_width where the rows or the pointers do not hold whole vectors of that).
   static bool rows_modes(const FusedParams& params, const FusedKernel& kernel, std::size_t outputs,
-                         std::string& modes);
+                         std::string& modes, std::int64_t& width);
   // The tensors of outputs (in results), their addresses, the inputs', the scalars and the
   // error tokens in params.
   // The scalars and the error tokens of every op (bind, and an epilogue's parameters).
