@@ -160,17 +160,20 @@ __device__ __forceinline__ void combine(Acc& a, const Acc& b) { merge(a.max, a.s
 __device__ __forceinline__ double total(const Acc& a) { return a.sum; }
 )CUDA";
 
-// Float elements (f32, and f16 and bf16 read as float): an element at or below a finite running
-// maximum m (nearly every one) adds expf(x - m) to a float partial, float arithmetic alone; the
-// kernels settle the partial into the double sum after each group of at most 16 elements a
-// thread reads (KILN_REDUCE_SETTLE), so no float sum runs long. A larger finite element rescales
-// what was summed by expf(m - x) and becomes the maximum; the first element, a NaN or an infinity
-// merges in double. A new maximum is a divergent branch: over a line of random values some lane
-// of a warp is expected to find one at about 40% of a thread's first 200 elements (the k-th
-// element is a new maximum with probability 1/k), and there it was a double exp (the 8192 x 50304
-// bf16 logits of GPT-2's cross entropy: 1.85 ms on an H100 with a double exp per element, 1.54 with
-// expf per element and the double merge on a new maximum, 1.47 on an H200 with float partials and
-// that merge).
+// Float elements (f32, and f16 and bf16 read as float): exp(x - m) against a float maximum m is
+// added to a float partial, which the kernels settle into the double sum after each group of at
+// most 16 elements a thread reads (KILN_REDUCE_SETTLE), so no float sum runs long. The lines
+// kernel hands a thread's group of elements over at once (step_group, KILN_REDUCE_GROUPS): their
+// maximum is taken first (max.NaN: a NaN among them shows), a larger finite one rescales what was
+// summed by expf(m - max) once and becomes m, and then every element of the group adds
+// expf(x - m) with no branch. Per element, a new maximum was a divergent branch: over a line of
+// random values some lane of a warp finds one at about 40% of a thread's first 200 elements (the
+// k-th element is a new maximum with probability 1/k), so warps ran it nearly every other element
+// (the 8192 x 50304 bf16 logits of GPT-2's cross entropy: 1.85 ms on an H100 with a double exp per
+// element, 1.54 with expf per element and a double merge on a new maximum, 1.47 on an H200 with
+// float partials and that merge). A group holding an infinity or a NaN, or met before any finite
+// element, goes element by element through step, whose first element, NaNs and infinities merge
+// in double (the CPU's formulas).
 constexpr const char* kLogSumExpFloat = R"CUDA(struct Acc { double max, sum; float m, part; };
 #define LSE_INF_F __int_as_float(0x7f800000)
 __device__ __forceinline__ Acc init() { return Acc{-LSE_INF, 0.0, -LSE_INF_F, 0.0f}; }
@@ -188,6 +191,47 @@ __device__ __forceinline__ void step(Acc& a, float x, i64) {
   settle(a);
   merge(a.max, a.sum, (double)x, 1.0);
   a.m = (float)a.max;
+}
+#define KILN_REDUCE_GROUPS 1
+__device__ __forceinline__ float max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+// U packs of N elements, settled after every 8 elements and at the end.
+template <int U, class V> __device__ __forceinline__ void step_group(Acc& a, const V (&x)[U]) {
+  constexpr int N = (int)(sizeof(x[0].s) / sizeof(x[0].s[0]));
+  float m = ld(x[0].s[0]);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) m = max_nan(m, ld(x[u].s[e]));
+  }
+  if (m > a.m && m < LSE_INF_F) {
+    a.sum = (a.sum + (double)a.part) * (double)expf(a.m - m);
+    a.part = 0.0f;
+    a.m = m;
+    a.max = (double)m;
+  }
+  if (m <= a.m && a.m > -LSE_INF_F) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) a.part += expf(ld(x[u].s[e]) - a.m);
+      if (N > 4 || u % 2 == 1 || u == U - 1) settle(a);
+    }
+    return;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) step(a, ld(x[u].s[e]), 0);
+    if (N > 4 || u % 2 == 1 || u == U - 1) settle(a);
+  }
 }
 __device__ __forceinline__ void combine(Acc& a, const Acc& b) {
   settle(a);
@@ -220,6 +264,8 @@ constexpr const char* kCommon = R"CUDA(
 #ifndef KILN_REDUCE_SETTLE
 #define KILN_REDUCE_SETTLE(a)
 #endif
+// An accumulator that defines KILN_REDUCE_GROUPS takes the lines kernel's unrolled groups of
+// packs whole: step_group(a, packs), settling as it goes.
 __device__ __forceinline__ i64 base_of(const P& p, i64 o) {
   i64 base = 0;
   for (int d = p.rank - 1; d >= 0; --d) { const i64 q = o / p.sizes[d]; base += (o - q * p.sizes[d]) * p.strides[d]; o = q; }
@@ -284,18 +330,26 @@ template <int GROUP> __device__ __forceinline__ void reduce_lines(const P& p) {
       V x[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) x[u] = elements<VEC>(p, line, start + (k + u * GROUP) * VEC);
+#ifdef KILN_REDUCE_GROUPS
+      step_group(a, x);
+#else
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) step(a, ld(x[u].s[e]), start + (k + u * GROUP) * VEC + e);
         if (VEC > 4 || u % 2 == 1) KILN_REDUCE_SETTLE(a);
       }
+#endif
     }
     for (; k < vectors; k += GROUP) {
-      const V x = elements<VEC>(p, line, start + k * VEC);
+      const V x[1] = {elements<VEC>(p, line, start + k * VEC)};
+#ifdef KILN_REDUCE_GROUPS
+      step_group(a, x);
+#else
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) step(a, ld(x.s[e]), start + k * VEC + e);
+      for (int e = 0; e < VEC; ++e) step(a, ld(x[0].s[e]), start + k * VEC + e);
       KILN_REDUCE_SETTLE(a);
+#endif
     }
     const i64 tail = start + vectors * VEC + lane;
     if (tail < last) step(a, ld(element(p, line, tail)), tail);
