@@ -2,7 +2,10 @@
 
 #include <nvrtc.h>
 
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 
 #include "backends/cuda/check.h"
 #include "backends/cuda/context.h"
@@ -15,6 +18,20 @@ constexpr std::size_t kInitialSlots = 256;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// KILN_CUDA_SOURCES=DIR: each kernel's generated source is written to DIR/NAME-HASH.cu when its
+// module is loaded (from the disk cache or compiled), for reading or for ptxas. Best effort.
+void keep_source(const std::string& source, const std::string& key, const std::string& hash) {
+  static const char* const dir = std::getenv("KILN_CUDA_SOURCES");
+  if (dir == nullptr || *dir == '\0') return;
+  std::string name;
+  for (char c : key) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') break;
+    name += c;
+  }
+  if (name.empty() || name.size() > 64) name = "kernel";
+  std::ofstream(std::string(dir) + "/" + name + "-" + hash + ".cu") << source;
 }
 }  // namespace
 
@@ -78,6 +95,7 @@ void Compiler::place(Table& table, const Entry* entry) {
 CUmodule Compiler::load_module(const std::string& source, const std::string& key) {
   context_.make_current();
   const std::string disk_key = content_hash(source + "\n//" + version_tag_);
+  keep_source(source, key, disk_key);
   const auto start = std::chrono::steady_clock::now();
   CUmodule module = nullptr;
   if (auto image = DiskCache::load(disk_key)) {
