@@ -39,14 +39,15 @@ double load(const T* p, std::int64_t i) {
 // keeps the lane-array form of the generic loop below scalar (one convert, subtract, add and
 // fma per element), the whole cost of a [1024, 768] norm. Two accumulators per sum so that
 // consecutive adds do not wait on each other; the sums are added in a fixed order.
-using DoubleLanes = vector64_t<double>;
-using FloatLanes = float __attribute__((vector_size(32)));  // as many floats as DoubleLanes holds
-constexpr std::int64_t kVectorLanes = 8;
+using DoubleLanes = native_vector_t<double>;
+constexpr std::int64_t kVectorLanes = sizeof(DoubleLanes) / sizeof(double);
+// As many floats as DoubleLanes holds.
+using FloatLanes = float __attribute__((vector_size(kVectorLanes * sizeof(float))));
 
 std::int64_t shifted_sums(const float* row, std::int64_t width, double shift, double& s1,
                           double& s2) {
   DoubleLanes a1 = {}, a2 = {}, b1 = {}, b2 = {};
-  const DoubleLanes centre = {shift, shift, shift, shift, shift, shift, shift, shift};
+  const DoubleLanes centre = DoubleLanes{} + shift;
   std::int64_t i = 0;
   for (; i + 2 * kVectorLanes <= width; i += 2 * kVectorLanes) {
     FloatLanes x, y;
