@@ -250,6 +250,34 @@ TEST(CpuVectorExpSum, TheSumWithAndWithoutTheExponentials) {
   }
 }
 
+// Arguments down through the subnormal results (-87 to -104, each result against float64's, to
+// the least subnormal), rows longer than one block of float lanes, and a NaN: NaN there and in
+// the sum, its neighbours' values unchanged.
+TEST(CpuVectorExpSum, SubnormalResultsLongRowsAndNaN) {
+  for (const std::int64_t n : {9, 200, 1000}) {
+    const auto values = test::spread(n, static_cast<std::uint32_t>(n + 7), -110.0, 0.0);
+    std::vector<float> in(static_cast<std::size_t>(n)), out(in.size());
+    for (std::int64_t i = 0; i < n; ++i) in[i] = static_cast<float>(values[i]);
+    double sum = 0;
+    if (!vector_exp_sum(in.data(), 0.0f, out.data(), n, sum)) GTEST_SKIP() << "no vector exp";
+    double want = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double e = std::exp(static_cast<double>(in[i]));
+      want += static_cast<double>(static_cast<float>(e));
+      EXPECT_NEAR(out[i], e, 2e-7 * e + 1.5e-45) << n << " [" << i << "] x " << in[i];
+    }
+    EXPECT_NEAR(sum, want, 1e-6 * want) << n;
+    std::vector<float> with_nan = in, nan_out(in.size());
+    with_nan[3] = std::numeric_limits<float>::quiet_NaN();
+    ASSERT_TRUE(vector_exp_sum(with_nan.data(), 0.0f, nan_out.data(), n, sum));
+    EXPECT_TRUE(std::isnan(nan_out[3])) << n;
+    EXPECT_TRUE(std::isnan(sum)) << n;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (i != 3) EXPECT_EQ(nan_out[i], out[i]) << n << " [" << i << "]";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cpu
 
