@@ -67,7 +67,7 @@ std::string fused_rows_source(const FusedKernel& kernel, std::string_view modes,
                               std::int64_t width);
 // Elements per vector of kiln_fused_rows: 16 bytes of the widest 'f' or 'r' input or output, 4
 // to 16 ('c' inputs are one scalar a vector: a bf16 row scaled by f32 row statistics moves 16
-// bytes a load, not 8).
+// bytes a load, not 8). Inputs past the end of modes count whole (fused_vector_width: none).
 std::int64_t fused_rows_width(const FusedKernel& kernel, std::string_view modes) noexcept;
 
 // A captured chain as the input of a reduction or softmax along a dim (the capture's tail,

@@ -400,17 +400,14 @@ __device__ __forceinline__ SV chain_at(const FT& t, const Line& l, i64 j, i64 st
 std::int64_t fused_strided_run() noexcept { return kStridedRun; }
 
 std::int64_t fused_vector_width(const FusedKernel& kernel) noexcept {
-  std::size_t widest = 1;
-  for (DType d : kernel.inputs) widest = std::max(widest, dtype_size(d));
-  for (const FusedKernel::Output& out : kernel.outputs)
-    widest = std::max(widest, dtype_size(out.dtype));
-  return std::clamp<std::int64_t>(16 / static_cast<std::int64_t>(widest), 4, 16);
+  return fused_rows_width(kernel, {});
 }
 
 std::int64_t fused_rows_width(const FusedKernel& kernel, std::string_view modes) noexcept {
   std::size_t widest = 1;
-  for (std::size_t k = 0; k < kernel.inputs.size() && k < modes.size(); ++k) {
-    if (modes[k] != 'c') widest = std::max(widest, dtype_size(kernel.inputs[k]));
+  for (std::size_t k = 0; k < kernel.inputs.size(); ++k) {
+    if (k >= modes.size() || modes[k] != 'c')
+      widest = std::max(widest, dtype_size(kernel.inputs[k]));
   }
   for (const FusedKernel::Output& out : kernel.outputs)
     widest = std::max(widest, dtype_size(out.dtype));
