@@ -16,39 +16,15 @@
 #include <immintrin.h>
 #endif
 
+// After the pragma above: it includes <immintrin.h> too.
+#include "backends/cpu/quant_kernel_parts.h"
+
 namespace kiln::cpu {
 namespace {
 
-using Kind = QuantScheme::Kind;
-constexpr int kBlock = kQuantBlock;
-
-// A row of x encoded for the VNNI kernels, in groups of 8 blocks (the last padded with zero
-// blocks): the 8 blocks' int8 codes round(x / d), d = max |x| / 127 (halves away from zero, as
-// kiln's int8 blocks), 256 bytes in value order; their 8 f32 scales d; then the 8 int32 sums of
-// each block's codes. VNNI multiplies an unsigned byte with a signed one, so the kernels take
-// the weight's codes plus an offset (Q8_0's plus 128, Q4_0's nibbles as they are, its codes
-// plus 8) and take offset * (the sum of x's codes) back out.
-constexpr int kGroupBlocks = 8;
-constexpr std::int64_t kGroupBytes = kGroupBlocks * (kBlock + 4 + 4);
-constexpr std::int64_t kGroupScales = kGroupBlocks * kBlock;
-constexpr std::int64_t kGroupSums = kGroupScales + 4 * kGroupBlocks;
-// Where block j's scale and sum sit among the group's eight: blocks 0, 2, 4, 6, 1, 3, 5, 7, the
-// order in which the kernels' sums come out of their 512-bit registers (two blocks each).
-constexpr int lane_of(std::int64_t j) { return static_cast<int>(j % 2 * 4 + j / 2); }
+using namespace quant_parts;
 
 #if defined(__x86_64__) && defined(__GNUC__)
-
-inline std::uint16_t scale_bits(const std::byte* block) {
-  std::uint16_t bits;
-  std::memcpy(&bits, block, 2);
-  return bits;
-}
-
-__attribute__((target("avx2"))) inline float horizontal_sum(__m256 v) {
-  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
-  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
-}
 
 // Q4_0's 16 bytes of nibbles as the 32 codes minus 8, int8 in value order.
 __attribute__((target("avx2"))) inline void q4_codes(const std::byte* qs, __m128i& low,
@@ -72,9 +48,6 @@ __attribute__((target("avx2"))) inline __m256i block_codes(const std::byte* bloc
     return _mm256_set_m128i(high, low);
   }
 }
-
-template <Kind kKind>
-constexpr std::int64_t kBlockBytes = kKind == Kind::Q8_0 ? 34 : 18;
 
 // The encoding above, 32 values at a time: d and each code as kiln's int8 blocks have them
 // (quant::quantize_int8: the same division, rounding halves away from zero). Only the VNNI
@@ -239,19 +212,6 @@ __attribute__((target("avx512f,avx512vl,avx512vnni"))) inline __m256i group_dots
   return block_sums(dots);
 }
 
-// Q4_1's, Q5_0's and Q5_1's blocks (dots_vnni_legacy below): their bytes, where their fifth bits
-// and min are (-1: none), and the offset of their codes: value = d * (q - offset) + m.
-struct LegacyLayout {
-  std::int64_t bytes, high, min;
-  int offset;
-  std::int64_t nibbles() const { return bytes - 16; }
-};
-constexpr LegacyLayout legacy_layout(Kind kind) {
-  return kind == Kind::Q4_1   ? LegacyLayout{20, -1, 2, 0}
-         : kind == Kind::Q5_0 ? LegacyLayout{22, 2, -1, 16}
-                              : LegacyLayout{24, 4, 2, 0};
-}
-
 // A Q4_1, Q5_0 or Q5_1 block's 32 codes (nibbles, and Q5's fifth bits by a masked move of their
 // mask), unsigned bytes in value order.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i legacy_codes(
@@ -292,18 +252,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), noinline)) f
 // eight block sums, less the offsets' part, and only those eight are scaled in float. (Scaling
 // each block's lanes as it came took twice the instructions: Q8_0 ran at the speed of one core,
 // 59 % of the copy bandwidth on two, and Q4_0 at 46 %.)
-// How far ahead of its reads the kernel asks for the weight's lines. The hardware's prefetchers
-// alone kept two cores' product at 0.74-0.78 of a read-only stream's rate (quant_bench's
-// quant_matvec_vs_memcpy, 8192 x 8192, of_read); 6 KiB ahead, 0.83-0.91. A prefetch past the
-// weight's end is harmless (it never faults).
-constexpr std::int64_t kPrefetchAhead = 6144;
-
-// Asks for the lines of the `bytes` bytes kPrefetchAhead past row.
-inline void prefetch_ahead(const std::byte* row, std::int64_t bytes) {
-  for (std::int64_t line = 0; line < bytes; line += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchAhead + line, _MM_HINT_T0);
-  }
-}
 
 template <Kind kKind>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,f16c,fma"),
@@ -340,18 +288,6 @@ dots_vnni(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
 // d * (q - 16): its offset comes off through x's code sums as Q4_0's does; Q4_1's and Q5_1's is
 // d * q + m: the min adds m times x's code sum. (Their layouts and codes: LegacyLayout,
 // legacy_codes above.)
-
-// The f16 fields at `at` of a group's eight blocks of `bytes` as floats, in lane_of's order.
-__attribute__((target("avx2,f16c"))) inline __m256 group_halves(const std::byte* row,
-                                                                std::int64_t bytes,
-                                                                std::int64_t at) {
-  std::uint64_t low = 0, high = 0;
-  for (int j = 0; j < 4; ++j) {
-    low |= std::uint64_t{scale_bits(row + 2 * j * bytes + at)} << (16 * j);
-    high |= std::uint64_t{scale_bits(row + (2 * j + 1) * bytes + at)} << (16 * j);
-  }
-  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<long long>(high), static_cast<long long>(low)));
-}
 
 // One body for the three kinds (noipa: GCC would otherwise clone it for each layout).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), noipa)) void
@@ -434,52 +370,6 @@ __attribute__((target("avx512f"))) inline __m512i twice(const std::byte* at) {
 // 32 bytes: one broadcast and one GF(2) affine transform give both; Q5_K's fifth bits of
 // sub-block j are bit j of its 32 high bytes, two shifts of one broadcast. The header (d, dmin,
 // the packed scales) is the same in both.
-template <bool kFifth>
-constexpr std::int64_t kQ45KBytes = kFifth ? 176 : 144;
-template <bool kFifth>
-constexpr std::int64_t kQ45KNibbles = kFifth ? 48 : 16;  // where the nibbles start
-
-// A Q4_K block's eight sub-block scales d * scale_j and mins dmin * min_j, in lane_of's order,
-// from its twelve bytes of 6-bit fields (quant::scale_min), all eight at once: one byte permute
-// picks each field's low bits (sub-blocks 0-3: the 6 low bits of bytes j and j + 4; 4-7: a
-// nibble of byte j + 4), another its top two bits (4-7: bits 6-7 of bytes j - 4 and j).
-__attribute__((target("avx2,f16c"))) inline void q4_k_scales(const std::byte* block, __m256& scales,
-                                                             __m256& mins) {
-  struct Tables {
-    std::array<std::uint8_t, 16> low, high, keep, keep_shifted, keep_top;
-  };
-  alignas(16) static constexpr Tables kTables = [] {
-    Tables t{};
-    for (int p = 0; p < 16; ++p) {
-      const bool is_min = p >= 8;
-      const int lane = p % 8;
-      const int j = lane < 4 ? 2 * lane : 2 * (lane - 4) + 1;  // the sub-block at that lane
-      const auto at = static_cast<std::size_t>(p);
-      t.low[at] = static_cast<std::uint8_t>(!is_min && j < 4 ? j : j + 4);
-      t.high[at] = j < 4 ? 0x80 : static_cast<std::uint8_t>(is_min ? j : j - 4);
-      t.keep[at] = j < 4 ? 63 : is_min ? 0 : 15;
-      t.keep_shifted[at] = j >= 4 && is_min ? 15 : 0;
-      t.keep_top[at] = j < 4 ? 0 : 0x30;
-    }
-    return t;
-  }();
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));
-  const __m128i low = _mm_shuffle_epi8(
-      packed, _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.low.data())));
-  const __m128i high = _mm_shuffle_epi8(
-      packed, _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.high.data())));
-  const __m128i fields = _mm_or_si128(
-      _mm_or_si128(
-          _mm_and_si128(low, _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.keep.data()))),
-          _mm_and_si128(_mm_srli_epi16(low, 4), _mm_load_si128(reinterpret_cast<const __m128i*>(
-                                                    kTables.keep_shifted.data())))),
-      _mm_and_si128(_mm_srli_epi16(high, 2),
-                    _mm_load_si128(reinterpret_cast<const __m128i*>(kTables.keep_top.data()))));
-  scales = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(scale_bits(block))),
-                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(fields)));
-  mins = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(scale_bits(block + 2))),
-                       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(fields, 8))));
-}
 
 template <bool kFifth>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,gfni,f16c,fma"), noinline)) void
@@ -550,7 +440,7 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512i bit_pairs(const std::
 
 template <>
 struct Sixteens<Kind::Q6_K> {
-  static constexpr std::int64_t kBytes = 210, kD = 208;
+  static constexpr std::int64_t kBytes = kQ6KBytes, kD = kQ6KD;
   static constexpr int kOffsetShift = 5;  // q - 32
   __attribute__((target("avx512f,avx512bw"))) static __m512i codes(const std::byte* row, int c) {
     const __m512i low = _mm512_loadu_si512(row + 64 * (c / 2));
@@ -559,50 +449,36 @@ struct Sixteens<Kind::Q6_K> {
     return _mm512_or_si512(nibbles, _mm512_slli_epi16(bit_pairs(row + 128, c), 4));
   }
   __attribute__((target("avx2"))) static __m128i scales(const std::byte* row) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192));
+    return q6_k_scales(row);
   }
 };
 
 template <>
 struct Sixteens<Kind::Q3_K> {
-  static constexpr std::int64_t kBytes = 110, kD = 108;
+  static constexpr std::int64_t kBytes = kQ3KBytes, kD = kQ3KD;
   static constexpr int kOffsetShift = 2;  // q - 4
   __attribute__((target("avx512f,avx512bw"))) static __m512i codes(const std::byte* row, int c) {
     const __m512i high =
         _mm512_and_si512(_mm512_srlv_epi16(twice(row), bit_shifts(c)), _mm512_set1_epi8(0x01));
     return _mm512_or_si512(bit_pairs(row + 32, c), _mm512_slli_epi16(high, 2));
   }
-  // Scale j: the low nibbles of bytes 0-7 (j < 8) or their high nibbles (j >= 8), with bit pair
-  // j / 4 of byte 8 + j % 4 on top, less 32.
   __attribute__((target("avx2"))) static __m128i scales(const std::byte* row) {
-    std::uint64_t nibbles;
-    std::uint32_t pairs;
-    std::memcpy(&nibbles, row + 96, 8);
-    std::memcpy(&pairs, row + 104, 4);
-    const __m128i low = _mm_and_si128(
-        _mm_set_epi64x(static_cast<long long>(nibbles >> 4), static_cast<long long>(nibbles)),
-        _mm_set1_epi8(0x0f));
-    const __m128i high = _mm_and_si128(
-        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(pairs)), _mm_set_epi32(6, 4, 2, 0)),
-        _mm_set1_epi8(0x03));
-    return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+    return q3_k_scales(row);
   }
 };
 
 template <>
 struct Sixteens<Kind::Q2_K> {
-  static constexpr std::int64_t kBytes = 84, kD = 80;
+  static constexpr std::int64_t kBytes = kQ2KBytes, kD = kQ2KD;
   static constexpr int kOffsetShift = 0;  // no offset; a min instead (dmin at 82)
   __attribute__((target("avx512f,avx512bw"))) static __m512i codes(const std::byte* row, int c) {
     return bit_pairs(row + 16, c);
   }
   __attribute__((target("avx2"))) static __m128i scales(const std::byte* row) {
-    return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)),
-                         _mm_set1_epi8(0x0f));
+    return q2_k_scales(row);
   }
   __attribute__((target("avx2"))) static __m128i mins(const std::byte* row) {
-    return _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)), 4),
-                         _mm_set1_epi8(0x0f));
+    return q2_k_mins(row);
   }
 };
 
@@ -672,7 +548,6 @@ dots_vnni_16(Kind kind, const std::byte* row, const std::byte* const* xs, std::i
   for (std::int64_t g = 0; g < groups; ++g, row += bytes) {
     prefetch_ahead(row, bytes);
     const __m128i packed_scales = sixteens_scales(kind, row);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + d_at)));
     __m512i q[4];
     __m512i scales[4];
     __m512i mins[4];
@@ -697,13 +572,9 @@ dots_vnni_16(Kind kind, const std::byte* row, const std::byte* const* xs, std::i
             scales[c]);
         if (has_min) min_lanes[c] = _mm512_mullo_epi32(sums, mins[c]);
       }
-      __m256 block = _mm256_mul_ps(d, _mm256_cvtepi32_ps(block_sums(lanes)));
-      if (has_min) {
-        const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(scale_bits(row + d_at + 2)));
-        block = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(block_sums(min_lanes)), block);
-      }
-      const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
-      acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
+      acc[i] = add_sixteens_block(acc[i], block_sums(lanes),
+                                  has_min ? block_sums(min_lanes) : _mm256_setzero_si256(), has_min,
+                                  row, d_at, xg);
     }
   }
   for (int i = 0; i < kQuantGroup && i < count; ++i) out[i] = horizontal_sum(acc[i]);
@@ -757,66 +628,51 @@ __attribute__((target("avx2,f16c,fma"), noipa)) void dots_avx2(const std::byte* 
 
 #endif
 
-// A kernel (one body for any count of x's rows up to kQuantGroup, compiled once) as the table's
-// kernels for four rows and for one.
-using CountedKernel = void (*)(const std::byte*, const std::byte* const*, std::int64_t, float*,
-                               int);
-template <CountedKernel kKernel>
-void rows_of_group(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
-                   float* out) {
-  kKernel(row, xs, blocks, out, kQuantGroup);
-}
-template <CountedKernel kKernel>
-void rows_of_one(const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
-                 float* out) {
-  kKernel(row, xs, blocks, out, 1);
-}
-template <CountedKernel kKernel>
-constexpr QuantKernels vnni_kernels() {
-  return {rows_of_group<kKernel>, rows_of_one<kKernel>, true};
-}
-
-template <Kind kKind>
-QuantKernels kernels_for([[maybe_unused]] QuantIsa isa) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (isa == QuantIsa::Avx512) return vnni_kernels<dots_vnni<kKind>>();
-  return {rows_of_group<dots_avx2<kKind>>, rows_of_one<dots_avx2<kKind>>, false};
-#else
-  return {};
-#endif
-}
-
 }  // namespace
 
 QuantKernels quant_kernels(QuantScheme::Kind kind, QuantIsa isa) noexcept {
-  if (kind == Kind::Q8_0) return kernels_for<Kind::Q8_0>(isa);
-  if (kind == Kind::Q4_0) return kernels_for<Kind::Q4_0>(isa);
 #if defined(__x86_64__) && defined(__GNUC__)
-  // The other kinds' kernels need VNNI.
+  if (isa == QuantIsa::Avx2) return avx2_int8_kernels(kind);
   if (isa != QuantIsa::Avx512) return {};
   switch (kind) {
+    case Kind::Q8_0:
+      return encoded_kernels<dots_vnni<Kind::Q8_0>>();
+    case Kind::Q4_0:
+      return encoded_kernels<dots_vnni<Kind::Q4_0>>();
     case Kind::Q4_1:
-      return vnni_kernels<legacy_kernel<Kind::Q4_1>>();
+      return encoded_kernels<legacy_kernel<Kind::Q4_1>>();
     case Kind::Q5_0:
-      return vnni_kernels<legacy_kernel<Kind::Q5_0>>();
+      return encoded_kernels<legacy_kernel<Kind::Q5_0>>();
     case Kind::Q5_1:
-      return vnni_kernels<legacy_kernel<Kind::Q5_1>>();
+      return encoded_kernels<legacy_kernel<Kind::Q5_1>>();
     case Kind::Q4_K:
-      return vnni_kernels<dots_vnni_q45_k<false>>();
+      return encoded_kernels<dots_vnni_q45_k<false>>();
     case Kind::Q5_K:
-      return vnni_kernels<dots_vnni_q45_k<true>>();
+      return encoded_kernels<dots_vnni_q45_k<true>>();
     case Kind::Q2_K:
-      return vnni_kernels<q23_k_kernel<Kind::Q2_K>>();
+      return encoded_kernels<q23_k_kernel<Kind::Q2_K>>();
     case Kind::Q3_K:
-      return vnni_kernels<q23_k_kernel<Kind::Q3_K>>();
+      return encoded_kernels<q23_k_kernel<Kind::Q3_K>>();
     case Kind::Q6_K:
-      return vnni_kernels<dots_vnni_q6_k>();
+      return encoded_kernels<dots_vnni_q6_k>();
     default:
       return {};
   }
 #else
+  (void)kind, (void)isa;
   return {};
 #endif
+}
+
+QuantKernels float_x_kernels(QuantScheme::Kind kind) noexcept {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (kind == Kind::Q8_0)
+    return {rows_of_group<dots_avx2<Kind::Q8_0>>, rows_of_one<dots_avx2<Kind::Q8_0>>, false};
+  if (kind == Kind::Q4_0)
+    return {rows_of_group<dots_avx2<Kind::Q4_0>>, rows_of_one<dots_avx2<Kind::Q4_0>>, false};
+#endif
+  (void)kind;
+  return {};
 }
 
 std::int64_t encoded_row_bytes(std::int64_t blocks) noexcept {
@@ -833,12 +689,12 @@ EncodedBlock encoded_block(const std::byte* row, std::int64_t b) noexcept {
   return block;
 }
 
-void encode_row(const float* x, std::int64_t blocks, std::byte* out) noexcept {
+void encode_row(const float* x, std::int64_t blocks, std::byte* out, QuantIsa isa) noexcept {
 #if defined(__x86_64__) && defined(__GNUC__)
-  encode_row_int8(x, blocks, out);
-#else
-  (void)x, (void)blocks, (void)out;  // no kernel reads it
+  if (isa == QuantIsa::Avx512) return encode_row_int8(x, blocks, out);
+  if (isa == QuantIsa::Avx2) return encode_row_avx2(x, blocks, out);
 #endif
+  (void)x, (void)blocks, (void)out, (void)isa;  // no kernel reads it
 }
 
 }  // namespace kiln::cpu

@@ -1,8 +1,9 @@
-// Products with quantized weights (quant_matvec.h). Q8_0 and Q4_0 walk each row of W once per 64
-// rows of x, its codes widened in registers and multiplied with up to four rows of x at a time
-// by the kernels of quant_kernels.cpp, picked at run time for the CPU (so one binary runs on any
-// x86-64 CPU); this driver loops over rows and threads (compiled for size: a kernel call per
-// row of W and four rows of x). Other schemes decode tiles of W's rows and call gemm.
+// Products with quantized weights (quant_matvec.h). The GGUF kinds walk each row of W once per
+// 64 rows of x, its codes widened in registers and multiplied with up to four rows of x at a
+// time by the kernels of quant_kernels.cpp (AVX-512 VNNI) or quant_kernels_avx2.cpp, picked at run
+// time for the CPU (so one binary runs on any x86-64 CPU); this driver loops over rows and
+// threads (compiled for size: a kernel call per row of W and four rows of x). Other schemes, and
+// CPUs without AVX2, decode tiles of W's rows and call gemm.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -42,15 +43,15 @@ bool all_finite(const float* x, std::int64_t n) {
 
 void product_on_decoded_tiles(const QuantMatrix& w, const float* x, std::int64_t batch, float* out);
 
-// Q8_0 and Q4_0 on the blocks (isa Avx2 or Avx512), Q4_1, Q5_0, Q5_1 and Q2_K to Q6_K (Avx512).
+// Every GGUF kind but Q8_K on the blocks (isa Avx2 or Avx512), x encoded as int8 blocks.
 void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch, float* out,
                        QuantIsa isa) {
   const std::int64_t blocks = w.cols / kBlock;
   const quant::BlockSize block = quant::block_size(w.scheme, w.cols);
   const std::int64_t row_bytes = w.cols / block.values * block.bytes;
   const QuantKernels k = quant_kernels(w.scheme.kind, isa);
-  // The rows of x as the kernels read them (`lanes`, each with the row of out it fills); with
-  // VNNI, rows that are not all finite have no int8 code and go through the AVX2 kernel instead.
+  // The rows of x as the kernels read them (`lanes`, each with the row of out it fills); rows
+  // that are not all finite have no int8 code and go through a float kernel instead.
   std::vector<const std::byte*> lanes;
   std::vector<std::int64_t> lane_row, float_rows;
   std::vector<std::byte> encoded;
@@ -67,7 +68,7 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
                      const float* row = x + m * w.cols;
                      finite[static_cast<std::size_t>(m)] = all_finite(row, w.cols);
                      if (finite[static_cast<std::size_t>(m)]) {
-                       encode_row(row, blocks, encoded.data() + m * encoded_bytes);
+                       encode_row(row, blocks, encoded.data() + m * encoded_bytes, isa);
                      }
                    }
                  });
@@ -85,7 +86,7 @@ void product_on_blocks(const QuantMatrix& w, const float* x, std::int64_t batch,
       lane_row.push_back(m);
     }
   }
-  const QuantKernels plain = quant_kernels(w.scheme.kind, QuantIsa::Avx2);
+  const QuantKernels plain = float_x_kernels(w.scheme.kind);
   const auto count = static_cast<std::int64_t>(lanes.size());
   const std::int64_t work =
       w.cols * std::min<std::int64_t>(std::max<std::int64_t>(batch, 1), kPass);

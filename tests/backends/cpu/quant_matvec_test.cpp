@@ -1,9 +1,9 @@
 // Products with quantized weights against the float64 product of the dequantized weight, on
 // every instruction set the CPU has: one row of x and batches that cross the kernels' groups of
-// four and passes of 64 rows, one and many threads' worth of weight rows, every scheme (Q8_0 and
-// Q4_0 on their blocks, the others on decoded tiles), rows of x with NaN or infinity, and empty
-// shapes. The VNNI kernels encode x in int8 blocks, so their bound adds x's rounding: half a
-// step of x's block scale times |W| (quant_matvec.h).
+// four and passes of 64 rows, one and many threads' worth of weight rows, every scheme (the GGUF
+// kinds on their blocks, Q8_K and the Scalar set on decoded tiles), rows of x with NaN or
+// infinity, and empty shapes. The AVX2 and VNNI kernels encode x in int8 blocks, so their bound
+// adds x's rounding: half a step of x's block scale times |W| (quant_matvec.h).
 #include "backends/cpu/quant_matvec.h"
 
 #include <gtest/gtest.h>
@@ -62,8 +62,8 @@ TEST_P(QuantProduct, EqualsTheDequantizedProduct) {
   const auto [kind, isa] = GetParam();
   if (!cpu_has(isa)) GTEST_SKIP() << "this CPU lacks the instruction set";
   const bool int8_x = rounds_x_to_int8(kind, isa);
-  // With VNNI every GGUF kind of weights (Q8_K is llama.cpp's kind for activations).
-  EXPECT_EQ(int8_x, isa == QuantIsa::Avx512 && kind != Kind::Q8_K);
+  // With AVX2 or VNNI every GGUF kind of weights (Q8_K is llama.cpp's kind for activations).
+  EXPECT_EQ(int8_x, isa != QuantIsa::Scalar && kind != Kind::Q8_K);
   const QuantScheme scheme = quant_scheme(kind);
   const std::int64_t unit = scheme.block_size;
   std::mt19937 rng(31);
@@ -96,6 +96,33 @@ TEST_P(QuantProduct, EqualsTheDequantizedProduct) {
         ASSERT_NEAR(y[m * rows + r], ref.want, ref.bound)
             << rows << "x" << cols << " batch " << batch << " row " << m << ", " << r;
       }
+    }
+  }
+}
+
+// Blocks of random bytes (every code a block can hold, Q8_0's -128 among them; finite scales)
+// against x whose int8 codes are all +-127: the byte products at their largest, where AVX2's
+// int16 sums of product pairs would saturate if a kernel let them.
+TEST_P(QuantProduct, ExtremeCodesDoNotSaturate) {
+  const auto [kind, isa] = GetParam();
+  if (!cpu_has(isa)) GTEST_SKIP() << "this CPU lacks the instruction set";
+  const QuantScheme scheme = quant_scheme(kind);
+  const std::int64_t unit = scheme.block_size;
+  const std::int64_t rows = 5, cols = (unit == 32 ? 11 : 2) * unit, batch = 5;
+  std::mt19937 rng(35);
+  const TensorData w = TensorData::quantized(
+      quant_testing::random_blocks(kind, static_cast<int>(rows * cols / unit), rng),
+      Shape{rows, cols}, scheme);
+  std::vector<float> x(static_cast<std::size_t>(cols * batch));
+  for (float& v : x) v = rng() % 2 == 0 ? 1.0f : -1.0f;
+  std::vector<float> y(static_cast<std::size_t>(rows * batch));
+  quantized_matmul({scheme, w.bytes().data(), rows, cols}, x.data(), batch, y.data(), isa);
+  const std::vector<float> dense = w.dequantize().to_vec<float>();
+  const bool int8_x = rounds_x_to_int8(kind, isa);
+  for (std::int64_t m = 0; m < batch; ++m) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const Reference ref = reference(dense, x.data() + m * cols, r, cols, int8_x);
+      ASSERT_NEAR(y[m * rows + r], ref.want, ref.bound) << "row " << m << ", " << r;
     }
   }
 }
@@ -152,10 +179,14 @@ TEST(QuantMatvec, IsTheProductOfOneRow) {
   EXPECT_EQ(y, want);
 }
 
-// The VNNI kernels' encoding of x is kiln's int8 blocks (quant::quantize_int8), code for code:
-// halves round away from zero (x = k + 1/2 with scale 1), zero blocks, and a partial last group.
-TEST(QuantMatvecEncoding, IsKilnsInt8Blocks) {
-  if (!cpu_has(QuantIsa::Avx512)) GTEST_SKIP() << "no VNNI kernels on this CPU";
+// The int8 kernels' encoding of x is kiln's int8 blocks (quant::quantize_int8), code for code,
+// with each instruction set's encoder: halves round away from zero (x = k + 1/2 with scale 1),
+// zero blocks, tiny blocks, and a partial last group.
+class QuantMatvecEncoding : public ::testing::TestWithParam<QuantIsa> {};
+
+TEST_P(QuantMatvecEncoding, IsKilnsInt8Blocks) {
+  const QuantIsa isa = GetParam();
+  if (!cpu_has(isa)) GTEST_SKIP() << "this CPU lacks the instruction set";
   std::mt19937 rng(34);
   const std::int64_t blocks = 13;
   std::vector<float> x = normal(blocks * 32, rng);
@@ -163,7 +194,7 @@ TEST(QuantMatvecEncoding, IsKilnsInt8Blocks) {
   for (int j = 0; j < 32; ++j) x[2 * 32 + j] = 0.0f;
   for (int j = 0; j < 32; ++j) x[3 * 32 + j] *= 1e-30f;
   std::vector<std::byte> encoded(static_cast<std::size_t>(encoded_row_bytes(blocks)));
-  encode_row(x.data(), blocks, encoded.data());
+  encode_row(x.data(), blocks, encoded.data(), isa);
   std::vector<std::byte> want(static_cast<std::size_t>(blocks * 36));
   quant::quantize_int8(x.data(), blocks, 32, want.data());
   for (std::int64_t b = 0; b < blocks; ++b) {
@@ -182,6 +213,12 @@ TEST(QuantMatvecEncoding, IsKilnsInt8Blocks) {
   EXPECT_EQ(encoded_block(encoded.data(), 0).codes[1], -4);  // -3.5 rounds to -4
   EXPECT_EQ(encoded_block(encoded.data(), 0).codes[5], 1);   // 0.5 rounds to 1
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, QuantMatvecEncoding,
+                         ::testing::Values(QuantIsa::Avx2, QuantIsa::Avx512),
+                         [](const ::testing::TestParamInfo<QuantIsa>& info) {
+                           return info.param == QuantIsa::Avx2 ? "avx2" : "avx512";
+                         });
 
 TEST(QuantMatvecErrors, NamesWhatIsWrong) {
   const TensorData w =
