@@ -37,15 +37,18 @@ constexpr int lane_of(std::int64_t j) { return static_cast<int>(j % 2 * 4 + j / 
 template <Kind kKind>
 inline constexpr std::int64_t kBlockBytes = kKind == Kind::Q8_0 ? 34 : 18;
 
-// Q4_0's, Q4_1's, Q5_0's and Q5_1's blocks: their bytes, where their fifth bits and min are (-1:
-// none), and the offset of their codes: value = d * (q - offset) + m.
+// The blocks of 32 values with an f16 d first: their bytes, where their fifth bits and min are
+// (-1: none), the offset of their codes (value = d * (q - offset) + m), and whether the codes
+// are signed bytes (Q8_0's, at 2) rather than nibbles (the block's last 16 bytes).
 struct LegacyLayout {
   std::int64_t bytes, high, min;
   int offset;
+  bool signed_codes = false;
   constexpr std::int64_t nibbles() const { return bytes - 16; }
 };
 constexpr LegacyLayout legacy_layout(Kind kind) {
-  return kind == Kind::Q4_0   ? LegacyLayout{18, -1, -1, 8}
+  return kind == Kind::Q8_0   ? LegacyLayout{34, -1, -1, 0, true}
+         : kind == Kind::Q4_0 ? LegacyLayout{18, -1, -1, 8}
          : kind == Kind::Q4_1 ? LegacyLayout{20, -1, 2, 0}
          : kind == Kind::Q5_0 ? LegacyLayout{22, 2, -1, 16}
                               : LegacyLayout{24, 4, 2, 0};

@@ -58,9 +58,8 @@ __attribute__((target("avx2"))) inline __m256i load32(const std::byte* at) {
 // nibbles (values 0-15 the low ones, 16-31 the high ones) with Q5's fifth bits (bit i of a
 // 32-bit mask is value i's), unsigned.
 __attribute__((target("avx2"))) inline __m256i legacy_codes_avx2(const LegacyLayout& l,
-                                                                 bool is_q8_0,
                                                                  const std::byte* block) {
-  if (is_q8_0) return load32(block + 2);
+  if (l.signed_codes) return load32(block + 2);
   const __m256i twice = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + l.nibbles())));
   const __m256i codes = _mm256_and_si256(
@@ -77,41 +76,42 @@ __attribute__((target("avx2"))) inline __m256i legacy_codes_avx2(const LegacyLay
   return _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
 }
 
+// The four-value lanes of a legacy block's codes w (legacy_codes_avx2) times x's codes.
+__attribute__((target("avx2"))) inline __m256i legacy_lane_dots(const LegacyLayout& l, __m256i w,
+                                                                __m256i x) {
+  return l.signed_codes ? signed_lane_dots(w, x) : lane_dots(w, x);
+}
+
 // Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1: eight blocks at a time, one a register; the eight blocks' dot
 // products gathered into one register, less the codes' offset times x's code sums, scaled in
-// float (Q8_0's and Q4_0's as dots_vnni's, the others' as dots_vnni_legacy's). A last group of
-// fewer than eight, a block at a time.
+// float as dots_vnni_legacy scales them. A last group of fewer than eight, a block at a time.
 __attribute__((target("avx2,f16c,fma"), always_inline)) inline void dots_legacy(
-    const LegacyLayout l, bool is_q8_0, const std::byte* row, const std::byte* const* xs,
-    std::int64_t blocks, float* out, int count) {
+    const LegacyLayout l, const std::byte* row, const std::byte* const* xs, std::int64_t blocks,
+    float* out, int count) {
   const std::int64_t groups = blocks / kGroupBlocks;
-  const bool plain = l.min < 0 && l.high < 0;  // Q8_0, Q4_0
   __m256 acc[kQuantGroup];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < groups; ++g, row += kGroupBlocks * l.bytes) {
     prefetch_ahead(row, kGroupBlocks * l.bytes);
     __m256i w[kGroupBlocks];
-    for (int j = 0; j < kGroupBlocks; ++j) w[j] = legacy_codes_avx2(l, is_q8_0, row + j * l.bytes);
+    for (int j = 0; j < kGroupBlocks; ++j) w[j] = legacy_codes_avx2(l, row + j * l.bytes);
     const __m256 dw = group_halves(row, l.bytes, 0);
     const __m256 mw = l.min >= 0 ? group_halves(row, l.bytes, l.min) : _mm256_setzero_ps();
     for (int i = 0; i < kQuantGroup && i < count; ++i) {
       const std::byte* xg = xs[i] + g * kGroupBytes;
       __m256i lanes[kGroupBlocks];
       for (int j = 0; j < kGroupBlocks; ++j) {
-        const __m256i x = load32(xg + j * kBlock);
-        lanes[j] = is_q8_0 ? signed_lane_dots(w[j], x) : lane_dots(w[j], x);
+        lanes[j] = legacy_lane_dots(l, w[j], load32(xg + j * kBlock));
       }
       const __m256i code_sums = load32(xg + kGroupSums);
       const __m256i dots = _mm256_sub_epi32(
           block_sums(lanes), _mm256_mullo_epi32(_mm256_set1_epi32(l.offset), code_sums));
       const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(xg + kGroupScales));
-      if (plain) {
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(dw, dx), acc[i]);
-      } else {
-        const __m256 block = _mm256_fmadd_ps(dw, _mm256_cvtepi32_ps(dots),
-                                             _mm256_mul_ps(mw, _mm256_cvtepi32_ps(code_sums)));
-        acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
-      }
+      const __m256 block = l.min >= 0
+                               ? _mm256_fmadd_ps(dw, _mm256_cvtepi32_ps(dots),
+                                                 _mm256_mul_ps(mw, _mm256_cvtepi32_ps(code_sums)))
+                               : _mm256_mul_ps(dw, _mm256_cvtepi32_ps(dots));
+      acc[i] = _mm256_fmadd_ps(dx, block, acc[i]);
     }
   }
   for (int i = 0; i < kQuantGroup && i < count; ++i) {
@@ -119,10 +119,9 @@ __attribute__((target("avx2,f16c,fma"), always_inline)) inline void dots_legacy(
     for (std::int64_t b = groups * kGroupBlocks; b < blocks; ++b) {
       const std::byte* block = row + (b - groups * kGroupBlocks) * l.bytes;
       const EncodedBlock xb = encoded_block(xs[i], b);
-      const __m256i w = legacy_codes_avx2(l, is_q8_0, block);
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.codes));
       const std::int32_t total =
-          horizontal_sum_i32(is_q8_0 ? signed_lane_dots(w, x) : lane_dots(w, x)) -
+          horizontal_sum_i32(legacy_lane_dots(l, legacy_codes_avx2(l, block), x)) -
           l.offset * xb.sum;
       const float d = _cvtsh_ss(scale_bits(block));
       const float m = l.min >= 0 ? _cvtsh_ss(scale_bits(block + l.min)) : 0.0f;
@@ -131,8 +130,6 @@ __attribute__((target("avx2,f16c,fma"), always_inline)) inline void dots_legacy(
     out[i] = horizontal_sum(acc[i]) + partial;
   }
 }
-
-constexpr LegacyLayout kQ8_0Layout{34, -1, -1, 0};
 
 // Q4_K and Q5_K: a block of 256 values is a group of x's eight blocks of 32, its sub-blocks
 // 2c and 2c + 1 the low and high nibbles of 32 bytes (Q5_K's fifth bits: bits 2c and 2c + 1 of
@@ -280,18 +277,17 @@ __attribute__((target("avx2,f16c,fma"), always_inline)) inline void dots_16(
 }
 // One body per kind and count of x's rows (one or four): with the kind known, each drops the
 // others' fields and branches (a body shared by Q2_K and Q3_K that asked the kind at run time
-// ran Q3_K at a fifth of this speed), and with the count known the accumulators stay in
-// registers (a body for any count kept them on the stack, a store and a load in each group's
-// dependency chain: Q4_0 over 8192 x 8192 at 0.78-0.82 of a memcpy's rate, 0.94 without).
+// ran Q3_K in 9.4 ms over 8192 x 8192, 3.75 with its own), and with the count known the
+// accumulators stay in registers (a body for any count kept them on the stack, a store and a load
+// in each group's dependency chain: Q4_0 over 8192 x 8192 at 0.78-0.82 of a memcpy's rate, 0.94
+// without).
 template <Kind kKind, int kCount>
 __attribute__((target("avx2,f16c,fma"), noinline)) void kind_rows(const std::byte* row,
                                                                   const std::byte* const* xs,
                                                                   std::int64_t blocks, float* out) {
-  if constexpr (kKind == Kind::Q8_0) {
-    dots_legacy(kQ8_0Layout, true, row, xs, blocks, out, kCount);
-  } else if constexpr (kKind == Kind::Q4_0 || kKind == Kind::Q4_1 || kKind == Kind::Q5_0 ||
-                       kKind == Kind::Q5_1) {
-    dots_legacy(legacy_layout(kKind), false, row, xs, blocks, out, kCount);
+  if constexpr (kKind == Kind::Q8_0 || kKind == Kind::Q4_0 || kKind == Kind::Q4_1 ||
+                kKind == Kind::Q5_0 || kKind == Kind::Q5_1) {
+    dots_legacy(legacy_layout(kKind), row, xs, blocks, out, kCount);
   } else if constexpr (kKind == Kind::Q4_K || kKind == Kind::Q5_K) {
     dots_q45_k<kKind == Kind::Q5_K>(row, xs, blocks, out, kCount);
   } else {
@@ -302,34 +298,19 @@ template <Kind kKind>
 constexpr QuantKernels kind_kernels() {
   return {kind_rows<kKind, kQuantGroup>, kind_rows<kKind, 1>, true};
 }
+// The kernels of whichever of kKinds kind is; empty for any other.
+template <Kind... kKinds>
+QuantKernels kernels_of(Kind kind) {
+  QuantKernels kernels;
+  (void)((kind == kKinds && (kernels = kind_kernels<kKinds>(), true)) || ...);
+  return kernels;
+}
 
 }  // namespace
 
 QuantKernels avx2_int8_kernels(Kind kind) noexcept {
-  switch (kind) {
-    case Kind::Q8_0:
-      return kind_kernels<Kind::Q8_0>();
-    case Kind::Q4_0:
-      return kind_kernels<Kind::Q4_0>();
-    case Kind::Q4_1:
-      return kind_kernels<Kind::Q4_1>();
-    case Kind::Q5_0:
-      return kind_kernels<Kind::Q5_0>();
-    case Kind::Q5_1:
-      return kind_kernels<Kind::Q5_1>();
-    case Kind::Q2_K:
-      return kind_kernels<Kind::Q2_K>();
-    case Kind::Q3_K:
-      return kind_kernels<Kind::Q3_K>();
-    case Kind::Q4_K:
-      return kind_kernels<Kind::Q4_K>();
-    case Kind::Q5_K:
-      return kind_kernels<Kind::Q5_K>();
-    case Kind::Q6_K:
-      return kind_kernels<Kind::Q6_K>();
-    default:
-      return {};
-  }
+  return kernels_of<Kind::Q8_0, Kind::Q4_0, Kind::Q4_1, Kind::Q5_0, Kind::Q5_1, Kind::Q2_K,
+                    Kind::Q3_K, Kind::Q4_K, Kind::Q5_K, Kind::Q6_K>(kind);
 }
 
 // The AVX-512 encoder's arithmetic (quant_kernels.cpp's encode_row_int8) on 8 lanes: the same
